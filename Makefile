@@ -1,0 +1,81 @@
+# mpcc - see README.md. Targets:
+#   make            build ./mpcc
+#   make test       every test (unit, golden, generated trainers, PyTorch)
+#   make asan       the same under AddressSanitizer and UBSan
+#   make fuzz       libFuzzer target for the front end (not in CI)
+#   make demo       the README's main job: train the MNIST MLP
+#   make golden-update   rewrite golden files (review the diff!)
+CC      ?= cc
+CFLAGS  ?= -O2 -g
+WARN     = -std=c11 -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter
+CPPFLAGS = -Icompiler -Ibuild -Iruntime -D_POSIX_C_SOURCE=200809L
+B        = build
+SAN      =
+
+COMPILER_SRC := $(filter-out compiler/main.c,$(wildcard compiler/*.c))
+COMPILER_OBJ := $(COMPILER_SRC:compiler/%.c=$(B)/%.o) $(B)/parser.o $(B)/lexer.o $(B)/runtime_blob.o
+RUNTIME_HDR  := $(wildcard runtime/*.h) runtime/AMALGAMATION
+UNIT_SRC     := $(wildcard tests/unit/test_*.c)
+UNIT_BIN     := $(UNIT_SRC:tests/unit/%.c=$(B)/tests/%)
+
+all: mpcc
+
+mpcc: $(B)/main.o $(COMPILER_OBJ)
+	$(CC) $(CFLAGS) $(SAN) -o $@ $^ -lm
+
+$(B)/%.o: compiler/%.c compiler/*.h compiler/ops.def $(B)/parser.h | $(B)
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(SAN) $(WARN) -c -o $@ $<
+
+# Generated scanner and parser: bison's and flex's own code is not held to -Werror.
+$(B)/parser.c $(B)/parser.h: grammar/parser.y | $(B)
+	bison -Wall -Werror --defines=$(B)/parser.h -o $(B)/parser.c $<
+$(B)/lexer.c $(B)/lexer.h: grammar/lexer.l | $(B)
+	flex --header-file=$(B)/lexer.h -o $(B)/lexer.c $<
+$(B)/parser.o: $(B)/parser.c $(B)/lexer.h compiler/*.h
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(SAN) -std=c11 -w -c -o $@ $<
+$(B)/lexer.o: $(B)/lexer.c $(B)/parser.h compiler/*.h
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(SAN) -std=c11 -w -c -o $@ $<
+
+# The runtime, embedded as text: emit_*.c paste it into generated programs.
+$(B)/embed: tools/embed.c | $(B)
+	$(CC) -O2 -std=c11 -Wall -Werror -o $@ $<
+$(B)/runtime_blob.c: $(B)/embed $(RUNTIME_HDR)
+	$(B)/embed runtime $$(cat runtime/AMALGAMATION) > $@
+$(B)/runtime_blob.o: $(B)/runtime_blob.c
+	$(CC) $(CFLAGS) -std=c11 -c -o $@ $<
+
+$(B):
+	mkdir -p $(B)/tests
+
+# ---- tests --------------------------------------------------------------
+$(B)/tests/%: tests/unit/%.c $(COMPILER_OBJ) $(RUNTIME_HDR) | $(B)
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(SAN) $(WARN) -Wno-missing-field-initializers -o $@ $< $(COMPILER_OBJ) -lcmocka -lm
+
+test: mpcc $(UNIT_BIN)
+	MPCC=./mpcc B=$(B) SAN="$(SAN)" tests/run_all.sh
+
+asan:
+	$(MAKE) B=build-asan CFLAGS="-O1 -g -fno-omit-frame-pointer" \
+	    SAN="-fsanitize=address,undefined -fno-sanitize-recover=all" \
+	    mpcc-asan-test
+
+mpcc-asan-test: mpcc $(UNIT_BIN)
+	ASAN_OPTIONS=detect_leaks=0 MPCC=./mpcc B=$(B) SAN="$(SAN)" tests/run_all.sh
+
+golden-update: mpcc
+	MPCC=./mpcc tests/golden.sh --update
+
+fuzz: | $(B)
+	clang -g -O1 -fsanitize=fuzzer,address,undefined $(CPPFLAGS) -std=c11 \
+	    -o $(B)/fuzz_parse tests/fuzz_parse.c $(filter-out $(B)/%.o,$(COMPILER_OBJ)) \
+	    $(COMPILER_SRC) $(B)/parser.c $(B)/lexer.c $(B)/runtime_blob.c -lm
+	@echo "run: $(B)/fuzz_parse -max_total_time=600 tests/fuzz_corpus"
+
+demo: mpcc
+	tools/demo.sh
+
+clean:
+	rm -rf build build-asan mpcc
+
+.PHONY: all test asan mpcc-asan-test golden-update fuzz demo clean
+.DELETE_ON_ERROR:

@@ -1,0 +1,25 @@
+/* emit.h - code generators. Each writes one self-contained program for the
+ * planned graph to `out`; returns false (with a message) on I/O error. */
+#ifndef MPCC_EMIT_H
+#define MPCC_EMIT_H
+
+#include "ir.h"
+#include <stdbool.h>
+#include <stdio.h>
+
+#define MPCC_VERSION "0.1.0"
+
+bool emit_c(FILE *out, const IrGraph *g);
+bool emit_cuda(FILE *out, const IrGraph *g);
+
+/* The model name made safe as a C identifier: names that are C or CUDA
+ * keywords or library names (int, half, main, printf) are mangled here, in
+ * one place, so any valid model name gives valid generated code. */
+const char *emit_c_name(Arena *a, const char *model_name);
+
+/* The embedded runtime (build/runtime_blob.c). */
+extern const int mp_runtime_count;
+extern const char *const mp_runtime_names[];
+extern const char *const mp_runtime_texts[];
+
+#endif

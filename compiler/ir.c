@@ -1,0 +1,186 @@
+/* ir.c - building the graph IR (see ir.h for its invariants). */
+#include "ir.h"
+#include "ops.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static const char *const dt_names[] = {"none", "f32", "f16", "bf16", "i32", "u8"};
+static const int dt_sizes[] = {0, 4, 2, 2, 4, 1};
+
+const char *dt_name(DType t) { return dt_names[t]; }
+int dt_size(DType t) { return dt_sizes[t]; }
+bool dt_is_float(DType t) { return t == DT_F32 || t == DT_F16 || t == DT_BF16; }
+
+int64_t shape_numel(const Shape *s)
+{
+    int64_t n = 1;
+    for (int i = 0; i < s->rank; i++)
+        n *= s->d[i];
+    return n;
+}
+
+bool shape_eq(const Shape *a, const Shape *b)
+{
+    if (a->rank != b->rank)
+        return false;
+    for (int i = 0; i < a->rank; i++)
+        if (a->d[i] != b->d[i])
+            return false;
+    return true;
+}
+
+char *shape_str(Arena *a, const Shape *s)
+{
+    char buf[MP_MAX_RANK * 24 + 4];
+    int n = snprintf(buf, sizeof buf, "[");
+    for (int i = 0; i < s->rank; i++)
+        n += snprintf(buf + n, sizeof buf - (size_t)n, "%s%lld", i ? ", " : "",
+                      (long long)s->d[i]);
+    snprintf(buf + n, sizeof buf - (size_t)n, "]");
+    return arena_strdup(a, buf);
+}
+
+IrGraph *ir_new(Arena *a)
+{
+    IrGraph *g = arena_alloc(a, sizeof *g);
+    g->arena = a;
+    g->train.opt = OPT_ADAM;
+    g->train.lr = 1e-3;
+    g->train.beta1 = 0.9;
+    g->train.beta2 = 0.999;
+    g->train.eps = 1e-8;
+    g->train.policy = POLICY_MIXED_F16;
+    g->train.ls_init = 32768;
+    g->train.ls_growth = 2;
+    g->train.ls_backoff = 0.5;
+    g->train.ls_interval = 2000;
+    g->train.accumulate = 1;
+    g->train.steps = 1000;
+    return g;
+}
+
+static IrNode *new_node(IrGraph *g, IrOp op, SrcLoc loc, int nin, IrNode *const *in)
+{
+    IrNode *n = arena_alloc(g->arena, sizeof *n);
+    n->op = op;
+    n->loc = loc;
+    n->nin = nin;
+    n->in = arena_alloc(g->arena, sizeof(IrNode *) * (size_t)(nin ? nin : 1));
+    for (int i = 0; i < nin; i++) {
+        MP_ASSERT(in[i] != NULL);
+        n->in[i] = in[i];
+    }
+    n->cls = op_info[op].cls;
+    return n;
+}
+
+static void reserve(IrGraph *g, int extra)
+{
+    if (g->nnodes + extra <= g->cap)
+        return;
+    int cap = g->cap ? g->cap * 2 : 64;
+    while (cap < g->nnodes + extra)
+        cap *= 2;
+    g->nodes = arena_grow(g->arena, g->nodes, (size_t)g->nnodes, (size_t)cap, sizeof *g->nodes);
+    g->cap = cap;
+}
+
+IrNode *ir_add(IrGraph *g, IrOp op, SrcLoc loc, int nin, IrNode *const *in)
+{
+    IrNode *n = new_node(g, op, loc, nin, in);
+    reserve(g, 1);
+    n->id = g->nnodes;
+    g->nodes[g->nnodes++] = n;
+    return n;
+}
+
+IrNode *ir_add1(IrGraph *g, IrOp op, SrcLoc loc, IrNode *a) { return ir_add(g, op, loc, 1, &a); }
+
+IrNode *ir_add2(IrGraph *g, IrOp op, SrcLoc loc, IrNode *a, IrNode *b)
+{
+    IrNode *in[2] = {a, b};
+    return ir_add(g, op, loc, 2, in);
+}
+
+IrNode *ir_insert_before(IrGraph *g, IrNode *before, IrOp op, SrcLoc loc, int nin,
+                         IrNode *const *in)
+{
+    IrNode *n = new_node(g, op, loc, nin, in);
+    reserve(g, 1);
+    int at = before->id;
+    MP_ASSERT(at >= 0 && at < g->nnodes && g->nodes[at] == before);
+    memmove(&g->nodes[at + 1], &g->nodes[at], sizeof *g->nodes * (size_t)(g->nnodes - at));
+    g->nodes[at] = n;
+    g->nnodes++;
+    ir_renumber(g);
+    return n;
+}
+
+void ir_renumber(IrGraph *g)
+{
+    for (int i = 0; i < g->nnodes; i++)
+        g->nodes[i]->id = i;
+}
+
+#define GROW(g, arr, n, cap)                                                       \
+    do {                                                                           \
+        if ((n) == (cap)) {                                                        \
+            (cap) = (cap) ? (cap) * 2 : 16;                                        \
+            (arr) = arena_grow((g)->arena, (arr), (size_t)(n), (size_t)(cap), sizeof *(arr)); \
+        }                                                                          \
+    } while (0)
+
+IrParam *ir_add_param(IrGraph *g, const char *name, SrcLoc loc, Shape shape)
+{
+    GROW(g, g->params, g->nparams, g->params_cap);
+    IrParam *p = &g->params[g->nparams];
+    memset(p, 0, sizeof *p);
+    p->name = name;
+    p->loc = loc;
+    p->shape = shape;
+    p->trainable = true;
+    p->node = ir_add(g, OP_PARAM, loc, 0, NULL);
+    p->node->ia[0] = g->nparams;
+    p->node->name = name;
+    p->node->shape = shape;
+    p->node->type = DT_F32;
+    g->nparams++;
+    return p;
+}
+
+IrInput *ir_add_input(IrGraph *g, const char *name, SrcLoc loc, DType t, Shape shape)
+{
+    GROW(g, g->inputs, g->ninputs, g->inputs_cap);
+    IrInput *in = &g->inputs[g->ninputs];
+    memset(in, 0, sizeof *in);
+    in->name = name;
+    in->loc = loc;
+    in->type = t;
+    in->shape = shape;
+    in->node = ir_add(g, OP_INPUT, loc, 0, NULL);
+    in->node->ia[0] = g->ninputs;
+    in->node->name = name;
+    in->node->shape = shape;
+    in->node->type = t;
+    g->ninputs++;
+    return in;
+}
+
+IrMetric *ir_add_metric(IrGraph *g, const char *name, SrcLoc loc, IrNode *n)
+{
+    GROW(g, g->metrics, g->nmetrics, g->metrics_cap);
+    IrMetric *m = &g->metrics[g->nmetrics++];
+    m->name = name;
+    m->loc = loc;
+    m->node = n;
+    return m;
+}
+
+IrParam *ir_find_param(IrGraph *g, const char *name)
+{
+    for (int i = 0; i < g->nparams; i++)
+        if (strcmp(g->params[i].name, name) == 0)
+            return &g->params[i];
+    return NULL;
+}

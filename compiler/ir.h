@@ -1,0 +1,175 @@
+/* ir.h - the graph IR: one list of nodes in execution order.
+ *
+ * Pipeline (docs/DESIGN.md):
+ *   sema.c      AST -> forward nodes (shapes set, types of data and casts
+ *               written by the user set, float types otherwise DT_NONE)
+ *   prec.c      prec_forward(): compute type, class, rule of every forward
+ *               node; inserts CAST nodes (one per value and type)
+ *   autodiff.c  ad_backward(): appends the backward nodes
+ *   prec.c      prec_finish(): loss scaling and optimizer nodes, checks
+ *   plan.c      --dump-plan; emit_*.c code generators
+ *
+ * Invariants: a node's inputs come before it in g->nodes; node->id is its
+ * index there (ir_renumber() restores this after insertions); every node
+ * has a SrcLoc (backward and optimizer nodes take their forward node's). */
+#ifndef MPCC_IR_H
+#define MPCC_IR_H
+
+#include "arena.h"
+#include "diag.h"
+#include <stdbool.h>
+#include <stdint.h>
+
+/* Value types. The first five match the language's TypeName values. */
+typedef enum {
+    DT_NONE = 0,
+    DT_F32, DT_F16, DT_BF16, DT_I32, DT_U8,
+} DType;
+
+const char *dt_name(DType t);          /* "f32", "f16", "bf16", "i32", "u8", "none" */
+int         dt_size(DType t);          /* bytes per element */
+bool        dt_is_float(DType t);
+
+#define MP_MAX_RANK 8
+typedef struct Shape {
+    int rank;                          /* 0 = scalar */
+    int64_t d[MP_MAX_RANK];
+} Shape;
+
+int64_t shape_numel(const Shape *s);
+bool    shape_eq(const Shape *a, const Shape *b);
+char   *shape_str(Arena *a, const Shape *s);   /* "[128, 784]" */
+
+typedef enum { PH_FORWARD, PH_BACKWARD, PH_OPTIMIZER } Phase;
+
+/* Precision classes (PRECISION.md) and the rule that decided a node. */
+typedef enum { CL_NONE, CL_LOWP, CL_FP32, CL_FOLLOW } PrecClass;
+typedef enum { RULE_CLASS, RULE_LIST, RULE_OVERRIDE, RULE_CAST } PrecRule;
+
+/* The operations: see ops.def for every row and what its attributes mean. */
+typedef enum {
+#define OP(id, name, nin, cls, kind) OP_##id,
+#include "ops.def"
+#undef OP
+    OP__COUNT
+} IrOp;
+
+typedef struct IrNode IrNode;
+struct IrNode {
+    int id;                 /* index in g->nodes */
+    IrOp op;
+    Phase phase;
+    SrcLoc loc;             /* the model source this node comes from */
+    const char *name;       /* value name: statement target ("h"), parameter
+                               name ("h.weight"), or NULL for temporaries */
+    IrNode **in;            /* inputs, nin of them */
+    int nin;
+    Shape shape;            /* output shape */
+    DType type;             /* output (storage) type */
+    DType compute;          /* type the arithmetic is rounded to (prec.c) */
+    DType override;         /* typed assignment / precision region, or DT_NONE */
+    PrecClass cls;          /* class actually applied (after fp16_ops/fp32_ops) */
+    PrecRule rule;
+    int64_t ia[MP_MAX_RANK];/* integer attributes, per op (ops.def) */
+    double fa[4];           /* real attributes, per op (ops.def) */
+    IrNode *grad_of;        /* backward nodes: the forward node differentiated */
+    bool hoisted;           /* CAST of a parameter: done once per optimizer
+                               step, not per micro-batch */
+    bool attention_part;    /* reserved for target-specific fusion */
+};
+
+/* ---- the model's declarations ---------------------------------------- */
+
+typedef enum {
+    INIT_ZEROS, INIT_ONES, INIT_CONSTANT,      /* a = value            */
+    INIT_NORMAL,                               /* a = std              */
+    INIT_UNIFORM,                              /* a = lo, b = hi       */
+    INIT_GLOROT_UNIFORM, INIT_HE_NORMAL,       /* from fan_in/fan_out  */
+} InitKind;
+
+typedef struct IrParam {
+    const char *name;       /* checkpoint name, "layers.0.ln.weight" */
+    SrcLoc loc;
+    Shape shape;
+    InitKind init;
+    double a, b;
+    int64_t fan_in, fan_out;
+    bool trainable;         /* false: batch-norm running_mean / running_var */
+    IrNode *node;           /* the OP_PARAM node (f32 master weight) */
+    IrNode *grad;           /* set by autodiff: the f32 gradient, or NULL if
+                               the loss does not depend on it */
+} IrParam;
+
+typedef struct IrInput {
+    const char *name;
+    SrcLoc loc;
+    DType type;
+    Shape shape;            /* d[0] is the batch */
+    int64_t classes;        /* > 0: class labels, must lie in [0, classes) */
+    IrNode *node;
+} IrInput;
+
+typedef struct IrMetric {
+    const char *name;
+    SrcLoc loc;
+    IrNode *node;           /* scalar f32 */
+} IrMetric;
+
+typedef enum { POLICY_FLOAT32, POLICY_MIXED_F16, POLICY_MIXED_BF16 } Policy;
+typedef enum { OPT_SGD, OPT_ADAM, OPT_ADAMW } OptKind;
+typedef enum { LS_NONE, LS_STATIC, LS_DYNAMIC } LossScaleKind;
+typedef enum { SCHED_CONSTANT, SCHED_COSINE, SCHED_LINEAR } SchedKind;
+
+typedef struct TrainCfg {
+    OptKind opt;
+    double lr, momentum, beta1, beta2, eps, weight_decay;
+    bool nesterov;
+    Policy policy;
+    bool policy_set;        /* written in the train block (or --precision) */
+    LossScaleKind ls;
+    bool ls_set;            /* written in the train block */
+    double ls_init, ls_growth, ls_backoff;
+    int64_t ls_interval;
+    SchedKind sched;
+    double warmup, sched_min;
+    double clip;            /* 0 = off */
+    int64_t accumulate, steps, seed;
+    const char **fp16_ops, **fp32_ops;   /* op names, as written */
+    int nfp16_ops, nfp32_ops;
+    SrcLoc loc;             /* the train block */
+} TrainCfg;
+
+typedef struct IrGraph {
+    Arena *arena;
+    const char *model;
+    SrcLoc model_loc;
+    IrNode **nodes;
+    int nnodes, cap;
+    IrParam *params;
+    int nparams, params_cap;
+    IrInput *inputs;
+    int ninputs, inputs_cap;
+    IrMetric *metrics;
+    int nmetrics, metrics_cap;
+    IrNode *loss;           /* the scalar of `minimize` */
+    TrainCfg train;
+    int64_t batch;          /* the first dimension of the inputs */
+    DType lowp;             /* set by prec.c from train.policy */
+    IrNode *loss_scale;     /* OP_LOSS_SCALE, the seed of the backward pass */
+} IrGraph;
+
+IrGraph *ir_new(Arena *a);
+/* Append a node at the end of the list. Inputs are copied. */
+IrNode  *ir_add(IrGraph *g, IrOp op, SrcLoc loc, int nin, IrNode *const *in);
+IrNode  *ir_add1(IrGraph *g, IrOp op, SrcLoc loc, IrNode *a);
+IrNode  *ir_add2(IrGraph *g, IrOp op, SrcLoc loc, IrNode *a, IrNode *b);
+/* Insert a node just before `before` (prec.c: casts). */
+IrNode  *ir_insert_before(IrGraph *g, IrNode *before, IrOp op, SrcLoc loc,
+                          int nin, IrNode *const *in);
+void     ir_renumber(IrGraph *g);
+IrParam *ir_add_param(IrGraph *g, const char *name, SrcLoc loc, Shape shape);
+IrInput *ir_add_input(IrGraph *g, const char *name, SrcLoc loc, DType t, Shape shape);
+IrMetric *ir_add_metric(IrGraph *g, const char *name, SrcLoc loc, IrNode *n);
+IrParam *ir_find_param(IrGraph *g, const char *name);
+
+#endif

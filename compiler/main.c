@@ -1,0 +1,187 @@
+/* main.c - mpcc's command line (TRAINER.md "mpcc's command line").
+ *
+ *   mpcc MODEL.mp [-o FILE] [--target cuda|c] [--precision POLICY]
+ *                 [--dump-plan[=text|json|dot]] [--version] [--help]
+ *
+ * Runs the phases of docs/DESIGN.md in order and stops after the first
+ * phase that reported errors. The output file is written to a temporary
+ * name beside it and renamed into place only when everything succeeded, so
+ * an error never leaves a file behind. Exit codes: diag.h. */
+#include "ast.h"
+#include "autodiff.h"
+#include "diag.h"
+#include "emit.h"
+#include "plan.h"
+#include "prec.h"
+#include "sema.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static const char usage[] =
+    "usage: mpcc MODEL.mp [options]\n"
+    "\n"
+    "Compiles a model description into a mixed-precision training program.\n"
+    "\n"
+    "options:\n"
+    "  -o FILE                 output file (default: MODEL_NAME.cu, or .c with --target c)\n"
+    "  --target cuda|c         CUDA program (default) or portable C\n"
+    "  --precision POLICY      float32, mixed_float16 or mixed_bfloat16 (overrides the\n"
+    "                          train block)\n"
+    "  --dump-plan[=FORMAT]    print the precision plan: text (default), json or dot;\n"
+    "                          no program is written unless -o is given too\n"
+    "  --version               print mpcc's version\n"
+    "  --help                  print this help\n"
+    "\n"
+    "exit status: 0 ok (warnings allowed), 1 errors in the model, 2 bad usage or I/O,\n"
+    "3 internal error (a bug in mpcc)\n";
+
+typedef struct Options {
+    const char *input, *output;
+    bool target_c, dump;
+    PlanFormat fmt;
+    int policy;                 /* -1: the train block decides */
+} Options;
+
+static bool parse_policy(const char *s, int *out)
+{
+    static const char *const names[] = {"float32", "mixed_float16", "mixed_bfloat16"};
+    for (int i = 0; i < 3; i++)
+        if (strcmp(s, names[i]) == 0) {
+            *out = i;
+            return true;
+        }
+    diag_usage("unknown precision policy '%s', expected float32, mixed_float16 or mixed_bfloat16", s);
+    return false;
+}
+
+/* Returns -1 to go on, or an exit status. */
+static int parse_args(int argc, char **argv, Options *o)
+{
+    *o = (Options){.policy = -1};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *val = NULL;
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            fputs(usage, stdout);
+            return EXIT_OK;
+        } else if (strcmp(a, "--version") == 0) {
+            printf("mpcc %s\n", MPCC_VERSION);
+            return EXIT_OK;
+        } else if (strcmp(a, "-o") == 0 || strcmp(a, "--target") == 0 || strcmp(a, "--precision") == 0) {
+            if (i + 1 >= argc) {
+                diag_usage("%s needs a value", a);
+                return EXIT_USAGE;
+            }
+            val = argv[++i];
+            if (a[1] == 'o')
+                o->output = val;
+            else if (strcmp(a, "--target") == 0) {
+                if (strcmp(val, "c") == 0)
+                    o->target_c = true;
+                else if (strcmp(val, "cuda") == 0)
+                    o->target_c = false;
+                else {
+                    diag_usage("unknown target '%s', expected cuda or c", val);
+                    return EXIT_USAGE;
+                }
+            } else if (!parse_policy(val, &o->policy))
+                return EXIT_USAGE;
+        } else if (strncmp(a, "--dump-plan", 11) == 0 && (a[11] == 0 || a[11] == '=')) {
+            o->dump = true;
+            const char *f = a[11] ? a + 12 : "text";
+            if (strcmp(f, "text") == 0)
+                o->fmt = PLAN_TEXT;
+            else if (strcmp(f, "json") == 0)
+                o->fmt = PLAN_JSON;
+            else if (strcmp(f, "dot") == 0)
+                o->fmt = PLAN_DOT;
+            else {
+                diag_usage("unknown plan format '%s', expected text, json or dot", f);
+                return EXIT_USAGE;
+            }
+        } else if (a[0] == '-' && a[1] != 0) {
+            diag_usage("unknown option '%s' (see mpcc --help)", a);
+            return EXIT_USAGE;
+        } else if (o->input) {
+            diag_usage("more than one model file given ('%s' and '%s')", o->input, a);
+            return EXIT_USAGE;
+        } else
+            o->input = a;
+    }
+    if (!o->input) {
+        diag_usage("no model file given (see mpcc --help)");
+        return EXIT_USAGE;
+    }
+    return -1;
+}
+
+/* Write the program to a temporary file beside `path`, then rename. */
+static int write_program(const Options *o, const IrGraph *g)
+{
+    char *tmp = arena_printf(g->arena, "%s.tmp.%ld", o->output, (long)getpid());
+    FILE *f = fopen(tmp, "w");
+    if (!f) {
+        diag_usage("cannot write '%s': %s", o->output, strerror(errno));
+        return EXIT_USAGE;
+    }
+    bool ok = o->target_c ? emit_c(f, g) : emit_cuda(f, g);
+    if (fflush(f) != 0 || ferror(f))
+        ok = false;
+    if (fclose(f) != 0)
+        ok = false;
+    if (!ok || rename(tmp, o->output) != 0) {
+        if (ok)
+            diag_usage("cannot write '%s': %s", o->output, strerror(errno));
+        else
+            diag_usage("cannot write '%s'", o->output);
+        remove(tmp);
+        return EXIT_USAGE;
+    }
+    return EXIT_OK;
+}
+
+int main(int argc, char **argv)
+{
+    diag_init(stderr);
+    Options o;
+    int rc = parse_args(argc, argv, &o);
+    if (rc >= 0)
+        return rc;
+
+    Arena arena;
+    arena_init(&arena);
+    SrcFile *file = ast_read_file(&arena, o.input);
+    if (!file)
+        return EXIT_USAGE;
+    Ast *ast = ast_parse(&arena, file);
+    if (diag_error_count())
+        return EXIT_MODEL;
+    IrGraph *g = sema_lower(&arena, ast, o.policy);
+    if (!g || diag_error_count())
+        return EXIT_MODEL;
+    prec_forward(g);
+    if (diag_error_count())
+        return EXIT_MODEL;
+    ad_backward(g);
+    prec_finish(g);
+    if (diag_error_count())
+        return EXIT_MODEL;
+
+    if (o.dump)
+        plan_dump(stdout, g, o.fmt);
+    if (!o.dump || o.output) {
+        if (!o.output)
+            o.output = arena_printf(&arena, "%s.%s", g->model, o.target_c ? "c" : "cu");
+        rc = write_program(&o, g);
+    }
+    if (fflush(stdout) != 0) {
+        diag_usage("cannot write standard output");
+        rc = EXIT_USAGE;
+    }
+    arena_free(&arena);
+    return rc;
+}

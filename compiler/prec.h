@@ -1,0 +1,30 @@
+/* prec.h - the precision-assignment pass (PRECISION.md).
+ *
+ * prec_forward(): for every forward node, class (after fp16_ops/fp32_ops),
+ * rule, compute type and output type; CAST nodes inserted where a value's
+ * type differs from what its consumer needs, one per value and type;
+ * parameter casts marked hoisted. Also checks the risky choices and warns.
+ *
+ * prec_finish(): after autodiff: the UNSCALE node over every parameter
+ * gradient (when the policy scales the loss), CLIP_GRAD_NORM when asked,
+ * one optimizer node per trainable parameter; phase PH_OPTIMIZER. */
+#ifndef MPCC_PREC_H
+#define MPCC_PREC_H
+
+#include "ir.h"
+
+void prec_forward(IrGraph *g);
+void prec_finish(IrGraph *g);
+
+/* Activation memory: bytes of forward values read by the backward pass,
+ * under the plan's types and under float32 for the same graph. */
+typedef struct PrecMemory {
+    int64_t bytes, bytes_f32;
+} PrecMemory;
+PrecMemory prec_memory(const IrGraph *g);
+
+const char *prec_policy_name(Policy p);   /* "mixed_float16" */
+const char *prec_class_name(PrecClass c); /* "lowp" */
+const char *prec_rule_name(PrecRule r);   /* "class" */
+
+#endif

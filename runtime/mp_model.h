@@ -1,0 +1,113 @@
+/* mp_model.h - the contract between a generated trainer and the runtime.
+ *
+ * A generated train.c is: the runtime (runtime/*.h, amalgamated in the
+ * order of runtime/AMALGAMATION), then the model's code, which defines one
+ * MpModel and ends with
+ *     int main(int argc, char **argv) { return mp_main(argc, argv, &model); }
+ *
+ * The model's code owns the arithmetic of one micro-batch: forward, backward
+ * (adding scaled f32 gradients into the flat gradient buffer), the lowp
+ * working copies of the parameters and the batch-norm running statistics.
+ * The runtime owns everything else: the command line, data files, batching
+ * and shuffling, parameter initialisation, loss scaling decisions, the
+ * unscale + finite check, clipping, the optimizer, LR schedules,
+ * checkpoints, evaluation, logging, the progress line and exit codes.
+ *
+ * Memory: the runtime allocates all parameters as one flat f32 buffer and
+ * all gradients as another (same order, same offsets), and the optimizer
+ * state likewise; MpParam.value / .grad point into them. */
+#ifndef MP_MODEL_H
+#define MP_MODEL_H
+
+#include <stdint.h>
+
+#define MP_MAX_RANK 8
+
+/* Element types: values equal mpcc's DType. */
+enum { MP_F32 = 1, MP_F16 = 2, MP_BF16 = 3, MP_I32 = 4, MP_U8 = 5 };
+
+/* Parameter initialisers: values equal mpcc's InitKind. */
+enum { MP_INIT_ZEROS, MP_INIT_ONES, MP_INIT_CONSTANT, MP_INIT_NORMAL,
+       MP_INIT_UNIFORM, MP_INIT_GLOROT_UNIFORM, MP_INIT_HE_NORMAL };
+
+enum { MP_OPT_SGD, MP_OPT_ADAM, MP_OPT_ADAMW };
+enum { MP_LS_NONE, MP_LS_STATIC, MP_LS_DYNAMIC };
+enum { MP_SCHED_CONSTANT, MP_SCHED_COSINE, MP_SCHED_LINEAR };
+
+typedef struct MpInput {
+    const char *name;
+    int dtype;                  /* MP_F32 ... */
+    int rank;
+    int64_t shape[MP_MAX_RANK]; /* shape[0] is the batch */
+    int64_t classes;            /* > 0: class labels, checked in [0, classes) */
+    void *batch;                /* one batch, filled by the runtime each step */
+    void *eval_batch;           /* unused by the model; runtime scratch */
+} MpInput;
+
+typedef struct MpParam {
+    const char *name;           /* checkpoint tensor name */
+    int rank;
+    int64_t shape[MP_MAX_RANK];
+    int64_t numel;
+    int init;                   /* MP_INIT_* */
+    double a, b;                /* init arguments (see mpcc's InitKind) */
+    int64_t fan_in, fan_out;
+    int trainable;              /* 0: batch-norm running statistics */
+    float *value;               /* f32 master weights (runtime allocates) */
+    float *grad;                /* f32 gradient, NULL when not trainable */
+} MpParam;
+
+typedef struct MpTrainCfg {
+    int opt;                    /* MP_OPT_* */
+    double lr, momentum, beta1, beta2, eps, weight_decay;
+    int nesterov;
+    int ls;                     /* MP_LS_* */
+    double ls_init, ls_growth, ls_backoff;
+    int64_t ls_interval;
+    int sched;                  /* MP_SCHED_* */
+    double warmup, sched_min;   /* warmup in steps */
+    double clip;                /* 0 = off */
+    int64_t accumulate, steps, seed;
+} MpTrainCfg;
+
+/* What the runtime tells the model's code for one call. */
+typedef struct MpRun {
+    int training;               /* 1: batch-norm batch statistics, dropout on */
+    float seed_grad;            /* backward: d(loss) to start from, S / accumulate */
+    uint64_t seed;              /* for dropout masks: (seed, step, micro) */
+    int64_t step, micro;
+    int check;                  /* 1: after every op, stop at a non-finite value */
+    /* out */
+    float loss;                 /* forward: unscaled mean loss of the batch */
+    float *metrics;             /* forward: one per metric, when not training */
+    const char *bad_op;         /* check: "linear" */
+    const char *bad_where;      /* check: "model.mp:9: h" */
+} MpRun;
+
+typedef struct MpModel {
+    const char *name;           /* the `model` name */
+    const char *policy;         /* "float32", "mixed_float16", "mixed_bfloat16" */
+    const char *source;         /* the .mp file it was compiled from */
+    const char *mpcc_version;
+    int64_t batch;
+    int ninputs;
+    MpInput *inputs;
+    int nparams;
+    MpParam *params;
+    int nmetrics;
+    const char *const *metric_names;
+    MpTrainCfg cfg;             /* the train block's values */
+    /* Called once after parameters are allocated: allocate activations. */
+    int (*setup)(void);
+    /* Lowp working copies of the parameters: once per optimizer step. */
+    void (*cast_params)(void);
+    /* One micro-batch from the inputs' batch buffers. Returns 0, or 1 when
+     * run->check found a non-finite value (bad_op / bad_where set). */
+    int (*forward)(MpRun *run);
+    /* Adds run->seed_grad-scaled gradients into MpParam.grad. Same return. */
+    int (*backward)(MpRun *run);
+} MpModel;
+
+int mp_main(int argc, char **argv, MpModel *m);
+
+#endif
