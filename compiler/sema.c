@@ -59,6 +59,7 @@ static bool is_int_type(DType t) { return t == DT_I32 || t == DT_U8; }
 
 typedef enum { SYM_CONST, SYM_INPUT, SYM_PARAM, SYM_VALUE, SYM_METRIC } SymKind;
 static const char *const sym_kind_name[] = {"constant", "input", "parameter", "value", "metric"};
+static const char *const sym_kind_a[] = {"a constant", "an input", "a parameter", "a value", "a metric"};
 
 typedef struct Sym {
     const char *name;
@@ -126,9 +127,9 @@ static const char *fmt_real(Ctx *c, double r)
 static const char *describe(Ctx *c, Val v)
 {
     if (v.k == V_INT)
-        return arena_printf(c->a, "the integer %lld", (long long)v.i);
+        return arena_printf(c->a, "%lld", (long long)v.i);
     if (v.k == V_REAL)
-        return arena_printf(c->a, "the real %s", fmt_real(c, v.r));
+        return fmt_real(c, v.r);
     if (v.k == V_BOOL)
         return v.i ? "true" : "false";
     if (v.k == V_TENSOR)
@@ -173,6 +174,41 @@ static void nameset_put(Arena *a, NameSet *s, const char *key, int val)
     s->keys[i] = key;
     s->vals[i] = val;
     s->n++;
+}
+
+static bool swapped_pair(const char *a, const char *b)
+{
+    size_t n = strlen(a), i = 0;
+    if (n != strlen(b) || n < 2)
+        return false;
+    while (i < n && a[i] == b[i])
+        i++;
+    return i + 1 < n && a[i] == b[i + 1] && a[i + 1] == b[i] && strcmp(a + i + 2, b + i + 2) == 0;
+}
+
+static bool shares_a_letter(const char *a, const char *b)
+{
+    for (; *a; a++)
+        for (const char *p = b; *p; p++)
+            if ((*a | 32) == (*p | 32))
+                return true;
+    return false;
+}
+
+/* "did you mean": diag_suggest's edit distance, plus two typos it does not
+ * count as one: swapped neighbours ('rleu' for 'relu'), and it never offers
+ * a name with no letter in common ('B' for 'h'). */
+static const char *suggest(Ctx *c, const char *name, const char *const *cands, int n)
+{
+    const char **near = arena_alloc(c->a, sizeof *near * (size_t)(n + 1));
+    int m = 0;
+    for (int i = 0; i < n; i++) {
+        if (swapped_pair(name, cands[i]))
+            return cands[i];
+        if (shares_a_letter(name, cands[i]))
+            near[m++] = cands[i];
+    }
+    return diag_suggest(name, near, m);
 }
 
 static Sym *find_local(Scope *sc, const char *name)
@@ -318,7 +354,7 @@ static Val eval_binary(Ctx *c, const Expr *e)
                    describe(c, x), describe(c, y));
         return verr;
     }
-    if (e->op == '@') {
+    if (e->op == '@' && (is_num(x) || is_num(y))) {
         diag_error(e->loc, "'@' needs two tensors, got %s and %s", describe(c, x), describe(c, y));
         return verr;
     }
@@ -409,7 +445,7 @@ static void unknown_name(Ctx *c, const Expr *e)
     }
     int n;
     const char **cands = visible_names(c, &n);
-    const char *best = diag_suggest(e->name, cands, n);
+    const char *best = suggest(c, e->name, cands, n);
     if (best)
         diag_error(e->loc, "unknown name '%s', did you mean '%s'?", e->name, best);
     else
@@ -429,7 +465,7 @@ static Val eval_param_ref(Ctx *c, const Expr *e)
     for (int k = 0; k < c->g->nparams; k++)
         if (strncmp(c->g->params[k].name, c->prefix, plen) == 0)
             cands[n++] = c->g->params[k].name + plen;
-    const char *best = diag_suggest(e->name, cands, n);
+    const char *best = suggest(c, e->name, cands, n);
     if (best)
         diag_error(e->loc, "unknown parameter '%s', did you mean '%s'?", full, best);
     else
@@ -657,7 +693,7 @@ static bool bind_args(Ctx *c, const Expr *callx, const char *fn, const ArgSpec *
             const char *names[MAX_ARGS];
             for (int j = 0; j < ns; j++)
                 names[j] = spec[j].name;
-            const char *best = diag_suggest(kw->key, names, ns);
+            const char *best = suggest(c, kw->key, names, ns);
             if (best)
                 diag_error(kw->key_loc, "unknown argument '%s' of %s, did you mean '%s'?", kw->key, fn, best);
             else
@@ -748,7 +784,7 @@ static bool eval_init(Ctx *c, const Expr *e, Init *out)
         }
         return true;
     }
-    const char *best = diag_suggest(e->name, names, N_INIT_FNS);
+    const char *best = suggest(c, e->name, names, N_INIT_FNS);
     if (best)
         diag_error(e->loc, "unknown initialiser '%s', did you mean '%s'?", e->name, best);
     else
@@ -1346,10 +1382,10 @@ static Val call(Ctx *c, const Expr *e)
             cands[n++] = builtins[i].name;
         for (int i = 0; i < c->nblocks && n < N_BUILTINS + 64; i++)
             cands[n++] = c->blocks[i].s->name;
-        const char *best = diag_suggest(e->name, cands, n);
+        const char *best = suggest(c, e->name, cands, n);
         Sym *s = find_local(c->scope, e->name);
         if (s)
-            diag_error(e->loc, "'%s' is a %s, not an operation", e->name, sym_kind_name[s->kind]);
+            diag_error(e->loc, "'%s' is %s, not an operation", e->name, sym_kind_a[s->kind]);
         else if (best)
             diag_error(e->loc, "unknown operation '%s', did you mean '%s'?", e->name, best);
         else
@@ -1374,10 +1410,11 @@ static bool may_define(Ctx *c, const char *name, SymKind kind, SrcLoc at)
     if (!old || (kind == SYM_VALUE && old->kind == SYM_VALUE) ||
         (old->iter >= c->repeat_base && old->iter != c->iter && old->kind == kind))
         return true;
-    if (old->kind == SYM_VALUE)
-        diag_error(at, "'%s' is already a value: a %s needs a name of its own", name, sym_kind_name[kind]);
-    else if (kind == SYM_VALUE)
-        diag_error(at, "'%s' is a %s and cannot be rebound: only values can", name, sym_kind_name[old->kind]);
+    if (kind == SYM_VALUE)
+        diag_error(at, "'%s' is %s and cannot be rebound: only values can", name, sym_kind_a[old->kind]);
+    else if (old->kind != kind)
+        diag_error(at, "'%s' is already %s: %s needs a name of its own", name,
+                   sym_kind_a[old->kind], sym_kind_a[kind]);
     else
         diag_error(at, "%s '%s' is defined twice", sym_kind_name[kind], name);
     diag_note(old->loc, "'%s' was defined here", name);
@@ -1775,7 +1812,7 @@ static const NamedSpec *named_value(Ctx *c, const TrainItem *it, const NamedSpec
             bare.nargs = bare.nkwargs = 0;
         return bind_args(c, &bare, names[i], table[i].args, a) ? &table[i] : NULL;
     }
-    const char *best = diag_suggest(e->name, names, n);
+    const char *best = suggest(c, e->name, names, n);
     if (best)
         diag_error(e->loc, "unknown %s '%s', did you mean '%s'?", it->key, e->name, best);
     else
@@ -1798,6 +1835,12 @@ static bool in_range(const TrainItem *it, const char *what, double v, double lo,
     return false;
 }
 
+/* "adam lr": an argument of a train setting, for messages. */
+static const char *arg_name(Ctx *c, const NamedSpec *ns, const char *arg)
+{
+    return arena_printf(c->a, "%s %s", ns->name, arg);
+}
+
 static void tk_optimizer(Ctx *c, const TrainItem *it)
 {
     Args a;
@@ -1807,24 +1850,24 @@ static void tk_optimizer(Ctx *c, const TrainItem *it)
     TrainCfg *t = &c->g->train;
     t->opt = (OptKind)o->kind;
     t->lr = a.v[0].r;
-    in_range(it, "lr", t->lr, 0, true, INFINITY, false);
+    in_range(it, arg_name(c, o, "lr"), t->lr, 0, true, INFINITY, false);
     if (t->opt == OPT_SGD) {
         t->momentum = a.v[1].r;
         t->nesterov = a.v[2].i;
         t->weight_decay = a.v[3].r;
-        in_range(it, "momentum", t->momentum, 0, false, INFINITY, false);
+        in_range(it, arg_name(c, o, "momentum"), t->momentum, 0, false, INFINITY, false);
         if (t->nesterov && t->momentum <= 0)
-            diag_error(it->value->loc, "nesterov momentum needs momentum > 0");
+            diag_error(it->value->loc, "sgd nesterov = true needs momentum > 0");
     } else {
         t->beta1 = a.v[1].r;
         t->beta2 = a.v[2].r;
         t->eps = a.v[3].r;
         t->weight_decay = a.v[4].r;
-        in_range(it, "beta1", t->beta1, 0, false, 1, true);
-        in_range(it, "beta2", t->beta2, 0, false, 1, true);
-        in_range(it, "eps", t->eps, 0, true, INFINITY, false);
+        in_range(it, arg_name(c, o, "beta1"), t->beta1, 0, false, 1, true);
+        in_range(it, arg_name(c, o, "beta2"), t->beta2, 0, false, 1, true);
+        in_range(it, arg_name(c, o, "eps"), t->eps, 0, true, INFINITY, false);
     }
-    in_range(it, "weight_decay", t->weight_decay, 0, false, INFINITY, false);
+    in_range(it, arg_name(c, o, "weight_decay"), t->weight_decay, 0, false, INFINITY, false);
 }
 
 static void tk_precision(Ctx *c, const TrainItem *it)
@@ -1848,16 +1891,16 @@ static void tk_loss_scale(Ctx *c, const TrainItem *it)
     t->ls_set = true;
     if (t->ls == LS_STATIC) {
         t->ls_init = a.v[0].r;
-        in_range(it, "the static loss scale", t->ls_init, 0, true, INFINITY, false);
+        in_range(it, arg_name(c, ls, "v"), t->ls_init, 0, true, INFINITY, false);
     } else if (t->ls == LS_DYNAMIC) {
         t->ls_init = a.v[0].r;
         t->ls_growth = a.v[1].r;
         t->ls_backoff = a.v[2].r;
         t->ls_interval = a.v[3].i;
-        in_range(it, "init", t->ls_init, 1, false, INFINITY, false);
-        in_range(it, "growth", t->ls_growth, 1, true, INFINITY, false);
-        in_range(it, "backoff", t->ls_backoff, 0, true, 1, true);
-        in_range(it, "interval", (double)t->ls_interval, 1, false, INFINITY, false);
+        in_range(it, arg_name(c, ls, "init"), t->ls_init, 1, false, INFINITY, false);
+        in_range(it, arg_name(c, ls, "growth"), t->ls_growth, 1, true, INFINITY, false);
+        in_range(it, arg_name(c, ls, "backoff"), t->ls_backoff, 0, true, 1, true);
+        in_range(it, arg_name(c, ls, "interval"), (double)t->ls_interval, 1, false, INFINITY, false);
     }
 }
 
@@ -1871,8 +1914,8 @@ static void tk_schedule(Ctx *c, const TrainItem *it)
     t->sched = (SchedKind)s->kind;
     t->warmup = s->kind == SCHED_CONSTANT ? 0 : (double)a.v[0].i;
     t->sched_min = s->kind == SCHED_COSINE ? a.v[1].r : 0;
-    in_range(it, "warmup", t->warmup, 0, false, INFINITY, false);
-    in_range(it, "min", t->sched_min, 0, false, INFINITY, false);
+    in_range(it, arg_name(c, s, "warmup"), t->warmup, 0, false, INFINITY, false);
+    in_range(it, arg_name(c, s, "min"), t->sched_min, 0, false, INFINITY, false);
 }
 
 static bool train_int(Ctx *c, const TrainItem *it, int64_t lo, int64_t *out)
@@ -1914,7 +1957,7 @@ static void op_list(Ctx *c, const TrainItem *it, const char ***out, int *n)
             for (int k = 0; k < OP__COUNT; k++)
                 if (op_info[k].kind == OPK_FWD)
                     cands[nc++] = op_info[k].name;
-            const char *best = diag_suggest(x->name, cands, nc);
+            const char *best = suggest(c, x->name, cands, nc);
             if (best)
                 diag_error(x->loc, "unknown operation '%s' in %s, did you mean '%s'?", x->name, it->key, best);
             else
@@ -1987,7 +2030,7 @@ static void train_item(Ctx *c, const TrainItem *it, const TrainItem **seen)
         train_keys[k].fn(c, it);
         return;
     }
-    const char *best = diag_suggest(it->key, names, N_TRAIN_KEYS);
+    const char *best = suggest(c, it->key, names, N_TRAIN_KEYS);
     if (best)
         diag_error(it->loc, "unknown train setting '%s', did you mean '%s'?", it->key, best);
     else
@@ -1995,8 +2038,11 @@ static void train_item(Ctx *c, const TrainItem *it, const TrainItem **seen)
 }
 
 /* Ops named in both fp16_ops and fp32_ops contradict each other. */
-static void check_op_lists(const TrainCfg *t, SrcLoc at)
+static void check_op_lists(const TrainCfg *t, const TrainItem *fp32)
 {
+    if (!fp32)
+        return;
+    SrcLoc at = fp32->value->loc;
     for (int i = 0; i < t->nfp16_ops; i++)
         for (int j = 0; j < t->nfp32_ops; j++)
             if (strcmp(t->fp16_ops[i], t->fp32_ops[j]) == 0)
@@ -2036,7 +2082,7 @@ static void train_block(Ctx *c, const Stmt *s)
         diag_error(s->loc, "the train block needs an optimizer, e.g. optimizer = adam(lr = 1e-3)");
     if (!seen[N_TRAIN_KEYS - 1])
         diag_error(s->loc, "the train block needs 'minimize NAME' (the scalar loss to minimise)");
-    check_op_lists(t, s->loc);
+    check_op_lists(t, seen[7]);   /* fp32_ops */
     if (c->g->loss && !loss_trains_something(c->g))
         diag_error(seen[N_TRAIN_KEYS - 1]->value->loc, "'%s' does not depend on any trainable "
                    "parameter: nothing to train", seen[N_TRAIN_KEYS - 1]->value->name);
