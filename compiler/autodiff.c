@@ -285,29 +285,31 @@ void grad_LOG_SOFTMAX(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx)
     copy_attrs(dx[0] = MK(g, n, OP_LOG_SOFTMAX_GRAD, n->in[0], dy, n), n);
 }
 
-/* (x, weight, bias): the statistics are recomputed from x by the kernels. */
-void grad_LAYER_NORM(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx)
+/* Norms (x, weight, bias, ...): DX(dy, x, weight), DW(dy, x) -- the kernels
+ * recompute the statistics from x -- and the bias reduced by `bias_op`. */
+static void norm(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx, IrOp dx_op, IrOp dw_op,
+                 IrOp bias_op)
 {
     IrNode *x = n->in[0];
     if (dx[0])
-        copy_attrs(dx[0] = MK(g, n, OP_LAYER_NORM_DX, x, dy, x, n->in[1]), n);
+        copy_attrs(dx[0] = MK(g, n, dx_op, x, dy, x, n->in[1]), n);
     if (dx[1])
-        copy_attrs(dx[1] = MK(g, n, OP_LAYER_NORM_DW, n->in[1], dy, x), n);
+        copy_attrs(dx[1] = MK(g, n, dw_op, n->in[1], dy, x), n);
     if (dx[2])
-        dx[2] = MK(g, n, OP_SUM_TO, n->in[2], dy);
+        dx[2] = MK(g, n, bias_op, n->in[2], dy);
 }
 
-/* (x, weight, bias, running_mean, running_var): the running statistics are
- * not trainable, so they never want a gradient. */
+/* Over the last axis: the bias sums over all the others. */
+void grad_LAYER_NORM(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx)
+{
+    norm(g, n, dy, dx, OP_LAYER_NORM_DX, OP_LAYER_NORM_DW, OP_SUM_TO);
+}
+
+/* Per channel (axis 1). The running statistics (inputs 3, 4) are not
+ * trainable, so they never want a gradient. */
 void grad_BATCH_NORM(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx)
 {
-    IrNode *x = n->in[0];
-    if (dx[0])
-        copy_attrs(dx[0] = MK(g, n, OP_BATCH_NORM_DX, x, dy, x, n->in[1]), n);
-    if (dx[1])
-        copy_attrs(dx[1] = MK(g, n, OP_BATCH_NORM_DW, n->in[1], dy, x), n);
-    if (dx[2])
-        dx[2] = MK(g, n, OP_CHANNEL_SUM, n->in[2], dy);
+    norm(g, n, dy, dx, OP_BATCH_NORM_DX, OP_BATCH_NORM_DW, OP_CHANNEL_SUM);
 }
 
 void grad_CROSS_ENTROPY(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx)
