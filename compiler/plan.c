@@ -238,9 +238,13 @@ static const char *dot_color(DType t)
 
 static void dot_node(FILE *out, const IrGraph *g, const IrNode *n)
 {
+    const char *name = display_name(g, n);
     fprintf(out, "    n%d [label=\"#%d %s\\n", n->id, n->id, op_info[n->op].name);
-    dot_str(out, display_name(g, n));
-    fprintf(out, "\\n%s %s\", fillcolor=\"%s\"", shape_str(g->arena, &n->shape),
+    if (strcmp(name, "-") != 0) {
+        dot_str(out, name);
+        fputs("\\n", out);
+    }
+    fprintf(out, "%s %s\", fillcolor=\"%s\"", shape_str(g->arena, &n->shape),
             dt_name(n->type), dot_color(n->compute));
     if (n->op == OP_CAST)
         fputs(", shape=diamond", out);
