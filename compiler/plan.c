@@ -64,6 +64,13 @@ static int param_copies(const IrGraph *g, const IrParam *p, const IrNode **out)
  * prec.c and autodiff insert have none. */
 static bool user_cast(const IrNode *n) { return n->op == OP_CAST && n->override != DT_NONE; }
 
+/* What the plan shows for a node. A cast, whoever made it, is class
+ * none, rule cast, and computes in the type it rounds to (autodiff gives
+ * its casts back their forward node's class, rule and compute). */
+static PrecClass shown_class(const IrNode *n) { return n->op == OP_CAST ? CL_NONE : n->cls; }
+static PrecRule shown_rule(const IrNode *n) { return n->op == OP_CAST ? RULE_CAST : n->rule; }
+static DType shown_compute(const IrNode *n) { return n->op == OP_CAST ? n->type : n->compute; }
+
 static const char *phase_name(Phase p)
 {
     static const char *const names[] = {"forward", "backward", "optimizer"};
@@ -175,8 +182,8 @@ static void json_node(FILE *out, const IrNode *n)
             phase_name(n->phase), n->loc.line);
     json_str(out, n->name);
     fprintf(out, ", \"op\": \"%s\", \"class\": \"%s\", \"rule\": \"%s\", \"compute\": \"%s\", "
-            "\"inputs\": [", op_info[n->op].name, prec_class_name(n->cls),
-            prec_rule_name(n->rule), dt_name(n->compute));
+            "\"inputs\": [", op_info[n->op].name, prec_class_name(shown_class(n)),
+            prec_rule_name(shown_rule(n)), dt_name(shown_compute(n)));
     for (int k = 0; k < n->nin; k++)
         fprintf(out, "%s{\"from\": %d, \"type\": \"%s\", \"cast\": %s}", k ? ", " : "",
                 n->in[k]->id, dt_name(n->in[k]->type), n->in[k]->op == OP_CAST ? "true" : "false");
@@ -245,7 +252,7 @@ static void dot_node(FILE *out, const IrGraph *g, const IrNode *n)
         fputs("\\n", out);
     }
     fprintf(out, "%s %s\", fillcolor=\"%s\"", shape_str(g->arena, &n->shape),
-            dt_name(n->type), dot_color(n->compute));
+            dt_name(n->type), dot_color(shown_compute(n)));
     if (n->op == OP_CAST)
         fputs(", shape=diamond", out);
     else if (n->op == OP_PARAM || n->op == OP_INPUT)
@@ -307,9 +314,9 @@ static void row_cells(const IrGraph *g, const IrNode *n, const char **cell)
     cell[C_LINE] = n->loc.line ? arena_printf(a, "%d", n->loc.line) : "-";
     cell[C_NAME] = display_name(g, n);
     cell[C_OP] = op_info[n->op].name;
-    cell[C_CLASS] = prec_class_name(n->cls);
-    cell[C_RULE] = user_cast(n) ? "user" : prec_rule_name(n->rule);
-    cell[C_COMPUTE] = dt_name(n->compute);
+    cell[C_CLASS] = prec_class_name(shown_class(n));
+    cell[C_RULE] = user_cast(n) ? "user" : prec_rule_name(shown_rule(n));
+    cell[C_COMPUTE] = dt_name(shown_compute(n));
     cell[C_OUTPUT] = arena_printf(a, "%s %s", shape_str(a, &n->shape), dt_name(n->type));
     cell[C_INPUTS] = inputs_text(a, n);
 }

@@ -344,15 +344,14 @@ static void check_backward(IrGraph *g)
             cache_put(g, &cache, g->nodes[i]->in[0], g->nodes[i]);
     for (int i = 0; i < g->nnodes; i++) {
         IrNode *n = g->nodes[i];
-        if (n->phase == PH_BACKWARD && n->op == OP_CAST) {
-            n->cls = CL_NONE;       /* autodiff's casts back, named as ours */
-            n->rule = RULE_CAST;
-        }
         if (n->phase != PH_BACKWARD || n->op == OP_CAST)
             continue;
         MP_ASSERT(n->type != DT_NONE && n->compute != DT_NONE);
+        /* PRECISION.md "Backward"; a sum of contributions rounds to the
+         * gradient's own type (f32 for a master weight) */
         if (n->grad_of && op_info[n->op].kind != OPK_STEP)
-            MP_ASSERT(n->compute == n->grad_of->compute);
+            MP_ASSERT(n->compute == n->grad_of->compute
+                      || (n->op == OP_ADD && n->compute == n->type));
         if (op_info[n->op].cls != CL_LOWP)
             continue;
         for (int k = 0; k < n->nin; k++)

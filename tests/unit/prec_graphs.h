@@ -100,7 +100,8 @@ static Mlp build_mlp(Arena *a, Policy policy)
     return m;
 }
 
-/* A backward node as ad_backward() makes it. */
+/* A backward node as ad_backward() makes it: class, rule and compute of
+ * the forward node it differentiates (casts back included). */
 static IrNode *bwd_n(IrGraph *g, IrOp op, IrNode *of, Shape s, DType t, int nin, IrNode *a,
                      IrNode *b, IrNode *c)
 {
@@ -110,7 +111,9 @@ static IrNode *bwd_n(IrGraph *g, IrOp op, IrNode *of, Shape s, DType t, int nin,
     n->grad_of = of;
     n->shape = s;
     n->type = t;
-    n->compute = op == OP_CAST ? t : of->compute;
+    n->compute = of->compute;
+    n->cls = of->cls;
+    n->rule = of->rule;
     return n;
 }
 
@@ -122,6 +125,7 @@ static void fake_backward(Mlp *m)
     IrGraph *g = m->g;
     IrNode *ls = ir_add1(g, OP_LOSS_SCALE, m->loss->loc, m->loss);
     ls->phase = PH_BACKWARD;
+    ls->grad_of = m->loss;
     ls->type = ls->compute = DT_F32;
     g->loss_scale = ls;
     IrNode *hcast = m->logits->in[0], *xcast = m->lin1->in[0];
