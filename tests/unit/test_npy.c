@@ -2,7 +2,8 @@
  * every dtype and rank, hand-made v1/v2/v3 files as NumPy writes them, every
  * refusal (the message must name the file and say what was wrong), the
  * atomic writer (no torn file even when killed mid-write, no temp file left,
- * clean failure where it cannot write), and the small helpers. */
+ * clean failure where it cannot write), and the small helpers.
+ * With MP_NPY_IN=FILE set it only describes that file (see describe()). */
 #include "mp_npy.h"
 
 #include <dirent.h>
@@ -504,8 +505,30 @@ static void test_json_and_errf(void **state)
     assert_string_equal(mp_dtype_name(MP_U8), "u8");
 }
 
+/* MP_NPY_IN=FILE: load FILE and print "dtype shape nbytes fnv1a64" or the
+ * error, for tests/t_tools.sh to compare with what NumPy wrote. */
+static int describe(const char *path)
+{
+    MpArray a;
+    MpErr e;
+    if (mp_npy_load(path, &a, &e)) {
+        printf("error: %s\n", e.msg);
+        return 1;
+    }
+    char shp[160];
+    uint64_t h = 1469598103934665603ULL;
+    for (int64_t i = 0; i < a.nbytes; i++)
+        h = (h ^ ((unsigned char *)a.data)[i]) * 1099511628211ULL;
+    printf("%s %s %lld %016llx\n", mp_dtype_name(a.dtype), mp_shape_str(shp, sizeof shp, a.rank, a.shape),
+           (long long)a.nbytes, (unsigned long long)h);
+    mp_array_free(&a);
+    return 0;
+}
+
 int main(void)
 {
+    if (getenv("MP_NPY_IN"))
+        return describe(getenv("MP_NPY_IN"));
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_round_trips),
         cmocka_unit_test(test_saved_header_text),
