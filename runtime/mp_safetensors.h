@@ -534,7 +534,8 @@ static MP_UNUSED int mp_st_check_(MpStLoad *L, const unsigned char *data, int64_
                            path, t->name, (long long)s->end, (long long)dlen);
         t->data = data + s->begin;
     }
-    qsort(L->spans, (size_t)f->n, sizeof *L->spans, mp_st_cmp_span_);
+    if (f->n > 0)
+        qsort(L->spans, (size_t)f->n, sizeof *L->spans, mp_st_cmp_span_);
     int64_t at = 0;
     for (int i = 0; i < f->n; i++) {
         const MpStSpan *s = &L->spans[i];

@@ -323,8 +323,9 @@ static MP_UNUSED int mp_write_file_atomic(const char *path, const void *const *p
     mode_t um = umask(022);
     umask(um);
     const char *what = NULL;
-    if (fchmod(fd, (mode_t)(0666 & ~um)) != 0)
-        what = "cannot set permissions";
+    if (fchmod(fd, (mode_t)(0666 & ~um)) != 0) {
+        /* mkstemp's 0600 is safe; some file systems refuse chmod */
+    }
     for (int i = 0; i < nparts && !what; i++)
         if (sizes[i] && mp_write_all_(fd, parts[i], sizes[i]) != 0)
             what = "write failed";

@@ -51,6 +51,8 @@ static const char *at(const char *name)
     return p[k];
 }
 
+#define WRITE_LIT(path, s) write_bytes(path, s, sizeof s - 1)
+
 static void write_bytes(const char *path, const void *p, size_t n)
 {
     FILE *f = fopen(path, "wb");
@@ -225,15 +227,15 @@ static void test_missing_and_not_npy(void **state)
 {
     (void)state;
     expect_refused(at("absent.npy"), "cannot open", NULL);
-    write_bytes(at("text.npy"), "hello world, not numpy", 22);
+    WRITE_LIT(at("text.npy"), "hello world, not numpy");
     expect_refused(at("text.npy"), "not a .npy file", "\\x93NUMPY");
-    write_bytes(at("zip.npy"), "PK\x03\x04 rest of a zip", 20);
+    WRITE_LIT(at("zip.npy"), "PK\x03\x04 rest of a zip");
     expect_refused(at("zip.npy"), "not a .npy file", ".npz");
-    write_bytes(at("empty.npy"), "", 0);
+    WRITE_LIT(at("empty.npy"), "");
     expect_refused(at("empty.npy"), "not a .npy file", NULL);
-    write_bytes(at("short.npy"), "\x93NUMPY\x01", 7);
+    WRITE_LIT(at("short.npy"), "\x93NUMPY\x01");
     expect_refused(at("short.npy"), "truncated", NULL);
-    write_bytes(at("v9.npy"), "\x93NUMPY\x09\x00\x10\x00{}", 12);
+    WRITE_LIT(at("v9.npy"), "\x93NUMPY\x09\x00\x10\x00{}");
     expect_refused(at("v9.npy"), "version 1.0, 2.0 or 3.0", "found 9.0");
     expect_refused(dir, "not a regular file", NULL);
 }
@@ -254,9 +256,9 @@ static void test_truncated(void **state)
     write_npy(at("long.npy"), 1, "{'descr': '<f4', 'fortran_order': False, 'shape': (2,), }", d, 12);
     expect_refused(at("long.npy"), "2 f32 (8 bytes)", "holds 12 bytes");
     /* the header itself cut short */
-    write_bytes(at("cut.npy"), "\x93NUMPY\x01\x00\x76\x00{'descr': '<f4', ", 26);
+    WRITE_LIT(at("cut.npy"), "\x93NUMPY\x01\x00\x76\x00{'descr': '<f4', ");
     expect_refused(at("cut.npy"), "truncated", "header");
-    write_bytes(at("cut2.npy"), "\x93NUMPY\x02\x00\x76\x00", 10);
+    WRITE_LIT(at("cut2.npy"), "\x93NUMPY\x02\x00\x76\x00");
     expect_refused(at("cut2.npy"), "truncated", NULL);
 }
 
@@ -392,7 +394,7 @@ static void test_atomic_failures(void **state)
     MpErr e = {{0}};
     assert_int_equal(write_fill("/nonexistent-dir/x.bin", 'a', 10, &e), -1);
     expect_msg(&e, "/nonexistent-dir/x.bin", "cannot create", NULL);
-    write_bytes(at("afile"), "x", 1);
+    WRITE_LIT(at("afile"), "x");
     assert_int_equal(write_fill(at("afile/x.bin"), 'a', 10, &e), -1);
     expect_msg(&e, at("afile/x.bin"), "cannot create", NULL);
     /* the target is a folder: the rename fails, the temp file goes */
