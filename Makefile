@@ -54,7 +54,7 @@ $(B):
 	mkdir -p $(B)/tests
 
 # ---- tests --------------------------------------------------------------
-$(B)/tests/%: tests/unit/%.c $(COMPILER_OBJ) $(RUNTIME_HDR) | $(B)
+$(B)/tests/%: tests/unit/%.c $(wildcard tests/unit/*.h) $(COMPILER_OBJ) $(RUNTIME_HDR) | $(B)
 	$(CC) $(CPPFLAGS) $(CFLAGS) $(SAN) $(WARN) -Wno-missing-field-initializers -o $@ $< $(COMPILER_OBJ) -lcmocka -lm
 
 test: mpcc $(TOOLS) $(UNIT_BIN)

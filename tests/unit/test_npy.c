@@ -6,60 +6,12 @@
  * With MP_NPY_IN=FILE set it only describes that file (see describe()). */
 #include "mp_npy.h"
 
-#include <dirent.h>
-#include <setjmp.h>
+#include "tmpfiles.h"
+
 #include <signal.h>
-#include <stdarg.h>
-#include <stddef.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
-#include <cmocka.h>
-
-static char dir[64];
-
-static int make_dir(void **state)
-{
-    (void)state;
-    snprintf(dir, sizeof dir, "/tmp/mp_npy_XXXXXX");
-    return mkdtemp(dir) ? 0 : -1;
-}
-
-static int remove_dir(void **state)
-{
-    (void)state;
-    DIR *d = opendir(dir);
-    struct dirent *de;
-    char p[512];
-    while (d && (de = readdir(d)))
-        if (de->d_name[0] != '.') {
-            snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
-            if (unlink(p) != 0)
-                rmdir(p);
-        }
-    if (d)
-        closedir(d);
-    return rmdir(dir);
-}
-
-static const char *at(const char *name)
-{
-    static char p[4][512];
-    static int k;
-    k = (k + 1) % 4;
-    snprintf(p[k], sizeof p[k], "%s/%s", dir, name);
-    return p[k];
-}
-
-#define WRITE_LIT(path, s) write_bytes(path, s, sizeof s - 1)
-
-static void write_bytes(const char *path, const void *p, size_t n)
-{
-    FILE *f = fopen(path, "wb");
-    assert_non_null(f);
-    assert_int_equal(fwrite(p, 1, n, f), n);
-    assert_int_equal(fclose(f), 0);
-}
 
 /* A .npy file: version major, the header dict text as given (padded to 64
  * with spaces and a newline, as NumPy does), then ndata bytes of data. */
@@ -82,17 +34,6 @@ static void write_npy(const char *path, int major, const char *dict, const void 
     if (ndata)
         memcpy(buf + pre + hlen, data, ndata);
     write_bytes(path, buf, pre + hlen + ndata);
-}
-
-/* The message names the file and contains every given word. */
-static void expect_msg(const MpErr *e, const char *path, const char *w1, const char *w2)
-{
-    print_message("    message: %s\n", e->msg);
-    assert_non_null(strstr(e->msg, path));
-    assert_null(strchr(e->msg, '\n'));
-    assert_non_null(strstr(e->msg, w1));
-    if (w2)
-        assert_non_null(strstr(e->msg, w2));
 }
 
 static void expect_refused(const char *path, const char *w1, const char *w2)

@@ -6,43 +6,7 @@
  * MP_ST_IN=FILE it describes FILE (see describe()). */
 #include "mp_safetensors.h"
 
-#include <dirent.h>
-#include <setjmp.h>
-#include <stdarg.h>
-#include <stddef.h>
-#include <cmocka.h>
-
-static char dir[64];
-
-static int make_dir(void **state)
-{
-    (void)state;
-    snprintf(dir, sizeof dir, "/tmp/mp_st_XXXXXX");
-    return mkdtemp(dir) ? 0 : -1;
-}
-
-static int remove_dir(void **state)
-{
-    (void)state;
-    DIR *d = opendir(dir);
-    struct dirent *de;
-    char p[512];
-    while (d && (de = readdir(d)))
-        if (de->d_name[0] != '.') {
-            snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
-            unlink(p);
-        }
-    if (d)
-        closedir(d);
-    return rmdir(dir);
-}
-
-static const char *at(const char *name)
-{
-    static char p[512];
-    snprintf(p, sizeof p, "%s/%s", dir, name);
-    return p;
-}
+#include "tmpfiles.h"
 
 /* A file of: the 8-byte length of header, header, then ndata bytes. */
 static void write_st(const char *path, const char *header, const void *data, size_t ndata)
@@ -58,16 +22,6 @@ static void write_st(const char *path, const char *header, const void *data, siz
     if (ndata)
         assert_int_equal(fwrite(data, 1, ndata, f), ndata);
     assert_int_equal(fclose(f), 0);
-}
-
-static void expect_msg(const MpErr *e, const char *path, const char *w1, const char *w2)
-{
-    print_message("    message: %s\n", e->msg);
-    assert_non_null(strstr(e->msg, path));
-    assert_null(strchr(e->msg, '\n'));
-    assert_non_null(strstr(e->msg, w1));
-    if (w2)
-        assert_non_null(strstr(e->msg, w2));
 }
 
 static void expect_refused(const char *path, const char *w1, const char *w2)
