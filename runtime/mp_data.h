@@ -222,8 +222,9 @@ static inline int mp_data_add(MpDataSet *d, const MpModel *m, const char *spec, 
         for (int k = 0; k < m->ninputs; k++)
             snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s",
                      k ? ", " : "", m->inputs[k].name);
-        return mp_errf(e, "%s: %s %.*s=...: the model has no input of that name (its inputs: %s)",
-                       file, d->opt, eq ? (int)(eq - spec) : 0, spec, names);
+        return mp_errf(e, "%s: %s %.*s=...: the model has no input '%.*s' (its inputs: %s)",
+                       file, d->opt, eq ? (int)(eq - spec) : 0, spec,
+                       eq ? (int)(eq - spec) : 0, spec, names);
     }
     if (d->file[i])
         return mp_errf(e, "%s: %s gives input '%s' twice (also %s)", file, d->opt,

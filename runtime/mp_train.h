@@ -546,7 +546,7 @@ int mp_main(int argc, char **argv, MpModel *m)
     int rc = mp_parse_args(argc, argv, &o, &e);
     if (rc || o.help) {
         if (rc)
-            fprintf(stderr, "%s: %s\n", prog, e.msg);
+            fprintf(stderr, "%s: error: %s\n", prog, e.msg);
         else
             mp_usage(stdout, prog, m);
         free(o.data.v);
