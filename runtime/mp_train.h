@@ -155,6 +155,8 @@ static inline int mp_parse_args(int argc, char **argv, MpOpts *o, MpErr *e)
         return 0;
     if (o->data.n == 0)
         return mp_errf(e, "no training data: give --data NAME=FILE.npy for every input"), 2;
+    if (o->eval_every > 0 && !o->eval.n)
+        return mp_errf(e, "--eval-every needs --eval NAME=FILE.npy"), 2;
     if (o->save_every > 0 && !o->save)
         return mp_errf(e, "--save-every needs --save FILE"), 2;
     if (o->resume && o->init)
@@ -418,7 +420,7 @@ static inline double mp_now(void)
 typedef struct MpLog {
     FILE *jsonl;
     const char *path;
-    int tty;
+    int tty, drawn;             /* drawn: a progress line is on screen */
     int64_t first, last_step, total;   /* steps: this run's first, last logged, target */
     double t0, last_time, last_draw;
 } MpLog;
@@ -452,6 +454,7 @@ static inline int mp_log_step(MpLog *l, const MpTrainer *t, int64_t k, const MpS
                 (now - l->t0) > 0 ? (double)((k - l->first + 1) * t->m->batch
                                              * t->cfg.accumulate) / (now - l->t0) : 0, eta);
         l->last_draw = now;
+        l->drawn = 1;
     }
     if (!logged)
         return 0;
@@ -474,7 +477,8 @@ static inline int mp_log_eval(MpLog *l, const MpTrainer *t, double loss, const d
     const MpModel *m = t->m;
     char v[32];
     mp_fmt_f32(v, sizeof v, loss);
-    fprintf(stderr, "%sstep %lld eval: loss %s", l->tty ? "\r\033[K" : "", (long long)t->step, v);
+    fprintf(stderr, "%sstep %lld eval: loss %s", l->drawn ? "\r\033[K" : "", (long long)t->step, v);
+    l->drawn = 0;
     if (l->jsonl)
         fprintf(l->jsonl, "{\"step\":%lld,\"eval\":{\"loss\":%s", (long long)t->step, v);
     for (int j = 0; j < m->nmetrics; j++) {
@@ -504,7 +508,6 @@ static inline int mp_eval_and_log(MpTrainer *t, MpLog *l, MpErr *e)
 static inline int mp_train(MpTrainer *t, const MpOpts *o, MpLog *l, MpErr *e)
 {
     int64_t steps = l->total, log_every = o->log_every > 0 ? o->log_every : 100;
-    int saved = 0, evaluated = 0;
     if (t->step > steps)
         return mp_errf(e, "%s: the checkpoint is at step %lld, past --steps %lld",
                        o->resume, (long long)t->step, (long long)steps);
@@ -513,17 +516,16 @@ static inline int mp_train(MpTrainer *t, const MpOpts *o, MpLog *l, MpErr *e)
         if (mp_step(t, k, (int)o->check_numerics, &s, e)
             || mp_log_step(l, t, k, &s, k % log_every == 0 || k == steps, e))
             return 1;
-        evaluated = t->eval.n && o->eval_every > 0 && k % o->eval_every == 0;
-        saved = o->save_every > 0 && k % o->save_every == 0;
-        if ((evaluated && mp_eval_and_log(t, l, e)) || (saved && mp_ckpt_save(t, o->save, e)))
+        if (k == steps)                         /* the end does both */
+            break;
+        if ((t->eval.n && o->eval_every > 0 && k % o->eval_every == 0 && mp_eval_and_log(t, l, e))
+            || (o->save_every > 0 && k % o->save_every == 0 && mp_ckpt_save(t, o->save, e)))
             return 1;
     }
-    if (l->tty && steps > l->first - 1)
+    if (l->drawn)                               /* keep the last progress line */
         fprintf(stderr, "\n");
-    if ((t->eval.n && !evaluated && mp_eval_and_log(t, l, e))
-        || (o->save && !saved && mp_ckpt_save(t, o->save, e)))
-        return 1;
-    return 0;
+    l->drawn = 0;
+    return (t->eval.n && mp_eval_and_log(t, l, e)) || (o->save && mp_ckpt_save(t, o->save, e));
 }
 
 static inline const char *mp_prog_name(const char *argv0)
@@ -568,7 +570,7 @@ int mp_main(int argc, char **argv, MpModel *m)
     if (l.jsonl && fclose(l.jsonl) && !rc)
         rc = mp_errf(&e, "%s: write failed", o.log);
     if (rc)
-        fprintf(stderr, "%s%s: error: %s\n", l.tty ? "\n" : "", prog, e.msg);
+        fprintf(stderr, "%s%s: error: %s\n", l.drawn ? "\n" : "", prog, e.msg);
     mp_free(&t);
     free(o.data.v);
     free(o.eval.v);

@@ -491,6 +491,7 @@ static void test_usage(void **st)
     expect_error(run(TRAIN_DATA, "--no-shuffle=1", NULL), 2, "flag value", "--no-shuffle", NULL);
     expect_error(run("--steps", "3", NULL), 2, "no data", "--data", NULL);
     expect_error(run(TRAIN_DATA, "--save-every", "3", NULL), 2, "save-every", "--save", NULL);
+    expect_error(run(TRAIN_DATA, "--eval-every", "3", NULL), 2, "eval-every", "--eval", NULL);
     expect_error(run(TRAIN_DATA, "--init", "a", "--resume", "b", NULL), 2, "both", "--resume", NULL);
     expect_error(run(TRAIN_DATA, "--resume", "b", "--seed", "3", NULL), 2, "seed", "--seed", NULL);
     Out o = run("--help", NULL);
