@@ -505,10 +505,10 @@ static void test_data_faults(void **st)
 {
     (void)st;
     static float xf[NTRAIN * NF];
-    static int32_t yi[NTRAIN];
+    static int32_t yi[NTRAIN], xi[NTRAIN * NF];
     for (int i = 0; i < NTRAIN; i++)
         yi[i] = i % NC;
-    save_npy("x_i32.npy", MP_I32, 2, NTRAIN, NF, yi);
+    save_npy("x_i32.npy", MP_I32, 2, NTRAIN, NF, xi);
     save_npy("x_15.npy", MP_F32, 2, NTRAIN, 15, xf);
     save_npy("x_flat.npy", MP_F32, 1, NTRAIN, 0, xf);
     save_npy("y_199.npy", MP_I32, 1, 199, 0, yi);
