@@ -37,6 +37,7 @@
 #include "mp_optim.h"
 #include "mp_data.h"
 #include "mp_ckpt.h"
+#include "mp_gradcheck.h"
 
 #define MP_COLLAPSE_STEPS 100
 
@@ -46,7 +47,7 @@ typedef struct MpList { char **v; int n; } MpList;
 
 typedef struct MpOpts {
     MpList data, eval;
-    int64_t no_shuffle, check_numerics, help;
+    int64_t no_shuffle, check_numerics, gradcheck, help;
     int64_t steps, eval_every, log_every, save_every, seed;   /* -1: not given */
     double lr;                                                /* -1: not given */
     const char *init, *save, *resume, *log;
@@ -77,6 +78,8 @@ static const MpOptDef mp_optdefs[] = {
     MP_OPT("--resume", MP_O_STR, resume, "FILE", "continue exactly where that checkpoint stopped"),
     MP_OPT("--log", MP_O_STR, log, "FILE.jsonl", "one JSON object per logged step"),
     MP_OPT("--check-numerics", MP_O_FLAG, check_numerics, "", "stop at the first inf/NaN of a forward pass"),
+    MP_OPT("--gradcheck", MP_O_FLAG, gradcheck, "", "check the backward pass against finite "
+           "differences (mpcc's tests; no data needed)"),
     MP_OPT("--help", MP_O_FLAG, help, "", "this text"),
 };
 #undef MP_OPT
@@ -151,7 +154,7 @@ static inline int mp_parse_args(int argc, char **argv, MpOpts *o, MpErr *e)
         if (mp_opt_value(d, o, v, e))
             return 2;
     }
-    if (o->help)
+    if (o->help || o->gradcheck)
         return 0;
     if (o->data.n == 0)
         return mp_errf(e, "no training data: give --data NAME=FILE.npy for every input"), 2;
@@ -222,17 +225,33 @@ static inline void mp_free(MpTrainer *t)
     mp_data_free(&t->eval);
 }
 
+static inline void mp_configure(MpTrainer *t, const MpOpts *o)
+{
+    t->cfg = t->m->cfg;
+    if (o->lr > 0)
+        t->cfg.lr = o->lr;
+    t->seed = (uint64_t)(o->seed >= 0 ? o->seed : t->m->cfg.seed);
+    if (t->cfg.accumulate < 1)
+        t->cfg.accumulate = 1;
+    mp_scaler_init(&t->ls, &t->cfg);
+}
+
+/* --gradcheck: initialised parameters and batch buffers, no data. */
+static inline int mp_gradcheck_run(MpTrainer *t, const MpOpts *o, MpErr *e)
+{
+    mp_configure(t, o);
+    if (mp_alloc(t, e) || mp_init_params(t->m, t->seed, e))
+        return 1;
+    if (t->m->setup && t->m->setup())
+        return mp_errf(e, "model '%s': set-up failed (out of memory?)", t->m->name);
+    return mp_gradcheck(t->m, t->seed) ? mp_errf(e, "gradcheck failed") : 0;
+}
+
 /* Data, parameters (init / --init / --resume), model set-up. */
 static inline int mp_prepare(MpTrainer *t, const MpOpts *o, MpErr *e)
 {
     MpModel *m = t->m;
-    t->cfg = m->cfg;
-    if (o->lr > 0)
-        t->cfg.lr = o->lr;
-    t->seed = (uint64_t)(o->seed >= 0 ? o->seed : m->cfg.seed);
-    if (t->cfg.accumulate < 1)
-        t->cfg.accumulate = 1;
-    mp_scaler_init(&t->ls, &t->cfg);
+    mp_configure(t, o);
     if (mp_data_load(&t->data, m, "--data", o->data.v, o->data.n, e)
         || (o->eval.n && mp_data_load(&t->eval, m, "--eval", o->eval.v, o->eval.n, e))
         || mp_alloc(t, e)
@@ -534,6 +553,25 @@ static inline const char *mp_prog_name(const char *argv0)
     return s ? s + 1 : argv0 ? argv0 : "train";
 }
 
+/* Training proper: data and parameters, then the loop, with its log file. */
+static inline int mp_run(MpTrainer *t, const MpOpts *o, MpLog *l, MpErr *e)
+{
+    if (mp_prepare(t, o, e))
+        return 1;
+    if (o->log && !(l->jsonl = fopen(o->log, o->resume ? "a" : "w")))
+        return mp_errf(e, "%s: cannot open the log for writing", o->log);
+    l->path = o->log;
+    l->tty = isatty(2);
+    l->total = o->steps >= 0 ? o->steps : t->m->cfg.steps;
+    l->first = t->step + 1;
+    l->last_step = t->step;
+    l->t0 = l->last_time = mp_now();
+    int rc = mp_train(t, o, l, e);
+    if (l->jsonl && fclose(l->jsonl) && !rc)
+        rc = mp_errf(e, "%s: write failed", o->log);
+    return rc;
+}
+
 int mp_main(int argc, char **argv, MpModel *m)
 {
     const char *prog = mp_prog_name(argc > 0 ? argv[0] : NULL);
@@ -546,35 +584,16 @@ int mp_main(int argc, char **argv, MpModel *m)
     e.msg[0] = 0;
     t.m = m;
     int rc = mp_parse_args(argc, argv, &o, &e);
-    if (rc || o.help) {
-        if (rc)
-            fprintf(stderr, "%s: error: %s\n", prog, e.msg);
-        else
-            mp_usage(stdout, prog, m);
-        free(o.data.v);
-        free(o.eval.v);
-        return rc;
-    }
-    rc = mp_prepare(&t, &o, &e);
-    if (!rc && o.log && !(l.jsonl = fopen(o.log, o.resume ? "a" : "w")))
-        rc = mp_errf(&e, "%s: cannot open the log for writing", o.log);
-    if (!rc) {
-        l.path = o.log;
-        l.tty = isatty(2);
-        l.total = o.steps >= 0 ? o.steps : m->cfg.steps;
-        l.first = t.step + 1;
-        l.last_step = t.step;
-        l.t0 = l.last_time = mp_now();
-        rc = mp_train(&t, &o, &l, &e);
-    }
-    if (l.jsonl && fclose(l.jsonl) && !rc)
-        rc = mp_errf(&e, "%s: write failed", o.log);
+    if (!rc && o.help)
+        mp_usage(stdout, prog, m);
+    else if (!rc)
+        rc = (o.gradcheck ? mp_gradcheck_run(&t, &o, &e) : mp_run(&t, &o, &l, &e)) ? 1 : 0;
     if (rc)
         fprintf(stderr, "%s%s: error: %s\n", l.drawn ? "\n" : "", prog, e.msg);
     mp_free(&t);
     free(o.data.v);
     free(o.eval.v);
-    return rc ? 1 : 0;
+    return rc;
 }
 
 #endif

@@ -48,6 +48,7 @@ static const char *const metric_names[] = {"accuracy"};
 static int fault_nan;            /* every value NaN; check finds 'log' */
 static float overflow_limit;     /* scaled dlogits above this become inf */
 static int expect_check = -1;    /* forward aborts if run->check differs */
+static float grad_bug = 1;       /* backward's gradients are off by this factor */
 static const char *cast_log;     /* cast_params appends a hash of W, b here */
 static float probs[B][NC];
 
@@ -101,7 +102,7 @@ static int bwd(MpRun *r)
     float *gw = params[0].grad, *gb = params[1].grad;
     for (int b = 0; b < B; b++)
         for (int c = 0; c < NC; c++) {
-            float d = (probs[b][c] - (c == y[b])) / B * r->seed_grad;
+            float d = (probs[b][c] - (c == y[b])) / B * r->seed_grad * grad_bug;
             if (overflow_limit > 0 && fabsf(d) > overflow_limit)
                 d = INFINITY;
             gb[c] += d;
@@ -167,6 +168,7 @@ static void model_reset(void)
     fault_nan = 0;
     overflow_limit = 0;
     expect_check = -1;
+    grad_bug = 1;
     cast_log = NULL;
 }
 
@@ -804,6 +806,19 @@ static void test_init_and_seed(void **st)
     mp_st_close(&f8);
 }
 
+/* --gradcheck needs no data; it finds a wrong backward pass. */
+static void test_gradcheck(void **st)
+{
+    (void)st;
+    Out o = run("--gradcheck", NULL);
+    assert_non_null(strstr(o.out, "gradcheck: fc.weight"));
+    assert_non_null(strstr(o.out, "gradcheck: fc.bias"));
+    assert_null(strstr(o.out, "running_mean"));
+    expect_ok(o);
+    grad_bug = 1.5f;
+    expect_error(run("--gradcheck", NULL), 1, "gradcheck", "gradcheck failed", NULL);
+}
+
 /* ---- pieces: RNG, init statistics, batch order ------------------------------ */
 
 static void test_rng(void **st)
@@ -928,6 +943,7 @@ int main(void)
         cmocka_unit_test_setup(test_checkpoint_files, each),
         cmocka_unit_test_setup(test_checkpoint_faults, each),
         cmocka_unit_test_setup(test_init_and_seed, each),
+        cmocka_unit_test_setup(test_gradcheck, each),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
