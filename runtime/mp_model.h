@@ -1,6 +1,6 @@
 /* mp_model.h - the contract between a generated trainer and the runtime.
  *
- * A generated train.c is: the runtime (runtime/*.h, amalgamated in the
+ * A generated train.c is: the runtime (runtime/mp_*.h, amalgamated in the
  * order of runtime/AMALGAMATION), then the model's code, which defines one
  * MpModel and ends with
  *     int main(int argc, char **argv) { return mp_main(argc, argv, &model); }
