@@ -19,7 +19,8 @@
  *   one of its inputs. The only other shape is an elementwise product
  *   taken over the broadcast shape before SUM_TO reduces it, typed like
  *   grad_of's output so that the reduction reads unrounded terms.
- * Shapes are set here from the forward shapes, not by shape.c. */
+ * Shapes are set here from the forward shapes; ad_check() also holds them
+ * against the shape rules of shape.c. */
 #include "autodiff.h"
 #include "ops.h"
 
