@@ -46,13 +46,7 @@ typedef struct MpNpyHdr {
     int seen;
 } MpNpyHdr;
 
-/* A cursor over the header text; errors name the file and the offset. */
-typedef struct MpNpyCur {
-    const char *s, *p, *end, *path;
-    MpErr *e;
-} MpNpyCur;
-
-static MP_UNUSED int mp_npy_bad_(MpNpyCur *c, const char *expected)
+static MP_UNUSED int mp_npy_bad_(MpScan *c, const char *expected)
 {
     int len = (int)(c->end - c->s);
     while (len > 0 && (c->s[len - 1] == '\n' || c->s[len - 1] == ' '))
@@ -61,27 +55,10 @@ static MP_UNUSED int mp_npy_bad_(MpNpyCur *c, const char *expected)
                    (int)(c->p - c->s), len > 200 ? 200 : len, c->s);
 }
 
-static MP_UNUSED void mp_npy_ws_(MpNpyCur *c)
-{
-    while (c->p < c->end && (*c->p == ' ' || *c->p == '\t' || *c->p == '\n' || *c->p == '\r'))
-        c->p++;
-}
-
-/* Skips white space, then the character ch if it is next. */
-static MP_UNUSED int mp_npy_eat_(MpNpyCur *c, char ch)
-{
-    mp_npy_ws_(c);
-    if (c->p < c->end && *c->p == ch) {
-        c->p++;
-        return 1;
-    }
-    return 0;
-}
-
 /* A Python string literal without escapes ('...' or "..."). */
-static MP_UNUSED int mp_npy_str_(MpNpyCur *c, char *out, size_t cap)
+static MP_UNUSED int mp_npy_str_(MpScan *c, char *out, size_t cap)
 {
-    mp_npy_ws_(c);
+    mp_scan_ws(c);
     if (c->p >= c->end || (*c->p != '\'' && *c->p != '"'))
         return mp_npy_bad_(c, "a quoted string");
     char q = *c->p++;
@@ -101,9 +78,9 @@ static MP_UNUSED int mp_npy_str_(MpNpyCur *c, char *out, size_t cap)
 }
 
 /* A non-negative integer, with Python 2's optional L suffix. */
-static MP_UNUSED int mp_npy_int_(MpNpyCur *c, int64_t *v)
+static MP_UNUSED int mp_npy_int_(MpScan *c, int64_t *v)
 {
-    mp_npy_ws_(c);
+    mp_scan_ws(c);
     if (c->p >= c->end || *c->p < '0' || *c->p > '9')
         return mp_npy_bad_(c, "a non-negative integer");
     int64_t x = 0;
@@ -119,20 +96,20 @@ static MP_UNUSED int mp_npy_int_(MpNpyCur *c, int64_t *v)
 }
 
 /* shape = "(" [int ("," int)* [","]] ")" */
-static MP_UNUSED int mp_npy_shape_(MpNpyCur *c, MpNpyHdr *h)
+static MP_UNUSED int mp_npy_shape_(MpScan *c, MpNpyHdr *h)
 {
-    if (!mp_npy_eat_(c, '('))
+    if (!mp_scan_eat(c, '('))
         return mp_npy_bad_(c, "'(' to start the shape");
     h->rank = 0;
-    while (!mp_npy_eat_(c, ')')) {
+    while (!mp_scan_eat(c, ')')) {
         int64_t d = 0;
         if (mp_npy_int_(c, &d))
             return -1;
         if (h->rank == MP_MAX_RANK)
             return mp_errf(c->e, "%s: expected at most %d dimensions, found more", c->path, MP_MAX_RANK);
         h->shape[h->rank++] = d;
-        if (!mp_npy_eat_(c, ',')) {
-            if (!mp_npy_eat_(c, ')'))
+        if (!mp_scan_eat(c, ',')) {
+            if (!mp_scan_eat(c, ')'))
                 return mp_npy_bad_(c, "',' or ')' in the shape");
             break;
         }
@@ -141,12 +118,12 @@ static MP_UNUSED int mp_npy_shape_(MpNpyCur *c, MpNpyHdr *h)
 }
 
 /* One "key: value" pair of the header dict. */
-static MP_UNUSED int mp_npy_pair_(MpNpyCur *c, MpNpyHdr *h)
+static MP_UNUSED int mp_npy_pair_(MpScan *c, MpNpyHdr *h)
 {
     char key[32];
     if (mp_npy_str_(c, key, sizeof key))
         return -1;
-    if (!mp_npy_eat_(c, ':'))
+    if (!mp_scan_eat(c, ':'))
         return mp_npy_bad_(c, "':' after a key");
     int bit = !strcmp(key, "descr") ? 1 : !strcmp(key, "fortran_order") ? 2
             : !strcmp(key, "shape") ? 4 : 0;
@@ -156,7 +133,7 @@ static MP_UNUSED int mp_npy_pair_(MpNpyCur *c, MpNpyHdr *h)
     if (h->seen & bit)
         return mp_errf(c->e, "%s: bad header: key '%s' appears twice", c->path, key);
     h->seen |= bit;
-    mp_npy_ws_(c);
+    mp_scan_ws(c);
     if (bit == 1) {
         if (c->p < c->end && (*c->p == '[' || *c->p == '{'))
             return mp_errf(c->e, "%s: expected a plain numeric array, found a structured dtype", c->path);
@@ -176,21 +153,21 @@ static MP_UNUSED int mp_npy_pair_(MpNpyCur *c, MpNpyHdr *h)
 }
 
 /* dict = "{" [pair ("," pair)* [","]] "}" then only white space. */
-static MP_UNUSED int mp_npy_dict_(MpNpyCur *c, MpNpyHdr *h)
+static MP_UNUSED int mp_npy_dict_(MpScan *c, MpNpyHdr *h)
 {
     memset(h, 0, sizeof *h);
-    if (!mp_npy_eat_(c, '{'))
+    if (!mp_scan_eat(c, '{'))
         return mp_npy_bad_(c, "'{'");
-    while (!mp_npy_eat_(c, '}')) {
+    while (!mp_scan_eat(c, '}')) {
         if (mp_npy_pair_(c, h))
             return -1;
-        if (!mp_npy_eat_(c, ',')) {
-            if (!mp_npy_eat_(c, '}'))
+        if (!mp_scan_eat(c, ',')) {
+            if (!mp_scan_eat(c, '}'))
                 return mp_npy_bad_(c, "',' or '}'");
             break;
         }
     }
-    mp_npy_ws_(c);
+    mp_scan_ws(c);
     if (c->p != c->end)
         return mp_npy_bad_(c, "only white space after the dict");
     if (h->seen != 7)
@@ -251,7 +228,7 @@ static MP_UNUSED int mp_npy_header_(FILE *f, const char *path, int64_t fsize, Mp
     if (fread(text, 1, (size_t)hlen, f) != (size_t)hlen) {
         rc = mp_errf(e, "%s: read error in the header", path);
     } else {
-        MpNpyCur c = {text, text, text + hlen, path, e};
+        MpScan c = {text, text, text + hlen, path, e};
         rc = mp_npy_dict_(&c, h);
     }
     free(text);
@@ -270,15 +247,10 @@ static MP_UNUSED void mp_array_free(MpArray *a)
 static MP_UNUSED int mp_npy_load(const char *path, MpArray *out, MpErr *e)
 {
     memset(out, 0, sizeof *out);
-    FILE *f = fopen(path, "rb");
+    int64_t fsize = 0, data_at = 0;
+    FILE *f = mp_open_read(path, &fsize, e);
     if (!f)
-        return mp_errf(e, "%s: cannot open: %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
-        fclose(f);
-        return mp_errf(e, "%s: not a regular file", path);
-    }
-    int64_t fsize = (int64_t)st.st_size, data_at = 0;
+        return -1;
     MpNpyHdr h;
     if (mp_npy_header_(f, path, fsize, &h, &data_at, e)) {
         fclose(f);

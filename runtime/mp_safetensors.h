@@ -180,40 +180,23 @@ static MP_UNUSED int mp_st_save(const char *path, const MpTensor *t, int n, cons
  * nothing is allocated per string. */
 
 typedef struct MpJs {
-    const char *s, *p, *end, *path;
+    MpScan c;
     const char *tensor;          /* the entry being read, for messages */
     char *pool;
     size_t used;
-    MpErr *e;
 } MpJs;
 
 static MP_UNUSED int mp_js_bad_(MpJs *j, const char *expected)
 {
-    return mp_errf(j->e, "%s: bad header JSON at byte %d%s%s%s: expected %s", j->path, (int)(j->p - j->s) + 8,
+    return mp_errf(j->c.e, "%s: bad header JSON at byte %d%s%s%s: expected %s", j->c.path, (int)(j->c.p - j->c.s) + 8,
                    j->tensor ? " (tensor '" : "", j->tensor ? j->tensor : "", j->tensor ? "')" : "", expected);
-}
-
-static MP_UNUSED void mp_js_ws_(MpJs *j)
-{
-    while (j->p < j->end && (*j->p == ' ' || *j->p == '\t' || *j->p == '\n' || *j->p == '\r'))
-        j->p++;
-}
-
-static MP_UNUSED int mp_js_eat_(MpJs *j, char ch)
-{
-    mp_js_ws_(j);
-    if (j->p < j->end && *j->p == ch) {
-        j->p++;
-        return 1;
-    }
-    return 0;
 }
 
 static MP_UNUSED int mp_js_hex4_(MpJs *j, unsigned *u)
 {
     *u = 0;
-    for (int i = 0; i < 4; i++, j->p++) {
-        char c = j->p < j->end ? *j->p : 0;
+    for (int i = 0; i < 4; i++, j->c.p++) {
+        char c = j->c.p < j->c.end ? *j->c.p : 0;
         int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
               : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
         if (d < 0)
@@ -245,7 +228,7 @@ static MP_UNUSED void mp_js_utf8_(MpJs *j, unsigned u)
 static MP_UNUSED int mp_js_escape_(MpJs *j)
 {
     static const char from[] = "\"\\/bfnrt", to[] = "\"\\/\b\f\n\r\t";
-    char c = j->p < j->end ? *j->p++ : 0;
+    char c = j->c.p < j->c.end ? *j->c.p++ : 0;
     const char *k = c ? strchr(from, c) : NULL;
     if (k) {
         j->pool[j->used++] = to[k - from];
@@ -255,9 +238,9 @@ static MP_UNUSED int mp_js_escape_(MpJs *j)
     if (c != 'u' || mp_js_hex4_(j, &u))
         return c == 'u' ? -1 : mp_js_bad_(j, "a valid escape");
     if (u >= 0xD800 && u < 0xDC00) {   /* a surrogate pair */
-        if (j->end - j->p < 2 || j->p[0] != '\\' || j->p[1] != 'u')
+        if (j->c.end - j->c.p < 2 || j->c.p[0] != '\\' || j->c.p[1] != 'u')
             return mp_js_bad_(j, "a low surrogate after a high one");
-        j->p += 2;
+        j->c.p += 2;
         if (mp_js_hex4_(j, &lo))
             return -1;
         if (lo < 0xDC00 || lo > 0xDFFF)
@@ -276,8 +259,8 @@ static MP_UNUSED int mp_js_escape_(MpJs *j)
 static MP_UNUSED int mp_js_utf8_check_(MpJs *j, unsigned char c)
 {
     int n = c >= 0xC2 && c <= 0xDF ? 1 : c >= 0xE0 && c <= 0xEF ? 2 : c >= 0xF0 && c <= 0xF4 ? 3 : -1;
-    const unsigned char *q = (const unsigned char *)j->p;
-    if (n < 0 || j->end - j->p < n)
+    const unsigned char *q = (const unsigned char *)j->c.p;
+    if (n < 0 || j->c.end - j->c.p < n)
         return mp_js_bad_(j, "valid UTF-8");
     unsigned lo = c == 0xE0 ? 0xA0 : c == 0xF0 ? 0x90 : 0x80;
     unsigned hi = c == 0xED ? 0x9F : c == 0xF4 ? 0x8F : 0xBF;
@@ -285,22 +268,22 @@ static MP_UNUSED int mp_js_utf8_check_(MpJs *j, unsigned char c)
         if (q[i] < (i ? 0x80 : lo) || q[i] > (i ? 0xBF : hi))
             return mp_js_bad_(j, "valid UTF-8");
     j->pool[j->used++] = (char)c;
-    memcpy(j->pool + j->used, j->p, (size_t)n);
+    memcpy(j->pool + j->used, j->c.p, (size_t)n);
     j->used += (size_t)n;
-    j->p += n;
+    j->c.p += n;
     return 0;
 }
 
 /* A string; *out points at its NUL-terminated decoding in the pool. */
 static MP_UNUSED int mp_js_str_(MpJs *j, const char **out)
 {
-    if (!mp_js_eat_(j, '"'))
+    if (!mp_scan_eat(&j->c, '"'))
         return mp_js_bad_(j, "a string");
     *out = j->pool + j->used;
     for (;;) {
-        if (j->p >= j->end)
+        if (j->c.p >= j->c.end)
             return mp_js_bad_(j, "a closing '\"'");
-        unsigned char c = (unsigned char)*j->p++;
+        unsigned char c = (unsigned char)*j->c.p++;
         if (c == '"')
             break;
         if (c < 0x20)
@@ -322,17 +305,17 @@ static MP_UNUSED int mp_js_str_(MpJs *j, const char **out)
 /* A non-negative JSON integer (no sign, no leading zeros, no fraction). */
 static MP_UNUSED int mp_js_uint_(MpJs *j, int64_t *v)
 {
-    mp_js_ws_(j);
-    const char *start = j->p;
+    mp_scan_ws(&j->c);
+    const char *start = j->c.p;
     int64_t x = 0;
-    while (j->p < j->end && *j->p >= '0' && *j->p <= '9') {
-        if (mp_mul_i64(x, 10, &x) || mp_add_i64(x, *j->p - '0', &x))
+    while (j->c.p < j->c.end && *j->c.p >= '0' && *j->c.p <= '9') {
+        if (mp_mul_i64(x, 10, &x) || mp_add_i64(x, *j->c.p - '0', &x))
             return mp_js_bad_(j, "an integer that fits in 64 bits");
-        j->p++;
+        j->c.p++;
     }
-    if (j->p == start || (*start == '0' && j->p - start > 1))
+    if (j->c.p == start || (*start == '0' && j->c.p - start > 1))
         return mp_js_bad_(j, "a non-negative integer");
-    if (j->p < j->end && (*j->p == '.' || *j->p == 'e' || *j->p == 'E'))
+    if (j->c.p < j->c.end && (*j->c.p == '.' || *j->c.p == 'e' || *j->c.p == 'E'))
         return mp_js_bad_(j, "an integer, not a fraction");
     *v = x;
     return 0;
@@ -342,17 +325,17 @@ static MP_UNUSED int mp_js_uint_(MpJs *j, int64_t *v)
 static MP_UNUSED int mp_js_uints_(MpJs *j, int64_t *v, int max, int *n, const char *what)
 {
     *n = 0;
-    if (!mp_js_eat_(j, '['))
+    if (!mp_scan_eat(&j->c, '['))
         return mp_js_bad_(j, what);
-    if (mp_js_eat_(j, ']'))
+    if (mp_scan_eat(&j->c, ']'))
         return 0;
     do {
         if (*n == max)
             return mp_js_bad_(j, what);
         if (mp_js_uint_(j, &v[(*n)++]))
             return -1;
-    } while (mp_js_eat_(j, ','));
-    return mp_js_eat_(j, ']') ? 0 : mp_js_bad_(j, "',' or ']'");
+    } while (mp_scan_eat(&j->c, ','));
+    return mp_scan_eat(&j->c, ']') ? 0 : mp_js_bad_(j, "',' or ']'");
 }
 
 /* ---- reading ----------------------------------------------------------- */
@@ -386,28 +369,28 @@ static MP_UNUSED int mp_st_meta_(MpStLoad *L)
 {
     MpStFile *f = L->f;
     if (f->meta_keys)
-        return mp_errf(L->j.e, "%s: bad header: __metadata__ appears twice", L->j.path);
-    if (!mp_js_eat_(&L->j, '{'))
+        return mp_errf(L->j.c.e, "%s: bad header: __metadata__ appears twice", L->j.c.path);
+    if (!mp_scan_eat(&L->j.c, '{'))
         return mp_js_bad_(&L->j, "an object for __metadata__");
     f->meta_keys = (const char **)malloc(sizeof(char *));   /* non-NULL marks "seen" */
     if (!f->meta_keys)
-        return mp_errf(L->j.e, "%s: out of memory", L->j.path);
-    if (mp_js_eat_(&L->j, '}'))
+        return mp_errf(L->j.c.e, "%s: out of memory", L->j.c.path);
+    if (mp_scan_eat(&L->j.c, '}'))
         return 0;
     do {
         int c = L->mcap;
         if (mp_st_grow_((void **)&f->meta_keys, &L->mcap, f->nmeta + 1, sizeof(char *)) ||
             mp_st_grow_((void **)&f->meta_vals, &c, f->nmeta + 1, sizeof(char *)))
-            return mp_errf(L->j.e, "%s: out of memory", L->j.path);
+            return mp_errf(L->j.c.e, "%s: out of memory", L->j.c.path);
         if (mp_js_str_(&L->j, &f->meta_keys[f->nmeta]))
             return -1;
-        if (!mp_js_eat_(&L->j, ':'))
+        if (!mp_scan_eat(&L->j.c, ':'))
             return mp_js_bad_(&L->j, "':' after a metadata key");
         if (mp_js_str_(&L->j, &f->meta_vals[f->nmeta]))
             return -1;
         f->nmeta++;
-    } while (mp_js_eat_(&L->j, ','));
-    return mp_js_eat_(&L->j, '}') ? 0 : mp_js_bad_(&L->j, "',' or '}' in __metadata__");
+    } while (mp_scan_eat(&L->j.c, ','));
+    return mp_scan_eat(&L->j.c, '}') ? 0 : mp_js_bad_(&L->j, "',' or '}' in __metadata__");
 }
 
 /* {"dtype": "F32", "shape": [..], "data_offsets": [b, e]}, keys in any order. */
@@ -415,7 +398,7 @@ static MP_UNUSED int mp_st_entry_(MpStLoad *L, MpTensor *t, MpStSpan *sp)
 {
     MpJs *j = &L->j;
     int seen = 0;
-    if (!mp_js_eat_(j, '{'))
+    if (!mp_scan_eat(&j->c, '{'))
         return mp_js_bad_(j, "an object for the tensor");
     do {
         const char *key, *dt;
@@ -423,11 +406,11 @@ static MP_UNUSED int mp_st_entry_(MpStLoad *L, MpTensor *t, MpStSpan *sp)
         int n;
         if (mp_js_str_(j, &key))
             return -1;
-        if (!mp_js_eat_(j, ':'))
+        if (!mp_scan_eat(&j->c, ':'))
             return mp_js_bad_(j, "':' after a key");
         int bit = !strcmp(key, "dtype") ? 1 : !strcmp(key, "shape") ? 2 : !strcmp(key, "data_offsets") ? 4 : 0;
         if (!bit || (seen & bit))
-            return mp_errf(j->e, "%s: tensor '%s': %s key '%s'", j->path, t->name,
+            return mp_errf(j->c.e, "%s: tensor '%s': %s key '%s'", j->c.path, t->name,
                            bit ? "repeated" : "unknown", key);
         seen |= bit;
         if (bit == 1) {
@@ -437,8 +420,8 @@ static MP_UNUSED int mp_st_entry_(MpStLoad *L, MpTensor *t, MpStSpan *sp)
                 if (!strcmp(dt, mp_st_dtype_names_[d]))
                     t->dtype = d;
             if (!t->dtype)
-                return mp_errf(j->e, "%s: tensor '%s': expected dtype F32, F16, BF16, I32 or U8, found %s",
-                               j->path, t->name, dt);
+                return mp_errf(j->c.e, "%s: tensor '%s': expected dtype F32, F16, BF16, I32 or U8, found %s",
+                               j->c.path, t->name, dt);
         } else if (bit == 2) {
             if (mp_js_uints_(j, t->shape, MP_MAX_RANK, &t->rank, "a shape of at most 8 non-negative integers"))
                 return -1;
@@ -446,14 +429,14 @@ static MP_UNUSED int mp_st_entry_(MpStLoad *L, MpTensor *t, MpStSpan *sp)
             if (mp_js_uints_(j, off, 3, &n, "data_offsets [begin, end]"))
                 return -1;
             if (n != 2)
-                return mp_errf(j->e, "%s: tensor '%s': expected 2 data_offsets, found %d", j->path, t->name, n);
+                return mp_errf(j->c.e, "%s: tensor '%s': expected 2 data_offsets, found %d", j->c.path, t->name, n);
             sp->begin = off[0], sp->end = off[1];
         }
-    } while (mp_js_eat_(j, ','));
-    if (!mp_js_eat_(j, '}'))
+    } while (mp_scan_eat(&j->c, ','));
+    if (!mp_scan_eat(&j->c, '}'))
         return mp_js_bad_(j, "',' or '}'");
     if (seen != 7)
-        return mp_errf(j->e, "%s: tensor '%s': missing '%s'", j->path, t->name,
+        return mp_errf(j->c.e, "%s: tensor '%s': missing '%s'", j->c.path, t->name,
                        !(seen & 1) ? "dtype" : !(seen & 2) ? "shape" : "data_offsets");
     return 0;
 }
@@ -463,15 +446,15 @@ static MP_UNUSED int mp_st_header_(MpStLoad *L)
 {
     MpJs *j = &L->j;
     MpStFile *f = L->f;
-    if (j->p >= j->end || *j->p != '{')
+    if (j->c.p >= j->c.end || *j->c.p != '{')
         return mp_js_bad_(j, "a JSON object starting with '{'");
-    j->p++;
-    if (!mp_js_eat_(j, '}')) {
+    j->c.p++;
+    if (!mp_scan_eat(&j->c, '}')) {
         do {
             const char *name;
             if (mp_js_str_(j, &name))
                 return -1;
-            if (!mp_js_eat_(j, ':'))
+            if (!mp_scan_eat(&j->c, ':'))
                 return mp_js_bad_(j, "':' after a name");
             if (!strcmp(name, "__metadata__")) {
                 if (mp_st_meta_(L))
@@ -481,7 +464,7 @@ static MP_UNUSED int mp_st_header_(MpStLoad *L)
             int c = L->cap;
             if (mp_st_grow_((void **)&f->tensors, &L->cap, f->n + 1, sizeof *f->tensors) ||
                 mp_st_grow_((void **)&L->spans, &c, f->n + 1, sizeof *L->spans))
-                return mp_errf(j->e, "%s: out of memory", j->path);
+                return mp_errf(j->c.e, "%s: out of memory", j->c.path);
             MpTensor *t = &f->tensors[f->n];
             memset(t, 0, sizeof *t);
             t->name = name;
@@ -491,12 +474,12 @@ static MP_UNUSED int mp_st_header_(MpStLoad *L)
                 return -1;
             j->tensor = NULL;
             f->n++;
-        } while (mp_js_eat_(j, ','));
-        if (!mp_js_eat_(j, '}'))
+        } while (mp_scan_eat(&j->c, ','));
+        if (!mp_scan_eat(&j->c, '}'))
             return mp_js_bad_(j, "',' or '}'");
     }
-    mp_js_ws_(j);
-    return j->p == j->end ? 0 : mp_js_bad_(j, "only white space after the header object");
+    mp_scan_ws(&j->c);
+    return j->c.p == j->c.end ? 0 : mp_js_bad_(j, "only white space after the header object");
 }
 
 static MP_UNUSED int mp_st_cmp_span_(const void *a, const void *b)
@@ -512,8 +495,8 @@ static MP_UNUSED int mp_st_cmp_span_(const void *a, const void *b)
 static MP_UNUSED int mp_st_check_(MpStLoad *L, const unsigned char *data, int64_t dlen)
 {
     MpStFile *f = L->f;
-    const char *path = L->j.path;
-    MpErr *e = L->j.e;
+    const char *path = L->j.c.path;
+    MpErr *e = L->j.c.e;
     for (int i = 0; i < f->n; i++) {
         MpTensor *t = &f->tensors[i];
         MpStSpan *s = &L->spans[i];
@@ -534,7 +517,8 @@ static MP_UNUSED int mp_st_check_(MpStLoad *L, const unsigned char *data, int64_
                            path, t->name, (long long)s->end, (long long)dlen);
         t->data = data + s->begin;
     }
-    qsort(L->spans, (size_t)f->n, sizeof *L->spans, mp_st_cmp_span_);
+    if (f->n > 0)
+        qsort(L->spans, (size_t)f->n, sizeof *L->spans, mp_st_cmp_span_);
     int64_t at = 0;
     for (int i = 0; i < f->n; i++) {
         const MpStSpan *s = &L->spans[i];
@@ -592,10 +576,10 @@ static MP_UNUSED int mp_st_load(const char *path, MpStFile *f, MpErr *e)
     MpStLoad L;
     memset(&L, 0, sizeof L);
     L.f = f;
-    L.j.s = L.j.p = (const char *)f->buf + 8;
-    L.j.end = L.j.s + hlen;
-    L.j.path = path;
-    L.j.e = e;
+    L.j.c.s = L.j.c.p = (const char *)f->buf + 8;
+    L.j.c.end = L.j.c.s + hlen;
+    L.j.c.path = path;
+    L.j.c.e = e;
     L.j.pool = f->pool = (char *)malloc((size_t)hlen + 1);
     int rc = !f->pool ? mp_errf(e, "%s: out of memory", path)
            : mp_st_header_(&L) ? -1 : mp_st_check_(&L, f->buf + 8 + hlen, f->size - 8 - hlen);

@@ -229,7 +229,49 @@ static MP_UNUSED void mp_buf_free(MpBuf *b)
     b->oom = 0;
 }
 
+/* ---- a cursor over a file's header text --------------------------------- */
+
+/* Used by the .npy dict and the safetensors JSON readers; path and e let
+ * every parse error name the file. */
+typedef struct MpScan { const char *s, *p, *end, *path; MpErr *e; } MpScan;
+
+static MP_UNUSED void mp_scan_ws(MpScan *c)
+{
+    while (c->p < c->end && (*c->p == ' ' || *c->p == '\t' || *c->p == '\n' || *c->p == '\r'))
+        c->p++;
+}
+
+/* Skips white space, then the character ch if it is next: 1 if it was. */
+static MP_UNUSED int mp_scan_eat(MpScan *c, char ch)
+{
+    mp_scan_ws(c);
+    if (c->p < c->end && *c->p == ch) {
+        c->p++;
+        return 1;
+    }
+    return 0;
+}
+
 /* ---- files ------------------------------------------------------------- */
+
+/* Opens path for reading: NULL, with e set, when it cannot be opened or is
+ * not a regular file (a folder, a FIFO); *size is its length. */
+static MP_UNUSED FILE *mp_open_read(const char *path, int64_t *size, MpErr *e)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        mp_errf(e, "%s: cannot open: %s", path, strerror(errno));
+        return NULL;
+    }
+    struct stat st;
+    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
+        fclose(f);
+        mp_errf(e, "%s: not a regular file", path);
+        return NULL;
+    }
+    *size = (int64_t)st.st_size;
+    return f;
+}
 
 /* Reads the whole file with one fread into a malloc'ed buffer (one spare
  * NUL byte after the end). 0 ok; -1 with e naming the file. */
@@ -237,19 +279,15 @@ static MP_UNUSED int mp_read_file(const char *path, unsigned char **out, int64_t
 {
     *out = NULL;
     *size = 0;
-    FILE *f = fopen(path, "rb");
+    int64_t len;
+    FILE *f = mp_open_read(path, &len, e);
     if (!f)
-        return mp_errf(e, "%s: cannot open: %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
-        fclose(f);
-        return mp_errf(e, "%s: not a regular file", path);
-    }
-    size_t n = (size_t)st.st_size;
+        return -1;
+    size_t n = (size_t)len;
     unsigned char *buf = (unsigned char *)malloc(n + 1);
     if (!buf) {
         fclose(f);
-        return mp_errf(e, "%s: out of memory reading %lld bytes", path, (long long)st.st_size);
+        return mp_errf(e, "%s: out of memory reading %lld bytes", path, (long long)len);
     }
     size_t got = n ? fread(buf, 1, n, f) : 0;
     int bad = ferror(f);
@@ -260,7 +298,7 @@ static MP_UNUSED int mp_read_file(const char *path, unsigned char **out, int64_t
     }
     buf[n] = 0;
     *out = buf;
-    *size = (int64_t)n;
+    *size = len;
     return 0;
 }
 
@@ -323,8 +361,9 @@ static MP_UNUSED int mp_write_file_atomic(const char *path, const void *const *p
     mode_t um = umask(022);
     umask(um);
     const char *what = NULL;
-    if (fchmod(fd, (mode_t)(0666 & ~um)) != 0)
-        what = "cannot set permissions";
+    if (fchmod(fd, (mode_t)(0666 & ~um)) != 0) {
+        /* mkstemp's 0600 is safe; some file systems refuse chmod */
+    }
     for (int i = 0; i < nparts && !what; i++)
         if (sizes[i] && mp_write_all_(fd, parts[i], sizes[i]) != 0)
             what = "write failed";

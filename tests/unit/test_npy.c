@@ -2,61 +2,16 @@
  * every dtype and rank, hand-made v1/v2/v3 files as NumPy writes them, every
  * refusal (the message must name the file and say what was wrong), the
  * atomic writer (no torn file even when killed mid-write, no temp file left,
- * clean failure where it cannot write), and the small helpers. */
+ * clean failure where it cannot write), and the small helpers.
+ * With MP_NPY_IN=FILE set it only describes that file (see describe()). */
 #include "mp_npy.h"
 
-#include <dirent.h>
-#include <setjmp.h>
+#include "tmpfiles.h"
+
 #include <signal.h>
-#include <stdarg.h>
-#include <stddef.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
-#include <cmocka.h>
-
-static char dir[64];
-
-static int make_dir(void **state)
-{
-    (void)state;
-    snprintf(dir, sizeof dir, "/tmp/mp_npy_XXXXXX");
-    return mkdtemp(dir) ? 0 : -1;
-}
-
-static int remove_dir(void **state)
-{
-    (void)state;
-    DIR *d = opendir(dir);
-    struct dirent *de;
-    char p[512];
-    while (d && (de = readdir(d)))
-        if (de->d_name[0] != '.') {
-            snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
-            if (unlink(p) != 0)
-                rmdir(p);
-        }
-    if (d)
-        closedir(d);
-    return rmdir(dir);
-}
-
-static const char *at(const char *name)
-{
-    static char p[4][512];
-    static int k;
-    k = (k + 1) % 4;
-    snprintf(p[k], sizeof p[k], "%s/%s", dir, name);
-    return p[k];
-}
-
-static void write_bytes(const char *path, const void *p, size_t n)
-{
-    FILE *f = fopen(path, "wb");
-    assert_non_null(f);
-    assert_int_equal(fwrite(p, 1, n, f), n);
-    assert_int_equal(fclose(f), 0);
-}
 
 /* A .npy file: version major, the header dict text as given (padded to 64
  * with spaces and a newline, as NumPy does), then ndata bytes of data. */
@@ -79,17 +34,6 @@ static void write_npy(const char *path, int major, const char *dict, const void 
     if (ndata)
         memcpy(buf + pre + hlen, data, ndata);
     write_bytes(path, buf, pre + hlen + ndata);
-}
-
-/* The message names the file and contains every given word. */
-static void expect_msg(const MpErr *e, const char *path, const char *w1, const char *w2)
-{
-    print_message("    message: %s\n", e->msg);
-    assert_non_null(strstr(e->msg, path));
-    assert_null(strchr(e->msg, '\n'));
-    assert_non_null(strstr(e->msg, w1));
-    if (w2)
-        assert_non_null(strstr(e->msg, w2));
 }
 
 static void expect_refused(const char *path, const char *w1, const char *w2)
@@ -224,15 +168,15 @@ static void test_missing_and_not_npy(void **state)
 {
     (void)state;
     expect_refused(at("absent.npy"), "cannot open", NULL);
-    write_bytes(at("text.npy"), "hello world, not numpy", 22);
+    WRITE_LIT(at("text.npy"), "hello world, not numpy");
     expect_refused(at("text.npy"), "not a .npy file", "\\x93NUMPY");
-    write_bytes(at("zip.npy"), "PK\x03\x04 rest of a zip", 20);
+    WRITE_LIT(at("zip.npy"), "PK\x03\x04 rest of a zip");
     expect_refused(at("zip.npy"), "not a .npy file", ".npz");
-    write_bytes(at("empty.npy"), "", 0);
+    WRITE_LIT(at("empty.npy"), "");
     expect_refused(at("empty.npy"), "not a .npy file", NULL);
-    write_bytes(at("short.npy"), "\x93NUMPY\x01", 7);
+    WRITE_LIT(at("short.npy"), "\x93NUMPY\x01");
     expect_refused(at("short.npy"), "truncated", NULL);
-    write_bytes(at("v9.npy"), "\x93NUMPY\x09\x00\x10\x00{}", 12);
+    WRITE_LIT(at("v9.npy"), "\x93NUMPY\x09\x00\x10\x00{}");
     expect_refused(at("v9.npy"), "version 1.0, 2.0 or 3.0", "found 9.0");
     expect_refused(dir, "not a regular file", NULL);
 }
@@ -253,9 +197,9 @@ static void test_truncated(void **state)
     write_npy(at("long.npy"), 1, "{'descr': '<f4', 'fortran_order': False, 'shape': (2,), }", d, 12);
     expect_refused(at("long.npy"), "2 f32 (8 bytes)", "holds 12 bytes");
     /* the header itself cut short */
-    write_bytes(at("cut.npy"), "\x93NUMPY\x01\x00\x76\x00{'descr': '<f4', ", 26);
+    WRITE_LIT(at("cut.npy"), "\x93NUMPY\x01\x00\x76\x00{'descr': '<f4', ");
     expect_refused(at("cut.npy"), "truncated", "header");
-    write_bytes(at("cut2.npy"), "\x93NUMPY\x02\x00\x76\x00", 10);
+    WRITE_LIT(at("cut2.npy"), "\x93NUMPY\x02\x00\x76\x00");
     expect_refused(at("cut2.npy"), "truncated", NULL);
 }
 
@@ -391,7 +335,7 @@ static void test_atomic_failures(void **state)
     MpErr e = {{0}};
     assert_int_equal(write_fill("/nonexistent-dir/x.bin", 'a', 10, &e), -1);
     expect_msg(&e, "/nonexistent-dir/x.bin", "cannot create", NULL);
-    write_bytes(at("afile"), "x", 1);
+    WRITE_LIT(at("afile"), "x");
     assert_int_equal(write_fill(at("afile/x.bin"), 'a', 10, &e), -1);
     expect_msg(&e, at("afile/x.bin"), "cannot create", NULL);
     /* the target is a folder: the rename fails, the temp file goes */
@@ -504,8 +448,30 @@ static void test_json_and_errf(void **state)
     assert_string_equal(mp_dtype_name(MP_U8), "u8");
 }
 
+/* MP_NPY_IN=FILE: load FILE and print "dtype shape nbytes fnv1a64" or the
+ * error, for tests/t_tools.sh to compare with what NumPy wrote. */
+static int describe(const char *path)
+{
+    MpArray a;
+    MpErr e;
+    if (mp_npy_load(path, &a, &e)) {
+        printf("error: %s\n", e.msg);
+        return 1;
+    }
+    char shp[160];
+    uint64_t h = 1469598103934665603ULL;
+    for (int64_t i = 0; i < a.nbytes; i++)
+        h = (h ^ ((unsigned char *)a.data)[i]) * 1099511628211ULL;
+    printf("%s %s %lld %016llx\n", mp_dtype_name(a.dtype), mp_shape_str(shp, sizeof shp, a.rank, a.shape),
+           (long long)a.nbytes, (unsigned long long)h);
+    mp_array_free(&a);
+    return 0;
+}
+
 int main(void)
 {
+    if (getenv("MP_NPY_IN"))
+        return describe(getenv("MP_NPY_IN"));
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_round_trips),
         cmocka_unit_test(test_saved_header_text),

@@ -2,46 +2,11 @@
  * with metadata, the exact bytes written, headers as other writers make
  * them, and every refusal (one line naming the file and the tensor).
  * With MP_ST_OUT=FILE set it also writes a known checkpoint there, which
- * tests/t_tools.sh reads back with an independent Python reader. */
+ * tests/t_tools.sh reads back with an independent Python reader; with
+ * MP_ST_IN=FILE it describes FILE (see describe()). */
 #include "mp_safetensors.h"
 
-#include <dirent.h>
-#include <setjmp.h>
-#include <stdarg.h>
-#include <stddef.h>
-#include <cmocka.h>
-
-static char dir[64];
-
-static int make_dir(void **state)
-{
-    (void)state;
-    snprintf(dir, sizeof dir, "/tmp/mp_st_XXXXXX");
-    return mkdtemp(dir) ? 0 : -1;
-}
-
-static int remove_dir(void **state)
-{
-    (void)state;
-    DIR *d = opendir(dir);
-    struct dirent *de;
-    char p[512];
-    while (d && (de = readdir(d)))
-        if (de->d_name[0] != '.') {
-            snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
-            unlink(p);
-        }
-    if (d)
-        closedir(d);
-    return rmdir(dir);
-}
-
-static const char *at(const char *name)
-{
-    static char p[512];
-    snprintf(p, sizeof p, "%s/%s", dir, name);
-    return p;
-}
+#include "tmpfiles.h"
 
 /* A file of: the 8-byte length of header, header, then ndata bytes. */
 static void write_st(const char *path, const char *header, const void *data, size_t ndata)
@@ -59,16 +24,6 @@ static void write_st(const char *path, const char *header, const void *data, siz
     assert_int_equal(fclose(f), 0);
 }
 
-static void expect_msg(const MpErr *e, const char *path, const char *w1, const char *w2)
-{
-    print_message("    message: %s\n", e->msg);
-    assert_non_null(strstr(e->msg, path));
-    assert_null(strchr(e->msg, '\n'));
-    assert_non_null(strstr(e->msg, w1));
-    if (w2)
-        assert_non_null(strstr(e->msg, w2));
-}
-
 static void expect_refused(const char *path, const char *w1, const char *w2)
 {
     MpStFile f;
@@ -82,7 +37,7 @@ static void expect_refused(const char *path, const char *w1, const char *w2)
 /* ---- the known checkpoint (also read by tests/t_tools.sh) ---------------
  * w: F32 [2, 3] = 0.5 i - 1;  step: I32 [] = 1234;  h: F16 [4] = bits
  * 0x3c00 + i;  b: BF16 [2] = bits 0x3f80 + i;  u: U8 [5] = 250 + i;
- * empty: F32 [0, 3].  Metadata: model = "mlp", note = "a \"q\"\n\u00e9". */
+ * empty: F32 [0, 3].  Metadata: model = "mnist", note = "a \"q\"\n\u00e9". */
 static float w[6];
 static int32_t step = 1234;
 static uint16_t h16[4], b16[2];
@@ -108,7 +63,7 @@ static int known(MpTensor *t)
 }
 
 static const char *const meta_k[] = {"model", "note"};
-static const char *const meta_v[] = {"mlp", "a \"q\"\n\xc3\xa9"};
+static const char *const meta_v[] = {"mnist", "a \"q\"\n\xc3\xa9"};
 
 static void test_round_trip(void **state)
 {
@@ -131,7 +86,7 @@ static void test_round_trip(void **state)
             assert_memory_equal(g->data, t[i].data, (size_t)mp_st_nbytes(&t[i]));
     }
     assert_null(mp_st_find(&f, "nope"));
-    assert_string_equal(mp_st_meta(&f, "model"), "mlp");
+    assert_string_equal(mp_st_meta(&f, "model"), "mnist");
     assert_string_equal(mp_st_meta(&f, "note"), meta_v[1]);
     assert_null(mp_st_meta(&f, "step"));
     /* the data starts at a multiple of 8 and is laid out in order */
@@ -345,10 +300,43 @@ static int write_known_for_python(const char *path)
     return 0;
 }
 
+/* MP_ST_IN=FILE: load FILE and print its metadata (as JSON strings) and
+ * tensors (name, dtype, shape, data in hex) one per line, or the error, for tests/t_tools.sh. */
+static int describe(const char *path)
+{
+    MpStFile f;
+    MpErr e;
+    if (mp_st_load(path, &f, &e)) {
+        printf("error: %s\n", e.msg);
+        return 1;
+    }
+    for (int i = 0; i < f.nmeta; i++) {
+        MpBuf b = {NULL, 0, 0, 0};
+        mp_buf_json_str(&b, f.meta_keys[i]);
+        mp_buf_puts(&b, " ");
+        mp_buf_json_str(&b, f.meta_vals[i]);
+        printf("meta %s\n", b.p);
+        mp_buf_free(&b);
+    }
+    for (int i = 0; i < f.n; i++) {
+        const MpTensor *t = &f.tensors[i];
+        char shp[160];
+        printf("tensor %s %s %s ", t->name, mp_st_dtype_names_[t->dtype],
+               mp_shape_str(shp, sizeof shp, t->rank, t->shape));
+        for (int64_t k = 0; k < mp_st_nbytes(t); k++)
+            printf("%02x", ((const unsigned char *)t->data)[k]);
+        printf("\n");
+    }
+    mp_st_close(&f);
+    return 0;
+}
+
 int main(void)
 {
     if (getenv("MP_ST_OUT"))
         return write_known_for_python(getenv("MP_ST_OUT"));
+    if (getenv("MP_ST_IN"))
+        return describe(getenv("MP_ST_IN"));
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_round_trip),
         cmocka_unit_test(test_exact_bytes),
