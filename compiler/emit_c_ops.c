@@ -98,7 +98,7 @@ void emit_c_RSQRT_GRAD(Emit *e, const IrNode *n) { unary_grad(e, n, "rsqrt_grad"
  * regenerates it, and evaluation (not training) passes values through. */
 static void dropout(Emit *e, const IrNode *n, const IrNode *fwd, const char *k)
 {
-    em(e, "    mp_k_%s(%s, %s, %lld, run->training ? %.9gf : 0.0f,\n"
+    em(e, "    mp_k_%s(%s, %s, %lld, run->training ? (float)%.9g : 0.0f,\n"
           "              run->seed, run->step, run->micro, %d);\n",
        k, arg(e, n), arg(e, IN(0)), N(n), fwd->fa[0], fwd->id);
 }
@@ -111,10 +111,10 @@ void emit_c_FLATTEN(Emit *e, const IrNode *n) { (void)e; (void)n; /* shares its 
 void emit_c_TRANSPOSE(Emit *e, const IrNode *n)
 {
     const IrNode *x = IN(0);
-    char perm[MP_MAX_RANK * 4 + 1] = "";
+    char perm[MP_MAX_RANK * 24 + 1] = "";
     for (int i = 0; i < x->shape.rank; i++)
         snprintf(perm + strlen(perm), sizeof perm - strlen(perm), "%s%d", i ? ", " : "", (int)n->ia[i]);
-    em(e, "    mp_k_transpose(%s, %s, %d, (const int64_t[]){%s}, (const int[]){%s});\n", arg(e, n),
+    em(e, "    mp_k_transpose(%s, %s, %d, (const int64_t[]){%s}, (const int64_t[]){%s});\n", arg(e, n),
        arg(e, x), x->shape.rank, dims_list(e, &x->shape), perm);
 }
 
@@ -246,7 +246,7 @@ void emit_c_EXPAND(Emit *e, const IrNode *n)
 {
     long long o, l, i;
     around_axis(n, n->ia[0], &o, &l, &i);
-    em(e, "    mp_k_expand(%s, %s, %lld, %lld, %lld, %.9gf);\n", arg(e, n), arg(e, IN(0)), o, l, i,
+    em(e, "    mp_k_expand(%s, %s, %lld, %lld, %lld, (float)%.9g);\n", arg(e, n), arg(e, IN(0)), o, l, i,
        n->fa[0]);
 }
 
@@ -270,21 +270,21 @@ void emit_c_LOG_SOFTMAX_GRAD(Emit *e, const IrNode *n) { softmax_grad(e, n, "log
 void emit_c_LAYER_NORM(Emit *e, const IrNode *n)
 {
     const IrNode *x = IN(0);
-    em(e, "    mp_k_layer_norm(%s, %s, %s, %s, %lld, %lld, %.9gf);\n", arg(e, n), arg(e, x),
+    em(e, "    mp_k_layer_norm(%s, %s, %s, %s, %lld, %lld, (float)%.9g);\n", arg(e, n), arg(e, x),
        arg(e, IN(1)), arg(e, IN(2)), N(x) / dim(x, -1), dim(x, -1), n->fa[0]);
 }
 
 void emit_c_LAYER_NORM_DX(Emit *e, const IrNode *n)
 {
     const IrNode *x = IN(1);
-    em(e, "    mp_k_layer_norm_dx(%s, %s, %s, %s, %lld, %lld, %.9gf);\n", arg(e, n), arg(e, IN(0)),
+    em(e, "    mp_k_layer_norm_dx(%s, %s, %s, %s, %lld, %lld, (float)%.9g);\n", arg(e, n), arg(e, IN(0)),
        arg(e, x), arg(e, IN(2)), N(x) / dim(x, -1), dim(x, -1), n->grad_of->fa[0]);
 }
 
 void emit_c_LAYER_NORM_DW(Emit *e, const IrNode *n)
 {
     const IrNode *x = IN(1);
-    em(e, "    mp_k_layer_norm_dw(%s, %s, %s, %lld, %lld, %.9gf, 0.0f);\n", arg(e, n), arg(e, IN(0)),
+    em(e, "    mp_k_layer_norm_dw(%s, %s, %s, %lld, %lld, (float)%.9g, 0.0f);\n", arg(e, n), arg(e, IN(0)),
        arg(e, x), N(x) / dim(x, -1), dim(x, -1), n->grad_of->fa[0]);
 }
 
@@ -292,7 +292,7 @@ void emit_c_BATCH_NORM(Emit *e, const IrNode *n)
 {
     long long b, c, s;
     ncs(IN(0), &b, &c, &s);
-    em(e, "    mp_k_batch_norm(%s, %s, %s, %s,\n                    %s, %s, %lld, %lld, %lld, %.9gf, %.9gf, "
+    em(e, "    mp_k_batch_norm(%s, %s, %s, %s,\n                    %s, %s, %lld, %lld, %lld, (float)%.9g, (float)%.9g, "
           "run->training);\n",
        arg(e, n), arg(e, IN(0)), arg(e, IN(1)), arg(e, IN(2)), cname(e, IN(3)), cname(e, IN(4)), b, c,
        s, n->fa[0], n->fa[1]);
@@ -302,7 +302,7 @@ void emit_c_BATCH_NORM_DX(Emit *e, const IrNode *n)
 {
     long long b, c, s;
     ncs(IN(1), &b, &c, &s);
-    em(e, "    mp_k_batch_norm_dx(%s, %s, %s, %s, %lld, %lld, %lld, %.9gf);\n", arg(e, n), arg(e, IN(0)),
+    em(e, "    mp_k_batch_norm_dx(%s, %s, %s, %s, %lld, %lld, %lld, (float)%.9g);\n", arg(e, n), arg(e, IN(0)),
        arg(e, IN(1)), arg(e, IN(2)), b, c, s, n->grad_of->fa[1]);
 }
 
@@ -310,7 +310,7 @@ void emit_c_BATCH_NORM_DW(Emit *e, const IrNode *n)
 {
     long long b, c, s;
     ncs(IN(1), &b, &c, &s);
-    em(e, "    mp_k_batch_norm_dw(%s, %s, %s, %lld, %lld, %lld, %.9gf, 0.0f);\n", arg(e, n),
+    em(e, "    mp_k_batch_norm_dw(%s, %s, %s, %lld, %lld, %lld, (float)%.9g, 0.0f);\n", arg(e, n),
        arg(e, IN(0)), arg(e, IN(1)), b, c, s, n->grad_of->fa[1]);
 }
 
