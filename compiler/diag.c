@@ -32,6 +32,7 @@ static bool stopped;     /* the "too many errors" line was printed */
 /* The line last looked up, so that messages in file order cost O(text). */
 static struct {
     const SrcFile *file;
+    const char *text;    /* a new file may come at the same address */
     int line;
     long off;
 } cache;
@@ -60,7 +61,7 @@ static long line_start(const SrcFile *f, int line)
 {
     long off = 0;
     int at = 1;
-    if (cache.file == f && cache.line <= line) {
+    if (cache.file == f && cache.text == f->text && cache.line <= line) {
         off = cache.off;
         at = cache.line;
     }
@@ -72,6 +73,7 @@ static long line_start(const SrcFile *f, int line)
         at++;
     }
     cache.file = f;
+    cache.text = f->text;
     cache.line = line;
     cache.off = off;
     return off;

@@ -119,6 +119,8 @@ static Expr *binary(Parser *p, int op, SrcLoc at, Expr *l, Expr *r);
 static Expr *call(Parser *p, const char *name, SrcLoc at, ArgVec *a, SrcLoc close);
 static void add_arg(Parser *p, ArgVec *a, Expr *e, const Kwarg *kw);
 static Stmt *new_stmt(Parser *p, StmtKind k, SrcLoc loc);
+static void add_name(Parser *p, Vec *names, const char *name, SrcLoc at);
+static void plain(const char *name, SrcLoc at);
 static Stmt *named(Parser *p, StmtKind k, SrcLoc loc, const char *name, SrcLoc name_loc);
 static void set_body(Stmt *s, Vec *body);
 static void set_dims(Stmt *s, Vec *dims);
@@ -247,8 +249,8 @@ opt_names: %empty               { $$ = (Vec){0}; }
          | names                { $$ = $1; }
          | names ','            { $$ = $1; }
          ;
-names: NAME                     { $$ = (Vec){0}; Kwarg k = {$1, @1, NULL}; vec_push(p->arena, &$$, &k, sizeof k); }
-     | names ',' NAME           { $$ = $1; Kwarg k = {$3, @3, NULL}; vec_push(p->arena, &$$, &k, sizeof k); }
+names: NAME                     { $$ = (Vec){0}; add_name(p, &$$, $1, @1); }
+     | names ',' NAME           { $$ = $1; add_name(p, &$$, $3, @3); }
      ;
 
 /* tbody = "{" { titem NEWLINE } [titem] "}" */
@@ -437,6 +439,7 @@ static void add_arg(Parser *p, ArgVec *a, Expr *e, const Kwarg *kw)
         vec_push(p->arena, &a->args, &e, sizeof e);
         return;
     }
+    plain(kw->key, kw->key_loc);
     for (int i = 0; i < a->kwargs.n; i++) {
         const Kwarg *old = &((Kwarg *)a->kwargs.v)[i];
         if (strcmp(old->key, kw->key) == 0) {
@@ -456,12 +459,35 @@ static Stmt *new_stmt(Parser *p, StmtKind k, SrcLoc loc)
     return s;
 }
 
+/* A name being declared is plain: dotted names refer to parameters (a
+ * `param` may be declared under one, like a checkpoint's tensor). */
+static void plain(const char *name, SrcLoc at)
+{
+    if (strchr(name, '.'))
+        diag_error(at, "expected a plain name, found '%s' (dotted names refer to parameters)", name);
+}
+
 static Stmt *named(Parser *p, StmtKind k, SrcLoc loc, const char *name, SrcLoc name_loc)
 {
+    if (k != ST_PARAM)
+        plain(name, name_loc);
     Stmt *s = new_stmt(p, k, loc);
     s->name = name;
     s->name_loc = name_loc;
     return s;
+}
+
+/* A block's formal parameter: plain, and each once. */
+static void add_name(Parser *p, Vec *names, const char *name, SrcLoc at)
+{
+    plain(name, at);
+    for (int i = 0; i < names->n; i++)
+        if (strcmp(((Kwarg *)names->v)[i].key, name) == 0) {
+            diag_error(at, "parameter '%s' is named twice", name);
+            return;
+        }
+    Kwarg k = {name, at, NULL};
+    vec_push(p->arena, names, &k, sizeof k);
 }
 
 static void set_body(Stmt *s, Vec *body)
@@ -491,6 +517,8 @@ static void check_init(Expr *init)
 /* A train block sets each key once. */
 static void check_item(Parser *p, Vec *items, const TrainItem *it)
 {
+    if (strcmp(it->key, "minimize") != 0)
+        plain(it->key, it->loc);
     for (int i = 0; i < items->n; i++) {
         const TrainItem *old = &((TrainItem *)items->v)[i];
         if (strcmp(old->key, it->key) == 0) {

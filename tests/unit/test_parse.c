@@ -135,6 +135,7 @@ static void test_statements(void **state)
     check_tree("model m\n"
                "param w: [784, 10] = normal(0.01)\n"
                "param s: [] = zeros()\n"
+               "param enc.w: [2] = ones()\n"
                "precision f32 { y = a }\n"
                "block mlp(x, d) {\n"
                "  h = gelu(linear(x, 4 * d))\n"
@@ -151,6 +152,7 @@ static void test_statements(void **state)
                "(model m)\n"
                "(param w [784 10] (call normal 0.01))\n"
                "(param s [] (call zeros))\n"
+               "(param enc.w [2] (call ones))\n"
                "(precision f32\n"
                "  (= y a))\n"
                "(block mlp (x d)\n"
@@ -297,6 +299,10 @@ static void test_syntax_errors(void **state)
     check_error("model m\nx = f(a,, b)\n", "expected an expression or ')', found ','");
     check_error("model m\nparam w: f32[3] = zeros()\n", "a parameter has no type");
     check_error("model m\nx = f32 * y\n", "expected '(', found '*'");
+    check_error("model m\nh.weight = 1\n", "expected a plain name, found 'h.weight' (dotted names");
+    check_error("model m\nx = f(a.b = 1)\n", "expected a plain name, found 'a.b'");
+    check_error("model m\nblock f(x, x) {\n}\n", "parameter 'x' is named twice");
+    check_error("model m\nrepeat 2 as a.b {\n}\n", "expected a plain name, found 'a.b'");
     check_error("model m\nblock f(x) {\n  y = 1\n",
                 "t.mp:3:8: error: expected '}' (to close 'block' at line 2), found end of file");
     check_error("model m\nx = \n", "expected an expression, found end of line");
