@@ -103,6 +103,16 @@ static long display_col(const char *s, long i)
     return d;
 }
 
+/* Display width of the n bytes of s from byte i (at display column d),
+ * counted only as far as `cap`: a message on a huge line costs
+ * O(its column), not O(the line). */
+static long display_width(const char *s, long i, long d, long n, long cap)
+{
+    for (long k = i; k < n && d <= cap; k++)
+        d += width_at(s[k], d);
+    return d;
+}
+
 /* Print the display columns [from, to) of line s (n bytes). */
 static void print_window(FILE *f, const char *s, long n, long from, long to)
 {
@@ -131,15 +141,13 @@ static void print_source(FILE *f, SrcLoc at)
     long len = at.len < 1 ? 1 : at.len;
     if (len > n - col)
         len = n - col < 1 ? 1 : n - col;
-    long width = display_col(s, n);
-    long c0 = display_col(s, col), c1 = display_col(s, col + len);
-    if (c1 <= c0)
-        c1 = c0 + 1;
-    long from = 0, to = width;
-    if (width > SHOW_WIDTH) {
-        from = c0 > SHOW_LEFT ? c0 - SHOW_LEFT : 0;
-        to = from + SHOW_WIDTH < width ? from + SHOW_WIDTH : width;
-    }
+    long c0 = display_col(s, col);
+    long from = c0 > SHOW_LEFT ? c0 - SHOW_LEFT : 0;
+    long width = display_width(s, col, c0, n, from + SHOW_WIDTH);
+    if (width <= SHOW_WIDTH)
+        from = 0;                          /* the whole line fits */
+    long to = from + SHOW_WIDTH < width ? from + SHOW_WIDTH : width;
+    long c1 = display_width(s, col, c0, col + len, to);
     const char *lead = from > 0 ? "..." : "";
     fprintf(f, INDENT "%s", lead);
     print_window(f, s, n, from, to);

@@ -553,11 +553,13 @@ static const char *expected_name(yysymbol_kind_t k)
 }
 
 /* How the lookahead is named in "found ..." */
-static const char *found_name(const yypcontext_t *ctx, Parser *p, char *buf, size_t n)
+static void found_name(const yypcontext_t *ctx, Parser *p, char *buf, size_t n)
 {
     yysymbol_kind_t k = yypcontext_token(ctx);
-    if (k == YYSYMBOL_YYEOF || k == YYSYMBOL_NEWLINE)
-        return yysymbol_name(k);
+    if (k == YYSYMBOL_YYEOF || k == YYSYMBOL_NEWLINE) {
+        snprintf(buf, n, "%s", yysymbol_name(k));
+        return;
+    }
     int len = p->tok_len;
     const char *dots = "";
     if (len > 40) {
@@ -565,7 +567,6 @@ static const char *found_name(const yypcontext_t *ctx, Parser *p, char *buf, siz
         dots = "...";
     }
     snprintf(buf, n, "'%.*s%s'", len, p->file->text + p->tok_off, dots);
-    return buf;
 }
 
 typedef struct Group {
@@ -648,11 +649,13 @@ static int yyreport_syntax_error(const yypcontext_t *ctx, Parser *p)
     yysymbol_kind_t exp[YYNTOKENS];
     int n = yypcontext_expected_tokens(ctx, exp, YYNTOKENS);
     char want[512], found[64];
-    if (n <= 0)
-        snprintf(want, sizeof want, "unexpected token");
-    else
+    found_name(ctx, p, found, sizeof found);
+    if (n <= 0) {
+        diag_error(*at, "unexpected %s", found);
+    } else {
         say_expected(ctx, p, exp, n, want, sizeof want);
-    diag_error(*at, "%s, found %s", want, found_name(ctx, p, found, sizeof found));
+        diag_error(*at, "%s, found %s", want, found);
+    }
     if (p->has_open_before && p->open_before.loc.line < at->line)
         lex_drop_brackets(p);
     return 0;
