@@ -13,9 +13,12 @@
  * Recovery is at statement level: `lines: lines error NEWLINE` skips to the
  * end of the statement; a '{' thrown away by the recovery makes the scanner
  * skip its whole body (see the %destructor), so that one bad block header
- * gives one error, not one per line of the block.
+ * gives one error, not one per line of the block; an error on a line below
+ * an open '(' drops that bracket (lex_drop_brackets), so that one missing
+ * ')' does not swallow the rest of the file.
  * Invariants: %expect 0; the scanner bounds nesting at AST_MAX_DEPTH, so
- * the parser stack (YYMAXDEPTH) can never run out on any input. */
+ * the parser stack (YYMAXDEPTH) can never run out on any input; the
+ * actions bound an expression's height at AST_MAX_HEIGHT. */
 %require "3.8"
 %define api.pure full
 %define api.location.type {SrcLoc}
@@ -84,10 +87,6 @@ int yyparse(Parser *p);
 void lex_begin(Parser *p);
 void lex_end(Parser *p);
 void lex_drop_brackets(Parser *p);   /* after an error on a later line */
-
-/* parser.y helpers used by the scanner */
-void vec_push(Arena *a, Vec *v, const void *elem, size_t size);
-SrcLoc span_join(SrcLoc a, SrcLoc b);
 }
 
 %union {
@@ -97,7 +96,6 @@ SrcLoc span_join(SrcLoc a, SrcLoc b);
     TypeName ty;
     Vec vec;
     ArgVec av;
-    Kwarg kw;
     TrainItem item;
 }
 
@@ -112,6 +110,9 @@ static void yyerror(const SrcLoc *loc, Parser *p, const char *msg);
 #define YYLLOC_DEFAULT(Cur, Rhs, N) ((Cur) = (N) ? YYRHSLOC(Rhs, 1) : YYRHSLOC(Rhs, 0))
 #define YYMAXDEPTH 20000
 #define SPAN_TO_EOL (1 << 20)
+
+static void vec_push(Arena *a, Vec *v, const void *elem, size_t size);
+static SrcLoc span_join(SrcLoc a, SrcLoc b);
 
 static Expr *new_expr(Parser *p, ExprKind k, SrcLoc loc);
 static void above(Parser *p, Expr *e, const Expr *child);
@@ -355,7 +356,7 @@ arglist: expr                   { $$ = (ArgVec){{0}, {0}}; add_arg(p, &$$, $1, N
 
 %%
 
-void vec_push(Arena *a, Vec *v, const void *elem, size_t size)
+static void vec_push(Arena *a, Vec *v, const void *elem, size_t size)
 {
     if (v->n == v->cap) {
         int cap = v->cap ? v->cap * 2 : 4;
@@ -368,7 +369,7 @@ void vec_push(Arena *a, Vec *v, const void *elem, size_t size)
 
 /* From the start of a to the end of b; a span over several lines covers
  * the rest of its first line (diag clips it there). */
-SrcLoc span_join(SrcLoc a, SrcLoc b)
+static SrcLoc span_join(SrcLoc a, SrcLoc b)
 {
     if (b.line == a.line && b.col + b.len > a.col)
         a.len = b.col + b.len - a.col;
@@ -625,7 +626,7 @@ static void say_expected(const yypcontext_t *ctx, Parser *p, const yysymbol_kind
     const char *parts[YYNTOKENS + 4];
     int np = expected_parts(exp, n, parts);
     const Bracket *b = p->has_open_before ? &p->open_before : NULL;
-    char closer = !b ? 0 : b->ch == '(' ? ')' : b->ch == '[' ? ']' : '}';
+    int closer = !b ? 0 : b->ch == '(' ? ')' : b->ch == '[' ? ']' : '}';
     if (closer && !has(exp, n, closer))
         closer = 0;
     bool eof = yypcontext_token(ctx) == YYSYMBOL_YYEOF;
