@@ -164,12 +164,16 @@ lines: %empty                   { $$ = (Vec){0}; }
      | lines error NEWLINE      { $$ = $1; yyerrok; }
      ;
 
-/* body = "{" lines [stmt] "}" ; the last statement may share the '}' line */
-/* ($1 is "used" since '{' has a %destructor, which gives it a value) */
-body: '{' lines '}'             { (void)$1; $$ = $2; }
-    | '{' lines stmt '}'        { (void)$1; $$ = $2; vec_push(p->arena, &$$, &$3, sizeof $3); }
-    | '{' lines error '}'       { (void)$1; $$ = $2; yyerrok; }
+/* body = {NEWLINE} "{" lines [stmt] "}" ; the last statement may share
+ * the '}' line, and the '{' may stand on a line of its own.
+ * ($2 is "used" since '{' has a %destructor, which gives it a value) */
+body: nls '{' lines '}'         { (void)$2; $$ = $3; }
+    | nls '{' lines stmt '}'    { (void)$2; $$ = $3; vec_push(p->arena, &$$, &$4, sizeof $4); }
+    | nls '{' lines error '}'   { (void)$2; $$ = $3; yyerrok; }
     ;
+nls: %empty
+   | nls NEWLINE
+   ;
 
 stmt: MODEL NAME                { $$ = named(p, ST_MODEL, @1, $2, @2); }
     | CONST NAME '=' expr       { $$ = named(p, ST_CONST, @1, $2, @2); $$->value = $4; }
@@ -255,9 +259,9 @@ names: NAME                     { $$ = (Vec){0}; add_name(p, &$$, $1, @1); }
      ;
 
 /* tbody = "{" { titem NEWLINE } [titem] "}" */
-tbody: '{' tlines '}'           { (void)$1; $$ = $2; }
-     | '{' tlines titem '}'     { (void)$1; $$ = $2; check_item(p, &$$, &$3); }
-     | '{' tlines error '}'     { (void)$1; $$ = $2; yyerrok; }
+tbody: nls '{' tlines '}'       { (void)$2; $$ = $3; }
+     | nls '{' tlines titem '}' { (void)$2; $$ = $3; check_item(p, &$$, &$4); }
+     | nls '{' tlines error '}' { (void)$2; $$ = $3; yyerrok; }
      ;
 tlines: %empty                  { $$ = (Vec){0}; }
       | tlines NEWLINE          { $$ = $1; }
@@ -638,7 +642,8 @@ static void say_expected(const yypcontext_t *ctx, Parser *p, const yysymbol_kind
     for (int i = 0; i < np && at < size; i++)
         at += (size_t)snprintf(buf + at, size - at, "%s%s", i == 0 ? "" : i == np - 1 ? " or " : ", ",
                                parts[i]);
-    if (closer && at < size && b->loc.line != yypcontext_location(ctx)->line)
+    if (closer && (np == 1 || closer != '}') && at < size &&
+        b->loc.line != yypcontext_location(ctx)->line)
         snprintf(buf + at, size - at, " (to close '%s' at line %d)", b->what, b->loc.line);
 }
 

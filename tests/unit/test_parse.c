@@ -241,6 +241,8 @@ static void test_newlines(void **state)
                "(train\n"
                "  (steps 1))\n");
     check_tree("model m", "(model m)\n");                /* no final newline */
+    check_tree("model m\nblock f()\n\n  # c\n{\n return 1\n}\ntrain\n{ steps = 1 }\n",
+               "(model m)\n(block f ()\n  (return 1))\n(train\n  (steps 1))\n");
     check_error("model m\nx = 1 y = 2\n", "expected an operator or end of line, found 'y'");
 }
 
@@ -305,6 +307,11 @@ static void test_syntax_errors(void **state)
     check_error("model m\nrepeat 2 as a.b {\n}\n", "expected a plain name, found 'a.b'");
     check_error("model m\nblock f(x) {\n  y = 1\n",
                 "t.mp:3:8: error: expected '}' (to close 'block' at line 2), found end of file");
+    check_error("model m\nblock f(x)\n{\n  y = 1\n",
+                "t.mp:4:8: error: expected '}' (to close 'block' at line 3), found end of file");
+    check_error("model m\nrepeat 2 as r {\n 1 + 2\n}\n", "t.mp:3:2: error: expected a statement or '}', found '1'");
+    check_error("model m\ntrain {\n 3\n}\n", "expected a train setting or '}', found '3'");
+    check_error("model m\nrepeat 3 {\n}\n", "expected an operator or 'as', found '{'");
     check_error("model m\nx = \n", "expected an expression, found end of line");
     check_error("model m\ninput x f32[3]\n", "expected ':', found 'f32'");
     check_error("model m\ninput x: f32[]\n", "expected the input's dimensions");
