@@ -109,6 +109,10 @@ typedef struct Ctx {
     /* repeat copies: redefinitions are allowed across copies only */
     int iter, repeat_base, next_iter;
     int depth;              /* nested block calls */
+    Scope frames[SEMA_MAX_DEPTH + 1];   /* a block call's scope at each depth,
+                                           its table reused by the next call
+                                           at that depth (millions of calls
+                                           must not each allocate one) */
     int nest;               /* nested statement lists (1: the model's own) */
     Block **path;           /* cycle search: the blocks being visited */
     int npath;
@@ -1335,6 +1339,12 @@ static Val call_block(Ctx *c, const Expr *e, Block *b)
     }
     for (int i = 0; i < bs->nparams; i++)
         spec[i] = (ArgSpec)REQ(bs->params[i], A_ANY);
+    if (e->nargs > bs->nparams) {   /* `name` is only ever a keyword */
+        const char *sig = signature(c, bs->name, spec);
+        diag_error(e->args[bs->nparams]->loc, "block %s takes %d argument%s, got %d", sig,
+                   bs->nparams, bs->nparams == 1 ? "" : "s", e->nargs);
+        return verr;
+    }
     spec[bs->nparams] = (ArgSpec)ABS("name", A_STR);
     Args a;
     if (!bind_args(c, e, bs->name, spec, &a))
@@ -1350,8 +1360,9 @@ static Val call_block(Ctx *c, const Expr *e, Block *b)
         return verr;
 
     Frame saved = enter(c);
-    Scope sc = {.parent = c->top, .block = b};
-    c->scope = &sc;
+    Scope *sc = &c->frames[c->depth];
+    *sc = (Scope){sc->syms, 0, sc->cap, c->top, b};
+    c->scope = sc;
     if (b->has_params)
         c->prefix = arena_printf(c->a, "%s%s.", c->prefix, layer);
     for (int i = 0; i < bs->nparams; i++)
@@ -1595,12 +1606,22 @@ static void st_repeat(Ctx *c, const Stmt *s)
     int iter = c->iter, base = c->repeat_base;
     c->repeat_base = c->next_iter + 1;
     for (int64_t i = 0; i < n && !c->stop && !diag_too_many(); i++) {
-        int errs = diag_error_count();
+        int errs = diag_error_count(), before = c->g->nnodes;
         c->iter = ++c->next_iter;
         c->prefix = arena_printf(c->a, "%s%s.%lld.", prefix, s->name, (long long)i);
         run_body(c, s->body, s->nbody);
         if (diag_error_count() > errs)
             break;                 /* each copy would say the same */
+        /* every copy makes as many nodes as the first: refuse a repeat too
+         * large before expanding it, not after filling memory */
+        int64_t per_copy = c->g->nnodes - before;
+        if (i == 0 && per_copy > 0 && (n - 1) > (SEMA_MAX_NODES - c->g->nnodes) / per_copy) {
+            diag_error(s->value->loc, "repeat %lld as %s would make about %lld operations (%lld per "
+                       "copy); a model may have at most %d", (long long)n, s->name,
+                       (long long)(n > INT64_MAX / per_copy ? INT64_MAX : n * per_copy),
+                       (long long)per_copy, SEMA_MAX_NODES);
+            break;
+        }
     }
     c->prefix = prefix;
     c->iter = iter;
