@@ -196,30 +196,35 @@ void diag_note(SrcLoc at, const char *fmt, ...)
     va_end(ap);
 }
 
-/* Levenshtein distance, giving up (returning limit + 1) beyond `limit`. */
+/* Edit distance counting a swap of two neighbours as one edit ("rleu" is
+ * one typo away from "relu"), giving up (limit + 1) beyond `limit`. */
 static int distance(const char *a, const char *b, int limit)
 {
     int na = (int)strlen(a), nb = (int)strlen(b);
     if (na > 255 || nb > 255 || abs(na - nb) > limit)
         return limit + 1;
-    int row[256];
+    int rows[3][256];                      /* rows i-2, i-1, i (rotating) */
     for (int j = 0; j <= nb; j++)
-        row[j] = j;
+        rows[0][j] = j;
     for (int i = 1; i <= na; i++) {
-        int diag = row[0], best = row[0] = i;
+        int *cur = rows[i % 3], *up = rows[(i - 1) % 3], *up2 = rows[(i - 2 + 3) % 3];
+        int best = cur[0] = i;
         for (int j = 1; j <= nb; j++) {
-            int up = row[j];
-            int sub = diag + (a[i - 1] != b[j - 1]);
-            int d = sub < up + 1 ? sub : up + 1;
-            row[j] = d < row[j - 1] + 1 ? d : row[j - 1] + 1;
-            diag = up;
-            if (row[j] < best)
-                best = row[j];
+            int d = up[j - 1] + (a[i - 1] != b[j - 1]);
+            if (up[j] + 1 < d)
+                d = up[j] + 1;
+            if (cur[j - 1] + 1 < d)
+                d = cur[j - 1] + 1;
+            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] && up2[j - 2] + 1 < d)
+                d = up2[j - 2] + 1;
+            cur[j] = d;
+            if (d < best)
+                best = d;
         }
         if (best > limit)
             return limit + 1;
     }
-    return row[nb];
+    return rows[na % 3][nb];
 }
 
 const char *diag_suggest(const char *name, const char *const *cands, int n)
@@ -229,8 +234,10 @@ const char *diag_suggest(const char *name, const char *const *cands, int n)
     const char *best = NULL;
     int best_d = limit + 1;
     for (int i = 0; i < n; i++) {
-        if (!cands[i] || strcmp(cands[i], name) == 0)
+        if (!cands[i])
             continue;
+        if (strcmp(cands[i], name) == 0)
+            return NULL;                   /* a known name is no typo */
         int d = distance(name, cands[i], limit);
         if (d < best_d) {
             best_d = d;

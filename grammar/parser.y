@@ -188,6 +188,16 @@ stmt: MODEL NAME                { $$ = named(p, ST_MODEL, @1, $2, @2); }
             $$->value = $8;
             check_init($8);
         }
+    | PARAM NAME ':' TYPE '[' list ']' '=' expr
+        {
+            $$ = named(p, ST_PARAM, @1, $2, @2);
+            $$->type = TY_F32;
+            $$->type_loc = @4;
+            set_dims($$, &$6);
+            $$->value = $9;
+            diag_error(@4, "a parameter has no type: it is always kept in f32 (write 'param %s: [...] = ...')",
+                       $2);
+        }
     | NAME '=' expr             { $$ = named(p, ST_ASSIGN, @1, $1, @1); $$->value = $3; }
     | NAME ':' TYPE '=' expr
         {
@@ -533,23 +543,24 @@ static const char *found_name(const yypcontext_t *ctx, Parser *p, char *buf, siz
 typedef struct Group {
     int key;                    /* the group is used when this is expected */
     const char *say;
-    int members[12];            /* token codes: NAME, '(' ... */
+    int members[16];            /* token codes: NAME, '(' ..., then -1 */
 } Group;
 
 static const Group groups[] = {
+    /* where a statement may start, an empty line or the end may come too */
     {MODEL, "a statement", {MODEL, CONST, INPUT, PARAM, METRIC, PRECISION, BLOCK, RETURN,
-                            REPEAT, TRAIN, NAME}},
-    {MINIMIZE, "a train setting", {MINIMIZE, PRECISION, NAME}},
-    {NUMBER, "an expression", {NUMBER, STRING, NAME, TYPE, '(', '[', '-'}},
+                            REPEAT, TRAIN, NAME, NEWLINE, END, -1}},
+    {MINIMIZE, "a train setting", {MINIMIZE, PRECISION, NAME, NEWLINE, -1}},
+    {NUMBER, "an expression", {NUMBER, STRING, NAME, TYPE, '(', '[', '-', -1}},
     /* '(' and '[' too: "a (" can go on as a call, but saying so is noise */
-    {'*', "an operator", {'+', '-', '*', '/', '@', POW, '(', '['}},
+    {'*', "an operator", {'+', '-', '*', '/', '@', POW, '(', '[', -1}},
 };
 
-/* "expected A, B or C": groups of tokens said in one phrase. */
-static void say_expected(const yysymbol_kind_t *exp, int n, char *buf, size_t size)
+/* The phrases of "expected A, B or C": groups of tokens said in one
+ * phrase ("an expression"), then single tokens. Returns how many. */
+static int expected_parts(const yysymbol_kind_t *exp, int n, const char **parts)
 {
     bool used[YYNTOKENS] = {0};
-    const char *parts[YYNTOKENS + 4];
     int np = 0;
     for (size_t g = 0; g < sizeof groups / sizeof groups[0]; g++) {
         bool on = false;
@@ -558,41 +569,47 @@ static void say_expected(const yysymbol_kind_t *exp, int n, char *buf, size_t si
         if (!on)
             continue;
         parts[np++] = groups[g].say;
-        for (int m = 0; m < 12 && groups[g].members[m]; m++)
+        for (int m = 0; groups[g].members[m] != -1; m++)
             used[YYTRANSLATE(groups[g].members[m])] = true;
     }
     for (int i = 0; i < n; i++)
         if (!used[exp[i]])
             parts[np++] = expected_name(exp[i]);
+    return np;
+}
+
+static bool has(const yysymbol_kind_t *exp, int n, int tok)
+{
+    for (int i = 0; i < n; i++)
+        if (exp[i] == YYTRANSLATE(tok))
+            return true;
+    return false;
+}
+
+/* "expected ...": the closer of the innermost open bracket alone when it
+ * is the likely fix (Lua's "')' expected"), with "(to close '(' at line
+ * 3)" when that bracket opened on another line; else every phrase. A '}'
+ * is the likely fix only at end of file: elsewhere it is "end of line". */
+static void say_expected(const yypcontext_t *ctx, Parser *p, const yysymbol_kind_t *exp, int n,
+                         char *buf, size_t size)
+{
+    const char *parts[YYNTOKENS + 4];
+    int np = expected_parts(exp, n, parts);
+    const Bracket *b = p->has_open_before ? &p->open_before : NULL;
+    char closer = !b ? 0 : b->ch == '(' ? ')' : b->ch == '[' ? ']' : '}';
+    if (closer && !has(exp, n, closer))
+        closer = 0;
+    bool eof = yypcontext_token(ctx) == YYSYMBOL_YYEOF;
+    if (closer == '}' ? eof : closer && np > 2 && !has(exp, n, NUMBER)) {
+        np = 1;
+        parts[0] = yysymbol_name(YYTRANSLATE(closer));
+    }
     size_t at = (size_t)snprintf(buf, size, "expected ");
     for (int i = 0; i < np && at < size; i++)
         at += (size_t)snprintf(buf + at, size - at, "%s%s", i == 0 ? "" : i == np - 1 ? " or " : ", ",
                                parts[i]);
-}
-
-/* The closer the innermost open bracket waits for, if the parser expects
- * it: "expected ')' (to close '(' at line 3)". A '{' is named only at end
- * of file: elsewhere "end of line" is the likelier fix. */
-static bool say_closer(const yypcontext_t *ctx, Parser *p, const yysymbol_kind_t *exp, int n,
-                       char *buf, size_t size)
-{
-    if (!p->has_open_before)
-        return false;
-    const Bracket *b = &p->open_before;
-    char want = b->ch == '(' ? ')' : b->ch == '[' ? ']' : '}';
-    if (want == '}' && yypcontext_token(ctx) != YYSYMBOL_YYEOF)
-        return false;
-    yysymbol_kind_t wk = YYTRANSLATE(want);
-    bool expected = false;
-    for (int i = 0; i < n; i++)
-        expected |= exp[i] == wk;
-    if (!expected)
-        return false;
-    if (b->loc.line != yypcontext_location(ctx)->line)
-        snprintf(buf, size, "expected '%c' (to close '%s' at line %d)", want, b->what, b->loc.line);
-    else
-        snprintf(buf, size, "expected '%c'", want);
-    return true;
+    if (closer && at < size && b->loc.line != yypcontext_location(ctx)->line)
+        snprintf(buf + at, size - at, " (to close '%s' at line %d)", b->what, b->loc.line);
 }
 
 static int yyreport_syntax_error(const yypcontext_t *ctx, Parser *p)
@@ -605,8 +622,8 @@ static int yyreport_syntax_error(const yypcontext_t *ctx, Parser *p)
     char want[512], found[64];
     if (n <= 0)
         snprintf(want, sizeof want, "unexpected token");
-    else if (!say_closer(ctx, p, exp, n, want, sizeof want))
-        say_expected(exp, n, want, sizeof want);
+    else
+        say_expected(ctx, p, exp, n, want, sizeof want);
     diag_error(*at, "%s, found %s", want, found_name(ctx, p, found, sizeof found));
     if (p->has_open_before && p->open_before.loc.line < at->line)
         lex_drop_brackets(p);
