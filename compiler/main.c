@@ -154,6 +154,7 @@ int main(int argc, char **argv)
     int rc = parse_args(argc, argv, &o);
     if (rc >= 0)
         return rc;
+    rc = EXIT_OK;
 
     Arena arena;
     arena_init(&arena);
