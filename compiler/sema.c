@@ -600,7 +600,9 @@ typedef enum {
     A_ANY,      /* a tensor or a number (casts, block arguments) */
 } ArgKind;
 
-enum { ARG_REQ, ARG_OPT, ARG_ABSENT };   /* required / default / may be absent */
+/* required / has a default / may be absent / may be absent and is not
+ * shown in signatures (a block's `name`) */
+enum { ARG_REQ, ARG_OPT, ARG_ABSENT, ARG_HIDDEN };
 
 typedef struct ArgSpec {
     const char *name;
@@ -631,6 +633,8 @@ static const char *signature(Ctx *c, const char *fn, const ArgSpec *spec)
     const char *s = arena_printf(c->a, "%s(", fn);
     for (int i = 0; i < nspecs(spec); i++) {
         const char *sep = i ? ", " : "";
+        if (spec[i].need == ARG_HIDDEN)
+            continue;
         if (spec[i].need != ARG_OPT)
             s = arena_printf(c->a, "%s%s%s", s, sep, spec[i].name);
         else if (spec[i].kind == A_BOOL)
@@ -714,7 +718,7 @@ static bool bind_args(Ctx *c, const Expr *callx, const char *fn, const ArgSpec *
         ok = convert_arg(c, fn, &spec[i], kw->value, &a->v[i]) && ok;
     }
     for (int i = 0; i < ns; i++) {
-        if (a->e[i] || spec[i].need == ARG_ABSENT)
+        if (a->e[i] || spec[i].need >= ARG_ABSENT)
             continue;
         if (spec[i].need == ARG_REQ) {
             diag_error(callx->loc, "missing argument '%s' of %s", spec[i].name, signature(c, fn, spec));
@@ -1345,7 +1349,7 @@ static Val call_block(Ctx *c, const Expr *e, Block *b)
                    bs->nparams, bs->nparams == 1 ? "" : "s", e->nargs);
         return verr;
     }
-    spec[bs->nparams] = (ArgSpec)ABS("name", A_STR);
+    spec[bs->nparams] = (ArgSpec){"name", A_STR, ARG_HIDDEN, 0};
     Args a;
     if (!bind_args(c, e, bs->name, spec, &a))
         return verr;
