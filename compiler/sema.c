@@ -1040,23 +1040,29 @@ static IrInput *input_behind(Ctx *c, IrNode *n)
     return n->op == OP_INPUT ? &c->g->inputs[n->ia[0]] : NULL;
 }
 
-/* cross_entropy / accuracy: the labels input learns its class count. */
-static Val lower_class_loss(Ctx *c, const Builtin *b, const Expr *x, Args *a)
+/* Class labels and embedding ids read from data must lie in [0, classes):
+ * the input they come from learns that bound, which the trainer checks on
+ * the data before training (an id out of range would index past a table). */
+static Val set_classes(Ctx *c, const Expr *at, Val v, IrNode *ids, int64_t classes)
 {
-    Val v = lower_binary(c, b, x, a);
-    if (v.k != V_TENSOR)
-        return v;
-    IrInput *in = input_behind(c, a->v[1].t);
-    const Shape *logits = &a->v[0].t->shape;
-    int64_t classes = logits->d[logits->rank - 1];
+    IrInput *in = v.k == V_TENSOR ? input_behind(c, ids) : NULL;
     if (in && in->classes && in->classes != classes) {
-        diag_error(x->loc, "labels '%s' are used with %lld classes here but %lld classes before",
-                   in->name, (long long)classes, (long long)in->classes);
+        diag_error(at->loc, "'%s' is used with %lld classes here but %lld classes before: its "
+                   "values must lie in [0, classes) for every use", in->name, (long long)classes,
+                   (long long)in->classes);
         return verr;
     }
     if (in)
         in->classes = classes;
     return v;
+}
+
+/* cross_entropy / accuracy: classes = the logits' last dimension. */
+static Val lower_class_loss(Ctx *c, const Builtin *b, const Expr *x, Args *a)
+{
+    Val v = lower_binary(c, b, x, a);
+    const Shape *logits = &a->v[0].t->shape;
+    return v.k == V_TENSOR ? set_classes(c, x, v, a->v[1].t, logits->d[logits->rank - 1]) : v;
 }
 
 static DType type_named(const char *name)
@@ -1163,7 +1169,7 @@ static Val lower_embedding(Ctx *c, const Builtin *b, const Expr *x, Args *a)
                                         (Shape){2, {vocab, dim}}, la.w, dim, vocab)};
     if (!in[1])
         return verr;
-    return finish(c, node(c, OP_EMBEDDING, x->loc, 2, in));
+    return set_classes(c, x, finish(c, node(c, OP_EMBEDDING, x->loc, 2, in)), in[0], vocab);
 }
 
 /* layer_norm(x, eps): weight, bias [D] over the last axis. */

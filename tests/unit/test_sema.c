@@ -292,7 +292,7 @@ static void layers(void **state)
     expect_param(g, "e.weight", 2, 11, 4);
     assert_int_equal(named(g, "e")->shape.rank, 3);
     assert_int_equal(g->inputs[1].classes, 11);
-    assert_int_equal(g->inputs[0].classes, 0);
+    assert_int_equal(g->inputs[0].classes, 11);   /* ids index the table */
 }
 
 static void views_and_axes(void **state)
@@ -561,6 +561,7 @@ static void char_transformer_names(void **state)
     expect_param(g, "layers.1.mlp.fc.weight", 2, 256, 64);
     expect_param(g, "head.weight", 2, 65, 64);
     assert_int_equal(g->inputs[1].classes, 65);
+    assert_int_equal(g->inputs[0].classes, 65);
     int att = 0;
     for (int i = 0; i < g->nnodes; i++)
         if (g->nodes[i]->op == OP_ATTENTION) {
@@ -657,7 +658,7 @@ static const Case shape_errors[] = {
     {HEAD "z = attention(x, x, x)\n" LOSS TRAIN, "attention needs q, k, v [B, H, T, D], got [4, 8]"},
     {HEAD "z = embedding(x, 10, 4)\n" LOSS TRAIN, "embedding needs i32 ids, got f32"},
     {"model m\ninput x: f32[4, 8]\ninput y: i32[4]\nz = x\nloss = cross_entropy(linear(z, 3), y)\n"
-     "metric a = accuracy(linear(z, 5, name = \"o\"), y)\n" TRAIN, "labels 'y' are used with 5 classes here but 3 classes before"},
+     "metric a = accuracy(linear(z, 5, name = \"o\"), y)\n" TRAIN, "'y' is used with 5 classes here but 3 classes before"},
 };
 
 static const Case train_errors[] = {
