@@ -502,6 +502,13 @@ static void test_hostile_nesting(void **state)
     free(s);
     free(t);
 
+    /* the count of pending '-' and '**' ends with each statement */
+    s = repeat_text("model m\nblock f() {\n", "  return -2 ** -1\n", 1000, "}\n");
+    r = parse(s);
+    assert_int_equal(r->nerr, 0);
+    done(r);
+    free(s);
+
     /* a long + chain is bounded by AST_MAX_HEIGHT */
     s = repeated("a + ", 100000, "a\n");
     check_hostile(s, strlen(s), "expression nested too deeply (more than 1024 levels)");
