@@ -308,12 +308,11 @@ static char *captured(IrGraph *g, int *nwarn, int *nerr)
 {
     FILE *f = tmpfile();
     assert_non_null(f);
-    int w0 = diag_warning_count(), e0 = diag_error_count();
-    diag_init(f);
+    diag_init(f);                     /* also restarts the counts */
     prec_forward(g);
+    *nwarn = diag_warning_count();
+    *nerr = diag_error_count();
     diag_init(stderr);
-    *nwarn = diag_warning_count() - w0;
-    *nerr = diag_error_count() - e0;
     long len = ftell(f);
     rewind(f);
     char *s = arena_alloc(&arena, (size_t)len + 1);
