@@ -19,6 +19,12 @@
 #ifndef MP_MODEL_H
 #define MP_MODEL_H
 
+/* The runtime uses POSIX (fsync, mkstemp): ask for it before the first
+ * system header, which is this one's, so `cc -std=c11 train.c` works. */
+#if !defined(_POSIX_C_SOURCE) && !defined(_GNU_SOURCE) && !defined(__cplusplus)
+#define _POSIX_C_SOURCE 200809L
+#endif
+
 #include <stdint.h>
 
 #define MP_MAX_RANK 8
