@@ -208,7 +208,7 @@ static inline void mp_pack(float *dst, int64_t pstride, const void *src, int dt,
 static inline void mp_pack_b(float *Bp, const MpGemm *g, int nr, int64_t j0, int64_t n)
 {
     int64_t np = (n + nr - 1) / nr, nk = (g->K + MP_KC - 1) / MP_KC;
-    MP_OMP(parallel for if (n * g->K > 65536))
+    MP_OMP(parallel for if (n * g->K > MP_PAR_MIN))
     for (int64_t w = 0; w < np * nk; w++) {
         int64_t p = w / nk, k0 = (w % nk) * MP_KC, kc = mp_min64(g->K - k0, MP_KC);
         /* op(B)(k, j) = B[k ldb + j], so as X(j, k) it is the trans case */
@@ -331,7 +331,7 @@ static inline void mp_gemm_blocked(const MpGemm *g)
 static inline float *mp_to_f32(const void *x, int dt, int64_t ld, int64_t rows, int64_t cols)
 {
     float *d = (float *)mp_kalloc((size_t)(rows * cols) * sizeof *d);
-    MP_OMP(parallel for if (rows * cols > 65536))
+    MP_OMP(parallel for if (rows * cols > MP_PAR_MIN))
     for (int64_t r = 0; r < rows; r++)
         mp_ld_n(x, dt, r * ld, 1, cols, d + r * cols);
     return d;
@@ -355,7 +355,7 @@ static inline void mp_gemm_cblas(const MpGemm *g)
     cblas_sgemm(CblasRowMajor, ta, tb, (int)g->M, (int)g->N, (int)g->K, g->alpha,
                 a ? a : (const float *)g->A, a ? (int)ac : (int)g->lda,
                 b ? b : (const float *)g->B, b ? (int)bc : (int)g->ldb, 0.0f, t, (int)g->N);
-    MP_OMP(parallel for if (g->M * g->N > 65536))
+    MP_OMP(parallel for if (g->M * g->N > MP_PAR_MIN))
     for (int64_t i = 0; i < g->M; i++)
         mp_gemm_store(g, t + i * g->N, g->N, i, 0, 1, g->N, 1.0f);
     free(a);
