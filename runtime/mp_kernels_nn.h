@@ -98,7 +98,7 @@ static inline void mp_k_conv2d(void *y, int ydt, const void *x, int xdt, const v
     MP_OMP(parallel if (N > 1))
     {
         float *col = (float *)mp_kalloc((size_t)(ckk * npix) * sizeof *col);
-        MP_OMP(for schedule(static))
+        MP_OMP(for schedule(dynamic))
         for (int64_t n = 0; n < N; n++) {
             mp_im2col(col, x, xdt, n * C * H * W, &v);
             MpGemm g = {0, 0, F, npix, ckk, 1.0f, 0.0f, w, wdt, ckk, col, MP_F32, npix,
@@ -121,7 +121,7 @@ static inline void mp_k_conv2d_dx(void *dx, int dxdt, const void *dy, int dydt,
     {
         float *col = (float *)mp_kalloc((size_t)(ckk * npix) * sizeof *col);
         float *img = (float *)mp_kalloc((size_t)nx * sizeof *img);
-        MP_OMP(for schedule(static))
+        MP_OMP(for schedule(dynamic))
         for (int64_t n = 0; n < N; n++) {
             mp_gemm(1, 0, ckk, npix, F, 1.0f, w, wdt, ckk,
                     mp_at(dy, dydt, n * F * npix), dydt, npix, 0.0f, col, MP_F32, npix);
