@@ -18,7 +18,9 @@
  * no edge cases. The micro-kernel is 6x16 in AVX2+FMA intrinsics on any
  * x86 CPU that has them (chosen at run time, so a plain `cc -O2` build
  * gets it too), else 6x8 in GCC/Clang vector extensions or plain C.
- * -DMP_GEMM_PORTABLE leaves the AVX2 kernel out (tests use it).
+ * -DMP_GEMM_PORTABLE leaves the AVX2 kernel out (tests use it). With
+ * -fopenmp, products above ~8 MFLOP run on all threads (one parallel
+ * region each); each element's sum has the same order on any number.
  *
  * -DMP_USE_CBLAS: products go to cblas_sgemm (link -lopenblas); f16/bf16
  * operands are converted to f32 first (exactly) and the result rounded
