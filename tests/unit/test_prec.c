@@ -366,24 +366,6 @@ static void test_warning_bf16_and_float32(void **state)
     assert_int_equal(m.lin1->rule, RULE_LIST);
 }
 
-static void test_list_errors(void **state)
-{
-    static const char *fp16[] = {"softmax", "sofmax"};
-    static const char *fp32[] = {"softmax"};
-    IrGraph *g = ir_new(&arena);
-    g->train.loc = at_line(12);
-    g->train.fp16_ops = fp16;
-    g->train.nfp16_ops = 2;
-    g->train.fp32_ops = fp32;
-    g->train.nfp32_ops = 1;
-    ir_add_input(g, "x", at_line(1), DT_F32, shp(2, 4, 8));
-    int nw, ne;
-    char *msg = captured(g, &nw, &ne);
-    assert_int_equal(ne, 2);
-    assert_non_null(strstr(msg, "t.mp:12:1: error: unknown operation 'sofmax' in fp16_ops"));
-    assert_non_null(strstr(msg, "t.mp:12:1: error: 'softmax' is in both fp16_ops and fp32_ops"));
-}
-
 /* Forward values read by fake_backward(), by hand:
  *   loss  f32 []     4 B       logits    f32 [4,2]  32 B
  *   label i32 [4]   16 B       h -> f32  f32 [4,3]  48 B (cast)
@@ -456,7 +438,6 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_lists_and_precedence, setup, teardown),
         cmocka_unit_test_setup_teardown(test_warnings, setup, teardown),
         cmocka_unit_test_setup_teardown(test_warning_bf16_and_float32, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_list_errors, setup, teardown),
         cmocka_unit_test_setup_teardown(test_memory, setup, teardown),
         cmocka_unit_test_setup_teardown(test_backward_fixup, setup, teardown),
         cmocka_unit_test_setup_teardown(test_names, setup, teardown),
