@@ -366,6 +366,23 @@ static void test_warning_bf16_and_float32(void **state)
     assert_int_equal(m.lin1->rule, RULE_LIST);
 }
 
+/* A loss forced to f16 by an op that is not itself risky still warns. */
+static void test_warning_f16_loss(void **state)
+{
+    IrGraph *g = ir_new(&arena);
+    IrNode *x = ir_add_input(g, "x", at_line(1), DT_F32, shp(1, 4, 0))->node;
+    IrNode *s = op_n(g, OP_SUM, 2, shp(0, 0, 0), 1, x, NULL, NULL);
+    IrNode *loss = op_n(g, OP_MUL, 3, shp(0, 0, 0), 2, s, const_n(g, 3, 0.5), NULL);
+    loss->name = "loss";
+    loss->override = DT_F16;
+    g->loss = loss;
+    int nw, ne;
+    char *msg = captured(g, &nw, &ne);
+    assert_int_equal(loss->type, DT_F16);
+    assert_int_equal(nw, 1);
+    assert_non_null(strstr(msg, "t.mp:3:1: warning: the minimized loss 'loss' is f16"));
+}
+
 /* Forward values read by fake_backward(), by hand:
  *   loss  f32 []     4 B       logits    f32 [4,2]  32 B
  *   label i32 [4]   16 B       h -> f32  f32 [4,3]  48 B (cast)
@@ -438,6 +455,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_lists_and_precedence, setup, teardown),
         cmocka_unit_test_setup_teardown(test_warnings, setup, teardown),
         cmocka_unit_test_setup_teardown(test_warning_bf16_and_float32, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_warning_f16_loss, setup, teardown),
         cmocka_unit_test_setup_teardown(test_memory, setup, teardown),
         cmocka_unit_test_setup_teardown(test_backward_fixup, setup, teardown),
         cmocka_unit_test_setup_teardown(test_names, setup, teardown),
