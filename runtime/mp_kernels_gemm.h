@@ -80,10 +80,8 @@ typedef void MpUkernel(int64_t kc, const float *A, const float *B, float *C, int
 
 /* x86 with GCC or Clang: the 6x16 AVX2+FMA kernel is compiled through a
  * target attribute whatever -march says, and used when the CPU has both. */
-#if !defined(__CUDACC__) && (defined(__GNUC__) || defined(__clang__)) && \
-    (defined(__x86_64__) || defined(__i386__)) && !defined(MP_GEMM_PORTABLE)
-#define MP_X86 1
-#include <immintrin.h>
+#if defined(MP_X86) && !defined(MP_GEMM_PORTABLE)
+#define MP_AVX2_GEMM 1
 #define VW 8
 #define VZERO() _mm256_setzero_ps()
 #define VLOAD(p) _mm256_loadu_ps(p)
@@ -159,12 +157,8 @@ typedef struct MpUk {
 static inline MpUk mp_uk(void)
 {
     MpUk uk = {mp_uk_generic, 8};
-#if defined(MP_X86) && defined(__AVX2__) && defined(__FMA__)
-    uk.fn = mp_uk_avx2;
-    uk.nr = 16;
-#elif defined(MP_X86)
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+#ifdef MP_AVX2_GEMM
+    if (mp_cpu_has(MP_CPU_AVX2_FMA)) {
         uk.fn = mp_uk_avx2;
         uk.nr = 16;
     }
