@@ -182,6 +182,13 @@ static void mp_f32_to_f16_f16c(const float *s, uint16_t *d, int64_t n)
 }
 #endif
 
+/* Loops over fewer elements than this run on one thread: a parallel
+ * region costs microseconds (tens on a busy or virtual machine), more than
+ * such a loop gains. Products have their own threshold (mp_gemm). */
+#ifndef MP_PAR_MIN
+#define MP_PAR_MIN (1 << 18)
+#endif
+
 /* Elementwise work is done in chunks of MP_CHUNK f32 values on the stack. */
 #define MP_CHUNK 512
 
@@ -420,7 +427,7 @@ static inline MP_HD float mp_dropout_u(uint64_t key, int64_t i)
  * f32 (t from X, and u from U in the two-input form), the body computing
  * t[i], t stored to Y. */
 #define MP_EW_LOOP(n, X, XDT, Y, YDT, ...)                                     \
-    MP_OMP(parallel for if ((n) > 32768))                                      \
+    MP_OMP(parallel for if ((n) > MP_PAR_MIN))                                 \
     for (int64_t c_ = 0; c_ < (n); c_ += MP_CHUNK) {                           \
         float t[MP_CHUNK];                                                     \
         int64_t m_ = mp_min64((n) - c_, MP_CHUNK);                             \
@@ -430,7 +437,7 @@ static inline MP_HD float mp_dropout_u(uint64_t key, int64_t i)
     }
 
 #define MP_EW_LOOP2(n, X, XDT, U, UDT, Y, YDT, ...)                            \
-    MP_OMP(parallel for if ((n) > 32768))                                      \
+    MP_OMP(parallel for if ((n) > MP_PAR_MIN))                                 \
     for (int64_t c_ = 0; c_ < (n); c_ += MP_CHUNK) {                           \
         float t[MP_CHUNK], u[MP_CHUNK];                                        \
         int64_t m_ = mp_min64((n) - c_, MP_CHUNK);                             \
@@ -489,7 +496,7 @@ static inline void mp_k_acc(float *y, const void *x, int xdt, float s, int64_t n
 
 static inline void mp_k_fill(void *y, int ydt, float v, int64_t n)
 {
-    MP_OMP(parallel for if (n > 32768))
+    MP_OMP(parallel for if (n > MP_PAR_MIN))
     for (int64_t c = 0; c < n; c += MP_CHUNK) {
         float t[MP_CHUNK];
         int64_t m = mp_min64(n - c, MP_CHUNK);
@@ -616,7 +623,7 @@ static inline void mp_bcast_row(const MpBcast *p, int64_t r, int64_t *ao, int64_
         MpBcast p = mp_bcast(yr, ysh, ar, ash, br, bsh);                       \
         int64_t len = p.n[p.rank - 1], nc = (len + MP_CHUNK - 1) / MP_CHUNK;   \
         int64_t sa = p.sa[p.rank - 1], sb = p.sb[p.rank - 1];                  \
-        MP_OMP(parallel for if (p.rows * len > 32768))                         \
+        MP_OMP(parallel for if (p.rows * len > MP_PAR_MIN))                    \
         for (int64_t w = 0; w < p.rows * nc; w++) {                            \
             float t[MP_CHUNK], u[MP_CHUNK];                                    \
             int64_t ao, bo, c = (w % nc) * MP_CHUNK;                           \
@@ -649,7 +656,7 @@ static inline void mp_k_transpose(void *y, int ydt, const void *x, int xdt, int 
     for (int d = 0; d < rank - 1; d++)
         rows *= ysh[d];
     int64_t len = rank ? ysh[rank - 1] : 1, sin = rank ? xs[perm[rank - 1]] : 1;
-    MP_OMP(parallel for if (rows * len > 32768))
+    MP_OMP(parallel for if (rows * len > MP_PAR_MIN))
     for (int64_t r = 0; r < rows; r++) {
         int64_t off = 0, q = r;
         for (int d = rank - 2; d >= 0; d--) {
@@ -672,7 +679,7 @@ static inline void mp_reduce_mid(void *y, int ydt, const void *x, int xdt, int64
                                  int64_t len, int64_t inner, double scale)
 {
     int64_t nc = (inner + MP_CHUNK - 1) / MP_CHUNK;
-    MP_OMP(parallel for if (outer * len * inner > 32768))
+    MP_OMP(parallel for if (outer * len * inner > MP_PAR_MIN))
     for (int64_t w = 0; w < outer * nc; w++) {
         int64_t o = w / nc, c = (w % nc) * MP_CHUNK, m = mp_min64(inner - c, MP_CHUNK);
         double acc[MP_CHUNK] = {0};
@@ -725,7 +732,7 @@ static inline void mp_reduce_rows(void *y, int ydt, const void *x, int xdt, int6
         free(part);
         return;
     }
-    MP_OMP(parallel for if (outer * len > 32768))
+    MP_OMP(parallel for if (outer * len > MP_PAR_MIN))
     for (int64_t o = 0; o < outer; o++)
         mp_st(y, ydt, o, (float)(mp_sum_n(x, xdt, o * len, len) * scale));
 }
@@ -756,7 +763,7 @@ static inline void mp_k_expand(void *y, int ydt, const void *dy, int dydt, int64
                                int64_t len, int64_t inner, float scale)
 {
     int64_t nc = (inner + MP_CHUNK - 1) / MP_CHUNK;
-    MP_OMP(parallel for if (outer * len * inner > 32768))
+    MP_OMP(parallel for if (outer * len * inner > MP_PAR_MIN))
     for (int64_t w = 0; w < outer * nc; w++) {
         int64_t o = w / nc, c = (w % nc) * MP_CHUNK, m = mp_min64(inner - c, MP_CHUNK);
         float t[MP_CHUNK];
@@ -806,7 +813,7 @@ static inline void mp_k_channel_sum(void *y, int ydt, const void *x, int xdt, in
                                     int64_t C, int64_t S, float beta)
 {
     float *out = (float *)mp_kalloc((size_t)C * sizeof *out);
-    MP_OMP(parallel for if (N * C * S > 32768))
+    MP_OMP(parallel for if (N * C * S > MP_PAR_MIN))
     for (int64_t ch = 0; ch < C; ch++) {
         double s = 0;
         for (int64_t n = 0; n < N; n++)
@@ -822,7 +829,7 @@ static inline void mp_k_channel_sum(void *y, int ydt, const void *x, int xdt, in
 /* Rows of length len with stride inner: x viewed as [outer, len, inner].
  * Each thread works on a row at a time in its own f32 buffer. */
 #define MP_ROWS_LOOP(outer, len, inner, NBUF, ...)                            \
-    MP_OMP(parallel if ((outer) * (len) * (inner) > 16384))                    \
+    MP_OMP(parallel if ((outer) * (len) * (inner) > MP_PAR_MIN))               \
     {                                                                          \
         float *buf = (float *)mp_kalloc((size_t)(NBUF) * (size_t)(len) * sizeof(float)); \
         MP_OMP(for)                                                            \
@@ -968,7 +975,7 @@ static inline void mp_k_mse(void *loss, int ldt, const void *pred, int pdt,
 {
     int64_t nc = (n + MP_CHUNK - 1) / MP_CHUNK;
     double *part = (double *)mp_kalloc((size_t)nc * sizeof *part);
-    MP_OMP(parallel for if (n > 32768))
+    MP_OMP(parallel for if (n > MP_PAR_MIN))
     for (int64_t w = 0; w < nc; w++) {
         float a[MP_CHUNK], b[MP_CHUNK];
         int64_t m = mp_min64(n - w * MP_CHUNK, MP_CHUNK);
@@ -996,7 +1003,7 @@ static inline void mp_k_accuracy(void *out, int odt, const void *x, int xdt,
                                  const int32_t *labels, int64_t rows, int64_t C)
 {
     int64_t hits = 0;
-    MP_OMP(parallel reduction(+:hits) if (rows * C > 16384))
+    MP_OMP(parallel reduction(+:hits) if (rows * C > MP_PAR_MIN))
     {
         float *buf = (float *)mp_kalloc((size_t)C * sizeof *buf);
         MP_OMP(for)

@@ -84,7 +84,6 @@ static void close_to(const char *what, int64_t i, double got, double want, doubl
 typedef struct Fd {
     float *in[5];
     int64_t d[10];
-    float fa[4];
     float *out, *w;
     int64_t nout;
     void (*fwd)(struct Fd *);
@@ -846,7 +845,7 @@ static void test_pools(void **state)
         fd_setup(&c, ny, fwd_maxpool);
         c.fwd(&c);
         float *avg = zvec(ny), *dx = zvec(nx);
-        fwd_avgpool(&(Fd){{c.in[0]}, {N, C, H, W, k, s}, {0}, avg});
+        fwd_avgpool(&(Fd){{c.in[0]}, {N, C, H, W, k, s}, avg});
         for (int64_t pl = 0; pl < N * C; pl++)
             for (int64_t oy = 0; oy < OH; oy++)
                 for (int64_t ox = 0; ox < OW; ox++) {
