@@ -96,8 +96,8 @@ typedef void MpUkernel(int64_t kc, const float *A, const float *B, float *C, int
 #define VFMA(a, b, c) _mm256_fmadd_ps(a, b, c)
 #define VADD(a, b) _mm256_add_ps(a, b)
 __attribute__((target("avx2,fma")))
-static void mp_uk_avx2(int64_t kc, const float *A, const float *B, float *C, int64_t ldc,
-                       int first)
+static inline void mp_uk_avx2(int64_t kc, const float *A, const float *B, float *C,
+                              int64_t ldc, int first)
 {
     MP_UK_BODY(__m256)
 }
@@ -127,8 +127,8 @@ static inline MpVec4 mp_v4load(const float *p)
 #define VBCAST(p) ((MpVec4){*(p), *(p), *(p), *(p)})
 #define VFMA(a, b, c) ((c) + (a) * (b))
 #define VADD(a, b) ((a) + (b))
-static void mp_uk_generic(int64_t kc, const float *A, const float *B, float *C,
-                          int64_t ldc, int first)
+static inline void mp_uk_generic(int64_t kc, const float *A, const float *B, float *C,
+                                 int64_t ldc, int first)
 {
     MP_UK_BODY(MpVec4)
 }
@@ -140,8 +140,8 @@ static void mp_uk_generic(int64_t kc, const float *A, const float *B, float *C,
 #undef VFMA
 #undef VADD
 #else
-static void mp_uk_generic(int64_t kc, const float *A, const float *B, float *C,
-                          int64_t ldc, int first)
+static inline void mp_uk_generic(int64_t kc, const float *A, const float *B, float *C,
+                                 int64_t ldc, int first)
 {
     float acc[MP_MR][8] = {{0}};
     for (int64_t k = 0; k < kc; k++, A += MP_MR, B += 8)
