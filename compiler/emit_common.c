@@ -1,0 +1,170 @@
+/* emit_common.c - see emit_common.h. */
+#include "emit.h"
+#include "emit_common.h"
+#include "ops.h"
+
+#include <ctype.h>
+#include <stdarg.h>
+#include <string.h>
+
+void emit_begin(Emit *e, FILE *out, const IrGraph *g)
+{
+    memset(e, 0, sizeof *e);
+    e->out = out;
+    e->g = g;
+    arena_init(&e->scratch);
+    e->a = &e->scratch;
+    e->mp = memplan_build(e->a, g);
+    e->names = arena_alloc(e->a, sizeof *e->names * (size_t)(g->nnodes + 1));
+}
+
+bool emit_end(Emit *e)
+{
+    arena_free(&e->scratch);
+    return !ferror(e->out);
+}
+
+void em(Emit *e, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(e->out, fmt, ap);
+    va_end(ap);
+}
+
+/* Model names become identifiers only behind a prefix, so no model name can
+ * collide with a C or CUDA keyword, a macro or a library function. */
+const char *emit_c_name(Arena *a, const char *name)
+{
+    size_t n = strlen(name);
+    char *s = arena_alloc(a, n + 3);
+    memcpy(s, "m_", 2);
+    for (size_t i = 0; i < n; i++)
+        s[i + 2] = isalnum((unsigned char)name[i]) ? name[i] : '_';
+    return s;
+}
+
+static void append_ident(char *buf, size_t cap, const char *name)
+{
+    size_t len = strlen(buf);
+    for (const char *p = name; *p && len + 1 < cap && len < 60; p++)
+        buf[len++] = isalnum((unsigned char)*p) ? *p : '_';
+    buf[len] = 0;
+}
+
+const char *cname(Emit *e, const IrNode *n)
+{
+    if (e->names[n->id])
+        return e->names[n->id];
+    char buf[96];
+    snprintf(buf, sizeof buf, "v%d_", n->id);
+    if (n->phase == PH_BACKWARD && n->grad_of) {
+        strcat(buf, "d_");
+        const IrNode *f = n->grad_of;
+        append_ident(buf, sizeof buf, f->name ? f->name : op_info[f->op].name);
+    } else
+        append_ident(buf, sizeof buf, n->name ? n->name : op_info[n->op].name);
+    return e->names[n->id] = arena_strdup(e->a, buf);
+}
+
+const char *ctype(DType t)
+{
+    switch (t) {
+    case DT_F32: return "float";
+    case DT_F16:
+    case DT_BF16: return "uint16_t";
+    case DT_I32: return "int32_t";
+    case DT_U8: return "uint8_t";
+    default: return "void";
+    }
+}
+
+const char *mpdt(DType t)
+{
+    static const char *const names[] = {"0", "MP_F32", "MP_F16", "MP_BF16", "MP_I32", "MP_U8"};
+    return names[t];
+}
+
+/* The text of the node's source line, trimmed, safe inside a C comment. */
+static const char *line_text(Emit *e, SrcLoc loc)
+{
+    if (!loc.file || loc.line < 1)
+        return "";
+    const char *t = loc.file->text;
+    for (int l = 1; l < loc.line && *t; t++)
+        if (*t == '\n')
+            l++;
+    while (*t == ' ' || *t == '\t')
+        t++;
+    size_t n = strcspn(t, "\n#");
+    while (n && (t[n - 1] == ' ' || t[n - 1] == '\t' || t[n - 1] == '\r'))
+        n--;
+    if (n > 100)
+        n = 100;
+    char *s = arena_strndup(e->a, t, n);
+    for (char *p = s; *p; p++)
+        if ((*p == '*' && p[1] == '/') || (unsigned char)*p < 32 || (unsigned char)*p > 126)
+            *p = ' ';
+    return s;
+}
+
+static const char *file_name(SrcLoc loc)
+{
+    if (!loc.file)
+        return "?";
+    const char *s = strrchr(loc.file->path, '/');
+    return s ? s + 1 : loc.file->path;
+}
+
+const char *source_comment(Emit *e, const IrNode *n)
+{
+    return arena_printf(e->a, "%s:%d: %s", file_name(n->loc), n->loc.line, line_text(e, n->loc));
+}
+
+const char *where(Emit *e, const IrNode *n)
+{
+    const IrNode *f = n->grad_of ? n->grad_of : n;
+    char buf[128] = "";
+    append_ident(buf, sizeof buf, f->name ? f->name : "");
+    for (char *p = buf; *p; p++)   /* keep dots of parameter names readable */
+        if (*p == '_' && f->name && f->name[p - buf] == '.')
+            *p = '.';
+    return arena_printf(e->a, "%s:%d%s%s%s", file_name(n->loc), n->loc.line, buf[0] ? " (" : "", buf,
+                        buf[0] ? ")" : "");
+}
+
+const char *describe(Emit *e, const IrNode *n)
+{
+    const char *what = op_info[n->op].name;
+    if (n->phase == PH_BACKWARD)
+        return arena_printf(e->a, "%s, gradient, %s", what, where(e, n));
+    return arena_printf(e->a, "%s, %s", what, where(e, n));
+}
+
+const char *dims_list(Emit *e, const Shape *s)
+{
+    char buf[MP_MAX_RANK * 24 + 2] = "";
+    size_t len = 0;
+    for (int i = 0; i < s->rank; i++)
+        len += (size_t)snprintf(buf + len, sizeof buf - len, "%s%lld", i ? ", " : "", (long long)s->d[i]);
+    return arena_strdup(e->a, buf);
+}
+
+const char *dims_init(Emit *e, const Shape *s)
+{
+    return s->rank ? arena_printf(e->a, "{%s}", dims_list(e, s)) : "{0}";
+}
+
+bool *needed_by(Emit *e, const IrNode *root)
+{
+    int n = e->g->nnodes;
+    bool *need = arena_alloc(e->a, sizeof *need * (size_t)(n + 1));
+    if (!root)
+        return need;
+    need[root->id] = true;
+    for (int i = root->id; i >= 0; i--)
+        if (need[i])
+            for (int j = 0; j < e->g->nodes[i]->nin; j++)
+                need[e->g->nodes[i]->in[j]->id] = true;
+    return need;
+}

@@ -1,0 +1,36 @@
+/* emit_common.h - what the C and CUDA code generators share: the output
+ * stream, the names given to values in generated code, source comments. */
+#ifndef MPCC_EMIT_COMMON_H
+#define MPCC_EMIT_COMMON_H
+
+#include "ir.h"
+#include "memplan.h"
+#include <stdbool.h>
+#include <stdio.h>
+
+typedef struct Emit {
+    FILE *out;
+    const IrGraph *g;
+    Arena *a;                  /* scratch for this emission */
+    Arena scratch;
+    MemPlan *mp;
+    const char **names;        /* per node id: its C identifier */
+} Emit;
+
+typedef void EmitFn(Emit *e, const IrNode *n);
+
+void emit_begin(Emit *e, FILE *out, const IrGraph *g);
+bool emit_end(Emit *e);                       /* false on a write error */
+void em(Emit *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+const char *cname(Emit *e, const IrNode *n);  /* v7_h, v31_d_h_weight */
+const char *ctype(DType t);                   /* float, uint16_t, int32_t, uint8_t */
+const char *mpdt(DType t);                    /* MP_F32 ... */
+const char *describe(Emit *e, const IrNode *n);     /* "h: linear, model.mp:9" */
+const char *source_comment(Emit *e, const IrNode *n); /* "model.mp:9: h = relu(...)" */
+const char *where(Emit *e, const IrNode *n);  /* "model.mp:9: h", C-string safe */
+const char *dims_init(Emit *e, const Shape *s); /* "{128, 784}" */
+const char *dims_list(Emit *e, const Shape *s); /* "128, 784" */
+bool *needed_by(Emit *e, const IrNode *root); /* per node id: root depends on it */
+
+#endif

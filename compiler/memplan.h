@@ -1,0 +1,40 @@
+/* memplan.h - where each value of one training step lives.
+ *
+ * One arena per program, cut into buffers by liveness: the step runs the
+ * hoisted casts (working copies), then the forward and backward nodes in
+ * g->nodes order; a value's buffer is live from the node that makes it to
+ * the last node that reads it (hoisted casts: the whole step). Buffers whose
+ * live ranges do not overlap share bytes (greedy by size, as TFLite's
+ * arena planner). Views that keep the layout (reshape, flatten) share their
+ * input's buffer. Parameters, inputs and constants have no arena buffer:
+ * the runtime owns them. Both code generators use this plan, so the C and
+ * CUDA programs have the same memory layout. */
+#ifndef MPCC_MEMPLAN_H
+#define MPCC_MEMPLAN_H
+
+#include "ir.h"
+
+#define MEMPLAN_ALIGN 256          /* bytes; enough for any vector load */
+
+typedef enum {
+    BUF_ARENA,                     /* offset[] into the arena */
+    BUF_ALIAS,                     /* shares root[]'s buffer (a view) */
+    BUF_PARAM,                     /* the parameter's f32 master weights */
+    BUF_INPUT,                     /* the input's batch buffer */
+    BUF_CONST,                     /* a scalar constant */
+    BUF_NONE,                      /* optimizer nodes: no value */
+} BufKind;
+
+typedef struct MemPlan {
+    BufKind *kind;                 /* per node id */
+    int64_t *offset;               /* BUF_ARENA: byte offset */
+    int *root;                     /* the node whose storage this one uses */
+    int *last_use;                 /* index of the last node reading it */
+    int64_t arena_bytes;           /* size of the one arena */
+    int64_t naive_bytes;           /* sum of all buffers without sharing */
+} MemPlan;
+
+MemPlan *memplan_build(Arena *a, const IrGraph *g);
+int64_t  memplan_bytes(const IrNode *n);   /* numel x element size */
+
+#endif

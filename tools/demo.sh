@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# demo.sh - the README's main job (`make demo`): compile the MNIST MLP,
+# prepare MNIST, train it, print test accuracy.
+#
+# MNIST comes from $MNIST_DIR, else ../shared/data/mnist next to the
+# checkout. Without either, fetch the four files yourself from a mirror of
+# http://yann.lecun.com/exdb/mnist/ into a folder and set MNIST_DIR to it.
+#
+# On a machine with an NVIDIA GPU (nvidia-smi works) and nvcc, the CUDA
+# target is built and run; otherwise the portable C target on the CPU.
+# Set DEMO_TARGET=c to force the CPU, DEMO_STEPS to change the length.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+MNIST_DIR=${MNIST_DIR:-../shared/data/mnist}
+STEPS=${DEMO_STEPS:-2000}
+OUT=build/demo
+mkdir -p "$OUT"
+
+for f in train-images-idx3-ubyte train-labels-idx1-ubyte t10k-images-idx3-ubyte t10k-labels-idx1-ubyte; do
+    if [ ! -e "$MNIST_DIR/$f.gz" ] && [ ! -e "$MNIST_DIR/$f" ]; then
+        echo "demo: MNIST not found: $MNIST_DIR/$f(.gz) is missing." >&2
+        echo "demo: download the four MNIST files into a folder and run: MNIST_DIR=that/folder make demo" >&2
+        exit 1
+    fi
+done
+src() { [ -e "$MNIST_DIR/$1.gz" ] && echo "$MNIST_DIR/$1.gz" || echo "$MNIST_DIR/$1"; }
+
+echo "== preparing MNIST as .npy in $OUT"
+build/idx2npy "$(src train-images-idx3-ubyte)" "$OUT/train_x.npy"
+build/idx2npy "$(src train-labels-idx1-ubyte)" "$OUT/train_y.npy"
+build/idx2npy "$(src t10k-images-idx3-ubyte)" "$OUT/test_x.npy"
+build/idx2npy "$(src t10k-labels-idx1-ubyte)" "$OUT/test_y.npy"
+
+target=${DEMO_TARGET:-}
+if [ -z "$target" ]; then
+    if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1 && command -v nvcc >/dev/null; then
+        target=cuda
+    else
+        target=c
+    fi
+fi
+
+echo "== compiling examples/mnist_mlp.mp for the $target target"
+./mpcc examples/mnist_mlp.mp --dump-plan | tail -n 12
+if [ "$target" = cuda ]; then
+    ./mpcc examples/mnist_mlp.mp -o "$OUT/train.cu"
+    nvcc -O3 -arch=native -o "$OUT/train" "$OUT/train.cu"
+else
+    ./mpcc examples/mnist_mlp.mp --target c -o "$OUT/train.c"
+    omp=-fopenmp; echo 'int main(void){return 0;}' | cc -fopenmp -x c - -o /dev/null 2>/dev/null || omp=
+    cc -O3 -march=native $omp -o "$OUT/train" "$OUT/train.c" -lm
+fi
+
+echo "== training $STEPS steps"
+"$OUT/train" --data image="$OUT/train_x.npy" --data label="$OUT/train_y.npy" \
+    --eval image="$OUT/test_x.npy" --eval label="$OUT/test_y.npy" \
+    --steps "$STEPS" --eval-every "$STEPS" --log-every 200 \
+    --log "$OUT/log.jsonl" --save "$OUT/mnist_mlp.safetensors"
+echo "== test accuracy: $(grep '"eval"' "$OUT/log.jsonl" | tail -n 1)"
