@@ -9,8 +9,12 @@ i32 labels, f32 features.
 import gzip
 import os
 import struct
+import sys
 
 import numpy as np
+
+sys.path.insert(0, os.path.dirname(__file__))
+import mpfile  # noqa: E402
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 SHARED = os.path.join(ROOT, "..", "shared", "data")
@@ -70,3 +74,52 @@ def shakespeare(t, n, offset=0, stride=None):
 
 def one_hot(labels, classes):
     return np.eye(classes, dtype=np.float32)[labels]
+
+
+def prepare(out):
+    """Writes the small .npy sets of the reference tests into out/ (kept if
+    present): mnist_{x,y} (4096 training images), mnist_e{x,y} (1024 test
+    images), digits_{x,y,t} / digits_e{x,y,t} (1280 / 512 rows, t one-hot),
+    shake_{x,y} / shake_e{x,y} (windows of 32 characters)."""
+    os.makedirs(out, exist_ok=True)
+    x, y = mnist("train", 4096)
+    ex, ey = mnist("t10k", 1024)
+    dx, dy = digits()
+    sx, sy = shakespeare(32, 1024, stride=97)
+    tx, ty = shakespeare(32, 256, offset=1_000_000, stride=53)
+    sets = {"mnist_x": x, "mnist_y": y, "mnist_ex": ex, "mnist_ey": ey,
+            "digits_x": dx[:1280], "digits_y": dy[:1280], "digits_t": one_hot(dy[:1280], 10),
+            "digits_ex": dx[1280:1792], "digits_ey": dy[1280:1792], "digits_et": one_hot(dy[1280:1792], 10),
+            "shake_x": sx, "shake_y": sy, "shake_ex": tx, "shake_ey": ty}
+    for k, a in sets.items():
+        p = os.path.join(out, k + ".npy")
+        if not os.path.exists(p):
+            np.save(p, a)
+
+
+def random_inputs(model, out, n, seed=0):
+    """Random data for every input of a .mp model, n samples each (u8
+    0..255, i32 0..9 so that any label or token range holds, floats
+    normal); prints the trainer's --data arguments."""
+    rng = np.random.default_rng(seed)
+    os.makedirs(out, exist_ok=True)
+    args = []
+    for name, (ty, dims) in mpfile.read(model)["inputs"].items():
+        shape = [n] + dims[1:]
+        if ty == "u8":
+            a = rng.integers(0, 256, shape, dtype=np.uint8)
+        elif ty == "i32":
+            a = rng.integers(0, 10, shape, dtype=np.int32)
+        else:
+            a = rng.standard_normal(shape).astype({"f32": np.float32, "f16": np.float16}[ty])
+        path = os.path.join(out, name + ".npy")
+        np.save(path, a)
+        args.append(f"{name}={path}")
+    print(" ".join(args))
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "--random":
+        random_inputs(sys.argv[2], sys.argv[3], int(sys.argv[4]))
+    else:
+        prepare(sys.argv[1])

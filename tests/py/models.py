@@ -59,4 +59,82 @@ class Zoo(nn.Module):
         return loss, {"accuracy": accuracy(logits, bt["label"]), "sharpness": ent}
 
 
-TWINS = {"mnist_mlp": MnistMlp, "mlp_small": MnistMlp, "zoo": Zoo}
+TWINS = {"mnist_mlp": MnistMlp, "mlp_small": MnistMlp, "ls_overflow": MnistMlp, "zoo": Zoo}
+
+
+class CnnBn(nn.Module):
+    """tests/models/cnn_bn.mp."""
+    def __init__(self, **_):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 8, 3, padding=1, bias=False)
+        self.c1 = nn.BatchNorm2d(8)
+        self.conv2 = nn.Conv2d(8, 16, 3, stride=2, padding=1, bias=False)
+        self.c2 = nn.BatchNorm2d(16)
+        self.logits = nn.Linear(16 * 3 * 3, 10)
+        self.gap = nn.Linear(16, 10, bias=False)
+
+    def forward(self, b):
+        x = (b["image"].to(self.logits.weight.dtype) / 255).reshape(-1, 1, 28, 28)
+        c1 = F.relu(self.c1(self.conv1(x)))
+        c2 = F.relu(self.c2(self.conv2(F.max_pool2d(c1, 2, 2))))
+        p2 = F.avg_pool2d(c2, 3, 2)
+        logits = self.logits(p2.flatten(1)) + self.gap(c2.mean((2, 3)))
+        return xent(logits, b["label"]), {"accuracy": accuracy(logits, b["label"])}
+
+
+class Attn(nn.Module):
+    def __init__(self, d, h):
+        super().__init__()
+        self.h = h
+        self.q, self.v, self.proj = (nn.Linear(d, d) for _ in range(3))
+        self.k = nn.Linear(d, d, bias=False)
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = (m(x).reshape(b, t, self.h, d // self.h).transpose(1, 2) for m in (self.q, self.k, self.v))
+        s = q @ k.transpose(-1, -2) / math.sqrt(d // self.h)
+        s = s.masked_fill(torch.ones(t, t, dtype=torch.bool).triu(1), float("-inf"))
+        y = F.softmax(s, -1) @ v
+        return self.proj(y.transpose(1, 2).reshape(b, t, d))
+
+
+class Mlp(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.h = nn.Linear(d, 4 * d)
+        self.proj = nn.Linear(4 * d, d)
+
+    def forward(self, x):
+        return self.proj(F.gelu(self.h(x)))
+
+
+class Layer(nn.Module):
+    def __init__(self, d, h):
+        super().__init__()
+        self.ln1, self.attn = nn.LayerNorm(d), Attn(d, h)
+        self.ln2, self.mlp = nn.LayerNorm(d), Mlp(d)
+
+    def forward(self, x):
+        x = x + self.attn(self.ln1(x))
+        return x + self.mlp(self.ln2(x))
+
+
+class CharTf(nn.Module):
+    """tests/models/char_tf.mp."""
+    def __init__(self, T=32, V=128, D=32, H=2, L=2, **_):
+        super().__init__()
+        self.pos = nn.Parameter(torch.randn(T, D) * 0.02)
+        self.tok = nn.Embedding(V, D)
+        self.layers = nn.ModuleList(Layer(D, H) for _ in range(L))
+        self.lnf = nn.LayerNorm(D)
+        self.head = nn.Linear(D, V)
+
+    def forward(self, b):
+        x = self.tok(b["tokens"].long()) + self.pos
+        for layer in self.layers:
+            x = layer(x)
+        logits = self.head(self.lnf(x))
+        return xent(logits, b["targets"]), {"accuracy": accuracy(logits.reshape(-1, logits.shape[-1]), b["targets"].reshape(-1))}
+
+
+TWINS.update({"cnn_bn": CnnBn, "char_tf": CharTf})

@@ -119,8 +119,10 @@ def batch_size(mp):
     return next(iter(mp["inputs"].values()))[1][0]
 
 
-def train_twin(mp, net, data, steps, dtype):
-    """Trains net in place; returns (per-step losses, per-step lr, optimizer)."""
+def train_twin(mp, net, data, steps, dtype, log=None):
+    """Trains net in place; returns (per-step losses, per-step lr, optimizer).
+    Steps the trainer's log says it skipped (loss scaling) are skipped too:
+    no update, but the schedule moves on."""
     tr = mp["train"]
     acc = tr.get("accumulate", 1)
     clip = tr.get("clip_grad_norm", 0)
@@ -139,9 +141,11 @@ def train_twin(mp, net, data, steps, dtype):
             micro.append(loss.item())
         losses.append(sum(micro) / acc)
         lrs.append(opt.param_groups[0]["lr"])
+        skipped = log and k in log and log[k].get("skipped", 0) > log.get(k - 1, {}).get("skipped", 0)
         if clip:
             torch.nn.utils.clip_grad_norm_(net.parameters(), clip)
-        opt.step()
+        if not skipped:
+            opt.step()
         sched.step()
     return losses, lrs, opt
 
@@ -233,7 +237,7 @@ def cmd_check(a):
         sys.exit(f"ref.py: {a.init} does not fit the twin: {bad}")
     errs = []
     log, evals = read_log(a.log)
-    losses, lrs, opt = train_twin(mp, net, load_data(a.data), a.steps, dtype)
+    losses, lrs, opt = train_twin(mp, net, load_data(a.data), a.steps, dtype, log)
     compare_steps(log, losses, lrs, a.tol, errs)
     ckpt, meta = st.read(a.ckpt, with_meta=True)
     if str(meta.get("step")) != str(a.steps):

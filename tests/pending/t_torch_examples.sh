@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# t_torch_examples.sh - generated C trainers against PyTorch, step by step.
+#
+# For every case: the model's PyTorch twin (tests/py/models.py) writes the
+# initial parameters; mpcc compiles the model (--target c, the case's
+# precision); the trainer runs from that init with batches in file order,
+# logging every step and evaluating at the end; tests/py/ref.py trains the
+# twin the same way and compares each step's loss and lr (float32: 1e-4
+# relative; mixed_float16 against torch in float32: a few percent), the
+# final tensors and optimizer state (float32 only), and loads the final
+# checkpoint into the twin with load_state_dict to compare the evaluation.
+#
+# Cases: every optimizer / schedule / clipping / accumulate variant of
+# tests/models/mlp_small.mp, the op zoo, a CNN with batch_norm, a char
+# transformer, and examples/*.mp that have a twin. ONLY=substring runs the
+# matching cases.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+MPCC=${MPCC:-./mpcc}
+PY=/usr/bin/python3
+W=${B:-build}/t_torch_examples
+D=$W/data
+mkdir -p "$W"
+$PY tests/py/data.py "$D" || exit 1
+
+fails=()
+
+# variant NAME 'train line' ...: mlp_small.mp with its optimizer line
+# replaced by the given lines (steps stays 40).
+variant() {
+    local name=$1; shift
+    local lines; lines=$(printf '  %s\\n' "$@")
+    sed "/^  optimizer = /c\\
+${lines%\\n}" tests/models/mlp_small.mp > "$W/$name.mp"
+}
+
+# run_case NAME MODEL.mp PRECISION STEPS TOL DATA EVAL
+#   DATA / EVAL: comma-separated input=file-stem pairs (files in $D)
+run_case() {
+    local name=$1 model=$2 prec=$3 steps=$4 tol=$5 data=$6 ev=$7
+    [ -n "${ONLY:-}" ] && [[ $name != *$ONLY* ]] && return
+    local args=() ref=() p
+    for p in ${data//,/ }; do args+=(--data "${p%%=*}=$D/${p#*=}.npy"); done
+    for p in ${ev//,/ }; do args+=(--eval "${p%%=*}=$D/${p#*=}.npy"); done
+    local cmp=(--tol "$tol") out=$W/$name
+    # mixed precision: per-step losses within tol of torch float32; tensors
+    # are not compared (f16 rounding moves them), the eval within tol.
+    [ "$prec" != float32 ] && cmp+=(--ptol 0 --etol "$tol")
+    echo "== $name: $model, $prec, $steps steps"
+    if ! $PY tests/py/ref.py init "$model" "$out.init.safetensors"; then
+        fails+=("$name: ref.py init"); return
+    fi
+    if ! "$MPCC" "$model" --target c --precision "$prec" -o "$out.c" 2>"$out.mpcc.err"; then
+        cat "$out.mpcc.err"; fails+=("$name: mpcc failed"); return
+    fi
+    if ! cc -O2 -o "$out" "$out.c" -lm 2>"$out.cc.err"; then
+        head -n 20 "$out.cc.err"; fails+=("$name: the generated C does not build"); return
+    fi
+    rm -f "$out.log.jsonl"
+    if ! "$out" "${args[@]}" --steps "$steps" --no-shuffle --init "$out.init.safetensors" \
+            --log "$out.log.jsonl" --log-every 1 --eval-every "$steps" \
+            --save "$out.out.safetensors" >"$out.run.out" 2>&1; then
+        tail -n 5 "$out.run.out"; fails+=("$name: the trainer failed"); return
+    fi
+    # the reference reads the same files, in the same order
+    if ! $PY tests/py/ref.py check "$model" "${args[@]}" --steps "$steps" \
+            --init "$out.init.safetensors" --log "$out.log.jsonl" \
+            --ckpt "$out.out.safetensors" "${cmp[@]}" >"$out.ref.out" 2>&1; then
+        grep -E 'worst|MISMATCH|eval:|Error|error' "$out.ref.out" | head -n 20
+        fails+=("$name: differs from PyTorch (see $out.ref.out)"); return
+    fi
+    grep -E 'worst|eval:' "$out.ref.out"
+}
+
+MNIST=image=mnist_x,label=mnist_y
+MNIST_E=image=mnist_ex,label=mnist_ey
+DIGITS=x=digits_x,label=digits_y,target=digits_t
+DIGITS_E=x=digits_ex,label=digits_ey,target=digits_et
+SHAKE=tokens=shake_x,targets=shake_y
+SHAKE_E=tokens=shake_ex,targets=shake_ey
+
+variant mlp_sgd             'optimizer = sgd(lr = 0.1)'
+variant mlp_sgd_momentum    'optimizer = sgd(lr = 0.05, momentum = 0.9)'
+variant mlp_sgd_nesterov_wd 'optimizer = sgd(lr = 0.05, momentum = 0.9, nesterov = true, weight_decay = 1e-3)'
+variant mlp_sgd_wd          'optimizer = sgd(lr = 0.1, weight_decay = 0.01)'
+variant mlp_adam            'optimizer = adam(lr = 1e-3)'
+variant mlp_adam_keys       'optimizer = adam(lr = 1e-3, beta1 = 0.8, beta2 = 0.99, eps = 1e-6, weight_decay = 0.01)'
+variant mlp_adamw           'optimizer = adamw(lr = 2e-3)'
+variant mlp_cosine_warmup   'optimizer = adamw(lr = 2e-3, weight_decay = 0.1)' 'lr_schedule = cosine(warmup = 5, min = 1e-4)'
+variant mlp_cosine          'optimizer = sgd(lr = 0.1, momentum = 0.5)' 'lr_schedule = cosine(min = 0.01)'
+variant mlp_linear_warmup   'optimizer = adam(lr = 2e-3)' 'lr_schedule = linear(warmup = 8)'
+variant mlp_linear          'optimizer = sgd(lr = 0.2)' 'lr_schedule = linear(warmup = 0)'
+variant mlp_clip            'optimizer = adam(lr = 1e-3)' 'clip_grad_norm = 0.5'
+variant mlp_accumulate      'optimizer = sgd(lr = 0.1, momentum = 0.9)' 'accumulate = 2'
+variant mlp_accum_clip      'optimizer = adam(lr = 2e-3)' 'accumulate = 3' 'clip_grad_norm = 0.3' 'lr_schedule = cosine(warmup = 3)'
+
+for v in mlp_sgd mlp_sgd_momentum mlp_sgd_nesterov_wd mlp_sgd_wd mlp_adam mlp_adam_keys \
+         mlp_adamw mlp_cosine_warmup mlp_cosine mlp_linear_warmup mlp_linear mlp_clip \
+         mlp_accumulate mlp_accum_clip; do
+    run_case "$v" "$W/$v.mp" float32 40 1e-4 "$MNIST" "$MNIST_E"
+done
+run_case mlp_adam_f16 "$W/mlp_adam.mp" mixed_float16 40 3e-2 "$MNIST" "$MNIST_E"
+
+for prec in float32 mixed_float16; do
+    tol=1e-4; [ $prec = float32 ] || tol=3e-2
+    run_case "zoo_$prec"     tests/models/zoo.mp     $prec 40 $tol "$DIGITS" "$DIGITS_E"
+    run_case "cnn_bn_$prec"  tests/models/cnn_bn.mp  $prec 30 $tol "$MNIST"  "$MNIST_E"
+    run_case "char_tf_$prec" tests/models/char_tf.mp $prec 30 $tol "$SHAKE"  "$SHAKE_E"
+    [ -e examples/mnist_mlp.mp ] &&
+        run_case "mnist_mlp_$prec" examples/mnist_mlp.mp $prec 30 $tol "$MNIST" "$MNIST_E"
+done
+
+echo
+if [ ${#fails[@]} -gt 0 ]; then
+    printf 'FAIL %s\n' "${fails[@]}"
+    exit 1
+fi
+echo "all cases agree with PyTorch"
