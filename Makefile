@@ -18,7 +18,9 @@ RUNTIME_HDR  := $(wildcard runtime/*.h) runtime/AMALGAMATION
 UNIT_SRC     := $(wildcard tests/unit/test_*.c)
 UNIT_BIN     := $(UNIT_SRC:tests/unit/%.c=$(B)/tests/%)
 
-all: mpcc
+TOOLS        := $(B)/idx2npy $(B)/csv2npy
+
+all: mpcc $(TOOLS)
 
 mpcc: $(B)/main.o $(COMPILER_OBJ)
 	$(CC) $(CFLAGS) $(SAN) -o $@ $^ -lm
@@ -44,14 +46,18 @@ $(B)/runtime_blob.c: $(B)/embed $(RUNTIME_HDR)
 $(B)/runtime_blob.o: $(B)/runtime_blob.c
 	$(CC) $(CFLAGS) -std=c11 -c -o $@ $<
 
+# Data converters (tools/*2npy.c): IDX and CSV to .npy, built on the runtime.
+$(TOOLS): $(B)/%: tools/%.c tools/tool_input.h $(RUNTIME_HDR) | $(B)
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(SAN) $(WARN) -o $@ $< -lm
+
 $(B):
 	mkdir -p $(B)/tests
 
 # ---- tests --------------------------------------------------------------
-$(B)/tests/%: tests/unit/%.c $(COMPILER_OBJ) $(RUNTIME_HDR) | $(B)
+$(B)/tests/%: tests/unit/%.c $(wildcard tests/unit/*.h) $(COMPILER_OBJ) $(RUNTIME_HDR) | $(B)
 	$(CC) $(CPPFLAGS) $(CFLAGS) $(SAN) $(WARN) -Wno-missing-field-initializers -o $@ $< $(COMPILER_OBJ) -lcmocka -lm
 
-test: mpcc $(UNIT_BIN)
+test: mpcc $(TOOLS) $(UNIT_BIN)
 	MPCC=./mpcc B=$(B) SAN="$(SAN)" tests/run_all.sh
 
 asan:
@@ -59,7 +65,7 @@ asan:
 	    SAN="-fsanitize=address,undefined -fno-sanitize-recover=all" \
 	    mpcc-asan-test
 
-mpcc-asan-test: mpcc $(UNIT_BIN)
+mpcc-asan-test: mpcc $(TOOLS) $(UNIT_BIN)
 	ASAN_OPTIONS=detect_leaks=0 MPCC=./mpcc B=$(B) SAN="$(SAN)" tests/run_all.sh
 
 golden-update: mpcc

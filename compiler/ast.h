@@ -43,6 +43,8 @@ struct Expr {
     SrcLoc loc;          /* EX_BINARY: the operator; EX_CALL: the callee name;
                             else the first token. len covers that token. */
     SrcLoc span;         /* the whole expression, for underlines */
+    int height;          /* levels of the tree from here down (a leaf: 1);
+                            at most AST_MAX_HEIGHT, so passes may recurse */
     /* EX_NUM */
     double num;
     bool is_int;         /* written without '.', 'e' or 'E'; fits in int64 */
@@ -113,8 +115,12 @@ typedef struct Ast {
 /* Parse a whole file. Syntax errors go through diag_error() (parsing goes
  * on after each, up to the diag limit); the returned tree holds whatever
  * parsed. Never crashes or hangs, whatever the bytes: NUL bytes, non-ASCII,
- * over-long tokens and nesting deeper than AST_MAX_DEPTH are errors. */
+ * over-long tokens, nesting deeper than AST_MAX_DEPTH and expressions
+ * taller than AST_MAX_HEIGHT are errors. The checks the grammar cannot
+ * make are made here too: `model NAME` first and once; model, input,
+ * block and train only at the top level; return only inside a block. */
 #define AST_MAX_DEPTH 256
+#define AST_MAX_HEIGHT 1024     /* levels of one expression tree (a + b + ...) */
 Ast *ast_parse(Arena *a, const SrcFile *file);
 
 /* Read a file into a SrcFile (NULL and a usage error when unreadable). */

@@ -1,13 +1,555 @@
-/* autodiff.c - SCAFFOLD: replaced by the real reverse-mode autodiff. */
+/* autodiff.c - reverse-mode differentiation of the forward graph.
+ *
+ * ad_backward() walks the forward nodes from last to first and asks each
+ * op's gradient rule grad_<ID> (one per DATA and FWD row of ops.def) for
+ * the gradients of its inputs; the contributions to a value used several
+ * times are summed with OP_ADD in the order they arrive.
+ *
+ * Which values get a gradient: a float value that depends on a trainable
+ * parameter and that the loss depends on ("wanted"). Inputs, constants,
+ * integers, non-trainable parameters and metrics get none, and no node is
+ * made that the loss does not need.
+ *
+ * Invariants of every node made here (ad_check() verifies them):
+ *   phase PH_BACKWARD; grad_of = the forward node differentiated; loc, cls
+ *   and rule taken from grad_of; compute = grad_of->compute (PRECISION.md
+ *   "Backward"), except the ADDs summing a value's contributions, which
+ *   compute in the gradient's own type (f32 for a master weight);
+ *   shape and type of the value whose gradient it is: grad_of's output or
+ *   one of its inputs. The only other shape is an elementwise product
+ *   taken over the broadcast shape before SUM_TO reduces it, typed like
+ *   grad_of's output so that the reduction reads unrounded terms.
+ * Shapes are set here from the forward shapes, not by shape.c. */
 #include "autodiff.h"
 #include "ops.h"
-#define GRAD(id) \
-    void grad_##id(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx) { (void)g; (void)n; (void)dy; (void)dx; diag_internal(__FILE__, __LINE__, "gradient of " #id " not written yet"); }
-#define DECL_DATA(id) GRAD(id)
-#define DECL_FWD(id) GRAD(id)
-#define DECL_BWD(id)
-#define DECL_STEP(id)
-#define OP(id, name, nin, cls, kind) DECL_##kind(id)
-#include "ops.def"
-#undef OP
-void ad_backward(IrGraph *g) { (void)g; diag_internal(__FILE__, __LINE__, "autodiff not written yet"); }
+
+#include <stdio.h>
+#include <string.h>
+
+/* ---- making backward nodes ---------------------------------------------- */
+
+/* A backward node of n: op(in...), shaped and typed as `s` and `t`. */
+static IrNode *mk_st(IrGraph *g, IrNode *n, IrOp op, const Shape *s, DType t,
+                     int nin, IrNode *const *in)
+{
+    IrNode *b = ir_add(g, op, n->loc, nin, in);
+    b->phase = PH_BACKWARD;
+    b->grad_of = n;
+    b->compute = n->compute;
+    b->cls = n->cls;
+    b->rule = n->rule;
+    b->shape = *s;
+    b->type = t;
+    return b;
+}
+
+/* The usual case: a gradient shaped and typed like the value `like`. */
+static IrNode *mk(IrGraph *g, IrNode *n, IrOp op, const IrNode *like, int nin,
+                  IrNode *const *in)
+{
+    return mk_st(g, n, op, &like->shape, like->type, nin, in);
+}
+
+#define NARGS(...) ((int)(sizeof((IrNode *[]){__VA_ARGS__}) / sizeof(IrNode *)))
+/* MK(g, n, OP_X, like, a, b...): the node OP_X(a, b...) typed like `like`. */
+#define MK(g, n, op, like, ...) mk(g, n, op, like, NARGS(__VA_ARGS__), (IrNode *[]){__VA_ARGS__})
+
+static void copy_attrs(IrNode *dst, const IrNode *src)
+{
+    memcpy(dst->ia, src->ia, sizeof dst->ia);
+    memcpy(dst->fa, src->fa, sizeof dst->fa);
+}
+
+/* NumPy broadcasting of two shapes (the forward shape rule checked them). */
+static Shape bcast(const Shape *a, const Shape *b)
+{
+    Shape s = {0};
+    s.rank = a->rank > b->rank ? a->rank : b->rank;
+    for (int i = 0; i < s.rank; i++) {
+        int ia = a->rank - s.rank + i, ib = b->rank - s.rank + i;
+        int64_t da = ia >= 0 ? a->d[ia] : 1, db = ib >= 0 ? b->d[ib] : 1;
+        s.d[i] = da == 1 ? db : da;
+    }
+    return s;
+}
+
+/* The elementwise part of input i's gradient, op(a [, b]) over `over`, the
+ * shape of the broadcast operation. Typed like input i when no reduction
+ * follows, else like n's output: SUM_TO then rounds once, to input i's type. */
+static IrNode *part(IrGraph *g, IrNode *n, int i, const Shape *over, IrOp op,
+                    IrNode *a, IrNode *b)
+{
+    const IrNode *x = n->in[i];
+    DType t = shape_eq(over, &x->shape) ? x->type : n->type;
+    IrNode *in[2] = {a, b};
+    return mk_st(g, n, op, over, t, b ? 2 : 1, in);
+}
+
+/* v, brought to input i's shape (SUM_TO undoes a broadcast) and type. */
+static IrNode *fit(IrGraph *g, IrNode *n, int i, IrNode *v)
+{
+    IrNode *x = n->in[i];
+    if (!shape_eq(&v->shape, &x->shape))
+        return MK(g, n, OP_SUM_TO, x, v);
+    if (v->type != x->type)
+        return MK(g, n, OP_CAST, x, v);
+    return v;
+}
+
+/* Input i's gradient when it is op(a [, b]) elementwise over n's shape. */
+static IrNode *elementwise(IrGraph *g, IrNode *n, int i, IrOp op, IrNode *a, IrNode *b)
+{
+    return fit(g, n, i, part(g, n, i, &n->shape, op, a, b));
+}
+
+/* ---- gradient rules, in the order of ops.def ------------------------------
+ * On entry dx[i] is non-NULL (it is n->in[i]) exactly when input i wants a
+ * gradient; a rule overwrites those and only those. Single-input rules are
+ * only called when their input wants one. */
+
+/* Leaves have no inputs: nothing to pass the gradient on to. */
+void grad_INPUT(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx) { }
+void grad_PARAM(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx) { }
+void grad_CONST(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx) { }
+
+/* Each cast becomes a cast of the gradient back to the source type. */
+void grad_CAST(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx)
+{
+    dx[0] = MK(g, n, OP_CAST, n->in[0], dy);
+}
+
+void grad_ADD(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx)
+{
+    for (int i = 0; i < 2; i++)
+        if (dx[i])
+            dx[i] = fit(g, n, i, dy);
+}
+
+void grad_SUB(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx)
+{
+    if (dx[0])
+        dx[0] = fit(g, n, 0, dy);
+    if (dx[1])
+        dx[1] = elementwise(g, n, 1, OP_NEG, dy, NULL);
+}
+
+/* d(a*b) = dy*b, dy*a */
+void grad_MUL(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx)
+{
+    for (int i = 0; i < 2; i++)
+        if (dx[i])
+            dx[i] = elementwise(g, n, i, OP_MUL, dy, n->in[1 - i]);
+}
+
+/* d(a/b) = dy/b, -(dy/b)*(a/b): divide first, so f16 does not overflow. */
+void grad_DIV(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx)
+{
+    IrNode *b = n->in[1];
+    if (dx[0])
+        dx[0] = elementwise(g, n, 0, OP_DIV, dy, b);
+    if (dx[1]) {
+        IrNode *q = part(g, n, 1, &n->shape, OP_DIV, dy, b);
+        IrNode *p = part(g, n, 1, &n->shape, OP_MUL, q, n);
+        dx[1] = elementwise(g, n, 1, OP_NEG, p, NULL);
+    }
+}
+
+void grad_NEG(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx)
+{
+    dx[0] = elementwise(g, n, 0, OP_NEG, dy, NULL);
+}
+
+/* y = A B with A = op(a), B = op(b) (ia[0], ia[1] transpose the last two
+ * dims): dA = dy Bᵀ, dB = Aᵀ dy, and a transposed input takes the
+ * transpose of its gradient. For b [K, N] under a [..., M, K], dB sums over
+ * a's leading dims: MATMUL_TN flattens them. */
+static IrNode *matmul(IrGraph *g, IrNode *n, const IrNode *like, IrNode *a, IrNode *b,
+                      bool ta, bool tb)
+{
+    IrNode *m = MK(g, n, OP_MATMUL, like, a, b);
+    m->ia[0] = ta, m->ia[1] = tb;
+    return m;
+}
+
+void grad_MATMUL(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx)
+{
+    IrNode *a = n->in[0], *b = n->in[1];
+    bool ta = n->ia[0], tb = n->ia[1];
+    bool tn = b->shape.rank == 2 && !ta;    /* Aᵀ as MATMUL_TN of a */
+    MP_ASSERT(!ta || a->shape.rank == b->shape.rank);
+    if (dx[0])      /* a = A: dy Bᵀ;  a = Aᵀ: B dyᵀ */
+        dx[0] = ta ? matmul(g, n, a, b, dy, tb, true) : matmul(g, n, a, dy, b, false, !tb);
+    if (!dx[1])
+        return;
+    if (tb)         /* b = Bᵀ: dyᵀ A */
+        dx[1] = tn ? MK(g, n, OP_MATMUL_TN, b, dy, a) : matmul(g, n, b, dy, a, true, ta);
+    else            /* b = B: Aᵀ dy */
+        dx[1] = tn ? MK(g, n, OP_MATMUL_TN, b, a, dy) : matmul(g, n, b, a, dy, !ta, false);
+}
+
+/* y = x wᵀ + b: dx = dy w, dw = dyᵀ x (leading dims summed), db = Σ dy. */
+void grad_LINEAR(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx)
+{
+    if (dx[0])
+        dx[0] = matmul(g, n, n->in[0], dy, n->in[1], false, false);
+    if (dx[1])
+        dx[1] = MK(g, n, OP_MATMUL_TN, n->in[1], dy, n->in[0]);
+    if (n->nin > 2 && dx[2])
+        dx[2] = MK(g, n, OP_SUM_TO, n->in[2], dy);
+}
+
+void grad_CONV2D(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx)
+{
+    if (dx[0])
+        copy_attrs(dx[0] = MK(g, n, OP_CONV2D_DX, n->in[0], dy, n->in[1]), n);
+    if (dx[1])
+        copy_attrs(dx[1] = MK(g, n, OP_CONV2D_DW, n->in[1], dy, n->in[0]), n);
+    if (n->nin > 2 && dx[2])
+        dx[2] = MK(g, n, OP_CHANNEL_SUM, n->in[2], dy);
+}
+
+/* Activations: from the input x, or from the output y where that is cheaper. */
+void grad_RELU(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx)    { dx[0] = MK(g, n, OP_RELU_GRAD, n->in[0], dy, n->in[0]); }
+void grad_GELU(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx)    { dx[0] = MK(g, n, OP_GELU_GRAD, n->in[0], dy, n->in[0]); }
+void grad_TANH(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx)    { dx[0] = MK(g, n, OP_TANH_GRAD, n->in[0], dy, n); }
+void grad_SIGMOID(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx) { dx[0] = MK(g, n, OP_SIGMOID_GRAD, n->in[0], dy, n); }
+void grad_SILU(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx)    { dx[0] = MK(g, n, OP_SILU_GRAD, n->in[0], dy, n->in[0]); }
+
+/* The mask is regenerated from the forward node's (seed, step, id). */
+void grad_DROPOUT(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx)
+{
+    copy_attrs(dx[0] = MK(g, n, OP_DROPOUT_GRAD, n->in[0], dy), n);
+}
+
+/* Views: the gradient takes the inverse view. */
+void grad_RESHAPE(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx) { dx[0] = MK(g, n, OP_RESHAPE, n->in[0], dy); }
+void grad_FLATTEN(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx) { dx[0] = MK(g, n, OP_RESHAPE, n->in[0], dy); }
+
+void grad_TRANSPOSE(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx)
+{
+    IrNode *t = MK(g, n, OP_TRANSPOSE, n->in[0], dy);
+    for (int i = 0; i < n->shape.rank; i++)
+        t->ia[n->ia[i]] = i;
+    dx[0] = t;
+}
+
+void grad_MAX_POOL2D(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx)
+{
+    copy_attrs(dx[0] = MK(g, n, OP_MAX_POOL2D_GRAD, n->in[0], dy, n->in[0]), n);
+}
+
+void grad_AVG_POOL2D(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx)
+{
+    copy_attrs(dx[0] = MK(g, n, OP_AVG_POOL2D_GRAD, n->in[0], dy), n);
+}
+
+void grad_GLOBAL_AVG_POOL(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx)
+{
+    dx[0] = MK(g, n, OP_GLOBAL_AVG_POOL_GRAD, n->in[0], dy);
+}
+
+/* The ids are integers: only the table has a gradient. */
+void grad_EMBEDDING(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx)
+{
+    if (dx[1])
+        dx[1] = MK(g, n, OP_EMBEDDING_DW, n->in[1], dy, n->in[0]);
+}
+
+void grad_EXP(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx)   { dx[0] = MK(g, n, OP_MUL, n->in[0], dy, n); }
+void grad_LOG(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx)   { dx[0] = MK(g, n, OP_DIV, n->in[0], dy, n->in[0]); }
+void grad_SQRT(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx)  { dx[0] = MK(g, n, OP_SQRT_GRAD, n->in[0], dy, n); }
+void grad_RSQRT(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx) { dx[0] = MK(g, n, OP_RSQRT_GRAD, n->in[0], dy, n); }
+
+/* sum and mean: dy spread back over the reduced axis (or over everything). */
+static void reduction(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx, bool mean)
+{
+    const Shape *s = &n->in[0]->shape;
+    int64_t axis = n->ia[0];
+    int64_t count = axis < 0 ? shape_numel(s) : s->d[axis];
+    IrNode *e = MK(g, n, OP_EXPAND, n->in[0], dy);
+    e->ia[0] = axis;
+    e->fa[0] = mean ? 1.0 / (double)count : 1.0;
+    dx[0] = e;
+}
+
+void grad_SUM(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx)  { reduction(g, n, dy, dx, false); }
+void grad_MEAN(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx) { reduction(g, n, dy, dx, true); }
+
+void grad_SOFTMAX(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx)
+{
+    copy_attrs(dx[0] = MK(g, n, OP_SOFTMAX_GRAD, n->in[0], dy, n), n);
+}
+
+void grad_LOG_SOFTMAX(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx)
+{
+    copy_attrs(dx[0] = MK(g, n, OP_LOG_SOFTMAX_GRAD, n->in[0], dy, n), n);
+}
+
+/* Norms (x, weight, bias, ...): DX(dy, x, weight), DW(dy, x) -- the kernels
+ * recompute the statistics from x -- and the bias reduced by `bias_op`. */
+static void norm(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx, IrOp dx_op, IrOp dw_op,
+                 IrOp bias_op)
+{
+    IrNode *x = n->in[0];
+    if (dx[0])
+        copy_attrs(dx[0] = MK(g, n, dx_op, x, dy, x, n->in[1]), n);
+    if (dx[1])
+        copy_attrs(dx[1] = MK(g, n, dw_op, n->in[1], dy, x), n);
+    if (dx[2])
+        dx[2] = MK(g, n, bias_op, n->in[2], dy);
+}
+
+/* Over the last axis: the bias sums over all the others. */
+void grad_LAYER_NORM(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx)
+{
+    norm(g, n, dy, dx, OP_LAYER_NORM_DX, OP_LAYER_NORM_DW, OP_SUM_TO);
+}
+
+/* Per channel (axis 1). The running statistics (inputs 3, 4) are not
+ * trainable, so they never want a gradient. */
+void grad_BATCH_NORM(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx)
+{
+    norm(g, n, dy, dx, OP_BATCH_NORM_DX, OP_BATCH_NORM_DW, OP_CHANNEL_SUM);
+}
+
+void grad_CROSS_ENTROPY(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx)
+{
+    if (dx[0])
+        dx[0] = MK(g, n, OP_CROSS_ENTROPY_GRAD, n->in[0], dy, n->in[0], n->in[1]);
+}
+
+/* MSE_GRAD is d pred over the broadcast shape; d target is its negation. */
+void grad_MSE(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx)
+{
+    Shape over = bcast(&n->in[0]->shape, &n->in[1]->shape);
+    IrNode *in[3] = {dy, n->in[0], n->in[1]};
+    const IrNode *x = n->in[dx[0] ? 0 : 1];
+    DType t = shape_eq(&over, &x->shape) ? x->type : n->type;
+    IrNode *d = mk_st(g, n, OP_MSE_GRAD, &over, t, 3, in);
+    if (dx[0])
+        dx[0] = fit(g, n, 0, d);
+    if (dx[1])
+        dx[1] = fit(g, n, 1, part(g, n, 1, &over, OP_NEG, d, NULL));
+}
+
+void grad_ATTENTION(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx)
+{
+    static const IrOp ops[3] = {OP_ATTENTION_DQ, OP_ATTENTION_DK, OP_ATTENTION_DV};
+    for (int i = 0; i < 3; i++) {
+        if (!dx[i])
+            continue;
+        dx[i] = MK(g, n, ops[i], n->in[i], dy, n->in[0], n->in[1], n->in[2]);
+        dx[i]->ia[0] = n->ia[0];
+    }
+}
+
+/* A metric: reaching it from the loss is the user's mistake. */
+void grad_ACCURACY(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx)
+{
+    diag_error(n->loc, "accuracy is not differentiable; use it as a metric");
+    dx[0] = dx[1] = NULL;
+}
+
+/* ---- the driver ---------------------------------------------------------- */
+
+typedef struct Ad {
+    IrGraph *g;
+    int nfwd;           /* forward nodes: g->nodes[0 .. nfwd) */
+    bool *wanted;       /* per forward node: its gradient is made */
+    IrNode **grad;      /* per forward node: its gradient so far */
+} Ad;
+
+/* Float values that depend on a trainable parameter (forward sweep) and
+ * that the loss depends on (backward sweep). */
+static bool *wanted_values(const IrGraph *g, int nfwd)
+{
+    bool *needs = arena_alloc(g->arena, (size_t)nfwd + 1);
+    bool *dep = arena_alloc(g->arena, (size_t)nfwd + 1);
+    for (int i = 0; i < g->nparams; i++)
+        needs[g->params[i].node->id] = g->params[i].trainable;
+    for (int i = 0; i < nfwd; i++) {
+        IrNode *n = g->nodes[i];
+        for (int j = 0; j < n->nin; j++)
+            needs[i] |= needs[n->in[j]->id];
+        needs[i] &= dt_is_float(n->type);
+    }
+    dep[g->loss->id] = true;
+    for (int i = nfwd - 1; i >= 0; i--)
+        for (int j = 0; dep[i] && j < g->nodes[i]->nin; j++)
+            dep[g->nodes[i]->in[j]->id] = true;
+    for (int i = 0; i < nfwd; i++)
+        needs[i] &= dep[i];
+    return needs;
+}
+
+/* Add the contribution d to v's gradient. The sum rounds to the
+ * gradient's own type: f32 for a master weight. */
+static void accumulate(Ad *ad, IrNode *v, IrNode *d)
+{
+    MP_ASSERT(shape_eq(&d->shape, &v->shape) && d->type == v->type);
+    IrNode **slot = &ad->grad[v->id];
+    if (*slot) {
+        d = MK(ad->g, v, OP_ADD, v, *slot, d);
+        d->compute = v->type;
+    }
+    *slot = d;
+}
+
+static void differentiate(Ad *ad, IrNode *n)
+{
+    IrNode **dx = arena_alloc(ad->g->arena, sizeof *dx * (size_t)(n->nin + 1));
+    for (int i = 0; i < n->nin; i++)
+        dx[i] = ad->wanted[n->in[i]->id] ? n->in[i] : NULL;
+    op_info[n->op].grad(ad->g, n, ad->grad[n->id], dx);
+    for (int i = 0; i < n->nin; i++) {
+        if (!ad->wanted[n->in[i]->id]) {
+            MP_ASSERT(dx[i] == NULL);
+            continue;
+        }
+        if (dx[i] == n->in[i])
+            diag_internal(__FILE__, __LINE__, "a gradient rule left an input's gradient unset");
+        if (dx[i])
+            accumulate(ad, n->in[i], dx[i]);
+    }
+}
+
+/* d loss = S: the loss scale, the seed of the backward pass. */
+static IrNode *seed(IrGraph *g)
+{
+    IrNode *loss = g->loss;
+    IrNode *s = ir_add1(g, OP_LOSS_SCALE, loss->loc, loss);
+    s->phase = PH_BACKWARD;
+    s->grad_of = loss;
+    s->type = s->compute = DT_F32;
+    s->rule = RULE_CLASS;
+    g->loss_scale = s;
+    return s;
+}
+
+void ad_backward(IrGraph *g)
+{
+    MP_ASSERT(g->loss != NULL && g->loss_scale == NULL);
+    ir_renumber(g);
+    IrNode *loss = g->loss;
+    if (loss->shape.rank != 0) {
+        diag_error(loss->loc, "minimize needs a scalar loss, got shape %s",
+                   shape_str(g->arena, &loss->shape));
+        return;
+    }
+    Ad ad = {g, g->nnodes, NULL, NULL};
+    ad.wanted = wanted_values(g, ad.nfwd);
+    ad.grad = arena_alloc(g->arena, sizeof *ad.grad * (size_t)(ad.nfwd + 1));
+    IrNode *s = seed(g);
+    if (ad.wanted[loss->id])    /* a loss typed f16 gets d loss in f16 */
+        ad.grad[loss->id] = loss->type == DT_F32 ? s : MK(g, loss, OP_CAST, loss, s);
+    for (int i = ad.nfwd - 1; i >= 0; i--)
+        if (ad.grad[i])
+            differentiate(&ad, g->nodes[i]);
+    for (int i = 0; i < g->nparams; i++) {
+        IrParam *p = &g->params[i];
+        p->grad = ad.wanted[p->node->id] ? ad.grad[p->node->id] : NULL;
+        MP_ASSERT(!p->grad || p->grad->type == DT_F32);
+    }
+}
+
+/* ---- the consistency check (tests) ---------------------------------------- */
+
+static int complain(const IrNode *n, const char *what)
+{
+    fprintf(stderr, "ad_check: node %d (%s of %d): %s\n", n->id, op_info[n->op].name,
+            n->grad_of ? n->grad_of->id : -1, what);
+    return 1;
+}
+
+static bool same_loc(SrcLoc a, SrcLoc b)
+{
+    return a.file == b.file && a.line == b.line && a.col == b.col;
+}
+
+static bool is_value(const IrNode *n, const Shape *s, DType t)
+{
+    return shape_eq(&n->shape, s) && n->type == t;
+}
+
+/* Shaped and typed like grad_of's output or one of its inputs, or an
+ * elementwise product over the broadcast of its inputs before SUM_TO. */
+static bool shape_type_ok(const IrNode *n)
+{
+    const IrNode *f = n->grad_of;
+    if (is_value(f, &n->shape, n->type))
+        return true;
+    for (int i = 0; i < f->nin; i++)
+        if (is_value(f->in[i], &n->shape, n->type))
+            return true;
+    if (f->nin != 2 || n->type != f->type)
+        return false;
+    Shape over = bcast(&f->in[0]->shape, &f->in[1]->shape);
+    return shape_eq(&n->shape, &over);
+}
+
+/* The shape rule of n's op, run on a copy, must agree with n's shape. */
+static bool rule_agrees(IrGraph *g, const IrNode *n)
+{
+    IrNode copy = *n;
+    return op_info[n->op].shape(g, &copy) && shape_eq(&copy.shape, &n->shape);
+}
+
+static int check_node(IrGraph *g, const IrNode *n, bool rules)
+{
+    const IrNode *f = n->grad_of;
+    int bad = 0;
+    if (!f || f->phase != PH_FORWARD || f->id >= n->id)
+        return complain(n, "grad_of is not an earlier forward node");
+    for (int i = 0; i < n->nin; i++)
+        if (n->in[i]->id >= n->id)
+            bad += complain(n, "reads a later node");
+    if (!same_loc(n->loc, f->loc))
+        bad += complain(n, "loc differs from grad_of's");
+    if (n->op == OP_LOSS_SCALE)
+        return bad + (f == g->loss && g->loss_scale == n && n->shape.rank == 0 &&
+                              n->type == DT_F32 ? 0 : complain(n, "not the f32 seed of the loss"));
+    if (n->cls != f->cls || n->rule != f->rule)
+        bad += complain(n, "class or rule differs from grad_of's");
+    if (n->op == OP_ADD ? n->compute != n->type || !is_value(f, &n->shape, n->type)
+                        : n->compute != f->compute)
+        bad += complain(n, "compute type is not grad_of's (or, summing, its own)");
+    if (!shape_type_ok(n))
+        bad += complain(n, "shape or type is not that of a value it differentiates");
+    if (rules && !rule_agrees(g, n))
+        bad += complain(n, "the op's shape rule disagrees with its shape");
+    return bad;
+}
+
+/* Every trainable parameter the loss depends on has an f32 gradient of its
+ * shape; every other parameter has none. */
+static int check_params(IrGraph *g)
+{
+    bool *dep = arena_alloc(g->arena, (size_t)g->nnodes + 1);
+    dep[g->loss->id] = true;
+    for (int i = g->loss->id; i >= 0; i--)
+        for (int j = 0; dep[i] && j < g->nodes[i]->nin; j++)
+            dep[g->nodes[i]->in[j]->id] = true;
+    int bad = 0;
+    for (int i = 0; i < g->nparams; i++) {
+        const IrParam *p = &g->params[i];
+        bool want = p->trainable && dep[p->node->id];
+        if (!want && p->grad)
+            bad += complain(p->node, "a gradient for a parameter that needs none");
+        else if (want && !(p->grad && p->grad->phase == PH_BACKWARD &&
+                           is_value(p->grad, &p->shape, DT_F32)))
+            bad += complain(p->node, "no f32 gradient of the parameter's shape");
+    }
+    return bad;
+}
+
+bool ad_check(IrGraph *g, bool rules)
+{
+    int bad = g->loss_scale ? 0 : complain(g->loss, "no loss scale");
+    for (int i = 0; i < g->nnodes; i++) {
+        if (g->nodes[i]->id != i)
+            bad += complain(g->nodes[i], "id is not its index");
+        else if (g->nodes[i]->phase == PH_BACKWARD)
+            bad += check_node(g, g->nodes[i], rules);
+    }
+    return bad + check_params(g) == 0;
+}

@@ -29,14 +29,18 @@ typedef struct SrcFile {
     long len;
 } SrcFile;
 
-/* A place in a model file. line and col are 1-based; len is the width of
- * the underline (0 or 1 means a single caret). file NULL = no location. */
+/* A place in a model file. line and col are 1-based (col counts bytes);
+ * len is the width of the underline in bytes (0 or 1 means a single caret;
+ * it is clipped to the end of the line when printed, so a span that runs
+ * over several lines underlines the rest of its first line). file NULL = no
+ * location. */
 typedef struct SrcLoc {
     const SrcFile *file;
     int line, col, len;
 } SrcLoc;
 
-void diag_init(FILE *out);          /* where messages go (stderr by default) */
+void diag_init(FILE *out);          /* where messages go (stderr by default); resets */
+void diag_reset(void);              /* counts back to zero (fuzzer, unit tests) */
 void diag_error(SrcLoc at, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void diag_warning(SrcLoc at, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void diag_note(SrcLoc at, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

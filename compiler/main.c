@@ -42,6 +42,7 @@ static const char usage[] =
 typedef struct Options {
     const char *input, *output;
     bool target_c, dump;
+    bool dump_ast;              /* hidden developer flag: print the tree, stop */
     PlanFormat fmt;
     int policy;                 /* -1: the train block decides */
 } Options;
@@ -103,6 +104,8 @@ static int parse_args(int argc, char **argv, Options *o)
                 diag_usage("unknown plan format '%s', expected text, json or dot", f);
                 return EXIT_USAGE;
             }
+        } else if (strcmp(a, "--dump-ast") == 0) {
+            o->dump_ast = true;
         } else if (a[0] == '-' && a[1] != 0) {
             diag_usage("unknown option '%s' (see mpcc --help)", a);
             return EXIT_USAGE;
@@ -151,6 +154,7 @@ int main(int argc, char **argv)
     int rc = parse_args(argc, argv, &o);
     if (rc >= 0)
         return rc;
+    rc = EXIT_OK;
 
     Arena arena;
     arena_init(&arena);
@@ -158,6 +162,10 @@ int main(int argc, char **argv)
     if (!file)
         return EXIT_USAGE;
     Ast *ast = ast_parse(&arena, file);
+    if (o.dump_ast) {
+        ast_dump(stdout, ast);
+        return diag_error_count() ? EXIT_MODEL : EXIT_OK;
+    }
     if (diag_error_count())
         return EXIT_MODEL;
     IrGraph *g = sema_lower(&arena, ast, o.policy);

@@ -1,3 +1,486 @@
-/* plan.c - SCAFFOLD: replaced by the real plan dump. */
+/* plan.c - `mpcc --dump-plan`: the precision plan of PRECISION.md, as
+ * - text: a table for a person (like a database's EXPLAIN), one row per
+ *   node in execution order, phases under their own headers, then the loss
+ *   scaling steps, the parameters and a summary;
+ * - json: the keys of PRECISION.md's example and a few more, one node per
+ *   line so golden files diff well;
+ * - dot: a Graphviz digraph, nodes filled by compute type, casts drawn as
+ *   diamonds, one cluster per phase.
+ *
+ * The dump only reads the graph: it runs after prec_finish(), when every
+ * node has its compute and output type, and node ids are indices in
+ * g->nodes. Output is deterministic (no addresses, no clock).
+ *
+ * Counting rules (summary): lowp_ops / f32_ops count the nodes that do
+ * arithmetic of the model (not inputs, parameters, constants, casts,
+ * views, loss scaling or optimizer steps) by their compute type, forward
+ * and backward; casts counts every CAST node, the user's and the
+ * backward's included; activation bytes are prec_memory()'s. */
 #include "plan.h"
-void plan_dump(FILE *out, const IrGraph *g, PlanFormat fmt) { (void)out; (void)g; (void)fmt; diag_internal(__FILE__, __LINE__, "plan not written yet"); }
+#include "ops.h"
+#include "prec.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct Summary {
+    int lowp_ops, f32_ops, casts, hoisted;
+    PrecMemory mem;
+} Summary;
+
+static Summary summarize(const IrGraph *g)
+{
+    Summary s = {0};
+    for (int i = 0; i < g->nnodes; i++) {
+        const IrNode *n = g->nodes[i];
+        if (n->op == OP_CAST) {
+            s.casts++;
+            s.hoisted += n->hoisted;
+        } else if (op_info[n->op].kind != OPK_DATA && op_info[n->op].kind != OPK_STEP
+                   && op_info[n->op].cls != CL_NONE) {
+            s.lowp_ops += prec_is_lowp(n->compute);
+            s.f32_ops += n->compute == DT_F32;
+        }
+    }
+    s.mem = prec_memory(g);
+    return s;
+}
+
+/* The types of a parameter's working copies (its forward casts), in the
+ * order they appear; returns how many (at most 3 float types). */
+static int param_copies(const IrGraph *g, const IrParam *p, const IrNode **out)
+{
+    int n = 0;
+    for (int i = 0; i < g->nnodes && n < 3; i++) {
+        const IrNode *c = g->nodes[i];
+        if (c->op == OP_CAST && c->phase == PH_FORWARD && c->in[0] == p->node)
+            out[n++] = c;
+    }
+    return n;
+}
+
+/* A cast the user wrote (`f16(x)`): sema sets its override; the casts
+ * prec.c and autodiff insert have none. */
+static bool user_cast(const IrNode *n) { return n->op == OP_CAST && n->override != DT_NONE; }
+
+/* What the plan shows for a node. A cast, whoever made it, is class
+ * none, rule cast, and computes in the type it rounds to (autodiff gives
+ * its casts back their forward node's class, rule and compute). */
+static PrecClass shown_class(const IrNode *n) { return n->op == OP_CAST ? CL_NONE : n->cls; }
+static PrecRule shown_rule(const IrNode *n) { return n->op == OP_CAST ? RULE_CAST : n->rule; }
+static DType shown_compute(const IrNode *n) { return n->op == OP_CAST ? n->type : n->compute; }
+
+static const char *phase_name(Phase p)
+{
+    static const char *const names[] = {"forward", "backward", "optimizer"};
+    return names[p];
+}
+
+/* A node's name for people: its own; for a parameter's gradient
+ * "grad(h.weight)"; for another backward node "bwd(h)", h the forward node
+ * it differentiates; else "-". */
+static const char *display_name(const IrGraph *g, const IrNode *n)
+{
+    if (n->name)
+        return n->name;
+    for (int i = 0; i < g->nparams; i++)
+        if (g->params[i].grad == n)
+            return arena_printf(g->arena, "grad(%s)", g->params[i].name);
+    if (n->grad_of && n->grad_of->name)
+        return arena_printf(g->arena, "bwd(%s)", n->grad_of->name);
+    return "-";
+}
+
+/* ---- json ---------------------------------------------------------------- */
+
+static void json_str(FILE *out, const char *s)
+{
+    if (!s) {
+        fputs("null", out);
+        return;
+    }
+    fputc('"', out);
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p == '"' || *p == '\\')
+            fprintf(out, "\\%c", *p);
+        else if (*p == '\n')
+            fputs("\\n", out);
+        else if (*p < 0x20 || *p == 0x7f)
+            fprintf(out, "\\u%04x", *p);
+        else
+            fputc(*p, out);
+    }
+    fputc('"', out);
+}
+
+/* Shortest text that reads back as the same double; null for inf and NaN,
+ * which JSON cannot hold. */
+static void json_num(FILE *out, double v)
+{
+    if (!isfinite(v)) {
+        fputs("null", out);
+        return;
+    }
+    char buf[32];
+    for (int prec = 1; prec <= 17; prec++) {
+        snprintf(buf, sizeof buf, "%.*g", prec, v);
+        if (strtod(buf, NULL) == v)
+            break;
+    }
+    fputs(buf, out);
+}
+
+static void json_shape(FILE *out, const Shape *s)
+{
+    fputc('[', out);
+    for (int i = 0; i < s->rank; i++)
+        fprintf(out, "%s%lld", i ? ", " : "", (long long)s->d[i]);
+    fputc(']', out);
+}
+
+static void json_loss_scale(FILE *out, const TrainCfg *t)
+{
+    fprintf(out, " \"loss_scale\": {\"kind\": \"%s\"", prec_ls_name(t->ls));
+    if (t->ls != LS_NONE) {
+        fputs(", \"init\": ", out);
+        json_num(out, t->ls_init);
+    }
+    if (t->ls == LS_DYNAMIC) {
+        fputs(", \"growth\": ", out);
+        json_num(out, t->ls_growth);
+        fputs(", \"backoff\": ", out);
+        json_num(out, t->ls_backoff);
+        fprintf(out, ", \"interval\": %lld", (long long)t->ls_interval);
+    }
+    fputs("},\n", out);
+}
+
+static void json_params(FILE *out, const IrGraph *g)
+{
+    fputs(" \"params\": [", out);
+    for (int i = 0; i < g->nparams; i++) {
+        const IrParam *p = &g->params[i];
+        const IrNode *c[3];
+        int nc = param_copies(g, p, c);
+        fputs(i ? ",\n  {\"name\": " : "\n  {\"name\": ", out);
+        json_str(out, p->name);
+        fputs(", \"shape\": ", out);
+        json_shape(out, &p->shape);
+        fprintf(out, ", \"master\": \"f32\", \"copies\": [");
+        for (int k = 0; k < nc; k++)
+            fprintf(out, "%s\"%s\"", k ? ", " : "", dt_name(c[k]->type));
+        fprintf(out, "], \"trainable\": %s, \"id\": %d}", p->trainable ? "true" : "false",
+                p->node->id);
+    }
+    fputs(g->nparams ? "\n ],\n" : "],\n", out);
+}
+
+static void json_node(FILE *out, const IrNode *n)
+{
+    fprintf(out, "  {\"id\": %d, \"phase\": \"%s\", \"line\": %d, \"name\": ", n->id,
+            phase_name(n->phase), n->loc.line);
+    json_str(out, n->name);
+    fprintf(out, ", \"op\": \"%s\", \"class\": \"%s\", \"rule\": \"%s\", \"compute\": \"%s\", "
+            "\"inputs\": [", op_info[n->op].name, prec_class_name(shown_class(n)),
+            prec_rule_name(shown_rule(n)), dt_name(shown_compute(n)));
+    for (int k = 0; k < n->nin; k++)
+        fprintf(out, "%s{\"from\": %d, \"type\": \"%s\", \"cast\": %s}", k ? ", " : "",
+                n->in[k]->id, dt_name(n->in[k]->type), n->in[k]->op == OP_CAST ? "true" : "false");
+    fputs("], \"shape\": ", out);
+    json_shape(out, &n->shape);
+    fprintf(out, ", \"type\": \"%s\"", dt_name(n->type));
+    if (n->grad_of)
+        fprintf(out, ", \"grad_of\": %d", n->grad_of->id);
+    if (n->op == OP_CAST)
+        fprintf(out, ", \"hoisted\": %s, \"user\": %s", n->hoisted ? "true" : "false",
+                user_cast(n) ? "true" : "false");
+    fputc('}', out);
+}
+
+static void dump_json(FILE *out, const IrGraph *g)
+{
+    static const char *const opt[] = {"sgd", "adam", "adamw"};
+    const TrainCfg *t = &g->train;
+    fputs("{\"model\": ", out);
+    json_str(out, g->model);
+    fprintf(out, ", \"policy\": \"%s\", \"lowp\": \"%s\", \"optimizer\": \"%s\", "
+            "\"accumulate\": %lld, \"clip_grad_norm\": ", prec_policy_name(t->policy),
+            dt_name(g->lowp), opt[t->opt], (long long)t->accumulate);
+    json_num(out, t->clip);
+    fputs(",\n", out);
+    json_loss_scale(out, t);
+    json_params(out, g);
+    fputs(" \"nodes\": [", out);
+    for (int i = 0; i < g->nnodes; i++) {
+        fputs(i ? ",\n" : "\n", out);
+        json_node(out, g->nodes[i]);
+    }
+    Summary s = summarize(g);
+    fprintf(out, "%s],\n \"summary\": {\"lowp_ops\": %d, \"f32_ops\": %d, \"casts\": %d, "
+            "\"hoisted_casts\": %d, \"activation_bytes\": %lld, \"activation_bytes_f32\": %lld}}\n",
+            g->nnodes ? "\n " : "", s.lowp_ops, s.f32_ops, s.casts, s.hoisted,
+            (long long)s.mem.bytes, (long long)s.mem.bytes_f32);
+}
+
+/* ---- dot ----------------------------------------------------------------- */
+
+static void dot_str(FILE *out, const char *s)
+{
+    for (; *s; s++) {
+        if (*s == '"' || *s == '\\')
+            fputc('\\', out);
+        fputc(*s, out);
+    }
+}
+
+static const char *dot_color(DType t)
+{
+    static const char *const colors[] = {
+        [DT_NONE] = "white", [DT_F32] = "#9ecae1", [DT_F16] = "#fdae6b",
+        [DT_BF16] = "#bcbddc", [DT_I32] = "#d9d9d9", [DT_U8] = "#d9d9d9",
+    };
+    return colors[t];
+}
+
+static void dot_node(FILE *out, const IrGraph *g, const IrNode *n)
+{
+    const char *name = display_name(g, n);
+    fprintf(out, "    n%d [label=\"#%d %s\\n", n->id, n->id, op_info[n->op].name);
+    if (strcmp(name, "-") != 0) {
+        dot_str(out, name);
+        fputs("\\n", out);
+    }
+    fprintf(out, "%s %s\", fillcolor=\"%s\"", shape_str(g->arena, &n->shape),
+            dt_name(n->type), dot_color(shown_compute(n)));
+    if (n->op == OP_CAST)
+        fputs(", shape=diamond", out);
+    else if (n->op == OP_PARAM || n->op == OP_INPUT)
+        fputs(", shape=box3d", out);
+    fputs("];\n", out);
+}
+
+static void dump_dot(FILE *out, const IrGraph *g)
+{
+    fputs("digraph \"", out);
+    dot_str(out, g->model ? g->model : "model");
+    fprintf(out, "\" {\n  graph [rankdir=TB, labelloc=t, fontname=\"Helvetica\", label=\"");
+    dot_str(out, g->model ? g->model : "model");
+    fprintf(out, ": %s (f16 orange, bf16 purple, f32 blue, integer grey, casts diamonds)\"];\n"
+            "  node [shape=box, style=\"filled,rounded\", fontname=\"Helvetica\", fontsize=10];\n"
+            "  edge [fontname=\"Helvetica\", fontsize=9];\n", prec_policy_name(g->train.policy));
+    for (int ph = PH_FORWARD; ph <= PH_OPTIMIZER; ph++) {
+        fprintf(out, "  subgraph cluster_%s {\n    label=\"%s\";\n", phase_name(ph), phase_name(ph));
+        for (int i = 0; i < g->nnodes; i++)
+            if (g->nodes[i]->phase == (Phase)ph)
+                dot_node(out, g, g->nodes[i]);
+        fputs("  }\n", out);
+    }
+    for (int i = 0; i < g->nnodes; i++) {
+        const IrNode *n = g->nodes[i];
+        for (int k = 0; k < n->nin; k++)
+            fprintf(out, "  n%d -> n%d [label=\"%s\"];\n", n->in[k]->id, n->id,
+                    dt_name(n->in[k]->type));
+    }
+    fputs("}\n", out);
+}
+
+/* ---- text ---------------------------------------------------------------- */
+
+enum { C_ID, C_LINE, C_NAME, C_OP, C_CLASS, C_RULE, C_COMPUTE, C_OUTPUT, C_INPUTS, NCOL };
+static const char *const col_title[NCOL] = {
+    "id", "line", "name", "op", "class", "rule", "compute", "output", "inputs",
+};
+#define MAX_SHOWN_INPUTS 3
+
+static char *inputs_text(Arena *a, const IrNode *n)
+{
+    if (n->nin == 0)
+        return "-";
+    char *s = "";
+    int shown = n->nin > MAX_SHOWN_INPUTS ? MAX_SHOWN_INPUTS : n->nin;
+    for (int k = 0; k < shown; k++)
+        s = arena_printf(a, "%s%s#%d %s%s", s, k ? ", " : "", n->in[k]->id,
+                         dt_name(n->in[k]->type), n->in[k]->op == OP_CAST ? "*" : "");
+    if (shown < n->nin)
+        s = arena_printf(a, "%s +%d more", s, n->nin - shown);
+    return s;
+}
+
+static void row_cells(const IrGraph *g, const IrNode *n, const char **cell)
+{
+    Arena *a = g->arena;
+    cell[C_ID] = arena_printf(a, "%d", n->id);
+    cell[C_LINE] = n->loc.line ? arena_printf(a, "%d", n->loc.line) : "-";
+    cell[C_NAME] = display_name(g, n);
+    cell[C_OP] = op_info[n->op].name;
+    cell[C_CLASS] = prec_class_name(shown_class(n));
+    cell[C_RULE] = user_cast(n) ? "user" : prec_rule_name(shown_rule(n));
+    cell[C_COMPUTE] = dt_name(shown_compute(n));
+    cell[C_OUTPUT] = arena_printf(a, "%s %s", shape_str(a, &n->shape), dt_name(n->type));
+    cell[C_INPUTS] = inputs_text(a, n);
+}
+
+static void print_row(FILE *out, const char *const *cell, const int *w)
+{
+    fprintf(out, "  %*s  %*s  ", w[C_ID], cell[C_ID], w[C_LINE], cell[C_LINE]);
+    for (int c = C_NAME; c < C_INPUTS; c++)
+        fprintf(out, "%-*s  ", w[c], cell[c]);
+    fprintf(out, "%s\n", cell[C_INPUTS]);
+}
+
+/* Column widths over the whole plan, so every phase lines up; names longer
+ * than 20 characters overflow their column rather than widen it. */
+static void col_widths(const IrGraph *g, int *w)
+{
+    const char *cell[NCOL];
+    for (int c = 0; c < NCOL; c++)
+        w[c] = (int)strlen(col_title[c]);
+    for (int i = 0; i < g->nnodes; i++) {
+        row_cells(g, g->nodes[i], cell);
+        for (int c = 0; c < C_INPUTS; c++) {
+            int len = (int)strlen(cell[c]);
+            if (len > w[c] && (c != C_NAME || len <= 20))
+                w[c] = len;
+        }
+    }
+}
+
+static void text_nodes(FILE *out, const IrGraph *g)
+{
+    int w[NCOL];
+    col_widths(g, w);
+    for (int ph = PH_FORWARD; ph <= PH_OPTIMIZER; ph++) {
+        int count = 0;
+        for (int i = 0; i < g->nnodes; i++)
+            count += g->nodes[i]->phase == (Phase)ph;
+        fprintf(out, "\n%s pass (%d nodes)\n", ph == PH_OPTIMIZER ? "optimizer" : phase_name(ph), count);
+        print_row(out, col_title, w);
+        const char *cell[NCOL];
+        for (int i = 0; i < g->nnodes; i++)
+            if (g->nodes[i]->phase == (Phase)ph) {
+                row_cells(g, g->nodes[i], cell);
+                print_row(out, cell, w);
+            }
+    }
+}
+
+static const IrNode *find_op(const IrGraph *g, IrOp op)
+{
+    for (int i = 0; i < g->nnodes; i++)
+        if (g->nodes[i]->op == op)
+            return g->nodes[i];
+    return NULL;
+}
+
+static void node_ref(FILE *out, const char *before, const IrNode *n)
+{
+    if (n)
+        fprintf(out, "%s%d", before, n->id);
+}
+
+static void text_loss_scale(FILE *out, const IrGraph *g)
+{
+    const TrainCfg *t = &g->train;
+    fprintf(out, "\nloss scaling: %s (policy %s)\n", prec_ls_name(t->ls), prec_policy_name(t->policy));
+    if (t->ls == LS_NONE) {
+        fputs("  S = 1: the loss is not scaled and gradients are not checked for inf/NaN\n", out);
+    } else {
+        fputs("  1. the f32 loss", out);
+        if (g->loss && g->loss->name)
+            fprintf(out, " '%s'", g->loss->name);
+        node_ref(out, " #", g->loss);
+        fputs(" is multiplied by S", out);
+        node_ref(out, " at #", g->loss_scale);
+        fputs("; the backward pass starts from S\n", out);
+        fputs("  2. every parameter gradient is multiplied by 1/S in f32 and checked for\n"
+              "     inf/NaN in one pass", out);
+        node_ref(out, " at #", find_op(g, OP_UNSCALE));
+        fputs("\n", out);
+        if (t->ls == LS_DYNAMIC)
+            fprintf(out, "  3. not finite: the step is skipped, S = S x %g, the good-step count restarts;\n"
+                    "     finite: the step is taken; after %lld good steps in a row S = S x %g\n"
+                    "  4. S starts at %g and never goes below 1; 100 skipped steps in a row at\n"
+                    "     S = 1 stop training with an error naming the parameters and the op\n",
+                    t->ls_backoff, (long long)t->ls_interval, t->ls_growth, t->ls_init);
+        else
+            fprintf(out, "  3. not finite: the step is skipped; S stays %g\n", t->ls_init);
+    }
+    if (t->clip > 0)
+        fprintf(out, "  clipping: gradient norm clipped to %g, on the unscaled gradients\n", t->clip);
+}
+
+static void text_params(FILE *out, const IrGraph *g)
+{
+    int wn = (int)strlen("name"), ws = (int)strlen("shape");
+    for (int i = 0; i < g->nparams; i++) {
+        int ln = (int)strlen(g->params[i].name);
+        int ls = (int)strlen(shape_str(g->arena, &g->params[i].shape));
+        wn = ln > wn ? ln : wn;
+        ws = ls > ws ? ls : ws;
+    }
+    fprintf(out, "\nparameters (%d)\n  %-*s  %-*s  master  working copies\n", g->nparams, wn,
+            "name", ws, "shape");
+    for (int i = 0; i < g->nparams; i++) {
+        const IrParam *p = &g->params[i];
+        const IrNode *c[3];
+        int nc = param_copies(g, p, c);
+        fprintf(out, "  %-*s  %-*s  f32     ", wn, p->name, ws, shape_str(g->arena, &p->shape));
+        for (int k = 0; k < nc; k++)
+            fprintf(out, "%s%s (#%d)", k ? ", " : "", dt_name(c[k]->type), c[k]->id);
+        fputs(nc ? "" : "none", out);
+        fputs(p->trainable ? "\n" : "  (not trained)\n", out);
+    }
+}
+
+static const char *human_bytes(Arena *a, int64_t b)
+{
+    if (b < 1024)
+        return arena_printf(a, "%lld B", (long long)b);
+    if (b < 1024 * 1024)
+        return arena_printf(a, "%.1f KiB", (double)b / 1024);
+    return arena_printf(a, "%.1f MiB", (double)b / (1024.0 * 1024.0));
+}
+
+static void text_summary(FILE *out, const IrGraph *g)
+{
+    Summary s = summarize(g);
+    fprintf(out, "\nsummary\n  operations   %d in %s, %d in f32; %d casts (%d hoisted: parameter "
+            "working copies)\n", s.lowp_ops, dt_name(g->lowp == DT_F32 ? DT_F16 : g->lowp),
+            s.f32_ops, s.casts, s.hoisted);
+    fprintf(out, "  activations  %lld bytes (%s) kept for the backward pass under %s\n",
+            (long long)s.mem.bytes, human_bytes(g->arena, s.mem.bytes),
+            prec_policy_name(g->train.policy));
+    fprintf(out, "               %lld bytes (%s) under float32", (long long)s.mem.bytes_f32,
+            human_bytes(g->arena, s.mem.bytes_f32));
+    if (s.mem.bytes_f32 > 0)
+        fprintf(out, "; the plan keeps %.0f%% of that",
+                100.0 * (double)s.mem.bytes / (double)s.mem.bytes_f32);
+    fputs("\n", out);
+}
+
+static void dump_text(FILE *out, const IrGraph *g)
+{
+    const SrcFile *f = g->model_loc.file;
+    fprintf(out, "precision plan of model %s%s%s%s\n", g->model ? g->model : "?",
+            f ? " (" : "", f ? f->path : "", f ? ")" : "");
+    fprintf(out, "policy %s: lowp type %s, master weights f32, loss scale %s\n",
+            prec_policy_name(g->train.policy), dt_name(g->lowp), prec_ls_name(g->train.ls));
+    fputs("class: lowp, fp32, follow (widest input), none (view); rule: override (typed\n"
+          "statement or precision region), list (fp16_ops/fp32_ops), class, cast\n"
+          "(inserted by the plan), user (a cast written in the model);\n"
+          "inputs: #id type, * = read through a cast node\n", out);
+    text_nodes(out, g);
+    text_loss_scale(out, g);
+    text_params(out, g);
+    text_summary(out, g);
+}
+
+void plan_dump(FILE *out, const IrGraph *g, PlanFormat fmt)
+{
+    switch (fmt) {
+    case PLAN_TEXT: dump_text(out, g); break;
+    case PLAN_JSON: dump_json(out, g); break;
+    case PLAN_DOT:  dump_dot(out, g); break;
+    }
+}

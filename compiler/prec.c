@@ -1,8 +1,459 @@
-/* prec.c - SCAFFOLD: replaced by the real precision pass. */
+/* prec.c - the precision-assignment pass (PRECISION.md).
+ *
+ * prec_forward() walks the forward nodes in order and decides, for each,
+ * the class that applies and the rule that decided it (override > list >
+ * class), its compute type and its output type, and inserts the casts its
+ * inputs need. prec_finish() runs after autodiff: it checks the backward
+ * nodes against the plan and appends the optimizer phase.
+ *
+ * Decisions (where PRECISION.md is silent):
+ * - A typed assignment or `precision T {}` region (n->override = T) makes
+ *   every operation of it compute in T, whatever its class and the policy,
+ *   and casts its float inputs to T; an f16 region under float32 is obeyed.
+ *   Its class is recorded as fp32 when T is f32, lowp otherwise.
+ * - fp16_ops / fp32_ops move any named operation to the lowp / fp32 class,
+ *   follow and view operations included (their inputs are then cast).
+ * - Only float inputs are cast: integer inputs (embedding ids, labels) are
+ *   read as they are. CONST scalars are weakly typed: never cast, and they
+ *   never widen a follow operation.
+ * - A view or follow operation with no float input keeps its input's
+ *   (integer) type. Losses and metrics reduced to a scalar (cross_entropy,
+ *   mse, accuracy) store an f32 scalar whatever they compute in, so the
+ *   minimised value is f32 unless the user forced some other loss
+ *   expression to f16 (then a warning says so).
+ * - A user cast (`f16(x)`) stays a node as written, even when x already has
+ *   that type, and seeds the cast cache: an inserted cast of x to the same
+ *   type reuses it.
+ * - Casts of parameters are hoisted and placed right after the parameter's
+ *   node (after any earlier cast of it), so a parameter's working copies
+ *   sit next to its master weight in the plan. Other casts go just before
+ *   their first consumer and carry its location.
+ * - Warnings: a numerically risky operation (softmax, log_softmax, exp,
+ *   log, sum, mean, layer_norm, batch_norm, cross_entropy, mse) moved to
+ *   f16 by the user warns (f16 overflows above 65504). Moved to bf16 it
+ *   also warns, for precision rather than range: bf16 keeps 8 significant
+ *   bits, and PyTorch's autocast keeps these ops in f32 under bf16 too.
+ *   fp16_ops under float32 warns that it has no effect.
+ * - An op named in both fp16_ops and fp32_ops, or an unknown op name in
+ *   either, is an error at the train block.
+ *
+ * Invariants after prec_forward(): every forward node has compute and type
+ * set (DT_NONE nowhere); every float input of a lowp, fp32 or override
+ * node has that node's compute type; ids are renumbered. */
 #include "prec.h"
-void prec_forward(IrGraph *g) { (void)g; diag_internal(__FILE__, __LINE__, "prec not written yet"); }
-void prec_finish(IrGraph *g) { (void)g; diag_internal(__FILE__, __LINE__, "prec not written yet"); }
-PrecMemory prec_memory(const IrGraph *g) { (void)g; return (PrecMemory){0, 0}; }
-const char *prec_policy_name(Policy p) { (void)p; return "?"; }
-const char *prec_class_name(PrecClass c) { (void)c; return "?"; }
-const char *prec_rule_name(PrecRule r) { (void)r; return "?"; }
+#include "ops.h"
+
+#include <string.h>
+
+/* Operations the user is warned about when moved to 16 bits. */
+static const bool risky[OP__COUNT] = {
+    [OP_SOFTMAX] = true, [OP_LOG_SOFTMAX] = true, [OP_EXP] = true, [OP_LOG] = true,
+    [OP_SUM] = true, [OP_MEAN] = true, [OP_LAYER_NORM] = true, [OP_BATCH_NORM] = true,
+    [OP_CROSS_ENTROPY] = true, [OP_MSE] = true,
+};
+
+/* Losses and metrics: the scalar they produce is stored in f32. */
+static const bool scalar_f32_out[OP__COUNT] = {
+    [OP_CROSS_ENTROPY] = true, [OP_MSE] = true, [OP_ACCURACY] = true,
+};
+
+const char *prec_policy_name(Policy p)
+{
+    static const char *const names[] = {"float32", "mixed_float16", "mixed_bfloat16"};
+    return names[p];
+}
+
+const char *prec_class_name(PrecClass c)
+{
+    static const char *const names[] = {"none", "lowp", "fp32", "follow"};
+    return names[c];
+}
+
+const char *prec_rule_name(PrecRule r)
+{
+    static const char *const names[] = {"class", "list", "override", "cast"};
+    return names[r];
+}
+
+const char *prec_ls_name(LossScaleKind k)
+{
+    static const char *const names[] = {"none", "static", "dynamic"};
+    return names[k];
+}
+
+bool prec_is_lowp(DType t) { return t == DT_F16 || t == DT_BF16; }
+
+/* ---- the cast cache: one cast per (value, type) ------------------------ */
+
+typedef struct CastCache {
+    IrNode **src, **cast;
+    int n, cap;
+} CastCache;
+
+static IrNode *cache_find(const CastCache *c, const IrNode *src, DType t)
+{
+    for (int i = 0; i < c->n; i++)
+        if (c->src[i] == src && c->cast[i]->type == t)
+            return c->cast[i];
+    return NULL;
+}
+
+static void cache_put(IrGraph *g, CastCache *c, IrNode *src, IrNode *cast)
+{
+    if (c->n == c->cap) {
+        int cap = c->cap ? c->cap * 2 : 32;
+        c->src = arena_grow(g->arena, c->src, (size_t)c->n, (size_t)cap, sizeof *c->src);
+        c->cast = arena_grow(g->arena, c->cast, (size_t)c->n, (size_t)cap, sizeof *c->cast);
+        c->cap = cap;
+    }
+    c->src[c->n] = src;
+    c->cast[c->n] = cast;
+    c->n++;
+}
+
+/* Where a new cast of `src` goes: parameters' casts right after the
+ * parameter and its earlier casts; any other value's before its consumer. */
+static IrNode *cast_position(IrGraph *g, IrNode *src, IrNode *consumer)
+{
+    if (src->op != OP_PARAM)
+        return consumer;
+    int at = src->id + 1;
+    while (at < g->nnodes && g->nodes[at]->op == OP_CAST && g->nodes[at]->in[0] == src)
+        at++;
+    MP_ASSERT(at < g->nnodes);
+    return g->nodes[at];
+}
+
+/* The value `src` in type t, as read by `consumer`: a cached cast or a new
+ * one. Renumbers the graph when it inserts. */
+static IrNode *cast_to(IrGraph *g, CastCache *c, IrNode *src, DType t, IrNode *consumer)
+{
+    IrNode *k = cache_find(c, src, t);
+    if (k)
+        return k;
+    k = ir_insert_before(g, cast_position(g, src, consumer), OP_CAST, consumer->loc, 1, &src);
+    k->phase = src->op == OP_PARAM ? PH_FORWARD : consumer->phase;
+    k->name = src->name;
+    k->shape = src->shape;
+    k->type = k->compute = t;
+    k->cls = CL_NONE;
+    k->rule = RULE_CAST;
+    k->hoisted = src->op == OP_PARAM;
+    if (k->hoisted)
+        k->loc = src->loc;
+    cache_put(g, c, src, k);
+    return k;
+}
+
+/* ---- fp16_ops / fp32_ops -------------------------------------------------- */
+
+static bool in_list(const char *const *list, int n, const char *name)
+{
+    for (int i = 0; i < n; i++)
+        if (strcmp(list[i], name) == 0)
+            return true;
+    return false;
+}
+
+static void check_list(IrGraph *g, const char *const *list, int n, const char *what)
+{
+    const char *cands[OP__COUNT];
+    int ncand = 0;
+    for (int op = 0; op < OP__COUNT; op++)
+        if (op_info[op].kind == OPK_FWD)
+            cands[ncand++] = op_info[op].name;
+    for (int i = 0; i < n; i++) {
+        if (ops_lookup(list[i]) >= 0)
+            continue;
+        const char *s = diag_suggest(list[i], cands, ncand);
+        if (s)
+            diag_error(g->train.loc, "unknown operation '%s' in %s; did you mean '%s'?", list[i], what, s);
+        else
+            diag_error(g->train.loc, "unknown operation '%s' in %s", list[i], what);
+    }
+}
+
+static void check_lists(IrGraph *g)
+{
+    const TrainCfg *t = &g->train;
+    check_list(g, t->fp16_ops, t->nfp16_ops, "fp16_ops");
+    check_list(g, t->fp32_ops, t->nfp32_ops, "fp32_ops");
+    for (int i = 0; i < t->nfp16_ops; i++)
+        if (in_list(t->fp32_ops, t->nfp32_ops, t->fp16_ops[i]))
+            diag_error(t->loc, "'%s' is in both fp16_ops and fp32_ops; keep it in one of them",
+                       t->fp16_ops[i]);
+    if (t->nfp16_ops > 0 && g->lowp == DT_F32)
+        diag_warning(t->loc, "fp16_ops has no effect under precision float32: nothing is lowered");
+}
+
+/* ---- one forward node ---------------------------------------------------- */
+
+/* Class and rule by precedence: override > list > class. */
+static void decide_class(const IrGraph *g, IrNode *n)
+{
+    const char *name = op_info[n->op].name;
+    if (n->override != DT_NONE) {
+        n->rule = RULE_OVERRIDE;
+        n->cls = n->override == DT_F32 ? CL_FP32 : CL_LOWP;
+    } else if (in_list(g->train.fp16_ops, g->train.nfp16_ops, name)) {
+        n->rule = RULE_LIST;
+        n->cls = CL_LOWP;
+    } else if (in_list(g->train.fp32_ops, g->train.nfp32_ops, name)) {
+        n->rule = RULE_LIST;
+        n->cls = CL_FP32;
+    } else {
+        n->rule = RULE_CLASS;
+        n->cls = op_info[n->op].cls;
+    }
+}
+
+/* The widest float type among the non-CONST inputs (f16 with bf16 is f32),
+ * or DT_NONE if no such input is a float. */
+static DType widest_float(const IrNode *n)
+{
+    DType w = DT_NONE;
+    for (int i = 0; i < n->nin; i++) {
+        DType t = n->in[i]->type;
+        if (n->in[i]->op == OP_CONST || !dt_is_float(t) || t == w)
+            continue;
+        w = w == DT_NONE ? t : DT_F32;
+    }
+    return w;
+}
+
+/* The first non-CONST input's type: what an all-integer operation keeps. */
+static DType first_type(const IrNode *n)
+{
+    for (int i = 0; i < n->nin; i++)
+        if (n->in[i]->op != OP_CONST)
+            return n->in[i]->type;
+    return DT_F32;
+}
+
+static DType compute_type(const IrGraph *g, const IrNode *n)
+{
+    PrecClass base = op_info[n->op].cls;
+    if ((base == CL_NONE || base == CL_FOLLOW) && widest_float(n) == DT_NONE)
+        return first_type(n);           /* integer views and arithmetic */
+    if (n->rule == RULE_OVERRIDE)
+        return n->override;
+    switch (n->cls) {
+    case CL_LOWP:   return g->lowp;
+    case CL_FP32:   return DT_F32;
+    case CL_FOLLOW: return widest_float(n);
+    case CL_NONE:   return n->in[0]->type;
+    }
+    return DT_NONE;
+}
+
+static void warn_risky(const IrGraph *g, const IrNode *n)
+{
+    if (!risky[n->op] || !prec_is_lowp(n->compute) || n->rule == RULE_CLASS)
+        return;
+    const char *op = op_info[n->op].name, *t = dt_name(n->compute);
+    const char *why = n->rule == RULE_LIST ? "fp16_ops"
+                                           : arena_printf(g->arena, "its '%s' statement or precision region", t);
+    if (n->compute == DT_F16)
+        diag_warning(n->loc, "'%s' computes in f16 because of %s: f16 overflows above 65504; "
+                     "PyTorch, Keras and Paddle keep %s in float32", op, why, op);
+    else
+        diag_warning(n->loc, "'%s' computes in bf16 because of %s: bf16 keeps only 8 significant "
+                     "bits, so sums and normalisations lose accuracy; PyTorch, Keras and Paddle "
+                     "keep %s in float32", op, why, op);
+}
+
+/* Leaves and user casts: their types were set by sema. */
+static void plan_data(IrGraph *g, CastCache *c, IrNode *n)
+{
+    n->cls = CL_NONE;
+    n->rule = RULE_CLASS;
+    if (n->op == OP_CONST && n->type == DT_NONE)
+        n->type = DT_F32;
+    if (n->op == OP_CAST) {
+        if (n->type == DT_NONE)
+            n->type = n->override;
+        n->rule = RULE_CAST;
+        if (!cache_find(c, n->in[0], n->type))
+            cache_put(g, c, n->in[0], n);
+    }
+    MP_ASSERT(n->type != DT_NONE);
+    n->compute = n->type;
+}
+
+static void plan_op(IrGraph *g, CastCache *c, IrNode *n)
+{
+    decide_class(g, n);
+    n->compute = compute_type(g, n);
+    MP_ASSERT(n->compute != DT_NONE);
+    bool casts = n->rule == RULE_OVERRIDE || n->cls == CL_LOWP || n->cls == CL_FP32;
+    for (int i = 0; casts && i < n->nin; i++) {
+        IrNode *in = n->in[i];
+        if (in->op != OP_CONST && dt_is_float(in->type) && in->type != n->compute)
+            n->in[i] = cast_to(g, c, in, n->compute, n);
+    }
+    n->type = scalar_f32_out[n->op] ? DT_F32 : n->compute;
+    warn_risky(g, n);
+}
+
+static void resolve_loss_scale(IrGraph *g)
+{
+    if (!g->train.ls_set)
+        g->train.ls = g->train.policy == POLICY_MIXED_F16 ? LS_DYNAMIC : LS_NONE;
+}
+
+static DType policy_lowp(Policy p)
+{
+    static const DType lowp[] = {DT_F32, DT_F16, DT_BF16};
+    return lowp[p];
+}
+
+void prec_forward(IrGraph *g)
+{
+    g->lowp = policy_lowp(g->train.policy);
+    resolve_loss_scale(g);
+    check_lists(g);
+    CastCache cache = {0};
+    /* Index by pointer position: insertions shift ids, so re-read n->id. */
+    for (int i = 0; i < g->nnodes; i++) {
+        IrNode *n = g->nodes[i];
+        if (n->phase != PH_FORWARD || (n->op == OP_CAST && n->compute != DT_NONE))
+            continue;                   /* not forward, or already planned */
+        if (op_info[n->op].kind == OPK_DATA)
+            plan_data(g, &cache, n);
+        else
+            plan_op(g, &cache, n);
+        i = n->id;
+    }
+    ir_renumber(g);
+    IrNode *loss = g->loss;
+    if (loss && loss->type != DT_F32 && !risky[loss->op])
+        diag_warning(loss->loc, "the minimized loss '%s' is %s: it is multiplied by the loss "
+                     "scale and should be f32; compute it in f32",
+                     loss->name ? loss->name : op_info[loss->op].name, dt_name(loss->type));
+}
+
+/* ---- after autodiff ------------------------------------------------------ */
+
+/* A lowp backward operation reads its float inputs in its compute type;
+ * autodiff normally guarantees it, and this casts where it did not. */
+static void check_backward(IrGraph *g)
+{
+    CastCache cache = {0};
+    for (int i = 0; i < g->nnodes; i++)         /* reuse the forward casts */
+        if (g->nodes[i]->op == OP_CAST && g->nodes[i]->phase == PH_FORWARD)
+            cache_put(g, &cache, g->nodes[i]->in[0], g->nodes[i]);
+    for (int i = 0; i < g->nnodes; i++) {
+        IrNode *n = g->nodes[i];
+        if (n->phase != PH_BACKWARD || n->op == OP_CAST)
+            continue;
+        MP_ASSERT(n->type != DT_NONE && n->compute != DT_NONE);
+        /* PRECISION.md "Backward"; a sum of contributions rounds to the
+         * gradient's own type (f32 for a master weight) */
+        if (n->grad_of && op_info[n->op].kind != OPK_STEP)
+            MP_ASSERT(n->compute == n->grad_of->compute
+                      || (n->op == OP_ADD && n->compute == n->type));
+        if (op_info[n->op].cls != CL_LOWP)
+            continue;
+        for (int k = 0; k < n->nin; k++)
+            if (dt_is_float(n->in[k]->type) && n->in[k]->type != n->compute)
+                n->in[k] = cast_to(g, &cache, n->in[k], n->compute, n);
+        i = n->id;
+    }
+}
+
+static IrNode *add_step(IrGraph *g, IrOp op, SrcLoc loc, int nin, IrNode *const *in)
+{
+    IrNode *n = ir_add(g, op, loc, nin, in);
+    n->phase = PH_OPTIMIZER;
+    n->cls = op_info[op].cls;
+    n->rule = RULE_CLASS;
+    n->type = n->compute = DT_F32;
+    return n;
+}
+
+/* The trainable parameters' gradients, in parameter order. */
+static int param_grads(const IrGraph *g, IrNode **out)
+{
+    int n = 0;
+    for (int i = 0; i < g->nparams; i++)
+        if (g->params[i].trainable && g->params[i].grad)
+            out[n++] = g->params[i].grad;
+    return n;
+}
+
+static void add_optimizer(IrGraph *g)
+{
+    static const IrOp step_op[] = {[OPT_SGD] = OP_SGD, [OPT_ADAM] = OP_ADAM, [OPT_ADAMW] = OP_ADAMW};
+    IrNode **grads = arena_alloc(g->arena, sizeof *grads * (size_t)(g->nparams + 1));
+    int ngrads = param_grads(g, grads);
+    if (g->train.ls != LS_NONE)
+        add_step(g, OP_UNSCALE, g->train.loc, ngrads, grads);
+    if (g->train.clip > 0)
+        add_step(g, OP_CLIP_GRAD_NORM, g->train.loc, ngrads, grads)->fa[0] = g->train.clip;
+    for (int i = 0; i < g->nparams; i++) {
+        IrParam *p = &g->params[i];
+        if (!p->trainable || !p->grad)
+            continue;
+        MP_ASSERT(p->grad->type == DT_F32);
+        IrNode *in[2] = {p->node, p->grad};
+        IrNode *s = add_step(g, step_op[g->train.opt], p->loc, 2, in);
+        s->ia[0] = i;
+        s->name = p->name;
+        s->shape = p->shape;
+    }
+}
+
+void prec_finish(IrGraph *g)
+{
+    resolve_loss_scale(g);
+    check_backward(g);
+    add_optimizer(g);
+    ir_renumber(g);
+}
+
+/* ---- activation memory --------------------------------------------------- */
+
+/* What a value is under float32: a float-to-float cast is its source. */
+static const IrNode *f32_source(const IrNode *n)
+{
+    while (n->op == OP_CAST && dt_is_float(n->in[0]->type))
+        n = n->in[0];
+    return n;
+}
+
+static int64_t f32_bytes(const IrNode *n)
+{
+    int size = dt_is_float(n->type) ? 4 : dt_size(n->type);
+    return shape_numel(&n->shape) * size;
+}
+
+/* Counts each distinct forward value that a backward node reads, except
+ * parameters' f32 master weights (state, not activations) and CONST
+ * scalars (literals in the code): under the plan at its own type (so a
+ * parameter's lowp working copy counts), under float32 at 4 bytes per
+ * float element with casts resolved to their source (so each underlying
+ * value counts once, and a parameter's working copy not at all). */
+PrecMemory prec_memory(const IrGraph *g)
+{
+    PrecMemory m = {0, 0};
+    bool *seen = arena_alloc(g->arena, (size_t)g->nnodes + 1);
+    bool *seen32 = arena_alloc(g->arena, (size_t)g->nnodes + 1);
+    for (int i = 0; i < g->nnodes; i++) {
+        const IrNode *n = g->nodes[i];
+        if (n->phase != PH_BACKWARD)
+            continue;
+        for (int k = 0; k < n->nin; k++) {
+            const IrNode *v = n->in[k];
+            if (v->phase != PH_FORWARD || v->op == OP_PARAM || v->op == OP_CONST || seen[v->id])
+                continue;
+            seen[v->id] = true;
+            m.bytes += shape_numel(&v->shape) * dt_size(v->type);
+            const IrNode *s = f32_source(v);
+            if (s->op != OP_PARAM && !seen32[s->id]) {
+                seen32[s->id] = true;
+                m.bytes_f32 += f32_bytes(s);
+            }
+        }
+    }
+    return m;
+}

@@ -7,7 +7,10 @@
  *
  * prec_finish(): after autodiff: the UNSCALE node over every parameter
  * gradient (when the policy scales the loss), CLIP_GRAD_NORM when asked,
- * one optimizer node per trainable parameter; phase PH_OPTIMIZER. */
+ * one optimizer node per trainable parameter; phase PH_OPTIMIZER. Also
+ * resolves the default loss scale (dynamic for mixed_float16, none
+ * otherwise) when the train block did not set one. The decisions where
+ * PRECISION.md is silent are listed at the top of prec.c. */
 #ifndef MPCC_PREC_H
 #define MPCC_PREC_H
 
@@ -16,8 +19,11 @@
 void prec_forward(IrGraph *g);
 void prec_finish(IrGraph *g);
 
-/* Activation memory: bytes of forward values read by the backward pass,
- * under the plan's types and under float32 for the same graph. */
+/* Activation memory: bytes of the distinct forward values read by the
+ * backward pass (not parameters' master weights, not CONST scalars), under
+ * the plan's types (lowp working copies included) and under float32 for
+ * the same graph (float values at 4 bytes, a float-to-float cast counted
+ * as its source, so a working copy of a parameter counts nothing). */
 typedef struct PrecMemory {
     int64_t bytes, bytes_f32;
 } PrecMemory;
@@ -26,5 +32,7 @@ PrecMemory prec_memory(const IrGraph *g);
 const char *prec_policy_name(Policy p);   /* "mixed_float16" */
 const char *prec_class_name(PrecClass c); /* "lowp" */
 const char *prec_rule_name(PrecRule r);   /* "class" */
+const char *prec_ls_name(LossScaleKind k); /* "dynamic" */
+bool prec_is_lowp(DType t);               /* f16 or bf16 */
 
 #endif

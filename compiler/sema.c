@@ -1,3 +1,2139 @@
-/* sema.c - SCAFFOLD: replaced by the real semantic analysis. */
+/* sema.c - semantic analysis: the syntax tree of one model -> the forward
+ * IrGraph (LANGUAGE.md is the contract).
+ *
+ * One walk over the statements in order, evaluating each expression to a
+ * Val: a folded constant (int64 with overflow checks, or a real), a bool,
+ * or a tensor (an IrNode whose shape rule has run). Blocks are expanded at
+ * each call and `repeat` bodies unrolled, so the graph has no calls or
+ * loops left. Parameters are declared where a layer is called, named
+ * `prefix + layer name + "." + leaf` (prefix: "y." inside a block call y,
+ * "layers.0." inside copy 0 of `repeat ... as layers`).
+ *
+ * Invariants:
+ * - every node sema makes has had its shape rule run; a node whose rule
+ *   failed is never an input of another (its Val is V_ERR);
+ * - a V_ERR value has already been reported: whatever uses it stays quiet,
+ *   so one mistake gives one message;
+ * - the override (typed assignment, precision region) in force when a
+ *   forward node is made is written on it, innermost winning;
+ * - expansion is bounded: no block calls itself (checked before any
+ *   expansion), nesting depth and node count are capped with an error.
+ * Any error makes sema_lower() return NULL; it goes on after each one (up
+ * to the diag limit) to report as many as it can. */
 #include "sema.h"
-IrGraph *sema_lower(Arena *a, const Ast *ast, int policy_override) { (void)a; (void)ast; (void)policy_override; diag_internal(__FILE__, __LINE__, "sema not written yet"); }
+#include "ops.h"
+#include "shape.h"
+
+#include <limits.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#define SEMA_MAX_NODES  1000000   /* operations in the expanded model */
+#define SEMA_MAX_REPEAT 100000    /* copies one `repeat` may make */
+#define SEMA_MAX_DEPTH  64        /* nested block calls */
+#define MAX_ARGS        10
+
+/* ---- values ------------------------------------------------------------ */
+
+typedef enum { V_ERR, V_NONE, V_INT, V_REAL, V_BOOL, V_TENSOR } ValKind;
+
+typedef struct Val {
+    ValKind k;
+    int64_t i;          /* V_INT, V_BOOL */
+    double r;           /* V_INT (as a double too), V_REAL */
+    IrNode *t;          /* V_TENSOR */
+} Val;
+
+static const Val verr = {V_ERR, 0, 0, NULL};
+static const Val vnone = {V_NONE, 0, 0, NULL};
+static Val vint(int64_t i) { return (Val){V_INT, i, (double)i, NULL}; }
+static Val vreal(double r) { return (Val){V_REAL, 0, r, NULL}; }
+static Val vbool(bool b) { return (Val){V_BOOL, b, b, NULL}; }
+static Val vtensor(IrNode *t) { return (Val){V_TENSOR, 0, 0, t}; }
+static bool is_num(Val v) { return v.k == V_INT || v.k == V_REAL; }
+static bool is_int_type(DType t) { return t == DT_I32 || t == DT_U8; }
+
+/* ---- scopes, blocks, the context -------------------------------------------- */
+
+typedef enum { SYM_CONST, SYM_INPUT, SYM_PARAM, SYM_VALUE, SYM_METRIC } SymKind;
+static const char *const sym_kind_name[] = {"constant", "input", "parameter", "value", "metric"};
+static const char *const sym_kind_a[] = {"a constant", "an input", "a parameter", "a value", "a metric"};
+
+typedef struct Sym {
+    const char *name;
+    SymKind kind;
+    Val v;
+    SrcLoc loc;
+    int iter;           /* the repeat copy that defined it (0: none) */
+} Sym;
+
+typedef struct Block {
+    const Stmt *s;
+    bool has_params;    /* declares parameters, itself or through its calls */
+    int state;          /* cycle search: 0 unseen, 1 on the path, 2 done */
+    bool bad;           /* in a cycle, or its expansion reported errors */
+} Block;
+
+typedef struct Scope {
+    Sym *syms;
+    int n, cap;
+    struct Scope *parent;   /* a block's: the model's scope (constants only) */
+    const Block *block;     /* the block being expanded; NULL at the top */
+} Scope;
+
+/* Open-addressing set of parameter names -> index in g->params. */
+typedef struct NameSet {
+    const char **keys;
+    int *vals;
+    size_t cap, n;
+} NameSet;
+
+typedef struct Ctx {
+    Arena *a;
+    IrGraph *g;
+    const Ast *ast;
+    Scope *top, *scope;
+    Block *blocks;
+    int nblocks;
+    NameSet params;
+    const char *prefix;     /* parameter-name prefix: "", "y.", "layers.0." */
+    DType override;         /* typed assignment or precision region */
+    /* the statement being lowered */
+    const char *target;     /* its target name, or NULL */
+    bool target_taken;      /* an unnamed layer already took the target */
+    bool in_return;
+    Val ret;                /* a block's `return` value */
+    bool returned;
+    /* repeat copies: redefinitions are allowed across copies only */
+    int iter, repeat_base, next_iter;
+    int depth;              /* nested block calls */
+    int nest;               /* nested statement lists (1: the model's own) */
+    Block **path;           /* cycle search: the blocks being visited */
+    int npath;
+    bool stop;              /* node limit reached: make nothing more */
+    const Stmt *train;
+} Ctx;
+
+static const char *fmt_real(Ctx *c, double r)
+{
+    char *s = arena_printf(c->a, "%.10g", r);
+    if (!strpbrk(s, ".eEn"))          /* "2" -> "2.0": say it is a real */
+        s = arena_printf(c->a, "%s.0", s);
+    return s;
+}
+
+static const char *describe(Ctx *c, Val v)
+{
+    if (v.k == V_INT)
+        return arena_printf(c->a, "%lld", (long long)v.i);
+    if (v.k == V_REAL)
+        return fmt_real(c, v.r);
+    if (v.k == V_BOOL)
+        return v.i ? "true" : "false";
+    if (v.k == V_TENSOR)
+        return arena_printf(c->a, "a tensor %s", shape_str(c->a, &v.t->shape));
+    return "nothing";
+}
+
+static uint64_t hash_str(const char *s)
+{
+    uint64_t h = 1469598103934665603u;
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 1099511628211u;
+    return h;
+}
+
+static int nameset_get(const NameSet *s, const char *key)
+{
+    if (!s->cap)
+        return -1;
+    for (size_t i = hash_str(key) & (s->cap - 1);; i = (i + 1) & (s->cap - 1)) {
+        if (!s->keys[i])
+            return -1;
+        if (strcmp(s->keys[i], key) == 0)
+            return s->vals[i];
+    }
+}
+
+static void nameset_put(Arena *a, NameSet *s, const char *key, int val)
+{
+    if (2 * (s->n + 1) > s->cap) {
+        NameSet big = {arena_alloc(a, sizeof(char *) * (s->cap ? 2 * s->cap : 64)),
+                       arena_alloc(a, sizeof(int) * (s->cap ? 2 * s->cap : 64)),
+                       s->cap ? 2 * s->cap : 64, 0};
+        for (size_t i = 0; i < s->cap; i++)
+            if (s->keys[i])
+                nameset_put(a, &big, s->keys[i], s->vals[i]);
+        *s = big;
+    }
+    size_t i = hash_str(key) & (s->cap - 1);
+    while (s->keys[i])
+        i = (i + 1) & (s->cap - 1);
+    s->keys[i] = key;
+    s->vals[i] = val;
+    s->n++;
+}
+
+static bool swapped_pair(const char *a, const char *b)
+{
+    size_t n = strlen(a), i = 0;
+    if (n != strlen(b) || n < 2)
+        return false;
+    while (i < n && a[i] == b[i])
+        i++;
+    return i + 1 < n && a[i] == b[i + 1] && a[i + 1] == b[i] && strcmp(a + i + 2, b + i + 2) == 0;
+}
+
+static bool shares_a_letter(const char *a, const char *b)
+{
+    for (; *a; a++)
+        for (const char *p = b; *p; p++)
+            if ((*a | 32) == (*p | 32))
+                return true;
+    return false;
+}
+
+/* "did you mean": diag_suggest's edit distance, plus two typos it does not
+ * count as one: swapped neighbours ('rleu' for 'relu'), and it never offers
+ * a name with no letter in common ('B' for 'h'). */
+static const char *suggest(Ctx *c, const char *name, const char *const *cands, int n)
+{
+    const char **near = arena_alloc(c->a, sizeof *near * (size_t)(n + 1));
+    int m = 0;
+    for (int i = 0; i < n; i++) {
+        if (swapped_pair(name, cands[i]))
+            return cands[i];
+        if (shares_a_letter(name, cands[i]))
+            near[m++] = cands[i];
+    }
+    return diag_suggest(name, near, m);
+}
+
+static Sym *find_local(Scope *sc, const char *name)
+{
+    for (int i = 0; i < sc->n; i++)
+        if (strcmp(sc->syms[i].name, name) == 0)
+            return &sc->syms[i];
+    return NULL;
+}
+
+static Sym *bind(Ctx *c, const char *name, SymKind kind, Val v, SrcLoc loc)
+{
+    Scope *sc = c->scope;
+    Sym *s = find_local(sc, name);
+    if (!s) {
+        if (sc->n == sc->cap) {
+            int cap = sc->cap ? 2 * sc->cap : 32;
+            sc->syms = arena_grow(c->a, sc->syms, (size_t)sc->n, (size_t)cap, sizeof *sc->syms);
+            sc->cap = cap;
+        }
+        s = &sc->syms[sc->n++];
+    }
+    *s = (Sym){name, kind, v, loc, c->iter};
+    return s;
+}
+
+/* ---- nodes -------------------------------------------------------------------- */
+
+static IrNode *node(Ctx *c, IrOp op, SrcLoc loc, int nin, IrNode *const *in)
+{
+    if (c->g->nnodes >= SEMA_MAX_NODES) {
+        if (!c->stop)
+            diag_error(loc, "the model expands to more than %d operations: is a repeat count "
+                       "or a block too large?", SEMA_MAX_NODES);
+        c->stop = true;
+        return NULL;
+    }
+    return ir_add(c->g, op, loc, nin, in);
+}
+
+/* Runs n's shape rule and, on success, writes the override in force on it
+ * (integer-valued views are never computed in a float type). */
+static Val finish(Ctx *c, IrNode *n)
+{
+    if (!n || !op_info[n->op].shape(c->g, n))
+        return verr;
+    if (op_info[n->op].kind == OPK_FWD && !is_int_type(n->type))
+        n->override = c->override;
+    return vtensor(n);
+}
+
+static Val op1(Ctx *c, IrOp op, SrcLoc loc, IrNode *x)
+{
+    return finish(c, node(c, op, loc, 1, &x));
+}
+
+static Val const_node(Ctx *c, SrcLoc loc, double v)
+{
+    IrNode *n = node(c, OP_CONST, loc, 0, NULL);
+    if (n)
+        n->fa[0] = v;
+    return finish(c, n);
+}
+
+/* ---- expressions ---------------------------------------------------------------- */
+
+static Val eval(Ctx *c, const Expr *e);
+static Val call(Ctx *c, const Expr *e);
+
+/* Checked integer arithmetic on constants; reals where either side is one. */
+static Val fold(Ctx *c, const Expr *e, Val x, Val y)
+{
+    int64_t r = 0;
+    bool ints = x.k == V_INT && y.k == V_INT, ovf = false;
+    double fr = 0;
+    switch (e->op) {   /* the five constant operators, not a table of ops */
+    case '+': ovf = ints && __builtin_add_overflow(x.i, y.i, &r); fr = x.r + y.r; break;
+    case '-': ovf = ints && __builtin_sub_overflow(x.i, y.i, &r); fr = x.r - y.r; break;
+    case '*': ovf = ints && __builtin_mul_overflow(x.i, y.i, &r); fr = x.r * y.r; break;
+    case '/':
+        if (y.r == 0) {
+            diag_error(e->loc, "division by zero in a constant expression");
+            return verr;
+        }
+        if (ints && !(x.i == INT64_MIN && y.i == -1) && x.i % y.i == 0)
+            return vint(x.i / y.i);
+        return vreal(x.r / y.r);
+    case 'P':
+        if (ints && y.i >= 0) {
+            r = 1;
+            for (int64_t k = 0; k < y.i && !ovf; k++)
+                ovf = __builtin_mul_overflow(r, x.i, &r);
+            if (x.i == 0 || x.i == 1 || y.i == 0)
+                ovf = false, r = y.i == 0 ? 1 : x.i;
+            else if (x.i == -1)
+                ovf = false, r = y.i % 2 ? -1 : 1;
+        } else
+            ints = false;
+        fr = pow(x.r, y.r);
+        break;
+    default:
+        diag_error(e->loc, "'@' needs two tensors, got %s and %s", describe(c, x), describe(c, y));
+        return verr;
+    }
+    if (ovf) {
+        diag_error(e->loc, "integer overflow in a constant expression: the result does not fit "
+                   "in 64 bits");
+        return verr;
+    }
+    if (ints)
+        return vint(r);
+    if (!isfinite(fr)) {
+        diag_error(e->loc, "constant expression overflows (the result is not a finite number)");
+        return verr;
+    }
+    return vreal(fr);
+}
+
+static const IrOp binop_of[128] = {['+'] = OP_ADD, ['-'] = OP_SUB, ['*'] = OP_MUL,
+                                   ['/'] = OP_DIV, ['@'] = OP_MATMUL};
+
+static bool need_operand(Ctx *c, const Expr *e, Val v, const char *what)
+{
+    if (v.k == V_ERR)
+        return false;
+    if (v.k == V_TENSOR || is_num(v))
+        return true;
+    diag_error(e->loc, "%s needs numbers or tensors, got %s", what, describe(c, v));
+    return false;
+}
+
+static Val eval_binary(Ctx *c, const Expr *e)
+{
+    Val x = eval(c, e->lhs), y = eval(c, e->rhs);
+    const char *what = e->op == 'P' ? "'**'" : shape_op_name(binop_of[e->op]);
+    bool okx = need_operand(c, e->lhs, x, what), oky = need_operand(c, e->rhs, y, what);
+    if (!okx || !oky)
+        return verr;
+    if (is_num(x) && is_num(y))
+        return fold(c, e, x, y);
+    if (e->op == 'P') {
+        diag_error(e->loc, "'**' works on constants only, got %s ** %s: for a tensor write x * x",
+                   describe(c, x), describe(c, y));
+        return verr;
+    }
+    if (e->op == '@' && (is_num(x) || is_num(y))) {
+        diag_error(e->loc, "'@' needs two tensors, got %s and %s", describe(c, x), describe(c, y));
+        return verr;
+    }
+    if (is_num(x))
+        x = const_node(c, e->lhs->loc, x.r);
+    if (is_num(y))
+        y = const_node(c, e->rhs->loc, y.r);
+    if (x.k != V_TENSOR || y.k != V_TENSOR)
+        return verr;
+    IrNode *in[2] = {x.t, y.t};
+    return finish(c, node(c, binop_of[e->op], e->loc, 2, in));
+}
+
+static Val eval_neg(Ctx *c, const Expr *e)
+{
+    Val x = eval(c, e->lhs);
+    if (!need_operand(c, e->lhs, x, "unary '-'"))
+        return verr;
+    if (x.k == V_INT) {
+        if (x.i == INT64_MIN) {
+            diag_error(e->loc, "integer overflow in a constant expression: the result does not "
+                       "fit in 64 bits");
+            return verr;
+        }
+        return vint(-x.i);
+    }
+    if (x.k == V_REAL)
+        return vreal(-x.r);
+    return op1(c, OP_NEG, e->loc, x.t);
+}
+
+/* Candidate names for "did you mean": every name visible from here. */
+static const char **visible_names(Ctx *c, int *n)
+{
+    int cap = c->scope->n + c->top->n + 2;
+    const char **v = arena_alloc(c->a, sizeof *v * (size_t)cap);
+    *n = 0;
+    for (Scope *sc = c->scope; sc; sc = sc->parent)
+        for (int i = 0; i < sc->n; i++)
+            if (sc == c->scope || sc->syms[i].kind == SYM_CONST)
+                v[(*n)++] = sc->syms[i].name;
+    v[(*n)++] = "true";
+    v[(*n)++] = "false";
+    return v;
+}
+
+/* The statement defining `name` later in the current body, if any. */
+static const Stmt *defined_later(const Stmt *const *body, int n, const char *name, SrcLoc use)
+{
+    for (int i = 0; i < n; i++) {
+        const Stmt *s = body[i];
+        bool defines = s->name && s->kind != ST_MODEL && s->kind != ST_BLOCK &&
+                       s->kind != ST_REPEAT && strcmp(s->name, name) == 0;
+        if (defines && (s->loc.line > use.line || (s->loc.line == use.line && s->loc.col > use.col)))
+            return s;
+        const Stmt *in = s->kind == ST_PRECISION || s->kind == ST_REPEAT
+                             ? defined_later((const Stmt *const *)s->body, s->nbody, name, use)
+                             : NULL;
+        if (in)
+            return in;
+    }
+    return NULL;
+}
+
+static const Block *find_block(Ctx *c, const char *name);
+static const struct Builtin *find_builtin(const char *name);
+
+static void unknown_name(Ctx *c, const Expr *e)
+{
+    const Stmt *body = c->scope->block ? c->scope->block->s : NULL;
+    const Stmt *later = body ? defined_later((const Stmt *const *)body->body, body->nbody, e->name, e->loc)
+                             : defined_later((const Stmt *const *)c->ast->stmts, c->ast->nstmts,
+                                             e->name, e->loc);
+    if (later) {
+        diag_error(e->loc, "'%s' is used before its definition", e->name);
+        diag_note(later->name_loc.file ? later->name_loc : later->loc, "'%s' is defined here", e->name);
+        return;
+    }
+    if (find_builtin(e->name) || find_block(c, e->name)) {
+        diag_error(e->loc, "'%s' is an operation, not a value: call it, e.g. %s(x)", e->name, e->name);
+        return;
+    }
+    Sym *outer = c->scope->parent ? find_local(c->top, e->name) : NULL;
+    if (outer) {
+        diag_error(e->loc, "the %s '%s' is not visible inside block '%s': pass it as an argument",
+                   sym_kind_name[outer->kind], e->name, c->scope->block->s->name);
+        return;
+    }
+    int n;
+    const char **cands = visible_names(c, &n);
+    const char *best = suggest(c, e->name, cands, n);
+    if (best)
+        diag_error(e->loc, "unknown name '%s', did you mean '%s'?", e->name, best);
+    else
+        diag_error(e->loc, "unknown name '%s'", e->name);
+}
+
+/* h.weight: a parameter, by its name under the current prefix. */
+static Val eval_param_ref(Ctx *c, const Expr *e)
+{
+    const char *full = arena_printf(c->a, "%s%s", c->prefix, e->name);
+    int i = nameset_get(&c->params, full);
+    if (i >= 0)
+        return vtensor(c->g->params[i].node);
+    const char **cands = arena_alloc(c->a, sizeof *cands * (size_t)(c->g->nparams + 1));
+    size_t plen = strlen(c->prefix);
+    int n = 0;
+    for (int k = 0; k < c->g->nparams; k++)
+        if (strncmp(c->g->params[k].name, c->prefix, plen) == 0)
+            cands[n++] = c->g->params[k].name + plen;
+    const char *best = suggest(c, e->name, cands, n);
+    if (best)
+        diag_error(e->loc, "unknown parameter '%s', did you mean '%s'?", full, best);
+    else
+        diag_error(e->loc, "unknown parameter '%s' (dotted names refer to parameters declared "
+                   "before this line)", full);
+    return verr;
+}
+
+static Val eval_name(Ctx *c, const Expr *e)
+{
+    if (strchr(e->name, '.'))
+        return eval_param_ref(c, e);
+    Sym *s = find_local(c->scope, e->name);
+    if (!s && c->scope->parent) {
+        s = find_local(c->top, e->name);
+        if (s && s->kind != SYM_CONST)
+            s = NULL;
+    }
+    if (s)
+        return s->v;
+    if (strcmp(e->name, "true") == 0 || strcmp(e->name, "false") == 0)
+        return vbool(e->name[0] == 't');
+    unknown_name(c, e);
+    return verr;
+}
+
+static Val eval_num(Ctx *c, const Expr *e)
+{
+    (void)c;
+    return e->is_int ? vint(e->ival) : vreal(e->num);
+}
+
+static Val eval_str(Ctx *c, const Expr *e)
+{
+    (void)c;
+    diag_error(e->loc, "a string is only allowed as a 'name = \"...\"' argument");
+    return verr;
+}
+
+static Val eval_list(Ctx *c, const Expr *e)
+{
+    (void)c;
+    diag_error(e->loc, "a list [...] is only allowed as an argument of reshape, transpose, "
+               "fp16_ops or fp32_ops");
+    return verr;
+}
+
+typedef Val EvalFn(Ctx *c, const Expr *e);
+static EvalFn *const eval_of[] = {
+    [EX_NUM] = eval_num, [EX_STR] = eval_str, [EX_NAME] = eval_name, [EX_BINARY] = eval_binary,
+    [EX_NEG] = eval_neg, [EX_CALL] = call, [EX_LIST] = eval_list,
+};
+
+static Val eval(Ctx *c, const Expr *e)
+{
+    if (c->stop || diag_too_many())
+        return verr;
+    return eval_of[e->kind](c, e);
+}
+
+/* ---- constants ------------------------------------------------------------------ */
+
+static bool get_int(Ctx *c, const Expr *e, Val v, const char *what, int64_t lo, int64_t *out)
+{
+    if (v.k == V_ERR)
+        return false;
+    if (v.k != V_INT) {
+        diag_error(e->loc, "%s must be an integer, got %s", what, describe(c, v));
+        return false;
+    }
+    if (v.i < lo) {
+        diag_error(e->loc, "%s must be >= %lld, got %lld", what, (long long)lo, (long long)v.i);
+        return false;
+    }
+    *out = v.i;
+    return true;
+}
+
+static bool get_real(Ctx *c, const Expr *e, Val v, const char *what, double *out)
+{
+    if (v.k == V_ERR)
+        return false;
+    if (!is_num(v)) {
+        diag_error(e->loc, "%s must be a number, got %s", what, describe(c, v));
+        return false;
+    }
+    *out = v.r;
+    return true;
+}
+
+/* A shape written as a list of constant expressions: every dimension an
+ * integer >= 1, and the element count within bounds. */
+static bool eval_dims(Ctx *c, Expr *const *dims, int n, SrcLoc at, Shape *out)
+{
+    if (n > MP_MAX_RANK) {
+        diag_error(dims[MP_MAX_RANK]->loc, "a shape has at most %d dimensions, got %d", MP_MAX_RANK, n);
+        return false;
+    }
+    bool ok = true;
+    *out = (Shape){.rank = n};
+    for (int i = 0; i < n; i++) {
+        Val v = eval(c, dims[i]);
+        if (v.k == V_REAL) {
+            diag_error(dims[i]->loc, "dimension must be an integer, got %s", fmt_real(c, v.r));
+            ok = false;
+        } else
+            ok = get_int(c, dims[i], v, "dimension", 1, &out->d[i]) && ok;
+    }
+    int64_t count;
+    if (ok && !shape_numel_checked(out, &count)) {
+        diag_error(at, "shape %s has too many elements (at most %lld)", shape_str(c->a, out),
+                   (long long)SHAPE_MAX_NUMEL);
+        return false;
+    }
+    return ok;
+}
+
+/* ---- arguments of calls -------------------------------------------------------------- */
+
+typedef enum {
+    A_TENSOR,   /* a tensor                                      */
+    A_INT,      /* an integer constant                           */
+    A_REAL,     /* a number                                      */
+    A_BOOL,     /* true / false                                  */
+    A_STR,      /* "..."                                         */
+    A_LIST,     /* [...]: read by the op itself                  */
+    A_INIT,     /* zeros(), normal(0.02), ...: read by the layer */
+    A_ANY,      /* a tensor or a number (casts, block arguments) */
+} ArgKind;
+
+enum { ARG_REQ, ARG_OPT, ARG_ABSENT };   /* required / default / may be absent */
+
+typedef struct ArgSpec {
+    const char *name;
+    ArgKind kind;
+    int need;
+    double def;
+} ArgSpec;
+
+#define REQ(n, k)    {n, k, ARG_REQ, 0}
+#define OPT(n, k, d) {n, k, ARG_OPT, d}
+#define ABS(n, k)    {n, k, ARG_ABSENT, 0}
+
+typedef struct Args {
+    Val v[MAX_ARGS];
+    const Expr *e[MAX_ARGS];    /* as written; NULL where defaulted */
+} Args;
+
+static int nspecs(const ArgSpec *spec)
+{
+    int n = 0;
+    while (n < MAX_ARGS && spec[n].name)
+        n++;
+    return n;
+}
+
+static const char *signature(Ctx *c, const char *fn, const ArgSpec *spec)
+{
+    const char *s = arena_printf(c->a, "%s(", fn);
+    for (int i = 0; i < nspecs(spec); i++) {
+        const char *sep = i ? ", " : "";
+        if (spec[i].need != ARG_OPT)
+            s = arena_printf(c->a, "%s%s%s", s, sep, spec[i].name);
+        else if (spec[i].kind == A_BOOL)
+            s = arena_printf(c->a, "%s%s%s = %s", s, sep, spec[i].name, spec[i].def ? "true" : "false");
+        else
+            s = arena_printf(c->a, "%s%s%s = %g", s, sep, spec[i].name, spec[i].def);
+    }
+    return arena_printf(c->a, "%s)", s);
+}
+
+/* One argument converted to what its slot takes; false after an error. */
+static bool convert_arg(Ctx *c, const char *fn, const ArgSpec *sp, const Expr *e, Val *out)
+{
+    if (sp->kind == A_STR || sp->kind == A_LIST || sp->kind == A_INIT) {
+        bool fits = sp->kind == A_INIT ||
+                    (sp->kind == A_STR ? e->kind == EX_STR : e->kind == EX_LIST);
+        if (!fits)
+            diag_error(e->loc, "argument '%s' of %s must be %s", sp->name, fn,
+                       sp->kind == A_STR ? "a string, e.g. \"proj\"" : "a list, e.g. [B, -1]");
+        *out = vnone;
+        return fits;
+    }
+    Val v = eval(c, e);
+    *out = v;
+    if (v.k == V_ERR)
+        return false;
+    bool ok = sp->kind == A_TENSOR ? v.k == V_TENSOR
+            : sp->kind == A_INT    ? v.k == V_INT
+            : sp->kind == A_REAL   ? is_num(v)
+            : sp->kind == A_BOOL   ? v.k == V_BOOL
+                                   : v.k == V_TENSOR || is_num(v);
+    static const char *const want[] = {
+        [A_TENSOR] = "a tensor", [A_INT] = "an integer", [A_REAL] = "a number",
+        [A_BOOL] = "true or false", [A_ANY] = "a tensor or a number",
+    };
+    if (!ok)
+        diag_error(e->loc, "argument '%s' of %s must be %s, got %s", sp->name, fn, want[sp->kind],
+                   describe(c, v));
+    return ok;
+}
+
+/* Positional arguments, then key = value ones, matched against spec;
+ * defaults filled in. `fn` names the callee in messages. */
+static bool bind_args(Ctx *c, const Expr *callx, const char *fn, const ArgSpec *spec, Args *a)
+{
+    int ns = nspecs(spec);
+    bool ok = true;
+    memset(a, 0, sizeof *a);
+    if (callx->nargs > ns) {
+        diag_error(callx->args[ns]->loc, "%s takes at most %d argument%s, got %d: %s", fn, ns,
+                   ns == 1 ? "" : "s", callx->nargs, signature(c, fn, spec));
+        return false;
+    }
+    for (int i = 0; i < callx->nargs; i++) {
+        a->e[i] = callx->args[i];
+        ok = convert_arg(c, fn, &spec[i], a->e[i], &a->v[i]) && ok;
+    }
+    for (int k = 0; k < callx->nkwargs; k++) {
+        const Kwarg *kw = &callx->kwargs[k];
+        int i = 0;
+        while (i < ns && strcmp(spec[i].name, kw->key) != 0)
+            i++;
+        if (i == ns) {
+            const char *names[MAX_ARGS];
+            for (int j = 0; j < ns; j++)
+                names[j] = spec[j].name;
+            const char *best = suggest(c, kw->key, names, ns);
+            if (best)
+                diag_error(kw->key_loc, "unknown argument '%s' of %s, did you mean '%s'?", kw->key, fn, best);
+            else
+                diag_error(kw->key_loc, "unknown argument '%s' of %s", kw->key, signature(c, fn, spec));
+            ok = false;
+            continue;
+        }
+        if (a->e[i]) {
+            diag_error(kw->key_loc, "argument '%s' of %s is given twice", kw->key, fn);
+            ok = false;
+            continue;
+        }
+        a->e[i] = kw->value;
+        ok = convert_arg(c, fn, &spec[i], kw->value, &a->v[i]) && ok;
+    }
+    for (int i = 0; i < ns; i++) {
+        if (a->e[i] || spec[i].need == ARG_ABSENT)
+            continue;
+        if (spec[i].need == ARG_REQ) {
+            diag_error(callx->loc, "missing argument '%s' of %s", spec[i].name, signature(c, fn, spec));
+            ok = false;
+        } else if (spec[i].kind == A_BOOL)
+            a->v[i] = vbool(spec[i].def != 0);
+        else if (spec[i].kind == A_INT)
+            a->v[i] = vint((int64_t)spec[i].def);
+        else
+            a->v[i] = vreal(spec[i].def);
+    }
+    return ok;
+}
+
+/* ---- parameters and layer names --------------------------------------------------------- */
+
+typedef struct Init {
+    InitKind k;
+    double a, b;
+} Init;
+
+typedef struct InitFn {
+    const char *name;
+    InitKind k;
+    ArgSpec args[3];
+} InitFn;
+
+static const InitFn init_fns[] = {
+    {"zeros", INIT_ZEROS, {{0}}},
+    {"ones", INIT_ONES, {{0}}},
+    {"constant", INIT_CONSTANT, {REQ("v", A_REAL)}},
+    {"normal", INIT_NORMAL, {REQ("std", A_REAL)}},
+    {"uniform", INIT_UNIFORM, {REQ("lo", A_REAL), REQ("hi", A_REAL)}},
+    {"glorot_uniform", INIT_GLOROT_UNIFORM, {{0}}},
+    {"he_normal", INIT_HE_NORMAL, {{0}}},
+};
+#define N_INIT_FNS ((int)(sizeof init_fns / sizeof init_fns[0]))
+
+/* An initialiser: a call of one of init_fns (or its bare name when it
+ * takes no arguments). */
+static bool eval_init(Ctx *c, const Expr *e, Init *out)
+{
+    bool is_call = e->kind == EX_CALL;
+    if (!is_call && e->kind != EX_NAME) {
+        diag_error(e->loc, "an initialiser must be zeros(), ones(), constant(v), normal(std), "
+                   "uniform(lo, hi), glorot_uniform() or he_normal()");
+        return false;
+    }
+    const char *names[N_INIT_FNS];
+    for (int i = 0; i < N_INIT_FNS; i++) {
+        names[i] = init_fns[i].name;
+        if (strcmp(e->name, names[i]) != 0)
+            continue;
+        const InitFn *f = &init_fns[i];
+        Args a;
+        if (!is_call && nspecs(f->args)) {
+            diag_error(e->loc, "initialiser %s needs its arguments: %s", f->name,
+                       signature(c, f->name, f->args));
+            return false;
+        }
+        if (is_call && !bind_args(c, e, f->name, f->args, &a))
+            return false;
+        *out = (Init){f->k, is_call ? a.v[0].r : 0, is_call ? a.v[1].r : 0};
+        if (f->k == INIT_NORMAL && !(out->a >= 0)) {
+            diag_error(e->loc, "normal(std) needs std >= 0, got %g", out->a);
+            return false;
+        }
+        if (f->k == INIT_UNIFORM && !(out->a <= out->b)) {
+            diag_error(e->loc, "uniform(lo, hi) needs lo <= hi, got %g and %g", out->a, out->b);
+            return false;
+        }
+        return true;
+    }
+    const char *best = suggest(c, e->name, names, N_INIT_FNS);
+    if (best)
+        diag_error(e->loc, "unknown initialiser '%s', did you mean '%s'?", e->name, best);
+    else
+        diag_error(e->loc, "unknown initialiser '%s': expected zeros(), ones(), constant(v), "
+                   "normal(std), uniform(lo, hi), glorot_uniform() or he_normal()", e->name);
+    return false;
+}
+
+/* Declares one parameter (full name); NULL after an error. */
+static IrNode *declare(Ctx *c, SrcLoc loc, const char *name, Shape s, Init init,
+                       int64_t fan_in, int64_t fan_out)
+{
+    int old = nameset_get(&c->params, name);
+    if (old >= 0) {
+        diag_error(loc, "parameter '%s' is declared twice: give this layer another name, e.g. "
+                   "name = \"...\"", name);
+        diag_note(c->g->params[old].loc, "'%s' was first declared here", name);
+        return NULL;
+    }
+    int64_t count;
+    if (!shape_numel_checked(&s, &count)) {
+        diag_error(loc, "parameter '%s' of shape %s has too many elements", name, shape_str(c->a, &s));
+        return NULL;
+    }
+    if (c->stop || c->g->nnodes >= SEMA_MAX_NODES) {
+        node(c, OP_PARAM, loc, 0, NULL);   /* reports the limit once */
+        return NULL;
+    }
+    IrParam *p = ir_add_param(c->g, name, loc, s);
+    p->init = init.k;
+    p->a = init.a;
+    p->b = init.b;
+    p->fan_in = fan_in;
+    p->fan_out = fan_out;
+    nameset_put(c->a, &c->params, name, c->g->nparams - 1);
+    return p->node;
+}
+
+static bool valid_layer_name(const char *s)
+{
+    bool start = true;
+    for (; *s; s++) {
+        if (*s == '.' && !start) {
+            start = true;
+            continue;
+        }
+        bool alpha = (*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || *s == '_';
+        if (!alpha && (start || !(*s >= '0' && *s <= '9')))
+            return false;
+        start = false;
+    }
+    return !start;
+}
+
+/* The name T of a parameterised call: its name = "..." argument, else the
+ * statement's target (once per statement). NULL after an error. */
+static const char *layer_name(Ctx *c, const Expr *callx, const Expr *name_arg)
+{
+    if (name_arg) {
+        if (!valid_layer_name(name_arg->name)) {
+            diag_error(name_arg->loc, "a layer name must be an identifier (dots between parts "
+                       "allowed), got \"%s\"", name_arg->name);
+            return NULL;
+        }
+        return name_arg->name;
+    }
+    if (c->in_return) {
+        diag_error(callx->loc, "%s in a 'return' declares parameters and needs a name: add "
+                   "name = \"...\"", callx->name);
+        return NULL;
+    }
+    if (!c->target || c->target_taken) {
+        diag_error(callx->loc, "%s declares parameters and needs a name: only one unnamed layer "
+                   "per statement takes the name of its target%s; add name = \"...\"",
+                   callx->name, c->target ? arena_printf(c->a, " ('%s')", c->target) : "");
+        return NULL;
+    }
+    c->target_taken = true;
+    return c->target;
+}
+
+static const char *pname(Ctx *c, const char *layer, const char *leaf)
+{
+    return arena_printf(c->a, "%s%s.%s", c->prefix, layer, leaf);
+}
+
+/* weight and optional bias of a layer, from the init / bias_init args. */
+typedef struct LayerArgs {
+    const char *name;
+    Init w, b;
+} LayerArgs;
+
+static bool layer_args(Ctx *c, const Expr *callx, const Args *a, int name_slot, Init wdef, Init bdef,
+                       LayerArgs *out)
+{
+    out->w = wdef;
+    out->b = bdef;
+    bool ok = true;
+    if (a->e[name_slot + 1])
+        ok = eval_init(c, a->e[name_slot + 1], &out->w);
+    if (a->e[name_slot + 2])
+        ok = eval_init(c, a->e[name_slot + 2], &out->b) && ok;
+    out->name = ok ? layer_name(c, callx, a->e[name_slot]) : NULL;
+    return out->name != NULL;
+}
+
+static const Init init_glorot = {INIT_GLOROT_UNIFORM, 0, 0};
+static const Init init_zeros = {INIT_ZEROS, 0, 0};
+static const Init init_ones = {INIT_ONES, 0, 0};
+
+/* ---- built-in operations ------------------------------------------------------------------ */
+
+typedef struct Builtin Builtin;
+typedef Val Lower(Ctx *c, const Builtin *b, const Expr *callx, Args *a);
+
+struct Builtin {
+    const char *name;
+    IrOp op;
+    Lower *lower;
+    bool layer;            /* declares parameters */
+    ArgSpec args[MAX_ARGS];
+};
+
+#define LAYER_TAIL ABS("name", A_STR), ABS("init", A_INIT), ABS("bias_init", A_INIT)
+
+static Val lower_unary(Ctx *c, const Builtin *b, const Expr *x, Args *a)
+{
+    return op1(c, b->op, x->loc, a->v[0].t);
+}
+
+static Val lower_binary(Ctx *c, const Builtin *b, const Expr *x, Args *a)
+{
+    IrNode *in[2] = {a->v[0].t, a->v[1].t};
+    return finish(c, node(c, b->op, x->loc, 2, in));
+}
+
+static Val lower_dropout(Ctx *c, const Builtin *b, const Expr *x, Args *a)
+{
+    IrNode *n = node(c, OP_DROPOUT, x->loc, 1, &a->v[0].t);
+    if (n)
+        n->fa[0] = a->v[1].r;
+    return finish(c, n);
+}
+
+/* An axis in [-rank, rank), normalised to [0, rank). */
+static bool norm_axis(Ctx *c, const Expr *at, const char *fn, const Shape *s, int64_t axis, int64_t *out)
+{
+    if (axis < -s->rank || axis >= s->rank) {
+        diag_error(at->loc, "%s axis %lld is out of range for %s (rank %d: axes %d to %d)", fn,
+                   (long long)axis, shape_str(c->a, s), s->rank, -s->rank, s->rank - 1);
+        return false;
+    }
+    *out = axis < 0 ? axis + s->rank : axis;
+    return true;
+}
+
+/* sum / mean (axis absent: every axis), softmax / log_softmax */
+static Val lower_axis(Ctx *c, const Builtin *b, const Expr *x, Args *a)
+{
+    int64_t axis = -1;
+    if (a->e[1] && !norm_axis(c, a->e[1], b->name, &a->v[0].t->shape, a->v[1].i, &axis))
+        return verr;
+    if (!a->e[1] && a->v[1].k == V_INT &&
+        !norm_axis(c, x, b->name, &a->v[0].t->shape, a->v[1].i, &axis))
+        return verr;
+    IrNode *n = node(c, b->op, x->loc, 1, &a->v[0].t);
+    if (n)
+        n->ia[0] = axis;
+    return finish(c, n);
+}
+
+/* The integer list argument `e` ([B, -1, 64]); -1 allowed when `minus1`. */
+static bool int_list(Ctx *c, const Expr *e, const char *fn, int64_t *out, int *n)
+{
+    if (e->nargs > MP_MAX_RANK) {
+        diag_error(e->loc, "%s takes at most %d dimensions, got %d", fn, MP_MAX_RANK, e->nargs);
+        return false;
+    }
+    bool ok = true;
+    for (int i = 0; i < e->nargs; i++) {
+        Val v = eval(c, e->args[i]);
+        ok = get_int(c, e->args[i], v, arena_printf(c->a, "an entry of %s's list", fn), INT64_MIN,
+                     &out[i]) && ok;
+    }
+    *n = e->nargs;
+    return ok;
+}
+
+static Val lower_reshape(Ctx *c, const Builtin *b, const Expr *x, Args *a)
+{
+    Shape to = {0};
+    if (!int_list(c, a->e[1], "reshape", to.d, &to.rank))
+        return verr;
+    IrNode *n = node(c, OP_RESHAPE, x->loc, 1, &a->v[0].t);
+    if (n)
+        n->shape = to;
+    return finish(c, n);
+}
+
+static Val lower_transpose(Ctx *c, const Builtin *b, const Expr *x, Args *a)
+{
+    int64_t perm[MP_MAX_RANK];
+    int np;
+    const Shape *s = &a->v[0].t->shape;
+    if (!int_list(c, a->e[1], "transpose", perm, &np))
+        return verr;
+    if (np != s->rank) {
+        diag_error(a->e[1]->loc, "transpose of %s needs a permutation of its %d axes, got %d",
+                   shape_str(c->a, s), s->rank, np);
+        return verr;
+    }
+    for (int i = 0; i < np; i++)
+        if (!norm_axis(c, a->e[1]->args[i], "transpose", s, perm[i], &perm[i]))
+            return verr;
+    IrNode *n = node(c, OP_TRANSPOSE, x->loc, 1, &a->v[0].t);
+    if (n)
+        memcpy(n->ia, perm, sizeof perm[0] * (size_t)np);
+    return finish(c, n);
+}
+
+static Val lower_pool(Ctx *c, const Builtin *b, const Expr *x, Args *a)
+{
+    IrNode *n = node(c, b->op, x->loc, 1, &a->v[0].t);
+    if (n) {
+        n->ia[0] = a->v[1].i;
+        n->ia[1] = a->e[2] ? a->v[2].i : a->v[1].i;   /* stride defaults to the kernel */
+    }
+    return finish(c, n);
+}
+
+static Val lower_attention(Ctx *c, const Builtin *b, const Expr *x, Args *a)
+{
+    IrNode *in[3] = {a->v[0].t, a->v[1].t, a->v[2].t};
+    IrNode *n = node(c, OP_ATTENTION, x->loc, 3, in);
+    if (n)
+        n->ia[0] = a->v[3].i;
+    return finish(c, n);
+}
+
+/* The data input behind a chain of views, or NULL. */
+static IrInput *input_behind(Ctx *c, IrNode *n)
+{
+    while (n->op == OP_RESHAPE || n->op == OP_TRANSPOSE || n->op == OP_FLATTEN)
+        n = n->in[0];
+    return n->op == OP_INPUT ? &c->g->inputs[n->ia[0]] : NULL;
+}
+
+/* cross_entropy / accuracy: the labels input learns its class count. */
+static Val lower_class_loss(Ctx *c, const Builtin *b, const Expr *x, Args *a)
+{
+    Val v = lower_binary(c, b, x, a);
+    if (v.k != V_TENSOR)
+        return v;
+    IrInput *in = input_behind(c, a->v[1].t);
+    const Shape *logits = &a->v[0].t->shape;
+    int64_t classes = logits->d[logits->rank - 1];
+    if (in && in->classes && in->classes != classes) {
+        diag_error(x->loc, "labels '%s' are used with %lld classes here but %lld classes before",
+                   in->name, (long long)classes, (long long)in->classes);
+        return verr;
+    }
+    if (in)
+        in->classes = classes;
+    return v;
+}
+
+static DType type_named(const char *name)
+{
+    for (DType t = DT_F32; t <= DT_U8; t++)
+        if (strcmp(dt_name(t), name) == 0)
+            return t;
+    return DT_NONE;
+}
+
+static Val lower_cast(Ctx *c, const Builtin *b, const Expr *x, Args *a)
+{
+    DType to = type_named(b->name);
+    Val v = a->v[0];
+    if (is_num(v))
+        return v;              /* a constant has no type of its own */
+    if (v.t->type == to)
+        return v;
+    IrNode *n = node(c, OP_CAST, x->loc, 1, &v.t);
+    if (!n)
+        return verr;
+    n->type = to;
+    n->override = to;          /* written by the user: the plan keeps it */
+    return op_info[OP_CAST].shape(c->g, n) ? vtensor(n) : verr;
+}
+
+static Val bad_cast(Ctx *c, const Builtin *b, const Expr *x, Args *a)
+{
+    diag_error(x->loc, "cannot cast to %s: only f32(x), f16(x) and bf16(x) exist (integer data "
+               "comes from inputs)", b->name);
+    return verr;
+}
+
+static bool positive(Ctx *c, const Expr *at, const char *what, int64_t v)
+{
+    if (v >= 1)
+        return true;
+    diag_error(at->loc, "%s must be >= 1, got %lld", what, (long long)v);
+    return false;
+}
+
+/* linear(x, n, bias = true): weight [n, K], bias [n], as torch.nn.Linear. */
+static Val lower_linear(Ctx *c, const Builtin *b, const Expr *x, Args *a)
+{
+    IrNode *in = a->v[0].t;
+    int64_t n = a->v[1].i;
+    LayerArgs la;
+    if (!positive(c, a->e[1], "linear output size", n) ||
+        !shape_expect_rank(c->g, x->loc, "linear", "an input [..., K]", &in->shape, 1, MP_MAX_RANK) ||
+        !layer_args(c, x, a, 3, init_glorot, init_zeros, &la))
+        return verr;
+    int64_t k = in->shape.d[in->shape.rank - 1];
+    IrNode *ins[3] = {in, declare(c, x->loc, pname(c, la.name, "weight"),
+                                  (Shape){2, {n, k}}, la.w, k, n), NULL};
+    if (a->v[2].i)
+        ins[2] = declare(c, x->loc, pname(c, la.name, "bias"), (Shape){1, {n}}, la.b, k, n);
+    if (!ins[1] || (a->v[2].i && !ins[2]))
+        return verr;
+    return finish(c, node(c, OP_LINEAR, x->loc, a->v[2].i ? 3 : 2, ins));
+}
+
+/* conv2d(x, c, kernel, stride, padding, bias): weight [c, Cin, k, k]. */
+static Val lower_conv2d(Ctx *c, const Builtin *b, const Expr *x, Args *a)
+{
+    IrNode *in = a->v[0].t;
+    int64_t co = a->v[1].i, k = a->v[2].i, rf, fi, fo;
+    LayerArgs la;
+    if (!positive(c, a->e[1], "conv2d output channels", co) ||
+        !positive(c, a->e[2], "conv2d kernel", k) ||
+        !shape_expect_rank(c->g, x->loc, "conv2d", "NCHW input [N, C, H, W]", &in->shape, 4, 4) ||
+        !layer_args(c, x, a, 6, init_glorot, init_zeros, &la))
+        return verr;
+    int64_t ci = in->shape.d[1];
+    if (__builtin_mul_overflow(k, k, &rf) || __builtin_mul_overflow(ci, rf, &fi) ||
+        __builtin_mul_overflow(co, rf, &fo))
+        fi = fo = INT64_MAX;   /* the weight's element count is refused below */
+    IrNode *ins[3] = {in, declare(c, x->loc, pname(c, la.name, "weight"),
+                                  (Shape){4, {co, ci, k, k}}, la.w, fi, fo), NULL};
+    if (a->v[5].i)
+        ins[2] = declare(c, x->loc, pname(c, la.name, "bias"), (Shape){1, {co}}, la.b, fi, fo);
+    if (!ins[1] || (a->v[5].i && !ins[2]))
+        return verr;
+    IrNode *n = node(c, OP_CONV2D, x->loc, a->v[5].i ? 3 : 2, ins);
+    if (n)
+        n->ia[0] = a->v[3].i, n->ia[1] = a->v[4].i;
+    return finish(c, n);
+}
+
+/* embedding(ids, vocab, dim): weight [vocab, dim] (fans as torch's
+ * xavier_uniform_ on that matrix: fan_in dim, fan_out vocab). */
+static Val lower_embedding(Ctx *c, const Builtin *b, const Expr *x, Args *a)
+{
+    int64_t vocab = a->v[1].i, dim = a->v[2].i;
+    LayerArgs la;
+    if (!positive(c, a->e[1], "embedding vocabulary size", vocab) ||
+        !positive(c, a->e[2], "embedding dimension", dim) ||
+        !layer_args(c, x, a, 3, init_glorot, init_zeros, &la))
+        return verr;
+    if (a->e[5]) {
+        diag_error(a->e[5]->loc, "embedding has no bias: bias_init does not apply");
+        return verr;
+    }
+    IrNode *in[2] = {a->v[0].t, declare(c, x->loc, pname(c, la.name, "weight"),
+                                        (Shape){2, {vocab, dim}}, la.w, dim, vocab)};
+    if (!in[1])
+        return verr;
+    return finish(c, node(c, OP_EMBEDDING, x->loc, 2, in));
+}
+
+/* layer_norm(x, eps): weight, bias [D] over the last axis. */
+static Val lower_layer_norm(Ctx *c, const Builtin *b, const Expr *x, Args *a)
+{
+    IrNode *in = a->v[0].t;
+    LayerArgs la;
+    if (!shape_expect_rank(c->g, x->loc, "layer_norm", "an input [..., D]", &in->shape, 1, MP_MAX_RANK) ||
+        !layer_args(c, x, a, 2, init_ones, init_zeros, &la))
+        return verr;
+    int64_t d = in->shape.d[in->shape.rank - 1];
+    Shape s = {1, {d}};
+    IrNode *ins[3] = {in, declare(c, x->loc, pname(c, la.name, "weight"), s, la.w, d, d),
+                      declare(c, x->loc, pname(c, la.name, "bias"), s, la.b, d, d)};
+    if (!ins[1] || !ins[2])
+        return verr;
+    IrNode *n = node(c, OP_LAYER_NORM, x->loc, 3, ins);
+    if (n)
+        n->fa[0] = a->v[1].r;
+    return finish(c, n);
+}
+
+/* batch_norm(x, momentum, eps): weight, bias [C]; running_mean and
+ * running_var [C] saved with the model but not trained. */
+static Val lower_batch_norm(Ctx *c, const Builtin *b, const Expr *x, Args *a)
+{
+    IrNode *in = a->v[0].t;
+    LayerArgs la;
+    if (!shape_expect_rank(c->g, x->loc, "batch_norm", "an input [N, C, H, W] or [B, C]",
+                           &in->shape, 2, 4) ||
+        (in->shape.rank == 3 &&
+         !shape_expect_rank(c->g, x->loc, "batch_norm", "an input [N, C, H, W] or [B, C]",
+                            &in->shape, 2, 2)) ||
+        !layer_args(c, x, a, 3, init_ones, init_zeros, &la))
+        return verr;
+    int64_t ch = in->shape.d[1];
+    Shape s = {1, {ch}};
+    IrNode *ins[5] = {in, declare(c, x->loc, pname(c, la.name, "weight"), s, la.w, ch, ch),
+                      declare(c, x->loc, pname(c, la.name, "bias"), s, la.b, ch, ch),
+                      declare(c, x->loc, pname(c, la.name, "running_mean"), s, init_zeros, ch, ch),
+                      declare(c, x->loc, pname(c, la.name, "running_var"), s, init_ones, ch, ch)};
+    for (int i = 1; i < 5; i++)
+        if (!ins[i])
+            return verr;
+    c->g->params[ins[3]->ia[0]].trainable = false;
+    c->g->params[ins[4]->ia[0]].trainable = false;
+    IrNode *n = node(c, OP_BATCH_NORM, x->loc, 5, ins);
+    if (n)
+        n->fa[0] = a->v[1].r, n->fa[1] = a->v[2].r;
+    return finish(c, n);
+}
+
+#define T1(n)  {REQ(n, A_TENSOR)}
+#define T2(n, m) {REQ(n, A_TENSOR), REQ(m, A_TENSOR)}
+
+static const Builtin builtins[] = {
+    {"linear", OP_LINEAR, lower_linear, true,
+     {REQ("x", A_TENSOR), REQ("n", A_INT), OPT("bias", A_BOOL, 1), LAYER_TAIL}},
+    {"conv2d", OP_CONV2D, lower_conv2d, true,
+     {REQ("x", A_TENSOR), REQ("c", A_INT), REQ("kernel", A_INT), OPT("stride", A_INT, 1),
+      OPT("padding", A_INT, 0), OPT("bias", A_BOOL, 1), LAYER_TAIL}},
+    {"embedding", OP_EMBEDDING, lower_embedding, true,
+     {REQ("ids", A_TENSOR), REQ("vocab", A_INT), REQ("dim", A_INT), LAYER_TAIL}},
+    {"layer_norm", OP_LAYER_NORM, lower_layer_norm, true,
+     {REQ("x", A_TENSOR), OPT("eps", A_REAL, 1e-5), LAYER_TAIL}},
+    {"batch_norm", OP_BATCH_NORM, lower_batch_norm, true,
+     {REQ("x", A_TENSOR), OPT("momentum", A_REAL, 0.1), OPT("eps", A_REAL, 1e-5), LAYER_TAIL}},
+    {"matmul", OP_MATMUL, lower_binary, false, T2("a", "b")},
+    {"relu", OP_RELU, lower_unary, false, T1("x")},
+    {"gelu", OP_GELU, lower_unary, false, T1("x")},
+    {"tanh", OP_TANH, lower_unary, false, T1("x")},
+    {"sigmoid", OP_SIGMOID, lower_unary, false, T1("x")},
+    {"silu", OP_SILU, lower_unary, false, T1("x")},
+    {"exp", OP_EXP, lower_unary, false, T1("x")},
+    {"log", OP_LOG, lower_unary, false, T1("x")},
+    {"sqrt", OP_SQRT, lower_unary, false, T1("x")},
+    {"rsqrt", OP_RSQRT, lower_unary, false, T1("x")},
+    {"flatten", OP_FLATTEN, lower_unary, false, T1("x")},
+    {"global_avg_pool", OP_GLOBAL_AVG_POOL, lower_unary, false, T1("x")},
+    {"dropout", OP_DROPOUT, lower_dropout, false, {REQ("x", A_TENSOR), REQ("p", A_REAL)}},
+    {"reshape", OP_RESHAPE, lower_reshape, false, {REQ("x", A_TENSOR), REQ("dims", A_LIST)}},
+    {"transpose", OP_TRANSPOSE, lower_transpose, false, {REQ("x", A_TENSOR), REQ("perm", A_LIST)}},
+    {"max_pool2d", OP_MAX_POOL2D, lower_pool, false,
+     {REQ("x", A_TENSOR), REQ("k", A_INT), ABS("stride", A_INT)}},
+    {"avg_pool2d", OP_AVG_POOL2D, lower_pool, false,
+     {REQ("x", A_TENSOR), REQ("k", A_INT), ABS("stride", A_INT)}},
+    {"sum", OP_SUM, lower_axis, false, {REQ("x", A_TENSOR), ABS("axis", A_INT)}},
+    {"mean", OP_MEAN, lower_axis, false, {REQ("x", A_TENSOR), ABS("axis", A_INT)}},
+    {"softmax", OP_SOFTMAX, lower_axis, false, {REQ("x", A_TENSOR), OPT("axis", A_INT, -1)}},
+    {"log_softmax", OP_LOG_SOFTMAX, lower_axis, false, {REQ("x", A_TENSOR), OPT("axis", A_INT, -1)}},
+    {"cross_entropy", OP_CROSS_ENTROPY, lower_class_loss, false, T2("logits", "labels")},
+    {"accuracy", OP_ACCURACY, lower_class_loss, false, T2("logits", "labels")},
+    {"mse", OP_MSE, lower_binary, false, T2("pred", "target")},
+    {"attention", OP_ATTENTION, lower_attention, false,
+     {REQ("q", A_TENSOR), REQ("k", A_TENSOR), REQ("v", A_TENSOR), OPT("causal", A_BOOL, 0)}},
+    {"f32", OP_CAST, lower_cast, false, {REQ("x", A_ANY)}},
+    {"f16", OP_CAST, lower_cast, false, {REQ("x", A_ANY)}},
+    {"bf16", OP_CAST, lower_cast, false, {REQ("x", A_ANY)}},
+    {"i32", OP_CAST, bad_cast, false, {REQ("x", A_ANY)}},
+    {"u8", OP_CAST, bad_cast, false, {REQ("x", A_ANY)}},
+};
+#define N_BUILTINS ((int)(sizeof builtins / sizeof builtins[0]))
+
+static const Builtin *find_builtin(const char *name)
+{
+    for (int i = 0; i < N_BUILTINS; i++)
+        if (strcmp(builtins[i].name, name) == 0)
+            return &builtins[i];
+    return NULL;
+}
+
+static const Block *find_block(Ctx *c, const char *name)
+{
+    for (int i = 0; i < c->nblocks; i++)
+        if (strcmp(c->blocks[i].s->name, name) == 0)
+            return &c->blocks[i];
+    return NULL;
+}
+
+/* ---- statements ----------------------------------------------------------------------------- */
+
+static void run_body(Ctx *c, Stmt *const *body, int n);
+static void train_block(Ctx *c, const Stmt *s);
+
+/* What a block call changes in the context, restored when it returns. */
+typedef struct Frame {
+    Scope *scope;
+    const char *prefix, *target;
+    bool target_taken, in_return, returned;
+    Val ret;
+    int iter, repeat_base;
+} Frame;
+
+static Frame enter(Ctx *c)
+{
+    Frame f = {c->scope, c->prefix, c->target, c->target_taken, c->in_return, c->returned,
+               c->ret, c->iter, c->repeat_base};
+    c->depth++;
+    c->ret = vnone;
+    c->returned = false;
+    c->iter = 0;
+    c->repeat_base = INT_MAX;
+    return f;
+}
+
+static void leave(Ctx *c, const Frame *f)
+{
+    c->depth--;
+    c->scope = f->scope;
+    c->prefix = f->prefix;
+    c->target = f->target;
+    c->target_taken = f->target_taken;
+    c->in_return = f->in_return;
+    c->returned = f->returned;
+    c->ret = f->ret;
+    c->iter = f->iter;
+    c->repeat_base = f->repeat_base;
+}
+
+/* Expands block b at the call e: a fresh scope holding the arguments, the
+ * parameters named under the call's name. */
+static Val call_block(Ctx *c, const Expr *e, Block *b)
+{
+    const Stmt *bs = b->s;
+    if (b->bad)
+        return verr;
+    if (c->depth >= SEMA_MAX_DEPTH) {
+        diag_error(e->loc, "blocks are nested more than %d calls deep", SEMA_MAX_DEPTH);
+        return verr;
+    }
+    ArgSpec spec[MAX_ARGS + 1] = {{0}};
+    if (bs->nparams >= MAX_ARGS) {
+        diag_error(bs->loc, "block '%s' has %d parameters, at most %d are allowed", bs->name,
+                   bs->nparams, MAX_ARGS - 1);
+        b->bad = true;
+        return verr;
+    }
+    for (int i = 0; i < bs->nparams; i++)
+        spec[i] = (ArgSpec)REQ(bs->params[i], A_ANY);
+    spec[bs->nparams] = (ArgSpec)ABS("name", A_STR);
+    Args a;
+    if (!bind_args(c, e, bs->name, spec, &a))
+        return verr;
+    const Expr *name_arg = a.e[bs->nparams];
+    if (name_arg && !b->has_params) {
+        diag_error(name_arg->loc, "block '%s' declares no parameters: name = \"...\" names nothing",
+                   bs->name);
+        return verr;
+    }
+    const char *layer = b->has_params ? layer_name(c, e, name_arg) : "";
+    if (!layer)
+        return verr;
+
+    Frame saved = enter(c);
+    Scope sc = {.parent = c->top, .block = b};
+    c->scope = &sc;
+    if (b->has_params)
+        c->prefix = arena_printf(c->a, "%s%s.", c->prefix, layer);
+    for (int i = 0; i < bs->nparams; i++)
+        bind(c, bs->params[i], SYM_VALUE, a.v[i], bs->param_locs[i]);
+    int errs = diag_error_count();
+    run_body(c, bs->body, bs->nbody);
+    Val r = c->ret;
+    if (diag_error_count() > errs)
+        b->bad = true;             /* one report per mistake, not per call */
+    leave(c, &saved);
+    if (r.k == V_NONE && !b->bad) {
+        diag_error(e->loc, "block '%s' returns no value", bs->name);
+        return verr;
+    }
+    return r;
+}
+
+static Val call(Ctx *c, const Expr *e)
+{
+    Block *blk = (Block *)find_block(c, e->name);
+    if (blk)
+        return call_block(c, e, blk);
+    const Builtin *b = find_builtin(e->name);
+    if (!b) {
+        const char *cands[N_BUILTINS + 64];
+        int n = 0;
+        for (int i = 0; i < N_BUILTINS; i++)
+            cands[n++] = builtins[i].name;
+        for (int i = 0; i < c->nblocks && n < N_BUILTINS + 64; i++)
+            cands[n++] = c->blocks[i].s->name;
+        const char *best = suggest(c, e->name, cands, n);
+        Sym *s = find_local(c->scope, e->name);
+        if (s)
+            diag_error(e->loc, "'%s' is %s, not an operation", e->name, sym_kind_a[s->kind]);
+        else if (best)
+            diag_error(e->loc, "unknown operation '%s', did you mean '%s'?", e->name, best);
+        else
+            diag_error(e->loc, "unknown operation '%s'", e->name);
+        for (int i = 0; i < e->nargs; i++)   /* still check the arguments */
+            eval(c, e->args[i]);
+        return verr;
+    }
+    Args a;
+    if (!bind_args(c, e, b->name, b->args, &a))
+        return verr;
+    return b->lower(c, b, e, &a);
+}
+
+/* Redefining a constant, input or parameter is an error, except in a new
+ * copy of the repeat that defined it. Values may be rebound freely. */
+static bool may_define(Ctx *c, const char *name, SymKind kind, SrcLoc at)
+{
+    Sym *old = find_local(c->scope, name);
+    if (!old && c->scope->parent)
+        old = find_local(c->top, name);
+    if (!old || (kind == SYM_VALUE && old->kind == SYM_VALUE) ||
+        (old->iter >= c->repeat_base && old->iter != c->iter && old->kind == kind))
+        return true;
+    if (kind == SYM_VALUE)
+        diag_error(at, "'%s' is %s and cannot be rebound: only values can", name, sym_kind_a[old->kind]);
+    else if (old->kind != kind)
+        diag_error(at, "'%s' is already %s: %s needs a name of its own", name,
+                   sym_kind_a[old->kind], sym_kind_a[kind]);
+    else
+        diag_error(at, "%s '%s' is defined twice", sym_kind_name[kind], name);
+    diag_note(old->loc, "'%s' was defined here", name);
+    return false;
+}
+
+static void st_model(Ctx *c, const Stmt *s)
+{
+    if (s != c->ast->stmts[0] || c->scope != c->top)
+        diag_error(s->loc, "'model %s' must be the first statement of the file, and appear once", s->name);
+}
+
+static void st_const(Ctx *c, const Stmt *s)
+{
+    Val v = eval(c, s->value);
+    if (v.k != V_ERR && !is_num(v)) {
+        diag_error(s->value->loc, "const '%s' needs a number known at compile time, got %s", s->name,
+                   describe(c, v));
+        v = verr;
+    }
+    if (may_define(c, s->name, SYM_CONST, s->name_loc))
+        bind(c, s->name, SYM_CONST, v, s->name_loc);
+}
+
+static bool at_top(Ctx *c, const Stmt *s, const char *what)
+{
+    if (c->scope == c->top)
+        return true;
+    diag_error(s->loc, "%s belongs at the top level of the model, not inside block '%s'", what,
+               c->scope->block->s->name);
+    return false;
+}
+
+static void st_input(Ctx *c, const Stmt *s)
+{
+    Shape sh;
+    DType t = (DType)s->type;
+    if (!at_top(c, s, "an input") || !eval_dims(c, s->dims, s->ndims, s->loc, &sh) ||
+        !may_define(c, s->name, SYM_INPUT, s->name_loc))
+        return;
+    if (sh.rank == 0) {
+        diag_error(s->type_loc, "input '%s' needs at least the batch dimension, e.g. %s[B, 784]",
+                   s->name, dt_name(t));
+        return;
+    }
+    if (c->g->ninputs && sh.d[0] != c->g->batch) {
+        diag_error(s->dims[0]->loc, "input '%s' has batch %lld, but the inputs before it have batch "
+                   "%lld: every input's first dimension is the batch", s->name, (long long)sh.d[0],
+                   (long long)c->g->batch);
+        diag_note(c->g->inputs[0].loc, "the first input is declared here");
+        return;
+    }
+    c->g->batch = sh.d[0];
+    IrInput *in = ir_add_input(c->g, s->name, s->name_loc, t, sh);
+    bind(c, s->name, SYM_INPUT, vtensor(in->node), s->name_loc);
+}
+
+/* fan_in / fan_out of a plain `param`: as the right operand of x @ w, a
+ * [.., K, N] tensor has fan_in K and fan_out N; a vector [N] has N both. */
+static void plain_fans(const Shape *s, int64_t *fi, int64_t *fo)
+{
+    *fi = s->rank >= 2 ? s->d[s->rank - 2] : s->rank == 1 ? s->d[0] : 1;
+    *fo = s->rank >= 1 ? s->d[s->rank - 1] : 1;
+}
+
+static void st_param(Ctx *c, const Stmt *s)
+{
+    Shape sh;
+    Init init;
+    bool ok = eval_dims(c, s->dims, s->ndims, s->loc, &sh);
+    ok = eval_init(c, s->value, &init) && ok;
+    if (!ok || !may_define(c, s->name, SYM_PARAM, s->name_loc))
+        return;
+    int64_t fi, fo;
+    plain_fans(&sh, &fi, &fo);
+    IrNode *n = declare(c, s->name_loc, arena_printf(c->a, "%s%s", c->prefix, s->name), sh, init, fi, fo);
+    bind(c, s->name, SYM_PARAM, n ? vtensor(n) : verr, s->name_loc);
+}
+
+/* Lowers the expression of a statement whose target is `target`; names the
+ * node that holds its value. */
+static Val statement_value(Ctx *c, const Stmt *s, const char *target, DType override)
+{
+    int first = c->g->nnodes;
+    DType saved = c->override;
+    c->target = target;
+    c->target_taken = false;
+    c->in_return = target == NULL;
+    if (override)
+        c->override = override;
+    Val v = eval(c, s->value);
+    c->override = saved;
+    c->target = NULL;
+    c->in_return = false;
+    if (v.k == V_TENSOR && target && v.t->id >= first && !v.t->name)
+        v.t->name = arena_printf(c->a, "%s%s", c->prefix, target);
+    return v;
+}
+
+static DType float_type(Ctx *c, const Stmt *s, const char *what)
+{
+    DType t = (DType)s->type;
+    if (dt_is_float(t))
+        return t;
+    diag_error(s->type_loc, "%s needs f32, f16 or bf16, got %s", what, dt_name(t));
+    return DT_NONE;
+}
+
+static void st_assign(Ctx *c, const Stmt *s)
+{
+    DType t = s->type ? float_type(c, s, "a typed assignment") : DT_NONE;
+    Val v = statement_value(c, s, s->name, t);
+    if (v.k == V_NONE) {
+        diag_error(s->value->loc, "'%s' is assigned nothing", s->name);
+        v = verr;
+    }
+    if (may_define(c, s->name, SYM_VALUE, s->name_loc))
+        bind(c, s->name, SYM_VALUE, v, s->name_loc);
+}
+
+static void st_metric(Ctx *c, const Stmt *s)
+{
+    if (!at_top(c, s, "a metric"))
+        return;
+    if (c->iter) {
+        diag_error(s->loc, "a metric cannot be declared inside a repeat (each copy would declare it again)");
+        return;
+    }
+    Val v = statement_value(c, s, s->name, DT_NONE);
+    if (!may_define(c, s->name, SYM_METRIC, s->name_loc) || v.k == V_ERR)
+        return;
+    if (v.k != V_TENSOR || v.t->shape.rank != 0 || is_int_type(v.t->type)) {
+        diag_error(s->value->loc, "metric '%s' must be a float scalar, got %s%s", s->name,
+                   describe(c, v), v.k == V_TENSOR ? ": reduce it, e.g. mean(...)" : "");
+        return;
+    }
+    ir_add_metric(c->g, s->name, s->name_loc, v.t);
+    bind(c, s->name, SYM_METRIC, v, s->name_loc);
+}
+
+static void st_precision(Ctx *c, const Stmt *s)
+{
+    DType t = float_type(c, s, "a precision region");
+    DType saved = c->override;
+    if (t)
+        c->override = t;
+    run_body(c, s->body, s->nbody);
+    c->override = saved;
+}
+
+static void st_block(Ctx *c, const Stmt *s)
+{
+    if (c->nest != 1)
+        diag_error(s->loc, "block '%s' must be defined at the top level", s->name);
+}
+
+static void st_return(Ctx *c, const Stmt *s)
+{
+    if (c->scope == c->top) {
+        diag_error(s->loc, "'return' outside a block");
+        return;
+    }
+    c->ret = statement_value(c, s, NULL, DT_NONE);
+    c->returned = true;
+}
+
+static void st_repeat(Ctx *c, const Stmt *s)
+{
+    int64_t n;
+    if (!get_int(c, s->value, eval(c, s->value), "repeat count", 1, &n))
+        return;
+    if (n > SEMA_MAX_REPEAT) {
+        diag_error(s->value->loc, "repeat count %lld is too large (at most %d)", (long long)n,
+                   SEMA_MAX_REPEAT);
+        return;
+    }
+    const char *prefix = c->prefix;
+    int iter = c->iter, base = c->repeat_base;
+    c->repeat_base = c->next_iter + 1;
+    for (int64_t i = 0; i < n && !c->stop && !diag_too_many(); i++) {
+        int errs = diag_error_count();
+        c->iter = ++c->next_iter;
+        c->prefix = arena_printf(c->a, "%s%s.%lld.", prefix, s->name, (long long)i);
+        run_body(c, s->body, s->nbody);
+        if (diag_error_count() > errs)
+            break;                 /* each copy would say the same */
+    }
+    c->prefix = prefix;
+    c->iter = iter;
+    c->repeat_base = base;
+}
+
+static void st_train(Ctx *c, const Stmt *s)
+{
+    if (!at_top(c, s, "the train block"))
+        return;
+    if (c->train) {
+        diag_error(s->loc, "a model has one train block");
+        diag_note(c->train->loc, "the first one is here");
+        return;
+    }
+    c->train = s;     /* read after the model: `minimize` names its final value */
+}
+
+typedef void StmtFn(Ctx *c, const Stmt *s);
+static StmtFn *const stmt_of[] = {
+    [ST_MODEL] = st_model, [ST_CONST] = st_const, [ST_INPUT] = st_input, [ST_PARAM] = st_param,
+    [ST_ASSIGN] = st_assign, [ST_METRIC] = st_metric, [ST_PRECISION] = st_precision,
+    [ST_BLOCK] = st_block, [ST_RETURN] = st_return, [ST_REPEAT] = st_repeat, [ST_TRAIN] = st_train,
+};
+
+static void run_body(Ctx *c, Stmt *const *body, int n)
+{
+    c->nest++;
+    for (int i = 0; i < n && !c->stop && !diag_too_many() && !c->returned; i++)
+        stmt_of[body[i]->kind](c, body[i]);
+    c->nest--;
+}
+
+/* ---- blocks: collected first, checked for cycles ------------------------------------------------ */
+
+static bool expr_has_params(Ctx *c, const Expr *e, Block *from);
+
+/* Does the body declare parameters (directly or through calls)? Reports a
+ * block that calls itself, with the cycle, and marks it bad. */
+static bool body_has_params(Ctx *c, Stmt *const *body, int n, Block *from)
+{
+    bool has = false;
+    for (int i = 0; i < n; i++) {
+        const Stmt *s = body[i];
+        has |= s->kind == ST_PARAM;
+        if (s->value)
+            has |= expr_has_params(c, s->value, from);
+        for (int d = 0; d < s->ndims; d++)
+            has |= expr_has_params(c, s->dims[d], from);
+        if (s->kind == ST_PRECISION || s->kind == ST_REPEAT)
+            has |= body_has_params(c, s->body, s->nbody, from);
+    }
+    return has;
+}
+
+static void visit_block(Ctx *c, Block *b);
+
+static bool expr_has_params(Ctx *c, const Expr *e, Block *from)
+{
+    bool has = false;
+    if (e->kind == EX_CALL) {
+        const Builtin *bi = find_builtin(e->name);
+        Block *callee = (Block *)find_block(c, e->name);
+        has = bi && bi->layer;
+        if (callee && callee->state == 1) {
+            /* the cycle is the visit path from callee on: show it */
+            int i = c->npath - 1;
+            while (c->path[i] != callee)
+                i--;
+            const char *cycle = callee->s->name;
+            for (int k = i + 1; k < c->npath; k++)
+                cycle = arena_printf(c->a, "%s -> %s", cycle, c->path[k]->s->name);
+            diag_error(e->loc, "block '%s' calls itself (%s -> %s): a block cannot call itself, "
+                       "directly or not", callee->s->name, cycle, callee->s->name);
+            for (; i < c->npath; i++)
+                c->path[i]->bad = true;
+        } else if (callee) {
+            visit_block(c, callee);
+            has |= callee->has_params;
+            from->bad |= callee->bad;
+        }
+    }
+    if (e->lhs)
+        has |= expr_has_params(c, e->lhs, from);
+    if (e->rhs)
+        has |= expr_has_params(c, e->rhs, from);
+    for (int i = 0; i < e->nargs; i++)
+        has |= expr_has_params(c, e->args[i], from);
+    for (int i = 0; i < e->nkwargs; i++)
+        has |= expr_has_params(c, e->kwargs[i].value, from);
+    return has;
+}
+
+static void visit_block(Ctx *c, Block *b)
+{
+    if (b->state)
+        return;
+    b->state = 1;
+    c->path[c->npath++] = b;
+    b->has_params = body_has_params(c, b->s->body, b->s->nbody, b);
+    c->npath--;
+    b->state = 2;
+}
+
+/* 'return' is the last statement of a block's own body, nowhere else. */
+static bool check_returns(Stmt *const *body, int n, bool block_body)
+{
+    bool ok = true;
+    for (int i = 0; i < n; i++) {
+        const Stmt *s = body[i];
+        if (s->kind == ST_RETURN && (!block_body || i != n - 1)) {
+            diag_error(s->loc, block_body ? "'return' must be the last statement of its block"
+                                          : "'return' belongs directly in a block's body, as its "
+                                            "last statement");
+            ok = false;
+        }
+        if (s->kind == ST_PRECISION || s->kind == ST_REPEAT)
+            ok = check_returns(s->body, s->nbody, false) && ok;
+    }
+    return ok;
+}
+
+static void collect_blocks(Ctx *c)
+{
+    const Ast *ast = c->ast;
+    c->blocks = arena_alloc(c->a, sizeof *c->blocks * (size_t)(ast->nstmts + 1));
+    c->path = arena_alloc(c->a, sizeof *c->path * (size_t)(ast->nstmts + 1));
+    for (int i = 0; i < ast->nstmts; i++) {
+        const Stmt *s = ast->stmts[i];
+        if (s->kind != ST_BLOCK)
+            continue;
+        const Block *old = find_block(c, s->name);
+        if (old || find_builtin(s->name)) {
+            diag_error(s->name_loc, old ? "block '%s' is defined twice" : "'%s' is a built-in "
+                       "operation: name the block differently", s->name);
+            if (old)
+                diag_note(old->s->name_loc, "the first definition is here");
+            continue;
+        }
+        for (int p = 0; p < s->nparams; p++)
+            for (int q = 0; q < p; q++)
+                if (strcmp(s->params[p], s->params[q]) == 0)
+                    diag_error(s->param_locs[p], "block '%s' has two parameters named '%s'",
+                               s->name, s->params[p]);
+        bool ok = check_returns(s->body, s->nbody, true);
+        c->blocks[c->nblocks++] = (Block){.s = s, .bad = !ok};
+    }
+    for (int i = 0; i < c->nblocks; i++)
+        visit_block(c, &c->blocks[i]);
+}
+
+/* ---- the train block -------------------------------------------------------------------------- */
+
+typedef struct NamedSpec {
+    const char *name;
+    int kind;                  /* OptKind / LossScaleKind / SchedKind / Policy */
+    ArgSpec args[6];
+} NamedSpec;
+
+static const NamedSpec optimizers[] = {
+    {"sgd", OPT_SGD, {REQ("lr", A_REAL), OPT("momentum", A_REAL, 0), OPT("nesterov", A_BOOL, 0),
+                      OPT("weight_decay", A_REAL, 0)}},
+    {"adam", OPT_ADAM, {OPT("lr", A_REAL, 1e-3), OPT("beta1", A_REAL, 0.9), OPT("beta2", A_REAL, 0.999),
+                        OPT("eps", A_REAL, 1e-8), OPT("weight_decay", A_REAL, 0)}},
+    {"adamw", OPT_ADAMW, {OPT("lr", A_REAL, 1e-3), OPT("beta1", A_REAL, 0.9), OPT("beta2", A_REAL, 0.999),
+                          OPT("eps", A_REAL, 1e-8), OPT("weight_decay", A_REAL, 0.01)}},
+    {0},
+};
+static const NamedSpec loss_scales[] = {
+    {"dynamic", LS_DYNAMIC, {OPT("init", A_REAL, 32768), OPT("growth", A_REAL, 2),
+                             OPT("backoff", A_REAL, 0.5), OPT("interval", A_INT, 2000)}},
+    {"static", LS_STATIC, {REQ("v", A_REAL)}},
+    {"none", LS_NONE, {{0}}},
+    {0},
+};
+static const NamedSpec schedules[] = {
+    {"constant", SCHED_CONSTANT, {{0}}},
+    {"cosine", SCHED_COSINE, {OPT("warmup", A_INT, 0), OPT("min", A_REAL, 0)}},
+    {"linear", SCHED_LINEAR, {OPT("warmup", A_INT, 0)}},
+    {0},
+};
+static const NamedSpec policies[] = {
+    {"float32", POLICY_FLOAT32, {{0}}},
+    {"mixed_float16", POLICY_MIXED_F16, {{0}}},
+    {"mixed_bfloat16", POLICY_MIXED_BF16, {{0}}},
+    {0},
+};
+
+/* A value written as NAME or NAME(args) from `table`; NULL after an error. */
+static const NamedSpec *named_value(Ctx *c, const TrainItem *it, const NamedSpec *table, Args *a)
+{
+    const Expr *e = it->value;
+    const char *names[8];
+    int n = 0;
+    for (; table[n].name; n++)
+        names[n] = table[n].name;
+    const char *list = "";
+    for (int i = 0; i < n; i++)
+        list = arena_printf(c->a, "%s%s%s", list, i == 0 ? "" : i == n - 1 ? " or " : ", ", names[i]);
+    if (e->kind != EX_NAME && e->kind != EX_CALL) {
+        diag_error(e->loc, "%s must be %s", it->key, list);
+        return NULL;
+    }
+    for (int i = 0; i < n; i++) {
+        if (strcmp(e->name, names[i]) != 0)
+            continue;
+        Expr bare = *e;           /* a bare name: the call with no arguments */
+        if (e->kind == EX_NAME)
+            bare.nargs = bare.nkwargs = 0;
+        return bind_args(c, &bare, names[i], table[i].args, a) ? &table[i] : NULL;
+    }
+    const char *best = suggest(c, e->name, names, n);
+    if (best)
+        diag_error(e->loc, "unknown %s '%s', did you mean '%s'?", it->key, e->name, best);
+    else
+        diag_error(e->loc, "unknown %s '%s': expected %s", it->key, e->name, list);
+    return NULL;
+}
+
+/* Checks v against lo (excluded when lo_open) and hi (excluded when
+ * hi_open; INFINITY for none). */
+static bool in_range(const TrainItem *it, const char *what, double v, double lo, bool lo_open,
+                     double hi, bool hi_open)
+{
+    if ((lo_open ? v > lo : v >= lo) && (hi_open ? v < hi : v <= hi))
+        return true;
+    if (hi < INFINITY)
+        diag_error(it->value->loc, "%s must be in %s%g, %g%s, got %g", what, lo_open ? "(" : "[", lo,
+                   hi, hi_open ? ")" : "]", v);
+    else
+        diag_error(it->value->loc, "%s must be %s %g, got %g", what, lo_open ? ">" : ">=", lo, v);
+    return false;
+}
+
+/* "adam lr": an argument of a train setting, for messages. */
+static const char *arg_name(Ctx *c, const NamedSpec *ns, const char *arg)
+{
+    return arena_printf(c->a, "%s %s", ns->name, arg);
+}
+
+static void tk_optimizer(Ctx *c, const TrainItem *it)
+{
+    Args a;
+    const NamedSpec *o = named_value(c, it, optimizers, &a);
+    if (!o)
+        return;
+    TrainCfg *t = &c->g->train;
+    t->opt = (OptKind)o->kind;
+    t->lr = a.v[0].r;
+    in_range(it, arg_name(c, o, "lr"), t->lr, 0, true, INFINITY, false);
+    if (t->opt == OPT_SGD) {
+        t->momentum = a.v[1].r;
+        t->nesterov = a.v[2].i;
+        t->weight_decay = a.v[3].r;
+        in_range(it, arg_name(c, o, "momentum"), t->momentum, 0, false, INFINITY, false);
+        if (t->nesterov && t->momentum <= 0)
+            diag_error(it->value->loc, "sgd nesterov = true needs momentum > 0");
+    } else {
+        t->beta1 = a.v[1].r;
+        t->beta2 = a.v[2].r;
+        t->eps = a.v[3].r;
+        t->weight_decay = a.v[4].r;
+        in_range(it, arg_name(c, o, "beta1"), t->beta1, 0, false, 1, true);
+        in_range(it, arg_name(c, o, "beta2"), t->beta2, 0, false, 1, true);
+        in_range(it, arg_name(c, o, "eps"), t->eps, 0, true, INFINITY, false);
+    }
+    in_range(it, arg_name(c, o, "weight_decay"), t->weight_decay, 0, false, INFINITY, false);
+}
+
+static void tk_precision(Ctx *c, const TrainItem *it)
+{
+    Args a;
+    const NamedSpec *p = named_value(c, it, policies, &a);
+    if (p) {
+        c->g->train.policy = (Policy)p->kind;
+        c->g->train.policy_set = true;
+    }
+}
+
+static void tk_loss_scale(Ctx *c, const TrainItem *it)
+{
+    Args a;
+    const NamedSpec *ls = named_value(c, it, loss_scales, &a);
+    if (!ls)
+        return;
+    TrainCfg *t = &c->g->train;
+    t->ls = (LossScaleKind)ls->kind;
+    t->ls_set = true;
+    if (t->ls == LS_STATIC) {
+        t->ls_init = a.v[0].r;
+        in_range(it, arg_name(c, ls, "v"), t->ls_init, 0, true, INFINITY, false);
+    } else if (t->ls == LS_DYNAMIC) {
+        t->ls_init = a.v[0].r;
+        t->ls_growth = a.v[1].r;
+        t->ls_backoff = a.v[2].r;
+        t->ls_interval = a.v[3].i;
+        in_range(it, arg_name(c, ls, "init"), t->ls_init, 1, false, INFINITY, false);
+        in_range(it, arg_name(c, ls, "growth"), t->ls_growth, 1, true, INFINITY, false);
+        in_range(it, arg_name(c, ls, "backoff"), t->ls_backoff, 0, true, 1, true);
+        in_range(it, arg_name(c, ls, "interval"), (double)t->ls_interval, 1, false, INFINITY, false);
+    }
+}
+
+static void tk_schedule(Ctx *c, const TrainItem *it)
+{
+    Args a;
+    const NamedSpec *s = named_value(c, it, schedules, &a);
+    if (!s)
+        return;
+    TrainCfg *t = &c->g->train;
+    t->sched = (SchedKind)s->kind;
+    t->warmup = s->kind == SCHED_CONSTANT ? 0 : (double)a.v[0].i;
+    t->sched_min = s->kind == SCHED_COSINE ? a.v[1].r : 0;
+    in_range(it, arg_name(c, s, "warmup"), t->warmup, 0, false, INFINITY, false);
+    in_range(it, arg_name(c, s, "min"), t->sched_min, 0, false, INFINITY, false);
+}
+
+static bool train_int(Ctx *c, const TrainItem *it, int64_t lo, int64_t *out)
+{
+    return get_int(c, it->value, eval(c, it->value), it->key, lo, out);
+}
+
+static void tk_clip(Ctx *c, const TrainItem *it)
+{
+    double v;
+    if (get_real(c, it->value, eval(c, it->value), "clip_grad_norm", &v) &&
+        in_range(it, "clip_grad_norm", v, 0, true, INFINITY, false))
+        c->g->train.clip = v;
+}
+
+static void tk_accumulate(Ctx *c, const TrainItem *it) { train_int(c, it, 1, &c->g->train.accumulate); }
+static void tk_steps(Ctx *c, const TrainItem *it) { train_int(c, it, 1, &c->g->train.steps); }
+static void tk_seed(Ctx *c, const TrainItem *it) { train_int(c, it, 0, &c->g->train.seed); }
+
+/* fp16_ops / fp32_ops: a list of operation names as the plan shows them. */
+static void op_list(Ctx *c, const TrainItem *it, const char ***out, int *n)
+{
+    const Expr *e = it->value;
+    if (e->kind != EX_LIST) {
+        diag_error(e->loc, "%s must be a list of operation names, e.g. [softmax, add]", it->key);
+        return;
+    }
+    const char **names = arena_alloc(c->a, sizeof *names * (size_t)(e->nargs + 1));
+    *n = 0;
+    for (int i = 0; i < e->nargs; i++) {
+        const Expr *x = e->args[i];
+        if (x->kind != EX_NAME && x->kind != EX_STR) {
+            diag_error(x->loc, "%s must list operation names, e.g. [softmax, add]", it->key);
+            continue;
+        }
+        if (ops_lookup(x->name) < 0) {
+            const char *cands[OP__COUNT];
+            int nc = 0;
+            for (int k = 0; k < OP__COUNT; k++)
+                if (op_info[k].kind == OPK_FWD)
+                    cands[nc++] = op_info[k].name;
+            const char *best = suggest(c, x->name, cands, nc);
+            if (best)
+                diag_error(x->loc, "unknown operation '%s' in %s, did you mean '%s'?", x->name, it->key, best);
+            else
+                diag_error(x->loc, "unknown operation '%s' in %s (infix operators are named add, "
+                           "sub, mul, div, neg and matmul)", x->name, it->key);
+            continue;
+        }
+        names[(*n)++] = x->name;
+    }
+    *out = names;
+}
+
+static void tk_fp16(Ctx *c, const TrainItem *it) { op_list(c, it, &c->g->train.fp16_ops, &c->g->train.nfp16_ops); }
+static void tk_fp32(Ctx *c, const TrainItem *it) { op_list(c, it, &c->g->train.fp32_ops, &c->g->train.nfp32_ops); }
+
+/* minimize NAME: a float scalar value that depends on a trainable parameter. */
+static void tk_minimize(Ctx *c, const TrainItem *it)
+{
+    const Expr *e = it->value;
+    if (e->kind != EX_NAME) {
+        diag_error(e->loc, "minimize needs the name of a scalar value, e.g. minimize loss");
+        return;
+    }
+    Sym *s = find_local(c->top, e->name);
+    if (!s) {
+        eval_name(c, e);      /* reports it, with a suggestion */
+        return;
+    }
+    if (s->v.k == V_ERR)
+        return;
+    if (s->kind == SYM_METRIC) {
+        diag_error(e->loc, "'%s' is a metric, which is never differentiated: minimize a loss value",
+                   e->name);
+        return;
+    }
+    if (s->v.k != V_TENSOR || s->v.t->shape.rank != 0 || is_int_type(s->v.t->type)) {
+        diag_error(e->loc, "minimize needs a float scalar, but '%s' is %s%s", e->name, describe(c, s->v),
+                   s->v.k == V_TENSOR && s->v.t->shape.rank ? ": reduce it, e.g. mean(...)" : "");
+        return;
+    }
+    c->g->loss = s->v.t;
+}
+
+typedef struct TrainKey {
+    const char *key;
+    void (*fn)(Ctx *c, const TrainItem *it);
+} TrainKey;
+
+static const TrainKey train_keys[] = {
+    {"optimizer", tk_optimizer}, {"precision", tk_precision}, {"loss_scale", tk_loss_scale},
+    {"lr_schedule", tk_schedule}, {"clip_grad_norm", tk_clip}, {"accumulate", tk_accumulate},
+    {"fp16_ops", tk_fp16}, {"fp32_ops", tk_fp32}, {"steps", tk_steps}, {"seed", tk_seed},
+    {"minimize", tk_minimize},
+};
+#define N_TRAIN_KEYS ((int)(sizeof train_keys / sizeof train_keys[0]))
+
+static void train_item(Ctx *c, const TrainItem *it, const TrainItem **seen)
+{
+    const char *names[N_TRAIN_KEYS];
+    for (int k = 0; k < N_TRAIN_KEYS; k++) {
+        names[k] = train_keys[k].key;
+        if (strcmp(it->key, names[k]) != 0)
+            continue;
+        if (seen[k]) {
+            diag_error(it->loc, "'%s' is given twice in the train block", it->key);
+            diag_note(seen[k]->loc, "first given here");
+            return;
+        }
+        seen[k] = it;
+        train_keys[k].fn(c, it);
+        return;
+    }
+    const char *best = suggest(c, it->key, names, N_TRAIN_KEYS);
+    if (best)
+        diag_error(it->loc, "unknown train setting '%s', did you mean '%s'?", it->key, best);
+    else
+        diag_error(it->loc, "unknown train setting '%s'", it->key);
+}
+
+/* Ops named in both fp16_ops and fp32_ops contradict each other. */
+static void check_op_lists(const TrainCfg *t, const TrainItem *fp32)
+{
+    if (!fp32)
+        return;
+    SrcLoc at = fp32->value->loc;
+    for (int i = 0; i < t->nfp16_ops; i++)
+        for (int j = 0; j < t->nfp32_ops; j++)
+            if (strcmp(t->fp16_ops[i], t->fp32_ops[j]) == 0)
+                diag_error(at, "'%s' is in both fp16_ops and fp32_ops", t->fp16_ops[i]);
+}
+
+/* True when the loss depends on some trainable parameter. */
+static bool loss_trains_something(IrGraph *g)
+{
+    bool *live = arena_alloc(g->arena, (size_t)g->nnodes + 1);
+    live[g->loss->id] = true;
+    for (int i = g->loss->id; i >= 0; i--) {
+        IrNode *n = g->nodes[i];
+        if (!live[i])
+            continue;
+        if (n->op == OP_PARAM && g->params[n->ia[0]].trainable)
+            return true;
+        for (int k = 0; k < n->nin; k++)
+            live[n->in[k]->id] = true;
+    }
+    return false;
+}
+
+static void train_block(Ctx *c, const Stmt *s)
+{
+    TrainCfg *t = &c->g->train;
+    if (!s) {
+        diag_error(c->g->model_loc, "the model has no train block: add train { optimizer = "
+                   "adam(lr = 1e-3)  minimize LOSS }");
+        return;
+    }
+    t->loc = s->loc;
+    const TrainItem *seen[N_TRAIN_KEYS] = {0};
+    for (int i = 0; i < s->nitems && !diag_too_many(); i++)
+        train_item(c, &s->items[i], seen);
+    if (!seen[0])
+        diag_error(s->loc, "the train block needs an optimizer, e.g. optimizer = adam(lr = 1e-3)");
+    if (!seen[N_TRAIN_KEYS - 1])
+        diag_error(s->loc, "the train block needs 'minimize NAME' (the scalar loss to minimise)");
+    check_op_lists(t, seen[7]);   /* fp32_ops */
+    if (c->g->loss && !loss_trains_something(c->g))
+        diag_error(seen[N_TRAIN_KEYS - 1]->value->loc, "'%s' does not depend on any trainable "
+                   "parameter: nothing to train", seen[N_TRAIN_KEYS - 1]->value->name);
+}
+
+/* Settings that depend on others: the policy override, then the loss
+ * scale's default (dynamic for mixed_float16, none otherwise). */
+static void train_defaults(TrainCfg *t, int policy_override)
+{
+    if (policy_override >= 0) {
+        t->policy = (Policy)policy_override;
+        t->policy_set = true;
+    }
+    if (!t->ls_set)
+        t->ls = t->policy == POLICY_MIXED_F16 ? LS_DYNAMIC : LS_NONE;
+}
+
+/* ---- entry ----------------------------------------------------------------------------------- */
+
+static bool model_header(Ctx *c)
+{
+    const Ast *ast = c->ast;
+    SrcLoc start = {ast->file, 1, 1, 1};
+    for (int i = 0; i < ast->nstmts; i++)
+        if (ast->stmts[i]->kind == ST_MODEL) {   /* st_model() says if it is not first */
+            c->g->model = ast->stmts[i]->name;
+            c->g->model_loc = ast->stmts[i]->name_loc;
+            return true;
+        }
+    diag_error(ast->nstmts ? ast->stmts[0]->loc : start,
+               "a model file starts with 'model NAME', e.g. model mnist_mlp");
+    c->g->model = "model";
+    c->g->model_loc = ast->nstmts ? ast->stmts[0]->loc : start;
+    return false;
+}
+
+IrGraph *sema_lower(Arena *a, const Ast *ast, int policy_override)
+{
+    int errs = diag_error_count();
+    Scope top = {0};
+    Ctx c = {.a = a, .g = ir_new(a), .ast = ast, .top = &top, .scope = &top, .prefix = "",
+             .repeat_base = INT_MAX};
+    model_header(&c);
+    collect_blocks(&c);
+    run_body(&c, ast->stmts, ast->nstmts);
+    if (!c.stop && !diag_too_many()) {
+        if (c.g->ninputs == 0)
+            diag_error(c.g->model_loc, "the model declares no input: add one, e.g. input image: "
+                       "u8[B, 784]");
+        train_block(&c, c.train);
+    }
+    train_defaults(&c.g->train, policy_override);
+    return diag_error_count() > errs ? NULL : c.g;
+}

@@ -1,6 +1,741 @@
-/* shape.c - SCAFFOLD: replaced by the real shape rules (one per ops.def row). */
+/* shape.c - the shape rule of every operation (one per row of ops.def).
+ *
+ * shape_<ID>(g, n) reads n's inputs and attributes, sets n->shape (and
+ * n->type where the op decides it: losses and metrics are f32 scalars,
+ * views pass their input's type, embedding makes floats), and on a misfit
+ * reports a user error at n->loc -- what the op needs against what it got
+ * -- and returns false. Rules are pure functions of the node: running one
+ * twice gives the same answer, so later passes may re-check a node.
+ *
+ * Float values whose type the precision pass has not chosen yet have type
+ * DT_NONE; "integer" always means i32 or u8. Every product or sum of
+ * dimensions is checked (shape.h): a model with absurd sizes gets an error,
+ * never an overflow.
+ *
+ * Backward rows (made by autodiff) take their result shape from the forward
+ * node they differentiate (n->grad_of) and check their operands against it;
+ * a misfit there is a bug in a pass, reported like a user error so the
+ * caller can turn it into an internal error with the node in hand. */
+#include "shape.h"
 #include "ops.h"
-#define OP(id, name, nin, cls, kind) \
-    bool shape_##id(IrGraph *g, IrNode *n) { (void)g; (void)n; diag_internal(__FILE__, __LINE__, "shape rule of " #id " not written yet"); }
-#include "ops.def"
-#undef OP
+
+#include <stdio.h>
+#include <string.h>
+
+/* ---- helpers ----------------------------------------------------------- */
+
+static const char *const infix_names[OP__COUNT] = {
+    [OP_ADD] = "'+'", [OP_SUB] = "'-'", [OP_MUL] = "'*'", [OP_DIV] = "'/'",
+    [OP_NEG] = "unary '-'", [OP_MATMUL] = "'@'",
+};
+
+const char *shape_op_name(IrOp op)
+{
+    return infix_names[op] ? infix_names[op] : op_info[op].name;
+}
+
+static const char *name_of(const IrNode *n) { return shape_op_name(n->op); }
+
+static const char *str(IrGraph *g, const Shape *s) { return shape_str(g->arena, s); }
+
+bool shape_numel_checked(const Shape *s, int64_t *out)
+{
+    int64_t n = 1;
+    for (int i = 0; i < s->rank; i++)
+        if (s->d[i] < 0 || __builtin_mul_overflow(n, s->d[i], &n) || n > SHAPE_MAX_NUMEL)
+            return false;
+    *out = n;
+    return true;
+}
+
+/* Sets the output shape, refusing one too large to address. */
+static bool set_shape(IrGraph *g, IrNode *n, const Shape *s)
+{
+    int64_t count;
+    if (!shape_numel_checked(s, &count)) {
+        diag_error(n->loc, "%s would make a tensor of shape %s: too many elements (at most %lld)",
+                   name_of(n), str(g, s), (long long)SHAPE_MAX_NUMEL);
+        return false;
+    }
+    n->shape = *s;
+    return true;
+}
+
+bool shape_expect_rank(IrGraph *g, SrcLoc at, const char *op, const char *layout,
+                       const Shape *s, int lo, int hi)
+{
+    if (s->rank >= lo && s->rank <= hi)
+        return true;
+    diag_error(at, "%s needs %s, got %s", op, layout, str(g, s));
+    return false;
+}
+
+static bool is_int(DType t) { return t == DT_I32 || t == DT_U8; }
+
+bool shape_expect_float(SrcLoc at, const char *op, DType t, const char *name)
+{
+    if (!is_int(t))
+        return true;
+    diag_error(at, "%s needs a float tensor, got %s: cast it first, e.g. f32(%s)", op,
+               dt_name(t), name && !strchr(name, '.') ? name : "x");
+    return false;
+}
+
+static bool float_in(IrNode *n, int i)
+{
+    return shape_expect_float(n->loc, name_of(n), n->in[i]->type, n->in[i]->name);
+}
+
+static bool all_float(IrNode *n)
+{
+    bool ok = true;
+    for (int i = 0; i < n->nin; i++)
+        ok = float_in(n, i) && ok;
+    return ok;
+}
+
+static bool rank_in(IrGraph *g, IrNode *n, int i, const char *layout, int lo, int hi)
+{
+    return shape_expect_rank(g, n->loc, name_of(n), layout, &n->in[i]->shape, lo, hi);
+}
+
+static bool nin_is(IrNode *n, int lo, int hi)
+{
+    if (n->nin >= lo && n->nin <= hi)
+        return true;
+    diag_error(n->loc, "%s takes %d to %d operands, got %d", name_of(n), lo, hi, n->nin);
+    return false;
+}
+
+/* The type an op decides, unless a later pass already chose one (a rule may
+ * run again after the precision pass, which must not be undone). */
+static void fix_type(IrNode *n, DType t)
+{
+    if (n->type == DT_NONE)
+        n->type = t;
+}
+
+/* Views pass their input's type through. */
+static void pass_type(IrNode *n) { fix_type(n, n->in[0]->type); }
+
+static const Shape *sh(const IrNode *n, int i) { return &n->in[i]->shape; }
+
+static bool same_shape(IrGraph *g, IrNode *n, int i, int j)
+{
+    if (shape_eq(sh(n, i), sh(n, j)))
+        return true;
+    diag_error(n->loc, "%s needs operands of the same shape, got %s and %s", name_of(n),
+               str(g, sh(n, i)), str(g, sh(n, j)));
+    return false;
+}
+
+/* The shape of the forward node's i-th input (backward rows). */
+static const Shape *fwd_in(IrNode *n, int i)
+{
+    if (!n->grad_of || n->grad_of->nin <= i) {
+        diag_error(n->loc, "%s is not tied to the forward node it differentiates", name_of(n));
+        return NULL;
+    }
+    return &n->grad_of->in[i]->shape;
+}
+
+/* Shape s with its last axis replaced (or dropped when d < 0). */
+static Shape with_last(const Shape *s, int64_t d)
+{
+    Shape r = *s;
+    if (d < 0)
+        r.rank--;
+    else
+        r.d[r.rank - 1] = d;
+    return r;
+}
+
+/* ---- leaves and casts ---------------------------------------------------- */
+
+bool shape_INPUT(IrGraph *g, IrNode *n)
+{
+    MP_ASSERT(n->ia[0] >= 0 && n->ia[0] < g->ninputs);
+    n->type = g->inputs[n->ia[0]].type;
+    return set_shape(g, n, &g->inputs[n->ia[0]].shape);
+}
+
+bool shape_PARAM(IrGraph *g, IrNode *n)
+{
+    MP_ASSERT(n->ia[0] >= 0 && n->ia[0] < g->nparams);
+    n->type = DT_F32;
+    return set_shape(g, n, &g->params[n->ia[0]].shape);
+}
+
+bool shape_CONST(IrGraph *g, IrNode *n)
+{
+    (void)g;
+    n->shape = (Shape){0};
+    return true;
+}
+
+bool shape_CAST(IrGraph *g, IrNode *n)
+{
+    n->shape = *sh(n, 0);
+    (void)g;
+    return true;
+}
+
+/* ---- elementwise ----------------------------------------------------------- */
+
+/* NumPy broadcasting: align from the right; each pair equal or one is 1. */
+static bool broadcast(IrGraph *g, IrNode *n, const Shape *a, const Shape *b)
+{
+    Shape r = {.rank = a->rank > b->rank ? a->rank : b->rank};
+    for (int i = 0; i < r.rank; i++) {
+        int ia = a->rank - r.rank + i, ib = b->rank - r.rank + i;
+        int64_t x = ia >= 0 ? a->d[ia] : 1, y = ib >= 0 ? b->d[ib] : 1;
+        if (x != y && x != 1 && y != 1) {
+            diag_error(n->loc, "%s cannot broadcast %s with %s", name_of(n), str(g, a), str(g, b));
+            return false;
+        }
+        r.d[i] = x == 1 ? y : x;
+    }
+    return set_shape(g, n, &r);
+}
+
+static bool binary(IrGraph *g, IrNode *n)
+{
+    return all_float(n) && broadcast(g, n, sh(n, 0), sh(n, 1));
+}
+
+bool shape_ADD(IrGraph *g, IrNode *n) { return binary(g, n); }
+bool shape_SUB(IrGraph *g, IrNode *n) { return binary(g, n); }
+bool shape_MUL(IrGraph *g, IrNode *n) { return binary(g, n); }
+bool shape_DIV(IrGraph *g, IrNode *n) { return binary(g, n); }
+
+/* Unary elementwise: same shape, float input. */
+static bool unary(IrGraph *g, IrNode *n) { return float_in(n, 0) && set_shape(g, n, sh(n, 0)); }
+
+bool shape_NEG(IrGraph *g, IrNode *n) { return unary(g, n); }
+bool shape_RELU(IrGraph *g, IrNode *n) { return unary(g, n); }
+bool shape_GELU(IrGraph *g, IrNode *n) { return unary(g, n); }
+bool shape_TANH(IrGraph *g, IrNode *n) { return unary(g, n); }
+bool shape_SIGMOID(IrGraph *g, IrNode *n) { return unary(g, n); }
+bool shape_SILU(IrGraph *g, IrNode *n) { return unary(g, n); }
+bool shape_EXP(IrGraph *g, IrNode *n) { return unary(g, n); }
+bool shape_LOG(IrGraph *g, IrNode *n) { return unary(g, n); }
+bool shape_SQRT(IrGraph *g, IrNode *n) { return unary(g, n); }
+bool shape_RSQRT(IrGraph *g, IrNode *n) { return unary(g, n); }
+
+bool shape_DROPOUT(IrGraph *g, IrNode *n)
+{
+    if (!(n->fa[0] >= 0 && n->fa[0] < 1)) {
+        diag_error(n->loc, "dropout probability must be in [0, 1), got %g", n->fa[0]);
+        return false;
+    }
+    return unary(g, n);
+}
+
+/* ---- products ---------------------------------------------------------------- */
+
+/* op(a) @ op(b) where op swaps the last two axes when ia[0] / ia[1] say so:
+ * [..., M, K] @ [K, N] -> [..., M, N], or [B.., M, K] @ [B.., K, N]. */
+bool shape_MATMUL(IrGraph *g, IrNode *n)
+{
+    if (!all_float(n) || !rank_in(g, n, 0, "matrices [..., M, K]", 2, MP_MAX_RANK) ||
+        !rank_in(g, n, 1, "matrices [..., K, N]", 2, MP_MAX_RANK))
+        return false;
+    Shape a = *sh(n, 0), b = *sh(n, 1);
+    int ra = a.rank, rb = b.rank;
+    int64_t m = a.d[ra - 2], ka = a.d[ra - 1], kb = b.d[rb - 2], nn = b.d[rb - 1], t;
+    if (n->ia[0])
+        t = m, m = ka, ka = t;
+    if (n->ia[1])
+        t = kb, kb = nn, nn = t;
+    if (ka != kb) {
+        diag_error(n->loc, "%s needs matching inner dimensions, got %s @ %s", name_of(n),
+                   str(g, &a), str(g, &b));
+        return false;
+    }
+    if (rb > 2 && (ra != rb || memcmp(a.d, b.d, sizeof a.d[0] * (size_t)(ra - 2)) != 0)) {
+        diag_error(n->loc, "%s needs equal batch dimensions, got %s @ %s", name_of(n),
+                   str(g, &a), str(g, &b));
+        return false;
+    }
+    Shape r = a;
+    r.d[ra - 2] = m;
+    r.d[ra - 1] = nn;
+    return set_shape(g, n, &r);
+}
+
+/* (x [..., K], weight [n, K] [, bias [n]]) -> [..., n] */
+bool shape_LINEAR(IrGraph *g, IrNode *n)
+{
+    if (!nin_is(n, 2, 3) || !all_float(n) || !rank_in(g, n, 0, "an input [..., K]", 1, MP_MAX_RANK) ||
+        !rank_in(g, n, 1, "a weight [n, K]", 2, 2))
+        return false;
+    const Shape *x = sh(n, 0), *w = sh(n, 1);
+    if (x->d[x->rank - 1] != w->d[1]) {
+        diag_error(n->loc, "linear weight %s needs inputs [..., %lld], got %s", str(g, w),
+                   (long long)w->d[1], str(g, x));
+        return false;
+    }
+    if (n->nin == 3 && (sh(n, 2)->rank != 1 || sh(n, 2)->d[0] != w->d[0])) {
+        diag_error(n->loc, "linear bias must be [%lld], got %s", (long long)w->d[0], str(g, sh(n, 2)));
+        return false;
+    }
+    Shape r = with_last(x, w->d[0]);
+    return set_shape(g, n, &r);
+}
+
+/* Output size of a window of k with stride s and padding p over h (torch):
+ * floor((h + 2p - k) / s) + 1, which must be at least 1. */
+static bool window(IrGraph *g, IrNode *n, const Shape *x, int64_t k, int64_t s, int64_t p,
+                   Shape *out)
+{
+    if (k < 1 || s < 1 || p < 0) {
+        diag_error(n->loc, "%s needs kernel >= 1, stride >= 1 and padding >= 0, got kernel %lld, "
+                   "stride %lld, padding %lld", name_of(n), (long long)k, (long long)s, (long long)p);
+        return false;
+    }
+    *out = *x;
+    for (int i = 2; i < 4; i++) {
+        int64_t span;
+        if (__builtin_mul_overflow(p, 2, &span) || __builtin_add_overflow(span, x->d[i], &span) ||
+            span - k < 0) {
+            diag_error(n->loc, "%s kernel %lld does not fit input %s (height and width %lld x %lld "
+                       "with padding %lld)", name_of(n), (long long)k, str(g, x), (long long)x->d[2],
+                       (long long)x->d[3], (long long)p);
+            return false;
+        }
+        out->d[i] = (span - k) / s + 1;
+    }
+    return true;
+}
+
+static const char nchw[] = "NCHW input [N, C, H, W]";
+
+/* (x [N, C, H, W], weight [c, C, k, k] [, bias [c]]); ia[0] stride, ia[1] padding */
+bool shape_CONV2D(IrGraph *g, IrNode *n)
+{
+    if (!nin_is(n, 2, 3) || !all_float(n) || !rank_in(g, n, 0, nchw, 4, 4) ||
+        !rank_in(g, n, 1, "a weight [c, C, k, k]", 4, 4))
+        return false;
+    const Shape *x = sh(n, 0), *w = sh(n, 1);
+    if (w->d[1] != x->d[1] || w->d[2] != w->d[3]) {
+        diag_error(n->loc, "conv2d weight %s does not fit input %s: needs [c, %lld, k, k]",
+                   str(g, w), str(g, x), (long long)x->d[1]);
+        return false;
+    }
+    if (n->nin == 3 && (sh(n, 2)->rank != 1 || sh(n, 2)->d[0] != w->d[0])) {
+        diag_error(n->loc, "conv2d bias must be [%lld], got %s", (long long)w->d[0], str(g, sh(n, 2)));
+        return false;
+    }
+    Shape r;
+    if (!window(g, n, x, w->d[2], n->ia[0], n->ia[1], &r))
+        return false;
+    r.d[1] = w->d[0];
+    return set_shape(g, n, &r);
+}
+
+/* (q, k, v) [B, H, T, D], k and v of one length T'; causal needs T == T'. */
+bool shape_ATTENTION(IrGraph *g, IrNode *n)
+{
+    if (!all_float(n))
+        return false;
+    for (int i = 0; i < 3; i++)
+        if (!rank_in(g, n, i, "q, k, v [B, H, T, D]", 4, 4))
+            return false;
+    const Shape *q = sh(n, 0), *k = sh(n, 1), *v = sh(n, 2);
+    bool ok = shape_eq(k, v) && q->d[0] == k->d[0] && q->d[1] == k->d[1] && q->d[3] == k->d[3];
+    if (!ok) {
+        diag_error(n->loc, "attention needs q [B, H, T, D] and k, v [B, H, T', D], got %s, %s, %s",
+                   str(g, q), str(g, k), str(g, v));
+        return false;
+    }
+    if (n->ia[0] && q->d[2] != k->d[2]) {
+        diag_error(n->loc, "causal attention needs q and k of the same length, got %lld and %lld",
+                   (long long)q->d[2], (long long)k->d[2]);
+        return false;
+    }
+    return set_shape(g, n, q);
+}
+
+/* ---- views ------------------------------------------------------------------ */
+
+/* To n->shape, as set by its maker; one dimension of -1 is inferred. */
+bool shape_RESHAPE(IrGraph *g, IrNode *n)
+{
+    Shape to = n->shape;
+    int64_t have, known = 1;
+    int infer = -1;
+    if (!shape_numel_checked(sh(n, 0), &have))
+        return set_shape(g, n, sh(n, 0));
+    for (int i = 0; i < to.rank; i++) {
+        if (to.d[i] == -1 && infer < 0) {
+            infer = i;
+            continue;
+        }
+        if (to.d[i] < 1) {
+            diag_error(n->loc, "reshape to %s: dimensions must be >= 1, or one -1 to infer",
+                       str(g, &to));
+            return false;
+        }
+        if (__builtin_mul_overflow(known, to.d[i], &known) || known > SHAPE_MAX_NUMEL)
+            known = SHAPE_MAX_NUMEL + 1;   /* cannot match `have`: reported below */
+    }
+    if (infer >= 0 && known <= have && have % known == 0)
+        to.d[infer] = have / known;
+    else if (infer >= 0) {
+        diag_error(n->loc, "reshape of %s (%lld elements) to %s: %lld is not a multiple of %lld",
+                   str(g, sh(n, 0)), (long long)have, str(g, &to), (long long)have, (long long)known);
+        return false;
+    } else if (known != have) {
+        diag_error(n->loc, "reshape of %s (%lld elements) to %s (%s elements): element counts differ",
+                   str(g, sh(n, 0)), (long long)have, str(g, &to),
+                   known > SHAPE_MAX_NUMEL ? "too many" : arena_printf(g->arena, "%lld", (long long)known));
+        return false;
+    }
+    pass_type(n);
+    return set_shape(g, n, &to);
+}
+
+/* ia[0..rank-1] is a permutation of the input's axes. */
+bool shape_TRANSPOSE(IrGraph *g, IrNode *n)
+{
+    const Shape *x = sh(n, 0);
+    bool seen[MP_MAX_RANK] = {false};
+    Shape r = {.rank = x->rank};
+    for (int i = 0; i < x->rank; i++) {
+        int64_t p = n->ia[i];
+        if (p < 0 || p >= x->rank || seen[p]) {
+            diag_error(n->loc, "transpose of %s needs a permutation of 0..%d", str(g, x), x->rank - 1);
+            return false;
+        }
+        seen[p] = true;
+        r.d[i] = x->d[p];
+    }
+    pass_type(n);
+    return set_shape(g, n, &r);
+}
+
+/* [B, ...] -> [B, prod(...)] */
+bool shape_FLATTEN(IrGraph *g, IrNode *n)
+{
+    if (!rank_in(g, n, 0, "an input [B, ...] of rank 2 or more", 2, MP_MAX_RANK))
+        return false;
+    const Shape *x = sh(n, 0);
+    Shape r = {.rank = 2, .d = {x->d[0], 1}};
+    for (int i = 1; i < x->rank; i++)
+        if (__builtin_mul_overflow(r.d[1], x->d[i], &r.d[1]))
+            r.d[1] = INT64_MAX;   /* too many: set_shape reports it */
+    pass_type(n);
+    return set_shape(g, n, &r);
+}
+
+/* ---- pooling ----------------------------------------------------------------- */
+
+static bool pool(IrGraph *g, IrNode *n)
+{
+    Shape r;
+    return float_in(n, 0) && rank_in(g, n, 0, nchw, 4, 4) &&
+           window(g, n, sh(n, 0), n->ia[0], n->ia[1], 0, &r) && set_shape(g, n, &r);
+}
+
+bool shape_MAX_POOL2D(IrGraph *g, IrNode *n) { return pool(g, n); }
+bool shape_AVG_POOL2D(IrGraph *g, IrNode *n) { return pool(g, n); }
+
+bool shape_GLOBAL_AVG_POOL(IrGraph *g, IrNode *n)
+{
+    if (!float_in(n, 0) || !rank_in(g, n, 0, nchw, 4, 4))
+        return false;
+    Shape r = {.rank = 2, .d = {sh(n, 0)->d[0], sh(n, 0)->d[1]}};
+    return set_shape(g, n, &r);
+}
+
+/* ---- embedding, reductions, normalisation --------------------------------------- */
+
+/* (ids i32 [...], weight [vocab, dim]) -> [..., dim], a float */
+bool shape_EMBEDDING(IrGraph *g, IrNode *n)
+{
+    if (n->in[0]->type != DT_I32) {
+        diag_error(n->loc, "embedding needs i32 ids, got %s", n->in[0]->type ? dt_name(n->in[0]->type) : "a float tensor");
+        return false;
+    }
+    if (!rank_in(g, n, 0, "ids of rank below 8", 0, MP_MAX_RANK - 1) ||
+        !rank_in(g, n, 1, "a weight [vocab, dim]", 2, 2))
+        return false;
+    Shape r = *sh(n, 0);
+    r.d[r.rank++] = sh(n, 1)->d[1];
+    return set_shape(g, n, &r);
+}
+
+static bool axis_ok(IrGraph *g, IrNode *n, int64_t axis)
+{
+    if (axis >= 0 && axis < sh(n, 0)->rank)
+        return true;
+    diag_error(n->loc, "%s axis %lld is out of range for %s", name_of(n), (long long)axis,
+               str(g, sh(n, 0)));
+    return false;
+}
+
+/* ia[0] = axis, removed from the shape; -1 = every axis: a scalar. */
+static bool reduce(IrGraph *g, IrNode *n)
+{
+    if (!float_in(n, 0))
+        return false;
+    const Shape *x = sh(n, 0);
+    if (n->ia[0] == -1)
+        return set_shape(g, n, &(Shape){0});
+    if (!axis_ok(g, n, n->ia[0]))
+        return false;
+    Shape r = {.rank = x->rank - 1};
+    for (int i = 0, j = 0; i < x->rank; i++)
+        if (i != n->ia[0])
+            r.d[j++] = x->d[i];
+    return set_shape(g, n, &r);
+}
+
+bool shape_SUM(IrGraph *g, IrNode *n) { return reduce(g, n); }
+bool shape_MEAN(IrGraph *g, IrNode *n) { return reduce(g, n); }
+
+static bool softmax(IrGraph *g, IrNode *n)
+{
+    return float_in(n, 0) && axis_ok(g, n, n->ia[0]) && set_shape(g, n, sh(n, 0));
+}
+
+bool shape_SOFTMAX(IrGraph *g, IrNode *n) { return softmax(g, n); }
+bool shape_LOG_SOFTMAX(IrGraph *g, IrNode *n) { return softmax(g, n); }
+
+/* Inputs first..n->nin-1 must all be vectors [c]. */
+static bool vectors_of(IrGraph *g, IrNode *n, int first, int64_t c)
+{
+    for (int i = first; i < n->nin; i++)
+        if (sh(n, i)->rank != 1 || sh(n, i)->d[0] != c) {
+            diag_error(n->loc, "%s needs parameters [%lld] for input %s, got %s", name_of(n),
+                       (long long)c, str(g, sh(n, 0)), str(g, sh(n, i)));
+            return false;
+        }
+    return true;
+}
+
+static bool eps_ok(IrNode *n, double eps)
+{
+    if (eps > 0)
+        return true;
+    diag_error(n->loc, "%s needs eps > 0, got %g", name_of(n), eps);
+    return false;
+}
+
+/* (x [..., D], weight [D], bias [D]); fa[0] = eps */
+bool shape_LAYER_NORM(IrGraph *g, IrNode *n)
+{
+    if (!all_float(n) || !rank_in(g, n, 0, "an input [..., D]", 1, MP_MAX_RANK) || !eps_ok(n, n->fa[0]))
+        return false;
+    const Shape *x = sh(n, 0);
+    return vectors_of(g, n, 1, x->d[x->rank - 1]) && set_shape(g, n, x);
+}
+
+static const char bn_layout[] = "an input [N, C, H, W] or [B, C]";
+
+/* (x [N, C, H, W] or [B, C], weight, bias, running_mean, running_var [C]);
+ * fa[0] = momentum, fa[1] = eps */
+bool shape_BATCH_NORM(IrGraph *g, IrNode *n)
+{
+    if (!all_float(n) || !rank_in(g, n, 0, bn_layout, 2, 4) || !eps_ok(n, n->fa[1]))
+        return false;
+    if (sh(n, 0)->rank == 3)
+        return shape_expect_rank(g, n->loc, "batch_norm", bn_layout, sh(n, 0), 2, 2);
+    if (!(n->fa[0] >= 0 && n->fa[0] <= 1)) {
+        diag_error(n->loc, "batch_norm momentum must be in [0, 1], got %g", n->fa[0]);
+        return false;
+    }
+    return vectors_of(g, n, 1, sh(n, 0)->d[1]) && set_shape(g, n, sh(n, 0));
+}
+
+/* ---- losses and metrics ---------------------------------------------------------- */
+
+/* (logits [..., C] float, labels i32 [...]) -> f32 scalar */
+static bool class_loss(IrGraph *g, IrNode *n)
+{
+    if (!float_in(n, 0) || !rank_in(g, n, 0, "logits [..., C]", 1, MP_MAX_RANK))
+        return false;
+    DType lt = n->in[1]->type;
+    if (lt != DT_I32) {
+        diag_error(n->loc, "%s needs i32 labels, got %s", name_of(n), lt ? dt_name(lt) : "a float tensor");
+        return false;
+    }
+    Shape want = with_last(sh(n, 0), -1);
+    if (!shape_eq(&want, sh(n, 1))) {
+        diag_error(n->loc, "%s labels %s do not match logits %s", name_of(n), str(g, sh(n, 1)),
+                   str(g, sh(n, 0)));
+        return false;
+    }
+    fix_type(n, DT_F32);
+    return set_shape(g, n, &(Shape){0});
+}
+
+bool shape_CROSS_ENTROPY(IrGraph *g, IrNode *n) { return class_loss(g, n); }
+bool shape_ACCURACY(IrGraph *g, IrNode *n) { return class_loss(g, n); }
+
+bool shape_MSE(IrGraph *g, IrNode *n)
+{
+    if (!all_float(n) || !same_shape(g, n, 0, 1))
+        return false;
+    fix_type(n, DT_F32);
+    return set_shape(g, n, &(Shape){0});
+}
+
+/* ---- backward rows ------------------------------------------------------------------ */
+
+/* Result shaped like the forward node's i-th input; dy shaped like the
+ * forward node's output. */
+static bool like_fwd_in(IrGraph *g, IrNode *n, int i)
+{
+    const Shape *s = fwd_in(n, i);
+    if (!s)
+        return false;
+    if (!shape_eq(sh(n, 0), &n->grad_of->shape)) {
+        diag_error(n->loc, "%s: gradient %s does not match output %s", name_of(n),
+                   str(g, sh(n, 0)), str(g, &n->grad_of->shape));
+        return false;
+    }
+    return set_shape(g, n, s);
+}
+
+/* (dy, x or y): both of one shape, which is the result's. */
+static bool pointwise_grad(IrGraph *g, IrNode *n)
+{
+    return same_shape(g, n, 0, 1) && set_shape(g, n, sh(n, 0));
+}
+
+/* dy reduced to n->shape (set by autodiff), which must broadcast to dy. */
+bool shape_SUM_TO(IrGraph *g, IrNode *n)
+{
+    const Shape *to = &n->shape, *dy = sh(n, 0);
+    bool ok = to->rank <= dy->rank;
+    for (int i = 0; ok && i < to->rank; i++) {
+        int64_t t = to->d[i], d = dy->d[dy->rank - to->rank + i];
+        ok = t == d || t == 1;
+    }
+    if (!ok) {
+        diag_error(n->loc, "sum_to cannot reduce %s to %s", str(g, dy), str(g, to));
+        return false;
+    }
+    Shape keep = *to;
+    return set_shape(g, n, &keep);
+}
+
+/* dy of sum/mean back to n->shape; ia[0] = the axis reduced, or -1. */
+bool shape_EXPAND(IrGraph *g, IrNode *n)
+{
+    Shape to = n->shape, want = {0};
+    if (n->ia[0] >= to.rank || n->ia[0] < -1) {
+        diag_error(n->loc, "expand axis %lld is out of range for %s", (long long)n->ia[0], str(g, &to));
+        return false;
+    }
+    if (n->ia[0] >= 0)
+        for (int i = 0; i < to.rank; i++)
+            if (i != n->ia[0])
+                want.d[want.rank++] = to.d[i];
+    if (!shape_eq(&want, sh(n, 0))) {
+        diag_error(n->loc, "expand of %s to %s along axis %lld: shapes do not fit", str(g, sh(n, 0)),
+                   str(g, &to), (long long)n->ia[0]);
+        return false;
+    }
+    return set_shape(g, n, &to);
+}
+
+/* a[..., K]ᵀ b[..., N] -> [K, N], the leading dims of both flattened. */
+bool shape_MATMUL_TN(IrGraph *g, IrNode *n)
+{
+    if (!rank_in(g, n, 0, "a[..., K]", 1, MP_MAX_RANK) || !rank_in(g, n, 1, "b[..., N]", 1, MP_MAX_RANK))
+        return false;
+    const Shape *a = sh(n, 0), *b = sh(n, 1);
+    int64_t na, nb, k = a->d[a->rank - 1], nn = b->d[b->rank - 1];
+    if (!shape_numel_checked(a, &na) || !shape_numel_checked(b, &nb) || k == 0 || nn == 0 ||
+        na / k != nb / nn) {
+        diag_error(n->loc, "matmul_tn needs operands with the same leading elements, got %s and %s",
+                   str(g, a), str(g, b));
+        return false;
+    }
+    Shape r = {.rank = 2, .d = {k, nn}};
+    return set_shape(g, n, &r);
+}
+
+bool shape_RELU_GRAD(IrGraph *g, IrNode *n) { return pointwise_grad(g, n); }
+bool shape_GELU_GRAD(IrGraph *g, IrNode *n) { return pointwise_grad(g, n); }
+bool shape_TANH_GRAD(IrGraph *g, IrNode *n) { return pointwise_grad(g, n); }
+bool shape_SIGMOID_GRAD(IrGraph *g, IrNode *n) { return pointwise_grad(g, n); }
+bool shape_SILU_GRAD(IrGraph *g, IrNode *n) { return pointwise_grad(g, n); }
+bool shape_SQRT_GRAD(IrGraph *g, IrNode *n) { return pointwise_grad(g, n); }
+bool shape_RSQRT_GRAD(IrGraph *g, IrNode *n) { return pointwise_grad(g, n); }
+bool shape_SOFTMAX_GRAD(IrGraph *g, IrNode *n) { return pointwise_grad(g, n); }
+bool shape_LOG_SOFTMAX_GRAD(IrGraph *g, IrNode *n) { return pointwise_grad(g, n); }
+bool shape_MAX_POOL2D_GRAD(IrGraph *g, IrNode *n) { return like_fwd_in(g, n, 0); }
+
+bool shape_DROPOUT_GRAD(IrGraph *g, IrNode *n) { return set_shape(g, n, sh(n, 0)); }
+bool shape_CONV2D_DX(IrGraph *g, IrNode *n) { return like_fwd_in(g, n, 0); }
+bool shape_CONV2D_DW(IrGraph *g, IrNode *n) { return like_fwd_in(g, n, 1); }
+bool shape_AVG_POOL2D_GRAD(IrGraph *g, IrNode *n) { return like_fwd_in(g, n, 0); }
+bool shape_GLOBAL_AVG_POOL_GRAD(IrGraph *g, IrNode *n) { return like_fwd_in(g, n, 0); }
+bool shape_EMBEDDING_DW(IrGraph *g, IrNode *n) { return like_fwd_in(g, n, 1); }
+bool shape_LAYER_NORM_DX(IrGraph *g, IrNode *n) { return like_fwd_in(g, n, 0); }
+bool shape_LAYER_NORM_DW(IrGraph *g, IrNode *n) { return like_fwd_in(g, n, 1); }
+bool shape_BATCH_NORM_DX(IrGraph *g, IrNode *n) { return like_fwd_in(g, n, 0); }
+bool shape_BATCH_NORM_DW(IrGraph *g, IrNode *n) { return like_fwd_in(g, n, 1); }
+bool shape_ATTENTION_DQ(IrGraph *g, IrNode *n) { return like_fwd_in(g, n, 0); }
+bool shape_ATTENTION_DK(IrGraph *g, IrNode *n) { return like_fwd_in(g, n, 1); }
+bool shape_ATTENTION_DV(IrGraph *g, IrNode *n) { return like_fwd_in(g, n, 2); }
+
+/* dy over all axes but 1 -> [C] (conv and batch-norm bias gradients). */
+bool shape_CHANNEL_SUM(IrGraph *g, IrNode *n)
+{
+    if (!rank_in(g, n, 0, "a gradient [N, C, ...]", 2, MP_MAX_RANK))
+        return false;
+    Shape r = {.rank = 1, .d = {sh(n, 0)->d[1]}};
+    return set_shape(g, n, &r);
+}
+
+/* (dl scalar, x, ...) -> x's shape: the loss gradients. */
+static bool loss_grad(IrGraph *g, IrNode *n)
+{
+    if (sh(n, 0)->rank != 0) {
+        diag_error(n->loc, "%s needs a scalar loss gradient, got %s", name_of(n), str(g, sh(n, 0)));
+        return false;
+    }
+    return set_shape(g, n, sh(n, 1));
+}
+
+bool shape_CROSS_ENTROPY_GRAD(IrGraph *g, IrNode *n) { return loss_grad(g, n); }
+bool shape_MSE_GRAD(IrGraph *g, IrNode *n) { return loss_grad(g, n); }
+
+/* ---- loss scaling and the optimizer -------------------------------------------- */
+
+bool shape_LOSS_SCALE(IrGraph *g, IrNode *n)
+{
+    if (sh(n, 0)->rank != 0) {
+        diag_error(n->loc, "the loss must be a scalar, got %s", str(g, sh(n, 0)));
+        return false;
+    }
+    n->type = DT_F32;
+    return set_shape(g, n, sh(n, 0));
+}
+
+/* Over every parameter gradient, in place; the result is a flag (scalar). */
+static bool over_grads(IrGraph *g, IrNode *n)
+{
+    n->type = DT_F32;
+    return set_shape(g, n, &(Shape){0});
+}
+
+bool shape_UNSCALE(IrGraph *g, IrNode *n) { return over_grads(g, n); }
+bool shape_CLIP_GRAD_NORM(IrGraph *g, IrNode *n) { return over_grads(g, n); }
+
+/* (param, grad) of one shape; updates the param in place. */
+static bool step(IrGraph *g, IrNode *n)
+{
+    if (!same_shape(g, n, 0, 1))
+        return false;
+    n->type = DT_F32;
+    return set_shape(g, n, sh(n, 0));
+}
+
+bool shape_SGD(IrGraph *g, IrNode *n) { return step(g, n); }
+bool shape_ADAM(IrGraph *g, IrNode *n) { return step(g, n); }
+bool shape_ADAMW(IrGraph *g, IrNode *n) { return step(g, n); }

@@ -1,5 +1,614 @@
-/* SCAFFOLD: replaced by the real grammar. */
+/* parser.y - the grammar of the .mp language (../shared/spec/LANGUAGE.md).
+ *
+ * A pure bison parser over the reentrant flex scanner of lexer.l; all its
+ * state lives in the Parser (below), nothing in globals. It builds the Ast
+ * of ast.h exactly as written (sema.c resolves names and folds constants).
+ *
+ * Statements end at NEWLINE tokens; the scanner sends none inside ( ) or
+ * [ ], and one before end of file, so every statement ends with one.
+ * Precedence is in the layering of the expression rules:
+ *     ** (right)  >  unary -  >  @  >  * /  >  + -
+ * Errors: a custom reporter says "expected X, found Y", with Lua's hint
+ * "(to close '(' at line 3)" when the bracket was opened on another line.
+ * Recovery is at statement level: `lines: lines error NEWLINE` skips to the
+ * end of the statement; a '{' thrown away by the recovery makes the scanner
+ * skip its whole body (see the %destructor), so that one bad block header
+ * gives one error, not one per line of the block.
+ * Invariants: %expect 0; the scanner bounds nesting at AST_MAX_DEPTH, so
+ * the parser stack (YYMAXDEPTH) can never run out on any input. */
+%require "3.8"
 %define api.pure full
-%code { static int yylex(void *lval) { (void)lval; return 0; } static void yyerror(const char *s) { (void)s; } }
+%define api.location.type {SrcLoc}
+%define parse.error custom
+%define parse.lac full
+%locations
+%expect 0
+%param {Parser *p}
+
+%code requires {
+#include "ast.h"
+
+/* A growable arena array. */
+typedef struct Vec {
+    void *v;
+    int n, cap;
+} Vec;
+
+/* Call arguments while they are parsed. */
+typedef struct ArgVec {
+    Vec args, kwargs;
+} ArgVec;
+
+/* One open bracket: ( [ or {, what opened it, and the unary-minus / '**'
+ * operators still waiting for their operand inside it. */
+typedef struct Bracket {
+    char ch;
+    const char *what;   /* "(" "[" "{" or the keyword of a { }: "block" ... */
+    SrcLoc loc;
+    int chain;
+} Bracket;
+
+/* The state of one parse, shared by the scanner, the parser and ast.c. */
+typedef struct Parser {
+    Arena *arena;
+    const SrcFile *file;
+    void *scanner;
+    /* scanner position */
+    int line, col;
+    long off;
+    long tok_off;            /* the last token (the parser's lookahead) */
+    int tok_len;
+    long cand_off;           /* the token being scanned (maybe swallowed) */
+    int cand_len;
+    Bracket cand_before;
+    bool cand_has_before;
+    int prev;                /* kind of the last token sent to the parser */
+    int stmt_first;          /* first token of the current statement */
+    bool at_stmt_start;
+    /* brackets: depth entries; nest = depth + all chains (bounded) */
+    Bracket stack[AST_MAX_DEPTH];
+    int depth, nest;
+    int top_chain;           /* chain outside any bracket */
+    Bracket open_before;     /* innermost bracket before the lookahead */
+    bool has_open_before;
+    int skip_level;          /* > 0: skipping a '{' body the parser threw away */
+    bool eof_newline, stopped;
+    int bad_line;            /* line of the last lexical error */
+    /* the result */
+    Vec stmts;
+} Parser;
+
+int yyparse(Parser *p);
+
+/* lexer.l */
+void lex_begin(Parser *p);
+void lex_end(Parser *p);
+void lex_drop_brackets(Parser *p);   /* after an error on a later line */
+
+/* parser.y helpers used by the scanner */
+void vec_push(Arena *a, Vec *v, const void *elem, size_t size);
+SrcLoc span_join(SrcLoc a, SrcLoc b);
+}
+
+%union {
+    Expr *expr;
+    Stmt *stmt;
+    const char *str;
+    TypeName ty;
+    Vec vec;
+    ArgVec av;
+    Kwarg kw;
+    TrainItem item;
+}
+
+%code {
+#include <string.h>
+
+int lx_lex(YYSTYPE *lval, SrcLoc *lloc, void *scanner);
+static int yylex(YYSTYPE *lval, SrcLoc *lloc, Parser *p) { return lx_lex(lval, lloc, p->scanner); }
+static void yyerror(const SrcLoc *loc, Parser *p, const char *msg);
+
+/* The rule's location is its first token's (statements point there). */
+#define YYLLOC_DEFAULT(Cur, Rhs, N) ((Cur) = (N) ? YYRHSLOC(Rhs, 1) : YYRHSLOC(Rhs, 0))
+#define YYMAXDEPTH 20000
+#define SPAN_TO_EOL (1 << 20)
+
+static Expr *new_expr(Parser *p, ExprKind k, SrcLoc loc);
+static void above(Parser *p, Expr *e, const Expr *child);
+static Expr *binary(Parser *p, int op, SrcLoc at, Expr *l, Expr *r);
+static Expr *call(Parser *p, const char *name, SrcLoc at, ArgVec *a, SrcLoc close);
+static void add_arg(Parser *p, ArgVec *a, Expr *e, const Kwarg *kw);
+static Stmt *new_stmt(Parser *p, StmtKind k, SrcLoc loc);
+static Stmt *named(Parser *p, StmtKind k, SrcLoc loc, const char *name, SrcLoc name_loc);
+static void set_body(Stmt *s, Vec *body);
+static void set_dims(Stmt *s, Vec *dims);
+static void check_init(Expr *init);
+static void check_item(Parser *p, Vec *items, const TrainItem *it);
+}
+
+%token END 0 "end of file"
+%token NEWLINE "end of line"
+%token <str> NAME "name"
+%token <expr> NUMBER "number"
+%token <expr> STRING "string"
+%token <ty> TYPE "type"
+%token MODEL "'model'" CONST "'const'" INPUT "'input'" PARAM "'param'"
+%token METRIC "'metric'" TRAIN "'train'" MINIMIZE "'minimize'"
+%token BLOCK "'block'" RETURN "'return'" REPEAT "'repeat'" AS "'as'"
+%token PRECISION "'precision'"
+%token POW "'**'"
+%token BAD "invalid token"   /* the scanner reported it already */
+
+%type <vec> lines body exprs list names opt_names tlines tbody
+%type <stmt> stmt
+%type <expr> expr add mul mat unary power primary
+%type <str> callee
+%type <av> args arglist
+%type <item> titem
+
+%token <str> '{'                /* no value; typed only for its destructor */
+%destructor { p->skip_level = p->depth; } '{'
+
 %%
-file: %empty ;
+
+file: lines                     { p->stmts = $1; }
+    ;
+
+/* lines = { NEWLINE | stmt NEWLINE | error NEWLINE } */
+lines: %empty                   { $$ = (Vec){0}; }
+     | lines NEWLINE            { $$ = $1; }
+     | lines stmt NEWLINE       { $$ = $1; vec_push(p->arena, &$$, &$2, sizeof $2); }
+     | lines error NEWLINE      { $$ = $1; yyerrok; }
+     ;
+
+/* body = "{" lines [stmt] "}" ; the last statement may share the '}' line */
+/* ($1 is "used" since '{' has a %destructor, which gives it a value) */
+body: '{' lines '}'             { (void)$1; $$ = $2; }
+    | '{' lines stmt '}'        { (void)$1; $$ = $2; vec_push(p->arena, &$$, &$3, sizeof $3); }
+    | '{' lines error '}'       { (void)$1; $$ = $2; yyerrok; }
+    ;
+
+stmt: MODEL NAME                { $$ = named(p, ST_MODEL, @1, $2, @2); }
+    | CONST NAME '=' expr       { $$ = named(p, ST_CONST, @1, $2, @2); $$->value = $4; }
+    | INPUT NAME ':' TYPE '[' list ']'
+        {
+            $$ = named(p, ST_INPUT, @1, $2, @2);
+            $$->type = $4;
+            $$->type_loc = @4;
+            set_dims($$, &$6);
+            if ($6.n == 0)
+                diag_error(@7, "expected the input's dimensions (the batch first), found ']'");
+        }
+    | PARAM NAME ':' '[' list ']' '=' expr
+        {
+            $$ = named(p, ST_PARAM, @1, $2, @2);
+            $$->type = TY_F32;
+            $$->type_loc = @4;
+            set_dims($$, &$5);
+            $$->value = $8;
+            check_init($8);
+        }
+    | NAME '=' expr             { $$ = named(p, ST_ASSIGN, @1, $1, @1); $$->value = $3; }
+    | NAME ':' TYPE '=' expr
+        {
+            $$ = named(p, ST_ASSIGN, @1, $1, @1);
+            $$->type = $3;
+            $$->type_loc = @3;
+            $$->value = $5;
+        }
+    | METRIC NAME '=' expr      { $$ = named(p, ST_METRIC, @1, $2, @2); $$->value = $4; }
+    | PRECISION TYPE body
+        {
+            $$ = new_stmt(p, ST_PRECISION, @1);
+            $$->type = $2;
+            $$->type_loc = @2;
+            set_body($$, &$3);
+        }
+    | BLOCK NAME '(' opt_names ')' body
+        {
+            $$ = named(p, ST_BLOCK, @1, $2, @2);
+            Vec *ps = &$4;
+            $$->nparams = ps->n;
+            $$->params = arena_alloc(p->arena, (size_t)ps->n * sizeof(char *));
+            $$->param_locs = arena_alloc(p->arena, (size_t)ps->n * sizeof(SrcLoc));
+            for (int i = 0; i < ps->n; i++) {
+                $$->params[i] = ((Kwarg *)ps->v)[i].key;
+                $$->param_locs[i] = ((Kwarg *)ps->v)[i].key_loc;
+            }
+            set_body($$, &$6);
+        }
+    | RETURN expr               { $$ = new_stmt(p, ST_RETURN, @1); $$->value = $2; }
+    | REPEAT expr AS NAME body
+        {
+            $$ = named(p, ST_REPEAT, @1, $4, @4);
+            $$->value = $2;
+            set_body($$, &$5);
+        }
+    | TRAIN tbody
+        {
+            $$ = new_stmt(p, ST_TRAIN, @1);
+            $$->items = $2.v;
+            $$->nitems = $2.n;
+        }
+    ;
+
+/* block parameters, kept as Kwargs (name + location) while parsing */
+opt_names: %empty               { $$ = (Vec){0}; }
+         | names                { $$ = $1; }
+         | names ','            { $$ = $1; }
+         ;
+names: NAME                     { $$ = (Vec){0}; Kwarg k = {$1, @1, NULL}; vec_push(p->arena, &$$, &k, sizeof k); }
+     | names ',' NAME           { $$ = $1; Kwarg k = {$3, @3, NULL}; vec_push(p->arena, &$$, &k, sizeof k); }
+     ;
+
+/* tbody = "{" { titem NEWLINE } [titem] "}" */
+tbody: '{' tlines '}'           { (void)$1; $$ = $2; }
+     | '{' tlines titem '}'     { (void)$1; $$ = $2; check_item(p, &$$, &$3); }
+     | '{' tlines error '}'     { (void)$1; $$ = $2; yyerrok; }
+     ;
+tlines: %empty                  { $$ = (Vec){0}; }
+      | tlines NEWLINE          { $$ = $1; }
+      | tlines titem NEWLINE    { $$ = $1; check_item(p, &$$, &$2); }
+      | tlines error NEWLINE    { $$ = $1; yyerrok; }
+      ;
+titem: NAME '=' expr            { $$ = (TrainItem){$1, @1, $3}; }
+     | PRECISION '=' expr       { $$ = (TrainItem){"precision", @1, $3}; }
+     | MINIMIZE NAME
+        {
+            Expr *e = new_expr(p, EX_NAME, @2);
+            e->name = $2;
+            $$ = (TrainItem){"minimize", @1, e};
+        }
+     ;
+
+/* expr = add ; add = mul { ("+" | "-") mul } */
+expr: add ;
+add: mul
+   | add '+' mul                { $$ = binary(p, '+', @2, $1, $3); }
+   | add '-' mul                { $$ = binary(p, '-', @2, $1, $3); }
+   ;
+/* mul = mat { ("*" | "/") mat } */
+mul: mat
+   | mul '*' mat                { $$ = binary(p, '*', @2, $1, $3); }
+   | mul '/' mat                { $$ = binary(p, '/', @2, $1, $3); }
+   ;
+/* mat = unary { "@" unary } */
+mat: unary
+   | mat '@' unary              { $$ = binary(p, '@', @2, $1, $3); }
+   ;
+/* unary = "-" unary | power */
+unary: power
+     | '-' unary
+        {
+            $$ = new_expr(p, EX_NEG, @1);
+            $$->lhs = $2;
+            $$->span = span_join(@1, $2->span);
+            above(p, $$, $2);
+        }
+     ;
+/* power = primary ["**" unary]   (so 2 ** -1 works and -2 ** 2 is -(2 ** 2)) */
+power: primary
+     | primary POW unary        { $$ = binary(p, 'P', @2, $1, $3); }
+     ;
+/* primary = NUMBER | STRING | NAME | "(" expr ")" | "[" list "]"
+ *         | (NAME | TYPE) "(" args ")" */
+primary: NUMBER
+       | STRING
+       | NAME                   { $$ = new_expr(p, EX_NAME, @1); $$->name = $1; }
+       | '(' expr ')'           { $$ = $2; $$->span = span_join(@1, @3); }
+       | '[' list ']'
+        {
+            $$ = new_expr(p, EX_LIST, @1);
+            $$->args = $2.v;
+            $$->nargs = $2.n;
+            $$->span = span_join(@1, @3);
+            for (int i = 0; i < $$->nargs; i++)
+                above(p, $$, $$->args[i]);
+        }
+       | callee '(' args ')'    { $$ = call(p, $1, @1, &$3, @4); }
+       ;
+callee: NAME
+      | TYPE                    { $$ = ast_type_name($1); }
+      ;
+
+/* list = [expr {"," expr} [","]] */
+list: %empty                    { $$ = (Vec){0}; }
+    | exprs
+    | exprs ','
+    ;
+exprs: expr                     { $$ = (Vec){0}; vec_push(p->arena, &$$, &$1, sizeof $1); }
+     | exprs ',' expr           { $$ = $1; vec_push(p->arena, &$$, &$3, sizeof $3); }
+     ;
+
+/* args = [arg {"," arg} [","]] ; arg = expr | NAME "=" expr */
+args: %empty                    { $$ = (ArgVec){{0}, {0}}; }
+    | arglist
+    | arglist ','
+    ;
+arglist: expr                   { $$ = (ArgVec){{0}, {0}}; add_arg(p, &$$, $1, NULL); }
+       | NAME '=' expr
+        {
+            $$ = (ArgVec){{0}, {0}};
+            Kwarg k = {$1, @1, $3};
+            add_arg(p, &$$, NULL, &k);
+        }
+       | arglist ',' expr       { $$ = $1; add_arg(p, &$$, $3, NULL); }
+       | arglist ',' NAME '=' expr
+        {
+            $$ = $1;
+            Kwarg k = {$3, @3, $5};
+            add_arg(p, &$$, NULL, &k);
+        }
+       ;
+
+%%
+
+void vec_push(Arena *a, Vec *v, const void *elem, size_t size)
+{
+    if (v->n == v->cap) {
+        int cap = v->cap ? v->cap * 2 : 4;
+        v->v = arena_grow(a, v->v, (size_t)v->n, (size_t)cap, size);
+        v->cap = cap;
+    }
+    memcpy((char *)v->v + (size_t)v->n * size, elem, size);
+    v->n++;
+}
+
+/* From the start of a to the end of b; a span over several lines covers
+ * the rest of its first line (diag clips it there). */
+SrcLoc span_join(SrcLoc a, SrcLoc b)
+{
+    if (b.line == a.line && b.col + b.len > a.col)
+        a.len = b.col + b.len - a.col;
+    else if (b.line > a.line)
+        a.len = SPAN_TO_EOL;
+    return a;
+}
+
+static Expr *new_expr(Parser *p, ExprKind k, SrcLoc loc)
+{
+    Expr *e = arena_alloc(p->arena, sizeof *e);
+    e->kind = k;
+    e->loc = e->span = loc;
+    e->height = 1;
+    return e;
+}
+
+/* e sits above child: keep the tree's height bounded (the scanner bounds
+ * brackets; this catches a + b + c + ... chains a recursive pass would
+ * choke on). Past the bound: one error, and the scanner ends the input. */
+static void above(Parser *p, Expr *e, const Expr *child)
+{
+    if (!child || child->height < e->height)
+        return;
+    e->height = child->height + 1;
+    if (e->height > AST_MAX_HEIGHT && !p->stopped) {
+        diag_error(e->loc, "expression nested too deeply (more than %d levels); split it into several statements",
+                   AST_MAX_HEIGHT);
+        p->stopped = true;
+    }
+}
+
+static Expr *binary(Parser *p, int op, SrcLoc at, Expr *l, Expr *r)
+{
+    Expr *e = new_expr(p, EX_BINARY, at);
+    e->op = op;
+    e->lhs = l;
+    e->rhs = r;
+    e->span = span_join(l->span, r->span);
+    above(p, e, l);
+    above(p, e, r);
+    return e;
+}
+
+static Expr *call(Parser *p, const char *name, SrcLoc at, ArgVec *a, SrcLoc close)
+{
+    Expr *e = new_expr(p, EX_CALL, at);
+    e->name = name;
+    e->args = a->args.v;
+    e->nargs = a->args.n;
+    e->kwargs = a->kwargs.v;
+    e->nkwargs = a->kwargs.n;
+    e->span = span_join(at, close);
+    for (int i = 0; i < e->nargs; i++)
+        above(p, e, e->args[i]);
+    for (int i = 0; i < e->nkwargs; i++)
+        above(p, e, e->kwargs[i].value);
+    return e;
+}
+
+/* Positional arguments come first; a keyword is given once. */
+static void add_arg(Parser *p, ArgVec *a, Expr *e, const Kwarg *kw)
+{
+    if (e) {
+        if (a->kwargs.n)
+            diag_error(e->span, "positional argument after keyword argument '%s'",
+                       ((Kwarg *)a->kwargs.v)[a->kwargs.n - 1].key);
+        vec_push(p->arena, &a->args, &e, sizeof e);
+        return;
+    }
+    for (int i = 0; i < a->kwargs.n; i++) {
+        const Kwarg *old = &((Kwarg *)a->kwargs.v)[i];
+        if (strcmp(old->key, kw->key) == 0) {
+            diag_error(kw->key_loc, "keyword argument '%s' given twice", kw->key);
+            diag_note(old->key_loc, "'%s' was first given here", kw->key);
+            return;
+        }
+    }
+    vec_push(p->arena, &a->kwargs, kw, sizeof *kw);
+}
+
+static Stmt *new_stmt(Parser *p, StmtKind k, SrcLoc loc)
+{
+    Stmt *s = arena_alloc(p->arena, sizeof *s);
+    s->kind = k;
+    s->loc = loc;
+    return s;
+}
+
+static Stmt *named(Parser *p, StmtKind k, SrcLoc loc, const char *name, SrcLoc name_loc)
+{
+    Stmt *s = new_stmt(p, k, loc);
+    s->name = name;
+    s->name_loc = name_loc;
+    return s;
+}
+
+static void set_body(Stmt *s, Vec *body)
+{
+    s->body = body->v;
+    s->nbody = body->n;
+}
+
+static void set_dims(Stmt *s, Vec *dims)
+{
+    s->dims = dims->v;
+    s->ndims = dims->n;
+}
+
+/* A parameter's initialiser is a call: zeros(), normal(0.02), ... */
+static void check_init(Expr *init)
+{
+    if (init->kind == EX_CALL)
+        return;
+    if (init->kind == EX_NAME)
+        diag_error(init->span, "expected an initializer call, found '%s' (write '%s()' to call it)",
+                   init->name, init->name);
+    else
+        diag_error(init->span, "expected an initializer call such as zeros() or normal(0.02)");
+}
+
+/* A train block sets each key once. */
+static void check_item(Parser *p, Vec *items, const TrainItem *it)
+{
+    for (int i = 0; i < items->n; i++) {
+        const TrainItem *old = &((TrainItem *)items->v)[i];
+        if (strcmp(old->key, it->key) == 0) {
+            diag_error(it->loc, "'%s' is set twice in the train block", it->key);
+            diag_note(old->loc, "'%s' was first set here", it->key);
+            return;
+        }
+    }
+    vec_push(p->arena, items, it, sizeof *it);
+}
+
+/* ---- syntax errors ------------------------------------------------------ */
+
+/* Only reached if the parser stack overflows, which the scanner's nesting
+ * bound is there to prevent; never silent all the same. */
+static void yyerror(const SrcLoc *loc, Parser *p, const char *msg)
+{
+    diag_error(*loc, "nested too deeply (%s)", msg);
+    p->stopped = true;
+}
+
+/* How a token kind is named in "expected ..." */
+static const char *expected_name(yysymbol_kind_t k)
+{
+    switch (k) {
+    case YYSYMBOL_NAME: return "a name";
+    case YYSYMBOL_NUMBER: return "a number";
+    case YYSYMBOL_STRING: return "a string";
+    case YYSYMBOL_TYPE: return "a type (f32, f16, bf16, i32 or u8)";
+    default: return yysymbol_name(k);
+    }
+}
+
+/* How the lookahead is named in "found ..." */
+static const char *found_name(const yypcontext_t *ctx, Parser *p, char *buf, size_t n)
+{
+    yysymbol_kind_t k = yypcontext_token(ctx);
+    if (k == YYSYMBOL_YYEOF || k == YYSYMBOL_NEWLINE)
+        return yysymbol_name(k);
+    int len = p->tok_len;
+    const char *dots = "";
+    if (len > 40) {
+        len = 37;
+        dots = "...";
+    }
+    snprintf(buf, n, "'%.*s%s'", len, p->file->text + p->tok_off, dots);
+    return buf;
+}
+
+typedef struct Group {
+    int key;                    /* the group is used when this is expected */
+    const char *say;
+    int members[12];            /* token codes: NAME, '(' ... */
+} Group;
+
+static const Group groups[] = {
+    {MODEL, "a statement", {MODEL, CONST, INPUT, PARAM, METRIC, PRECISION, BLOCK, RETURN,
+                            REPEAT, TRAIN, NAME}},
+    {MINIMIZE, "a train setting", {MINIMIZE, PRECISION, NAME}},
+    {NUMBER, "an expression", {NUMBER, STRING, NAME, TYPE, '(', '[', '-'}},
+    /* '(' and '[' too: "a (" can go on as a call, but saying so is noise */
+    {'*', "an operator", {'+', '-', '*', '/', '@', POW, '(', '['}},
+};
+
+/* "expected A, B or C": groups of tokens said in one phrase. */
+static void say_expected(const yysymbol_kind_t *exp, int n, char *buf, size_t size)
+{
+    bool used[YYNTOKENS] = {0};
+    const char *parts[YYNTOKENS + 4];
+    int np = 0;
+    for (size_t g = 0; g < sizeof groups / sizeof groups[0]; g++) {
+        bool on = false;
+        for (int i = 0; i < n; i++)
+            on |= exp[i] == YYTRANSLATE(groups[g].key) && !used[exp[i]];
+        if (!on)
+            continue;
+        parts[np++] = groups[g].say;
+        for (int m = 0; m < 12 && groups[g].members[m]; m++)
+            used[YYTRANSLATE(groups[g].members[m])] = true;
+    }
+    for (int i = 0; i < n; i++)
+        if (!used[exp[i]])
+            parts[np++] = expected_name(exp[i]);
+    size_t at = (size_t)snprintf(buf, size, "expected ");
+    for (int i = 0; i < np && at < size; i++)
+        at += (size_t)snprintf(buf + at, size - at, "%s%s", i == 0 ? "" : i == np - 1 ? " or " : ", ",
+                               parts[i]);
+}
+
+/* The closer the innermost open bracket waits for, if the parser expects
+ * it: "expected ')' (to close '(' at line 3)". A '{' is named only at end
+ * of file: elsewhere "end of line" is the likelier fix. */
+static bool say_closer(const yypcontext_t *ctx, Parser *p, const yysymbol_kind_t *exp, int n,
+                       char *buf, size_t size)
+{
+    if (!p->has_open_before)
+        return false;
+    const Bracket *b = &p->open_before;
+    char want = b->ch == '(' ? ')' : b->ch == '[' ? ']' : '}';
+    if (want == '}' && yypcontext_token(ctx) != YYSYMBOL_YYEOF)
+        return false;
+    yysymbol_kind_t wk = YYTRANSLATE(want);
+    bool expected = false;
+    for (int i = 0; i < n; i++)
+        expected |= exp[i] == wk;
+    if (!expected)
+        return false;
+    if (b->loc.line != yypcontext_location(ctx)->line)
+        snprintf(buf, size, "expected '%c' (to close '%s' at line %d)", want, b->what, b->loc.line);
+    else
+        snprintf(buf, size, "expected '%c'", want);
+    return true;
+}
+
+static int yyreport_syntax_error(const yypcontext_t *ctx, Parser *p)
+{
+    const SrcLoc *at = yypcontext_location(ctx);
+    if (p->stopped || yypcontext_token(ctx) == YYSYMBOL_BAD)
+        return 0;                          /* already said */
+    yysymbol_kind_t exp[YYNTOKENS];
+    int n = yypcontext_expected_tokens(ctx, exp, YYNTOKENS);
+    char want[512], found[64];
+    if (n <= 0)
+        snprintf(want, sizeof want, "unexpected token");
+    else if (!say_closer(ctx, p, exp, n, want, sizeof want))
+        say_expected(exp, n, want, sizeof want);
+    diag_error(*at, "%s, found %s", want, found_name(ctx, p, found, sizeof found));
+    if (p->has_open_before && p->open_before.loc.line < at->line)
+        lex_drop_brackets(p);
+    return 0;
+}

@@ -1,6 +1,6 @@
 /* mp_model.h - the contract between a generated trainer and the runtime.
  *
- * A generated train.c is: the runtime (runtime/*.h, amalgamated in the
+ * A generated train.c is: the runtime (runtime/mp_*.h, amalgamated in the
  * order of runtime/AMALGAMATION), then the model's code, which defines one
  * MpModel and ends with
  *     int main(int argc, char **argv) { return mp_main(argc, argv, &model); }
@@ -18,6 +18,12 @@
  * state likewise; MpParam.value / .grad point into them. */
 #ifndef MP_MODEL_H
 #define MP_MODEL_H
+
+/* The runtime uses POSIX (fsync, mkstemp): ask for it before the first
+ * system header, which is this one's, so `cc -std=c11 train.c` works. */
+#if !defined(_POSIX_C_SOURCE) && !defined(_GNU_SOURCE) && !defined(__cplusplus)
+#define _POSIX_C_SOURCE 200809L
+#endif
 
 #include <stdint.h>
 

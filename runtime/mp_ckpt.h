@@ -1,0 +1,322 @@
+/* mp_ckpt.h - the state of a training run and its checkpoints.
+ *
+ * A checkpoint is one safetensors file, written atomically by mp_st_save
+ * (temporary file in the same folder, then rename):
+ *   <param name>                    every MpParam (batch-norm running
+ *                                   statistics included), F32, its shape
+ *   optimizer.<slot>.<param name>   for each trainable parameter; slots:
+ *                                   momentum_buffer (SGD with momentum),
+ *                                   exp_avg and exp_avg_sq (Adam, AdamW)
+ * and string metadata (numbers in decimal, %.17g for reals):
+ *   format "mpcc-checkpoint-1", model, policy, source, mpcc_version,
+ *   optimizer (sgd|adam|adamw), step, optimizer_updates (Adam's t), seed,
+ *   loss_scale, good_steps, skipped_steps, floor_skips (consecutive skipped
+ *   steps at the lowest scale), data_rng (the data stream's xoshiro256**
+ *   state before this epoch's shuffle: 4 x 16 hex digits), data_epoch,
+ *   data_position (batches used in that epoch), data_samples.
+ * Loading checks every name, type and shape and refuses a mismatch, an
+ * unexpected tensor or an unreadable number by name. --init reads only the
+ * parameters (and ignores optimizer.* and PyTorch's *.num_batches_tracked). */
+#ifndef MP_CKPT_H
+#define MP_CKPT_H
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "mp_model.h"
+#include "mp_util.h"
+#include "mp_safetensors.h"
+#include "mp_optim.h"
+#include "mp_data.h"
+
+typedef struct MpTrainer {
+    MpModel *m;
+    MpTrainCfg cfg;             /* the train block after --lr / --seed */
+    uint64_t seed;
+    int64_t total;              /* floats in each flat buffer */
+    int64_t *offset;            /* of each parameter in the flat buffers */
+    float *params, *grads;      /* flat f32 buffers, same layout */
+    int nslots;
+    const char *slot_name[2];
+    float *slot[2];             /* optimizer state, same layout */
+    int64_t step;               /* optimizer steps done, skipped ones included */
+    int64_t updates;            /* optimizer updates applied */
+    MpScaler ls;
+    int64_t floor_skips;        /* consecutive skipped steps at the lowest scale */
+    MpDataSet data, eval;
+    MpOrder order;
+    int64_t *step_idx;          /* samples of this step's micro-batches */
+} MpTrainer;
+
+static inline const char *mp_opt_name(int opt)
+{
+    return opt == MP_OPT_SGD ? "sgd" : opt == MP_OPT_ADAM ? "adam" : "adamw";
+}
+
+/* ---- writing ------------------------------------------------------------ */
+
+enum { MP_CKPT_NMETA = 20 };
+
+static inline int mp_ckpt_meta(const MpTrainer *t, const char **k, const char **v,
+                               char (*buf)[72])
+{
+    const MpModel *m = t->m;
+    int n = 0;
+#define MP_META_S(key, val) (k[n] = key, v[n] = val, n++)
+#define MP_META_F(key, ...) (snprintf(buf[n], 72, __VA_ARGS__), MP_META_S(key, buf[n]))
+    MP_META_S("format", "mpcc-checkpoint-1");
+    MP_META_S("model", m->name);
+    MP_META_S("policy", m->policy ? m->policy : "");
+    MP_META_S("source", m->source ? m->source : "");
+    MP_META_S("mpcc_version", m->mpcc_version ? m->mpcc_version : "");
+    MP_META_S("optimizer", mp_opt_name(t->cfg.opt));
+    MP_META_F("step", "%" PRId64, t->step);
+    MP_META_F("optimizer_updates", "%" PRId64, t->updates);
+    MP_META_F("seed", "%" PRIu64, t->seed);
+    MP_META_F("loss_scale", "%.17g", t->ls.scale);
+    MP_META_F("good_steps", "%" PRId64, t->ls.good);
+    MP_META_F("skipped_steps", "%" PRId64, t->ls.skipped);
+    MP_META_F("floor_skips", "%" PRId64, t->floor_skips);
+    MP_META_F("data_rng", "%016" PRIx64 "%016" PRIx64 "%016" PRIx64 "%016" PRIx64,
+              t->order.start.s[0], t->order.start.s[1], t->order.start.s[2], t->order.start.s[3]);
+    MP_META_F("data_epoch", "%" PRId64, t->order.epoch);
+    MP_META_F("data_position", "%" PRId64, t->order.pos);
+    MP_META_F("data_samples", "%" PRId64, t->order.samples);
+#undef MP_META_F
+#undef MP_META_S
+    return n;
+}
+
+static inline void mp_tensor_of(MpTensor *x, const MpParam *p, const char *name, const float *data)
+{
+    memset(x, 0, sizeof *x);
+    x->name = name;
+    x->dtype = MP_F32;
+    x->rank = p->rank;
+    memcpy(x->shape, p->shape, sizeof x->shape);
+    x->data = data;
+}
+
+static inline int mp_ckpt_save(const MpTrainer *t, const char *path, MpErr *e)
+{
+    const MpModel *m = t->m;
+    int cap = m->nparams * (1 + t->nslots), n = 0, rc = 1;
+    MpTensor *ts = (MpTensor *)calloc((size_t)cap + 1, sizeof *ts);
+    char **names = (char **)calloc((size_t)cap + 1, sizeof *names);
+    const char *keys[MP_CKPT_NMETA], *vals[MP_CKPT_NMETA];
+    char buf[MP_CKPT_NMETA][72];
+    if (!ts || !names) {
+        mp_errf(e, "%s: out of memory writing the checkpoint", path);
+        goto out;
+    }
+    for (int i = 0; i < m->nparams; i++)
+        mp_tensor_of(&ts[n++], &m->params[i], m->params[i].name, t->params + t->offset[i]);
+    for (int s = 0; s < t->nslots; s++)
+        for (int i = 0; i < m->nparams; i++) {
+            if (!m->params[i].trainable)
+                continue;
+            size_t len = strlen(m->params[i].name) + strlen(t->slot_name[s]) + 12;
+            if (!(names[n] = (char *)malloc(len))) {
+                mp_errf(e, "%s: out of memory writing the checkpoint", path);
+                goto out;
+            }
+            snprintf(names[n], len, "optimizer.%s.%s", t->slot_name[s], m->params[i].name);
+            mp_tensor_of(&ts[n], &m->params[i], names[n], t->slot[s] + t->offset[i]);
+            n++;
+        }
+    rc = mp_st_save(path, ts, n, keys, vals, mp_ckpt_meta(t, keys, vals, buf), e);
+out:
+    for (int i = 0; i < cap; i++)
+        free(names ? names[i] : NULL);
+    free(names);
+    free(ts);
+    return rc;
+}
+
+/* ---- reading -------------------------------------------------------------- */
+
+static inline const char *mp_st_dtype_str(int t)
+{
+    return t >= MP_F32 && t <= MP_U8 ? mp_st_dtype_names_[t] : "?";
+}
+
+/* Copies tensor `name` of f into dst after checking type and shape. */
+static inline int mp_ckpt_take(const MpStFile *f, const char *file, const char *name,
+                               const MpParam *p, float *dst, MpErr *e)
+{
+    const MpTensor *x = mp_st_find(f, name);
+    char want[160], got[160];
+    if (!x)
+        return mp_errf(e, "%s: no tensor '%s' (the model has it)", file, name);
+    if (x->dtype != MP_F32)
+        return mp_errf(e, "%s: tensor '%s' is %s, expected F32", file, name,
+                       mp_st_dtype_str(x->dtype));
+    int same = x->rank == p->rank;
+    for (int d = 0; same && d < p->rank; d++)
+        same = x->shape[d] == p->shape[d];
+    if (!same) {
+        mp_shape_str(want, sizeof want, p->rank, p->shape);
+        mp_shape_str(got, sizeof got, x->rank, x->shape);
+        return mp_errf(e, "%s: tensor '%s' has shape %s, the model's is %s", file, name, got, want);
+    }
+    memcpy(dst, x->data, (size_t)p->numel * sizeof(float));
+    return 0;
+}
+
+static inline int mp_ends_with(const char *s, const char *tail)
+{
+    size_t a = strlen(s), b = strlen(tail);
+    return a >= b && !strcmp(s + a - b, tail);
+}
+
+/* Is `name` a tensor this model's checkpoint has (slots: with_slots)? */
+static inline int mp_ckpt_known(const MpTrainer *t, const char *name, int with_slots)
+{
+    const MpModel *m = t->m;
+    for (int i = 0; i < m->nparams; i++)
+        if (!strcmp(name, m->params[i].name))
+            return 1;
+    if (!with_slots)
+        return !strncmp(name, "optimizer.", 10) || mp_ends_with(name, ".num_batches_tracked");
+    for (int s = 0; s < t->nslots; s++) {
+        size_t l = strlen(t->slot_name[s]);
+        if (!strncmp(name, "optimizer.", 10) && !strncmp(name + 10, t->slot_name[s], l)
+            && name[10 + l] == '.')
+            for (int i = 0; i < m->nparams; i++)
+                if (m->params[i].trainable && !strcmp(name + 11 + l, m->params[i].name))
+                    return 1;
+    }
+    return 0;
+}
+
+static inline int mp_ckpt_unexpected(const MpTrainer *t, const MpStFile *f,
+                                     const char *file, int with_slots, MpErr *e)
+{
+    for (int i = 0; i < f->n; i++) {
+        const char *name = f->tensors[i].name;
+        if (!mp_ckpt_known(t, name, with_slots))
+            return mp_errf(e, "%s: tensor '%s' is not part of model '%s'", file, name, t->m->name);
+    }
+    return 0;
+}
+
+/* --init: every parameter by name; nothing else is restored. */
+static inline int mp_ckpt_init(MpTrainer *t, const char *file, MpErr *e)
+{
+    MpStFile f;
+    const MpModel *m = t->m;
+    if (mp_st_load(file, &f, e))
+        return 1;
+    int rc = mp_ckpt_unexpected(t, &f, file, 0, e);
+    for (int i = 0; !rc && i < m->nparams; i++)
+        rc = mp_ckpt_take(&f, file, m->params[i].name, &m->params[i], t->params + t->offset[i], e);
+    mp_st_close(&f);
+    return rc;
+}
+
+static inline int mp_meta_str(const MpStFile *f, const char *file, const char *key,
+                              const char **out, MpErr *e)
+{
+    if (!(*out = mp_st_meta(f, key)))
+        return mp_errf(e, "%s: no metadata '%s': not a checkpoint of an mpcc trainer", file, key);
+    return 0;
+}
+
+static inline int mp_meta_i64(const MpStFile *f, const char *file, const char *key,
+                              int64_t *out, MpErr *e)
+{
+    const char *s;
+    char *end;
+    if (mp_meta_str(f, file, key, &s, e))
+        return 1;
+    long long v = strtoll(s, &end, 10);
+    if (end == s || *end || v < 0)
+        return mp_errf(e, "%s: metadata '%s' = '%s' is not a count", file, key, s);
+    *out = (int64_t)v;
+    return 0;
+}
+
+static inline int mp_meta_rng(const MpStFile *f, const char *file, MpRng *r, MpErr *e)
+{
+    const char *s;
+    if (mp_meta_str(f, file, "data_rng", &s, e))
+        return 1;
+    for (int i = 0; i < 4; i++) {
+        char part[17], *end;
+        if (strlen(s) != 64)
+            break;
+        memcpy(part, s + 16 * i, 16);
+        part[16] = 0;
+        r->s[i] = (uint64_t)strtoull(part, &end, 16);
+        if (*end)
+            break;
+        if (i == 3)
+            return 0;
+    }
+    return mp_errf(e, "%s: metadata 'data_rng' = '%s' is not 64 hex digits", file, s);
+}
+
+/* The counters and the data order. */
+static inline int mp_ckpt_counters(MpTrainer *t, const MpStFile *f, const char *file, MpErr *e)
+{
+    const char *s, *model, *opt;
+    int64_t seed = 0, epoch = 0, pos = 0, samples = 0;
+    MpRng rng = {{0, 0, 0, 0}};
+    char *end;
+    if (mp_meta_str(f, file, "model", &model, e) || mp_meta_str(f, file, "optimizer", &opt, e))
+        return 1;
+    if (strcmp(model, t->m->name))
+        return mp_errf(e, "%s: a checkpoint of model '%s', this program trains '%s'",
+                       file, model, t->m->name);
+    if (strcmp(opt, mp_opt_name(t->cfg.opt)))
+        return mp_errf(e, "%s: written by optimizer %s, this program uses %s",
+                       file, opt, mp_opt_name(t->cfg.opt));
+    if (mp_meta_i64(f, file, "step", &t->step, e)
+        || mp_meta_i64(f, file, "optimizer_updates", &t->updates, e)
+        || mp_meta_i64(f, file, "seed", &seed, e)
+        || mp_meta_i64(f, file, "good_steps", &t->ls.good, e)
+        || mp_meta_i64(f, file, "skipped_steps", &t->ls.skipped, e)
+        || mp_meta_i64(f, file, "floor_skips", &t->floor_skips, e)
+        || mp_meta_i64(f, file, "data_epoch", &epoch, e)
+        || mp_meta_i64(f, file, "data_position", &pos, e)
+        || mp_meta_i64(f, file, "data_samples", &samples, e)
+        || mp_meta_rng(f, file, &rng, e) || mp_meta_str(f, file, "loss_scale", &s, e))
+        return 1;
+    t->ls.scale = strtod(s, &end);
+    if (end == s || *end || !(t->ls.scale >= 1))
+        return mp_errf(e, "%s: metadata 'loss_scale' = '%s' is not a scale >= 1", file, s);
+    /* The scale belongs to the policy: a checkpoint of another policy (or a
+     * static scale) keeps this program's own. */
+    const char *policy = mp_st_meta(f, "policy");
+    if (t->ls.kind != MP_LS_DYNAMIC || !policy || strcmp(policy, t->m->policy)) {
+        t->ls.scale = t->ls.kind == MP_LS_NONE ? 1 : t->cfg.ls_init;
+        t->ls.good = 0;
+    }
+    t->seed = (uint64_t)seed;
+    mp_order_restore(&t->order, &rng, epoch, samples == t->order.samples ? pos : t->order.batches);
+    return 0;
+}
+
+/* --resume: parameters, optimizer state, counters, data order. */
+static inline int mp_ckpt_resume(MpTrainer *t, const char *file, MpErr *e)
+{
+    MpStFile f;
+    const MpModel *m = t->m;
+    char name[512];
+    if (mp_st_load(file, &f, e))
+        return 1;
+    int rc = mp_ckpt_counters(t, &f, file, e) || mp_ckpt_unexpected(t, &f, file, 1, e);
+    for (int i = 0; !rc && i < m->nparams; i++) {
+        const MpParam *p = &m->params[i];
+        rc = mp_ckpt_take(&f, file, p->name, p, t->params + t->offset[i], e);
+        for (int s = 0; !rc && p->trainable && s < t->nslots; s++) {
+            snprintf(name, sizeof name, "optimizer.%s.%s", t->slot_name[s], p->name);
+            rc = mp_ckpt_take(&f, file, name, p, t->slot[s] + t->offset[i], e);
+        }
+    }
+    mp_st_close(&f);
+    return rc;
+}
+
+#endif

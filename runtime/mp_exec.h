@@ -1,0 +1,75 @@
+/* mp_exec.h - what the generated model code calls besides the kernels:
+ * the arena, scalar loads, gradient accumulation into the runtime's flat
+ * f32 buffer, and the numerics check after each op (MP_CHECK), which names
+ * the op and its source line when run->check is on (--check-numerics, and
+ * the replay that explains a loss-scale collapse). */
+#ifndef MP_EXEC_H
+#define MP_EXEC_H
+
+#include "mp_half.h"
+#include "mp_model.h"
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* One zeroed allocation, 256-byte aligned (memplan's alignment). */
+static inline void *mp_alloc_aligned(int64_t bytes)
+{
+    size_t n = (size_t)(bytes > 0 ? bytes : 1);
+    n = (n + 255) / 256 * 256;
+    void *p = NULL;
+    if (posix_memalign(&p, 256, n) != 0)
+        return NULL;
+    memset(p, 0, n);
+    return p;
+}
+
+static inline float mp_load_scalar(const void *p, int dt)
+{
+    switch (dt) {
+    case MP_F16: return mp_f16_to_f32(*(const uint16_t *)p);
+    case MP_BF16: return mp_bf16_to_f32(*(const uint16_t *)p);
+    case MP_I32: return (float)*(const int32_t *)p;
+    case MP_U8: return (float)*(const uint8_t *)p;
+    default: return *(const float *)p;
+    }
+}
+
+/* 1 if any of the n values is inf or NaN. */
+static inline int mp_nonfinite(const void *p, int64_t n, int dt)
+{
+    if (dt == MP_F32) {
+        const float *f = (const float *)p;
+        for (int64_t i = 0; i < n; i++)
+            if (!isfinite(f[i]))
+                return 1;
+        return 0;
+    }
+    if (dt == MP_F16 || dt == MP_BF16) {
+        const uint16_t *h = (const uint16_t *)p;
+        uint16_t e = dt == MP_F16 ? 0x7C00 : 0x7F80;   /* all-ones exponent */
+        for (int64_t i = 0; i < n; i++)
+            if ((h[i] & e) == e)
+                return 1;
+    }
+    return 0;
+}
+
+#define MP_CHECK(buf, n, dt, op, where)                                      \
+    do {                                                                     \
+        if (run->check && mp_nonfinite((buf), (n), (dt))) {                  \
+            run->bad_op = (op);                                              \
+            run->bad_where = (where);                                        \
+            return 1;                                                        \
+        }                                                                    \
+    } while (0)
+
+/* grad += g: a parameter's gradient, over micro-batches and uses. */
+static inline void mp_accumulate_grad(float *grad, const float *g, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        grad[i] += g[i];
+}
+
+#endif

@@ -1,0 +1,208 @@
+/* mp_optim.h - optimizers, learning-rate schedules, loss scaling and
+ * gradient clipping for generated trainers.
+ *
+ * Everything works on flat f32 buffers (one range per parameter) and does
+ * exactly what torch.optim / torch.cuda.amp do, in f32 with the scalar
+ * factors computed in double and rounded to f32 as torch's CPU kernels do:
+ *
+ *   SGD   (torch.optim.SGD, dampening 0)
+ *         d = g + wd*p;  b = momentum*b + d  (b starts at 0, so step 1 gives b = d)
+ *         d = nesterov ? d + momentum*b : b  (momentum 0: no buffer, d = g + wd*p)
+ *         p = p - lr*d
+ *   Adam  (torch.optim.Adam, amsgrad off), t = number of updates applied
+ *         d = g + wd*p;  m = b1*m + (1-b1)*d;  v = b2*v + (1-b2)*d*d
+ *         p = p - lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps)
+ *   AdamW (torch.optim.AdamW): p = p*(1 - lr*wd), then Adam with wd = 0.
+ *
+ * Learning rate of optimizer step k (1-based), base lr L, warmup W, horizon
+ * T (the train block's `steps`), minimum M:
+ *   constant         L
+ *   k <= W (W > 0)   L * k / W                        (linear warm-up)
+ *   otherwise        p = clamp((k - 1 - W) / (T - W), 0, 1)
+ *     linear         L * (1 - p)
+ *     cosine         M + (L - M) * (1 + cos(pi * p)) / 2
+ * With W = 0 these are torch's LinearLR(1, 0, total_iters=T) and
+ * CosineAnnealingLR(T_max=T, eta_min=M) stepped once after every optimizer
+ * step: step 1 uses L and the rate reaches 0 (M) just after step T. The
+ * horizon is the train block's `steps`, not --steps, so a run stopped early
+ * and resumed follows the same curve; past T the rate stays at 0 (M).
+ *
+ * Loss scaling (PRECISION.md "Loss scaling"), state S, good, skipped:
+ *   dynamic: non-finite -> skip, S = max(S*backoff, 1), good = 0, skipped++;
+ *            finite -> step, good++, and when good reaches interval:
+ *            S *= growth (only if S*growth is a finite f32), good = 0.
+ *   static:  S fixed; non-finite steps are still skipped and counted.
+ *   none:    S = 1, every step is taken.
+ *
+ * Clipping is torch.nn.utils.clip_grad_norm_: n = global L2 norm of the
+ * unscaled gradients; if max/(n + 1e-6) < 1, every gradient is multiplied by
+ * that factor. */
+#ifndef MP_OPTIM_H
+#define MP_OPTIM_H
+
+#include <float.h>
+#include <math.h>
+#include <stdint.h>
+#include "mp_model.h"
+
+#define MP_PI 3.14159265358979323846
+
+/* ---- learning-rate schedules ---------------------------------------- */
+
+static inline double mp_sched_lr(const MpTrainCfg *c, double lr, int64_t k)
+{
+    double w = c->warmup, t = (double)c->steps;
+    if (c->sched == MP_SCHED_CONSTANT)
+        return lr;
+    if (w > 0 && (double)k <= w)
+        return lr * (double)k / w;
+    double p = t > w ? ((double)k - 1 - w) / (t - w) : 1;
+    p = p < 0 ? 0 : p > 1 ? 1 : p;
+    if (c->sched == MP_SCHED_LINEAR)
+        return lr * (1 - p);
+    return c->sched_min + (lr - c->sched_min) * (1 + cos(MP_PI * p)) / 2;
+}
+
+/* ---- optimizers: one parameter's range of n values ------------------ */
+
+/* buf is NULL when momentum is 0 (torch keeps no buffer then). */
+static inline void mp_sgd_update(float *p, const float *g, float *buf, int64_t n,
+                                 double lr, const MpTrainCfg *c)
+{
+    float wd = (float)c->weight_decay, mom = (float)c->momentum, a = (float)-lr;
+    for (int64_t i = 0; i < n; i++) {
+        float d = c->weight_decay != 0 ? g[i] + wd * p[i] : g[i];
+        if (buf) {
+            buf[i] = buf[i] * mom + d;
+            d = c->nesterov ? d + mom * buf[i] : buf[i];
+        }
+        p[i] += a * d;
+    }
+}
+
+/* t is the 1-based count of updates applied, including this one. */
+static inline void mp_adam_update(float *p, const float *g, float *m, float *v,
+                                  int64_t n, double lr, const MpTrainCfg *c,
+                                  int64_t t, int decoupled)
+{
+    double b1 = c->beta1, b2 = c->beta2;
+    float fb1 = (float)b1, fb2 = (float)b2, c1 = (float)(1 - b1), c2 = (float)(1 - b2);
+    float step = (float)-(lr / (1 - pow(b1, (double)t)));
+    float bc2 = (float)sqrt(1 - pow(b2, (double)t)), eps = (float)c->eps;
+    float wd = (float)c->weight_decay;
+    float shrink = (float)(1 - lr * c->weight_decay);
+    int l2 = !decoupled && c->weight_decay != 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (decoupled)
+            p[i] *= shrink;
+        float d = l2 ? g[i] + wd * p[i] : g[i];
+        m[i] = m[i] * fb1 + c1 * d;
+        v[i] = v[i] * fb2 + c2 * (d * d);
+        p[i] += step * (m[i] / (sqrtf(v[i]) / bc2 + eps));
+    }
+}
+
+/* Names of the optimizer's state buffers, as in torch's state_dict. */
+static inline int mp_optim_slots(const MpTrainCfg *c, const char **names)
+{
+    if (c->opt == MP_OPT_SGD) {
+        names[0] = "momentum_buffer";
+        return c->momentum != 0;
+    }
+    names[0] = "exp_avg";
+    names[1] = "exp_avg_sq";
+    return 2;
+}
+
+/* One optimizer update of one parameter; slot[] as named by mp_optim_slots. */
+static inline void mp_optim_update(const MpTrainCfg *c, float *p, const float *g,
+                                   float *const *slot, int64_t n, double lr, int64_t t)
+{
+    if (c->opt == MP_OPT_SGD)
+        mp_sgd_update(p, g, c->momentum != 0 ? slot[0] : (float *)0, n, lr, c);
+    else
+        mp_adam_update(p, g, slot[0], slot[1], n, lr, c, t, c->opt == MP_OPT_ADAMW);
+}
+
+/* ---- gradients: unscale + finite check + norm, clipping -------------- */
+
+/* Multiplies g by inv (skipped when inv is 1) and returns the sum of
+ * squares in double: it is finite exactly when every value is, since
+ * squares of finite f32 values cannot overflow a double. One pass. */
+static inline double mp_unscale_sumsq(float *g, int64_t n, float inv)
+{
+    double s = 0;
+    if (inv != 1.0f)
+        for (int64_t i = 0; i < n; i++) {
+            g[i] *= inv;
+            s += (double)g[i] * g[i];
+        }
+    else
+        for (int64_t i = 0; i < n; i++)
+            s += (double)g[i] * g[i];
+    return s;
+}
+
+/* torch's clip_grad_norm_ given the total norm; returns 1 if it scaled. */
+static inline int mp_clip(float *g, int64_t n, double norm, double max_norm)
+{
+    float coef = (float)(max_norm / (norm + 1e-6));
+    if (max_norm <= 0 || !(coef < 1.0f))
+        return 0;
+    for (int64_t i = 0; i < n; i++)
+        g[i] *= coef;
+    return 1;
+}
+
+/* ---- loss scale state machine ---------------------------------------- */
+
+typedef struct MpScaler {
+    int kind;                   /* MP_LS_* */
+    double scale, growth, backoff;
+    int64_t interval;
+    int64_t good;               /* consecutive good steps since the last change */
+    int64_t skipped;            /* skipped steps in the whole run */
+} MpScaler;
+
+static inline void mp_scaler_init(MpScaler *s, const MpTrainCfg *c)
+{
+    s->kind = c->ls;
+    s->scale = c->ls == MP_LS_NONE ? 1.0 : c->ls_init;
+    s->growth = c->ls_growth;
+    s->backoff = c->ls_backoff;
+    s->interval = c->ls_interval;
+    s->good = s->skipped = 0;
+}
+
+/* After a step's check: finite = the unscaled gradients were all finite.
+ * Returns 1 when the optimizer step is to be taken. */
+static inline int mp_scaler_update(MpScaler *s, int finite)
+{
+    if (s->kind == MP_LS_NONE)
+        return 1;
+    if (!finite) {
+        s->skipped++;
+        s->good = 0;
+        if (s->kind == MP_LS_DYNAMIC) {
+            s->scale *= s->backoff;
+            if (s->scale < 1)
+                s->scale = 1;
+        }
+        return 0;
+    }
+    if (s->kind == MP_LS_DYNAMIC && ++s->good >= s->interval) {
+        double next = s->scale * s->growth;
+        if (next <= FLT_MAX)
+            s->scale = (float)next;
+        s->good = 0;
+    }
+    return 1;
+}
+
+/* The scale cannot go lower: dynamic at 1, static always. */
+static inline int mp_scaler_at_floor(const MpScaler *s)
+{
+    return s->kind == MP_LS_STATIC || (s->kind == MP_LS_DYNAMIC && s->scale <= 1);
+}
+
+#endif

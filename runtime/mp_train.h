@@ -1,0 +1,599 @@
+/* mp_train.h - mp_main: the generated trainer's command line, training
+ * loop, evaluation, logs and exit codes (TRAINER.md is the contract).
+ *
+ * One optimizer step k (1-based):
+ *   grads = 0; cast_params(); for each of `accumulate` micro-batches: fill
+ *   the batch buffers, forward (training, seed_grad = S / accumulate),
+ *   backward (adds S-scaled gradients); loss = mean of the micro losses.
+ *   Then one pass over the flat gradient buffer multiplies by 1/S and sums
+ *   squares (mp_optim.h); a non-finite sum skips the step (loss scale
+ *   state machine), otherwise: clip, lr = mp_sched_lr(k), optimizer update.
+ *   Skipped steps count as steps (they use data and a step number).
+ * A run that keeps skipping at the lowest scale (S = 1, or a static scale)
+ * for MP_COLLAPSE_STEPS steps in a row stops: the step is replayed with
+ * run.check = 1 to name the first operation that produced a non-finite
+ * value. --check-numerics runs every training forward with check on.
+ *
+ * Logging: step k is logged when k % log_every == 0 and at the last step;
+ * `loss_scale` is the scale step k used, `skipped` the run's total,
+ * `grad_norm` the unscaled global norm before clipping (null when not
+ * finite), `samples_per_s` over the steps since the previous log line.
+ * The JSONL file is truncated by a fresh run and appended to by --resume.
+ *
+ * Exit status: 0 done, 1 run-time error (one line on stderr), 2 usage. */
+#ifndef MP_TRAIN_H
+#define MP_TRAIN_H
+
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include "mp_model.h"
+#include "mp_util.h"
+#include "mp_optim.h"
+#include "mp_data.h"
+#include "mp_ckpt.h"
+#include "mp_gradcheck.h"
+
+#define MP_COLLAPSE_STEPS 100
+
+/* ---- command line ------------------------------------------------------ */
+
+typedef struct MpList { char **v; int n; } MpList;
+
+typedef struct MpOpts {
+    MpList data, eval;
+    int64_t no_shuffle, check_numerics, gradcheck, help;
+    int64_t steps, eval_every, log_every, save_every, seed;   /* -1: not given */
+    double lr;                                                /* -1: not given */
+    const char *init, *save, *resume, *log;
+} MpOpts;
+
+enum { MP_O_FLAG, MP_O_COUNT, MP_O_POS, MP_O_REAL, MP_O_STR, MP_O_LIST };
+
+typedef struct MpOptDef {
+    const char *name;
+    int kind;                   /* MP_O_*; COUNT >= 0, POS >= 1 */
+    size_t off;
+    const char *arg, *help;
+} MpOptDef;
+
+#define MP_OPT(n, k, f, a, h) { n, k, offsetof(MpOpts, f), a, h }
+static const MpOptDef mp_optdefs[] = {
+    MP_OPT("--data", MP_O_LIST, data, "NAME=FILE.npy", "training data for input NAME (one per input)"),
+    MP_OPT("--no-shuffle", MP_O_FLAG, no_shuffle, "", "batches in file order, wrapping around"),
+    MP_OPT("--eval", MP_O_LIST, eval, "NAME=FILE.npy", "evaluation data for input NAME"),
+    MP_OPT("--steps", MP_O_COUNT, steps, "N", "train until optimizer step N (default: the train block's)"),
+    MP_OPT("--eval-every", MP_O_POS, eval_every, "N", "evaluate every N steps (and at the end)"),
+    MP_OPT("--log-every", MP_O_POS, log_every, "N", "log every N steps (default 100)"),
+    MP_OPT("--lr", MP_O_REAL, lr, "X", "base learning rate (overrides the train block)"),
+    MP_OPT("--seed", MP_O_COUNT, seed, "N", "random seed (overrides the train block)"),
+    MP_OPT("--init", MP_O_STR, init, "FILE", "start from these parameters (safetensors, by name)"),
+    MP_OPT("--save", MP_O_STR, save, "FILE", "write a checkpoint at the end (safetensors)"),
+    MP_OPT("--save-every", MP_O_POS, save_every, "N", "also write it every N steps"),
+    MP_OPT("--resume", MP_O_STR, resume, "FILE", "continue exactly where that checkpoint stopped"),
+    MP_OPT("--log", MP_O_STR, log, "FILE.jsonl", "one JSON object per logged step"),
+    MP_OPT("--check-numerics", MP_O_FLAG, check_numerics, "", "stop at the first inf/NaN of a forward pass"),
+    MP_OPT("--gradcheck", MP_O_FLAG, gradcheck, "", "check the backward pass against finite "
+           "differences (mpcc's tests; no data needed)"),
+    MP_OPT("--help", MP_O_FLAG, help, "", "this text"),
+};
+#undef MP_OPT
+#define MP_NOPTS ((int)(sizeof mp_optdefs / sizeof mp_optdefs[0]))
+
+static inline void mp_usage(FILE *f, const char *prog, const MpModel *m)
+{
+    fprintf(f, "usage: %s --data NAME=FILE.npy ... [options]\n"
+            "trains model '%s' (%s, from %s)\ninputs:", prog, m->name, m->policy, m->source);
+    for (int i = 0; i < m->ninputs; i++)
+        fprintf(f, " %s", m->inputs[i].name);
+    fprintf(f, "\noptions:\n");
+    for (int i = 0; i < MP_NOPTS; i++)
+        fprintf(f, "  %s %-14s %s\n", mp_optdefs[i].name, mp_optdefs[i].arg, mp_optdefs[i].help);
+}
+
+static inline int mp_opt_value(const MpOptDef *d, MpOpts *o, const char *v, MpErr *e)
+{
+    char *end, *field = (char *)o + d->off;
+    if (d->kind == MP_O_STR) {
+        *(const char **)field = v;
+        return 0;
+    }
+    if (d->kind == MP_O_LIST) {
+        MpList *l = (MpList *)field;
+        l->v[l->n++] = (char *)v;
+        return 0;
+    }
+    if (d->kind == MP_O_REAL) {
+        double x = strtod(v, &end);
+        if (end == v || *end || !(x > 0) || !isfinite(x))
+            return mp_errf(e, "%s: expected a positive number, got '%s'", d->name, v);
+        *(double *)field = x;
+        return 0;
+    }
+    long long n = strtoll(v, &end, 10);
+    if (end == v || *end || n < (d->kind == MP_O_POS ? 1 : 0))
+        return mp_errf(e, "%s: expected an integer >= %d, got '%s'", d->name,
+                       d->kind == MP_O_POS ? 1 : 0, v);
+    *(int64_t *)field = (int64_t)n;
+    return 0;
+}
+
+/* Fills o from argv; returns 0, or 2 with e set. */
+static inline int mp_parse_args(int argc, char **argv, MpOpts *o, MpErr *e)
+{
+    memset(o, 0, sizeof *o);
+    o->steps = o->eval_every = o->log_every = o->save_every = o->seed = -1;
+    o->lr = -1;
+    o->data.v = (char **)calloc((size_t)argc + 1, sizeof(char *));
+    o->eval.v = (char **)calloc((size_t)argc + 1, sizeof(char *));
+    if (!o->data.v || !o->eval.v)
+        return mp_errf(e, "out of memory"), 2;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *eq = strchr(a, '=');
+        size_t len = eq && !strncmp(a, "--", 2) ? (size_t)(eq - a) : strlen(a);
+        const MpOptDef *d = NULL;
+        for (int k = 0; k < MP_NOPTS && !d; k++)
+            if (strlen(mp_optdefs[k].name) == len && !strncmp(a, mp_optdefs[k].name, len))
+                d = &mp_optdefs[k];
+        if (!d)
+            return mp_errf(e, "unknown option '%s' (see --help)", a), 2;
+        if (d->kind == MP_O_FLAG) {
+            if (a[len])
+                return mp_errf(e, "%s takes no value", d->name), 2;
+            *(int64_t *)((char *)o + d->off) = 1;
+            continue;
+        }
+        const char *v = a[len] ? a + len + 1 : i + 1 < argc ? argv[++i] : NULL;
+        if (!v)
+            return mp_errf(e, "%s needs a value: %s %s", d->name, d->name, d->arg), 2;
+        if (mp_opt_value(d, o, v, e))
+            return 2;
+    }
+    if (o->help || o->gradcheck)
+        return 0;
+    if (o->data.n == 0)
+        return mp_errf(e, "no training data: give --data NAME=FILE.npy for every input"), 2;
+    if (o->eval_every > 0 && !o->eval.n)
+        return mp_errf(e, "--eval-every needs --eval NAME=FILE.npy"), 2;
+    if (o->save_every > 0 && !o->save)
+        return mp_errf(e, "--save-every needs --save FILE"), 2;
+    if (o->resume && o->init)
+        return mp_errf(e, "--resume and --init exclude each other"), 2;
+    if (o->resume && o->seed >= 0)
+        return mp_errf(e, "--resume continues with the checkpoint's seed; drop --seed"), 2;
+    return 0;
+}
+
+/* ---- set-up --------------------------------------------------------------- */
+
+static inline int mp_alloc_f32(float **p, int64_t n, MpErr *e)
+{
+    *p = (float *)calloc((size_t)n + 1, sizeof(float));
+    return *p ? 0 : mp_errf(e, "out of memory for %lld floats", (long long)n);
+}
+
+/* Flat buffers (each parameter 64-byte aligned inside them), batches. */
+static inline int mp_alloc(MpTrainer *t, MpErr *e)
+{
+    MpModel *m = t->m;
+    t->offset = (int64_t *)calloc((size_t)m->nparams + 1, sizeof *t->offset);
+    if (!t->offset)
+        return mp_errf(e, "out of memory");
+    for (int i = 0; i < m->nparams; i++) {
+        t->offset[i] = t->total;
+        t->total += (m->params[i].numel + 15) / 16 * 16;
+    }
+    t->nslots = mp_optim_slots(&t->cfg, t->slot_name);
+    if (mp_alloc_f32(&t->params, t->total, e) || mp_alloc_f32(&t->grads, t->total, e))
+        return 1;
+    for (int s = 0; s < t->nslots; s++)
+        if (mp_alloc_f32(&t->slot[s], t->total, e))
+            return 1;
+    for (int i = 0; i < m->nparams; i++) {
+        m->params[i].value = t->params + t->offset[i];
+        m->params[i].grad = m->params[i].trainable ? t->grads + t->offset[i] : NULL;
+    }
+    for (int i = 0; i < m->ninputs; i++)
+        if (!(m->inputs[i].batch = calloc((size_t)(m->batch * mp_sample_bytes(&m->inputs[i])) + 1, 1)))
+            return mp_errf(e, "out of memory for the batch of input '%s'", m->inputs[i].name);
+    int64_t acc = t->cfg.accumulate > 0 ? t->cfg.accumulate : 1;
+    t->step_idx = (int64_t *)calloc((size_t)(acc * m->batch) + 1, sizeof(int64_t));
+    return t->step_idx ? 0 : mp_errf(e, "out of memory");
+}
+
+static inline void mp_free(MpTrainer *t)
+{
+    for (int i = 0; i < t->m->ninputs; i++) {
+        free(t->m->inputs[i].batch);
+        t->m->inputs[i].batch = NULL;
+    }
+    for (int i = 0; i < t->m->nparams; i++)
+        t->m->params[i].value = t->m->params[i].grad = NULL;
+    free(t->offset);
+    free(t->params);
+    free(t->grads);
+    free(t->slot[0]);
+    free(t->slot[1]);
+    free(t->step_idx);
+    free(t->order.perm);
+    mp_data_free(&t->data);
+    mp_data_free(&t->eval);
+}
+
+static inline void mp_configure(MpTrainer *t, const MpOpts *o)
+{
+    t->cfg = t->m->cfg;
+    if (o->lr > 0)
+        t->cfg.lr = o->lr;
+    t->seed = (uint64_t)(o->seed >= 0 ? o->seed : t->m->cfg.seed);
+    if (t->cfg.accumulate < 1)
+        t->cfg.accumulate = 1;
+    mp_scaler_init(&t->ls, &t->cfg);
+}
+
+/* --gradcheck: initialised parameters and batch buffers, no data. */
+static inline int mp_gradcheck_run(MpTrainer *t, const MpOpts *o, MpErr *e)
+{
+    mp_configure(t, o);
+    if (mp_alloc(t, e) || mp_init_params(t->m, t->seed, e))
+        return 1;
+    if (t->m->setup && t->m->setup())
+        return mp_errf(e, "model '%s': set-up failed (out of memory?)", t->m->name);
+    return mp_gradcheck(t->m, t->seed) ? mp_errf(e, "gradcheck failed") : 0;
+}
+
+/* Data, parameters (init / --init / --resume), model set-up. */
+static inline int mp_prepare(MpTrainer *t, const MpOpts *o, MpErr *e)
+{
+    MpModel *m = t->m;
+    mp_configure(t, o);
+    if (mp_data_load(&t->data, m, "--data", o->data.v, o->data.n, e)
+        || (o->eval.n && mp_data_load(&t->eval, m, "--eval", o->eval.v, o->eval.n, e))
+        || mp_alloc(t, e)
+        || mp_order_init(&t->order, &t->data, m->batch, !o->no_shuffle, t->seed, e))
+        return 1;
+    if (o->resume ? mp_ckpt_resume(t, o->resume, e)
+        : o->init ? mp_ckpt_init(t, o->init, e) : mp_init_params(m, t->seed, e))
+        return 1;
+    if (m->setup && m->setup())
+        return mp_errf(e, "model '%s': set-up failed (out of memory?)", m->name);
+    return 0;
+}
+
+/* ---- one optimizer step ---------------------------------------------------- */
+
+typedef struct MpStepOut {
+    float loss;
+    double grad_norm, lr, scale;
+    int taken;
+} MpStepOut;
+
+static inline int mp_numerics_error(int64_t k, const MpRun *r, const char *why, MpErr *e)
+{
+    return mp_errf(e, "step %lld: %s: operation '%s' at %s produced a non-finite value",
+                   (long long)k, why, r->bad_op ? r->bad_op : "?",
+                   r->bad_where ? r->bad_where : "?");
+}
+
+/* Forward + backward of every micro-batch of step k, from t->step_idx when
+ * replay is set, else from the data order. Returns 1 when check stopped
+ * at a non-finite value (*run says where). */
+static inline int mp_micro_batches(MpTrainer *t, int64_t k, float scale, int check,
+                                   int replay, double *loss, MpRun *run)
+{
+    MpModel *m = t->m;
+    int64_t acc = t->cfg.accumulate;
+    *loss = 0;
+    memset(t->grads, 0, (size_t)t->total * sizeof(float));
+    m->cast_params();
+    for (int64_t u = 0; u < acc; u++) {
+        int64_t *idx = t->step_idx + u * m->batch;
+        if (!replay)
+            memcpy(idx, mp_order_next(&t->order), (size_t)m->batch * sizeof *idx);
+        mp_fill_batch(m, &t->data, idx);
+        memset(run, 0, sizeof *run);
+        run->training = 1;
+        run->seed_grad = (float)(scale / (double)acc);
+        run->seed = t->seed;
+        run->step = k;
+        run->micro = u;
+        run->check = check;
+        if (m->forward(run) && check)
+            return 1;
+        *loss += run->loss;
+        run->check = replay;
+        if (m->backward(run) && replay)
+            return 1;
+    }
+    *loss /= (double)acc;
+    return 0;
+}
+
+/* The collapse stop: which gradients, then a replay with checks. */
+static inline int mp_collapse(MpTrainer *t, int64_t k, MpErr *e)
+{
+    MpModel *m = t->m;
+    char names[200] = "";
+    size_t len = 0;
+    for (int i = 0, shown = 0; i < m->nparams; i++) {
+        const MpParam *p = &m->params[i];
+        if (!p->trainable || isfinite(mp_unscale_sumsq(p->grad, p->numel, 1.0f)))
+            continue;
+        if (shown++ < 6 && len < sizeof names)
+            len += (size_t)snprintf(names + len, sizeof names - len, "%s%s", shown > 1 ? ", " : "", p->name);
+    }
+    MpRun run;
+    double loss;
+    int found = mp_micro_batches(t, k, (float)t->ls.scale, 1, 1, &loss, &run);
+    return mp_errf(e, "step %lld: %d steps in a row skipped at loss scale %g: the gradients of "
+                   "%s are not finite; %s '%s' at %s", (long long)k, MP_COLLAPSE_STEPS,
+                   t->ls.scale, names[0] ? names : "(none)",
+                   found ? "the first non-finite value comes from" : "replaying the step found no "
+                   "non-finite value; last checked", found ? run.bad_op : "-",
+                   found ? run.bad_where : "-");
+}
+
+static inline int mp_step(MpTrainer *t, int64_t k, int check, MpStepOut *out, MpErr *e)
+{
+    MpModel *m = t->m;
+    MpRun run;
+    double loss;
+    out->scale = t->ls.scale;
+    out->lr = mp_sched_lr(&t->cfg, t->cfg.lr, k);
+    if (mp_micro_batches(t, k, (float)out->scale, check, 0, &loss, &run))
+        return mp_numerics_error(k, &run, "--check-numerics", e);
+    out->loss = (float)loss;
+    double ss = mp_unscale_sumsq(t->grads, t->total, (float)(1.0 / out->scale));
+    out->grad_norm = sqrt(ss);
+    int at_floor = mp_scaler_at_floor(&t->ls);
+    out->taken = mp_scaler_update(&t->ls, isfinite(ss));
+    t->step = k;
+    if (!out->taken) {
+        t->floor_skips = at_floor ? t->floor_skips + 1 : 0;
+        return t->floor_skips >= MP_COLLAPSE_STEPS ? mp_collapse(t, k, e) : 0;
+    }
+    t->floor_skips = 0;
+    if (t->cfg.clip > 0)
+        mp_clip(t->grads, t->total, out->grad_norm, t->cfg.clip);
+    t->updates++;
+    for (int i = 0; i < m->nparams; i++) {
+        float *slot[2];
+        int64_t off = t->offset[i];
+        if (!m->params[i].trainable)
+            continue;
+        slot[0] = t->slot[0] ? t->slot[0] + off : NULL;
+        slot[1] = t->slot[1] ? t->slot[1] + off : NULL;
+        mp_optim_update(&t->cfg, t->params + off, t->grads + off, slot,
+                        m->params[i].numel, out->lr, t->updates);
+    }
+    return 0;
+}
+
+/* ---- evaluation ------------------------------------------------------------ */
+
+/* Mean loss and metrics over every full batch of the --eval set. */
+static inline int mp_evaluate(MpTrainer *t, double *loss, double *metric, MpErr *e)
+{
+    MpModel *m = t->m;
+    float *mv = (float *)calloc((size_t)m->nmetrics + 1, sizeof(float));
+    int64_t *idx = (int64_t *)malloc((size_t)m->batch * sizeof(int64_t));
+    if (!mv || !idx) {
+        free(mv);
+        free(idx);
+        return mp_errf(e, "out of memory for evaluation");
+    }
+    *loss = 0;
+    for (int j = 0; j < m->nmetrics; j++)
+        metric[j] = 0;
+    m->cast_params();
+    for (int64_t b = 0; b < t->eval.batches; b++) {
+        MpRun run;
+        memset(&run, 0, sizeof run);
+        run.metrics = mv;
+        run.seed = t->seed;
+        run.step = t->step;
+        for (int64_t i = 0; i < m->batch; i++)
+            idx[i] = b * m->batch + i;
+        mp_fill_batch(m, &t->eval, idx);
+        m->forward(&run);
+        *loss += run.loss;
+        for (int j = 0; j < m->nmetrics; j++)
+            metric[j] += mv[j];
+    }
+    *loss /= (double)t->eval.batches;
+    for (int j = 0; j < m->nmetrics; j++)
+        metric[j] /= (double)t->eval.batches;
+    free(mv);
+    free(idx);
+    return 0;
+}
+
+/* ---- logs and progress -------------------------------------------------------- */
+
+/* Shortest decimal that reads back as the same f32; null when not finite. */
+static inline void mp_fmt_f32(char *buf, size_t cap, double v)
+{
+    if (!isfinite(v)) {
+        snprintf(buf, cap, "null");
+        return;
+    }
+    for (int p = 1; p <= 9; p++) {
+        snprintf(buf, cap, "%.*g", p, v);
+        if ((float)strtod(buf, NULL) == (float)v)
+            return;
+    }
+}
+
+static inline double mp_now(void)
+{
+    struct timespec ts;
+    timespec_get(&ts, TIME_UTC);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+typedef struct MpLog {
+    FILE *jsonl;
+    const char *path;
+    int tty, drawn;             /* drawn: a progress line is on screen */
+    int64_t first, last_step, total;   /* steps: this run's first, last logged, target */
+    double t0, last_time, last_draw;
+} MpLog;
+
+static inline int mp_log_io(MpLog *l, MpErr *e)
+{
+    if (l->jsonl && (fflush(l->jsonl) || ferror(l->jsonl)))
+        return mp_errf(e, "%s: write failed", l->path);
+    return 0;
+}
+
+static inline void mp_fmt_eta(char *buf, size_t cap, double s)
+{
+    long v = (long)(s + 0.5);
+    snprintf(buf, cap, "%ld:%02ld:%02ld", v / 3600, v / 60 % 60, v % 60);
+}
+
+static inline int mp_log_step(MpLog *l, const MpTrainer *t, int64_t k, const MpStepOut *s,
+                              int logged, MpErr *e)
+{
+    double now = mp_now(), dt = now - l->last_time;
+    double sps = dt > 0 ? (double)((k - l->last_step) * t->m->batch * t->cfg.accumulate) / dt : 0;
+    char loss[32], gn[32], eta[32];
+    mp_fmt_f32(loss, sizeof loss, s->loss);
+    mp_fmt_f32(gn, sizeof gn, s->grad_norm);
+    if (l->tty && (now - l->last_draw > 0.1 || k == l->total)) {
+        double rate = (now - l->t0) / (double)(k - l->first + 1);
+        mp_fmt_eta(eta, sizeof eta, rate * (double)(l->total - k));
+        fprintf(stderr, "\r\033[Kstep %lld/%lld  loss %s  scale %g  %.0f samples/s  %s left",
+                (long long)k, (long long)l->total, loss, s->scale,
+                (now - l->t0) > 0 ? (double)((k - l->first + 1) * t->m->batch
+                                             * t->cfg.accumulate) / (now - l->t0) : 0, eta);
+        l->last_draw = now;
+        l->drawn = 1;
+    }
+    if (!logged)
+        return 0;
+    if (!l->tty)
+        fprintf(stderr, "step %lld/%lld loss %s loss_scale %g skipped %lld lr %.6g grad_norm %s "
+                "samples/s %.0f\n", (long long)k, (long long)l->total, loss, s->scale,
+                (long long)t->ls.skipped, s->lr, gn, sps);
+    if (l->jsonl)
+        fprintf(l->jsonl, "{\"step\":%lld,\"loss\":%s,\"loss_scale\":%.10g,\"skipped\":%lld,"
+                "\"lr\":%.10g,\"grad_norm\":%s,\"samples_per_s\":%.0f}\n", (long long)k, loss,
+                s->scale, (long long)t->ls.skipped, s->lr, gn, sps);
+    l->last_time = now;
+    l->last_step = k;
+    return mp_log_io(l, e);
+}
+
+static inline int mp_log_eval(MpLog *l, const MpTrainer *t, double loss, const double *metric,
+                              MpErr *e)
+{
+    const MpModel *m = t->m;
+    char v[32];
+    mp_fmt_f32(v, sizeof v, loss);
+    fprintf(stderr, "%sstep %lld eval: loss %s", l->drawn ? "\r\033[K" : "", (long long)t->step, v);
+    l->drawn = 0;
+    if (l->jsonl)
+        fprintf(l->jsonl, "{\"step\":%lld,\"eval\":{\"loss\":%s", (long long)t->step, v);
+    for (int j = 0; j < m->nmetrics; j++) {
+        mp_fmt_f32(v, sizeof v, metric[j]);
+        fprintf(stderr, " %s %s", m->metric_names[j], v);
+        if (l->jsonl)
+            fprintf(l->jsonl, ",\"%s\":%s", m->metric_names[j], v);
+    }
+    fprintf(stderr, "\n");
+    if (l->jsonl)
+        fprintf(l->jsonl, "}}\n");
+    return mp_log_io(l, e);
+}
+
+/* ---- the loop ---------------------------------------------------------------- */
+
+static inline int mp_eval_and_log(MpTrainer *t, MpLog *l, MpErr *e)
+{
+    double loss = 0, *metric = (double *)calloc((size_t)t->m->nmetrics + 1, sizeof(double));
+    if (!metric)
+        return mp_errf(e, "out of memory");
+    int rc = mp_evaluate(t, &loss, metric, e) || mp_log_eval(l, t, loss, metric, e);
+    free(metric);
+    return rc;
+}
+
+static inline int mp_train(MpTrainer *t, const MpOpts *o, MpLog *l, MpErr *e)
+{
+    int64_t steps = l->total, log_every = o->log_every > 0 ? o->log_every : 100;
+    if (t->step > steps)
+        return mp_errf(e, "%s: the checkpoint is at step %lld, past --steps %lld",
+                       o->resume, (long long)t->step, (long long)steps);
+    for (int64_t k = t->step + 1; k <= steps; k++) {
+        MpStepOut s = {0, 0, 0, 0, 0};
+        if (mp_step(t, k, (int)o->check_numerics, &s, e)
+            || mp_log_step(l, t, k, &s, k % log_every == 0 || k == steps, e))
+            return 1;
+        if (k == steps)                         /* the end does both */
+            break;
+        if ((t->eval.n && o->eval_every > 0 && k % o->eval_every == 0 && mp_eval_and_log(t, l, e))
+            || (o->save_every > 0 && k % o->save_every == 0 && mp_ckpt_save(t, o->save, e)))
+            return 1;
+    }
+    if (l->drawn)                               /* keep the last progress line */
+        fprintf(stderr, "\n");
+    l->drawn = 0;
+    return (t->eval.n && mp_eval_and_log(t, l, e)) || (o->save && mp_ckpt_save(t, o->save, e));
+}
+
+static inline const char *mp_prog_name(const char *argv0)
+{
+    const char *s = argv0 ? strrchr(argv0, '/') : NULL;
+    return s ? s + 1 : argv0 ? argv0 : "train";
+}
+
+/* Training proper: data and parameters, then the loop, with its log file. */
+static inline int mp_run(MpTrainer *t, const MpOpts *o, MpLog *l, MpErr *e)
+{
+    if (mp_prepare(t, o, e))
+        return 1;
+    if (o->log && !(l->jsonl = fopen(o->log, o->resume ? "a" : "w")))
+        return mp_errf(e, "%s: cannot open the log for writing", o->log);
+    l->path = o->log;
+    l->tty = isatty(2);
+    l->total = o->steps >= 0 ? o->steps : t->m->cfg.steps;
+    l->first = t->step + 1;
+    l->last_step = t->step;
+    l->t0 = l->last_time = mp_now();
+    int rc = mp_train(t, o, l, e);
+    if (l->jsonl && fclose(l->jsonl) && !rc)
+        rc = mp_errf(e, "%s: write failed", o->log);
+    return rc;
+}
+
+int mp_main(int argc, char **argv, MpModel *m)
+{
+    const char *prog = mp_prog_name(argc > 0 ? argv[0] : NULL);
+    MpOpts o;
+    MpErr e;
+    MpTrainer t;
+    MpLog l;
+    memset(&t, 0, sizeof t);
+    memset(&l, 0, sizeof l);
+    e.msg[0] = 0;
+    t.m = m;
+    int rc = mp_parse_args(argc, argv, &o, &e);
+    if (!rc && o.help)
+        mp_usage(stdout, prog, m);
+    else if (!rc)
+        rc = (o.gradcheck ? mp_gradcheck_run(&t, &o, &e) : mp_run(&t, &o, &l, &e)) ? 1 : 0;
+    if (rc)
+        fprintf(stderr, "%s%s: error: %s\n", l.drawn ? "\n" : "", prog, e.msg);
+    mp_free(&t);
+    free(o.data.v);
+    free(o.eval.v);
+    return rc;
+}
+
+#endif

@@ -1,0 +1,204 @@
+"""check_plan.py - the rules of PRECISION.md, checked on one plan.
+
+Reads `mpcc --dump-plan=json` on standard input and exits non-zero, naming
+each broken rule, if the plan breaks any. Used by tests/t_plan_rules.sh on
+every model and policy; the model-specific expectations live there.
+
+    check_plan.py [EXPECTATION ...] < plan.json
+
+Expectations use the dump's own names:
+    node:NAME.type=f32     the last forward node named NAME has type f32
+    node:NAME.rule=list    ... its rule (class, compute, op likewise)
+    copies:PARAM=f16       the parameter's working copies (comma list, or none)
+    loss_scale=none        the loss scale kind
+    nolowp                 no f16/bf16 type or compute anywhere
+"""
+import json
+import sys
+
+FP32_OPS = {"softmax", "log_softmax", "layer_norm", "batch_norm", "exp", "log", "sqrt",
+            "rsqrt", "sum", "mean", "cross_entropy", "mse", "accuracy"}
+LOWP_OPS = {"matmul", "linear", "conv2d", "embedding", "attention"}
+FOLLOW_OPS = {"add", "sub", "mul", "div", "neg", "relu", "gelu", "tanh", "sigmoid", "silu",
+              "dropout", "max_pool2d", "avg_pool2d", "global_avg_pool"}
+VIEW_OPS = {"reshape", "transpose", "flatten"}
+FLOATS = {"f32", "f16", "bf16"}
+LOWP_OF = {"float32": "f32", "mixed_float16": "f16", "mixed_bfloat16": "bf16"}
+SCALAR_F32 = {"cross_entropy", "mse", "accuracy"}
+
+errors = []
+
+
+def fail(msg):
+    errors.append(msg)
+
+
+def widest(types):
+    fl = {t for t in types if t in FLOATS}
+    if not fl:
+        return None
+    return fl.pop() if len(fl) == 1 else "f32"
+
+
+def check_structure(plan):
+    nodes = plan["nodes"]
+    order = {"forward": 0, "backward": 1, "optimizer": 2}
+    last = 0
+    for i, n in enumerate(nodes):
+        if n["id"] != i:
+            fail(f"node {i} has id {n['id']}")
+        if order[n["phase"]] < last:
+            fail(f"node {i}: phase {n['phase']} after a later phase")
+        last = order[n["phase"]]
+        for inp in n["inputs"]:
+            if inp["from"] >= i:
+                fail(f"node {i} reads node {inp['from']}, which comes later")
+            elif nodes[inp["from"]]["type"] != inp["type"]:
+                fail(f"node {i}: input #{inp['from']} listed as {inp['type']}")
+            if inp["cast"] != (nodes[inp["from"]]["op"] == "cast"):
+                fail(f"node {i}: input #{inp['from']} cast mark is wrong")
+
+
+def check_forward_node(plan, n, nodes):
+    lowp = LOWP_OF[plan["policy"]]
+    op, ins = n["op"], [nodes[i["from"]] for i in n["inputs"]]
+    nonconst = [x for x in ins if x["op"] != "const"]
+    if op == "cast":
+        if n["rule"] != "cast" or n["class"] != "none":
+            fail(f"cast #{n['id']} is not class none, rule cast")
+        if not n.get("user") and ins[0]["type"] == n["type"]:
+            fail(f"cast #{n['id']} casts {ins[0]['type']} to itself")
+        return
+    if op in ("input", "param", "const"):
+        return
+    rule, cls, comp = n["rule"], n["class"], n["compute"]
+    if rule == "class":
+        want = ("lowp" if op in LOWP_OPS else "fp32" if op in FP32_OPS
+                else "follow" if op in FOLLOW_OPS else "none")
+        if cls != want:
+            fail(f"#{n['id']} {op}: class {cls}, PRECISION.md says {want}")
+    w = widest(x["type"] for x in nonconst)
+    if rule != "override" and cls in ("follow", "none") and w is None:
+        pass                          # integer view or arithmetic
+    elif rule == "class" and cls == "lowp" and comp != lowp:
+        fail(f"#{n['id']} {op}: lowp op computes in {comp} under {plan['policy']}")
+    elif rule == "class" and cls == "fp32" and comp != "f32":
+        fail(f"#{n['id']} {op}: fp32 op computes in {comp}")
+    elif rule == "class" and cls == "follow" and comp != w:
+        fail(f"#{n['id']} {op}: follow op computes in {comp}, widest input is {w}")
+    elif rule == "class" and cls == "none" and comp != ins[0]["type"]:
+        fail(f"#{n['id']} {op}: view computes in {comp}, its input is {ins[0]['type']}")
+    if rule == "override" or cls in ("lowp", "fp32"):
+        for x in nonconst:
+            if x["type"] in FLOATS and x["type"] != comp:
+                fail(f"#{n['id']} {op} computes in {comp} but reads #{x['id']} in {x['type']}")
+    want_type = "f32" if op in SCALAR_F32 else comp
+    if n["type"] != want_type and not (w is None and cls in ("follow", "none")):
+        fail(f"#{n['id']} {op}: output {n['type']}, expected {want_type}")
+
+
+def check_casts(plan):
+    seen = {}
+    for n in plan["nodes"]:
+        if n["op"] != "cast" or n["phase"] != "forward" or n.get("user"):
+            continue
+        key = (n["inputs"][0]["from"], n["type"])
+        if key in seen:
+            fail(f"casts #{seen[key]} and #{n['id']} both cast #{key[0]} to {key[1]}")
+        seen[key] = n["id"]
+        src = plan["nodes"][key[0]]
+        if (src["op"] == "param") != n["hoisted"]:
+            fail(f"cast #{n['id']} of {src['op']} #{src['id']}: hoisted is {n['hoisted']}")
+
+
+def check_backward(plan):
+    nodes = plan["nodes"]
+    for n in nodes:
+        if n["phase"] != "backward" or n["op"] in ("cast", "loss_scale"):
+            continue
+        f = nodes[n["grad_of"]]
+        if n["op"] == "add" and n["compute"] == n["type"]:
+            continue                  # a sum of contributions
+        if n["compute"] != f["compute"]:
+            fail(f"backward #{n['id']} {n['op']} computes in {n['compute']}, "
+                 f"its forward node #{f['id']} in {f['compute']}")
+
+
+def check_optimizer(plan):
+    nodes = plan["nodes"]
+    steps = [n for n in nodes if n["phase"] == "optimizer"]
+    unscale = [n for n in steps if n["op"] == "unscale"]
+    if (plan["loss_scale"]["kind"] != "none") != bool(unscale):
+        fail(f"loss scale {plan['loss_scale']['kind']} but {len(unscale)} unscale nodes")
+    updates = [n for n in steps if n["op"] in ("sgd", "adam", "adamw")]
+    for u in updates:
+        p, g = (nodes[i["from"]] for i in u["inputs"])
+        if p["op"] != "param" or g["type"] != "f32" or g["phase"] != "backward":
+            fail(f"optimizer #{u['id']} does not read (param, f32 gradient)")
+    if unscale and len(unscale[0]["inputs"]) != len(updates):
+        fail("unscale does not read every parameter gradient")
+
+
+def check_summary(plan):
+    nodes, s = plan["nodes"], plan["summary"]
+    casts = sum(n["op"] == "cast" for n in nodes)
+    if s["casts"] != casts:
+        fail(f"summary says {s['casts']} casts, the plan has {casts}")
+    if s["activation_bytes"] > s["activation_bytes_f32"]:
+        fail("activations take more bytes than under float32")
+    if plan["policy"] == "float32" and s["activation_bytes"] != s["activation_bytes_f32"]:
+        fail("float32 activations differ from their float32 count")
+    for p in plan["params"]:
+        copies = sorted({n["type"] for n in nodes if n["op"] == "cast" and n["phase"] == "forward"
+                         and n["inputs"][0]["from"] == p["id"]})
+        if sorted(p["copies"]) != copies or p["master"] != "f32":
+            fail(f"param {p['name']}: copies {p['copies']}, casts say {copies}")
+
+
+def check_expect(plan, e):
+    nodes = plan["nodes"]
+    if e == "nolowp":
+        bad = [n["id"] for n in nodes if n["type"] in ("f16", "bf16") or n["compute"] in ("f16", "bf16")]
+        if bad:
+            fail(f"nolowp: nodes {bad[:10]} are f16/bf16")
+        return
+    key, want = e.split("=", 1)
+    if key == "loss_scale":
+        got = plan["loss_scale"]["kind"]
+    elif key.startswith("copies:"):
+        ps = [p for p in plan["params"] if p["name"] == key[7:]]
+        if not ps:
+            return fail(f"{e}: no parameter {key[7:]}")
+        got = ",".join(ps[0]["copies"]) or "none"
+    elif key.startswith("node:"):
+        name, field = key[5:].rsplit(".", 1)
+        ns = [n for n in nodes if n["name"] == name and n["phase"] == "forward" and n["op"] != "cast"]
+        if not ns:
+            return fail(f"{e}: no forward node named {name}")
+        got = ns[-1][field]
+    else:
+        return fail(f"unknown expectation {e}")
+    if got != want:
+        fail(f"{e}: got {got}")
+
+
+def main():
+    plan = json.load(sys.stdin)
+    nodes = plan["nodes"]
+    check_structure(plan)
+    for n in nodes:
+        if n["phase"] == "forward":
+            check_forward_node(plan, n, nodes)
+    check_casts(plan)
+    check_backward(plan)
+    check_optimizer(plan)
+    check_summary(plan)
+    for e in sys.argv[1:]:
+        check_expect(plan, e)
+    for e in errors:
+        print("  " + e)
+    return 1 if errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

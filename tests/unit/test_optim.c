@@ -1,0 +1,271 @@
+/* test_optim.c - the trainer's optimizers, learning-rate schedules, loss
+ * scale state machine, unscale/finite check and clipping (mp_optim.h),
+ * against values worked out by hand from torch.optim's formulas.
+ * (tests/t_train_torch.sh compares the same functions with torch itself.) */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <math.h>
+#include <string.h>
+
+#include "mp_optim.h"
+
+#define NEAR(a, b) assert_true(fabs((double)(a) - (double)(b)) <= 1e-6 * (1 + fabs((double)(b))))
+
+static MpTrainCfg cfg_of(int opt, double lr)
+{
+    MpTrainCfg c;
+    memset(&c, 0, sizeof c);
+    c.opt = opt;
+    c.lr = lr;
+    c.beta1 = 0.9;
+    c.beta2 = 0.999;
+    c.eps = 1e-8;
+    c.steps = 10;
+    return c;
+}
+
+static void test_sgd_plain(void **st)
+{
+    (void)st;
+    MpTrainCfg c = cfg_of(MP_OPT_SGD, 0.1);
+    float p[2] = {1, -2}, g[2] = {0.5f, 0.25f};
+    mp_sgd_update(p, g, NULL, 2, 0.1, &c);
+    NEAR(p[0], 0.95);
+    NEAR(p[1], -2.025);
+}
+
+static void test_sgd_momentum_wd(void **st)
+{
+    (void)st;
+    MpTrainCfg c = cfg_of(MP_OPT_SGD, 0.1);
+    c.momentum = 0.9;
+    c.weight_decay = 0.01;
+    float p = 1, g = 0.5f, buf = 0;
+    /* step 1: d = 0.5 + 0.01*1 = 0.51, buf = 0.51, p = 1 - 0.051 */
+    mp_sgd_update(&p, &g, &buf, 1, 0.1, &c);
+    NEAR(buf, 0.51);
+    NEAR(p, 0.949);
+    /* step 2: d = 0.5 + 0.00949, buf = 0.9*0.51 + d = 0.96849 */
+    mp_sgd_update(&p, &g, &buf, 1, 0.1, &c);
+    NEAR(buf, 0.96849);
+    NEAR(p, 0.949 - 0.096849);
+}
+
+static void test_sgd_nesterov(void **st)
+{
+    (void)st;
+    MpTrainCfg c = cfg_of(MP_OPT_SGD, 0.1);
+    c.momentum = 0.9;
+    c.nesterov = 1;
+    float p = 1, g = 0.5f, buf = 0;
+    /* buf = 0.5, d = 0.5 + 0.9*0.5 = 0.95 */
+    mp_sgd_update(&p, &g, &buf, 1, 0.1, &c);
+    NEAR(p, 1 - 0.095);
+    /* buf = 0.45 + 0.5 = 0.95, d = 0.5 + 0.855 = 1.355 */
+    mp_sgd_update(&p, &g, &buf, 1, 0.1, &c);
+    NEAR(buf, 0.95);
+    NEAR(p, 0.905 - 0.1355);
+}
+
+static void test_adam_first_steps(void **st)
+{
+    (void)st;
+    MpTrainCfg c = cfg_of(MP_OPT_ADAM, 0.1);
+    float p = 1, g = 0.5f, m = 0, v = 0;
+    /* t=1: m = 0.05, v = 0.00025, m^ = 0.5, sqrt(v^) = 0.5 */
+    mp_adam_update(&p, &g, &m, &v, 1, 0.1, &c, 1, 0);
+    NEAR(m, 0.05);
+    NEAR(v, 0.00025);
+    NEAR(p, 1 - 0.1 * 0.5 / (0.5 + 1e-8));
+    /* t=2: m = 0.095, v = 0.00049975; m^ = 0.095/0.19 = 0.5,
+     * v^ = 0.00049975/0.001999 = 0.25 */
+    mp_adam_update(&p, &g, &m, &v, 1, 0.1, &c, 2, 0);
+    NEAR(m, 0.095);
+    NEAR(v, 0.00049975);
+    NEAR(p, 0.9 - 0.1);
+}
+
+static void test_adam_l2_vs_adamw(void **st)
+{
+    (void)st;
+    MpTrainCfg c = cfg_of(MP_OPT_ADAM, 0.1);
+    c.weight_decay = 0.1;
+    float p = 1, g = 0.5f, m = 0, v = 0;
+    /* Adam: d = 0.5 + 0.1*1 = 0.6, m^ = 0.6, sqrt(v^) = 0.6: a step of lr */
+    mp_adam_update(&p, &g, &m, &v, 1, 0.1, &c, 1, 0);
+    NEAR(m, 0.06);
+    NEAR(p, 0.9);
+    /* AdamW: p = 1*(1 - 0.1*0.1) = 0.99, then a plain Adam step of lr */
+    c.opt = MP_OPT_ADAMW;
+    p = 1, m = 0, v = 0;
+    mp_adam_update(&p, &g, &m, &v, 1, 0.1, &c, 1, 1);
+    NEAR(m, 0.05);
+    NEAR(p, 0.89);
+}
+
+static void test_optim_slots(void **st)
+{
+    (void)st;
+    const char *names[2];
+    MpTrainCfg c = cfg_of(MP_OPT_SGD, 0.1);
+    assert_int_equal(mp_optim_slots(&c, names), 0);
+    c.momentum = 0.5;
+    assert_int_equal(mp_optim_slots(&c, names), 1);
+    assert_string_equal(names[0], "momentum_buffer");
+    c.opt = MP_OPT_ADAMW;
+    assert_int_equal(mp_optim_slots(&c, names), 2);
+    assert_string_equal(names[0], "exp_avg");
+    assert_string_equal(names[1], "exp_avg_sq");
+}
+
+static void test_sched_constant(void **st)
+{
+    (void)st;
+    MpTrainCfg c = cfg_of(MP_OPT_SGD, 1);
+    c.sched = MP_SCHED_CONSTANT;
+    c.warmup = 4;
+    for (int k = 1; k < 30; k++)
+        NEAR(mp_sched_lr(&c, 0.5, k), 0.5);
+}
+
+static void test_sched_linear(void **st)
+{
+    (void)st;
+    MpTrainCfg c = cfg_of(MP_OPT_SGD, 1);
+    c.sched = MP_SCHED_LINEAR;
+    c.warmup = 4;               /* T = 10 */
+    NEAR(mp_sched_lr(&c, 1, 1), 0.25);
+    NEAR(mp_sched_lr(&c, 1, 2), 0.5);
+    NEAR(mp_sched_lr(&c, 1, 4), 1);
+    NEAR(mp_sched_lr(&c, 1, 5), 1);            /* p = 0 */
+    NEAR(mp_sched_lr(&c, 1, 6), 5.0 / 6);
+    NEAR(mp_sched_lr(&c, 1, 10), 1.0 / 6);
+    NEAR(mp_sched_lr(&c, 1, 11), 0);
+    NEAR(mp_sched_lr(&c, 1, 50), 0);
+    c.warmup = 0;               /* torch's LinearLR(1, 0, total_iters=10) */
+    NEAR(mp_sched_lr(&c, 2, 1), 2);
+    NEAR(mp_sched_lr(&c, 2, 10), 0.2);
+}
+
+static void test_sched_cosine(void **st)
+{
+    (void)st;
+    MpTrainCfg c = cfg_of(MP_OPT_SGD, 1);
+    c.sched = MP_SCHED_COSINE;
+    c.warmup = 4;
+    c.sched_min = 0.1;
+    NEAR(mp_sched_lr(&c, 1, 2), 0.5);
+    NEAR(mp_sched_lr(&c, 1, 5), 1);
+    NEAR(mp_sched_lr(&c, 1, 7), 0.775);        /* p = 1/3: cos = 0.5 */
+    NEAR(mp_sched_lr(&c, 1, 10), 0.1 + 0.9 * (1 - sqrt(3) / 2) / 2);
+    NEAR(mp_sched_lr(&c, 1, 11), 0.1);
+    NEAR(mp_sched_lr(&c, 1, 1000), 0.1);
+    c.warmup = 0;               /* CosineAnnealingLR(T_max=10, eta_min=0.1) */
+    c.sched_min = 0;
+    NEAR(mp_sched_lr(&c, 1, 1), 1);
+    NEAR(mp_sched_lr(&c, 1, 6), 0.5);
+}
+
+static void test_scaler_dynamic(void **st)
+{
+    (void)st;
+    MpTrainCfg c = cfg_of(MP_OPT_SGD, 1);
+    MpScaler s;
+    c.ls = MP_LS_DYNAMIC;
+    c.ls_init = 8;
+    c.ls_growth = 2;
+    c.ls_backoff = 0.5;
+    c.ls_interval = 3;
+    mp_scaler_init(&s, &c);
+    assert_int_equal(mp_scaler_update(&s, 0), 0);
+    NEAR(s.scale, 4);
+    assert_int_equal(s.skipped, 1);
+    assert_int_equal(mp_scaler_update(&s, 1), 1);
+    assert_int_equal(mp_scaler_update(&s, 1), 1);
+    NEAR(s.scale, 4);
+    assert_int_equal(s.good, 2);
+    assert_int_equal(mp_scaler_update(&s, 1), 1);      /* third good: grow */
+    NEAR(s.scale, 8);
+    assert_int_equal(s.good, 0);
+    mp_scaler_update(&s, 1);
+    mp_scaler_update(&s, 0);                          /* overflow resets good */
+    assert_int_equal(s.good, 0);
+    NEAR(s.scale, 4);
+    assert_false(mp_scaler_at_floor(&s));
+    for (int i = 0; i < 5; i++)
+        assert_int_equal(mp_scaler_update(&s, 0), 0);
+    NEAR(s.scale, 1);                                 /* never below 1 */
+    assert_true(mp_scaler_at_floor(&s));
+    assert_int_equal(s.skipped, 7);
+    s.scale = ldexp(1, 127);                          /* 2^128 is no f32 */
+    for (int i = 0; i < 3; i++)
+        mp_scaler_update(&s, 1);
+    NEAR(s.scale, ldexp(1, 127));
+}
+
+static void test_scaler_static_none(void **st)
+{
+    (void)st;
+    MpTrainCfg c = cfg_of(MP_OPT_SGD, 1);
+    MpScaler s;
+    c.ls = MP_LS_STATIC;
+    c.ls_init = 128;
+    c.ls_interval = 1;
+    c.ls_growth = 2;
+    mp_scaler_init(&s, &c);
+    assert_int_equal(mp_scaler_update(&s, 0), 0);     /* still skipped */
+    for (int i = 0; i < 5; i++)
+        assert_int_equal(mp_scaler_update(&s, 1), 1);
+    NEAR(s.scale, 128);
+    assert_int_equal(s.skipped, 1);
+    assert_true(mp_scaler_at_floor(&s));
+    c.ls = MP_LS_NONE;
+    mp_scaler_init(&s, &c);
+    NEAR(s.scale, 1);
+    assert_int_equal(mp_scaler_update(&s, 0), 1);     /* no check */
+    assert_int_equal(s.skipped, 0);
+    assert_false(mp_scaler_at_floor(&s));
+}
+
+static void test_unscale_and_clip(void **st)
+{
+    (void)st;
+    float g[3] = {6, 8, 0};
+    double ss = mp_unscale_sumsq(g, 3, 0.5f);
+    NEAR(g[0], 3);
+    NEAR(g[1], 4);
+    NEAR(ss, 25);
+    assert_int_equal(mp_clip(g, 3, 5, 10), 0);        /* under the limit */
+    NEAR(g[0], 3);
+    assert_int_equal(mp_clip(g, 3, 5, 1), 1);
+    NEAR(g[0], 3 / (5 + 1e-6));
+    NEAR(g[1], 4 / (5 + 1e-6));
+    float h[2] = {1, INFINITY};
+    assert_false(isfinite(mp_unscale_sumsq(h, 2, 1.0f)));
+    h[1] = NAN;
+    assert_false(isfinite(mp_unscale_sumsq(h, 2, 0.25f)));
+    float big[2] = {3e38f, 3e38f};                    /* no false alarm */
+    assert_true(isfinite(mp_unscale_sumsq(big, 2, 1.0f)));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_sgd_plain),
+        cmocka_unit_test(test_sgd_momentum_wd),
+        cmocka_unit_test(test_sgd_nesterov),
+        cmocka_unit_test(test_adam_first_steps),
+        cmocka_unit_test(test_adam_l2_vs_adamw),
+        cmocka_unit_test(test_optim_slots),
+        cmocka_unit_test(test_sched_constant),
+        cmocka_unit_test(test_sched_linear),
+        cmocka_unit_test(test_sched_cosine),
+        cmocka_unit_test(test_scaler_dynamic),
+        cmocka_unit_test(test_scaler_static_none),
+        cmocka_unit_test(test_unscale_and_clip),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
