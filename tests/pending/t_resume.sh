@@ -6,7 +6,7 @@
 # split points fall mid-epoch and on an epoch boundary (1000 samples: 31
 # batches of 32 per epoch, 31 steps of 2x16 for resume_accum).
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." && { [ -e Makefile ] || cd ..; }   # (also from tests/pending/)
 . tests/py/lib.sh
 W=${B:-build}/t_resume
 mkdir -p "$W"

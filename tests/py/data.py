@@ -72,6 +72,17 @@ def shakespeare(t, n, offset=0, stride=None):
     return w[:, :-1].copy(), w[:, 1:].copy()
 
 
+def shakespeare_vocab(t, n, offset=0, stride=None):
+    """As shakespeare(), but ids index the sorted set of the text's 65
+    distinct characters (examples/char_transformer.mp's vocabulary)."""
+    raw = _cached("tinyshakespeare", lambda: np.frombuffer(
+        open(os.path.join(SHARED, "tinyshakespeare", "input.txt"), "rb").read(), np.uint8))
+    table = np.zeros(256, np.int32)
+    table[np.unique(raw)] = np.arange(len(np.unique(raw)), dtype=np.int32)
+    x, y = shakespeare(t, n, offset, stride)
+    return table[x], table[y]
+
+
 def one_hot(labels, classes):
     return np.eye(classes, dtype=np.float32)[labels]
 
@@ -80,17 +91,23 @@ def prepare(out):
     """Writes the small .npy sets of the reference tests into out/ (kept if
     present): mnist_{x,y} (4096 training images), mnist_e{x,y} (1024 test
     images), digits_{x,y,t} / digits_e{x,y,t} (1280 / 512 rows, t one-hot),
-    shake_{x,y} / shake_e{x,y} (windows of 32 characters)."""
+    shake_{x,y} / shake_e{x,y} (windows of 32 characters, byte ids),
+    shakev_* (windows of 64, vocabulary ids), mnist_x4 / mnist_ex4 (the
+    images as [N, 1, 28, 28])."""
     os.makedirs(out, exist_ok=True)
     x, y = mnist("train", 4096)
     ex, ey = mnist("t10k", 1024)
     dx, dy = digits()
     sx, sy = shakespeare(32, 1024, stride=97)
     tx, ty = shakespeare(32, 256, offset=1_000_000, stride=53)
+    vx, vy = shakespeare_vocab(64, 512, stride=211)
+    wx, wy = shakespeare_vocab(64, 128, offset=1_000_000, stride=101)
     sets = {"mnist_x": x, "mnist_y": y, "mnist_ex": ex, "mnist_ey": ey,
             "digits_x": dx[:1280], "digits_y": dy[:1280], "digits_t": one_hot(dy[:1280], 10),
             "digits_ex": dx[1280:1792], "digits_ey": dy[1280:1792], "digits_et": one_hot(dy[1280:1792], 10),
-            "shake_x": sx, "shake_y": sy, "shake_ex": tx, "shake_ey": ty}
+            "shake_x": sx, "shake_y": sy, "shake_ex": tx, "shake_ey": ty,
+            "shakev_x": vx, "shakev_y": vy, "shakev_ex": wx, "shakev_ey": wy,
+            "mnist_x4": x.reshape(-1, 1, 28, 28), "mnist_ex4": ex.reshape(-1, 1, 28, 28)}
     for k, a in sets.items():
         p = os.path.join(out, k + ".npy")
         if not os.path.exists(p):

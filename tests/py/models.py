@@ -83,11 +83,11 @@ class CnnBn(nn.Module):
 
 
 class Attn(nn.Module):
-    def __init__(self, d, h):
+    def __init__(self, d, h, k_bias=False):
         super().__init__()
         self.h = h
         self.q, self.v, self.proj = (nn.Linear(d, d) for _ in range(3))
-        self.k = nn.Linear(d, d, bias=False)
+        self.k = nn.Linear(d, d, bias=k_bias)
 
     def forward(self, x):
         b, t, d = x.shape
@@ -99,20 +99,22 @@ class Attn(nn.Module):
 
 
 class Mlp(nn.Module):
-    def __init__(self, d):
+    """linear(x, 4d) named `hidden`, gelu, linear(., d) named proj."""
+    def __init__(self, d, hidden="h"):
         super().__init__()
-        self.h = nn.Linear(d, 4 * d)
+        self.hidden = hidden
+        setattr(self, hidden, nn.Linear(d, 4 * d))
         self.proj = nn.Linear(4 * d, d)
 
     def forward(self, x):
-        return self.proj(F.gelu(self.h(x)))
+        return self.proj(F.gelu(getattr(self, self.hidden)(x)))
 
 
 class Layer(nn.Module):
-    def __init__(self, d, h):
+    def __init__(self, d, h, k_bias=False, hidden="h"):
         super().__init__()
-        self.ln1, self.attn = nn.LayerNorm(d), Attn(d, h)
-        self.ln2, self.mlp = nn.LayerNorm(d), Mlp(d)
+        self.ln1, self.attn = nn.LayerNorm(d), Attn(d, h, k_bias)
+        self.ln2, self.mlp = nn.LayerNorm(d), Mlp(d, hidden)
 
     def forward(self, x):
         x = x + self.attn(self.ln1(x))
@@ -137,4 +139,53 @@ class CharTf(nn.Module):
         return xent(logits, b["targets"]), {"accuracy": accuracy(logits.reshape(-1, logits.shape[-1]), b["targets"].reshape(-1))}
 
 
-TWINS.update({"cnn_bn": CnnBn, "char_tf": CharTf})
+class CharTransformer(nn.Module):
+    """examples/char_transformer.mp."""
+    def __init__(self, T=64, V=65, D=64, H=4, L=2, **_):
+        super().__init__()
+        self.pos = nn.Parameter(torch.randn(T, D) * 0.02)
+        self.tok = nn.Embedding(V, D)
+        self.layers = nn.ModuleList(Layer(D, H, k_bias=True, hidden="fc") for _ in range(L))
+        self.ln_f = nn.LayerNorm(D)
+        self.head = nn.Linear(D, V)
+
+    def forward(self, b):
+        x = self.tok(b["tokens"].long()) + self.pos
+        for layer in self.layers:
+            x = layer(x)
+        logits = self.head(self.ln_f(x))
+        return xent(logits, b["targets"]), {"accuracy": accuracy(logits, b["targets"])}
+
+
+class MnistCnn(nn.Module):
+    """examples/mnist_cnn.mp."""
+    def __init__(self, **_):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 16, 3, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(16)
+        self.conv2 = nn.Conv2d(16, 32, 3, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(32)
+        self.fc = nn.Linear(32 * 7 * 7, 10)
+
+    def forward(self, b):
+        x = b["image"].to(self.fc.weight.dtype) / 255
+        p1 = F.max_pool2d(F.relu(self.bn1(self.conv1(x))), 2)
+        p2 = F.max_pool2d(F.relu(self.bn2(self.conv2(p1))), 2)
+        logits = self.fc(p2.flatten(1))
+        return xent(logits, b["label"]), {"accuracy": accuracy(logits, b["label"])}
+
+
+class DigitsMlp(nn.Module):
+    """examples/digits_mlp.mp."""
+    def __init__(self, **_):
+        super().__init__()
+        self.h = nn.Linear(64, 64)
+        self.logits = nn.Linear(64, 10)
+
+    def forward(self, b):
+        logits = self.logits(torch.tanh(self.h(b["pixels"].to(self.h.weight.dtype) / 16)))
+        return xent(logits, b["label"]), {"accuracy": accuracy(logits, b["label"])}
+
+
+TWINS.update({"cnn_bn": CnnBn, "char_tf": CharTf, "char_transformer": CharTransformer,
+              "mnist_cnn": MnistCnn, "digits_mlp": DigitsMlp})
