@@ -55,8 +55,8 @@ if len(log) != 5:
     errs.append(f"{len(log)} steps logged, expected 5")
 if float(meta.get("loss_scale", -1)) != 2.0 ** 35:
     errs.append(f"checkpoint loss_scale {meta.get('loss_scale')!r}, expected 2^35 = {2.0 ** 35:.0f}")
-if str(meta.get("skipped")) != "5":
-    errs.append(f"checkpoint skipped {meta.get('skipped')!r}, expected 5")
+if str(meta.get("skipped_steps", meta.get("skipped"))) != "5":
+    errs.append(f"checkpoint skipped_steps {meta.get('skipped_steps')!r}, expected 5")
 for e in errs:
     print("FAIL:", e)
 sys.exit(1 if errs else 0)
