@@ -71,11 +71,11 @@ mpcc-asan-test: mpcc $(TOOLS) $(UNIT_BIN)
 golden-update: mpcc
 	MPCC=./mpcc tests/golden.sh --update
 
-fuzz: | $(B)
+fuzz: $(B)/parser.c $(B)/lexer.c $(B)/runtime_blob.c | $(B)
 	clang -g -O1 -fsanitize=fuzzer,address,undefined $(CPPFLAGS) -std=c11 \
 	    -o $(B)/fuzz_parse tests/fuzz_parse.c $(filter-out $(B)/%.o,$(COMPILER_OBJ)) \
 	    $(COMPILER_SRC) $(B)/parser.c $(B)/lexer.c $(B)/runtime_blob.c -lm
-	@echo "run: $(B)/fuzz_parse -max_total_time=600 tests/fuzz_corpus"
+	@echo "run: $(B)/fuzz_parse -max_total_time=600 -max_len=4096 NEW_DIR tests/fuzz_corpus"
 
 demo: mpcc
 	tools/demo.sh

@@ -19,7 +19,8 @@
  *   one of its inputs. The only other shape is an elementwise product
  *   taken over the broadcast shape before SUM_TO reduces it, typed like
  *   grad_of's output so that the reduction reads unrounded terms.
- * Shapes are set here from the forward shapes, not by shape.c. */
+ * Shapes are set here from the forward shapes; ad_check() also holds them
+ * against the shape rules of shape.c. */
 #include "autodiff.h"
 #include "ops.h"
 
@@ -494,7 +495,7 @@ static bool rule_agrees(IrGraph *g, const IrNode *n)
     return op_info[n->op].shape(g, &copy) && shape_eq(&copy.shape, &n->shape);
 }
 
-static int check_node(IrGraph *g, const IrNode *n, bool rules)
+static int check_node(IrGraph *g, const IrNode *n)
 {
     const IrNode *f = n->grad_of;
     int bad = 0;
@@ -515,7 +516,7 @@ static int check_node(IrGraph *g, const IrNode *n, bool rules)
         bad += complain(n, "compute type is not grad_of's (or, summing, its own)");
     if (!shape_type_ok(n))
         bad += complain(n, "shape or type is not that of a value it differentiates");
-    if (rules && !rule_agrees(g, n))
+    if (!rule_agrees(g, n))
         bad += complain(n, "the op's shape rule disagrees with its shape");
     return bad;
 }
@@ -542,14 +543,14 @@ static int check_params(IrGraph *g)
     return bad;
 }
 
-bool ad_check(IrGraph *g, bool rules)
+bool ad_check(IrGraph *g)
 {
     int bad = g->loss_scale ? 0 : complain(g->loss, "no loss scale");
     for (int i = 0; i < g->nnodes; i++) {
         if (g->nodes[i]->id != i)
             bad += complain(g->nodes[i], "id is not its index");
         else if (g->nodes[i]->phase == PH_BACKWARD)
-            bad += check_node(g, g->nodes[i], rules);
+            bad += check_node(g, g->nodes[i]);
     }
     return bad + check_params(g) == 0;
 }

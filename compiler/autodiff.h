@@ -21,9 +21,9 @@
 void ad_backward(IrGraph *g);
 
 /* The invariants above, checked on every backward node and parameter
- * after ad_backward(); with `rules`, also that each backward node's shape
- * is what its op's shape rule (shape.c) computes on a copy. Prints each
- * violation to stderr; true when there is none. For tests. */
-bool ad_check(IrGraph *g, bool rules);
+ * after ad_backward(), and that each backward node's shape is what its
+ * op's shape rule (shape.c) computes on a copy. Prints each violation to
+ * stderr; true when there is none. For tests. */
+bool ad_check(IrGraph *g);
 
 #endif

@@ -1,7 +1,376 @@
-/* emit_c_ops.c - SCAFFOLD: the per-op C emitters, written once the kernel API lands. */
+/* emit_c_ops.c - one emitter per row of ops.def for the C target: each
+ * writes the one runtime kernel call (runtime/mp_kernels*.h) that carries
+ * out its node, with sizes taken from the node's shapes. Kernel argument
+ * order: outputs, inputs, sizes, attributes (see mp_kernels.h). */
 #include "emit_common.h"
-#include "diag.h"
-#define OP(id, name, nin, cls, kind) \
-    void emit_c_##id(Emit *e, const IrNode *n) { (void)e; (void)n; diag_internal(__FILE__, __LINE__, "C emitter of " #id " not written yet"); }
-#include "ops.def"
-#undef OP
+#include "ops.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#define N(n) ((long long)shape_numel(&(n)->shape))
+#define IN(k) (n->in[k])
+
+/* "v7_h, MP_F16": a tensor argument. Constants are f32 scalars. */
+static const char *arg(Emit *e, const IrNode *v)
+{
+    return arena_printf(e->a, "%s, %s", cname(e, v), v->op == OP_CONST ? "MP_F32" : mpdt(v->type));
+}
+
+/* "2, (const int64_t[]){128, 784}": a rank and shape for broadcasting kernels. */
+static const char *rank_shape(Emit *e, const IrNode *v)
+{
+    if (v->shape.rank == 0)
+        return "0, (const int64_t[]){1}";
+    return arena_printf(e->a, "%d, (const int64_t[]){%s}", v->shape.rank, dims_list(e, &v->shape));
+}
+
+static long long dim(const IrNode *v, int i) { return (long long)v->shape.d[i < 0 ? v->shape.rank + i : i]; }
+
+/* x viewed as [outer, len, inner] around `axis` (-1: everything). */
+static void around_axis(const IrNode *x, int64_t axis, long long *outer, long long *len, long long *inner)
+{
+    *outer = *len = *inner = 1;
+    if (axis < 0) {
+        *len = N(x);
+        return;
+    }
+    for (int i = 0; i < x->shape.rank; i++)
+        *(i < axis ? outer : i == axis ? len : inner) *= x->shape.d[i];
+}
+
+/* [N, C, rest]: batch norm and channel sums, NCHW or [B, C]. */
+static void ncs(const IrNode *x, long long *n0, long long *c, long long *s)
+{
+    *n0 = dim(x, 0);
+    *c = dim(x, 1);
+    *s = N(x) / (*n0 * *c);
+}
+
+/* ---- leaves: the runtime owns their storage ---------------------------- */
+void emit_c_INPUT(Emit *e, const IrNode *n) { (void)e; (void)n; }
+void emit_c_PARAM(Emit *e, const IrNode *n) { (void)e; (void)n; }
+void emit_c_CONST(Emit *e, const IrNode *n) { (void)e; (void)n; }
+void emit_c_CAST(Emit *e, const IrNode *n)
+{
+    em(e, "    mp_k_cast(%s, %s, %lld);\n", arg(e, n), arg(e, IN(0)), N(n));
+}
+
+/* ---- elementwise ------------------------------------------------------- */
+static void binary(Emit *e, const IrNode *n, const char *k)
+{
+    em(e, "    mp_k_%s(%s, %s,\n              %s, %s,\n              %s, %s);\n", k, arg(e, n),
+       rank_shape(e, n), arg(e, IN(0)), rank_shape(e, IN(0)), arg(e, IN(1)), rank_shape(e, IN(1)));
+}
+void emit_c_ADD(Emit *e, const IrNode *n) { binary(e, n, "add"); }
+void emit_c_SUB(Emit *e, const IrNode *n) { binary(e, n, "sub"); }
+void emit_c_MUL(Emit *e, const IrNode *n) { binary(e, n, "mul"); }
+void emit_c_DIV(Emit *e, const IrNode *n) { binary(e, n, "div"); }
+
+static void unary(Emit *e, const IrNode *n, const char *k)
+{
+    em(e, "    mp_k_%s(%s, %s, %lld);\n", k, arg(e, n), arg(e, IN(0)), N(n));
+}
+void emit_c_NEG(Emit *e, const IrNode *n) { unary(e, n, "neg"); }
+void emit_c_RELU(Emit *e, const IrNode *n) { unary(e, n, "relu"); }
+void emit_c_GELU(Emit *e, const IrNode *n) { unary(e, n, "gelu"); }
+void emit_c_TANH(Emit *e, const IrNode *n) { unary(e, n, "tanh"); }
+void emit_c_SIGMOID(Emit *e, const IrNode *n) { unary(e, n, "sigmoid"); }
+void emit_c_SILU(Emit *e, const IrNode *n) { unary(e, n, "silu"); }
+void emit_c_EXP(Emit *e, const IrNode *n) { unary(e, n, "exp"); }
+void emit_c_LOG(Emit *e, const IrNode *n) { unary(e, n, "log"); }
+void emit_c_SQRT(Emit *e, const IrNode *n) { unary(e, n, "sqrt"); }
+void emit_c_RSQRT(Emit *e, const IrNode *n) { unary(e, n, "rsqrt"); }
+
+static void unary_grad(Emit *e, const IrNode *n, const char *k)
+{
+    em(e, "    mp_k_%s(%s, %s, %s, %lld);\n", k, arg(e, n), arg(e, IN(0)), arg(e, IN(1)), N(n));
+}
+void emit_c_RELU_GRAD(Emit *e, const IrNode *n) { unary_grad(e, n, "relu_grad"); }
+void emit_c_GELU_GRAD(Emit *e, const IrNode *n) { unary_grad(e, n, "gelu_grad"); }
+void emit_c_TANH_GRAD(Emit *e, const IrNode *n) { unary_grad(e, n, "tanh_grad"); }
+void emit_c_SIGMOID_GRAD(Emit *e, const IrNode *n) { unary_grad(e, n, "sigmoid_grad"); }
+void emit_c_SILU_GRAD(Emit *e, const IrNode *n) { unary_grad(e, n, "silu_grad"); }
+void emit_c_SQRT_GRAD(Emit *e, const IrNode *n) { unary_grad(e, n, "sqrt_grad"); }
+void emit_c_RSQRT_GRAD(Emit *e, const IrNode *n) { unary_grad(e, n, "rsqrt_grad"); }
+
+/* The mask depends on (seed, step, micro-batch, forward node): backward
+ * regenerates it, and evaluation (not training) passes values through. */
+static void dropout(Emit *e, const IrNode *n, const IrNode *fwd, const char *k)
+{
+    em(e, "    mp_k_%s(%s, %s, %lld, run->training ? (float)%.9g : 0.0f,\n"
+          "              run->seed, run->step, run->micro, %d);\n",
+       k, arg(e, n), arg(e, IN(0)), N(n), fwd->fa[0], fwd->id);
+}
+void emit_c_DROPOUT(Emit *e, const IrNode *n) { dropout(e, n, n, "dropout"); }
+void emit_c_DROPOUT_GRAD(Emit *e, const IrNode *n) { dropout(e, n, n->grad_of, "dropout_grad"); }
+
+/* ---- views ---------------------------------------------------------------- */
+void emit_c_RESHAPE(Emit *e, const IrNode *n) { (void)e; (void)n; /* shares its input's buffer */ }
+void emit_c_FLATTEN(Emit *e, const IrNode *n) { (void)e; (void)n; /* shares its input's buffer */ }
+void emit_c_TRANSPOSE(Emit *e, const IrNode *n)
+{
+    const IrNode *x = IN(0);
+    char perm[MP_MAX_RANK * 24 + 1] = "";
+    for (int i = 0; i < x->shape.rank; i++)
+        snprintf(perm + strlen(perm), sizeof perm - strlen(perm), "%s%d", i ? ", " : "", (int)n->ia[i]);
+    em(e, "    mp_k_transpose(%s, %s, %d, (const int64_t[]){%s}, (const int64_t[]){%s});\n", arg(e, n),
+       arg(e, x), x->shape.rank, dims_list(e, &x->shape), perm);
+}
+
+/* ---- products ------------------------------------------------------------- */
+void emit_c_MATMUL(Emit *e, const IrNode *n)
+{
+    const IrNode *a = IN(0), *b = IN(1);
+    int ta = (int)n->ia[0], tb = (int)n->ia[1];
+    long long m = dim(a, ta ? -1 : -2), k = dim(a, ta ? -2 : -1), nn = dim(b, tb ? -2 : -1);
+    long long batch = N(n) / (m * nn);
+    long long sa = a->shape.rank > 2 ? m * k : 0, sb = b->shape.rank > 2 ? k * nn : 0;
+    if (!ta && sb == 0) {          /* [..., M, K] @ [K, N]: one product of M' rows */
+        m *= batch;
+        batch = 1;
+        sa = 0;
+    }
+    em(e, "    mp_k_matmul(%s, %s, %s, %lld, %lld, %lld, %lld, %d, %d, %lld, %lld);\n", arg(e, n),
+       arg(e, a), arg(e, b), batch, m, nn, k, ta, tb, sa, sb);
+}
+
+void emit_c_MATMUL_TN(Emit *e, const IrNode *n)
+{
+    const IrNode *a = IN(0), *b = IN(1);
+    long long k = dim(a, -1);
+    em(e, "    mp_k_matmul_tn(%s, %s, %s, %lld, %lld, %lld, 0.0f);\n", arg(e, n), arg(e, a), arg(e, b),
+       N(a) / k, k, dim(b, -1));
+}
+
+void emit_c_LINEAR(Emit *e, const IrNode *n)
+{
+    const IrNode *x = IN(0), *w = IN(1);
+    long long k = dim(x, -1);
+    em(e, "    mp_k_linear(%s, %s, %s, %s, %lld, %lld, %lld);\n", arg(e, n), arg(e, x), arg(e, w),
+       n->nin > 2 ? arg(e, IN(2)) : "NULL, MP_F32", N(x) / k, dim(w, 0), k);
+}
+
+/* ---- convolution and pooling ---------------------------------------------- */
+static const char *nchw(Emit *e, const IrNode *x)
+{
+    return arena_printf(e->a, "%lld, %lld, %lld, %lld", dim(x, 0), dim(x, 1), dim(x, 2), dim(x, 3));
+}
+
+void emit_c_CONV2D(Emit *e, const IrNode *n)
+{
+    const IrNode *x = IN(0), *w = IN(1);
+    em(e, "    mp_k_conv2d(%s, %s, %s, %s,\n                %s, %lld, %lld, %lld, %lld);\n", arg(e, n),
+       arg(e, x), arg(e, w), n->nin > 2 ? arg(e, IN(2)) : "NULL, MP_F32", nchw(e, x), dim(w, 0),
+       dim(w, 2), (long long)n->ia[0], (long long)n->ia[1]);
+}
+
+void emit_c_CONV2D_DX(Emit *e, const IrNode *n)
+{
+    const IrNode *w = IN(1), *f = n->grad_of;
+    em(e, "    mp_k_conv2d_dx(%s, %s, %s,\n                   %s, %lld, %lld, %lld, %lld);\n", arg(e, n),
+       arg(e, IN(0)), arg(e, w), nchw(e, n), dim(w, 0), dim(w, 2), (long long)f->ia[0],
+       (long long)f->ia[1]);
+}
+
+void emit_c_CONV2D_DW(Emit *e, const IrNode *n)
+{
+    const IrNode *x = IN(1), *f = n->grad_of;
+    em(e, "    mp_k_conv2d_dw(%s, %s, %s,\n                   %s, %lld, %lld, %lld, %lld, 0.0f);\n",
+       arg(e, n), arg(e, IN(0)), arg(e, x), nchw(e, x), dim(n, 0), dim(n, 2), (long long)f->ia[0],
+       (long long)f->ia[1]);
+}
+
+void emit_c_CHANNEL_SUM(Emit *e, const IrNode *n)
+{
+    long long b, c, s;
+    ncs(IN(0), &b, &c, &s);
+    em(e, "    mp_k_channel_sum(%s, %s, %lld, %lld, %lld, 0.0f);\n", arg(e, n), arg(e, IN(0)), b, c, s);
+}
+
+static void pool(Emit *e, const IrNode *n, const char *k, const IrNode *x, const IrNode *f)
+{
+    em(e, "    mp_k_%s(%s, %s, %s, %lld, %lld);\n", k, arg(e, n), arg(e, IN(0)), nchw(e, x),
+       (long long)f->ia[0], (long long)f->ia[1]);
+}
+void emit_c_MAX_POOL2D(Emit *e, const IrNode *n) { pool(e, n, "max_pool2d", IN(0), n); }
+void emit_c_AVG_POOL2D(Emit *e, const IrNode *n) { pool(e, n, "avg_pool2d", IN(0), n); }
+void emit_c_AVG_POOL2D_GRAD(Emit *e, const IrNode *n) { pool(e, n, "avg_pool2d_grad", n, n->grad_of); }
+void emit_c_MAX_POOL2D_GRAD(Emit *e, const IrNode *n)
+{
+    const IrNode *f = n->grad_of;
+    em(e, "    mp_k_max_pool2d_grad(%s, %s, %s, %s, %lld, %lld);\n", arg(e, n), arg(e, IN(0)),
+       arg(e, IN(1)), nchw(e, n), (long long)f->ia[0], (long long)f->ia[1]);
+}
+
+void emit_c_GLOBAL_AVG_POOL(Emit *e, const IrNode *n)
+{
+    const IrNode *x = IN(0);
+    em(e, "    mp_k_global_avg_pool(%s, %s, %lld, %lld, %lld);\n", arg(e, n), arg(e, x), dim(x, 0),
+       dim(x, 1), dim(x, 2) * dim(x, 3));
+}
+
+void emit_c_GLOBAL_AVG_POOL_GRAD(Emit *e, const IrNode *n)
+{
+    em(e, "    mp_k_global_avg_pool_grad(%s, %s, %lld, %lld, %lld);\n", arg(e, n), arg(e, IN(0)),
+       dim(n, 0), dim(n, 1), dim(n, 2) * dim(n, 3));
+}
+
+/* ---- embedding --------------------------------------------------------------- */
+void emit_c_EMBEDDING(Emit *e, const IrNode *n)
+{
+    const IrNode *w = IN(1);
+    em(e, "    mp_k_embedding(%s, %s, %s, %lld, %lld, %lld);\n", arg(e, n), cname(e, IN(0)), arg(e, w),
+       N(IN(0)), dim(w, 0), dim(w, 1));
+}
+
+void emit_c_EMBEDDING_DW(Emit *e, const IrNode *n)
+{
+    em(e, "    mp_k_embedding_dw(%s, %s, %s, %lld, %lld, %lld, 0.0f);\n", arg(e, n), arg(e, IN(0)),
+       cname(e, IN(1)), N(IN(1)), dim(n, 0), dim(n, 1));
+}
+
+/* ---- reductions and softmax ---------------------------------------------------- */
+static void reduce(Emit *e, const IrNode *n, const char *k, const IrNode *x, int64_t axis)
+{
+    long long o, l, i;
+    around_axis(x, axis, &o, &l, &i);
+    em(e, "    mp_k_%s(%s, %s, %lld, %lld, %lld);\n", k, arg(e, n), arg(e, IN(0)), o, l, i);
+}
+void emit_c_SUM(Emit *e, const IrNode *n) { reduce(e, n, "sum", IN(0), n->ia[0]); }
+void emit_c_MEAN(Emit *e, const IrNode *n) { reduce(e, n, "mean", IN(0), n->ia[0]); }
+void emit_c_SOFTMAX(Emit *e, const IrNode *n) { reduce(e, n, "softmax", IN(0), n->ia[0]); }
+void emit_c_LOG_SOFTMAX(Emit *e, const IrNode *n) { reduce(e, n, "log_softmax", IN(0), n->ia[0]); }
+
+void emit_c_EXPAND(Emit *e, const IrNode *n)
+{
+    long long o, l, i;
+    around_axis(n, n->ia[0], &o, &l, &i);
+    em(e, "    mp_k_expand(%s, %s, %lld, %lld, %lld, (float)%.9g);\n", arg(e, n), arg(e, IN(0)), o, l, i,
+       n->fa[0]);
+}
+
+void emit_c_SUM_TO(Emit *e, const IrNode *n)
+{
+    em(e, "    mp_k_sum_to(%s, %s,\n                %s, %s, 0.0f);\n", arg(e, n), rank_shape(e, n),
+       arg(e, IN(0)), rank_shape(e, IN(0)));
+}
+
+static void softmax_grad(Emit *e, const IrNode *n, const char *k)
+{
+    long long o, l, i;
+    around_axis(n, n->ia[0], &o, &l, &i);
+    em(e, "    mp_k_%s(%s, %s, %s, %lld, %lld, %lld);\n", k, arg(e, n), arg(e, IN(0)), arg(e, IN(1)), o,
+       l, i);
+}
+void emit_c_SOFTMAX_GRAD(Emit *e, const IrNode *n) { softmax_grad(e, n, "softmax_grad"); }
+void emit_c_LOG_SOFTMAX_GRAD(Emit *e, const IrNode *n) { softmax_grad(e, n, "log_softmax_grad"); }
+
+/* ---- norms --------------------------------------------------------------------- */
+void emit_c_LAYER_NORM(Emit *e, const IrNode *n)
+{
+    const IrNode *x = IN(0);
+    em(e, "    mp_k_layer_norm(%s, %s, %s, %s, %lld, %lld, (float)%.9g);\n", arg(e, n), arg(e, x),
+       arg(e, IN(1)), arg(e, IN(2)), N(x) / dim(x, -1), dim(x, -1), n->fa[0]);
+}
+
+void emit_c_LAYER_NORM_DX(Emit *e, const IrNode *n)
+{
+    const IrNode *x = IN(1);
+    em(e, "    mp_k_layer_norm_dx(%s, %s, %s, %s, %lld, %lld, (float)%.9g);\n", arg(e, n), arg(e, IN(0)),
+       arg(e, x), arg(e, IN(2)), N(x) / dim(x, -1), dim(x, -1), n->grad_of->fa[0]);
+}
+
+void emit_c_LAYER_NORM_DW(Emit *e, const IrNode *n)
+{
+    const IrNode *x = IN(1);
+    em(e, "    mp_k_layer_norm_dw(%s, %s, %s, %lld, %lld, (float)%.9g, 0.0f);\n", arg(e, n), arg(e, IN(0)),
+       arg(e, x), N(x) / dim(x, -1), dim(x, -1), n->grad_of->fa[0]);
+}
+
+void emit_c_BATCH_NORM(Emit *e, const IrNode *n)
+{
+    long long b, c, s;
+    ncs(IN(0), &b, &c, &s);
+    em(e, "    mp_k_batch_norm(%s, %s, %s, %s,\n                    %s, %s, %lld, %lld, %lld, (float)%.9g, (float)%.9g, "
+          "run->training);\n",
+       arg(e, n), arg(e, IN(0)), arg(e, IN(1)), arg(e, IN(2)), cname(e, IN(3)), cname(e, IN(4)), b, c,
+       s, n->fa[0], n->fa[1]);
+}
+
+void emit_c_BATCH_NORM_DX(Emit *e, const IrNode *n)
+{
+    long long b, c, s;
+    ncs(IN(1), &b, &c, &s);
+    em(e, "    mp_k_batch_norm_dx(%s, %s, %s, %s, %lld, %lld, %lld, (float)%.9g);\n", arg(e, n), arg(e, IN(0)),
+       arg(e, IN(1)), arg(e, IN(2)), b, c, s, n->grad_of->fa[1]);
+}
+
+void emit_c_BATCH_NORM_DW(Emit *e, const IrNode *n)
+{
+    long long b, c, s;
+    ncs(IN(1), &b, &c, &s);
+    em(e, "    mp_k_batch_norm_dw(%s, %s, %s, %lld, %lld, %lld, (float)%.9g, 0.0f);\n", arg(e, n),
+       arg(e, IN(0)), arg(e, IN(1)), b, c, s, n->grad_of->fa[1]);
+}
+
+/* ---- losses and metrics ------------------------------------------------------------ */
+void emit_c_CROSS_ENTROPY(Emit *e, const IrNode *n)
+{
+    const IrNode *x = IN(0);
+    em(e, "    mp_k_cross_entropy(%s, %s, %s, %lld, %lld);\n", arg(e, n), arg(e, x), cname(e, IN(1)),
+       N(IN(1)), dim(x, -1));
+}
+
+void emit_c_CROSS_ENTROPY_GRAD(Emit *e, const IrNode *n)
+{
+    const IrNode *x = IN(1);
+    em(e, "    mp_k_cross_entropy_grad(%s, %s, %s, %s, %lld, %lld);\n", arg(e, n), arg(e, IN(0)),
+       arg(e, x), cname(e, IN(2)), N(IN(2)), dim(x, -1));
+}
+
+void emit_c_ACCURACY(Emit *e, const IrNode *n)
+{
+    const IrNode *x = IN(0);
+    em(e, "    mp_k_accuracy(%s, %s, %s, %lld, %lld);\n", arg(e, n), arg(e, x), cname(e, IN(1)), N(IN(1)),
+       dim(x, -1));
+}
+
+void emit_c_MSE(Emit *e, const IrNode *n)
+{
+    em(e, "    mp_k_mse(%s, %s, %s, %lld);\n", arg(e, n), arg(e, IN(0)), arg(e, IN(1)), N(IN(0)));
+}
+
+void emit_c_MSE_GRAD(Emit *e, const IrNode *n)
+{
+    em(e, "    mp_k_mse_grad(%s, %s, %s, %s, %lld);\n", arg(e, n), arg(e, IN(0)), arg(e, IN(1)),
+       arg(e, IN(2)), N(n));
+}
+
+/* ---- attention: q, k, v, y [B, H, T, D] seen as [B*H, T, D] ------------------------- */
+static void attention(Emit *e, const IrNode *n, const char *k, const IrNode *q, const IrNode *f)
+{
+    long long t = dim(q, -2), d = dim(q, -1);
+    em(e, "    mp_k_%s(%s, ", k, arg(e, n));
+    for (int i = 0; i < n->nin; i++)
+        em(e, "%s, ", arg(e, IN(i)));
+    em(e, "\n                   %lld, %lld, %lld, %d, %s);\n", N(q) / (t * d), t, d, (int)f->ia[0],
+       mpdt(f->compute));
+}
+void emit_c_ATTENTION(Emit *e, const IrNode *n) { attention(e, n, "attention", IN(0), n); }
+void emit_c_ATTENTION_DQ(Emit *e, const IrNode *n) { attention(e, n, "attention_dq", IN(1), n->grad_of); }
+void emit_c_ATTENTION_DK(Emit *e, const IrNode *n) { attention(e, n, "attention_dk", IN(1), n->grad_of); }
+void emit_c_ATTENTION_DV(Emit *e, const IrNode *n) { attention(e, n, "attention_dv", IN(1), n->grad_of); }
+
+/* ---- loss scaling and the optimizer ---------------------------------------------------- */
+/* The backward pass starts from d(loss) = S / accumulate, set by the runtime. */
+void emit_c_LOSS_SCALE(Emit *e, const IrNode *n)
+{
+    em(e, "    mp_k_fill(%s, run->seed_grad, 1);\n", arg(e, n));
+}
+/* Carried out by the runtime (mp_train.h) on the flat gradient buffer. */
+void emit_c_UNSCALE(Emit *e, const IrNode *n) { (void)e; (void)n; }
+void emit_c_CLIP_GRAD_NORM(Emit *e, const IrNode *n) { (void)e; (void)n; }
+void emit_c_SGD(Emit *e, const IrNode *n) { (void)e; (void)n; }
+void emit_c_ADAM(Emit *e, const IrNode *n) { (void)e; (void)n; }
+void emit_c_ADAMW(Emit *e, const IrNode *n) { (void)e; (void)n; }

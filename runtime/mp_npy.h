@@ -219,8 +219,8 @@ static MP_UNUSED int mp_npy_header_(FILE *f, const char *path, int64_t fsize, Mp
         return mp_errf(e, "%s: bad header: %lld bytes long (at most %d expected)", path,
                        (long long)hlen, MP_NPY_MAX_HEADER);
     if (*data_at > fsize)
-        return mp_errf(e, "%s: truncated: the header is %lld bytes long but the file holds only %lld bytes after the preamble",
-                       path, (long long)hlen, (long long)(fsize - (*data_at - hlen)));
+        return mp_errf(e, "%s: truncated: the header is %lld bytes long but the file holds only %lld "
+                       "bytes after the preamble", path, (long long)hlen, (long long)(fsize - (*data_at - hlen)));
     char *text = (char *)malloc((size_t)hlen + 1);
     if (!text)
         return mp_errf(e, "%s: out of memory", path);

@@ -188,8 +188,10 @@ typedef struct MpJs {
 
 static MP_UNUSED int mp_js_bad_(MpJs *j, const char *expected)
 {
-    return mp_errf(j->c.e, "%s: bad header JSON at byte %d%s%s%s: expected %s", j->c.path, (int)(j->c.p - j->c.s) + 8,
-                   j->tensor ? " (tensor '" : "", j->tensor ? j->tensor : "", j->tensor ? "')" : "", expected);
+    int byte = (int)(j->c.p - j->c.s) + 8;   /* an offset in the file */
+    const char *t = j->tensor;
+    return mp_errf(j->c.e, "%s: bad header JSON at byte %d%s%s%s: expected %s", j->c.path, byte,
+                   t ? " (tensor '" : "", t ? t : "", t ? "')" : "", expected);
 }
 
 static MP_UNUSED int mp_js_hex4_(MpJs *j, unsigned *u)
@@ -547,7 +549,8 @@ static MP_UNUSED void mp_st_close(MpStFile *f)
 }
 
 /* The header length: present, sane and within the file. */
-static MP_UNUSED int mp_st_hlen_(const char *path, const unsigned char *buf, int64_t size, int64_t *hlen, MpErr *e)
+static MP_UNUSED int mp_st_hlen_(const char *path, const unsigned char *buf, int64_t size, int64_t *hlen,
+                                 MpErr *e)
 {
     if (size < 8)
         return mp_errf(e, "%s: truncated: %lld bytes is too short for a safetensors file", path, (long long)size);

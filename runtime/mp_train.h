@@ -19,6 +19,14 @@
  * `grad_norm` the unscaled global norm before clipping (null when not
  * finite), `samples_per_s` over the steps since the previous log line.
  * The JSONL file is truncated by a fresh run and appended to by --resume.
+ * Evaluation (every --eval-every steps and once at the end) and --save-every
+ * checkpoints run after a step; the last step's are done once, after the
+ * loop. Non-finite numbers are written as JSON null.
+ * The data order and every parameter's init follow mp_data.h; the
+ * optimizer, schedule and loss scale mp_optim.h; checkpoints mp_ckpt.h.
+ * --gradcheck (for mpcc's own tests) runs mp_gradcheck.h instead of
+ * training. Buffers the model captures in setup() (parameter values,
+ * gradients, input batches) are allocated before it and never move.
  *
  * Exit status: 0 done, 1 run-time error (one line on stderr), 2 usage. */
 #ifndef MP_TRAIN_H
@@ -478,11 +486,11 @@ static inline int mp_log_step(MpLog *l, const MpTrainer *t, int64_t k, const MpS
     if (!logged)
         return 0;
     if (!l->tty)
-        fprintf(stderr, "step %lld/%lld loss %s loss_scale %g skipped %lld lr %.6g grad_norm %s "
+        fprintf(stderr, "step %lld/%lld loss %s loss_scale %.10g skipped %lld lr %.6g grad_norm %s "
                 "samples/s %.0f\n", (long long)k, (long long)l->total, loss, s->scale,
                 (long long)t->ls.skipped, s->lr, gn, sps);
     if (l->jsonl)
-        fprintf(l->jsonl, "{\"step\":%lld,\"loss\":%s,\"loss_scale\":%.10g,\"skipped\":%lld,"
+        fprintf(l->jsonl, "{\"step\":%lld,\"loss\":%s,\"loss_scale\":%.17g,\"skipped\":%lld,"
                 "\"lr\":%.10g,\"grad_norm\":%s,\"samples_per_s\":%.0f}\n", (long long)k, loss,
                 s->scale, (long long)t->ls.skipped, s->lr, gn, sps);
     l->last_time = now;

@@ -1,7 +1,8 @@
 /* mp_util.h - small helpers shared by the runtime's file formats and trainer:
- * one-line error messages, element-type facts, overflow-checked int64
- * arithmetic, a growable text buffer with a JSON string escaper, whole-file
- * reading and atomic file writing.
+ * one-line error messages (MpErr), element-type facts, overflow-checked
+ * int64 arithmetic, a growable text buffer with a JSON string escaper
+ * (MpBuf), a cursor for parsing header text (MpScan), whole-file reading and
+ * atomic file writing.
  *
  * Invariants: every function that can fail returns 0 or -1 and, on -1, has
  * set its MpErr to one line (no newline) that names the file involved.

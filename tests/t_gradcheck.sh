@@ -18,7 +18,7 @@ for f in tests/gradcheck/*.mp; do
     fi
     seen="$seen $("$MPCC" "$f" --precision float32 --dump-plan=json |
         /usr/bin/python3 -c 'import json,sys; print(" ".join(sorted({n["op"] for n in json.load(sys.stdin)["nodes"] if n["phase"] == "forward"})))')"
-    if ! cc -O1 -g ${SAN:-} -o "$tmp/$name" "$tmp/$name.c" -lm 2>"$tmp/$name.err"; then
+    if ! cc -O1 -g -Wall -Werror ${SAN:-} -o "$tmp/$name" "$tmp/$name.c" -lm 2>"$tmp/$name.err"; then
         echo "FAIL $name: the generated C does not build"; head -n 20 "$tmp/$name.err"; fail=1; continue
     fi
     if "$tmp/$name" --gradcheck >"$tmp/$name.out" 2>&1; then

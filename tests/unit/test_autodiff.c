@@ -3,18 +3,24 @@
  * Each test builds a forward graph by hand, typed as prec_forward() would
  * type it (shape, type, compute, CAST nodes), runs ad_backward() and checks
  * which backward nodes appear, their inputs, attributes, shapes, types and
- * compute types, and that ad_check() finds every invariant kept. The
- * numbers themselves are checked end to end by tests/t_gradcheck.sh. */
+ * compute types, and that ad_check() finds every invariant kept. Then
+ * every model of examples/ and tests/gradcheck/ goes through the real
+ * front end and precision pass under each policy and must pass ad_check().
+ * The numbers themselves are checked end to end by tests/t_gradcheck.sh. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "ast.h"
 #include "autodiff.h"
 #include "ops.h"
+#include "prec.h"
+#include "sema.h"
 
 #include <fcntl.h>
+#include <glob.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -100,7 +106,7 @@ static void backward(IrNode *loss)
 {
     g->loss = loss;
     ad_backward(g);
-    assert_true(ad_check(g, false));
+    assert_true(ad_check(g));
 }
 
 /* ---- finding backward nodes ------------------------------------------------ */
@@ -809,23 +815,63 @@ static void test_check_catches_violations(void **state)
     IrNode *db = P(b)->grad;
     int saved = quiet_stderr();
     db->loc.line++;
-    bool loc_ok = ad_check(g, false);
+    bool loc_ok = ad_check(g);
     db->loc.line--;
     db->type = DT_F16;
-    bool type_ok = ad_check(g, false);
+    bool type_ok = ad_check(g);
     db->type = DT_F32;
     db->compute = DT_F16;
-    bool compute_ok = ad_check(g, false);
+    bool compute_ok = ad_check(g);
     db->compute = DT_F32;
     P(b)->grad = NULL;
-    bool grad_ok = ad_check(g, false);
+    bool grad_ok = ad_check(g);
     P(b)->grad = db;
     restore_stderr(saved);
     assert_false(loc_ok);
     assert_false(type_ok);
     assert_false(compute_ok);
     assert_false(grad_ok);
-    assert_true(ad_check(g, false));
+    assert_true(ad_check(g));
+}
+
+/* ---- the real pipeline on every model ------------------------------------------------ */
+
+/* sema -> prec_forward -> ad_backward, as mpcc runs them; NULL on errors. */
+static IrGraph *compile(const char *path, Policy policy)
+{
+    int before = diag_error_count();
+    SrcFile *f = ast_read_file(&arena, path);
+    if (!f)
+        return NULL;
+    IrGraph *pg = sema_lower(&arena, ast_parse(&arena, f), (int)policy);
+    if (!pg || diag_error_count() != before)
+        return NULL;
+    prec_forward(pg);
+    ad_backward(pg);
+    return diag_error_count() == before ? pg : NULL;
+}
+
+/* Every backward node and parameter of every model keeps the invariants,
+ * and each shape rule agrees with the shapes autodiff set. */
+static void test_every_model(void **state)
+{
+    (void)state;
+    static const Policy policies[] = {POLICY_FLOAT32, POLICY_MIXED_F16, POLICY_MIXED_BF16};
+    glob_t gl;
+    assert_int_equal(glob("examples/*.mp", 0, NULL, &gl), 0);
+    assert_int_equal(glob("tests/gradcheck/*.mp", GLOB_APPEND, NULL, &gl), 0);
+    assert_true(gl.gl_pathc >= 10);
+    for (size_t i = 0; i < gl.gl_pathc; i++)
+        for (int p = 0; p < 3; p++) {
+            IrGraph *pg = compile(gl.gl_pathv[i], policies[p]);
+            if (!pg || !ad_check(pg))
+                fail_msg("%s under policy %d", gl.gl_pathv[i], p);
+            int grads = 0;
+            for (int k = 0; k < pg->nparams; k++)
+                grads += pg->params[k].grad != NULL;
+            assert_true(grads > 0);
+        }
+    globfree(&gl);
 }
 
 int main(void)
@@ -868,6 +914,7 @@ int main(void)
         T(test_accuracy_in_the_loss_is_an_error),
         T(test_no_trainable_dependency),
         T(test_check_catches_violations),
+        T(test_every_model),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

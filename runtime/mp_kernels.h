@@ -1,0 +1,927 @@
+/* mp_kernels.h - the arithmetic of every operation, forward and backward.
+ *
+ * The generated trainer makes one call per IR node, to exactly one of the
+ * functions listed here. Files: mp_kernels.h (storage types, elementwise,
+ * reductions, softmax, losses), mp_kernels_gemm.h (mp_gemm, matmul,
+ * linear), mp_kernels_nn.h (conv, pools, embedding, norms, attention).
+ *
+ * Rules every kernel keeps (docs/DESIGN.md, PRECISION.md):
+ * - Each tensor argument is a pointer and its storage type (`int` MP_F32,
+ *   MP_F16, MP_BF16, MP_I32, MP_U8 of mp_model.h; f16/bf16 are uint16_t).
+ *   Inputs are loaded in their storage type, all arithmetic is f32 (sums
+ *   over many terms accumulate in double on the CPU), and each output
+ *   element is rounded once, when it is stored in its storage type.
+ * - Outputs come first, then inputs, then sizes, then attributes. Sizes are
+ *   int64_t element counts; tensors are dense, row-major (C order).
+ * - `beta` (where present): out = result + beta * out, so a gradient can be
+ *   added straight into an f32 gradient buffer (beta = 1) or overwrite it
+ *   (beta = 0; the old contents are then never read, NaN included).
+ * - Outputs never alias inputs, except the elementwise kernels (x -> y with
+ *   the same storage type may be in place).
+ *
+ * Elementwise (n elements)                        [mp_kernels.h]
+ *   mp_k_cast(y,ydt, x,xdt, n)                    y = x, converted
+ *   mp_k_fill(y,ydt, v, n)                        y = v (constants, zeroing)
+ *   mp_k_scale(y,ydt, x,xdt, s, n)                y = s*x (loss_scale)
+ *   mp_k_acc(float *y, x,xdt, s, n)               y += s*x (f32 gradients)
+ *   mp_k_all_finite(x,xdt, n) -> int              1 if no inf/NaN
+ *   mp_k_{neg,relu,gelu,tanh,sigmoid,silu,exp,log,sqrt,rsqrt}(y,ydt, x,xdt, n)
+ *   mp_k_{relu,gelu,silu}_grad(dx,dxdt, dy,dydt, x,xdt, n)       from x
+ *   mp_k_{tanh,sigmoid,sqrt,rsqrt}_grad(dx,dxdt, dy,dydt, y,ydt, n) from y
+ *   mp_k_dropout(y,ydt, x,xdt, n, p, seed, step, micro, node)
+ *   mp_k_dropout_grad(dx,dxdt, dy,dydt, n, p, seed, step, micro, node)
+ *       keep element i iff mp_dropout_u(key, i) >= p, key from (seed, step,
+ *       micro, node id); kept values scaled by 1/(1-p); p <= 0: copy
+ *   mp_k_{add,sub,mul,div}(y,ydt,yrank,yshape, a,adt,arank,ashape,
+ *                          b,bdt,brank,bshape)  NumPy broadcasting, rank <= 8
+ *   mp_k_transpose(y,ydt, x,xdt, rank, xshape, perm)  y = x.permute(perm)
+ * Reductions; x viewed as [outer, len, inner], reduced over len
+ *   mp_k_sum(y,ydt, x,xdt, outer,len,inner)       y[outer, inner]
+ *   mp_k_mean(y,ydt, x,xdt, outer,len,inner)
+ *   mp_k_expand(y,ydt, dy,dydt, outer,len,inner, scale)  y[o,l,i] = s*dy[o,i]
+ *   mp_k_sum_to(y,ydt,yrank,yshape, dy,dydt,dyrank,dyshape, beta)
+ *       dy summed down to y's shape (y broadcasts to dy's)
+ *   mp_k_channel_sum(y,ydt, x,xdt, N,C,S, beta)   x[N,C,S] -> y[C]
+ * Softmax, losses, metrics
+ *   mp_k_softmax(y,ydt, x,xdt, outer,len,inner)   over len; also log_softmax
+ *   mp_k_softmax_grad(dx,dxdt, dy,dydt, y,ydt, outer,len,inner); log_softmax_grad
+ *   mp_k_cross_entropy(loss,ldt, x,xdt, const int32_t *labels, rows, C)
+ *       mean over rows of logsumexp(x[r]) - x[r, label]; scalar
+ *   mp_k_cross_entropy_grad(dx,dxdt, dl,dldt, x,xdt, labels, rows, C)
+ *       dl * (softmax(x) - onehot) / rows; dl is a scalar tensor
+ *   mp_k_mse(loss,ldt, p,pdt, t,tdt, n)            mean (p - t)^2
+ *   mp_k_mse_grad(dx,dxdt, dl,dldt, p,pdt, t,tdt, n)   dl * 2 (p - t) / n
+ *   mp_k_accuracy(out,odt, x,xdt, labels, rows, C)  mean(argmax == label)
+ * Products                                        [mp_kernels_gemm.h]
+ *   mp_gemm(ta,tb, M,N,K, alpha, A,adt,lda, B,bdt,ldb, beta, C,cdt,ldc)
+ *       C = alpha op(A) op(B) + beta C, f32 accumulation, rounded once
+ *   mp_k_matmul(y,ydt, a,adt, b,bdt, batch, M,N,K, ta,tb, stride_a, stride_b)
+ *       y[i] = op(a[i]) op(b[i]), i < batch; a[i] at a + i*stride_a
+ *       elements (0 = shared), same for b; y[i] [M,N] contiguous
+ *   mp_k_matmul_tn(y,ydt, a,adt, b,bdt, R,K,N, beta)   y[K,N] = a[R,K]^T b[R,N]
+ *   mp_k_linear(y,ydt, x,xdt, w,wdt, bias,bdt, M,N,K)   y[M,N] = x[M,K] w[N,K]^T
+ *       + bias[N] (bias may be NULL)
+ * Networks                                        [mp_kernels_nn.h]
+ *   mp_k_conv2d(y,ydt, x,xdt, w,wdt, bias,bdt, N,C,H,W, F,k, stride,pad)
+ *       x[N,C,H,W], w[F,C,k,k], y[N,F,OH,OW], OH = (H + 2 pad - k)/stride + 1
+ *   mp_k_conv2d_dx(dx,dxdt, dy,dydt, w,wdt, N,C,H,W, F,k, stride,pad)
+ *   mp_k_conv2d_dw(dw,dwdt, dy,dydt, x,xdt, N,C,H,W, F,k, stride,pad, beta)
+ *   mp_k_max_pool2d(y,ydt, x,xdt, N,C,H,W, k,stride)   OH = (H - k)/stride + 1
+ *   mp_k_max_pool2d_grad(dx,dxdt, dy,dydt, x,xdt, N,C,H,W, k,stride)
+ *   mp_k_avg_pool2d(y,ydt, x,xdt, N,C,H,W, k,stride)
+ *   mp_k_avg_pool2d_grad(dx,dxdt, dy,dydt, N,C,H,W, k,stride)
+ *   mp_k_global_avg_pool(y,ydt, x,xdt, N,C,S)          S = H*W
+ *   mp_k_global_avg_pool_grad(dx,dxdt, dy,dydt, N,C,S)
+ *   mp_k_embedding(y,ydt, ids, w,wdt, n, vocab, dim)   y[n,dim] = w[ids[i]]
+ *   mp_k_embedding_dw(dw,dwdt, dy,dydt, ids, n, vocab, dim, beta)
+ *   mp_k_layer_norm(y,ydt, x,xdt, w,wdt, b,bdt, rows, dim, eps)
+ *   mp_k_layer_norm_dx(dx,dxdt, dy,dydt, x,xdt, w,wdt, rows, dim, eps)
+ *   mp_k_layer_norm_dw(dw,dwdt, dy,dydt, x,xdt, rows, dim, eps, beta)
+ *   mp_k_batch_norm(y,ydt, x,xdt, w,wdt, b,bdt, float *rmean, float *rvar,
+ *                   N,C,S, momentum, eps, training)    x[N,C,S] (S = H*W or 1)
+ *   mp_k_batch_norm_dx(dx,dxdt, dy,dydt, x,xdt, w,wdt, N,C,S, eps)
+ *   mp_k_batch_norm_dw(dw,dwdt, dy,dydt, x,xdt, N,C,S, eps, beta)
+ *   mp_k_attention(y,ydt, q,qdt, k,kdt, v,vdt, BH,T,D, causal, cdt)
+ *   mp_k_attention_{dq,dk,dv}(d,ddt, dy,dydt, q,qdt, k,kdt, v,vdt,
+ *                             BH,T,D, causal, cdt)
+ *       q, k, v, y [BH, T, D]; cdt = the op's compute type (probabilities
+ *       are rounded to it before the product with v)
+ *
+ * Threads: with -fopenmp the larger loops run in parallel (MP_OMP); the
+ * results do not depend on the number of threads, except for mp_gemm
+ * under MP_USE_CBLAS. MP_HD functions are the per-element math, shared
+ * with the CUDA kernels. */
+#ifndef MP_KERNELS_H
+#define MP_KERNELS_H
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "mp_model.h"
+#include "mp_half.h"
+
+#ifdef _OPENMP
+#include <omp.h>
+#define MP_PRAGMA(...) _Pragma(#__VA_ARGS__)
+#define MP_OMP(...) MP_PRAGMA(omp __VA_ARGS__)
+static inline int mp_nthreads(void) { return omp_get_max_threads(); }
+static inline int mp_thread(void) { return omp_get_thread_num(); }
+#else
+#define MP_OMP(...)
+static inline int mp_nthreads(void) { return 1; }
+static inline int mp_thread(void) { return 0; }
+#endif
+
+/* Elementwise work is done in chunks of MP_CHUNK f32 values on the stack. */
+#define MP_CHUNK 512
+
+/* Scratch memory for kernels. Running out is fatal: a trainer cannot go on
+ * without its workspace, and the message says so rather than crashing. */
+static inline void *mp_kalloc(size_t bytes)
+{
+    void *p = malloc(bytes ? bytes : 1);
+    if (!p) {
+        fprintf(stderr, "error: out of memory (kernel workspace of %zu bytes)\n", bytes);
+        exit(1);
+    }
+    return p;
+}
+
+static inline void *mp_kzalloc(size_t bytes)
+{
+    void *p = mp_kalloc(bytes);
+    memset(p, 0, bytes);
+    return p;
+}
+
+static inline int64_t mp_min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+/* ---- storage types ------------------------------------------------------ */
+
+/* Element i of p, stored as dt, as an f32. */
+static inline MP_HD float mp_ld(const void *p, int dt, int64_t i)
+{
+    switch (dt) {
+    case MP_F16:  return mp_f16_to_f32(((const uint16_t *)p)[i]);
+    case MP_BF16: return mp_bf16_to_f32(((const uint16_t *)p)[i]);
+    case MP_I32:  return (float)((const int32_t *)p)[i];
+    case MP_U8:   return (float)((const uint8_t *)p)[i];
+    default:      return ((const float *)p)[i];
+    }
+}
+
+/* f32 -> integer storage: truncation toward zero as a C cast, saturated
+ * (NaN -> 0) so that it is never undefined behaviour. */
+static inline MP_HD int32_t mp_f32_to_i32(float v)
+{
+    if (!(v == v))
+        return 0;
+    if (v >= 2147483647.0f)
+        return INT32_MAX;
+    if (v <= -2147483648.0f)
+        return INT32_MIN;
+    return (int32_t)v;
+}
+
+static inline MP_HD uint8_t mp_f32_to_u8(float v)
+{
+    return !(v > 0.0f) ? 0 : v >= 255.0f ? 255 : (uint8_t)v;
+}
+
+/* Store v as element i of p in storage type dt: the one rounding. */
+static inline MP_HD void mp_st(void *p, int dt, int64_t i, float v)
+{
+    switch (dt) {
+    case MP_F16:  ((uint16_t *)p)[i] = mp_f32_to_f16(v); break;
+    case MP_BF16: ((uint16_t *)p)[i] = mp_f32_to_bf16(v); break;
+    case MP_I32:  ((int32_t *)p)[i] = mp_f32_to_i32(v); break;
+    case MP_U8:   ((uint8_t *)p)[i] = mp_f32_to_u8(v); break;
+    default:      ((float *)p)[i] = v; break;
+    }
+}
+
+/* v rounded to type dt and read back: what storing it would keep. */
+static inline MP_HD float mp_round(float v, int dt)
+{
+    switch (dt) {
+    case MP_F16:  return mp_f16_to_f32(mp_f32_to_f16(v));
+    case MP_BF16: return mp_bf16_to_f32(mp_f32_to_bf16(v));
+    default:      return v;
+    }
+}
+
+/* p[off + i*stride] -> dst[i] as f32, i < n (stride 0 broadcasts one
+ * element). The type switch is outside the loops so each loop is tight. */
+static inline void mp_ld_n(const void *p, int dt, int64_t off, int64_t stride,
+                           int64_t n, float *dst)
+{
+    int64_t i;
+    if (stride == 0) {
+        float v = mp_ld(p, dt, off);
+        for (i = 0; i < n; i++) dst[i] = v;
+        return;
+    }
+    switch (dt) {
+    case MP_F32: {
+        const float *s = (const float *)p + off;
+        if (stride == 1)
+            memcpy(dst, s, (size_t)n * sizeof *dst);
+        else
+            for (i = 0; i < n; i++) dst[i] = s[i * stride];
+        break;
+    }
+    case MP_F16: {
+        const uint16_t *s = (const uint16_t *)p + off;
+        for (i = 0; i < n; i++) dst[i] = mp_f16_to_f32(s[i * stride]);
+        break;
+    }
+    case MP_BF16: {
+        const uint16_t *s = (const uint16_t *)p + off;
+        for (i = 0; i < n; i++) dst[i] = mp_bf16_to_f32(s[i * stride]);
+        break;
+    }
+    default:
+        for (i = 0; i < n; i++) dst[i] = mp_ld(p, dt, off + i * stride);
+        break;
+    }
+}
+
+/* src[i] -> p[off + i*stride] rounded to dt, i < n. */
+static inline void mp_st_n(void *p, int dt, int64_t off, int64_t stride,
+                           int64_t n, const float *src)
+{
+    int64_t i;
+    switch (dt) {
+    case MP_F32: {
+        float *d = (float *)p + off;
+        if (stride == 1)
+            memcpy(d, src, (size_t)n * sizeof *src);
+        else
+            for (i = 0; i < n; i++) d[i * stride] = src[i];
+        break;
+    }
+    case MP_F16: {
+        uint16_t *d = (uint16_t *)p + off;
+        for (i = 0; i < n; i++) d[i * stride] = mp_f32_to_f16(src[i]);
+        break;
+    }
+    case MP_BF16: {
+        uint16_t *d = (uint16_t *)p + off;
+        for (i = 0; i < n; i++) d[i * stride] = mp_f32_to_bf16(src[i]);
+        break;
+    }
+    default:
+        for (i = 0; i < n; i++) mp_st(p, dt, off + i * stride, src[i]);
+        break;
+    }
+}
+
+/* Store src[0..n) to p[off..] applying beta: p = src + beta * p. */
+static inline void mp_st_beta(void *p, int dt, int64_t off, int64_t n,
+                              float *src, float beta)
+{
+    if (beta != 0.0f) {
+        for (int64_t c = 0; c < n; c += MP_CHUNK) {
+            float t[MP_CHUNK];
+            int64_t m = mp_min64(n - c, MP_CHUNK);
+            mp_ld_n(p, dt, off + c, 1, m, t);
+            for (int64_t i = 0; i < m; i++) src[c + i] += beta * t[i];
+        }
+    }
+    mp_st_n(p, dt, off, 1, n, src);
+}
+
+/* ---- per-element math (shared with CUDA) --------------------------------- */
+
+#define MP_SQRT1_2 0.70710678118654752f     /* 1/sqrt(2) */
+#define MP_INV_SQRT_2PI 0.39894228040143268f /* 1/sqrt(2 pi) */
+
+static inline MP_HD float mp_relu(float x) { return x < 0.0f ? 0.0f : x; }
+static inline MP_HD float mp_gelu(float x) { return 0.5f * x * (1.0f + erff(x * MP_SQRT1_2)); }
+static inline MP_HD float mp_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+static inline MP_HD float mp_silu(float x) { return x * mp_sigmoid(x); }
+static inline MP_HD float mp_rsqrt(float x) { return 1.0f / sqrtf(x); }
+
+/* d relu / dx: 0 at x = 0, as torch's threshold_backward. */
+static inline MP_HD float mp_relu_grad(float dy, float x) { return x > 0.0f ? dy : 0.0f; }
+
+static inline MP_HD float mp_gelu_grad(float dy, float x)
+{
+    float cdf = 0.5f * (1.0f + erff(x * MP_SQRT1_2));
+    float pdf = MP_INV_SQRT_2PI * expf(-0.5f * x * x);
+    return dy * (cdf + x * pdf);
+}
+
+static inline MP_HD float mp_silu_grad(float dy, float x)
+{
+    float s = mp_sigmoid(x);
+    return dy * s * (1.0f + x * (1.0f - s));
+}
+
+static inline MP_HD float mp_tanh_grad(float dy, float y) { return dy * (1.0f - y * y); }
+static inline MP_HD float mp_sigmoid_grad(float dy, float y) { return dy * y * (1.0f - y); }
+static inline MP_HD float mp_sqrt_grad(float dy, float y) { return dy * 0.5f / y; }
+static inline MP_HD float mp_rsqrt_grad(float dy, float y) { return dy * -0.5f * y * y * y; }
+
+/* Dropout's counter-based RNG: splitmix64's finaliser over a Weyl
+ * sequence. The key names one dropout call (seed, step, micro-batch, node),
+ * the element index picks the number, so backward regenerates the mask
+ * without storing it and any thread (or GPU block) can draw any element. */
+static inline MP_HD uint64_t mp_mix64(uint64_t z)
+{
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+#define MP_GOLDEN64 0x9e3779b97f4a7c15ULL
+
+static inline MP_HD uint64_t mp_dropout_key(uint64_t seed, int64_t step,
+                                            int64_t micro, int64_t node)
+{
+    uint64_t k = mp_mix64(seed + MP_GOLDEN64);
+    k = mp_mix64(k ^ ((uint64_t)step + MP_GOLDEN64));
+    k = mp_mix64(k ^ ((uint64_t)micro + 2 * MP_GOLDEN64));
+    return mp_mix64(k ^ ((uint64_t)node + 3 * MP_GOLDEN64));
+}
+
+/* Uniform in [0, 1) with 24 random bits, for element i of a call. */
+static inline MP_HD float mp_dropout_u(uint64_t key, int64_t i)
+{
+    uint64_t z = mp_mix64(key + ((uint64_t)i + 1) * MP_GOLDEN64);
+    return (float)(z >> 40) * 5.9604644775390625e-8f;   /* 2^-24 */
+}
+
+/* ---- elementwise kernels ----------------------------------------------- */
+
+/* The loop every elementwise kernel shares: chunks of MP_CHUNK, loaded to
+ * f32, BODY computing t[i] from t[i] (and u[i] when U is an input), stored. */
+#define MP_EW_LOOP(n, X, XDT, U, UDT, Y, YDT, BODY)                            \
+    MP_OMP(parallel for if ((n) > 32768))                                      \
+    for (int64_t c_ = 0; c_ < (n); c_ += MP_CHUNK) {                           \
+        float t[MP_CHUNK], u[MP_CHUNK];                                        \
+        int64_t m_ = mp_min64((n) - c_, MP_CHUNK);                             \
+        mp_ld_n(X, XDT, c_, 1, m_, t);                                         \
+        if (U)                                                                 \
+            mp_ld_n(U, UDT, c_, 1, m_, u);                                     \
+        for (int64_t i = 0; i < m_; i++) { BODY; }                             \
+        mp_st_n(Y, YDT, c_, 1, m_, t);                                         \
+        (void)u;                                                               \
+    }
+
+/* y = f(x) */
+#define MP_UNARY(NAME, EXPR)                                                   \
+    static inline void mp_k_##NAME(void *y, int ydt, const void *x, int xdt,   \
+                                   int64_t n)                                  \
+    {                                                                          \
+        MP_EW_LOOP(n, x, xdt, (const void *)0, MP_F32, y, ydt,                 \
+                   float a = t[i]; t[i] = (EXPR))                              \
+    }
+
+/* dx = f(dy, v) where v is the forward's input or output */
+#define MP_GRAD(NAME, FN)                                                      \
+    static inline void mp_k_##NAME(void *dx, int dxdt, const void *dy,         \
+                                   int dydt, const void *v, int vdt, int64_t n)\
+    {                                                                          \
+        MP_EW_LOOP(n, dy, dydt, v, vdt, dx, dxdt, t[i] = FN(t[i], u[i]))       \
+    }
+
+MP_UNARY(neg, -a)
+MP_UNARY(relu, mp_relu(a))
+MP_UNARY(gelu, mp_gelu(a))
+MP_UNARY(tanh, tanhf(a))
+MP_UNARY(sigmoid, mp_sigmoid(a))
+MP_UNARY(silu, mp_silu(a))
+MP_UNARY(exp, expf(a))
+MP_UNARY(log, logf(a))
+MP_UNARY(sqrt, sqrtf(a))
+MP_UNARY(rsqrt, mp_rsqrt(a))
+MP_UNARY(cast, a)
+
+MP_GRAD(relu_grad, mp_relu_grad)
+MP_GRAD(gelu_grad, mp_gelu_grad)
+MP_GRAD(silu_grad, mp_silu_grad)
+MP_GRAD(tanh_grad, mp_tanh_grad)
+MP_GRAD(sigmoid_grad, mp_sigmoid_grad)
+MP_GRAD(sqrt_grad, mp_sqrt_grad)
+MP_GRAD(rsqrt_grad, mp_rsqrt_grad)
+
+static inline void mp_k_scale(void *y, int ydt, const void *x, int xdt, float s, int64_t n)
+{
+    MP_EW_LOOP(n, x, xdt, (const void *)0, MP_F32, y, ydt, t[i] *= s)
+}
+
+static inline void mp_k_acc(float *y, const void *x, int xdt, float s, int64_t n)
+{
+    MP_EW_LOOP(n, x, xdt, y, MP_F32, y, MP_F32, t[i] = u[i] + s * t[i])
+}
+
+static inline void mp_k_fill(void *y, int ydt, float v, int64_t n)
+{
+    MP_OMP(parallel for if (n > 32768))
+    for (int64_t c = 0; c < n; c += MP_CHUNK) {
+        float t[MP_CHUNK];
+        int64_t m = mp_min64(n - c, MP_CHUNK);
+        for (int64_t i = 0; i < m; i++) t[i] = v;
+        mp_st_n(y, ydt, c, 1, m, t);
+    }
+}
+
+static inline int mp_k_all_finite(const void *x, int xdt, int64_t n)
+{
+    int ok = 1;
+    for (int64_t c = 0; c < n && ok; c += MP_CHUNK) {
+        float t[MP_CHUNK];
+        int64_t m = mp_min64(n - c, MP_CHUNK);
+        mp_ld_n(x, xdt, c, 1, m, t);
+        for (int64_t i = 0; i < m; i++)
+            ok &= isfinite(t[i]) != 0;
+    }
+    return ok;
+}
+
+/* Dropout: scale = 1/(1-p) as torch; p >= 1 drops everything. */
+static inline float mp_dropout_scale(float p) { return p < 1.0f ? 1.0f / (1.0f - p) : 0.0f; }
+
+static inline void mp_k_dropout(void *y, int ydt, const void *x, int xdt, int64_t n,
+                                float p, uint64_t seed, int64_t step, int64_t micro,
+                                int64_t node)
+{
+    uint64_t key = mp_dropout_key(seed, step, micro, node);
+    float s = mp_dropout_scale(p);
+    if (p <= 0.0f) {
+        mp_k_cast(y, ydt, x, xdt, n);
+        return;
+    }
+    MP_EW_LOOP(n, x, xdt, (const void *)0, MP_F32, y, ydt,
+               t[i] = mp_dropout_u(key, c_ + i) >= p ? t[i] * s : 0.0f)
+}
+
+static inline void mp_k_dropout_grad(void *dx, int dxdt, const void *dy, int dydt,
+                                     int64_t n, float p, uint64_t seed, int64_t step,
+                                     int64_t micro, int64_t node)
+{
+    mp_k_dropout(dx, dxdt, dy, dydt, n, p, seed, step, micro, node);
+}
+
+/* ---- broadcasting ------------------------------------------------------- */
+
+/* How two operands a, b map onto an output y of NumPy-broadcast shape:
+ * dims of size 1 dropped and neighbours merged where both operands are
+ * contiguous across them, so most calls become one or two loops. The
+ * innermost dim's strides are 0 (broadcast) or 1. */
+typedef struct MpBcast {
+    int rank;
+    int64_t n[MP_MAX_RANK];                  /* y's dims, merged */
+    int64_t sa[MP_MAX_RANK], sb[MP_MAX_RANK];/* element strides, 0 = broadcast */
+    int64_t rows;                            /* product of all but the last */
+} MpBcast;
+
+/* Contiguous strides of x (rank xr) aligned to the last dims of a rank-yr
+ * output: stride 0 where x has size 1 or no dim at all. */
+static inline void mp_bcast_strides(int yr, int xr, const int64_t *xsh, int64_t *s)
+{
+    int64_t st = 1;
+    for (int d = yr - 1; d >= 0; d--) {
+        int xd = d - (yr - xr);
+        int64_t len = xd >= 0 ? xsh[xd] : 1;
+        s[d] = len == 1 ? 0 : st;
+        st *= len;
+    }
+}
+
+static inline MpBcast mp_bcast(int yr, const int64_t *ysh, int ar, const int64_t *ash,
+                               int br, const int64_t *bsh)
+{
+    int64_t sa[MP_MAX_RANK], sb[MP_MAX_RANK];
+    MpBcast p;
+    mp_bcast_strides(yr, ar, ash, sa);
+    mp_bcast_strides(yr, br, bsh, sb);
+    p.rank = 0;
+    for (int d = 0; d < yr; d++) {
+        if (ysh[d] == 1)
+            continue;
+        int k = p.rank - 1;
+        if (k >= 0 && p.sa[k] == sa[d] * ysh[d] && p.sb[k] == sb[d] * ysh[d]) {
+            p.n[k] *= ysh[d];                /* merge into the outer dim */
+            p.sa[k] = sa[d];
+            p.sb[k] = sb[d];
+            continue;
+        }
+        p.n[p.rank] = ysh[d];
+        p.sa[p.rank] = sa[d];
+        p.sb[p.rank] = sb[d];
+        p.rank++;
+    }
+    if (p.rank == 0) {                       /* a scalar */
+        p.rank = 1;
+        p.n[0] = 1;
+        p.sa[0] = p.sb[0] = 0;
+    }
+    p.rows = 1;
+    for (int d = 0; d < p.rank - 1; d++)
+        p.rows *= p.n[d];
+    return p;
+}
+
+/* Offsets in a and b of the first element of row r (all dims but the last). */
+static inline void mp_bcast_row(const MpBcast *p, int64_t r, int64_t *ao, int64_t *bo)
+{
+    *ao = *bo = 0;
+    for (int d = p->rank - 2; d >= 0; d--) {
+        int64_t i = r % p->n[d];
+        r /= p->n[d];
+        *ao += i * p->sa[d];
+        *bo += i * p->sb[d];
+    }
+}
+
+#define MP_BINARY(NAME, EXPR)                                                  \
+    static inline void mp_k_##NAME(void *y, int ydt, int yr, const int64_t *ysh,\
+                                   const void *a, int adt, int ar,             \
+                                   const int64_t *ash, const void *b, int bdt, \
+                                   int br, const int64_t *bsh)                 \
+    {                                                                          \
+        MpBcast p = mp_bcast(yr, ysh, ar, ash, br, bsh);                       \
+        int64_t len = p.n[p.rank - 1], nc = (len + MP_CHUNK - 1) / MP_CHUNK;   \
+        int64_t sa = p.sa[p.rank - 1], sb = p.sb[p.rank - 1];                  \
+        MP_OMP(parallel for if (p.rows * len > 32768))                         \
+        for (int64_t w = 0; w < p.rows * nc; w++) {                            \
+            float t[MP_CHUNK], u[MP_CHUNK];                                    \
+            int64_t ao, bo, c = (w % nc) * MP_CHUNK;                           \
+            int64_t m = mp_min64(len - c, MP_CHUNK);                           \
+            mp_bcast_row(&p, w / nc, &ao, &bo);                                \
+            mp_ld_n(a, adt, ao + c * sa, sa, m, t);                            \
+            mp_ld_n(b, bdt, bo + c * sb, sb, m, u);                            \
+            for (int64_t i = 0; i < m; i++)                                    \
+                t[i] = EXPR;                                                   \
+            mp_st_n(y, ydt, (w / nc) * len + c, 1, m, t);                      \
+        }                                                                      \
+    }
+
+MP_BINARY(add, t[i] + u[i])
+MP_BINARY(sub, t[i] - u[i])
+MP_BINARY(mul, t[i] * u[i])
+MP_BINARY(div, t[i] / u[i])
+
+/* y = x.permute(perm): y's dim d is x's dim perm[d]. */
+static inline void mp_k_transpose(void *y, int ydt, const void *x, int xdt, int rank,
+                                  const int64_t *xsh, const int64_t *perm)
+{
+    int64_t xs[MP_MAX_RANK], ysh[MP_MAX_RANK], st = 1, rows = 1;
+    for (int d = rank - 1; d >= 0; d--) {
+        xs[d] = st;
+        st *= xsh[d];
+    }
+    for (int d = 0; d < rank; d++)
+        ysh[d] = xsh[perm[d]];
+    for (int d = 0; d < rank - 1; d++)
+        rows *= ysh[d];
+    int64_t len = rank ? ysh[rank - 1] : 1, sin = rank ? xs[perm[rank - 1]] : 1;
+    MP_OMP(parallel for if (rows * len > 32768))
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t off = 0, q = r;
+        for (int d = rank - 2; d >= 0; d--) {
+            off += (q % ysh[d]) * xs[perm[d]];
+            q /= ysh[d];
+        }
+        for (int64_t c = 0; c < len; c += MP_CHUNK) {
+            float t[MP_CHUNK];
+            int64_t m = mp_min64(len - c, MP_CHUNK);
+            mp_ld_n(x, xdt, off + c * sin, sin, m, t);
+            mp_st_n(y, ydt, r * len + c, 1, m, t);
+        }
+    }
+}
+
+/* ---- reductions --------------------------------------------------------- */
+
+/* y[o, i] = scale * sum_l x[o, l, i], accumulated in double. */
+static inline void mp_reduce_mid(void *y, int ydt, const void *x, int xdt, int64_t outer,
+                                 int64_t len, int64_t inner, double scale)
+{
+    int64_t nc = (inner + MP_CHUNK - 1) / MP_CHUNK;
+    MP_OMP(parallel for if (outer * len * inner > 32768))
+    for (int64_t w = 0; w < outer * nc; w++) {
+        int64_t o = w / nc, c = (w % nc) * MP_CHUNK, m = mp_min64(inner - c, MP_CHUNK);
+        double acc[MP_CHUNK] = {0};
+        float t[MP_CHUNK];
+        for (int64_t l = 0; l < len; l++) {
+            mp_ld_n(x, xdt, (o * len + l) * inner + c, 1, m, t);
+            for (int64_t i = 0; i < m; i++) acc[i] += t[i];
+        }
+        for (int64_t i = 0; i < m; i++) t[i] = (float)(acc[i] * scale);
+        mp_st_n(y, ydt, o * inner + c, 1, m, t);
+    }
+}
+
+/* Sum of n contiguous elements at x + off, in double. */
+static inline double mp_sum_n(const void *x, int xdt, int64_t off, int64_t n)
+{
+    double s = 0;
+    for (int64_t c = 0; c < n; c += MP_CHUNK) {
+        float t[MP_CHUNK];
+        int64_t m = mp_min64(n - c, MP_CHUNK);
+        mp_ld_n(x, xdt, off + c, 1, m, t);
+        float part = 0.0f;
+        for (int64_t i = 0; i < m; i++) part += t[i];
+        s += part;
+    }
+    return s;
+}
+
+/* Sum of doubles in order: partial sums made in parallel are added in a
+ * fixed order, so results do not depend on the number of threads. */
+static inline double mp_sum_d(const double *v, int64_t n)
+{
+    double s = 0;
+    for (int64_t i = 0; i < n; i++)
+        s += v[i];
+    return s;
+}
+
+/* y[o] = scale * sum of row o (inner == 1). */
+static inline void mp_reduce_rows(void *y, int ydt, const void *x, int xdt, int64_t outer,
+                                  int64_t len, double scale)
+{
+    if (outer == 1) {                         /* everything: split it up */
+        int64_t nb = (len + 65535) / 65536;
+        double *part = (double *)mp_kalloc((size_t)nb * sizeof *part);
+        MP_OMP(parallel for if (nb > 1))
+        for (int64_t bi = 0; bi < nb; bi++)
+            part[bi] = mp_sum_n(x, xdt, bi * 65536, mp_min64(len - bi * 65536, 65536));
+        mp_st(y, ydt, 0, (float)(mp_sum_d(part, nb) * scale));
+        free(part);
+        return;
+    }
+    MP_OMP(parallel for if (outer * len > 32768))
+    for (int64_t o = 0; o < outer; o++)
+        mp_st(y, ydt, o, (float)(mp_sum_n(x, xdt, o * len, len) * scale));
+}
+
+static inline void mp_reduce(void *y, int ydt, const void *x, int xdt, int64_t outer,
+                             int64_t len, int64_t inner, double scale)
+{
+    if (inner == 1)
+        mp_reduce_rows(y, ydt, x, xdt, outer, len, scale);
+    else
+        mp_reduce_mid(y, ydt, x, xdt, outer, len, inner, scale);
+}
+
+static inline void mp_k_sum(void *y, int ydt, const void *x, int xdt, int64_t outer,
+                            int64_t len, int64_t inner)
+{
+    mp_reduce(y, ydt, x, xdt, outer, len, inner, 1.0);
+}
+
+static inline void mp_k_mean(void *y, int ydt, const void *x, int xdt, int64_t outer,
+                             int64_t len, int64_t inner)
+{
+    mp_reduce(y, ydt, x, xdt, outer, len, inner, 1.0 / (double)len);
+}
+
+/* Gradient of sum (scale 1) and mean (scale 1/len): dy[o, i] copied along l. */
+static inline void mp_k_expand(void *y, int ydt, const void *dy, int dydt, int64_t outer,
+                               int64_t len, int64_t inner, float scale)
+{
+    int64_t nc = (inner + MP_CHUNK - 1) / MP_CHUNK;
+    MP_OMP(parallel for if (outer * len * inner > 32768))
+    for (int64_t w = 0; w < outer * nc; w++) {
+        int64_t o = w / nc, c = (w % nc) * MP_CHUNK, m = mp_min64(inner - c, MP_CHUNK);
+        float t[MP_CHUNK];
+        mp_ld_n(dy, dydt, o * inner + c, 1, m, t);
+        for (int64_t i = 0; i < m; i++) t[i] *= scale;
+        for (int64_t l = 0; l < len; l++)
+            mp_st_n(y, ydt, (o * len + l) * inner + c, 1, m, t);
+    }
+}
+
+/* Undo a broadcast: y[j] = sum of dy over the elements y[j] was broadcast
+ * to (+ beta * y). Accumulates in double, in a buffer of y's size. */
+static inline void mp_k_sum_to(void *y, int ydt, int yr, const int64_t *ysh,
+                               const void *dy, int dydt, int dyr, const int64_t *dysh,
+                               float beta)
+{
+    MpBcast p = mp_bcast(dyr, dysh, dyr, dysh, yr, ysh);
+    int64_t ny = 1, len = p.n[p.rank - 1], sy = p.sb[p.rank - 1];
+    for (int d = 0; d < yr; d++)
+        ny *= ysh[d];
+    double *acc = (double *)mp_kzalloc((size_t)ny * sizeof *acc);
+    float *out = (float *)mp_kalloc((size_t)ny * sizeof *out);
+    for (int64_t r = 0; r < p.rows; r++) {
+        int64_t xo, yo;
+        mp_bcast_row(&p, r, &xo, &yo);
+        if (sy == 0) {
+            acc[yo] += mp_sum_n(dy, dydt, xo, len);
+            continue;
+        }
+        for (int64_t c = 0; c < len; c += MP_CHUNK) {
+            float t[MP_CHUNK];
+            int64_t m = mp_min64(len - c, MP_CHUNK);
+            mp_ld_n(dy, dydt, xo + c, 1, m, t);
+            for (int64_t i = 0; i < m; i++) acc[yo + c + i] += t[i];
+        }
+    }
+    for (int64_t j = 0; j < ny; j++)
+        out[j] = (float)acc[j];
+    mp_st_beta(y, ydt, 0, ny, out, beta);
+    free(acc);
+    free(out);
+}
+
+/* Sum over every axis but 1 of x[N, C, S]: the bias gradient of conv2d and
+ * batch_norm. */
+static inline void mp_k_channel_sum(void *y, int ydt, const void *x, int xdt, int64_t N,
+                                    int64_t C, int64_t S, float beta)
+{
+    float *out = (float *)mp_kalloc((size_t)C * sizeof *out);
+    MP_OMP(parallel for if (N * C * S > 32768))
+    for (int64_t ch = 0; ch < C; ch++) {
+        double s = 0;
+        for (int64_t n = 0; n < N; n++)
+            s += mp_sum_n(x, xdt, (n * C + ch) * S, S);
+        out[ch] = (float)s;
+    }
+    mp_st_beta(y, ydt, 0, C, out, beta);
+    free(out);
+}
+
+/* ---- softmax ------------------------------------------------------------ */
+
+/* Rows of length len with stride inner: x viewed as [outer, len, inner].
+ * Each thread works on a row at a time in its own f32 buffer. */
+#define MP_ROWS_LOOP(outer, len, inner, NBUF, BODY)                            \
+    MP_OMP(parallel if ((outer) * (len) * (inner) > 16384))                    \
+    {                                                                          \
+        float *buf = (float *)mp_kalloc((size_t)(NBUF) * (size_t)(len) * sizeof(float)); \
+        MP_OMP(for)                                                            \
+        for (int64_t row = 0; row < (outer) * (inner); row++) {                \
+            int64_t off = (row / (inner)) * (len) * (inner) + row % (inner);   \
+            BODY;                                                              \
+        }                                                                      \
+        free(buf);                                                             \
+    }
+
+/* max and sum of exp(v - max) of v[0..n), in f32 / double. */
+static inline float mp_row_max(const float *v, int64_t n)
+{
+    float m = -INFINITY;
+    for (int64_t i = 0; i < n; i++)
+        m = v[i] > m ? v[i] : m;
+    return m;
+}
+
+static inline double mp_row_sumexp(const float *v, int64_t n, float m)
+{
+    double s = 0;
+    for (int64_t i = 0; i < n; i++)
+        s += expf(v[i] - m);
+    return s;
+}
+
+/* softmax of v in place (f32); a row of all -inf gives NaN, as torch */
+static inline void mp_row_softmax(float *v, int64_t n)
+{
+    float m = mp_row_max(v, n);
+    float inv = (float)(1.0 / mp_row_sumexp(v, n, m));
+    for (int64_t i = 0; i < n; i++)
+        v[i] = expf(v[i] - m) * inv;
+}
+
+static inline void mp_row_log_softmax(float *v, int64_t n)
+{
+    float m = mp_row_max(v, n);
+    float lse = m + (float)log(mp_row_sumexp(v, n, m));
+    for (int64_t i = 0; i < n; i++)
+        v[i] -= lse;
+}
+
+static inline void mp_k_softmax(void *y, int ydt, const void *x, int xdt, int64_t outer,
+                                int64_t len, int64_t inner)
+{
+    MP_ROWS_LOOP(outer, len, inner, 1,
+                 mp_ld_n(x, xdt, off, inner, len, buf);
+                 mp_row_softmax(buf, len);
+                 mp_st_n(y, ydt, off, inner, len, buf))
+}
+
+static inline void mp_k_log_softmax(void *y, int ydt, const void *x, int xdt,
+                                    int64_t outer, int64_t len, int64_t inner)
+{
+    MP_ROWS_LOOP(outer, len, inner, 1,
+                 mp_ld_n(x, xdt, off, inner, len, buf);
+                 mp_row_log_softmax(buf, len);
+                 mp_st_n(y, ydt, off, inner, len, buf))
+}
+
+/* dx = y * (dy - sum(dy * y)) */
+static inline void mp_row_softmax_grad(float *dy, const float *y, int64_t n)
+{
+    double s = 0;
+    for (int64_t i = 0; i < n; i++)
+        s += (double)dy[i] * y[i];
+    for (int64_t i = 0; i < n; i++)
+        dy[i] = y[i] * (dy[i] - (float)s);
+}
+
+/* dx = dy - exp(y) * sum(dy) */
+static inline void mp_row_log_softmax_grad(float *dy, const float *y, int64_t n)
+{
+    double s = 0;
+    for (int64_t i = 0; i < n; i++)
+        s += dy[i];
+    for (int64_t i = 0; i < n; i++)
+        dy[i] -= expf(y[i]) * (float)s;
+}
+
+static inline void mp_k_softmax_grad(void *dx, int dxdt, const void *dy, int dydt,
+                                     const void *y, int ydt, int64_t outer, int64_t len,
+                                     int64_t inner)
+{
+    MP_ROWS_LOOP(outer, len, inner, 2,
+                 mp_ld_n(dy, dydt, off, inner, len, buf);
+                 mp_ld_n(y, ydt, off, inner, len, buf + len);
+                 mp_row_softmax_grad(buf, buf + len, len);
+                 mp_st_n(dx, dxdt, off, inner, len, buf))
+}
+
+static inline void mp_k_log_softmax_grad(void *dx, int dxdt, const void *dy, int dydt,
+                                         const void *y, int ydt, int64_t outer,
+                                         int64_t len, int64_t inner)
+{
+    MP_ROWS_LOOP(outer, len, inner, 2,
+                 mp_ld_n(dy, dydt, off, inner, len, buf);
+                 mp_ld_n(y, ydt, off, inner, len, buf + len);
+                 mp_row_log_softmax_grad(buf, buf + len, len);
+                 mp_st_n(dx, dxdt, off, inner, len, buf))
+}
+
+/* ---- losses and metrics ------------------------------------------------- */
+
+/* logsumexp(x[r]) - x[r, label]; NaN for a label outside [0, C) so that a
+ * bad label can never pass unnoticed (the runtime checks labels first). */
+static inline double mp_ce_row(const float *v, int64_t C, int32_t label)
+{
+    if (label < 0 || label >= C)
+        return NAN;
+    float m = mp_row_max(v, C);
+    return (double)m + log(mp_row_sumexp(v, C, m)) - v[label];
+}
+
+static inline void mp_k_cross_entropy(void *loss, int ldt, const void *x, int xdt,
+                                      const int32_t *labels, int64_t rows, int64_t C)
+{
+    double *part = (double *)mp_kalloc((size_t)rows * sizeof *part);
+    MP_ROWS_LOOP(rows, C, 1, 1,
+                 mp_ld_n(x, xdt, off, 1, C, buf);
+                 part[row] = mp_ce_row(buf, C, labels[row]))
+    mp_st(loss, ldt, 0, (float)(mp_sum_d(part, rows) / (double)rows));
+    free(part);
+}
+
+static inline void mp_k_cross_entropy_grad(void *dx, int dxdt, const void *dl, int dldt,
+                                           const void *x, int xdt, const int32_t *labels,
+                                           int64_t rows, int64_t C)
+{
+    float g = mp_ld(dl, dldt, 0) / (float)rows;
+    MP_ROWS_LOOP(rows, C, 1, 1,
+                 mp_ld_n(x, xdt, off, 1, C, buf);
+                 mp_row_softmax(buf, C);
+                 for (int64_t j = 0; j < C; j++)
+                     buf[j] = g * (buf[j] - (j == labels[row] ? 1.0f : 0.0f));
+                 mp_st_n(dx, dxdt, off, 1, C, buf))
+}
+
+static inline void mp_k_mse(void *loss, int ldt, const void *pred, int pdt,
+                            const void *target, int tdt, int64_t n)
+{
+    int64_t nc = (n + MP_CHUNK - 1) / MP_CHUNK;
+    double *part = (double *)mp_kalloc((size_t)nc * sizeof *part);
+    MP_OMP(parallel for if (n > 32768))
+    for (int64_t w = 0; w < nc; w++) {
+        float a[MP_CHUNK], b[MP_CHUNK];
+        int64_t m = mp_min64(n - w * MP_CHUNK, MP_CHUNK);
+        mp_ld_n(pred, pdt, w * MP_CHUNK, 1, m, a);
+        mp_ld_n(target, tdt, w * MP_CHUNK, 1, m, b);
+        double s = 0;
+        for (int64_t i = 0; i < m; i++)
+            s += (double)(a[i] - b[i]) * (a[i] - b[i]);
+        part[w] = s;
+    }
+    mp_st(loss, ldt, 0, (float)(mp_sum_d(part, nc) / (double)n));
+    free(part);
+}
+
+static inline void mp_k_mse_grad(void *dx, int dxdt, const void *dl, int dldt,
+                                 const void *pred, int pdt, const void *target, int tdt,
+                                 int64_t n)
+{
+    float g = 2.0f * mp_ld(dl, dldt, 0) / (float)n;
+    MP_EW_LOOP(n, pred, pdt, target, tdt, dx, dxdt, t[i] = g * (t[i] - u[i]))
+}
+
+/* Fraction of rows whose first maximum is at the label. */
+static inline void mp_k_accuracy(void *out, int odt, const void *x, int xdt,
+                                 const int32_t *labels, int64_t rows, int64_t C)
+{
+    int64_t hits = 0;
+    MP_OMP(parallel reduction(+:hits) if (rows * C > 16384))
+    {
+        float *buf = (float *)mp_kalloc((size_t)C * sizeof *buf);
+        MP_OMP(for)
+        for (int64_t r = 0; r < rows; r++) {
+            mp_ld_n(x, xdt, r * C, 1, C, buf);
+            int64_t best = 0;
+            for (int64_t j = 1; j < C; j++)
+                if (buf[j] > buf[best])
+                    best = j;
+            hits += best == labels[r];
+        }
+        free(buf);
+    }
+    mp_st(out, odt, 0, (float)((double)hits / (double)rows));
+}
+
+#endif

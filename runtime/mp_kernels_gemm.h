@@ -1,0 +1,372 @@
+/* mp_kernels_gemm.h - mp_gemm, the one matrix product, and the kernels made
+ * of it (matmul, matmul_tn, linear). API list: mp_kernels.h.
+ *
+ * mp_gemm: C = alpha op(A) op(B) + beta C (+ bias), where A, B, C and bias
+ * may each be stored as f32, f16 or bf16. The product accumulates in f32
+ * (f16/bf16 values are exact in f32) and each element of C is rounded once,
+ * when stored. So a product of f16 inputs stored as f16 is the f32 product
+ * rounded once, which is what cuBLAS's f16 GEMM with f32 compute returns.
+ *
+ * How it is fast (the Goto/BLIS scheme): B is packed once per call into
+ * column panels NR wide, converted to f32 while packing; C is cut into
+ * tiles of about MC x NC that threads take in parallel; for each K block a
+ * thread packs its A block into row panels MR high and runs the register-
+ * blocked micro-kernel (MR x NR accumulators in registers) over every panel
+ * pair, adding into an f32 tile that stays in cache. A tile is rounded and
+ * stored only when all of K is summed, so storage types cost nothing in the
+ * inner loop. Panels are zero-padded to MR and NR, so the micro-kernel has
+ * no edge cases. With AVX2+FMA (-march=native) the micro-kernel is 6x16 in
+ * intrinsics; otherwise 6x8 in plain C that the compiler vectorises.
+ *
+ * -DMP_USE_CBLAS: products go to cblas_sgemm (link -lopenblas); f16/bf16
+ * operands are converted to f32 first (exactly) and the result rounded
+ * once, so the numbers keep f16 semantics. */
+#ifndef MP_KERNELS_GEMM_H
+#define MP_KERNELS_GEMM_H
+
+#include "mp_kernels.h"
+
+#ifdef MP_USE_CBLAS
+#include <cblas.h>
+#endif
+
+/* The micro-kernel's vectors: V holds MP_VW floats. AVX2+FMA intrinsics
+ * when the target has them (-march=native); else GCC/Clang vector
+ * extensions (SSE2 on any x86-64, NEON on ARM); else plain C. */
+#if defined(__AVX2__) && defined(__FMA__) && !defined(__CUDACC__)
+#include <immintrin.h>
+#define MP_VW 8
+typedef __m256 MpVec;
+#define MP_VZERO() _mm256_setzero_ps()
+#define MP_VLOAD(p) _mm256_loadu_ps(p)
+#define MP_VSTORE(p, v) _mm256_storeu_ps(p, v)
+#define MP_VBCAST(p) _mm256_broadcast_ss(p)
+#define MP_VFMA(a, b, c) _mm256_fmadd_ps(a, b, c)
+#define MP_VADD(a, b) _mm256_add_ps(a, b)
+#elif (defined(__GNUC__) || defined(__clang__)) && !defined(__CUDACC__)
+#define MP_VW 4
+typedef float MpVec __attribute__((vector_size(16)));
+static inline MpVec mp_vload(const float *p) { MpVec v; memcpy(&v, p, sizeof v); return v; }
+#define MP_VZERO() ((MpVec){0.0f, 0.0f, 0.0f, 0.0f})
+#define MP_VLOAD(p) mp_vload(p)
+#define MP_VSTORE(p, v) memcpy(p, &(v), sizeof(MpVec))
+#define MP_VBCAST(p) ((MpVec){*(p), *(p), *(p), *(p)})
+#define MP_VFMA(a, b, c) ((c) + (a) * (b))
+#define MP_VADD(a, b) ((a) + (b))
+#endif
+
+#ifdef MP_VW
+#define MP_MR 6
+#define MP_NR (2 * MP_VW)
+#else
+#define MP_MR 4
+#define MP_NR 8
+#endif
+#define MP_NC_MAX 256
+#define MP_MC_MAX 96            /* rows of C per tile (a multiple of MP_MR) */
+#define MP_KC 256               /* depth of one packed block */
+#define MP_BPACK_MAX (8 << 20)  /* floats of packed B per pass: bounds memory */
+
+typedef struct MpGemm {
+    int ta, tb;                 /* op(X) = X^T when set */
+    int64_t M, N, K;            /* op(A) [M, K], op(B) [K, N], C [M, N] */
+    float alpha, beta;
+    const void *A; int adt; int64_t lda;
+    const void *B; int bdt; int64_t ldb;
+    void *C; int cdt; int64_t ldc;
+    const void *bias; int biasdt;   /* NULL, or added before rounding: */
+    int bias_per_row;               /* 0: bias[N] to each row; 1: bias[M] to each column */
+} MpGemm;
+
+/* ---- the micro-kernel: C[MR x NR] (+)= A panel . B panel ---------------- */
+
+#ifdef MP_VW
+#define MP_UK_ROW(i)                                                           \
+    a = MP_VBCAST(A + (i));                                                    \
+    c##i##0 = MP_VFMA(a, b0, c##i##0);                                         \
+    c##i##1 = MP_VFMA(a, b1, c##i##1);
+#define MP_UK_OUT(i)                                                           \
+    if (!first) {                                                              \
+        c##i##0 = MP_VADD(c##i##0, MP_VLOAD(C + (i) * ldc));                   \
+        c##i##1 = MP_VADD(c##i##1, MP_VLOAD(C + (i) * ldc + MP_VW));           \
+    }                                                                          \
+    MP_VSTORE(C + (i) * ldc, c##i##0);                                         \
+    MP_VSTORE(C + (i) * ldc + MP_VW, c##i##1);
+
+static inline void mp_ukernel(int64_t kc, const float *A, const float *B, float *C,
+                              int64_t ldc, int first)
+{
+    MpVec c00 = MP_VZERO(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00,
+          c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
+    for (int64_t k = 0; k < kc; k++, A += MP_MR, B += MP_NR) {
+        MpVec a, b0 = MP_VLOAD(B), b1 = MP_VLOAD(B + MP_VW);
+        MP_UK_ROW(0) MP_UK_ROW(1) MP_UK_ROW(2) MP_UK_ROW(3) MP_UK_ROW(4) MP_UK_ROW(5)
+    }
+    MP_UK_OUT(0) MP_UK_OUT(1) MP_UK_OUT(2) MP_UK_OUT(3) MP_UK_OUT(4) MP_UK_OUT(5)
+}
+#else
+static inline void mp_ukernel(int64_t kc, const float *A, const float *B, float *C,
+                              int64_t ldc, int first)
+{
+    float acc[MP_MR][MP_NR] = {{0}};
+    for (int64_t k = 0; k < kc; k++, A += MP_MR, B += MP_NR)
+        for (int i = 0; i < MP_MR; i++)
+            for (int j = 0; j < MP_NR; j++)
+                acc[i][j] += A[i] * B[j];
+    for (int i = 0; i < MP_MR; i++)
+        for (int j = 0; j < MP_NR; j++)
+            C[i * ldc + j] = first ? acc[i][j] : C[i * ldc + j] + acc[i][j];
+}
+#endif
+
+/* ---- packing ------------------------------------------------------------ */
+
+/* dst[k * R + i] = X(r0 + i, k0 + k) for i < nv, 0 for nv <= i < R, k < kc,
+ * where X(r, k) = src[r * ld + k], or src[k * ld + r] when trans. */
+static inline void mp_pack(float *dst, const void *src, int dt, int64_t ld, int trans,
+                           int64_t r0, int64_t nv, int R, int64_t k0, int64_t kc)
+{
+    if (trans) {
+        for (int64_t k = 0; k < kc; k++) {
+            mp_ld_n(src, dt, (k0 + k) * ld + r0, 1, nv, dst + k * R);
+            for (int64_t i = nv; i < R; i++) dst[k * R + i] = 0.0f;
+        }
+        return;
+    }
+    float tmp[MP_KC];
+    for (int64_t i = 0; i < R; i++) {
+        if (i < nv)
+            mp_ld_n(src, dt, (r0 + i) * ld + k0, 1, kc, tmp);
+        else
+            memset(tmp, 0, sizeof tmp);
+        for (int64_t k = 0; k < kc; k++) dst[k * R + i] = tmp[k];
+    }
+}
+
+/* All of op(B)'s columns [j0, j0 + n) as panels of NR columns: panel p
+ * holds columns j0 + p NR ..., for every k, at Bp + p K NR + k NR. */
+static inline void mp_pack_b(float *Bp, const MpGemm *g, int64_t j0, int64_t n)
+{
+    int64_t np = (n + MP_NR - 1) / MP_NR, nk = (g->K + MP_KC - 1) / MP_KC;
+    MP_OMP(parallel for if (n * g->K > 65536))
+    for (int64_t w = 0; w < np * nk; w++) {
+        int64_t p = w / nk, k0 = (w % nk) * MP_KC, kc = mp_min64(g->K - k0, MP_KC);
+        /* op(B)(k, j) = B[k ldb + j], so as X(j, k) it is the trans case */
+        mp_pack(Bp + p * g->K * MP_NR + k0 * MP_NR, g->B, g->bdt, g->ldb, !g->tb,
+                j0 + p * MP_NR, mp_min64(n - p * MP_NR, MP_NR), MP_NR, k0, kc);
+    }
+}
+
+/* ---- storing a tile: alpha, bias, beta, one rounding ----------------- */
+
+/* T[i * ldt + j], i < mv, j < nv, is the f32 sum for C[i0 + i, j0 + j]. */
+static inline void mp_gemm_store(const MpGemm *g, float *T, int64_t ldt, int64_t i0,
+                                 int64_t j0, int64_t mv, int64_t nv, float alpha)
+{
+    float bias[MP_CHUNK];
+    for (int64_t i = 0; i < mv; i++) {
+        float *r = T + i * ldt;
+        for (int64_t j = 0; j < nv; j++) r[j] *= alpha;
+        for (int64_t c = 0; g->bias && c < nv; c += MP_CHUNK) {
+            int64_t m = mp_min64(nv - c, MP_CHUNK);
+            if (g->bias_per_row)
+                mp_ld_n(g->bias, g->biasdt, i0 + i, 0, m, bias);
+            else
+                mp_ld_n(g->bias, g->biasdt, j0 + c, 1, m, bias);
+            for (int64_t j = 0; j < m; j++) r[c + j] += bias[j];
+        }
+        mp_st_beta(g->C, g->cdt, (i0 + i) * g->ldc + j0, nv, r, g->beta);
+    }
+}
+
+/* ---- the blocked product ------------------------------------------------ */
+
+typedef struct MpTiles {
+    int64_t mc, nc, mb, nb;     /* tile size and counts over M and n */
+} MpTiles;
+
+/* Tiles of about MC_MAX x NC_MAX, evened out, and at least two per thread
+ * when the matrix allows, so that threads get equal shares. */
+static inline MpTiles mp_tiles(int64_t M, int64_t n)
+{
+    MpTiles t;
+    int64_t want = 2 * mp_nthreads();
+    t.mb = (M + MP_MC_MAX - 1) / MP_MC_MAX;
+    t.nb = (n + MP_NC_MAX - 1) / MP_NC_MAX;
+    while (t.mb * t.nb < want && (n + t.nb) / (t.nb + 1) >= 4 * MP_NR)
+        t.nb++;
+    while (t.mb * t.nb < want && (M + t.mb) / (t.mb + 1) >= 4 * MP_MR)
+        t.mb++;
+    t.mc = ((M + t.mb - 1) / t.mb + MP_MR - 1) / MP_MR * MP_MR;
+    t.nc = ((n + t.nb - 1) / t.nb + MP_NR - 1) / MP_NR * MP_NR;
+    t.mb = (M + t.mc - 1) / t.mc;
+    t.nb = (n + t.nc - 1) / t.nc;
+    return t;
+}
+
+/* One tile: rows [i0, i0 + mv) and columns [j0, j0 + nv) of C, where
+ * column j0 is column jb of the packed panels Bp. */
+static inline void mp_gemm_tile(const MpGemm *g, const float *Bp, int64_t jb, int64_t i0,
+                                int64_t mv, int64_t j0, int64_t nv, int64_t nc, float *Ap,
+                                float *T)
+{
+    int64_t mp = (mv + MP_MR - 1) / MP_MR, npan = (nv + MP_NR - 1) / MP_NR;
+    if (g->K == 0)
+        memset(T, 0, (size_t)(mp * MP_MR * nc) * sizeof *T);
+    for (int64_t k0 = 0; k0 < g->K; k0 += MP_KC) {
+        int64_t kc = mp_min64(g->K - k0, MP_KC);
+        for (int64_t p = 0; p < mp; p++)
+            mp_pack(Ap + p * kc * MP_MR, g->A, g->adt, g->lda, g->ta, i0 + p * MP_MR,
+                    mp_min64(mv - p * MP_MR, MP_MR), MP_MR, k0, kc);
+        for (int64_t q = 0; q < npan; q++) {
+            const float *b = Bp + (jb / MP_NR + q) * g->K * MP_NR + k0 * MP_NR;
+            for (int64_t p = 0; p < mp; p++)
+                mp_ukernel(kc, Ap + p * kc * MP_MR, b, T + p * MP_MR * nc + q * MP_NR,
+                           nc, k0 == 0);
+        }
+    }
+    mp_gemm_store(g, T, nc, i0, j0, mv, nv, g->alpha);
+}
+
+/* 64-byte aligned scratch: returns the block to free, *p the aligned start. */
+static inline void *mp_kalloc64(size_t bytes, float **p)
+{
+    char *raw = (char *)mp_kalloc(bytes + 64);
+    *p = (float *)(void *)(raw + (64 - (uintptr_t)raw % 64) % 64);
+    return raw;
+}
+
+static inline void mp_gemm_blocked(const MpGemm *g)
+{
+    int64_t Kp = g->K > 0 ? g->K : 1;
+    int64_t ncols = mp_min64(g->N, (MP_BPACK_MAX / Kp) / MP_NR * MP_NR);
+    if (ncols < MP_NR)
+        ncols = MP_NR;
+    float *Bp;
+    void *braw = mp_kalloc64((size_t)(((ncols + MP_NR - 1) / MP_NR) * MP_NR * Kp) *
+                             sizeof(float), &Bp);
+    for (int64_t j0 = 0; j0 < g->N; j0 += ncols) {   /* passes over N */
+        int64_t n = mp_min64(g->N - j0, ncols);
+        MpTiles t = mp_tiles(g->M, n);
+        mp_pack_b(Bp, g, j0, n);
+        MP_OMP(parallel if (t.mb * t.nb > 1 && g->M * n * g->K > 32768))
+        {
+            float *Ap, *T;
+            void *araw = mp_kalloc64((size_t)(t.mc * MP_KC) * sizeof(float), &Ap);
+            void *traw = mp_kalloc64((size_t)(t.mc * t.nc) * sizeof(float), &T);
+            MP_OMP(for schedule(static))
+            for (int64_t w = 0; w < t.mb * t.nb; w++) {
+                int64_t i0 = (w / t.nb) * t.mc, jb = (w % t.nb) * t.nc;
+                mp_gemm_tile(g, Bp, jb, i0, mp_min64(g->M - i0, t.mc), j0 + jb,
+                             mp_min64(n - jb, t.nc), t.nc, Ap, T);
+            }
+            free(araw);
+            free(traw);
+        }
+    }
+    free(braw);
+}
+
+#ifdef MP_USE_CBLAS
+/* op(X) as a dense f32 copy in X's own layout (rows x cols, ld = cols). */
+static inline float *mp_to_f32(const void *x, int dt, int64_t ld, int64_t rows, int64_t cols)
+{
+    float *d = (float *)mp_kalloc((size_t)(rows * cols) * sizeof *d);
+    MP_OMP(parallel for if (rows * cols > 65536))
+    for (int64_t r = 0; r < rows; r++)
+        mp_ld_n(x, dt, r * ld, 1, cols, d + r * cols);
+    return d;
+}
+
+static inline void mp_gemm_cblas(const MpGemm *g)
+{
+    enum CBLAS_TRANSPOSE ta = g->ta ? CblasTrans : CblasNoTrans;
+    enum CBLAS_TRANSPOSE tb = g->tb ? CblasTrans : CblasNoTrans;
+    if (g->adt == MP_F32 && g->bdt == MP_F32 && g->cdt == MP_F32 && !g->bias) {
+        cblas_sgemm(CblasRowMajor, ta, tb, (int)g->M, (int)g->N, (int)g->K, g->alpha,
+                    (const float *)g->A, (int)g->lda, (const float *)g->B, (int)g->ldb,
+                    g->beta, (float *)g->C, (int)g->ldc);
+        return;
+    }
+    int64_t ar = g->ta ? g->K : g->M, ac = g->ta ? g->M : g->K;
+    int64_t br = g->tb ? g->N : g->K, bc = g->tb ? g->K : g->N;
+    float *a = g->adt == MP_F32 ? NULL : mp_to_f32(g->A, g->adt, g->lda, ar, ac);
+    float *b = g->bdt == MP_F32 ? NULL : mp_to_f32(g->B, g->bdt, g->ldb, br, bc);
+    float *t = (float *)mp_kalloc((size_t)(g->M * g->N) * sizeof *t);
+    cblas_sgemm(CblasRowMajor, ta, tb, (int)g->M, (int)g->N, (int)g->K, g->alpha,
+                a ? a : (const float *)g->A, a ? (int)ac : (int)g->lda,
+                b ? b : (const float *)g->B, b ? (int)bc : (int)g->ldb, 0.0f, t, (int)g->N);
+    MP_OMP(parallel for if (g->M * g->N > 65536))
+    for (int64_t i = 0; i < g->M; i++)
+        mp_gemm_store(g, t + i * g->N, g->N, i, 0, 1, g->N, 1.0f);
+    free(a);
+    free(b);
+    free(t);
+}
+#endif
+
+/* C = alpha op(A) op(B) + beta C (+ bias): the one entry point. */
+static inline void mp_gemm_ex(const MpGemm *g)
+{
+    if (g->M <= 0 || g->N <= 0)
+        return;
+#ifdef MP_USE_CBLAS
+    if (g->K > 0) {
+        mp_gemm_cblas(g);
+        return;
+    }
+#endif
+    mp_gemm_blocked(g);
+}
+
+static inline void mp_gemm(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha,
+                           const void *A, int adt, int64_t lda, const void *B, int bdt,
+                           int64_t ldb, float beta, void *C, int cdt, int64_t ldc)
+{
+    MpGemm g = {ta, tb, M, N, K, alpha, beta, A, adt, lda, B, bdt, ldb, C, cdt, ldc,
+                NULL, MP_F32, 0};
+    mp_gemm_ex(&g);
+}
+
+/* ---- kernels made of products ------------------------------------------- */
+
+static inline int mp_dt_size(int dt) { return dt == MP_F32 || dt == MP_I32 ? 4 : dt == MP_U8 ? 1 : 2; }
+
+/* Element offset e of a tensor of type dt, as a pointer. */
+static inline const void *mp_at(const void *p, int dt, int64_t e)
+{
+    return (const char *)p + e * mp_dt_size(dt);
+}
+
+/* y[i] = op(a[i]) op(b[i]) for i < batch; a[i] starts stride_a elements
+ * after a[i-1] (0: one a for every i), likewise b; y[i] is [M, N]. */
+static inline void mp_k_matmul(void *y, int ydt, const void *a, int adt, const void *b,
+                               int bdt, int64_t batch, int64_t M, int64_t N, int64_t K,
+                               int ta, int tb, int64_t stride_a, int64_t stride_b)
+{
+    int64_t lda = ta ? M : K, ldb = tb ? K : N;
+    /* many small products: one per thread; else each product is parallel */
+    MP_OMP(parallel for if (batch > 1 && M * N * K < (1 << 21)))
+    for (int64_t i = 0; i < batch; i++)
+        mp_gemm(ta, tb, M, N, K, 1.0f, mp_at(a, adt, i * stride_a), adt, lda,
+                mp_at(b, bdt, i * stride_b), bdt, ldb, 0.0f,
+                (void *)mp_at(y, ydt, i * M * N), ydt, N);
+}
+
+/* y[K, N] = a[R, K]^T b[R, N] + beta y: the weight gradient of x @ w. */
+static inline void mp_k_matmul_tn(void *y, int ydt, const void *a, int adt, const void *b,
+                                  int bdt, int64_t R, int64_t K, int64_t N, float beta)
+{
+    mp_gemm(1, 0, K, N, R, 1.0f, a, adt, K, b, bdt, N, beta, y, ydt, N);
+}
+
+/* y[M, N] = x[M, K] w[N, K]^T + bias[N], as torch.nn.functional.linear. */
+static inline void mp_k_linear(void *y, int ydt, const void *x, int xdt, const void *w,
+                               int wdt, const void *bias, int bdt, int64_t M, int64_t N,
+                               int64_t K)
+{
+    MpGemm g = {0, 1, M, N, K, 1.0f, 0.0f, x, xdt, K, w, wdt, K, y, ydt, N, bias, bdt, 0};
+    mp_gemm_ex(&g);
+}
+
+#endif
