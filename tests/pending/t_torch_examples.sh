@@ -7,9 +7,10 @@
 # logging every step and evaluating at the end; tests/py/ref.py trains the
 # twin the same way and compares each step's loss and lr (float32: 1e-4
 # relative to torch in float64; mixed_float16 against torch in float32: a
-# few percent), the
-# final tensors and optimizer state (float32 only), and loads the final
-# checkpoint into the twin with load_state_dict to compare the evaluation.
+# few percent), the final tensors and optimizer state (float32 only), and
+# loads the final checkpoint into the twin with load_state_dict to compare
+# the evaluation. Torch starts twice (all inits, all checks); trainers are
+# built and run JOBS (2) at a time.
 #
 # Cases: every optimizer / schedule / clipping / accumulate variant of
 # tests/models/mlp_small.mp, the op zoo, a CNN with batch_norm, a char
@@ -25,6 +26,7 @@ mkdir -p "$W"
 $PY tests/py/data.py "$D" || exit 1
 
 fails=()
+cases=()     # "name|model|precision|steps|tol|data|eval"
 
 # variant NAME 'train line' ...: mlp_small.mp with its optimizer line
 # replaced by the given lines (steps stays 40).
@@ -35,42 +37,36 @@ variant() {
 ${lines%\\n}" tests/models/mlp_small.mp > "$W/$name.mp"
 }
 
-# run_case NAME MODEL.mp PRECISION STEPS TOL DATA EVAL
+# run_case NAME MODEL.mp PRECISION STEPS TOL DATA EVAL: adds a case.
 #   DATA / EVAL: comma-separated input=file-stem pairs (files in $D)
 run_case() {
-    local name=$1 model=$2 prec=$3 steps=$4 tol=$5 data=$6 ev=$7
-    [ -n "${ONLY:-}" ] && [[ $name != *$ONLY* ]] && return
-    local args=() ref=() p
-    for p in ${data//,/ }; do args+=(--data "${p%%=*}=$D/${p#*=}.npy"); done
-    for p in ${ev//,/ }; do args+=(--eval "${p%%=*}=$D/${p#*=}.npy"); done
-    local cmp=(--tol "$tol") out=$W/$name
-    # mixed precision: per-step losses within tol of torch float32; tensors
-    # are not compared (f16 rounding moves them), the eval within tol.
-    if [ "$prec" = float32 ]; then cmp+=(--dtype float64); else cmp+=(--ptol 0 --etol "$tol"); fi
-    echo "== $name: $model, $prec, $steps steps"
-    if ! $PY tests/py/ref.py init "$model" "$out.init.safetensors"; then
-        fails+=("$name: ref.py init"); return
-    fi
+    [ -n "${ONLY:-}" ] && [[ $1 != *$ONLY* ]] && return
+    cases+=("$1|$2|$3|$4|$5|$6|$7")
+}
+
+# the trainer's --data / --eval arguments of a case
+case_args() {
+    local data=$1 ev=$2 p
+    for p in ${data//,/ }; do printf -- '--data %s ' "${p%%=*}=$D/${p#*=}.npy"; done
+    for p in ${ev//,/ }; do printf -- '--eval %s ' "${p%%=*}=$D/${p#*=}.npy"; done
+}
+
+# build and run one case's trainer; a failure is written to $out.fail
+train_case() {
+    local name=$1 model=$2 prec=$3 steps=$4 data=$5 ev=$6 out=$W/$1
+    rm -f "$out.fail" "$out.log.jsonl" "$out.out.safetensors"
     if ! "$MPCC" "$model" --target c --precision "$prec" -o "$out.c" 2>"$out.mpcc.err"; then
-        cat "$out.mpcc.err"; fails+=("$name: mpcc failed"); return
+        { echo "mpcc failed"; head -n 5 "$out.mpcc.err"; } >"$out.fail"; return
     fi
     if ! cc -O2 -o "$out" "$out.c" -lm 2>"$out.cc.err"; then
-        head -n 20 "$out.cc.err"; fails+=("$name: the generated C does not build"); return
+        { echo "the generated C does not build"; grep -m5 -E 'error|undefined reference|warning: implicit' "$out.cc.err"; } >"$out.fail"; return
     fi
-    rm -f "$out.log.jsonl"
-    if ! "$out" "${args[@]}" --steps "$steps" --no-shuffle --init "$out.init.safetensors" \
+    # shellcheck disable=SC2046
+    if ! "$out" $(case_args "$data" "$ev") --steps "$steps" --no-shuffle --init "$out.init.safetensors" \
             --log "$out.log.jsonl" --log-every 1 --eval-every "$steps" \
             --save "$out.out.safetensors" >"$out.run.out" 2>&1; then
-        tail -n 5 "$out.run.out"; fails+=("$name: the trainer failed"); return
+        { echo "the trainer failed"; tail -n 3 "$out.run.out"; } >"$out.fail"
     fi
-    # the reference reads the same files, in the same order
-    if ! $PY tests/py/ref.py check "$model" "${args[@]}" --steps "$steps" \
-            --init "$out.init.safetensors" --log "$out.log.jsonl" \
-            --ckpt "$out.out.safetensors" "${cmp[@]}" >"$out.ref.out" 2>&1; then
-        grep -E 'worst|MISMATCH|eval:|Error|error' "$out.ref.out" | head -n 20
-        fails+=("$name: differs from PyTorch (see $out.ref.out)"); return
-    fi
-    grep -E 'worst|eval:' "$out.ref.out"
 }
 
 MNIST=image=mnist_x,label=mnist_y
@@ -123,6 +119,37 @@ done
 for m in examples/*.mp; do
     grep -q "run_case \"example_$(basename "$m" .mp)_" "$0" || fails+=("$m: no case in $0")
 done
+
+# 1. every twin's initial parameters, in one Python process
+: >"$W/init.batch"
+for c in "${cases[@]}"; do
+    IFS='|' read -r name model _ <<<"$c"
+    echo "init $model $W/$name.init.safetensors" >>"$W/init.batch"
+done
+$PY tests/py/ref.py batch "$W/init.batch" || exit 1
+
+# 2. build and run the trainers, two at a time
+for c in "${cases[@]}"; do
+    IFS='|' read -r name model prec steps tol data ev <<<"$c"
+    while [ "$(jobs -rp | wc -l)" -ge "${JOBS:-2}" ]; do wait -n; done
+    train_case "$name" "$model" "$prec" "$steps" "$data" "$ev" &
+done
+wait
+
+# 3. the same training in PyTorch and the comparisons, in one process
+: >"$W/check.batch"
+for c in "${cases[@]}"; do
+    IFS='|' read -r name model prec steps tol data ev <<<"$c"
+    out=$W/$name
+    if [ -e "$out.fail" ]; then
+        fails+=("$name: $(head -n 1 "$out.fail")"); sed 's/^/    /' "$out.fail"; continue
+    fi
+    cmp="--tol $tol --dtype float64"      # float32: 1e-4 of the exact (float64) run
+    [ "$prec" = float32 ] || cmp="--tol $tol --ptol 0 --etol $tol"   # mixed: torch float32
+    echo "check $model $(case_args "$data" "$ev") --steps $steps --init $out.init.safetensors" \
+         "--log $out.log.jsonl --ckpt $out.out.safetensors $cmp --report $out.ref.out" >>"$W/check.batch"
+done
+$PY tests/py/ref.py batch "$W/check.batch" || fails+=("some cases differ from PyTorch (above)")
 
 echo
 if [ ${#fails[@]} -gt 0 ]; then

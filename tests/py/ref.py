@@ -3,6 +3,9 @@
     ref.py init MODEL.mp OUT.safetensors [--seed N]
         Writes the twin's (models.py) torch-default initial parameters and
         buffers under the model's names: the --init file of a trainer run.
+    ref.py batch FILE
+        Runs the init and check command lines of FILE (one per line) in one
+        process (torch starts once); see cmd_batch.
     ref.py check MODEL.mp --data NAME=F.npy ... --steps N --init INIT
                  --log LOG.jsonl --ckpt OUT.safetensors [--eval NAME=F.npy ...]
                  [--tol 1e-4] [--dtype float32|float64]
@@ -276,6 +279,42 @@ def cmd_check(a):
     return 1 if errs else 0
 
 
+def cmd_batch(a, parser):
+    """Runs the init / check command lines of a file (one per line, shell
+    quoting) in this one process; a check's output goes to its --report
+    file and one summary line is printed. Exit 1 if any check failed."""
+    import contextlib
+    import io
+    import shlex
+    failed = []
+    for line in open(a.file):
+        if not line.strip():
+            continue
+        sub = parser.parse_args(shlex.split(line))
+        if sub.cmd == "init":
+            cmd_init(sub)
+            continue
+        buf = io.StringIO()
+        with contextlib.redirect_stdout(buf):
+            try:
+                rc = cmd_check(sub)
+            except (Exception, SystemExit) as e:  # a broken case must not stop the others
+                print(f"MISMATCH: ref.py: {type(e).__name__}: {e}")
+                rc = 1
+        out = buf.getvalue()
+        if sub.report:
+            open(sub.report, "w").write(out)
+        keep = [l for l in out.splitlines() if l.startswith(("worst", "MISMATCH", "eval:", "not compared"))]
+        print(f"{'ok  ' if rc == 0 else 'FAIL'} {sub.report or sub.model}")
+        for l in keep[:12]:
+            print("     " + l)
+        if rc:
+            failed.append(sub.report or sub.model)
+    if failed:
+        print(f"{len(failed)} case(s) differ from PyTorch: " + " ".join(failed))
+    return 1 if failed else 0
+
+
 def main():
     ap = argparse.ArgumentParser()
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -295,8 +334,11 @@ def main():
     p.add_argument("--ptol", type=float, default=1e-2, help="0: do not compare tensors")
     p.add_argument("--etol", type=float, default=1e-4)
     p.add_argument("--dtype", default="float32")
+    p.add_argument("--report", help="(batch) where this check's output goes")
+    p = sub.add_parser("batch")
+    p.add_argument("file")
     a = ap.parse_args()
-    sys.exit(cmd_init(a) if a.cmd == "init" else cmd_check(a))
+    sys.exit({"init": cmd_init, "check": cmd_check, "batch": lambda x: cmd_batch(x, ap)}[a.cmd](a))
 
 
 if __name__ == "__main__":
