@@ -1771,11 +1771,7 @@ static void collect_blocks(Ctx *c)
                 diag_note(old->s->name_loc, "the first definition is here");
             continue;
         }
-        for (int p = 0; p < s->nparams; p++)
-            for (int q = 0; q < p; q++)
-                if (strcmp(s->params[p], s->params[q]) == 0)
-                    diag_error(s->param_locs[p], "block '%s' has two parameters named '%s'",
-                               s->name, s->params[p]);
+        /* duplicate parameter names are reported by the parser */
         bool ok = check_returns(s->body, s->nbody, true);
         c->blocks[c->nblocks++] = (Block){.s = s, .bad = !ok};
     }

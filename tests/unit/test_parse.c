@@ -423,6 +423,12 @@ static void test_hostile_bytes(void **state)
     check_hostile("model m\nx = 99999999999999999999\n", 33, "integer 99999999999999999999 is too large");
     check_hostile("model m\nx = 1e999\n", 18, "number 1e999 is too large (not finite");
 
+    /* a UTF-8 byte order mark at the start is skipped */
+    Run *bom = parse("\xEF\xBB\xBFmodel m\n");
+    assert_int_equal(bom->nerr, 0);
+    assert_int_equal(bom->ast->stmts[0]->loc.col, 4);
+    done(bom);
+
     /* comments may hold anything but a newline */
     Run *r = parse_n("model m # \xc3\xa9\0\x01\n", 15);
     assert_int_equal(r->nerr, 0);
@@ -501,6 +507,13 @@ static void test_hostile_nesting(void **state)
     done(r);
     free(s);
     free(t);
+
+    /* the count of pending '-' and '**' ends with each statement */
+    s = repeat_text("model m\nblock f() {\n", "  return -2 ** -1\n", 1000, "}\n");
+    r = parse(s);
+    assert_int_equal(r->nerr, 0);
+    done(r);
+    free(s);
 
     /* a long + chain is bounded by AST_MAX_HEIGHT */
     s = repeated("a + ", 100000, "a\n");

@@ -618,7 +618,6 @@ static const Case definition_errors[] = {
     {HEAD "block f(t) {\n  return relu(t)\n}\nz = f(x, 3)\n" LOSS TRAIN, "block f(t) takes 1 argument, got 2"},
     {HEAD "block relu(t) {\n  return t\n}\nz = x\n" LOSS TRAIN, "'relu' is a built-in operation"},
     {HEAD "block f(t) {\n  return t\n}\nblock f(t) {\n  return t\n}\nz = x\n" LOSS TRAIN, "block 'f' is defined twice"},
-    {HEAD "block f(t, t) {\n  return t\n}\nz = f(x, x)\n" LOSS TRAIN, "block 'f' has two parameters named 't'"},
     {HEAD "block f(t) {\n  return f(t)\n}\nz = f(x)\n" LOSS TRAIN, "block 'f' calls itself (f -> f)"},
     {HEAD "block a(t) {\n  return b(t)\n}\nblock b(t) {\n  return c(t)\n}\nblock c(t) {\n  return a(t)\n}\n"
           "z = a(x)\n" LOSS TRAIN, "block 'a' calls itself (a -> b -> c -> a)"},
