@@ -6,7 +6,7 @@
 # split points fall mid-epoch and on an epoch boundary (1000 samples: 31
 # batches of 32 per epoch, 31 steps of 2x16 for resume_accum).
 set -uo pipefail
-cd "$(dirname "$0")/.." && { [ -e Makefile ] || cd ..; }   # (also from tests/pending/)
+cd "$(dirname "$0")/.."
 . tests/py/lib.sh
 W=${B:-build}/t_resume
 mkdir -p "$W"
@@ -16,9 +16,10 @@ np.save(sys.argv[1] + "/x.npy", x); np.save(sys.argv[1] + "/y.npy", y)' "$W" || 
 fail=0
 # run NAME BIN LOG OUT STEPS [--resume FILE]
 run() {
-    local bin=$1 log=$2 out=$3 steps=$4; shift 4
+    local bin=$1 log=$2 out=$3 steps=$4 seed=(--seed 7); shift 4
+    [ $# -gt 0 ] && seed=()    # a resumed run takes the checkpoint's seed
     rm -f "$log"
-    "$bin" --data image="$W/x.npy" --data label="$W/y.npy" --steps "$steps" --seed 7 \
+    "$bin" --data image="$W/x.npy" --data label="$W/y.npy" --steps "$steps" "${seed[@]}" \
         --log "$log" --log-every 1 --save "$out" "$@" >"$log.out" 2>&1 ||
         { echo "trainer failed: $bin --steps $steps $*"; tail -n 3 "$log.out"; return 1; }
 }
