@@ -6,7 +6,7 @@ Writes good data (x.npy u8 [256, 784], y.npy i32 [256], and x_v2.npy: x
 as a version 2.0 .npy, which must be accepted), one file per
 fault, and prints the table of cases, one per line:
     NAME<TAB>trainer arguments (| separated)<TAB>regexes the error must
-    all match (| separated)<TAB>accepted exit codes (, separated)
+    all match (separated by \x1f)<TAB>accepted exit codes (, separated)
 The folder is relative to the repository root, as the trainer is run from
 there. Every case must be refused with exit 1 before training starts.
 """
@@ -42,7 +42,7 @@ def main(d, good_ckpt):
     cases = []
 
     def case(name, args, *regex, codes="1"):
-        cases.append((name, "|".join(args), "|".join(regex), codes))
+        cases.append((name, "|".join(args), "\x1f".join(regex), codes))
 
     def xy(xf="x.npy", yf="y.npy"):
         return ["--data", f"image={p(xf)}", "--data", f"label={p(yf)}"]
@@ -102,23 +102,26 @@ def main(d, good_ckpt):
     open(p("ck_trunc.safetensors"), "wb").write(raw[: len(raw) - 1000])
     open(p("ck_garbage.safetensors"), "wb").write(b"\x10\0\0\0\0\0\0\0{not json}      ")
     open(p("ck_hugehdr.safetensors"), "wb").write(struct.pack("<Q", 1 << 60) + b"{}")
-    st.write(p("ck_missing.safetensors"), {k: v for k, v in params.items() if k != "h.bias"})
-    bad_shape = dict(params)
-    bad_shape["h.weight"] = params["h.weight"][:, :783]
-    st.write(p("ck_shape.safetensors"), bad_shape)
-    bad_dtype = dict(params)
-    bad_dtype["h.weight"] = params["h.weight"].astype(np.float16)
-    st.write(p("ck_dtype.safetensors"), bad_dtype)
-    st.write(p("ck_lie.safetensors"), params, dtype_override={"logits.weight": "F16"})
+    # the same faults in an --init file (parameters only, as from PyTorch) and
+    # in a --resume file (a whole checkpoint: optimizer state and metadata)
+    for kind, base, m in (("init", params, None), ("resume", good, meta)):
+        st.write(p(f"{kind}_missing.safetensors"), {k: v for k, v in base.items() if k != "h.bias"}, m)
+        bad = dict(base)
+        bad["h.weight"] = base["h.weight"][:, :783]
+        st.write(p(f"{kind}_shape.safetensors"), bad, m)
+        bad = dict(base)
+        bad["h.weight"] = base["h.weight"].astype(np.float16)
+        st.write(p(f"{kind}_dtype.safetensors"), bad, m)
+        st.write(p(f"{kind}_lie.safetensors"), base, m, dtype_override={"logits.weight": "F16"})
     for flag in ("--init", "--resume"):
         f = flag[2:]
         case(f"{f}_truncated", xy() + [flag, p('ck_trunc.safetensors')], "ck_trunc")
         case(f"{f}_garbage", xy() + [flag, p('ck_garbage.safetensors')], "ck_garbage")
         case(f"{f}_huge_header", xy() + [flag, p('ck_hugehdr.safetensors')], "ck_hugehdr")
-        case(f"{f}_missing_tensor", xy() + [flag, p('ck_missing.safetensors')], "ck_missing", "h\\.bias")
-        case(f"{f}_shape", xy() + [flag, p('ck_shape.safetensors')], "ck_shape", "h\\.weight", "784", "783")
-        case(f"{f}_dtype", xy() + [flag, p('ck_dtype.safetensors')], "ck_dtype", "h\\.weight", "(F32|f32)", "(F16|f16)")
-        case(f"{f}_header_lies", xy() + [flag, p('ck_lie.safetensors')], "ck_lie", "logits\\.weight")
+        case(f"{f}_missing_tensor", xy() + [flag, p(f"{f}_missing.safetensors")], f"{f}_missing", "h\\.bias")
+        case(f"{f}_shape", xy() + [flag, p(f"{f}_shape.safetensors")], f"{f}_shape", "h\\.weight", "784", "783")
+        case(f"{f}_dtype", xy() + [flag, p(f"{f}_dtype.safetensors")], f"{f}_dtype", "h\\.weight", "(F32|f32)", "(F16|f16)")
+        case(f"{f}_header_lies", xy() + [flag, p(f"{f}_lie.safetensors")], f"{f}_lie", "logits\\.weight")
         case(f"{f}_no_file", xy() + [flag, p('nonexistent.safetensors')], "nonexistent\\.safetensors")
     # --resume needs the optimizer state and the run's metadata
     no_opt = {k: v for k, v in good.items() if k != "optimizer.exp_avg.h.weight"}

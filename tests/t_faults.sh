@@ -15,7 +15,7 @@
 #     --check-numerics) with no sanitizer report.
 # SKIP_ASAN=1 leaves out part 4.
 set -uo pipefail
-cd "$(dirname "$0")/.." && { [ -e Makefile ] || cd ..; }   # (also from tests/pending/)
+cd "$(dirname "$0")/.."
 . tests/py/lib.sh
 W=${B:-build}/t_faults
 rm -rf "$W"
@@ -44,7 +44,7 @@ while IFS=$'\t' read -r name argstr regexes codes; do
     [[ ",$codes," == *",$rc,"* ]] || why+=("exit $rc, expected $codes")
     lines=$(grep -c . "$W/case.err")
     [ "$lines" -eq 1 ] || why+=("$lines lines on stderr, expected 1")
-    IFS='|' read -r -a res <<<"$regexes"
+    IFS=$'\x1f' read -r -a res <<<"$regexes"
     for r in "${res[@]}"; do
         grep -Eiq -- "$r" "$W/case.err" || why+=("message lacks /$r/")
     done
