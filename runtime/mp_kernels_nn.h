@@ -160,7 +160,7 @@ static inline void mp_k_conv2d_dw(void *dw, int dwdt, const void *dy, int dydt,
 /* Each (n, c) plane on its own: x plane [H, W] -> y plane [OH, OW] with
  * OH = (H - k) / s + 1 (no padding, floor, as torch). */
 #define MP_PLANES_LOOP(N, C, H, W, NBUF, ...)                                 \
-    MP_OMP(parallel if ((N) * (C) * (H) * (W) > 16384))                        \
+    MP_OMP(parallel if ((N) * (C) * (H) * (W) > MP_PAR_MIN))                   \
     {                                                                          \
         float *buf = (float *)mp_kalloc((size_t)(NBUF) * (size_t)((H) * (W)) * sizeof(float)); \
         MP_OMP(for schedule(static))                                           \
@@ -275,7 +275,7 @@ static inline void mp_k_global_avg_pool_grad(void *dx, int dxdt, const void *dy,
 static inline void mp_k_embedding(void *y, int ydt, const int32_t *ids, const void *w,
                                   int wdt, int64_t n, int64_t vocab, int64_t dim)
 {
-    MP_OMP(parallel for if (n * dim > 32768))
+    MP_OMP(parallel for if (n * dim > MP_PAR_MIN))
     for (int64_t i = 0; i < n; i++)
         for (int64_t c = 0; c < dim; c += MP_CHUNK) {
             float t[MP_CHUNK];
@@ -295,7 +295,7 @@ static inline void mp_k_embedding_dw(void *dw, int dwdt, const void *dy, int dyd
                                      int64_t dim, float beta)
 {
     float *acc = (float *)mp_kzalloc((size_t)(vocab * dim) * sizeof *acc);
-    MP_OMP(parallel for if (n * dim > 32768))
+    MP_OMP(parallel for if (n * dim > MP_PAR_MIN))
     for (int64_t c = 0; c < dim; c += MP_CHUNK) {   /* columns: no write races */
         float t[MP_CHUNK];
         int64_t m = mp_min64(dim - c, MP_CHUNK);
@@ -412,7 +412,7 @@ static inline void mp_st_channel(void *x, int xdt, const float *v, int64_t N, in
 }
 
 #define MP_CHANNELS_LOOP(N, C, S, NBUF, ...)                                  \
-    MP_OMP(parallel if ((N) * (C) * (S) > 16384))                              \
+    MP_OMP(parallel if ((N) * (C) * (S) > MP_PAR_MIN))                         \
     {                                                                          \
         float *buf = (float *)mp_kalloc((size_t)(NBUF) * (size_t)((N) * (S)) * sizeof(float)); \
         MP_OMP(for schedule(static))                                           \

@@ -81,25 +81,45 @@ static inline void mp_sgd_update(float *p, const float *g, float *buf, int64_t n
 }
 
 /* t is the 1-based count of updates applied, including this one. */
+/* The Adam step on n elements, as torch's single-tensor Adam. `restrict`
+ * and the branches taken outside the loop let the compiler vectorise it
+ * (vsqrtps and vdivps round exactly as the scalar instructions do). */
+MP_NO_ERRNO static inline void mp_adam_loop(float *MP_RESTRICT p, const float *MP_RESTRICT g,
+                                float *MP_RESTRICT m, float *MP_RESTRICT v, int64_t n,
+                                float fb1, float fb2, float c1, float c2, float step,
+                                float bc2, float eps, float wd, float shrink, int mode)
+{
+    if (mode == 1) {                 /* AdamW: decoupled decay first */
+        for (int64_t i = 0; i < n; i++)
+            p[i] *= shrink;
+    }
+    if (mode == 2) {                 /* Adam with L2: decay added to the gradient */
+        for (int64_t i = 0; i < n; i++) {
+            float d = g[i] + wd * p[i];
+            m[i] = m[i] * fb1 + c1 * d;
+            v[i] = v[i] * fb2 + c2 * (d * d);
+            p[i] += step * (m[i] / (sqrtf(v[i]) / bc2 + eps));
+        }
+        return;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        float d = g[i];
+        m[i] = m[i] * fb1 + c1 * d;
+        v[i] = v[i] * fb2 + c2 * (d * d);
+        p[i] += step * (m[i] / (sqrtf(v[i]) / bc2 + eps));
+    }
+}
+
 static inline void mp_adam_update(float *p, const float *g, float *m, float *v,
                                   int64_t n, double lr, const MpTrainCfg *c,
                                   int64_t t, int decoupled)
 {
     double b1 = c->beta1, b2 = c->beta2;
-    float fb1 = (float)b1, fb2 = (float)b2, c1 = (float)(1 - b1), c2 = (float)(1 - b2);
     float step = (float)-(lr / (1 - pow(b1, (double)t)));
-    float bc2 = (float)sqrt(1 - pow(b2, (double)t)), eps = (float)c->eps;
-    float wd = (float)c->weight_decay;
-    float shrink = (float)(1 - lr * c->weight_decay);
-    int l2 = !decoupled && c->weight_decay != 0;
-    for (int64_t i = 0; i < n; i++) {
-        if (decoupled)
-            p[i] *= shrink;
-        float d = l2 ? g[i] + wd * p[i] : g[i];
-        m[i] = m[i] * fb1 + c1 * d;
-        v[i] = v[i] * fb2 + c2 * (d * d);
-        p[i] += step * (m[i] / (sqrtf(v[i]) / bc2 + eps));
-    }
+    float bc2 = (float)sqrt(1 - pow(b2, (double)t));
+    int mode = decoupled ? 1 : c->weight_decay != 0 ? 2 : 0;
+    mp_adam_loop(p, g, m, v, n, (float)b1, (float)b2, (float)(1 - b1), (float)(1 - b2), step, bc2,
+                 (float)c->eps, (float)c->weight_decay, (float)(1 - lr * c->weight_decay), mode);
 }
 
 /* Names of the optimizer's state buffers, as in torch's state_dict. */

@@ -56,4 +56,7 @@ echo "== training $STEPS steps"
     --eval image="$OUT/test_x.npy" --eval label="$OUT/test_y.npy" \
     --steps "$STEPS" --eval-every "$STEPS" --log-every 200 \
     --log "$OUT/log.jsonl" --save "$OUT/mnist_mlp.safetensors"
-echo "== test accuracy: $(grep '"eval"' "$OUT/log.jsonl" | tail -n 1)"
+acc=$(grep '"eval"' "$OUT/log.jsonl" | tail -n 1 | sed -n 's/.*"accuracy":\([0-9.]*\).*/\1/p')
+[ -n "$acc" ] || { echo "demo: no evaluation in $OUT/log.jsonl" >&2; exit 1; }
+awk -v a="$acc" -v t="$target" 'BEGIN { printf "== MNIST test accuracy after '"$STEPS"' steps (%s target): %.2f%%\n", t, 100 * a }'
+echo "== checkpoint: $OUT/mnist_mlp.safetensors, log: $OUT/log.jsonl"

@@ -84,7 +84,6 @@ static void close_to(const char *what, int64_t i, double got, double want, doubl
 typedef struct Fd {
     float *in[5];
     int64_t d[10];
-    float fa[4];
     float *out, *w;
     int64_t nout;
     void (*fwd)(struct Fd *);
@@ -127,6 +126,40 @@ static void fd_free(Fd *c)
     for (int k = 0; k < 5; k++) free(c->in[k]);
     free(c->out);
     free(c->w);
+}
+
+/* ---- bulk conversion ----------------------------------------------------- */
+
+/* mp_ld_n / mp_st_n convert runs of f16 with F16C where the CPU has it:
+ * they must agree bit for bit with mp_half.h's scalar conversions, on every
+ * f16 pattern, every f16 rounding boundary and a sweep of f32 patterns. */
+static void test_bulk_conversion(void **state)
+{
+    (void)state;
+    int64_t n = 65536;
+    uint16_t *h = malloc(n * 2), *h2 = malloc(n * 2);
+    float *f = malloc(n * 4);
+    for (int64_t i = 0; i < n; i++) h[i] = (uint16_t)i;
+    mp_ld_n(h, MP_F16, 0, 1, n, f);
+    for (int64_t i = 0; i < n; i++)
+        assert_int_equal(mp_f32_bits(f[i]), mp_f32_bits(mp_f16_to_f32(h[i])));
+    mp_st_n(h2, MP_F16, 0, 1, n, f);
+    for (int64_t i = 0; i < n; i++) assert_int_equal(h2[i], mp_f32_to_f16(f[i]));
+    uint32_t u = 99;
+    for (int round = 0; round < 16; round++) {
+        for (int64_t i = 0; i < n; i++) {
+            u = u * 1664525u + 1013904223u;
+            float mid = (mp_f16_to_f32((uint16_t)(i & 0x7bff)) +
+                         mp_f16_to_f32((uint16_t)((i & 0x7bff) + 1))) / 2;
+            uint32_t b = round < 8 ? u : mp_f32_bits(mid) + (uint32_t)(round - 12);
+            f[i] = mp_bits_f32(b);
+        }
+        mp_st_n(h2, MP_F16, 0, 1, n, f);
+        for (int64_t i = 0; i < n; i++) assert_int_equal(h2[i], mp_f32_to_f16(f[i]));
+        mp_st_n(h2, MP_BF16, 0, 1, n, f);
+        for (int64_t i = 0; i < n; i++) assert_int_equal(h2[i], mp_f32_to_bf16(f[i]));
+    }
+    free(h); free(h2); free(f);
 }
 
 /* ---- gemm --------------------------------------------------------------- */
@@ -812,7 +845,7 @@ static void test_pools(void **state)
         fd_setup(&c, ny, fwd_maxpool);
         c.fwd(&c);
         float *avg = zvec(ny), *dx = zvec(nx);
-        fwd_avgpool(&(Fd){{c.in[0]}, {N, C, H, W, k, s}, {0}, avg});
+        fwd_avgpool(&(Fd){{c.in[0]}, {N, C, H, W, k, s}, avg});
         for (int64_t pl = 0; pl < N * C; pl++)
             for (int64_t oy = 0; oy < OH; oy++)
                 for (int64_t ox = 0; ox < OW; ox++) {
@@ -1053,6 +1086,7 @@ static void test_attention(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_bulk_conversion),
         cmocka_unit_test(test_gemm_sizes),
         cmocka_unit_test(test_gemm_types),
         cmocka_unit_test(test_gemm_alpha_beta),
