@@ -1,6 +1,7 @@
 # lib.sh - shell helpers shared by the reference tests (source it).
 #   build_trainer MODEL.mp OUT [mpcc options...] [-- cc options...]
-#       mpcc --target c, then cc; OUT is the binary, OUT.c the source.
+#       mpcc --target c, then cc (default -O2; -l options are put after the
+#       source); OUT is the binary, OUT.c the source.
 #       Prints what failed and returns 1 on failure.
 #   mnist_npy DIR   the full MNIST as DIR/{train,test}_{x,y}.npy (u8 images
 #       [N, 784], i32 labels), with build/idx2npy when it is built, else
@@ -10,15 +11,17 @@ MPCC=${MPCC:-./mpcc}
 
 build_trainer() {
     local model=$1 out=$2; shift 2
-    local mp=() ccopt=()
+    local mp=() ccopt=() libs=(-lm) a
     while [ $# -gt 0 ] && [ "$1" != -- ]; do mp+=("$1"); shift; done
     [ $# -gt 0 ] && shift
-    ccopt=("$@")
+    for a in "$@"; do    # libraries go after the source, for the linker
+        if [[ $a == -l* ]]; then libs=("$a" "${libs[@]}"); else ccopt+=("$a"); fi
+    done
     [ ${#ccopt[@]} -eq 0 ] && ccopt=(-O2)
     if ! "$MPCC" "$model" --target c "${mp[@]}" -o "$out.c" 2>"$out.mpcc.err"; then
         echo "mpcc failed on $model (${mp[*]}):"; head -n 20 "$out.mpcc.err"; return 1
     fi
-    if ! cc "${ccopt[@]}" -o "$out" "$out.c" -lm 2>"$out.cc.err"; then
+    if ! cc "${ccopt[@]}" -o "$out" "$out.c" "${libs[@]}" 2>"$out.cc.err"; then
         echo "the generated C of $model does not build (cc ${ccopt[*]}):"; head -n 20 "$out.cc.err"; return 1
     fi
 }
