@@ -162,7 +162,7 @@ static inline int mp_cpu_has(int what)
 
 /* n contiguous f16 <-> f32, 8 at a time. */
 __attribute__((target("avx,f16c")))
-static void mp_f16_to_f32_f16c(const uint16_t *s, float *d, int64_t n)
+static inline void mp_f16_to_f32_f16c(const uint16_t *s, float *d, int64_t n)
 {
     int64_t n8 = n / 8 * 8;
     for (int64_t i = 0; i < n8; i += 8)
@@ -171,7 +171,7 @@ static void mp_f16_to_f32_f16c(const uint16_t *s, float *d, int64_t n)
 }
 
 __attribute__((target("avx,f16c")))
-static void mp_f32_to_f16_f16c(const float *s, uint16_t *d, int64_t n)
+static inline void mp_f32_to_f16_f16c(const float *s, uint16_t *d, int64_t n)
 {
     int64_t n8 = n / 8 * 8;
     for (int64_t i = 0; i < n8; i += 8)

@@ -18,7 +18,9 @@
  * no edge cases. The micro-kernel is 6x16 in AVX2+FMA intrinsics on any
  * x86 CPU that has them (chosen at run time, so a plain `cc -O2` build
  * gets it too), else 6x8 in GCC/Clang vector extensions or plain C.
- * -DMP_GEMM_PORTABLE leaves the AVX2 kernel out (tests use it).
+ * -DMP_GEMM_PORTABLE leaves the AVX2 kernel out (tests use it). With
+ * -fopenmp, products above ~8 MFLOP run on all threads (one parallel
+ * region each); each element's sum has the same order on any number.
  *
  * -DMP_USE_CBLAS: products go to cblas_sgemm (link -lopenblas); f16/bf16
  * operands are converted to f32 first (exactly) and the result rounded
@@ -30,6 +32,10 @@
 
 #ifdef MP_USE_CBLAS
 #include <cblas.h>
+/* OpenBLAS's cblas.h includes <complex.h>: its macros `I` and `complex`
+ * would break model code that uses those names. */
+#undef I
+#undef complex
 #endif
 
 #define MP_MR 6                 /* rows of the micro-kernel's tile */
@@ -90,8 +96,8 @@ typedef void MpUkernel(int64_t kc, const float *A, const float *B, float *C, int
 #define VFMA(a, b, c) _mm256_fmadd_ps(a, b, c)
 #define VADD(a, b) _mm256_add_ps(a, b)
 __attribute__((target("avx2,fma")))
-static void mp_uk_avx2(int64_t kc, const float *A, const float *B, float *C, int64_t ldc,
-                       int first)
+static inline void mp_uk_avx2(int64_t kc, const float *A, const float *B, float *C,
+                              int64_t ldc, int first)
 {
     MP_UK_BODY(__m256)
 }
@@ -121,8 +127,8 @@ static inline MpVec4 mp_v4load(const float *p)
 #define VBCAST(p) ((MpVec4){*(p), *(p), *(p), *(p)})
 #define VFMA(a, b, c) ((c) + (a) * (b))
 #define VADD(a, b) ((a) + (b))
-static void mp_uk_generic(int64_t kc, const float *A, const float *B, float *C,
-                          int64_t ldc, int first)
+static inline void mp_uk_generic(int64_t kc, const float *A, const float *B, float *C,
+                                 int64_t ldc, int first)
 {
     MP_UK_BODY(MpVec4)
 }
@@ -134,8 +140,8 @@ static void mp_uk_generic(int64_t kc, const float *A, const float *B, float *C,
 #undef VFMA
 #undef VADD
 #else
-static void mp_uk_generic(int64_t kc, const float *A, const float *B, float *C,
-                          int64_t ldc, int first)
+static inline void mp_uk_generic(int64_t kc, const float *A, const float *B, float *C,
+                                 int64_t ldc, int first)
 {
     float acc[MP_MR][8] = {{0}};
     for (int64_t k = 0; k < kc; k++, A += MP_MR, B += 8)
@@ -204,11 +210,13 @@ static inline void mp_pack(float *dst, int64_t pstride, const void *src, int dt,
 }
 
 /* All of op(B)'s columns [j0, j0 + n) as panels of nr columns: panel p
- * holds columns j0 + p nr ..., for every k, at Bp + p K nr + k nr. */
+ * holds columns j0 + p nr ..., for every k, at Bp + p K nr + k nr. Called
+ * inside mp_gemm_blocked's parallel region: the threads share the work and
+ * wait for each other at the end. */
 static inline void mp_pack_b(float *Bp, const MpGemm *g, int nr, int64_t j0, int64_t n)
 {
     int64_t np = (n + nr - 1) / nr, nk = (g->K + MP_KC - 1) / MP_KC;
-    MP_OMP(parallel for if (n * g->K > MP_PAR_MIN))
+    MP_OMP(for schedule(static))
     for (int64_t w = 0; w < np * nk; w++) {
         int64_t p = w / nk, k0 = (w % nk) * MP_KC, kc = mp_min64(g->K - k0, MP_KC);
         /* op(B)(k, j) = B[k ldb + j], so as X(j, k) it is the trans case */
@@ -294,6 +302,9 @@ static inline void *mp_kalloc64(size_t bytes, float **p)
     return raw;
 }
 
+/* One parallel region per product (a region costs more than it seems on a
+ * busy machine): threads pack B together, then take tiles as they come
+ * free. Every tile is computed the same way whichever thread takes it. */
 static inline void mp_gemm_blocked(const MpGemm *g)
 {
     MpUk uk = mp_uk();
@@ -304,34 +315,37 @@ static inline void mp_gemm_blocked(const MpGemm *g)
     float *Bp;
     void *braw = mp_kalloc64((size_t)(((ncols + uk.nr - 1) / uk.nr) * uk.nr * Kp) *
                              sizeof(float), &Bp);
-    for (int64_t j0 = 0; j0 < g->N; j0 += ncols) {   /* passes over N */
-        int64_t n = mp_min64(g->N - j0, ncols);
-        MpTiles t = mp_tiles(g->M, n, uk.nr);
-        mp_pack_b(Bp, g, uk.nr, j0, n);
-        MP_OMP(parallel if (t.mb * t.nb > 1 && g->M * n * g->K > (1 << 22)))
-        {
-            float *Ap, *T;
-            void *araw = mp_kalloc64((size_t)(t.mc * MP_KC) * sizeof(float), &Ap);
-            void *traw = mp_kalloc64((size_t)(t.mc * t.nc) * sizeof(float), &T);
-            MP_OMP(for schedule(static))
+    MP_OMP(parallel if (g->M * g->N * g->K > (1 << 22)))
+    {
+        float *Ap, *T;   /* mp_tiles keeps tiles within MC_MAX x NC_MAX */
+        void *araw = mp_kalloc64((size_t)(MP_MC_MAX * MP_KC) * sizeof(float), &Ap);
+        void *traw = mp_kalloc64((size_t)(MP_MC_MAX * MP_NC_MAX) * sizeof(float), &T);
+        for (int64_t j0 = 0; j0 < g->N; j0 += ncols) {   /* passes over N */
+            int64_t n = mp_min64(g->N - j0, ncols);
+            MpTiles t = mp_tiles(g->M, n, uk.nr);
+            mp_pack_b(Bp, g, uk.nr, j0, n);
+            MP_OMP(for schedule(dynamic))
             for (int64_t w = 0; w < t.mb * t.nb; w++) {
                 int64_t i0 = (w / t.nb) * t.mc, jb = (w % t.nb) * t.nc;
                 mp_gemm_tile(g, uk, Bp, jb, i0, mp_min64(g->M - i0, t.mc), j0 + jb,
                              mp_min64(n - jb, t.nc), t.nc, Ap, T);
             }
-            free(araw);
-            free(traw);
         }
+        free(araw);
+        free(traw);
     }
     free(braw);
 }
 
 #ifdef MP_USE_CBLAS
+/* The conversions around cblas_sgemm stay on one thread: OpenMP threads
+ * left spinning after a parallel region would compete with OpenBLAS's own
+ * threads for the cores. */
+
 /* op(X) as a dense f32 copy in X's own layout (rows x cols, ld = cols). */
 static inline float *mp_to_f32(const void *x, int dt, int64_t ld, int64_t rows, int64_t cols)
 {
     float *d = (float *)mp_kalloc((size_t)(rows * cols) * sizeof *d);
-    MP_OMP(parallel for if (rows * cols > MP_PAR_MIN))
     for (int64_t r = 0; r < rows; r++)
         mp_ld_n(x, dt, r * ld, 1, cols, d + r * cols);
     return d;
@@ -355,7 +369,6 @@ static inline void mp_gemm_cblas(const MpGemm *g)
     cblas_sgemm(CblasRowMajor, ta, tb, (int)g->M, (int)g->N, (int)g->K, g->alpha,
                 a ? a : (const float *)g->A, a ? (int)ac : (int)g->lda,
                 b ? b : (const float *)g->B, b ? (int)bc : (int)g->ldb, 0.0f, t, (int)g->N);
-    MP_OMP(parallel for if (g->M * g->N > MP_PAR_MIN))
     for (int64_t i = 0; i < g->M; i++)
         mp_gemm_store(g, t + i * g->N, g->N, i, 0, 1, g->N, 1.0f);
     free(a);

@@ -47,7 +47,7 @@ static float *fvec(int64_t n, float lo, float hi)
 
 static float *zvec(int64_t n) { return calloc(n > 0 ? (size_t)n : 1, sizeof(float)); }
 
-static inline int32_t *ivec(int64_t n, int32_t hi)
+static int32_t *ivec(int64_t n, int32_t hi)
 {
     int32_t *x = malloc((size_t)n * sizeof *x);
     for (int64_t i = 0; i < n; i++) x[i] = (int32_t)(urand() * hi);
@@ -1083,6 +1083,44 @@ static void test_attention(void **state)
     }
 }
 
+/* ---- threads ------------------------------------------------------------ */
+
+/* The same bits whatever the number of threads (with -fopenmp; trivially
+ * without): every parallel loop splits work so that each sum keeps its
+ * order. Sizes are above the thresholds for going parallel. */
+static void run_threaded_kernels(float *out, const float *x, int64_t n, const int32_t *lab)
+{
+    int64_t M = 200, N = 300, K = 100;     /* x holds n >= M K + K N values */
+    mp_gemm(0, 0, M, N, K, 1.0f, x, F32, K, x + M * K, F32, N, 0.0f, out, F32, N);
+    out += M * N;
+    mp_k_sum(out, F32, x, F32, 1, n, 1);
+    mp_k_softmax(out + 1, F32, x, F32, n / 1000, 1000, 1);
+    mp_k_cross_entropy(out + 1 + n, F32, x, F32, lab, n / 1000, 1000);
+    float rm[10] = {0}, rv[10] = {0};
+    mp_k_batch_norm(out + 2 + n, F32, x, F32, NULL, F32, NULL, F32, rm, rv, n / 5000, 10, 500,
+                    0.1f, 1e-5f, 1);
+    memcpy(out + 2 + 2 * n, rv, sizeof rv);
+}
+
+static void test_threads_same_bits(void **state)
+{
+    (void)state;
+    int64_t n = 1000000, nout = 200 * 300 + 2 * n + 12;
+    float *x = fvec(n, -2, 2), *a = zvec(nout), *b = zvec(nout);
+    int32_t *lab = ivec(n / 1000, 1000);
+    for (int t = 0; t < 2; t++) {
+#ifdef _OPENMP
+        omp_set_num_threads(t ? 3 : 1);
+#endif
+        run_threaded_kernels(t ? b : a, x, n, lab);
+    }
+#ifdef _OPENMP
+    omp_set_num_threads(omp_get_num_procs());
+#endif
+    assert_memory_equal(a, b, nout * sizeof *a);
+    free(x); free(a); free(b); free(lab);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1111,6 +1149,7 @@ int main(void)
         cmocka_unit_test(test_layer_norm),
         cmocka_unit_test(test_batch_norm),
         cmocka_unit_test(test_attention),
+        cmocka_unit_test(test_threads_same_bits),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
