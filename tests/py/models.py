@@ -56,7 +56,7 @@ class Zoo(nn.Module):
         p = F.softmax(logits, -1)
         ent = (torch.exp(F.log_softmax(logits, -1)) * p).sum(1).mean(0)
         loss = xent(logits, bt["label"]) + F.mse_loss(p, bt["target"].to(p.dtype)) + 0.1 * ent
-        return loss, {"accuracy": accuracy(logits, bt["label"]), "sharpness": ent}
+        return loss, {"accuracy": accuracy(logits, bt["label"])}
 
 
 TWINS = {"mnist_mlp": MnistMlp, "mlp_small": MnistMlp, "ls_overflow": MnistMlp, "zoo": Zoo}
@@ -187,5 +187,17 @@ class DigitsMlp(nn.Module):
         return xent(logits, b["label"]), {"accuracy": accuracy(logits, b["label"])}
 
 
-TWINS.update({"cnn_bn": CnnBn, "char_tf": CharTf, "char_transformer": CharTransformer,
+class MetricAlias(MnistMlp):
+    """tests/models/metric_alias.mp: metrics that must each keep their value."""
+    def forward(self, b):
+        x = b["image"].to(self.h.weight.dtype) / 255
+        h = F.relu(self.h(x))
+        logits = self.logits(h)
+        reg = (h * h).sum(1).mean(0)
+        return xent(logits, b["label"]) + 1e-4 * reg, {
+            "accuracy": accuracy(logits, b["label"]), "activity": reg,
+            "confidence": (F.softmax(logits, -1) ** 2).sum(1).mean(0)}
+
+
+TWINS.update({"metric_alias": MetricAlias, "cnn_bn": CnnBn, "char_tf": CharTf, "char_transformer": CharTransformer,
               "mnist_cnn": MnistCnn, "digits_mlp": DigitsMlp})
