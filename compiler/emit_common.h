@@ -33,4 +33,10 @@ const char *dims_init(Emit *e, const Shape *s); /* "{128, 784}" */
 const char *dims_list(Emit *e, const Shape *s); /* "128, 784" */
 bool *needed_by(Emit *e, const IrNode *root); /* per node id: root depends on it */
 
+/* Parts of the generated program that both targets write alike. */
+void emit_runtime(Emit *e, int count, const char *const *names, const char *const *texts);
+void emit_descriptors(Emit *e);                /* mp_inputs, mp_params, mp_metric_names */
+/* MpModel mp_model = {...}; hooks: its function fields onwards, as C text */
+void emit_model_struct(Emit *e, const char *hooks);
+
 #endif

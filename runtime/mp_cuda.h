@@ -1,0 +1,373 @@
+/* mp_cuda.h - the CUDA program's device context: the GPU and cuBLAS found
+ * at start, the one device allocation, the compute stream, launch helpers,
+ * block reductions and the one matrix product (cuBLAS, or a plain kernel
+ * for type mixes cuBLAS has no routine for).
+ *
+ * Memory: everything the device uses is cut from ONE cudaMalloc made at
+ * start (mp_cu_alloc): the activation arena (memplan.c's offsets, as in the
+ * C program), the flat parameter / gradient / optimizer-state buffers (the
+ * host runtime's layout), two input slots for training steps and one for
+ * evaluation, the workspace of im2col, attention and reductions, cuBLAS's
+ * workspace, and the loss-scale state. Nothing is allocated after that.
+ *
+ * Work: every launch goes to one stream (mp_cu.st) through mp_cu_go, so
+ * the order of the model's calls is the order on the GPU, and buffers
+ * shared by liveness (memplan.c) are safe. In measure mode (the dry run at
+ * start) mp_cu_go launches nothing and the launchers only note how much
+ * workspace they need (mp_cu_ws).
+ *
+ * Errors: a CUDA or cuBLAS failure is one line on stderr and exit status 1
+ * (as the C runtime's out-of-memory in kernels): the program cannot go on. */
+#ifndef MP_CUDA_H
+#define MP_CUDA_H
+
+#include <cuda_runtime.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "mp_model.h"
+#include "mp_util.h"
+#include "mp_ckpt.h"
+#include "mp_cublas.h"
+#include "mp_cuda_items.h"
+
+#define MP_CU_ALIGN 256
+#define MP_CU_HDR 256              /* bytes before an input slot's inputs */
+#define MP_CU_BLAS_WS (32 << 20)   /* cuBLAS's workspace (Hopper wants 32 MiB) */
+
+/* Per-step values the host writes before each step's inputs. */
+typedef struct MpCuHdr {
+    int64_t step;                  /* 1-based optimizer step */
+    double lr;                     /* its learning rate */
+} MpCuHdr;
+
+/* What one call of the model's code runs with. */
+typedef struct MpCuRun {
+    int training;                  /* batch-norm batch statistics, dropout on */
+    int check;                     /* eager: stop at the first non-finite value */
+    int graph;                     /* a training step on the device (captured) */
+    int64_t micro;                 /* micro-batch of the step */
+    unsigned char *in;             /* device: this micro-batch's inputs */
+    const MpCuHdr *hdr;            /* device: this step's header */
+    uint64_t seed;                 /* dropout masks */
+    float seed_grad;               /* eager: d(loss) the backward starts from */
+    MpRun *run;                    /* eager: bad_op / bad_where go here */
+} MpCuRun;
+
+/* The model's code (generated), as the runtime calls it. */
+typedef struct MpCuModel {
+    int64_t arena_bytes;           /* memplan.c's arena */
+    int64_t in_bytes;              /* one micro-batch of every input */
+    const int64_t *in_off;         /* each input's offset in it */
+    void (*bind)(unsigned char *arena);
+    void (*cast_params)(MpCuRun *r);
+    int (*forward)(MpCuRun *r);
+    int (*backward)(MpCuRun *r);
+} MpCuModel;
+
+/* Device-side state of the optimizer step and loss scaling. */
+typedef struct MpCuState {
+    MpScaler ls;                   /* mp_optim.h's state machine, on the device */
+    MpTrainCfg cfg;
+    int64_t floor_skips, updates;
+    int64_t halted_at;             /* step at which skipping reached the limit */
+    int64_t step;                  /* the step these results are of */
+    double loss_sum, grad_norm, scale_used;
+    float loss, coef;              /* coef: clip factor, 1 = none */
+    int taken;
+    MpOptK k;                      /* this step's optimizer factors */
+} MpCuState;
+
+/* One range of a trainable parameter in the flat buffers. */
+typedef struct MpCuTile {
+    int64_t start, len;
+} MpCuTile;
+
+typedef struct MpCu {
+    MpTrainer *t;
+    const MpCuModel *model;
+    int started, host, measure, graphs, sms;
+    int64_t ws_need;
+    cudaStream_t st, cp;           /* compute; input copies */
+    MpBlas blas;
+    MpBlasHandle handle;
+    unsigned char *mem;            /* the one allocation */
+    int64_t mem_bytes;
+    unsigned char *arena, *ws, *blas_ws, *in[3];   /* in[2]: evaluation, eager */
+    float *params, *grads, *slot[2], *outs;
+    double *part;                  /* the unscale pass's partial sums */
+    int nparts;
+    MpCuState *state;
+    MpCuTile *tiles;
+    int64_t ntiles, slot_bytes;
+    unsigned char *stage[2];       /* pinned host copies of the step slots */
+    MpCuState *hstate;             /* pinned, read back when a log is due */
+    float *hgrads;                 /* host mode: gradients read back */
+    cudaGraphExec_t exec[2];
+    cudaEvent_t copied[2], done[2];
+    MpOrder snap;                  /* data order after step snap_step (a sync) */
+    int64_t snap_step;
+} MpCu;
+
+static MpCu mp_cu;
+
+/* ---- errors --------------------------------------------------------------- */
+
+static inline void mp_cu_die(const char *what, const char *why)
+{
+    fprintf(stderr, "error: CUDA: %s: %s\n", what, why);
+    exit(1);
+}
+
+static inline void mp_cu_ok(cudaError_t rc, const char *what)
+{
+    if (rc != cudaSuccess)
+        mp_cu_die(what, cudaGetErrorString(rc));
+}
+
+static inline void mp_cu_launched(const char *kernel)
+{
+    cudaError_t rc = cudaGetLastError();
+    if (rc != cudaSuccess)
+        mp_cu_die(kernel, cudaGetErrorString(rc));
+}
+
+/* Launch kernel k on the compute stream (nothing in measure mode); name is
+ * for the message if the launch fails. */
+template <typename... P, typename... A>
+static inline void mp_cu_go(const char *name, void (*k)(P...), dim3 grid, dim3 block, A... args)
+{
+    if (mp_cu.measure)
+        return;
+    k<<<grid, block, 0, mp_cu.st>>>(args...);
+    mp_cu_launched(name);
+}
+
+/* Blocks for a grid-stride loop over n items. */
+static inline int mp_cu_blocks(int64_t n, int threads)
+{
+    int64_t b = (n + threads - 1) / threads, most = (int64_t)(mp_cu.sms > 0 ? mp_cu.sms : 80) * 32;
+    return (int)(b < 1 ? 1 : b > most ? most : b);
+}
+
+/* Threads for a block that works on one row of len elements. */
+static inline int mp_cu_row_threads(int64_t len)
+{
+    int t = 32;
+    while (t < 256 && t < len)
+        t *= 2;
+    return t;
+}
+
+/* The workspace, at least `bytes` of it (measure mode: noted, NULL). */
+static inline unsigned char *mp_cu_ws(int64_t bytes)
+{
+    if (bytes > mp_cu.ws_need)
+        mp_cu.ws_need = bytes;
+    return mp_cu.measure ? NULL : mp_cu.ws;
+}
+
+static inline int64_t mp_cu_round_up(int64_t n) { return (n + MP_CU_ALIGN - 1) / MP_CU_ALIGN * MP_CU_ALIGN; }
+
+static inline void mp_cu_memset(void *p, int64_t bytes)
+{
+    if (!mp_cu.measure && bytes > 0)
+        mp_cu_ok(cudaMemsetAsync(p, 0, (size_t)bytes, mp_cu.st), "cudaMemsetAsync");
+}
+
+/* ---- block-wide reductions (blockDim a multiple of 32, up to 1024) -------- */
+
+#ifdef __CUDACC__
+static __device__ __forceinline__ double mp_cu_warp_sum(double v)
+{
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_down_sync(0xffffffffu, v, o);
+    return v;
+}
+
+static __device__ __forceinline__ float mp_cu_warp_max(float v)
+{
+    for (int o = 16; o > 0; o >>= 1) {
+        float u = __shfl_down_sync(0xffffffffu, v, o);
+        v = u > v ? u : v;
+    }
+    return v;
+}
+
+/* Every thread of the block gets the sum (fixed order: deterministic). */
+static __device__ double mp_cu_block_sum(double v)
+{
+    __shared__ double sh[32];
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+    v = mp_cu_warp_sum(v);
+    __syncthreads();
+    if (lane == 0)
+        sh[w] = v;
+    __syncthreads();
+    if (w == 0) {
+        v = lane < nw ? sh[lane] : 0.0;
+        v = mp_cu_warp_sum(v);
+        if (lane == 0)
+            sh[0] = v;
+    }
+    __syncthreads();
+    return sh[0];
+}
+
+static __device__ float mp_cu_block_max(float v)
+{
+    __shared__ float sh[32];
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+    v = mp_cu_warp_max(v);
+    __syncthreads();
+    if (lane == 0)
+        sh[w] = v;
+    __syncthreads();
+    if (w == 0) {
+        v = lane < nw ? sh[lane] : -INFINITY;
+        v = mp_cu_warp_max(v);
+        if (lane == 0)
+            sh[0] = v;
+    }
+    __syncthreads();
+    return sh[0];
+}
+
+/* The block's first maximum: (value, index), index -1 for none. */
+static __device__ int64_t mp_cu_block_argmax(float v, int64_t at)
+{
+    __shared__ float shv[32];
+    __shared__ long long shi[32];
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+    for (int o = 16; o > 0; o >>= 1) {
+        float u = __shfl_down_sync(0xffffffffu, v, o);
+        long long j = __shfl_down_sync(0xffffffffu, (long long)at, o);
+        at = mp_cu_argmax_pick(v, at, u, j, &v);
+    }
+    __syncthreads();
+    if (lane == 0) {
+        shv[w] = v;
+        shi[w] = at;
+    }
+    __syncthreads();
+    if (w == 0) {
+        v = lane < nw ? shv[lane] : -INFINITY;
+        at = lane < nw ? shi[lane] : -1;
+        for (int o = 16; o > 0; o >>= 1) {
+            float u = __shfl_down_sync(0xffffffffu, v, o);
+            long long j = __shfl_down_sync(0xffffffffu, (long long)at, o);
+            at = mp_cu_argmax_pick(v, at, u, j, &v);
+        }
+        if (lane == 0)
+            shi[0] = at;
+    }
+    __syncthreads();
+    return shi[0];
+}
+#endif
+
+/* ---- matrix products ------------------------------------------------------ */
+
+/* The product in f32 for type mixes cuBLAS has no routine for (and K = 0):
+ * 16 x 16 tiles through shared memory, batch on blockIdx.z. */
+static __global__ void mp_cu_gemm_kernel(MpCuGemm g)
+{
+    __shared__ float As[16][17], Bs[16][17];
+    int tx = threadIdx.x, ty = threadIdx.y;
+    int64_t i = (int64_t)blockIdx.y * 16 + ty, j = (int64_t)blockIdx.x * 16 + tx;
+    for (int64_t b = blockIdx.z; b < g.batch; b += gridDim.z) {
+        const char *A = (const char *)g.A + b * g.sa * mp_cu_dt_size(g.adt);
+        const char *B = (const char *)g.B + b * g.sb * mp_cu_dt_size(g.bdt);
+        char *C = (char *)g.C + b * g.sc * mp_cu_dt_size(g.cdt);
+        float acc = 0.0f;
+        for (int64_t k0 = 0; k0 < g.K; k0 += 16) {
+            int64_t ka = k0 + tx, kb = k0 + ty;
+            As[ty][tx] = i < g.M && ka < g.K
+                ? mp_cu_ld(A, g.adt, g.ta ? ka * g.lda + i : i * g.lda + ka) : 0.0f;
+            Bs[ty][tx] = j < g.N && kb < g.K
+                ? mp_cu_ld(B, g.bdt, g.tb ? j * g.ldb + kb : kb * g.ldb + j) : 0.0f;
+            __syncthreads();
+            for (int k = 0; k < 16; k++)
+                acc += As[ty][k] * Bs[k][tx];
+            __syncthreads();
+        }
+        if (i < g.M && j < g.N)
+            mp_cu_st_beta(C, g.cdt, i * g.ldc + j, g.alpha * acc, g.beta);
+    }
+}
+
+static inline void mp_cu_blas_ok(MpBlasStatus s, const char *what)
+{
+    if (s != MP_BLAS_STATUS_SUCCESS)
+        mp_cu_die(what, mp_cu.blas.status_string ? mp_cu.blas.status_string(s) : "failed");
+}
+
+/* The one entry point for products: C = alpha op(A) op(B) + beta C. */
+static inline void mp_cu_gemm(const MpCuGemm *g)
+{
+    if (mp_cu.measure || g->M <= 0 || g->N <= 0 || g->batch <= 0)
+        return;
+    if (!mp_blas_can(g)) {
+        dim3 grid((unsigned)((g->N + 15) / 16), (unsigned)((g->M + 15) / 16),
+                  (unsigned)(g->batch < 65535 ? g->batch : 65535));
+        mp_cu_go("gemm", mp_cu_gemm_kernel, grid, dim3(16, 16), *g);
+        return;
+    }
+    MpBlasArgs a = mp_blas_args(g);
+    float alpha = g->alpha, beta = g->beta;
+    if (a.batch == 1)
+        mp_cu_blas_ok(mp_cu.blas.gemm(mp_cu.handle, a.opa, a.opb, a.m, a.n, a.k, &alpha, a.A,
+                                      a.atype, a.lda, a.B, a.btype, a.ldb, &beta, a.C, a.ctype,
+                                      a.ldc, MP_BLAS_COMPUTE_32F, MP_BLAS_GEMM_DEFAULT),
+                      "cublasGemmEx");
+    else
+        mp_cu_blas_ok(mp_cu.blas.gemm_batched(mp_cu.handle, a.opa, a.opb, a.m, a.n, a.k, &alpha,
+                                              a.A, a.atype, a.lda, a.sa, a.B, a.btype, a.ldb,
+                                              a.sb, &beta, a.C, a.ctype, a.ldc, a.sc, a.batch,
+                                              MP_BLAS_COMPUTE_32F, MP_BLAS_GEMM_DEFAULT),
+                      "cublasGemmStridedBatchedEx");
+}
+
+static inline MpCuGemm mp_cu_gemm_of(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha,
+                                     const void *A, int adt, int64_t lda, const void *B, int bdt,
+                                     int64_t ldb, float beta, void *C, int cdt, int64_t ldc)
+{
+    MpCuGemm g = {ta, tb, M, N, K, alpha, beta, A, adt, lda, B, bdt, ldb, C, cdt, ldc, 1, 0, 0, 0};
+    return g;
+}
+
+/* ---- start: the device, cuBLAS, streams ------------------------------------ */
+
+/* 0, or -1 with e set: "no CUDA device: ..." when there is none. */
+static inline int mp_cu_open(MpErr *e)
+{
+    int n = 0;
+    char msg[512];
+    cudaError_t rc = cudaGetDeviceCount(&n);
+    if (rc != cudaSuccess || n < 1)
+        return mp_errf(e, "no CUDA device: %s", rc != cudaSuccess ? cudaGetErrorString(rc)
+                       : "the driver sees none");
+    const char *dev = getenv("MP_CUDA_DEVICE");
+    int d = dev && *dev ? atoi(dev) : 0;
+    cudaDeviceProp prop;
+    if ((rc = cudaSetDevice(d)) != cudaSuccess || (rc = cudaGetDeviceProperties(&prop, d)) != cudaSuccess)
+        return mp_errf(e, "no CUDA device: device %d: %s", d, cudaGetErrorString(rc));
+    mp_cu.sms = prop.multiProcessorCount;
+    if (mp_blas_load(&mp_cu.blas, msg, sizeof msg))
+        return mp_errf(e, "%s", msg);
+    if ((rc = cudaStreamCreateWithFlags(&mp_cu.st, cudaStreamNonBlocking)) != cudaSuccess
+        || (rc = cudaStreamCreateWithFlags(&mp_cu.cp, cudaStreamNonBlocking)) != cudaSuccess)
+        return mp_errf(e, "CUDA: cannot create a stream: %s", cudaGetErrorString(rc));
+    MpBlasStatus s = mp_cu.blas.create(&mp_cu.handle);
+    if (s != MP_BLAS_STATUS_SUCCESS)
+        return mp_errf(e, "cuBLAS: cannot start: %s", mp_cu.blas.status_string(s));
+    const char *tf32 = getenv("MP_CUDA_TF32");
+    int math = (tf32 && *tf32 == '1' ? MP_BLAS_TF32_TENSOR_OP_MATH : MP_BLAS_DEFAULT_MATH)
+             | MP_BLAS_DISALLOW_REDUCED_PRECISION_REDUCTION;
+    mp_cu_blas_ok(mp_cu.blas.set_math_mode(mp_cu.handle, math), "cublasSetMathMode");
+    mp_cu_blas_ok(mp_cu.blas.set_stream(mp_cu.handle, mp_cu.st), "cublasSetStream");
+    return 0;
+}
+
+#endif

@@ -1,0 +1,589 @@
+/* mp_cuda_step.h - the CUDA program's device backend (MpDevice, see
+ * mp_model.h): start, one training step, pull; and the MpModel functions
+ * (cast_params, forward, backward) that the shared runtime calls for
+ * evaluation, --gradcheck and --check-numerics.
+ *
+ * A training step on the device (mp_cu_step), with no host wait unless a
+ * log line is due:
+ *   host    draws the step's samples (the runtime's data order, as the C
+ *           program) and gathers them into a pinned stage, with a header
+ *           (step number, learning rate);
+ *   copy    stream: stage -> the step's input slot, once the step that last
+ *           used that slot is done (two slots: the copy of step k+1
+ *           overlaps step k);
+ *   compute stream, one CUDA graph replay (captured once per slot at
+ *           start): zero the gradients, lowp working copies, forward and
+ *           backward of every micro-batch (the model's code), then
+ *             unscale: every gradient * 1/S and its square summed, one pass
+ *                      over the flat buffer, partial sums per block;
+ *             decide:  one thread: the sum (fixed order), finite or not,
+ *                      the loss-scale state machine (mp_optim.h's own
+ *                      mp_scaler_update), the skip, clipping's factor, the
+ *                      optimizer's factors for this update count;
+ *             update:  SGD / Adam / AdamW on every trainable element
+ *                      (mp_optim.h's mp_sgd_elem / mp_adam_elem), or nothing
+ *                      when the step is skipped.
+ * When a log line is due the host reads the state back (one small copy and
+ * a wait). 100 skipped steps in a row at the lowest scale stop the device
+ * from changing anything (halted_at); the host sees it at its next read,
+ * replays that step's data on the host side of the runtime and reports as
+ * the C program does (mp_collapse).
+ *
+ * Host mode (--gradcheck, --check-numerics): the host owns the parameters;
+ * each cast_params uploads them, each backward brings the gradients back,
+ * the runtime's own optimizer runs, and a check copies each op's result
+ * back to look for inf/NaN. Slow, for tests and debugging.
+ *
+ * Environment: MP_CUDA_GRAPH=0 launches the step's kernels one by one
+ * instead of replaying a graph; MP_CUDA_TF32=1 lets float32 products use
+ * TF32; MP_CUDA_DEVICE=n picks a GPU; MP_CUBLAS=path picks libcublas. */
+#ifndef MP_CUDA_STEP_H
+#define MP_CUDA_STEP_H
+
+#include "mp_cuda_ops.h"
+#include "mp_train.h"
+
+/* ---- what the model's code calls besides the ops ---------------------------- */
+
+static inline float *mp_cu_param(int i) { return mp_cu.params + mp_cu.t->offset[i]; }
+static inline float *mp_cu_grad(int i) { return mp_cu.grads + mp_cu.t->offset[i]; }
+
+static __global__ void mp_cu_k_loss_seed(float *y, const MpCuState *s)
+{
+    y[0] = (float)(s->ls.scale / (double)s->cfg.accumulate);
+}
+
+static __global__ void mp_cu_k_fill1(float *y, float v) { y[0] = v; }
+
+static __global__ void mp_cu_k_note_loss(MpCuState *s, const void *loss, int dt, int first)
+{
+    double v = mp_cu_ld(loss, dt, 0);
+    s->loss_sum = first ? v : s->loss_sum + v;
+}
+
+static __global__ void mp_cu_k_put(float *outs, int i, const void *src, int dt)
+{
+    outs[i] = mp_cu_ld(src, dt, 0);
+}
+
+/* The backward pass starts from d(loss) = S / accumulate. */
+static inline void mp_cu_loss_seed(float *y, const MpCuRun *r)
+{
+    if (r->graph)
+        mp_cu_go("loss_scale", mp_cu_k_loss_seed, 1, 1, y, (const MpCuState *)mp_cu.state);
+    else
+        mp_cu_go("loss_scale", mp_cu_k_fill1, 1, 1, y, r->seed_grad);
+}
+
+/* Scalar result i (0: the loss, 1 + j: metric j) made by the node just run:
+ * kept before the arena's bytes are reused by later nodes. */
+static inline void mp_cu_out(const MpCuRun *r, int i, const void *src, int dt)
+{
+    if (r->graph) {
+        if (i == 0)
+            mp_cu_go("loss", mp_cu_k_note_loss, 1, 1, mp_cu.state, src, dt, r->micro == 0);
+    } else
+        mp_cu_go("loss", mp_cu_k_put, 1, 1, mp_cu.outs, i, src, dt);
+}
+
+/* --check-numerics: the node's result copied back and looked at. */
+static inline int mp_cu_nonfinite(const void *buf, int64_t n, int dt)
+{
+    size_t bytes = (size_t)n * (size_t)mp_cu_dt_size(dt);
+    void *h = malloc(bytes ? bytes : 1);
+    if (!h)
+        mp_cu_die("check", "out of host memory");
+    mp_cu_ok(cudaMemcpyAsync(h, buf, bytes, cudaMemcpyDeviceToHost, mp_cu.st), "check: copy");
+    mp_cu_ok(cudaStreamSynchronize(mp_cu.st), "check: wait");
+    int bad = mp_nonfinite(h, n, dt);
+    free(h);
+    return bad;
+}
+
+#define MP_CU_CHECK(buf, n, dt, op, where)                                     \
+    do {                                                                       \
+        if (r->check && mp_cu_nonfinite((buf), (n), (dt))) {                   \
+            r->run->bad_op = (op);                                             \
+            r->run->bad_where = (where);                                       \
+            return 1;                                                          \
+        }                                                                      \
+    } while (0)
+
+/* ---- the step's own kernels ------------------------------------------------------ */
+
+/* g *= 1/S over the flat buffer; block b's sum of squares into part[b]. */
+static __global__ void mp_cu_k_unscale(float *g, int64_t n, const MpCuState *s, double *part)
+{
+    float inv = (float)(1.0 / s->ls.scale);
+    double acc = 0;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        float v = g[i];
+        if (inv != 1.0f) {
+            v *= inv;
+            g[i] = v;
+        }
+        acc += (double)v * v;
+    }
+    acc = mp_cu_block_sum(acc);
+    if (threadIdx.x == 0)
+        part[blockIdx.x] = acc;
+}
+
+/* mp_step's decisions (mp_train.h), on the device. */
+static __global__ void mp_cu_k_decide(MpCuState *s, const MpCuHdr *h, const double *part, int nparts)
+{
+    double ss = 0;
+    for (int i = 0; i < nparts; i++)
+        ss += part[i];
+    s->loss = (float)(s->loss_sum / (double)s->cfg.accumulate);
+    s->grad_norm = sqrt(ss);
+    s->scale_used = s->ls.scale;
+    s->step = h->step;
+    s->taken = 0;
+    if (s->halted_at)
+        return;
+    int at_floor = mp_scaler_at_floor(&s->ls);
+    s->taken = mp_scaler_update(&s->ls, isfinite(ss));
+    if (!s->taken) {
+        s->floor_skips = at_floor ? s->floor_skips + 1 : 0;
+        if (s->floor_skips >= MP_COLLAPSE_STEPS)
+            s->halted_at = h->step;
+        return;
+    }
+    s->floor_skips = 0;
+    s->coef = s->cfg.clip > 0 ? mp_clip_coef(s->grad_norm, s->cfg.clip) : 1.0f;
+    s->updates++;
+    s->k = s->cfg.opt == MP_OPT_SGD ? mp_sgd_k(&s->cfg, h->lr)
+         : mp_adam_k(&s->cfg, h->lr, s->updates, s->cfg.opt == MP_OPT_ADAMW);
+}
+
+static __global__ void mp_cu_k_update(const MpCuState *s, const MpCuTile *tiles, int64_t ntiles,
+                                      float *p, const float *g, float *s0, float *s1)
+{
+    if (!s->taken)
+        return;
+    MpOptK k = s->k;
+    float coef = s->coef;
+    for (int64_t t = blockIdx.x; t < ntiles; t += gridDim.x) {
+        int64_t end = tiles[t].start + tiles[t].len;
+        for (int64_t i = tiles[t].start + threadIdx.x; i < end; i += blockDim.x) {
+            float gi = coef != 1.0f ? g[i] * coef : g[i];
+            if (k.adam)
+                mp_adam_elem(&k, &p[i], gi, &s0[i], &s1[i]);
+            else
+                mp_sgd_elem(&k, &p[i], gi, s0 ? &s0[i] : (float *)NULL);
+        }
+    }
+}
+
+/* ---- one step, as launched (and captured) ------------------------------------------ */
+
+static inline MpCuRun mp_cu_run_of(int graph, int training, MpRun *run)
+{
+    MpCuRun r;
+    memset(&r, 0, sizeof r);
+    r.graph = graph;
+    r.training = training;
+    r.run = run;
+    r.seed = mp_cu.t ? mp_cu.t->seed : 0;
+    r.in = mp_cu.in[2] ? mp_cu.in[2] + MP_CU_HDR : NULL;
+    r.hdr = (const MpCuHdr *)mp_cu.in[2];
+    if (run) {
+        r.check = run->check;
+        r.micro = run->micro;
+        r.seed = run->seed;
+        r.seed_grad = run->seed_grad;
+    }
+    return r;
+}
+
+/* Everything of one optimizer step, on the compute stream, inputs in slot s. */
+static inline void mp_cu_step_body(int s)
+{
+    MpTrainer *t = mp_cu.t;
+    MpCuRun r = mp_cu_run_of(1, 1, NULL);
+    r.hdr = (const MpCuHdr *)mp_cu.in[s];
+    mp_cu_memset(mp_cu.grads, t->total * (int64_t)sizeof(float));
+    mp_cu.model->cast_params(&r);
+    for (int64_t u = 0; u < t->cfg.accumulate; u++) {
+        r.micro = u;
+        r.in = mp_cu.in[s] + MP_CU_HDR + u * mp_cu.model->in_bytes;
+        mp_cu.model->forward(&r);
+        mp_cu.model->backward(&r);
+    }
+    mp_cu_go("unscale", mp_cu_k_unscale, mp_cu.nparts, 256, mp_cu.grads, t->total,
+             (const MpCuState *)mp_cu.state, mp_cu.part);
+    mp_cu_go("decide", mp_cu_k_decide, 1, 1, mp_cu.state, r.hdr, (const double *)mp_cu.part,
+             mp_cu.nparts);
+    mp_cu_go("update", mp_cu_k_update, mp_cu_blocks(mp_cu.ntiles, 1), 256,
+             (const MpCuState *)mp_cu.state, (const MpCuTile *)mp_cu.tiles, mp_cu.ntiles,
+             mp_cu.params, (const float *)mp_cu.grads, mp_cu.slot[0], mp_cu.slot[1]);
+}
+
+/* Captures slot s's step as a graph; 0, or -1 (then steps run eagerly). */
+static inline int mp_cu_capture(int s)
+{
+    cudaGraph_t g = NULL;
+    if (cudaStreamBeginCapture(mp_cu.st, cudaStreamCaptureModeRelaxed) != cudaSuccess)
+        return -1;
+    mp_cu_step_body(s);
+    cudaError_t rc = cudaStreamEndCapture(mp_cu.st, &g);
+    if (rc == cudaSuccess)
+        rc = cudaGraphInstantiate(&mp_cu.exec[s], g, 0);
+    if (g)
+        cudaGraphDestroy(g);
+    if (rc != cudaSuccess) {
+        cudaGetLastError();
+        fprintf(stderr, "note: CUDA graph capture failed (%s); the step's kernels are launched "
+                "one by one\n", cudaGetErrorString(rc));
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- start ---------------------------------------------------------------------------- */
+
+/* The dry run: how much workspace the model's calls need. */
+static inline void mp_cu_measure(void)
+{
+    static unsigned char dummy[MP_CU_HDR];
+    MpCuRun r = mp_cu_run_of(0, 1, NULL);
+    r.in = dummy;
+    r.hdr = (const MpCuHdr *)dummy;
+    mp_cu.measure = 1;
+    mp_cu.model->cast_params(&r);
+    mp_cu.model->forward(&r);
+    mp_cu.model->backward(&r);
+    r.training = 0;
+    mp_cu.model->forward(&r);
+    mp_cu.measure = 0;
+}
+
+/* Cuts the one allocation; with mem NULL only counts the bytes. */
+static inline int64_t mp_cu_layout(unsigned char *mem)
+{
+    MpTrainer *t = mp_cu.t;
+    int64_t at = 0, fl = mp_cu_round_up(t->total * (int64_t)sizeof(float));
+#define MP_CU_CUT(ptr, type, bytes) (ptr = (type)(mem ? mem + at : NULL), at += mp_cu_round_up(bytes))
+    MP_CU_CUT(mp_cu.arena, unsigned char *, mp_cu.model->arena_bytes);
+    MP_CU_CUT(mp_cu.params, float *, fl);
+    MP_CU_CUT(mp_cu.grads, float *, fl);
+    for (int s = 0; s < 2; s++)
+        MP_CU_CUT(mp_cu.slot[s], float *, s < t->nslots ? fl : 0);
+    for (int s = 0; s < 2; s++)
+        MP_CU_CUT(mp_cu.in[s], unsigned char *, mp_cu.host ? 0 : mp_cu.slot_bytes);
+    MP_CU_CUT(mp_cu.in[2], unsigned char *, MP_CU_HDR + mp_cu.model->in_bytes);
+    MP_CU_CUT(mp_cu.ws, unsigned char *, mp_cu.ws_need);
+    MP_CU_CUT(mp_cu.blas_ws, unsigned char *, MP_CU_BLAS_WS);
+    MP_CU_CUT(mp_cu.outs, float *, (1 + t->m->nmetrics) * (int64_t)sizeof(float));
+    MP_CU_CUT(mp_cu.part, double *, mp_cu.nparts * (int64_t)sizeof(double));
+    MP_CU_CUT(mp_cu.state, MpCuState *, (int64_t)sizeof(MpCuState));
+    MP_CU_CUT(mp_cu.tiles, MpCuTile *, mp_cu.ntiles * (int64_t)sizeof(MpCuTile));
+#undef MP_CU_CUT
+    for (int s = 0; s < 2; s++)
+        if (s >= t->nslots)
+            mp_cu.slot[s] = NULL;
+    return at;
+}
+
+/* The optimizer's work: every trainable parameter in pieces of 4096. */
+static inline MpCuTile *mp_cu_tiles(int64_t *n)
+{
+    MpModel *m = mp_cu.t->m;
+    int64_t count = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        MpCuTile *tl = pass ? (MpCuTile *)calloc((size_t)count + 1, sizeof *tl) : NULL;
+        if (pass && !tl)
+            return NULL;
+        count = 0;
+        for (int i = 0; i < m->nparams; i++)
+            for (int64_t a = 0; m->params[i].trainable && a < m->params[i].numel; a += 4096) {
+                if (tl) {
+                    tl[count].start = mp_cu.t->offset[i] + a;
+                    tl[count].len = mp_min64(m->params[i].numel - a, 4096);
+                }
+                count++;
+            }
+        if (pass) {
+            *n = count;
+            return tl;
+        }
+    }
+    return NULL;
+}
+
+static inline void mp_cu_h2d(void *dst, const void *src, int64_t bytes)
+{
+    if (bytes > 0)
+        mp_cu_ok(cudaMemcpyAsync(dst, src, (size_t)bytes, cudaMemcpyHostToDevice, mp_cu.st),
+                 "copy to the device");
+}
+
+static inline void mp_cu_d2h(void *dst, const void *src, int64_t bytes)
+{
+    if (bytes > 0)
+        mp_cu_ok(cudaMemcpyAsync(dst, src, (size_t)bytes, cudaMemcpyDeviceToHost, mp_cu.st),
+                 "copy from the device");
+}
+
+static inline void mp_cu_wait(void) { mp_cu_ok(cudaStreamSynchronize(mp_cu.st), "the GPU"); }
+
+/* Parameters, optimizer state and the loss-scale state to the device. */
+static inline void mp_cu_push(MpTrainer *t, MpCuTile *tiles)
+{
+    MpCuState s;
+    memset(&s, 0, sizeof s);
+    s.ls = t->ls;
+    s.cfg = t->cfg;
+    s.floor_skips = t->floor_skips;
+    s.updates = t->updates;
+    s.coef = 1.0f;
+    mp_cu_h2d(mp_cu.params, t->params, t->total * (int64_t)sizeof(float));
+    mp_cu_memset(mp_cu.grads, t->total * (int64_t)sizeof(float));
+    for (int i = 0; i < t->nslots; i++)
+        mp_cu_h2d(mp_cu.slot[i], t->slot[i], t->total * (int64_t)sizeof(float));
+    mp_cu_h2d(mp_cu.state, &s, (int64_t)sizeof s);
+    mp_cu_h2d(mp_cu.tiles, tiles, mp_cu.ntiles * (int64_t)sizeof *tiles);
+    mp_cu_memset(mp_cu.in[2], MP_CU_HDR + mp_cu.model->in_bytes);
+    mp_cu_wait();
+}
+
+/* Pinned stages, events, graphs: what device-mode steps need. */
+static inline int mp_cu_start_steps(MpErr *e)
+{
+    cudaError_t rc = cudaSuccess;
+    for (int s = 0; s < 2 && rc == cudaSuccess; s++) {
+        rc = cudaHostAlloc((void **)&mp_cu.stage[s], (size_t)mp_cu.slot_bytes, cudaHostAllocDefault);
+        if (rc == cudaSuccess)
+            rc = cudaEventCreateWithFlags(&mp_cu.copied[s], cudaEventDisableTiming);
+        if (rc == cudaSuccess)
+            rc = cudaEventCreateWithFlags(&mp_cu.done[s], cudaEventDisableTiming);
+    }
+    if (rc == cudaSuccess)
+        rc = cudaHostAlloc((void **)&mp_cu.hstate, sizeof(MpCuState), cudaHostAllocDefault);
+    if (rc != cudaSuccess)
+        return mp_errf(e, "CUDA: cannot allocate pinned host memory: %s", cudaGetErrorString(rc));
+    memset(mp_cu.stage[0], 0, (size_t)mp_cu.slot_bytes);
+    memset(mp_cu.stage[1], 0, (size_t)mp_cu.slot_bytes);
+    const char *g = getenv("MP_CUDA_GRAPH");
+    mp_cu.graphs = !(g && *g == '0');
+    for (int s = 0; s < 2 && mp_cu.graphs; s++)
+        if (mp_cu_capture(s))
+            mp_cu.graphs = 0;
+    mp_cu.snap = mp_cu.t->order;
+    mp_cu.snap_step = mp_cu.t->step;
+    return 0;
+}
+
+static int mp_cu_start(MpTrainer *t, int host, MpErr *e)
+{
+    mp_cu.t = t;
+    mp_cu.host = host;
+    if (!mp_cu.model)
+        return mp_errf(e, "CUDA: the program has no model bound (a bug of mpcc)");
+    if (mp_cu_open(e))
+        return 1;
+    mp_cu_measure();
+    mp_cu.slot_bytes = MP_CU_HDR + t->cfg.accumulate * mp_cu.model->in_bytes;
+    mp_cu.nparts = mp_cu_blocks(t->total, 256);
+    MpCuTile *tiles = mp_cu_tiles(&mp_cu.ntiles);
+    if (!tiles)
+        return mp_errf(e, "out of memory");
+    mp_cu.mem_bytes = mp_cu_layout(NULL);
+    cudaError_t rc = cudaMalloc((void **)&mp_cu.mem, (size_t)mp_cu.mem_bytes);
+    if (rc != cudaSuccess) {
+        free(tiles);
+        return mp_errf(e, "CUDA: cannot allocate %.1f MiB of device memory: %s",
+                       (double)mp_cu.mem_bytes / (1 << 20), cudaGetErrorString(rc));
+    }
+    mp_cu_layout(mp_cu.mem);
+    mp_cu_blas_ok(mp_cu.blas.set_workspace(mp_cu.handle, mp_cu.blas_ws, MP_CU_BLAS_WS),
+                  "cublasSetWorkspace");
+    mp_cu.model->bind(mp_cu.arena);
+    mp_cu_push(t, tiles);
+    free(tiles);
+    if (host && !(mp_cu.hgrads = (float *)malloc((size_t)(t->total + 1) * sizeof(float))))
+        return mp_errf(e, "out of memory");
+    mp_cu.started = 1;
+    return host ? 0 : mp_cu_start_steps(e);
+}
+
+/* ---- pull, collapse -------------------------------------------------------------------------- */
+
+static inline void mp_cu_mirror(MpTrainer *t, const MpCuState *s)
+{
+    t->ls = s->ls;
+    t->floor_skips = s->floor_skips;
+    t->updates = s->updates;
+}
+
+static int mp_cu_pull(MpTrainer *t, MpErr *e)
+{
+    (void)e;
+    if (!mp_cu.started || mp_cu.host)
+        return 0;
+    MpCuState s;
+    mp_cu_d2h(t->params, mp_cu.params, t->total * (int64_t)sizeof(float));
+    for (int i = 0; i < t->nslots; i++)
+        mp_cu_d2h(t->slot[i], mp_cu.slot[i], t->total * (int64_t)sizeof(float));
+    mp_cu_d2h(&s, mp_cu.state, (int64_t)sizeof s);
+    mp_cu_wait();
+    mp_cu_mirror(t, &s);
+    return 0;
+}
+
+/* Step k0 skipped the 100th time in a row at the lowest scale and the
+ * device has changed nothing since: bring its state back, replay k0's data
+ * on the host side (from the data order at the last read) and report. */
+static inline int mp_cu_collapse(MpTrainer *t, int64_t k0, MpErr *e)
+{
+    MpModel *m = t->m;
+    int64_t acc = t->cfg.accumulate;
+    if (mp_cu_pull(t, e))
+        return 1;
+    mp_cu.host = 1;
+    mp_order_restore(&t->order, &mp_cu.snap.start, mp_cu.snap.epoch, mp_cu.snap.pos);
+    for (int64_t j = mp_cu.snap_step + 1; j < k0; j++)
+        for (int64_t u = 0; u < acc; u++)
+            mp_order_next(&t->order);
+    memset(t->grads, 0, (size_t)t->total * sizeof(float));
+    m->cast_params();
+    for (int64_t u = 0; u < acc; u++) {
+        MpRun run;
+        int64_t *idx = t->step_idx + u * m->batch;
+        memcpy(idx, mp_order_next(&t->order), (size_t)m->batch * sizeof *idx);
+        mp_fill_batch(m, &t->data, idx);
+        memset(&run, 0, sizeof run);
+        run.training = 1;
+        run.seed_grad = (float)(t->ls.scale / (double)acc);
+        run.seed = t->seed;
+        run.step = k0;
+        run.micro = u;
+        m->forward(&run);
+        m->backward(&run);
+    }
+    return mp_collapse(t, k0, e);
+}
+
+/* ---- a step ------------------------------------------------------------------------------------ */
+
+/* Copies the samples of one micro-batch into a stage (as mp_fill_batch). */
+static inline void mp_cu_gather_batch(const MpTrainer *t, unsigned char *dst, const int64_t *idx)
+{
+    const MpModel *m = t->m;
+    for (int i = 0; i < m->ninputs; i++) {
+        int64_t sb = mp_sample_bytes(&m->inputs[i]);
+        unsigned char *d = dst + mp_cu.model->in_off[i];
+        const unsigned char *src = (const unsigned char *)t->data.arr[i].data;
+        for (int64_t b = 0; b < m->batch; b++)
+            memcpy(d + b * sb, src + idx[b] * sb, (size_t)sb);
+    }
+}
+
+/* The state of step k read back: the one wait for the GPU. */
+static inline int mp_cu_sync(MpTrainer *t, int64_t k, double lr, MpStepOut *out, MpErr *e)
+{
+    mp_cu_d2h(mp_cu.hstate, mp_cu.state, (int64_t)sizeof(MpCuState));
+    mp_cu_wait();
+    const MpCuState *s = mp_cu.hstate;
+    mp_cu_mirror(t, s);
+    out->loss = s->loss;
+    out->grad_norm = s->grad_norm;
+    out->lr = lr;
+    out->scale = s->scale_used;
+    out->taken = s->taken;
+    out->known = 1;
+    if (s->halted_at)
+        return mp_cu_collapse(t, s->halted_at, e);
+    mp_cu.snap = t->order;
+    mp_cu.snap_step = k;
+    return 0;
+}
+
+static int mp_cu_step(MpTrainer *t, int64_t k, int need, MpStepOut *out, MpErr *e)
+{
+    MpModel *m = t->m;
+    int s = (int)(k & 1);
+    unsigned char *stage = mp_cu.stage[s];
+    MpCuHdr h = {k, mp_sched_lr(&t->cfg, t->cfg.lr, k)};
+    mp_cu_ok(cudaEventSynchronize(mp_cu.copied[s]), "input copy");
+    memcpy(stage, &h, sizeof h);
+    for (int64_t u = 0; u < t->cfg.accumulate; u++) {
+        int64_t *idx = t->step_idx + u * m->batch;
+        memcpy(idx, mp_order_next(&t->order), (size_t)m->batch * sizeof *idx);
+        mp_cu_gather_batch(t, stage + MP_CU_HDR + u * mp_cu.model->in_bytes, idx);
+    }
+    mp_cu_ok(cudaStreamWaitEvent(mp_cu.cp, mp_cu.done[s], 0), "input copy");
+    mp_cu_ok(cudaMemcpyAsync(mp_cu.in[s], stage, (size_t)mp_cu.slot_bytes, cudaMemcpyHostToDevice,
+                             mp_cu.cp), "input copy");
+    mp_cu_ok(cudaEventRecord(mp_cu.copied[s], mp_cu.cp), "input copy");
+    mp_cu_ok(cudaStreamWaitEvent(mp_cu.st, mp_cu.copied[s], 0), "step");
+    if (mp_cu.graphs)
+        mp_cu_ok(cudaGraphLaunch(mp_cu.exec[s], mp_cu.st), "step (graph launch)");
+    else
+        mp_cu_step_body(s);
+    mp_cu_ok(cudaEventRecord(mp_cu.done[s], mp_cu.st), "step");
+    t->step = k;
+    out->known = 0;
+    return need ? mp_cu_sync(t, k, h.lr, out, e) : 0;
+}
+
+static const MpDevice mp_cu_device = {mp_cu_start, mp_cu_step, mp_cu_pull};
+
+/* ---- MpModel's functions: evaluation, --gradcheck, --check-numerics ------------------------------ */
+
+static void mp_cu_cast_params(void)
+{
+    MpCuRun r = mp_cu_run_of(0, 0, NULL);
+    if (mp_cu.host)
+        mp_cu_h2d(mp_cu.params, mp_cu.t->params, mp_cu.t->total * (int64_t)sizeof(float));
+    mp_cu.model->cast_params(&r);
+}
+
+/* One micro-batch from the inputs' host batch buffers (filled by the runtime). */
+static int mp_cu_forward(MpRun *run)
+{
+    MpTrainer *t = mp_cu.t;
+    MpModel *m = t->m;
+    MpCuRun r = mp_cu_run_of(0, run->training, run);
+    MpCuHdr h = {run->step, 0.0};
+    float outs[1 + 64];
+    int nm = m->nmetrics < 64 ? m->nmetrics : 64;
+    mp_cu_h2d(mp_cu.in[2], &h, (int64_t)sizeof h);
+    for (int i = 0; i < m->ninputs; i++)
+        mp_cu_h2d(r.in + mp_cu.model->in_off[i], m->inputs[i].batch,
+                  m->batch * mp_sample_bytes(&m->inputs[i]));
+    int rc = mp_cu.model->forward(&r);
+    if (rc)
+        return rc;
+    mp_cu_d2h(outs, mp_cu.outs, (1 + nm) * (int64_t)sizeof(float));
+    if (mp_cu.host && run->training)   /* batch-norm running statistics */
+        mp_cu_d2h(t->params, mp_cu.params, t->total * (int64_t)sizeof(float));
+    mp_cu_wait();
+    run->loss = outs[0];
+    for (int j = 0; !run->training && j < nm; j++)
+        run->metrics[j] = outs[1 + j];
+    return 0;
+}
+
+/* Adds the micro-batch's gradients into MpParam.grad (host mode). */
+static int mp_cu_backward(MpRun *run)
+{
+    MpTrainer *t = mp_cu.t;
+    MpCuRun r = mp_cu_run_of(0, 1, run);
+    mp_cu_memset(mp_cu.grads, t->total * (int64_t)sizeof(float));
+    int rc = mp_cu.model->backward(&r);
+    if (!mp_cu.host)
+        return rc;
+    mp_cu_d2h(mp_cu.hgrads, mp_cu.grads, t->total * (int64_t)sizeof(float));
+    mp_cu_wait();
+    for (int i = 0; i < t->m->nparams; i++) {
+        MpParam *p = &t->m->params[i];
+        for (int64_t j = 0; p->grad && j < p->numel; j++)
+            p->grad[j] += mp_cu.hgrads[t->offset[i] + j];
+    }
+    return rc;
+}
+
+#endif
