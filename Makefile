@@ -20,9 +20,12 @@ UNIT_BIN     := $(UNIT_SRC:tests/unit/%.c=$(B)/tests/%)
 
 TOOLS        := $(B)/idx2npy $(B)/csv2npy
 
-all: mpcc $(TOOLS)
+# The compiler itself: ./mpcc, or $(B)/mpcc for the sanitizer build.
+MPCC_BIN ?= mpcc
 
-mpcc: $(B)/main.o $(COMPILER_OBJ)
+all: $(MPCC_BIN) $(TOOLS)
+
+$(MPCC_BIN): $(B)/main.o $(COMPILER_OBJ)
 	$(CC) $(CFLAGS) $(SAN) -o $@ $^ -lm
 
 $(B)/%.o: compiler/%.c compiler/*.h compiler/ops.def $(B)/parser.h | $(B)
@@ -58,25 +61,25 @@ $(B):
 $(B)/tests/%: tests/unit/%.c $(wildcard tests/unit/*.h) $(COMPILER_OBJ) $(RUNTIME_HDR) | $(B)
 	$(CC) $(CPPFLAGS) $(CFLAGS) $(SAN) $(WARN) -Wno-missing-field-initializers -o $@ $< $(COMPILER_OBJ) -lcmocka -lm
 
-test: mpcc $(TOOLS) $(UNIT_BIN)
-	MPCC=./mpcc B=$(B) SAN="$(SAN)" tests/run_all.sh
+test: $(MPCC_BIN) $(TOOLS) $(UNIT_BIN)
+	MPCC=./$(MPCC_BIN) B=$(B) SAN="$(SAN)" tests/run_all.sh
 
 asan:
 	$(MAKE) B=build-asan CFLAGS="-O1 -g -fno-omit-frame-pointer" \
 	    SAN="-fsanitize=address,undefined -fno-sanitize-recover=all" \
-	    mpcc-asan-test
+	    MPCC_BIN=build-asan/mpcc mpcc-asan-test
 
-mpcc-asan-test: mpcc $(TOOLS) $(UNIT_BIN)
-	ASAN_OPTIONS=detect_leaks=0 MPCC=./mpcc B=$(B) SAN="$(SAN)" tests/run_all.sh
+mpcc-asan-test: $(MPCC_BIN) $(TOOLS) $(UNIT_BIN)
+	ASAN_OPTIONS=detect_leaks=0 MPCC=./$(MPCC_BIN) B=$(B) SAN="$(SAN)" tests/run_all.sh
 
 golden-update: mpcc
 	MPCC=./mpcc tests/golden.sh --update
 
-fuzz: | $(B)
+fuzz: $(B)/parser.c $(B)/lexer.c $(B)/runtime_blob.c | $(B)
 	clang -g -O1 -fsanitize=fuzzer,address,undefined $(CPPFLAGS) -std=c11 \
 	    -o $(B)/fuzz_parse tests/fuzz_parse.c $(filter-out $(B)/%.o,$(COMPILER_OBJ)) \
 	    $(COMPILER_SRC) $(B)/parser.c $(B)/lexer.c $(B)/runtime_blob.c -lm
-	@echo "run: $(B)/fuzz_parse -max_total_time=600 tests/fuzz_corpus"
+	@echo "run: $(B)/fuzz_parse -max_total_time=600 -max_len=4096 NEW_DIR tests/fuzz_corpus"
 
 demo: mpcc
 	tools/demo.sh

@@ -152,6 +152,18 @@ static void dump_list(FILE *o, Expr **es, int n)
     }
 }
 
+/* [a b c] */
+static void dump_brackets(FILE *o, Expr **es, int n)
+{
+    fputc('[', o);
+    for (int i = 0; i < n; i++) {
+        if (i)
+            fputc(' ', o);
+        dump_expr(o, es[i]);
+    }
+    fputc(']', o);
+}
+
 static void dump_expr(FILE *o, const Expr *e)
 {
     switch (e->kind) {
@@ -180,13 +192,7 @@ static void dump_expr(FILE *o, const Expr *e)
         fputc(')', o);
         break;
     case EX_LIST:
-        fputc('[', o);
-        for (int i = 0; i < e->nargs; i++) {
-            if (i)
-                fputc(' ', o);
-            dump_expr(o, e->args[i]);
-        }
-        fputc(']', o);
+        dump_brackets(o, e->args, e->nargs);
         break;
     }
 }
@@ -220,13 +226,8 @@ static void dump_stmt(FILE *o, const Stmt *s, int indent)
     if (s->type != TY_NONE && s->kind != ST_PARAM)
         fprintf(o, " %s", ast_type_name(s->type));
     if (s->kind == ST_INPUT || s->kind == ST_PARAM) {
-        fputs(" [", o);
-        for (int i = 0; i < s->ndims; i++) {
-            if (i)
-                fputc(' ', o);
-            dump_expr(o, s->dims[i]);
-        }
-        fputc(']', o);
+        fputc(' ', o);
+        dump_brackets(o, s->dims, s->ndims);
     }
     if (s->value) {
         fputc(' ', o);

@@ -32,6 +32,7 @@ static bool stopped;     /* the "too many errors" line was printed */
 /* The line last looked up, so that messages in file order cost O(text). */
 static struct {
     const SrcFile *file;
+    const char *text;    /* a new file may come at the same address */
     int line;
     long off;
 } cache;
@@ -60,7 +61,7 @@ static long line_start(const SrcFile *f, int line)
 {
     long off = 0;
     int at = 1;
-    if (cache.file == f && cache.line <= line) {
+    if (cache.file == f && cache.text == f->text && cache.line <= line) {
         off = cache.off;
         at = cache.line;
     }
@@ -72,6 +73,7 @@ static long line_start(const SrcFile *f, int line)
         at++;
     }
     cache.file = f;
+    cache.text = f->text;
     cache.line = line;
     cache.off = off;
     return off;
@@ -97,6 +99,16 @@ static long display_col(const char *s, long i)
 {
     long d = 0;
     for (long k = 0; k < i; k++)
+        d += width_at(s[k], d);
+    return d;
+}
+
+/* Display width of the n bytes of s from byte i (at display column d),
+ * counted only as far as `cap`: a message on a huge line costs
+ * O(its column), not O(the line). */
+static long display_width(const char *s, long i, long d, long n, long cap)
+{
+    for (long k = i; k < n && d <= cap; k++)
         d += width_at(s[k], d);
     return d;
 }
@@ -129,15 +141,13 @@ static void print_source(FILE *f, SrcLoc at)
     long len = at.len < 1 ? 1 : at.len;
     if (len > n - col)
         len = n - col < 1 ? 1 : n - col;
-    long width = display_col(s, n);
-    long c0 = display_col(s, col), c1 = display_col(s, col + len);
-    if (c1 <= c0)
-        c1 = c0 + 1;
-    long from = 0, to = width;
-    if (width > SHOW_WIDTH) {
-        from = c0 > SHOW_LEFT ? c0 - SHOW_LEFT : 0;
-        to = from + SHOW_WIDTH < width ? from + SHOW_WIDTH : width;
-    }
+    long c0 = display_col(s, col);
+    long from = c0 > SHOW_LEFT ? c0 - SHOW_LEFT : 0;
+    long width = display_width(s, col, c0, n, from + SHOW_WIDTH);
+    if (width <= SHOW_WIDTH)
+        from = 0;                          /* the whole line fits */
+    long to = from + SHOW_WIDTH < width ? from + SHOW_WIDTH : width;
+    long c1 = display_width(s, col, c0, col + len, to);
     const char *lead = from > 0 ? "..." : "";
     fprintf(f, INDENT "%s", lead);
     print_window(f, s, n, from, to);
@@ -196,30 +206,35 @@ void diag_note(SrcLoc at, const char *fmt, ...)
     va_end(ap);
 }
 
-/* Levenshtein distance, giving up (returning limit + 1) beyond `limit`. */
+/* Edit distance counting a swap of two neighbours as one edit ("rleu" is
+ * one typo away from "relu"), giving up (limit + 1) beyond `limit`. */
 static int distance(const char *a, const char *b, int limit)
 {
     int na = (int)strlen(a), nb = (int)strlen(b);
     if (na > 255 || nb > 255 || abs(na - nb) > limit)
         return limit + 1;
-    int row[256];
+    int rows[3][256];                      /* rows i-2, i-1, i (rotating) */
     for (int j = 0; j <= nb; j++)
-        row[j] = j;
+        rows[0][j] = j;
     for (int i = 1; i <= na; i++) {
-        int diag = row[0], best = row[0] = i;
+        int *cur = rows[i % 3], *up = rows[(i - 1) % 3], *up2 = rows[(i - 2 + 3) % 3];
+        int best = cur[0] = i;
         for (int j = 1; j <= nb; j++) {
-            int up = row[j];
-            int sub = diag + (a[i - 1] != b[j - 1]);
-            int d = sub < up + 1 ? sub : up + 1;
-            row[j] = d < row[j - 1] + 1 ? d : row[j - 1] + 1;
-            diag = up;
-            if (row[j] < best)
-                best = row[j];
+            int d = up[j - 1] + (a[i - 1] != b[j - 1]);
+            if (up[j] + 1 < d)
+                d = up[j] + 1;
+            if (cur[j - 1] + 1 < d)
+                d = cur[j - 1] + 1;
+            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] && up2[j - 2] + 1 < d)
+                d = up2[j - 2] + 1;
+            cur[j] = d;
+            if (d < best)
+                best = d;
         }
         if (best > limit)
             return limit + 1;
     }
-    return row[nb];
+    return rows[na % 3][nb];
 }
 
 const char *diag_suggest(const char *name, const char *const *cands, int n)
@@ -229,8 +244,10 @@ const char *diag_suggest(const char *name, const char *const *cands, int n)
     const char *best = NULL;
     int best_d = limit + 1;
     for (int i = 0; i < n; i++) {
-        if (!cands[i] || strcmp(cands[i], name) == 0)
+        if (!cands[i])
             continue;
+        if (strcmp(cands[i], name) == 0)
+            return NULL;                   /* a known name is no typo */
         int d = distance(name, cands[i], limit);
         if (d < best_d) {
             best_d = d;

@@ -109,6 +109,10 @@ typedef struct Ctx {
     /* repeat copies: redefinitions are allowed across copies only */
     int iter, repeat_base, next_iter;
     int depth;              /* nested block calls */
+    Scope frames[SEMA_MAX_DEPTH + 1];   /* a block call's scope at each depth,
+                                           its table reused by the next call
+                                           at that depth (millions of calls
+                                           must not each allocate one) */
     int nest;               /* nested statement lists (1: the model's own) */
     Block **path;           /* cycle search: the blocks being visited */
     int npath;
@@ -596,7 +600,9 @@ typedef enum {
     A_ANY,      /* a tensor or a number (casts, block arguments) */
 } ArgKind;
 
-enum { ARG_REQ, ARG_OPT, ARG_ABSENT };   /* required / default / may be absent */
+/* required / has a default / may be absent / may be absent and is not
+ * shown in signatures (a block's `name`) */
+enum { ARG_REQ, ARG_OPT, ARG_ABSENT, ARG_HIDDEN };
 
 typedef struct ArgSpec {
     const char *name;
@@ -627,6 +633,8 @@ static const char *signature(Ctx *c, const char *fn, const ArgSpec *spec)
     const char *s = arena_printf(c->a, "%s(", fn);
     for (int i = 0; i < nspecs(spec); i++) {
         const char *sep = i ? ", " : "";
+        if (spec[i].need == ARG_HIDDEN)
+            continue;
         if (spec[i].need != ARG_OPT)
             s = arena_printf(c->a, "%s%s%s", s, sep, spec[i].name);
         else if (spec[i].kind == A_BOOL)
@@ -710,7 +718,7 @@ static bool bind_args(Ctx *c, const Expr *callx, const char *fn, const ArgSpec *
         ok = convert_arg(c, fn, &spec[i], kw->value, &a->v[i]) && ok;
     }
     for (int i = 0; i < ns; i++) {
-        if (a->e[i] || spec[i].need == ARG_ABSENT)
+        if (a->e[i] || spec[i].need >= ARG_ABSENT)
             continue;
         if (spec[i].need == ARG_REQ) {
             diag_error(callx->loc, "missing argument '%s' of %s", spec[i].name, signature(c, fn, spec));
@@ -1032,23 +1040,29 @@ static IrInput *input_behind(Ctx *c, IrNode *n)
     return n->op == OP_INPUT ? &c->g->inputs[n->ia[0]] : NULL;
 }
 
-/* cross_entropy / accuracy: the labels input learns its class count. */
-static Val lower_class_loss(Ctx *c, const Builtin *b, const Expr *x, Args *a)
+/* Class labels and embedding ids read from data must lie in [0, classes):
+ * the input they come from learns that bound, which the trainer checks on
+ * the data before training (an id out of range would index past a table). */
+static Val set_classes(Ctx *c, const Expr *at, Val v, IrNode *ids, int64_t classes)
 {
-    Val v = lower_binary(c, b, x, a);
-    if (v.k != V_TENSOR)
-        return v;
-    IrInput *in = input_behind(c, a->v[1].t);
-    const Shape *logits = &a->v[0].t->shape;
-    int64_t classes = logits->d[logits->rank - 1];
+    IrInput *in = v.k == V_TENSOR ? input_behind(c, ids) : NULL;
     if (in && in->classes && in->classes != classes) {
-        diag_error(x->loc, "labels '%s' are used with %lld classes here but %lld classes before",
-                   in->name, (long long)classes, (long long)in->classes);
+        diag_error(at->loc, "'%s' is used with %lld classes here but %lld classes before: its "
+                   "values must lie in [0, classes) for every use", in->name, (long long)classes,
+                   (long long)in->classes);
         return verr;
     }
     if (in)
         in->classes = classes;
     return v;
+}
+
+/* cross_entropy / accuracy: classes = the logits' last dimension. */
+static Val lower_class_loss(Ctx *c, const Builtin *b, const Expr *x, Args *a)
+{
+    Val v = lower_binary(c, b, x, a);
+    const Shape *logits = &a->v[0].t->shape;
+    return v.k == V_TENSOR ? set_classes(c, x, v, a->v[1].t, logits->d[logits->rank - 1]) : v;
 }
 
 static DType type_named(const char *name)
@@ -1155,7 +1169,7 @@ static Val lower_embedding(Ctx *c, const Builtin *b, const Expr *x, Args *a)
                                         (Shape){2, {vocab, dim}}, la.w, dim, vocab)};
     if (!in[1])
         return verr;
-    return finish(c, node(c, OP_EMBEDDING, x->loc, 2, in));
+    return set_classes(c, x, finish(c, node(c, OP_EMBEDDING, x->loc, 2, in)), in[0], vocab);
 }
 
 /* layer_norm(x, eps): weight, bias [D] over the last axis. */
@@ -1335,7 +1349,13 @@ static Val call_block(Ctx *c, const Expr *e, Block *b)
     }
     for (int i = 0; i < bs->nparams; i++)
         spec[i] = (ArgSpec)REQ(bs->params[i], A_ANY);
-    spec[bs->nparams] = (ArgSpec)ABS("name", A_STR);
+    if (e->nargs > bs->nparams) {   /* `name` is only ever a keyword */
+        const char *sig = signature(c, bs->name, spec);
+        diag_error(e->args[bs->nparams]->loc, "block %s takes %d argument%s, got %d", sig,
+                   bs->nparams, bs->nparams == 1 ? "" : "s", e->nargs);
+        return verr;
+    }
+    spec[bs->nparams] = (ArgSpec){"name", A_STR, ARG_HIDDEN, 0};
     Args a;
     if (!bind_args(c, e, bs->name, spec, &a))
         return verr;
@@ -1350,8 +1370,9 @@ static Val call_block(Ctx *c, const Expr *e, Block *b)
         return verr;
 
     Frame saved = enter(c);
-    Scope sc = {.parent = c->top, .block = b};
-    c->scope = &sc;
+    Scope *sc = &c->frames[c->depth];
+    *sc = (Scope){sc->syms, 0, sc->cap, c->top, b};
+    c->scope = sc;
     if (b->has_params)
         c->prefix = arena_printf(c->a, "%s%s.", c->prefix, layer);
     for (int i = 0; i < bs->nparams; i++)
@@ -1595,12 +1616,22 @@ static void st_repeat(Ctx *c, const Stmt *s)
     int iter = c->iter, base = c->repeat_base;
     c->repeat_base = c->next_iter + 1;
     for (int64_t i = 0; i < n && !c->stop && !diag_too_many(); i++) {
-        int errs = diag_error_count();
+        int errs = diag_error_count(), before = c->g->nnodes;
         c->iter = ++c->next_iter;
         c->prefix = arena_printf(c->a, "%s%s.%lld.", prefix, s->name, (long long)i);
         run_body(c, s->body, s->nbody);
         if (diag_error_count() > errs)
             break;                 /* each copy would say the same */
+        /* every copy makes as many nodes as the first: refuse a repeat too
+         * large before expanding it, not after filling memory */
+        int64_t per_copy = c->g->nnodes - before;
+        if (i == 0 && per_copy > 0 && (n - 1) > (SEMA_MAX_NODES - c->g->nnodes) / per_copy) {
+            diag_error(s->value->loc, "repeat %lld as %s would make about %lld operations (%lld per "
+                       "copy); a model may have at most %d", (long long)n, s->name,
+                       (long long)(n > INT64_MAX / per_copy ? INT64_MAX : n * per_copy),
+                       (long long)per_copy, SEMA_MAX_NODES);
+            break;
+        }
     }
     c->prefix = prefix;
     c->iter = iter;
@@ -1740,11 +1771,7 @@ static void collect_blocks(Ctx *c)
                 diag_note(old->s->name_loc, "the first definition is here");
             continue;
         }
-        for (int p = 0; p < s->nparams; p++)
-            for (int q = 0; q < p; q++)
-                if (strcmp(s->params[p], s->params[q]) == 0)
-                    diag_error(s->param_locs[p], "block '%s' has two parameters named '%s'",
-                               s->name, s->params[p]);
+        /* duplicate parameter names are reported by the parser */
         bool ok = check_returns(s->body, s->nbody, true);
         c->blocks[c->nblocks++] = (Block){.s = s, .bad = !ok};
     }

@@ -13,9 +13,12 @@
  * Recovery is at statement level: `lines: lines error NEWLINE` skips to the
  * end of the statement; a '{' thrown away by the recovery makes the scanner
  * skip its whole body (see the %destructor), so that one bad block header
- * gives one error, not one per line of the block.
+ * gives one error, not one per line of the block; an error on a line below
+ * an open '(' drops that bracket (lex_drop_brackets), so that one missing
+ * ')' does not swallow the rest of the file.
  * Invariants: %expect 0; the scanner bounds nesting at AST_MAX_DEPTH, so
- * the parser stack (YYMAXDEPTH) can never run out on any input. */
+ * the parser stack (YYMAXDEPTH) can never run out on any input; the
+ * actions bound an expression's height at AST_MAX_HEIGHT. */
 %require "3.8"
 %define api.pure full
 %define api.location.type {SrcLoc}
@@ -84,10 +87,6 @@ int yyparse(Parser *p);
 void lex_begin(Parser *p);
 void lex_end(Parser *p);
 void lex_drop_brackets(Parser *p);   /* after an error on a later line */
-
-/* parser.y helpers used by the scanner */
-void vec_push(Arena *a, Vec *v, const void *elem, size_t size);
-SrcLoc span_join(SrcLoc a, SrcLoc b);
 }
 
 %union {
@@ -97,7 +96,6 @@ SrcLoc span_join(SrcLoc a, SrcLoc b);
     TypeName ty;
     Vec vec;
     ArgVec av;
-    Kwarg kw;
     TrainItem item;
 }
 
@@ -113,12 +111,17 @@ static void yyerror(const SrcLoc *loc, Parser *p, const char *msg);
 #define YYMAXDEPTH 20000
 #define SPAN_TO_EOL (1 << 20)
 
+static void vec_push(Arena *a, Vec *v, const void *elem, size_t size);
+static SrcLoc span_join(SrcLoc a, SrcLoc b);
+
 static Expr *new_expr(Parser *p, ExprKind k, SrcLoc loc);
 static void above(Parser *p, Expr *e, const Expr *child);
 static Expr *binary(Parser *p, int op, SrcLoc at, Expr *l, Expr *r);
 static Expr *call(Parser *p, const char *name, SrcLoc at, ArgVec *a, SrcLoc close);
 static void add_arg(Parser *p, ArgVec *a, Expr *e, const Kwarg *kw);
 static Stmt *new_stmt(Parser *p, StmtKind k, SrcLoc loc);
+static void add_name(Parser *p, Vec *names, const char *name, SrcLoc at);
+static void plain(const char *name, SrcLoc at);
 static Stmt *named(Parser *p, StmtKind k, SrcLoc loc, const char *name, SrcLoc name_loc);
 static void set_body(Stmt *s, Vec *body);
 static void set_dims(Stmt *s, Vec *dims);
@@ -161,12 +164,16 @@ lines: %empty                   { $$ = (Vec){0}; }
      | lines error NEWLINE      { $$ = $1; yyerrok; }
      ;
 
-/* body = "{" lines [stmt] "}" ; the last statement may share the '}' line */
-/* ($1 is "used" since '{' has a %destructor, which gives it a value) */
-body: '{' lines '}'             { (void)$1; $$ = $2; }
-    | '{' lines stmt '}'        { (void)$1; $$ = $2; vec_push(p->arena, &$$, &$3, sizeof $3); }
-    | '{' lines error '}'       { (void)$1; $$ = $2; yyerrok; }
+/* body = {NEWLINE} "{" lines [stmt] "}" ; the last statement may share
+ * the '}' line, and the '{' may stand on a line of its own.
+ * ($2 is "used" since '{' has a %destructor, which gives it a value) */
+body: nls '{' lines '}'         { (void)$2; $$ = $3; }
+    | nls '{' lines stmt '}'    { (void)$2; $$ = $3; vec_push(p->arena, &$$, &$4, sizeof $4); }
+    | nls '{' lines error '}'   { (void)$2; $$ = $3; yyerrok; }
     ;
+nls: %empty
+   | nls NEWLINE
+   ;
 
 stmt: MODEL NAME                { $$ = named(p, ST_MODEL, @1, $2, @2); }
     | CONST NAME '=' expr       { $$ = named(p, ST_CONST, @1, $2, @2); $$->value = $4; }
@@ -187,6 +194,16 @@ stmt: MODEL NAME                { $$ = named(p, ST_MODEL, @1, $2, @2); }
             set_dims($$, &$5);
             $$->value = $8;
             check_init($8);
+        }
+    | PARAM NAME ':' TYPE '[' list ']' '=' expr
+        {
+            $$ = named(p, ST_PARAM, @1, $2, @2);
+            $$->type = TY_F32;
+            $$->type_loc = @4;
+            set_dims($$, &$6);
+            $$->value = $9;
+            diag_error(@4, "a parameter has no type: it is always kept in f32 (write 'param %s: [...] = ...')",
+                       $2);
         }
     | NAME '=' expr             { $$ = named(p, ST_ASSIGN, @1, $1, @1); $$->value = $3; }
     | NAME ':' TYPE '=' expr
@@ -237,14 +254,14 @@ opt_names: %empty               { $$ = (Vec){0}; }
          | names                { $$ = $1; }
          | names ','            { $$ = $1; }
          ;
-names: NAME                     { $$ = (Vec){0}; Kwarg k = {$1, @1, NULL}; vec_push(p->arena, &$$, &k, sizeof k); }
-     | names ',' NAME           { $$ = $1; Kwarg k = {$3, @3, NULL}; vec_push(p->arena, &$$, &k, sizeof k); }
+names: NAME                     { $$ = (Vec){0}; add_name(p, &$$, $1, @1); }
+     | names ',' NAME           { $$ = $1; add_name(p, &$$, $3, @3); }
      ;
 
 /* tbody = "{" { titem NEWLINE } [titem] "}" */
-tbody: '{' tlines '}'           { (void)$1; $$ = $2; }
-     | '{' tlines titem '}'     { (void)$1; $$ = $2; check_item(p, &$$, &$3); }
-     | '{' tlines error '}'     { (void)$1; $$ = $2; yyerrok; }
+tbody: nls '{' tlines '}'       { (void)$2; $$ = $3; }
+     | nls '{' tlines titem '}' { (void)$2; $$ = $3; check_item(p, &$$, &$4); }
+     | nls '{' tlines error '}' { (void)$2; $$ = $3; yyerrok; }
      ;
 tlines: %empty                  { $$ = (Vec){0}; }
       | tlines NEWLINE          { $$ = $1; }
@@ -343,7 +360,7 @@ arglist: expr                   { $$ = (ArgVec){{0}, {0}}; add_arg(p, &$$, $1, N
 
 %%
 
-void vec_push(Arena *a, Vec *v, const void *elem, size_t size)
+static void vec_push(Arena *a, Vec *v, const void *elem, size_t size)
 {
     if (v->n == v->cap) {
         int cap = v->cap ? v->cap * 2 : 4;
@@ -356,7 +373,7 @@ void vec_push(Arena *a, Vec *v, const void *elem, size_t size)
 
 /* From the start of a to the end of b; a span over several lines covers
  * the rest of its first line (diag clips it there). */
-SrcLoc span_join(SrcLoc a, SrcLoc b)
+static SrcLoc span_join(SrcLoc a, SrcLoc b)
 {
     if (b.line == a.line && b.col + b.len > a.col)
         a.len = b.col + b.len - a.col;
@@ -427,6 +444,7 @@ static void add_arg(Parser *p, ArgVec *a, Expr *e, const Kwarg *kw)
         vec_push(p->arena, &a->args, &e, sizeof e);
         return;
     }
+    plain(kw->key, kw->key_loc);
     for (int i = 0; i < a->kwargs.n; i++) {
         const Kwarg *old = &((Kwarg *)a->kwargs.v)[i];
         if (strcmp(old->key, kw->key) == 0) {
@@ -446,12 +464,35 @@ static Stmt *new_stmt(Parser *p, StmtKind k, SrcLoc loc)
     return s;
 }
 
+/* A name being declared is plain: dotted names refer to parameters (a
+ * `param` may be declared under one, like a checkpoint's tensor). */
+static void plain(const char *name, SrcLoc at)
+{
+    if (strchr(name, '.'))
+        diag_error(at, "expected a plain name, found '%s' (dotted names refer to parameters)", name);
+}
+
 static Stmt *named(Parser *p, StmtKind k, SrcLoc loc, const char *name, SrcLoc name_loc)
 {
+    if (k != ST_PARAM)
+        plain(name, name_loc);
     Stmt *s = new_stmt(p, k, loc);
     s->name = name;
     s->name_loc = name_loc;
     return s;
+}
+
+/* A block's formal parameter: plain, and each once. */
+static void add_name(Parser *p, Vec *names, const char *name, SrcLoc at)
+{
+    plain(name, at);
+    for (int i = 0; i < names->n; i++)
+        if (strcmp(((Kwarg *)names->v)[i].key, name) == 0) {
+            diag_error(at, "parameter '%s' is named twice", name);
+            return;
+        }
+    Kwarg k = {name, at, NULL};
+    vec_push(p->arena, names, &k, sizeof k);
 }
 
 static void set_body(Stmt *s, Vec *body)
@@ -481,6 +522,8 @@ static void check_init(Expr *init)
 /* A train block sets each key once. */
 static void check_item(Parser *p, Vec *items, const TrainItem *it)
 {
+    if (strcmp(it->key, "minimize") != 0)
+        plain(it->key, it->loc);
     for (int i = 0; i < items->n; i++) {
         const TrainItem *old = &((TrainItem *)items->v)[i];
         if (strcmp(old->key, it->key) == 0) {
@@ -515,11 +558,13 @@ static const char *expected_name(yysymbol_kind_t k)
 }
 
 /* How the lookahead is named in "found ..." */
-static const char *found_name(const yypcontext_t *ctx, Parser *p, char *buf, size_t n)
+static void found_name(const yypcontext_t *ctx, Parser *p, char *buf, size_t n)
 {
     yysymbol_kind_t k = yypcontext_token(ctx);
-    if (k == YYSYMBOL_YYEOF || k == YYSYMBOL_NEWLINE)
-        return yysymbol_name(k);
+    if (k == YYSYMBOL_YYEOF || k == YYSYMBOL_NEWLINE) {
+        snprintf(buf, n, "%s", yysymbol_name(k));
+        return;
+    }
     int len = p->tok_len;
     const char *dots = "";
     if (len > 40) {
@@ -527,29 +572,29 @@ static const char *found_name(const yypcontext_t *ctx, Parser *p, char *buf, siz
         dots = "...";
     }
     snprintf(buf, n, "'%.*s%s'", len, p->file->text + p->tok_off, dots);
-    return buf;
 }
 
 typedef struct Group {
     int key;                    /* the group is used when this is expected */
     const char *say;
-    int members[12];            /* token codes: NAME, '(' ... */
+    int members[16];            /* token codes: NAME, '(' ..., then -1 */
 } Group;
 
 static const Group groups[] = {
+    /* where a statement may start, an empty line or the end may come too */
     {MODEL, "a statement", {MODEL, CONST, INPUT, PARAM, METRIC, PRECISION, BLOCK, RETURN,
-                            REPEAT, TRAIN, NAME}},
-    {MINIMIZE, "a train setting", {MINIMIZE, PRECISION, NAME}},
-    {NUMBER, "an expression", {NUMBER, STRING, NAME, TYPE, '(', '[', '-'}},
+                            REPEAT, TRAIN, NAME, NEWLINE, END, -1}},
+    {MINIMIZE, "a train setting", {MINIMIZE, PRECISION, NAME, NEWLINE, -1}},
+    {NUMBER, "an expression", {NUMBER, STRING, NAME, TYPE, '(', '[', '-', -1}},
     /* '(' and '[' too: "a (" can go on as a call, but saying so is noise */
-    {'*', "an operator", {'+', '-', '*', '/', '@', POW, '(', '['}},
+    {'*', "an operator", {'+', '-', '*', '/', '@', POW, '(', '[', -1}},
 };
 
-/* "expected A, B or C": groups of tokens said in one phrase. */
-static void say_expected(const yysymbol_kind_t *exp, int n, char *buf, size_t size)
+/* The phrases of "expected A, B or C": groups of tokens said in one
+ * phrase ("an expression"), then single tokens. Returns how many. */
+static int expected_parts(const yysymbol_kind_t *exp, int n, const char **parts)
 {
     bool used[YYNTOKENS] = {0};
-    const char *parts[YYNTOKENS + 4];
     int np = 0;
     for (size_t g = 0; g < sizeof groups / sizeof groups[0]; g++) {
         bool on = false;
@@ -558,41 +603,48 @@ static void say_expected(const yysymbol_kind_t *exp, int n, char *buf, size_t si
         if (!on)
             continue;
         parts[np++] = groups[g].say;
-        for (int m = 0; m < 12 && groups[g].members[m]; m++)
+        for (int m = 0; groups[g].members[m] != -1; m++)
             used[YYTRANSLATE(groups[g].members[m])] = true;
     }
     for (int i = 0; i < n; i++)
         if (!used[exp[i]])
             parts[np++] = expected_name(exp[i]);
+    return np;
+}
+
+static bool has(const yysymbol_kind_t *exp, int n, int tok)
+{
+    for (int i = 0; i < n; i++)
+        if (exp[i] == YYTRANSLATE(tok))
+            return true;
+    return false;
+}
+
+/* "expected ...": the closer of the innermost open bracket alone when it
+ * is the likely fix (Lua's "')' expected"), with "(to close '(' at line
+ * 3)" when that bracket opened on another line; else every phrase. A '}'
+ * is the likely fix only at end of file: elsewhere it is "end of line". */
+static void say_expected(const yypcontext_t *ctx, Parser *p, const yysymbol_kind_t *exp, int n,
+                         char *buf, size_t size)
+{
+    const char *parts[YYNTOKENS + 4];
+    int np = expected_parts(exp, n, parts);
+    const Bracket *b = p->has_open_before ? &p->open_before : NULL;
+    int closer = !b ? 0 : b->ch == '(' ? ')' : b->ch == '[' ? ']' : '}';
+    if (closer && !has(exp, n, closer))
+        closer = 0;
+    bool eof = yypcontext_token(ctx) == YYSYMBOL_YYEOF;
+    if (closer == '}' ? eof : closer && np > 2 && !has(exp, n, NUMBER)) {
+        np = 1;
+        parts[0] = yysymbol_name(YYTRANSLATE(closer));
+    }
     size_t at = (size_t)snprintf(buf, size, "expected ");
     for (int i = 0; i < np && at < size; i++)
         at += (size_t)snprintf(buf + at, size - at, "%s%s", i == 0 ? "" : i == np - 1 ? " or " : ", ",
                                parts[i]);
-}
-
-/* The closer the innermost open bracket waits for, if the parser expects
- * it: "expected ')' (to close '(' at line 3)". A '{' is named only at end
- * of file: elsewhere "end of line" is the likelier fix. */
-static bool say_closer(const yypcontext_t *ctx, Parser *p, const yysymbol_kind_t *exp, int n,
-                       char *buf, size_t size)
-{
-    if (!p->has_open_before)
-        return false;
-    const Bracket *b = &p->open_before;
-    char want = b->ch == '(' ? ')' : b->ch == '[' ? ']' : '}';
-    if (want == '}' && yypcontext_token(ctx) != YYSYMBOL_YYEOF)
-        return false;
-    yysymbol_kind_t wk = YYTRANSLATE(want);
-    bool expected = false;
-    for (int i = 0; i < n; i++)
-        expected |= exp[i] == wk;
-    if (!expected)
-        return false;
-    if (b->loc.line != yypcontext_location(ctx)->line)
-        snprintf(buf, size, "expected '%c' (to close '%s' at line %d)", want, b->what, b->loc.line);
-    else
-        snprintf(buf, size, "expected '%c'", want);
-    return true;
+    if (closer && (np == 1 || closer != '}') && at < size &&
+        b->loc.line != yypcontext_location(ctx)->line)
+        snprintf(buf + at, size - at, " (to close '%s' at line %d)", b->what, b->loc.line);
 }
 
 static int yyreport_syntax_error(const yypcontext_t *ctx, Parser *p)
@@ -603,11 +655,13 @@ static int yyreport_syntax_error(const yypcontext_t *ctx, Parser *p)
     yysymbol_kind_t exp[YYNTOKENS];
     int n = yypcontext_expected_tokens(ctx, exp, YYNTOKENS);
     char want[512], found[64];
-    if (n <= 0)
-        snprintf(want, sizeof want, "unexpected token");
-    else if (!say_closer(ctx, p, exp, n, want, sizeof want))
-        say_expected(exp, n, want, sizeof want);
-    diag_error(*at, "%s, found %s", want, found_name(ctx, p, found, sizeof found));
+    found_name(ctx, p, found, sizeof found);
+    if (n <= 0) {
+        diag_error(*at, "unexpected %s", found);
+    } else {
+        say_expected(ctx, p, exp, n, want, sizeof want);
+        diag_error(*at, "%s, found %s", want, found);
+    }
     if (p->has_open_before && p->open_before.loc.line < at->line)
         lex_drop_brackets(p);
     return 0;

@@ -338,7 +338,7 @@ static inline MP_HD float mp_dropout_u(uint64_t key, int64_t i)
 
 /* The loop every elementwise kernel shares: chunks of MP_CHUNK, loaded to
  * f32, BODY computing t[i] from t[i] (and u[i] when U is an input), stored. */
-#define MP_EW_LOOP(n, X, XDT, U, UDT, Y, YDT, BODY)                            \
+#define MP_EW_LOOP(n, X, XDT, U, UDT, Y, YDT, ...)                            \
     MP_OMP(parallel for if ((n) > 32768))                                      \
     for (int64_t c_ = 0; c_ < (n); c_ += MP_CHUNK) {                           \
         float t[MP_CHUNK], u[MP_CHUNK];                                        \
@@ -346,7 +346,7 @@ static inline MP_HD float mp_dropout_u(uint64_t key, int64_t i)
         mp_ld_n(X, XDT, c_, 1, m_, t);                                         \
         if (U)                                                                 \
             mp_ld_n(U, UDT, c_, 1, m_, u);                                     \
-        for (int64_t i = 0; i < m_; i++) { BODY; }                             \
+        for (int64_t i = 0; i < m_; i++) { __VA_ARGS__; }                             \
         mp_st_n(Y, YDT, c_, 1, m_, t);                                         \
         (void)u;                                                               \
     }
@@ -732,14 +732,14 @@ static inline void mp_k_channel_sum(void *y, int ydt, const void *x, int xdt, in
 
 /* Rows of length len with stride inner: x viewed as [outer, len, inner].
  * Each thread works on a row at a time in its own f32 buffer. */
-#define MP_ROWS_LOOP(outer, len, inner, NBUF, BODY)                            \
+#define MP_ROWS_LOOP(outer, len, inner, NBUF, ...)                            \
     MP_OMP(parallel if ((outer) * (len) * (inner) > 16384))                    \
     {                                                                          \
         float *buf = (float *)mp_kalloc((size_t)(NBUF) * (size_t)(len) * sizeof(float)); \
         MP_OMP(for)                                                            \
         for (int64_t row = 0; row < (outer) * (inner); row++) {                \
             int64_t off = (row / (inner)) * (len) * (inner) + row % (inner);   \
-            BODY;                                                              \
+            __VA_ARGS__;                                                       \
         }                                                                      \
         free(buf);                                                             \
     }

@@ -15,8 +15,10 @@
  * pair, adding into an f32 tile that stays in cache. A tile is rounded and
  * stored only when all of K is summed, so storage types cost nothing in the
  * inner loop. Panels are zero-padded to MR and NR, so the micro-kernel has
- * no edge cases. With AVX2+FMA (-march=native) the micro-kernel is 6x16 in
- * intrinsics; otherwise 6x8 in plain C that the compiler vectorises.
+ * no edge cases. The micro-kernel is 6x16 in AVX2+FMA intrinsics on any
+ * x86 CPU that has them (chosen at run time, so a plain `cc -O2` build
+ * gets it too), else 6x8 in GCC/Clang vector extensions or plain C.
+ * -DMP_GEMM_PORTABLE leaves the AVX2 kernel out (tests use it).
  *
  * -DMP_USE_CBLAS: products go to cblas_sgemm (link -lopenblas); f16/bf16
  * operands are converted to f32 first (exactly) and the result rounded
@@ -30,40 +32,9 @@
 #include <cblas.h>
 #endif
 
-/* The micro-kernel's vectors: V holds MP_VW floats. AVX2+FMA intrinsics
- * when the target has them (-march=native); else GCC/Clang vector
- * extensions (SSE2 on any x86-64, NEON on ARM); else plain C. */
-#if defined(__AVX2__) && defined(__FMA__) && !defined(__CUDACC__)
-#include <immintrin.h>
-#define MP_VW 8
-typedef __m256 MpVec;
-#define MP_VZERO() _mm256_setzero_ps()
-#define MP_VLOAD(p) _mm256_loadu_ps(p)
-#define MP_VSTORE(p, v) _mm256_storeu_ps(p, v)
-#define MP_VBCAST(p) _mm256_broadcast_ss(p)
-#define MP_VFMA(a, b, c) _mm256_fmadd_ps(a, b, c)
-#define MP_VADD(a, b) _mm256_add_ps(a, b)
-#elif (defined(__GNUC__) || defined(__clang__)) && !defined(__CUDACC__)
-#define MP_VW 4
-typedef float MpVec __attribute__((vector_size(16)));
-static inline MpVec mp_vload(const float *p) { MpVec v; memcpy(&v, p, sizeof v); return v; }
-#define MP_VZERO() ((MpVec){0.0f, 0.0f, 0.0f, 0.0f})
-#define MP_VLOAD(p) mp_vload(p)
-#define MP_VSTORE(p, v) memcpy(p, &(v), sizeof(MpVec))
-#define MP_VBCAST(p) ((MpVec){*(p), *(p), *(p), *(p)})
-#define MP_VFMA(a, b, c) ((c) + (a) * (b))
-#define MP_VADD(a, b) ((a) + (b))
-#endif
-
-#ifdef MP_VW
-#define MP_MR 6
-#define MP_NR (2 * MP_VW)
-#else
-#define MP_MR 4
-#define MP_NR 8
-#endif
-#define MP_NC_MAX 256
+#define MP_MR 6                 /* rows of the micro-kernel's tile */
 #define MP_MC_MAX 96            /* rows of C per tile (a multiple of MP_MR) */
+#define MP_NC_MAX 256           /* columns of C per tile (a multiple of 16) */
 #define MP_KC 256               /* depth of one packed block */
 #define MP_BPACK_MAX (8 << 20)  /* floats of packed B per pass: bounds memory */
 
@@ -78,46 +49,128 @@ typedef struct MpGemm {
     int bias_per_row;               /* 0: bias[N] to each row; 1: bias[M] to each column */
 } MpGemm;
 
-/* ---- the micro-kernel: C[MR x NR] (+)= A panel . B panel ---------------- */
+/* ---- micro-kernels: C[MR x nr] (+)= A panel . B panel ------------------- */
 
-#ifdef MP_VW
+/* C[i ldc + j] = (first ? 0 : C[i ldc + j]) + sum_k A[k MR + i] B[k nr + j] */
+typedef void MpUkernel(int64_t kc, const float *A, const float *B, float *C, int64_t ldc,
+                       int first);
+
+/* The body for vectors V of VW floats: 12 accumulators (6 rows x 2
+ * vectors, nr = 2 VW) stay in registers over the whole of kc. */
 #define MP_UK_ROW(i)                                                           \
-    a = MP_VBCAST(A + (i));                                                    \
-    c##i##0 = MP_VFMA(a, b0, c##i##0);                                         \
-    c##i##1 = MP_VFMA(a, b1, c##i##1);
+    a = VBCAST(A + (i));                                                       \
+    c##i##0 = VFMA(a, b0, c##i##0);                                            \
+    c##i##1 = VFMA(a, b1, c##i##1);
 #define MP_UK_OUT(i)                                                           \
     if (!first) {                                                              \
-        c##i##0 = MP_VADD(c##i##0, MP_VLOAD(C + (i) * ldc));                   \
-        c##i##1 = MP_VADD(c##i##1, MP_VLOAD(C + (i) * ldc + MP_VW));           \
+        c##i##0 = VADD(c##i##0, VLOAD(C + (i) * ldc));                         \
+        c##i##1 = VADD(c##i##1, VLOAD(C + (i) * ldc + VW));                    \
     }                                                                          \
-    MP_VSTORE(C + (i) * ldc, c##i##0);                                         \
-    MP_VSTORE(C + (i) * ldc + MP_VW, c##i##1);
-
-static inline void mp_ukernel(int64_t kc, const float *A, const float *B, float *C,
-                              int64_t ldc, int first)
-{
-    MpVec c00 = MP_VZERO(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00,
-          c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
-    for (int64_t k = 0; k < kc; k++, A += MP_MR, B += MP_NR) {
-        MpVec a, b0 = MP_VLOAD(B), b1 = MP_VLOAD(B + MP_VW);
-        MP_UK_ROW(0) MP_UK_ROW(1) MP_UK_ROW(2) MP_UK_ROW(3) MP_UK_ROW(4) MP_UK_ROW(5)
-    }
+    VSTORE(C + (i) * ldc, c##i##0);                                            \
+    VSTORE(C + (i) * ldc + VW, c##i##1);
+#define MP_UK_BODY(V)                                                          \
+    V c00 = VZERO(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00,    \
+      c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;        \
+    for (int64_t k = 0; k < kc; k++, A += MP_MR, B += 2 * VW) {                \
+        V a, b0 = VLOAD(B), b1 = VLOAD(B + VW);                                \
+        MP_UK_ROW(0) MP_UK_ROW(1) MP_UK_ROW(2) MP_UK_ROW(3) MP_UK_ROW(4)       \
+        MP_UK_ROW(5)                                                           \
+    }                                                                          \
     MP_UK_OUT(0) MP_UK_OUT(1) MP_UK_OUT(2) MP_UK_OUT(3) MP_UK_OUT(4) MP_UK_OUT(5)
-}
-#else
-static inline void mp_ukernel(int64_t kc, const float *A, const float *B, float *C,
-                              int64_t ldc, int first)
+
+/* x86 with GCC or Clang: the 6x16 AVX2+FMA kernel is compiled through a
+ * target attribute whatever -march says, and used when the CPU has both. */
+#if !defined(__CUDACC__) && (defined(__GNUC__) || defined(__clang__)) && \
+    (defined(__x86_64__) || defined(__i386__)) && !defined(MP_GEMM_PORTABLE)
+#define MP_X86 1
+#include <immintrin.h>
+#define VW 8
+#define VZERO() _mm256_setzero_ps()
+#define VLOAD(p) _mm256_loadu_ps(p)
+#define VSTORE(p, v) _mm256_storeu_ps(p, v)
+#define VBCAST(p) _mm256_broadcast_ss(p)
+#define VFMA(a, b, c) _mm256_fmadd_ps(a, b, c)
+#define VADD(a, b) _mm256_add_ps(a, b)
+__attribute__((target("avx2,fma")))
+static void mp_uk_avx2(int64_t kc, const float *A, const float *B, float *C, int64_t ldc,
+                       int first)
 {
-    float acc[MP_MR][MP_NR] = {{0}};
-    for (int64_t k = 0; k < kc; k++, A += MP_MR, B += MP_NR)
+    MP_UK_BODY(__m256)
+}
+#undef VW
+#undef VZERO
+#undef VLOAD
+#undef VSTORE
+#undef VBCAST
+#undef VFMA
+#undef VADD
+#endif
+
+/* Otherwise 6x8: vector extensions (SSE2 on any x86-64, NEON on ARM), or
+ * plain C for other compilers and nvcc's host pass. */
+#if !defined(__CUDACC__) && (defined(__GNUC__) || defined(__clang__))
+typedef float MpVec4 __attribute__((vector_size(16)));
+static inline MpVec4 mp_v4load(const float *p)
+{
+    MpVec4 v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+#define VW 4
+#define VZERO() ((MpVec4){0.0f, 0.0f, 0.0f, 0.0f})
+#define VLOAD(p) mp_v4load(p)
+#define VSTORE(p, v) memcpy(p, &(v), sizeof(MpVec4))
+#define VBCAST(p) ((MpVec4){*(p), *(p), *(p), *(p)})
+#define VFMA(a, b, c) ((c) + (a) * (b))
+#define VADD(a, b) ((a) + (b))
+static void mp_uk_generic(int64_t kc, const float *A, const float *B, float *C,
+                          int64_t ldc, int first)
+{
+    MP_UK_BODY(MpVec4)
+}
+#undef VW
+#undef VZERO
+#undef VLOAD
+#undef VSTORE
+#undef VBCAST
+#undef VFMA
+#undef VADD
+#else
+static void mp_uk_generic(int64_t kc, const float *A, const float *B, float *C,
+                          int64_t ldc, int first)
+{
+    float acc[MP_MR][8] = {{0}};
+    for (int64_t k = 0; k < kc; k++, A += MP_MR, B += 8)
         for (int i = 0; i < MP_MR; i++)
-            for (int j = 0; j < MP_NR; j++)
+            for (int j = 0; j < 8; j++)
                 acc[i][j] += A[i] * B[j];
     for (int i = 0; i < MP_MR; i++)
-        for (int j = 0; j < MP_NR; j++)
+        for (int j = 0; j < 8; j++)
             C[i * ldc + j] = first ? acc[i][j] : C[i * ldc + j] + acc[i][j];
 }
 #endif
+
+/* The micro-kernel this machine runs, and its tile width. */
+typedef struct MpUk {
+    MpUkernel *fn;
+    int nr;
+} MpUk;
+
+static inline MpUk mp_uk(void)
+{
+    MpUk uk = {mp_uk_generic, 8};
+#if defined(MP_X86) && defined(__AVX2__) && defined(__FMA__)
+    uk.fn = mp_uk_avx2;
+    uk.nr = 16;
+#elif defined(MP_X86)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+        uk.fn = mp_uk_avx2;
+        uk.nr = 16;
+    }
+#endif
+    return uk;
+}
 
 /* ---- packing ------------------------------------------------------------ */
 
@@ -126,6 +179,16 @@ static inline void mp_ukernel(int64_t kc, const float *A, const float *B, float 
 static inline void mp_pack(float *dst, const void *src, int dt, int64_t ld, int trans,
                            int64_t r0, int64_t nv, int R, int64_t k0, int64_t kc)
 {
+    if (dt == MP_F32 && nv == R) {            /* the common case: plain copies */
+        const float *s = (const float *)src;
+        if (trans)
+            for (int64_t k = 0; k < kc; k++)
+                for (int i = 0; i < R; i++) dst[k * R + i] = s[(k0 + k) * ld + r0 + i];
+        else
+            for (int64_t k = 0; k < kc; k++)
+                for (int i = 0; i < R; i++) dst[k * R + i] = s[(r0 + i) * ld + k0 + k];
+        return;
+    }
     if (trans) {
         for (int64_t k = 0; k < kc; k++) {
             mp_ld_n(src, dt, (k0 + k) * ld + r0, 1, nv, dst + k * R);
@@ -143,17 +206,17 @@ static inline void mp_pack(float *dst, const void *src, int dt, int64_t ld, int 
     }
 }
 
-/* All of op(B)'s columns [j0, j0 + n) as panels of NR columns: panel p
- * holds columns j0 + p NR ..., for every k, at Bp + p K NR + k NR. */
-static inline void mp_pack_b(float *Bp, const MpGemm *g, int64_t j0, int64_t n)
+/* All of op(B)'s columns [j0, j0 + n) as panels of nr columns: panel p
+ * holds columns j0 + p nr ..., for every k, at Bp + p K nr + k nr. */
+static inline void mp_pack_b(float *Bp, const MpGemm *g, int nr, int64_t j0, int64_t n)
 {
-    int64_t np = (n + MP_NR - 1) / MP_NR, nk = (g->K + MP_KC - 1) / MP_KC;
+    int64_t np = (n + nr - 1) / nr, nk = (g->K + MP_KC - 1) / MP_KC;
     MP_OMP(parallel for if (n * g->K > 65536))
     for (int64_t w = 0; w < np * nk; w++) {
         int64_t p = w / nk, k0 = (w % nk) * MP_KC, kc = mp_min64(g->K - k0, MP_KC);
         /* op(B)(k, j) = B[k ldb + j], so as X(j, k) it is the trans case */
-        mp_pack(Bp + p * g->K * MP_NR + k0 * MP_NR, g->B, g->bdt, g->ldb, !g->tb,
-                j0 + p * MP_NR, mp_min64(n - p * MP_NR, MP_NR), MP_NR, k0, kc);
+        mp_pack(Bp + p * g->K * nr + k0 * nr, g->B, g->bdt, g->ldb, !g->tb, j0 + p * nr,
+                mp_min64(n - p * nr, nr), nr, k0, kc);
     }
 }
 
@@ -187,18 +250,18 @@ typedef struct MpTiles {
 
 /* Tiles of about MC_MAX x NC_MAX, evened out, and at least two per thread
  * when the matrix allows, so that threads get equal shares. */
-static inline MpTiles mp_tiles(int64_t M, int64_t n)
+static inline MpTiles mp_tiles(int64_t M, int64_t n, int nr)
 {
     MpTiles t;
     int64_t want = 2 * mp_nthreads();
     t.mb = (M + MP_MC_MAX - 1) / MP_MC_MAX;
     t.nb = (n + MP_NC_MAX - 1) / MP_NC_MAX;
-    while (t.mb * t.nb < want && (n + t.nb) / (t.nb + 1) >= 4 * MP_NR)
+    while (t.mb * t.nb < want && (n + t.nb) / (t.nb + 1) >= 4 * nr)
         t.nb++;
     while (t.mb * t.nb < want && (M + t.mb) / (t.mb + 1) >= 4 * MP_MR)
         t.mb++;
     t.mc = ((M + t.mb - 1) / t.mb + MP_MR - 1) / MP_MR * MP_MR;
-    t.nc = ((n + t.nb - 1) / t.nb + MP_NR - 1) / MP_NR * MP_NR;
+    t.nc = ((n + t.nb - 1) / t.nb + nr - 1) / nr * nr;
     t.mb = (M + t.mc - 1) / t.mc;
     t.nb = (n + t.nc - 1) / t.nc;
     return t;
@@ -206,11 +269,11 @@ static inline MpTiles mp_tiles(int64_t M, int64_t n)
 
 /* One tile: rows [i0, i0 + mv) and columns [j0, j0 + nv) of C, where
  * column j0 is column jb of the packed panels Bp. */
-static inline void mp_gemm_tile(const MpGemm *g, const float *Bp, int64_t jb, int64_t i0,
-                                int64_t mv, int64_t j0, int64_t nv, int64_t nc, float *Ap,
-                                float *T)
+static inline void mp_gemm_tile(const MpGemm *g, MpUk uk, const float *Bp, int64_t jb,
+                                int64_t i0, int64_t mv, int64_t j0, int64_t nv, int64_t nc,
+                                float *Ap, float *T)
 {
-    int64_t mp = (mv + MP_MR - 1) / MP_MR, npan = (nv + MP_NR - 1) / MP_NR;
+    int64_t mp = (mv + MP_MR - 1) / MP_MR, npan = (nv + uk.nr - 1) / uk.nr;
     if (g->K == 0)
         memset(T, 0, (size_t)(mp * MP_MR * nc) * sizeof *T);
     for (int64_t k0 = 0; k0 < g->K; k0 += MP_KC) {
@@ -219,10 +282,10 @@ static inline void mp_gemm_tile(const MpGemm *g, const float *Bp, int64_t jb, in
             mp_pack(Ap + p * kc * MP_MR, g->A, g->adt, g->lda, g->ta, i0 + p * MP_MR,
                     mp_min64(mv - p * MP_MR, MP_MR), MP_MR, k0, kc);
         for (int64_t q = 0; q < npan; q++) {
-            const float *b = Bp + (jb / MP_NR + q) * g->K * MP_NR + k0 * MP_NR;
+            const float *b = Bp + (jb / uk.nr + q) * g->K * uk.nr + k0 * uk.nr;
             for (int64_t p = 0; p < mp; p++)
-                mp_ukernel(kc, Ap + p * kc * MP_MR, b, T + p * MP_MR * nc + q * MP_NR,
-                           nc, k0 == 0);
+                uk.fn(kc, Ap + p * kc * MP_MR, b, T + p * MP_MR * nc + q * uk.nr, nc,
+                      k0 == 0);
         }
     }
     mp_gemm_store(g, T, nc, i0, j0, mv, nv, g->alpha);
@@ -238,18 +301,19 @@ static inline void *mp_kalloc64(size_t bytes, float **p)
 
 static inline void mp_gemm_blocked(const MpGemm *g)
 {
+    MpUk uk = mp_uk();
     int64_t Kp = g->K > 0 ? g->K : 1;
-    int64_t ncols = mp_min64(g->N, (MP_BPACK_MAX / Kp) / MP_NR * MP_NR);
-    if (ncols < MP_NR)
-        ncols = MP_NR;
+    int64_t ncols = mp_min64(g->N, (MP_BPACK_MAX / Kp) / uk.nr * uk.nr);
+    if (ncols < uk.nr)
+        ncols = uk.nr;
     float *Bp;
-    void *braw = mp_kalloc64((size_t)(((ncols + MP_NR - 1) / MP_NR) * MP_NR * Kp) *
+    void *braw = mp_kalloc64((size_t)(((ncols + uk.nr - 1) / uk.nr) * uk.nr * Kp) *
                              sizeof(float), &Bp);
     for (int64_t j0 = 0; j0 < g->N; j0 += ncols) {   /* passes over N */
         int64_t n = mp_min64(g->N - j0, ncols);
-        MpTiles t = mp_tiles(g->M, n);
-        mp_pack_b(Bp, g, j0, n);
-        MP_OMP(parallel if (t.mb * t.nb > 1 && g->M * n * g->K > 32768))
+        MpTiles t = mp_tiles(g->M, n, uk.nr);
+        mp_pack_b(Bp, g, uk.nr, j0, n);
+        MP_OMP(parallel if (t.mb * t.nb > 1 && g->M * n * g->K > (1 << 22)))
         {
             float *Ap, *T;
             void *araw = mp_kalloc64((size_t)(t.mc * MP_KC) * sizeof(float), &Ap);
@@ -257,7 +321,7 @@ static inline void mp_gemm_blocked(const MpGemm *g)
             MP_OMP(for schedule(static))
             for (int64_t w = 0; w < t.mb * t.nb; w++) {
                 int64_t i0 = (w / t.nb) * t.mc, jb = (w % t.nb) * t.nc;
-                mp_gemm_tile(g, Bp, jb, i0, mp_min64(g->M - i0, t.mc), j0 + jb,
+                mp_gemm_tile(g, uk, Bp, jb, i0, mp_min64(g->M - i0, t.mc), j0 + jb,
                              mp_min64(n - jb, t.nc), t.nc, Ap, T);
             }
             free(araw);
@@ -346,7 +410,7 @@ static inline void mp_k_matmul(void *y, int ydt, const void *a, int adt, const v
 {
     int64_t lda = ta ? M : K, ldb = tb ? K : N;
     /* many small products: one per thread; else each product is parallel */
-    MP_OMP(parallel for if (batch > 1 && M * N * K < (1 << 21)))
+    MP_OMP(parallel for if (batch > 1 && M * N * K < (1 << 22)))
     for (int64_t i = 0; i < batch; i++)
         mp_gemm(ta, tb, M, N, K, 1.0f, mp_at(a, adt, i * stride_a), adt, lda,
                 mp_at(b, bdt, i * stride_b), bdt, ldb, 0.0f,

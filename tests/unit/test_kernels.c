@@ -20,6 +20,7 @@
 #include <string.h>
 #include "mp_kernels.h"
 #include "mp_kernels_gemm.h"
+#include "mp_kernels_nn.h"
 
 #define F32 MP_F32
 
@@ -39,12 +40,12 @@ static float frand(float lo, float hi) { return lo + (hi - lo) * (float)urand();
 
 static float *fvec(int64_t n, float lo, float hi)
 {
-    float *x = malloc((size_t)(n ? n : 1) * sizeof *x);
+    float *x = malloc((n > 0 ? (size_t)n : 1) * sizeof *x);
     for (int64_t i = 0; i < n; i++) x[i] = frand(lo, hi);
     return x;
 }
 
-static float *zvec(int64_t n) { return calloc((size_t)(n ? n : 1), sizeof(float)); }
+static float *zvec(int64_t n) { return calloc(n > 0 ? (size_t)n : 1, sizeof(float)); }
 
 static inline int32_t *ivec(int64_t n, int32_t hi)
 {
@@ -275,6 +276,780 @@ static void test_matmul_tn_fd(void **state)
     free(dw); free(old); fd_free(&c);
 }
 
+/* ---- elementwise -------------------------------------------------------- */
+
+typedef void Unary(void *, int, const void *, int, int64_t);
+typedef void Grad(void *, int, const void *, int, const void *, int, int64_t);
+
+static double gelu_d(double x) { return 0.5 * x * (1 + erf(x / sqrt(2.0))); }
+static double sigmoid_d(double x) { return 1 / (1 + exp(-x)); }
+static double silu_d(double x) { return x * sigmoid_d(x); }
+static double neg_d(double x) { return -x; }
+static double relu_d(double x) { return x > 0 ? x : 0; }
+static double rsqrt_d(double x) { return 1 / sqrt(x); }
+static double id_d(double x) { return x; }
+
+static const struct {
+    const char *name;
+    Unary *k;
+    double (*ref)(double);
+    float lo, hi;
+    Grad *grad;
+    int grad_from_y;
+} unary[] = {
+    {"neg", mp_k_neg, neg_d, -3, 3, NULL, 0},
+    {"relu", mp_k_relu, relu_d, -3, 3, mp_k_relu_grad, 0},
+    {"gelu", mp_k_gelu, gelu_d, -4, 4, mp_k_gelu_grad, 0},
+    {"tanh", mp_k_tanh, tanh, -3, 3, mp_k_tanh_grad, 1},
+    {"sigmoid", mp_k_sigmoid, sigmoid_d, -6, 6, mp_k_sigmoid_grad, 1},
+    {"silu", mp_k_silu, silu_d, -6, 6, mp_k_silu_grad, 0},
+    {"exp", mp_k_exp, exp, -5, 5, NULL, 0},
+    {"log", mp_k_log, log, 0.1f, 5, NULL, 0},
+    {"sqrt", mp_k_sqrt, sqrt, 0.1f, 5, mp_k_sqrt_grad, 1},
+    {"rsqrt", mp_k_rsqrt, rsqrt_d, 0.1f, 5, mp_k_rsqrt_grad, 1},
+    {"cast", mp_k_cast, id_d, -5, 5, NULL, 0},
+};
+#define NUNARY (sizeof unary / sizeof unary[0])
+
+/* Forward: f32 against double libm; f16/bf16 storage: the f32 result
+ * rounded once (so within half an ulp of the type, plus f32's error). */
+static void test_unary_forward(void **state)
+{
+    (void)state;
+    int64_t n = 1500;                 /* several chunks and a partial one */
+    for (size_t f = 0; f < NUNARY; f++)
+        for (int dt = F32; dt <= MP_BF16; dt++) {
+            float *x = fvec(n, unary[f].lo, unary[f].hi);
+            void *X = to_dt(x, n, dt), *Y = malloc(n * 4);
+            unary[f].k(Y, dt, X, dt, n);
+            for (int64_t i = 0; i < n; i++) {
+                double want = unary[f].ref(x[i]);
+                double ulp = dt == F32 ? 4e-7 : dt == MP_F16 ? 4.9e-4 : 3.9e-3;
+                close_to(unary[f].name, i, mp_ld(Y, dt, i), want, 1e-6, ulp);
+            }
+            free(x); free(X); free(Y);
+        }
+}
+
+static Unary *fd_unary_k;
+static void fwd_unary(Fd *c) { fd_unary_k(c->out, F32, c->in[0], F32, c->d[0]); }
+
+/* Backward: each gradient kernel against finite differences of its forward. */
+static void test_unary_grads(void **state)
+{
+    (void)state;
+    int64_t n = 40;
+    for (size_t f = 0; f < NUNARY; f++) {
+        if (!unary[f].grad)
+            continue;
+        Fd c = {{fvec(n, unary[f].lo, unary[f].hi)}, {n}};
+        for (int64_t i = 0; i < n; i++)       /* keep clear of relu's kink */
+            if (fabsf(c.in[0][i]) < 0.05f)
+                c.in[0][i] = 0.5f;
+        fd_unary_k = unary[f].k;
+        fd_setup(&c, n, fwd_unary);
+        float *y = zvec(n), *dx = zvec(n);
+        unary[f].k(y, F32, c.in[0], F32, n);
+        unary[f].grad(dx, F32, c.w, F32, unary[f].grad_from_y ? y : c.in[0], F32, n);
+        fd_check(unary[f].name, &c, 0, n, dx, 1e-3f, 2e-3);
+        free(y); free(dx); fd_free(&c);
+    }
+    /* relu's gradient at 0 is 0, as torch's threshold_backward */
+    float zero = 0.0f, one = 1.0f, g;
+    mp_k_relu_grad(&g, F32, &one, F32, &zero, F32, 1);
+    assert_true(g == 0.0f);
+}
+
+static void test_cast_fill_scale(void **state)
+{
+    (void)state;
+    int64_t n = 700;
+    float *x = fvec(n, -300, 300), *y = zvec(n);
+    uint8_t u8[700];
+    int32_t i32[700];
+    uint16_t h[700];
+    mp_k_cast(u8, MP_U8, x, F32, n);
+    mp_k_cast(i32, MP_I32, x, F32, n);
+    mp_k_cast(h, MP_F16, x, F32, n);
+    for (int64_t i = 0; i < n; i++) {
+        assert_int_equal(u8[i], x[i] <= 0 ? 0 : x[i] >= 255 ? 255 : (int)x[i]);
+        assert_int_equal(i32[i], (int32_t)x[i]);
+        assert_int_equal(h[i], mp_f32_to_f16(x[i]));
+    }
+    mp_k_cast(y, F32, u8, MP_U8, n);
+    for (int64_t i = 0; i < n; i++) assert_true(y[i] == u8[i]);
+    mp_k_scale(y, F32, h, MP_F16, 0.5f, n);
+    for (int64_t i = 0; i < n; i++) assert_true(y[i] == 0.5f * mp_f16_to_f32(h[i]));
+    mp_k_fill(h, MP_F16, 3.0f, n);
+    for (int64_t i = 0; i < n; i++) assert_int_equal(h[i], 0x4200);
+    mp_k_fill(y, F32, 1.0f, n);
+    mp_k_acc(y, h, MP_F16, 2.0f, n);
+    for (int64_t i = 0; i < n; i++) assert_true(y[i] == 7.0f);
+    assert_true(mp_k_all_finite(h, MP_F16, n));
+    h[n - 1] = 0x7c00;                    /* inf */
+    assert_false(mp_k_all_finite(h, MP_F16, n));
+    y[3] = NAN;
+    assert_false(mp_k_all_finite(y, F32, n));
+    free(x); free(y);
+}
+
+static void test_dropout(void **state)
+{
+    (void)state;
+    int64_t n = 20000;
+    float *x = fvec(n, 0.5f, 1.5f), *y = zvec(n), *y2 = zvec(n), *dx = zvec(n);
+    mp_k_dropout(y, F32, x, F32, n, 0.25f, 7, 3, 0, 12);
+    int64_t kept = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (y[i] != 0) {
+            kept++;
+            assert_true(y[i] == x[i] * (1.0f / 0.75f));
+        }
+    }
+    assert_true(fabs((double)kept / n - 0.75) < 0.015);
+    /* the same call draws the same mask; backward applies it to dy */
+    mp_k_dropout_grad(dx, F32, x, F32, n, 0.25f, 7, 3, 0, 12);
+    assert_memory_equal(dx, y, n * 4);
+    /* another step, micro-batch or node draws another mask */
+    int64_t keys[3][4] = {{7, 4, 0, 12}, {7, 3, 1, 12}, {7, 3, 0, 13}};
+    for (int k = 0; k < 3; k++) {
+        mp_k_dropout(y2, F32, x, F32, n, 0.25f, (uint64_t)keys[k][0], keys[k][1],
+                     keys[k][2], keys[k][3]);
+        int64_t same = 0;
+        for (int64_t i = 0; i < n; i++) same += (y[i] != 0) == (y2[i] != 0);
+        assert_true(same < n * 0.7);      /* independent masks agree ~62.5% */
+    }
+    mp_k_dropout(y2, F32, x, F32, n, 0.0f, 1, 1, 1, 1);   /* p = 0: identity */
+    assert_memory_equal(y2, x, n * 4);
+    mp_k_dropout(y2, F32, x, F32, n, 1.0f, 1, 1, 1, 1);   /* p = 1: zeros */
+    for (int64_t i = 0; i < n; i++) assert_true(y2[i] == 0);
+    free(x); free(y); free(y2); free(dx);
+}
+
+/* ---- broadcasting ------------------------------------------------------- */
+
+/* Offset in x (rank xr) of the element broadcast to y's multi-index idx. */
+static int64_t bcast_off(const int64_t *idx, int yr, const int64_t *xsh, int xr)
+{
+    int64_t off = 0;
+    for (int d = 0; d < xr; d++) {
+        int64_t i = xsh[d] == 1 ? 0 : idx[d + yr - xr];
+        off = off * xsh[d] + i;
+    }
+    return off;
+}
+
+typedef struct Shapes {
+    int yr, ar, br;
+    int64_t y[4], a[4], b[4];
+} Shapes;
+
+static const Shapes bshapes[] = {
+    {4, 3, 4, {2, 3, 4, 5}, {3, 1, 5}, {2, 1, 4, 1}},
+    {2, 2, 0, {4, 700}, {4, 700}, {0}},
+    {1, 1, 1, {6}, {1}, {6}},
+    {3, 1, 3, {3, 2, 600}, {600}, {3, 2, 600}},
+    {3, 3, 3, {5, 1, 7}, {5, 1, 1}, {1, 1, 7}},
+    {0, 0, 0, {0}, {0}, {0}},
+};
+
+static int64_t numel(const int64_t *sh, int r)
+{
+    int64_t n = 1;
+    for (int d = 0; d < r; d++) n *= sh[d];
+    return n;
+}
+
+typedef void Binary(void *, int, int, const int64_t *, const void *, int, int,
+                    const int64_t *, const void *, int, int, const int64_t *);
+
+static void test_binary_broadcast(void **state)
+{
+    (void)state;
+    Binary *k[4] = {mp_k_add, mp_k_sub, mp_k_mul, mp_k_div};
+    for (size_t s = 0; s < sizeof bshapes / sizeof bshapes[0]; s++) {
+        const Shapes *S = &bshapes[s];
+        int64_t ny = numel(S->y, S->yr), na = numel(S->a, S->ar), nb = numel(S->b, S->br);
+        float *a = fvec(na, -2, 2), *b = fvec(nb, 0.5f, 2), *y = zvec(ny);
+        uint16_t *ah = to_dt(a, na, MP_F16), *yh = malloc(ny * 2);
+        for (int op = 0; op < 4; op++) {
+            k[op](y, F32, S->yr, S->y, a, F32, S->ar, S->a, b, F32, S->br, S->b);
+            k[op](yh, MP_F16, S->yr, S->y, ah, MP_F16, S->ar, S->a, b, F32, S->br, S->b);
+            for (int64_t i = 0; i < ny; i++) {
+                int64_t idx[4], q = i;
+                for (int d = S->yr - 1; d >= 0; d--) {
+                    idx[d] = q % S->y[d];
+                    q /= S->y[d];
+                }
+                float u = a[bcast_off(idx, S->yr, S->a, S->ar)];
+                float v = b[bcast_off(idx, S->yr, S->b, S->br)];
+                float want = op == 0 ? u + v : op == 1 ? u - v : op == 2 ? u * v : u / v;
+                assert_true(y[i] == want);                      /* exact */
+                assert_int_equal(yh[i], mp_f32_to_f16(want));   /* rounded once */
+            }
+        }
+        free(a); free(b); free(y); free(ah); free(yh);
+    }
+}
+
+static const Shapes *fd_shapes;
+static void fwd_add(Fd *c)
+{
+    const Shapes *S = fd_shapes;
+    mp_k_add(c->out, F32, S->yr, S->y, c->in[0], F32, S->ar, S->a, c->in[1], F32, S->br,
+             S->b);
+}
+
+/* sum_to is the gradient of a broadcast: d(a + b)/d b = sum_to(dy, b). */
+static void test_sum_to_fd(void **state)
+{
+    (void)state;
+    for (size_t s = 0; s < sizeof bshapes / sizeof bshapes[0]; s++) {
+        const Shapes *S = &bshapes[s];
+        int64_t ny = numel(S->y, S->yr), na = numel(S->a, S->ar), nb = numel(S->b, S->br);
+        if (ny > 1000)
+            continue;
+        Fd c = {{fvec(na, -1, 1), fvec(nb, -1, 1)}};
+        fd_shapes = S;
+        fd_setup(&c, ny, fwd_add);
+        float *da = fvec(na, -1, 1), *db = zvec(nb);
+        mp_k_sum_to(da, F32, S->ar, S->a, c.w, F32, S->yr, S->y, 0.0f);
+        mp_k_sum_to(db, F32, S->br, S->b, c.w, F32, S->yr, S->y, 0.0f);
+        fd_check("sum_to a", &c, 0, na, da, 1e-2f, 1e-3);
+        fd_check("sum_to b", &c, 1, nb, db, 1e-2f, 1e-3);
+        /* beta = 1 adds */
+        float *db2 = fvec(nb, -1, 1), *old = malloc(nb * 4);
+        memcpy(old, db2, nb * 4);
+        mp_k_sum_to(db2, F32, S->br, S->b, c.w, F32, S->yr, S->y, 1.0f);
+        for (int64_t i = 0; i < nb; i++) close_to("sum_to beta", i, db2[i], old[i] + db[i], 1e-6, 1e-6);
+        free(da); free(db); free(db2); free(old); fd_free(&c);
+    }
+}
+
+static void test_transpose(void **state)
+{
+    (void)state;
+    int64_t sh[3] = {3, 4, 600}, perm[3] = {2, 0, 1}, n = 3 * 4 * 600;
+    float *x = fvec(n, -1, 1), *y = zvec(n), *back = zvec(n);
+    mp_k_transpose(y, F32, x, F32, 3, sh, perm);
+    for (int64_t i = 0; i < 3; i++)
+        for (int64_t j = 0; j < 4; j++)
+            for (int64_t l = 0; l < 600; l++)
+                assert_true(y[(l * 3 + i) * 4 + j] == x[(i * 4 + j) * 600 + l]);
+    int64_t ysh[3] = {600, 3, 4}, inv[3] = {1, 2, 0};
+    mp_k_transpose(back, F32, y, F32, 3, ysh, inv);
+    assert_memory_equal(back, x, n * 4);
+    free(x); free(y); free(back);
+}
+
+/* ---- reductions --------------------------------------------------------- */
+
+static void test_reduce(void **state)
+{
+    (void)state;
+    static const int64_t cases[][3] = {{3, 5, 7}, {4, 1000, 1}, {1, 9, 600}, {1, 200000, 1}};
+    for (size_t s = 0; s < 4; s++) {
+        int64_t o = cases[s][0], l = cases[s][1], in = cases[s][2];
+        float *x = fvec(o * l * in, -1, 1), *y = zvec(o * in), *m = zvec(o * in);
+        mp_k_sum(y, F32, x, F32, o, l, in);
+        mp_k_mean(m, F32, x, F32, o, l, in);
+        for (int64_t a = 0; a < o; a++)
+            for (int64_t c = 0; c < in; c++) {
+                double sum = 0;
+                for (int64_t b = 0; b < l; b++) sum += x[(a * l + b) * in + c];
+                close_to("sum", a * in + c, y[a * in + c], sum, 1e-5, 1e-6);
+                close_to("mean", a * in + c, m[a * in + c], sum / l, 1e-7, 1e-6);
+            }
+        free(x); free(y); free(m);
+    }
+}
+
+static void fwd_mean(Fd *c)
+{
+    mp_k_mean(c->out, F32, c->in[0], F32, c->d[0], c->d[1], c->d[2]);
+}
+
+static void fwd_bias_nchw(Fd *c)   /* y[N, C, S] = x + b[C] */
+{
+    int64_t ysh[3] = {c->d[0], c->d[1], c->d[2]}, bsh[2] = {c->d[1], 1};
+    mp_k_add(c->out, F32, 3, ysh, c->in[0], F32, 3, ysh, c->in[1], F32, 2, bsh);
+}
+
+/* expand is the gradient of mean (scale 1/len); channel_sum of a bias. */
+static void test_expand_channel_sum_fd(void **state)
+{
+    (void)state;
+    int64_t o = 3, l = 4, in = 5;
+    Fd c = {{fvec(o * l * in, -1, 1)}, {o, l, in}};
+    fd_setup(&c, o * in, fwd_mean);
+    float *dx = zvec(o * l * in);
+    mp_k_expand(dx, F32, c.w, F32, o, l, in, 1.0f / (float)l);
+    fd_check("expand", &c, 0, o * l * in, dx, 1e-2f, 1e-3);
+    free(dx); fd_free(&c);
+
+    int64_t N = 2, C = 3, S = 4;
+    Fd b = {{fvec(N * C * S, -1, 1), fvec(C, -1, 1)}, {N, C, S}};
+    fd_setup(&b, N * C * S, fwd_bias_nchw);
+    float *db = zvec(C);
+    mp_k_channel_sum(db, F32, b.w, F32, N, C, S, 0.0f);
+    fd_check("channel_sum", &b, 1, C, db, 1e-2f, 1e-3);
+    free(db); fd_free(&b);
+}
+
+/* ---- softmax, losses ---------------------------------------------------- */
+
+static void test_softmax_forward(void **state)
+{
+    (void)state;
+    int64_t o = 3, l = 6, in = 4;
+    float *x = fvec(o * l * in, -5, 5), *y = zvec(o * l * in), *ly = zvec(o * l * in);
+    x[0] = 80;                            /* would overflow exp without the max */
+    mp_k_softmax(y, F32, x, F32, o, l, in);
+    mp_k_log_softmax(ly, F32, x, F32, o, l, in);
+    for (int64_t a = 0; a < o; a++)
+        for (int64_t c = 0; c < in; c++) {
+            double m = -INFINITY, s = 0;
+            for (int64_t b = 0; b < l; b++) m = fmax(m, x[(a * l + b) * in + c]);
+            for (int64_t b = 0; b < l; b++) s += exp(x[(a * l + b) * in + c] - m);
+            for (int64_t b = 0; b < l; b++) {
+                int64_t i = (a * l + b) * in + c;
+                close_to("softmax", i, y[i], exp(x[i] - m) / s, 1e-7, 1e-6);
+                close_to("log_softmax", i, ly[i], x[i] - m - log(s), 1e-6, 1e-6);
+            }
+        }
+    free(x); free(y); free(ly);
+}
+
+static void fwd_softmax(Fd *c)
+{
+    mp_k_softmax(c->out, F32, c->in[0], F32, c->d[0], c->d[1], c->d[2]);
+}
+
+static void fwd_log_softmax(Fd *c)
+{
+    mp_k_log_softmax(c->out, F32, c->in[0], F32, c->d[0], c->d[1], c->d[2]);
+}
+
+static void test_softmax_grads_fd(void **state)
+{
+    (void)state;
+    int64_t o = 2, l = 5, in = 3, n = o * l * in;
+    for (int lg = 0; lg < 2; lg++) {
+        Fd c = {{fvec(n, -2, 2)}, {o, l, in}};
+        fd_setup(&c, n, lg ? fwd_log_softmax : fwd_softmax);
+        float *y = zvec(n), *dx = zvec(n);
+        c.fwd(&c);
+        memcpy(y, c.out, n * 4);
+        if (lg)
+            mp_k_log_softmax_grad(dx, F32, c.w, F32, y, F32, o, l, in);
+        else
+            mp_k_softmax_grad(dx, F32, c.w, F32, y, F32, o, l, in);
+        fd_check(lg ? "log_softmax_grad" : "softmax_grad", &c, 0, n, dx, 1e-2f, 2e-3);
+        free(y); free(dx); fd_free(&c);
+    }
+}
+
+static int32_t *fd_labels;
+static void fwd_ce(Fd *c)
+{
+    mp_k_cross_entropy(c->out, F32, c->in[0], F32, fd_labels, c->d[0], c->d[1]);
+}
+
+static void fwd_mse(Fd *c) { mp_k_mse(c->out, F32, c->in[0], F32, c->in[1], F32, c->d[0]); }
+
+static void test_losses(void **state)
+{
+    (void)state;
+    int64_t R = 6, C = 5;
+    Fd c = {{fvec(R * C, -3, 3)}, {R, C}};
+    fd_labels = ivec(R, (int32_t)C);
+    fd_setup(&c, 1, fwd_ce);
+    c.fwd(&c);
+    double want = 0;
+    for (int64_t r = 0; r < R; r++) {
+        double s = 0;
+        for (int64_t j = 0; j < C; j++) s += exp(c.in[0][r * C + j]);
+        want += log(s) - c.in[0][r * C + fd_labels[r]];
+    }
+    close_to("cross_entropy", 0, c.out[0], want / R, 1e-6, 1e-6);
+    float *dx = zvec(R * C);
+    mp_k_cross_entropy_grad(dx, F32, c.w, F32, c.in[0], F32, fd_labels, R, C);
+    fd_check("cross_entropy_grad", &c, 0, R * C, dx, 1e-2f, 1e-3);
+
+    /* accuracy: first maximum wins */
+    float acc;
+    float xs[6] = {1, 3, 3, 0, 0, 0};
+    int32_t lab[2] = {1, 0};
+    mp_k_accuracy(&acc, F32, xs, F32, lab, 2, 3);
+    assert_true(acc == 1.0f);
+    lab[0] = 2;
+    mp_k_accuracy(&acc, F32, xs, F32, lab, 2, 3);
+    assert_true(acc == 0.5f);
+    fd_labels[0] = (int32_t)C;            /* a bad label cannot go unnoticed */
+    c.fwd(&c);
+    assert_true(isnan(c.out[0]));
+    free(dx); free(fd_labels); fd_free(&c);
+
+    int64_t n = 700;
+    Fd m = {{fvec(n, -1, 1), fvec(n, -1, 1)}, {n}};
+    fd_setup(&m, 1, fwd_mse);
+    m.fwd(&m);
+    double s = 0;
+    for (int64_t i = 0; i < n; i++) s += (double)(m.in[0][i] - m.in[1][i]) * (m.in[0][i] - m.in[1][i]);
+    close_to("mse", 0, m.out[0], s / n, 1e-7, 1e-6);
+    float *dp = zvec(n);
+    mp_k_mse_grad(dp, F32, m.w, F32, m.in[0], F32, m.in[1], F32, n);
+    fd_check("mse_grad", &m, 0, 40, dp, 1e-2f, 1e-3);
+    free(dp); fd_free(&m);
+}
+
+/* ---- convolution -------------------------------------------------------- */
+
+/* d = {N, C, H, W, F, k, stride, pad}; in = x, w, bias */
+static int64_t conv_out(int64_t h, const int64_t *d) { return (h + 2 * d[7] - d[5]) / d[6] + 1; }
+
+static void conv_ref(double *y, const float *x, const float *w, const float *b,
+                     const int64_t *d)
+{
+    int64_t N = d[0], C = d[1], H = d[2], W = d[3], F = d[4], k = d[5], s = d[6], p = d[7];
+    int64_t OH = conv_out(H, d), OW = conv_out(W, d);
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t f = 0; f < F; f++)
+            for (int64_t oy = 0; oy < OH; oy++)
+                for (int64_t ox = 0; ox < OW; ox++) {
+                    double acc = b ? b[f] : 0;
+                    for (int64_t c = 0; c < C; c++)
+                        for (int64_t ky = 0; ky < k; ky++)
+                            for (int64_t kx = 0; kx < k; kx++) {
+                                int64_t iy = oy * s - p + ky, ix = ox * s - p + kx;
+                                if (iy >= 0 && iy < H && ix >= 0 && ix < W)
+                                    acc += (double)x[((n * C + c) * H + iy) * W + ix] *
+                                           w[((f * C + c) * k + ky) * k + kx];
+                            }
+                    y[((n * F + f) * OH + oy) * OW + ox] = acc;
+                }
+}
+
+static void fwd_conv(Fd *c)
+{
+    const int64_t *d = c->d;
+    mp_k_conv2d(c->out, F32, c->in[0], F32, c->in[1], F32, c->in[2], F32, d[0], d[1], d[2],
+                d[3], d[4], d[5], d[6], d[7]);
+}
+
+static void test_conv2d(void **state)
+{
+    (void)state;
+    static const int64_t cases[][8] = {
+        {2, 3, 7, 6, 4, 3, 1, 0}, {2, 2, 7, 8, 3, 3, 2, 1}, {1, 3, 5, 5, 2, 1, 1, 0},
+        {3, 2, 6, 5, 5, 4, 3, 2}};
+    for (size_t t = 0; t < 4; t++) {
+        const int64_t *d = cases[t];
+        int64_t N = d[0], C = d[1], H = d[2], W = d[3], F = d[4], k = d[5];
+        int64_t nx = N * C * H * W, nw = F * C * k * k, ny = N * F * conv_out(H, d) * conv_out(W, d);
+        Fd c = {{fvec(nx, -1, 1), fvec(nw, -1, 1), fvec(F, -1, 1)}};
+        memcpy(c.d, d, sizeof cases[0]);
+        fd_setup(&c, ny, fwd_conv);
+        c.fwd(&c);
+        double *ref = malloc(ny * sizeof *ref);
+        conv_ref(ref, c.in[0], c.in[1], c.in[2], d);
+        for (int64_t i = 0; i < ny; i++) close_to("conv2d", i, c.out[i], ref[i], 1e-5, 1e-5);
+        /* f16 storage: the f32 result rounded once */
+        uint16_t *yh = malloc(ny * 2), *xh = to_dt(c.in[0], nx, MP_F16),
+                 *wh = to_dt(c.in[1], nw, MP_F16), *bh = to_dt(c.in[2], F, MP_F16);
+        mp_k_conv2d(yh, MP_F16, xh, MP_F16, wh, MP_F16, bh, MP_F16, N, C, H, W, F, k, d[6], d[7]);
+        conv_ref(ref, c.in[0], c.in[1], c.in[2], d);
+        for (int64_t i = 0; i < ny; i++)
+            close_to("conv2d f16", i, mp_f16_to_f32(yh[i]), mp_round((float)ref[i], MP_F16),
+                     1e-5, 1e-3);
+        float *dx = zvec(nx), *dw = fvec(nw, -1, 1), *db = zvec(F), *old = malloc(nw * 4);
+        memcpy(old, dw, nw * 4);
+        mp_k_conv2d_dx(dx, F32, c.w, F32, c.in[1], F32, N, C, H, W, F, k, d[6], d[7]);
+        mp_k_conv2d_dw(dw, F32, c.w, F32, c.in[0], F32, N, C, H, W, F, k, d[6], d[7], 1.0f);
+        for (int64_t i = 0; i < nw; i++) dw[i] -= old[i];
+        mp_k_channel_sum(db, F32, c.w, F32, N, F, ny / (N * F), 0.0f);
+        fd_check("conv2d_dx", &c, 0, nx, dx, 1e-2f, 2e-3);
+        fd_check("conv2d_dw", &c, 1, nw, dw, 1e-2f, 2e-3);
+        fd_check("conv2d bias", &c, 2, F, db, 1e-2f, 2e-3);
+        free(ref); free(yh); free(xh); free(wh); free(bh);
+        free(dx); free(dw); free(db); free(old); fd_free(&c);
+    }
+}
+
+/* ---- pooling ------------------------------------------------------------ */
+
+/* d = {N, C, H, W, k, stride} */
+static void fwd_maxpool(Fd *c)
+{
+    const int64_t *d = c->d;
+    mp_k_max_pool2d(c->out, F32, c->in[0], F32, d[0], d[1], d[2], d[3], d[4], d[5]);
+}
+
+static void fwd_avgpool(Fd *c)
+{
+    const int64_t *d = c->d;
+    mp_k_avg_pool2d(c->out, F32, c->in[0], F32, d[0], d[1], d[2], d[3], d[4], d[5]);
+}
+
+static void fwd_gap(Fd *c)
+{
+    mp_k_global_avg_pool(c->out, F32, c->in[0], F32, c->d[0], c->d[1], c->d[2] * c->d[3]);
+}
+
+static void test_pools(void **state)
+{
+    (void)state;
+    static const int64_t cases[][6] = {{2, 3, 6, 7, 2, 2}, {1, 2, 7, 7, 3, 2}, {2, 1, 5, 6, 2, 1}};
+    for (size_t t = 0; t < 3; t++) {
+        const int64_t *d = cases[t];
+        int64_t N = d[0], C = d[1], H = d[2], W = d[3], k = d[4], s = d[5];
+        int64_t OH = (H - k) / s + 1, OW = (W - k) / s + 1, nx = N * C * H * W;
+        int64_t ny = N * C * OH * OW;
+        /* distinct values 0.01 apart: no ties, so small steps keep the argmax */
+        Fd c = {{zvec(nx)}};
+        for (int64_t i = 0; i < nx; i++) c.in[0][i] = 0.01f * (float)((i * 37) % nx);
+        memcpy(c.d, d, sizeof cases[0]);
+        fd_setup(&c, ny, fwd_maxpool);
+        c.fwd(&c);
+        float *avg = zvec(ny), *dx = zvec(nx);
+        fwd_avgpool(&(Fd){{c.in[0]}, {N, C, H, W, k, s}, {0}, avg});
+        for (int64_t pl = 0; pl < N * C; pl++)
+            for (int64_t oy = 0; oy < OH; oy++)
+                for (int64_t ox = 0; ox < OW; ox++) {
+                    double m = -INFINITY, sum = 0;
+                    for (int64_t a = 0; a < k; a++)
+                        for (int64_t b = 0; b < k; b++) {
+                            double v = c.in[0][(pl * H + oy * s + a) * W + ox * s + b];
+                            m = fmax(m, v);
+                            sum += v;
+                        }
+                    int64_t i = (pl * OH + oy) * OW + ox;
+                    close_to("max_pool2d", i, c.out[i], m, 0, 0);
+                    close_to("avg_pool2d", i, avg[i], sum / (k * k), 1e-6, 1e-6);
+                }
+        mp_k_max_pool2d_grad(dx, F32, c.w, F32, c.in[0], F32, N, C, H, W, k, s);
+        fd_check("max_pool2d_grad", &c, 0, nx, dx, 2e-3f, 2e-3);
+        c.fwd = fwd_avgpool;
+        mp_k_avg_pool2d_grad(dx, F32, c.w, F32, N, C, H, W, k, s);
+        fd_check("avg_pool2d_grad", &c, 0, nx, dx, 1e-2f, 2e-3);
+        free(avg); free(dx); fd_free(&c);
+    }
+    /* ties go to the first maximum, as torch */
+    float x[4] = {1, 3, 3, 2}, dy = 5, dx[4];
+    mp_k_max_pool2d_grad(dx, F32, &dy, F32, x, F32, 1, 1, 2, 2, 2, 2);
+    assert_true(dx[0] == 0 && dx[1] == 5 && dx[2] == 0 && dx[3] == 0);
+
+    int64_t N = 2, C = 3, H = 4, W = 5;
+    Fd g = {{fvec(N * C * H * W, -1, 1)}, {N, C, H, W}};
+    fd_setup(&g, N * C, fwd_gap);
+    g.fwd(&g);
+    for (int64_t i = 0; i < N * C; i++) {
+        double s = 0;
+        for (int64_t j = 0; j < H * W; j++) s += g.in[0][i * H * W + j];
+        close_to("global_avg_pool", i, g.out[i], s / (H * W), 1e-6, 1e-6);
+    }
+    float *gdx = zvec(N * C * H * W);
+    mp_k_global_avg_pool_grad(gdx, F32, g.w, F32, N, C, H * W);
+    fd_check("global_avg_pool_grad", &g, 0, N * C * H * W, gdx, 1e-2f, 1e-3);
+    free(gdx); fd_free(&g);
+}
+
+/* ---- embedding ---------------------------------------------------------- */
+
+static int32_t *fd_ids;
+static void fwd_embedding(Fd *c)
+{
+    mp_k_embedding(c->out, F32, fd_ids, c->in[0], F32, c->d[0], c->d[1], c->d[2]);
+}
+
+static void test_embedding(void **state)
+{
+    (void)state;
+    int64_t n = 9, V = 5, D = 7;
+    Fd c = {{fvec(V * D, -1, 1)}, {n, V, D}};
+    fd_ids = ivec(n, (int32_t)V);
+    fd_ids[1] = fd_ids[4];                /* a repeated id adds up */
+    fd_setup(&c, n * D, fwd_embedding);
+    c.fwd(&c);
+    for (int64_t i = 0; i < n; i++)
+        assert_memory_equal(c.out + i * D, c.in[0] + fd_ids[i] * D, D * 4);
+    float *dw = zvec(V * D);
+    mp_k_embedding_dw(dw, F32, c.w, F32, fd_ids, n, V, D, 0.0f);
+    fd_check("embedding_dw", &c, 0, V * D, dw, 1e-2f, 1e-3);
+    fd_ids[0] = -1;                       /* out of range: NaN row, no gradient */
+    c.fwd(&c);
+    assert_true(isnan(c.out[0]) && isnan(c.out[D - 1]));
+    free(dw); free(fd_ids); fd_free(&c);
+}
+
+/* ---- normalisation ------------------------------------------------------ */
+
+static void fwd_layer_norm(Fd *c)
+{
+    mp_k_layer_norm(c->out, F32, c->in[0], F32, c->in[1], F32, c->in[2], F32, c->d[0],
+                    c->d[1], 1e-5f);
+}
+
+static void test_layer_norm(void **state)
+{
+    (void)state;
+    int64_t R = 4, D = 9;
+    Fd c = {{fvec(R * D, -2, 2), fvec(D, 0.5f, 1.5f), fvec(D, -1, 1)}, {R, D}};
+    fd_setup(&c, R * D, fwd_layer_norm);
+    c.fwd(&c);
+    for (int64_t r = 0; r < R; r++) {
+        double m = 0, v = 0;
+        for (int64_t j = 0; j < D; j++) m += c.in[0][r * D + j] / (double)D;
+        for (int64_t j = 0; j < D; j++) v += pow(c.in[0][r * D + j] - m, 2) / (double)D;
+        for (int64_t j = 0; j < D; j++)
+            close_to("layer_norm", r * D + j, c.out[r * D + j],
+                     (c.in[0][r * D + j] - m) / sqrt(v + 1e-5) * c.in[1][j] + c.in[2][j],
+                     1e-5, 1e-5);
+    }
+    float *dx = zvec(R * D), *dw = zvec(D), *db = zvec(D);
+    int64_t ysh[2] = {R, D}, bsh[1] = {D};
+    mp_k_layer_norm_dx(dx, F32, c.w, F32, c.in[0], F32, c.in[1], F32, R, D, 1e-5f);
+    mp_k_layer_norm_dw(dw, F32, c.w, F32, c.in[0], F32, R, D, 1e-5f, 0.0f);
+    mp_k_sum_to(db, F32, 1, bsh, c.w, F32, 2, ysh, 0.0f);
+    fd_check("layer_norm_dx", &c, 0, R * D, dx, 1e-2f, 3e-3);
+    fd_check("layer_norm_dw", &c, 1, D, dw, 1e-2f, 3e-3);
+    fd_check("layer_norm bias", &c, 2, D, db, 1e-2f, 3e-3);
+    free(dx); free(dw); free(db); fd_free(&c);
+}
+
+static float fd_rm[8], fd_rv[8];
+static void fwd_batch_norm(Fd *c)
+{
+    mp_k_batch_norm(c->out, F32, c->in[0], F32, c->in[1], F32, c->in[2], F32, fd_rm, fd_rv,
+                    c->d[0], c->d[1], c->d[2], 0.1f, 1e-5f, 1);
+}
+
+static void test_batch_norm(void **state)
+{
+    (void)state;
+    static const int64_t cases[][3] = {{3, 4, 5}, {6, 3, 1}};     /* NCHW, [B, C] */
+    for (size_t t = 0; t < 2; t++) {
+        int64_t N = cases[t][0], C = cases[t][1], S = cases[t][2], n = N * C * S;
+        Fd c = {{fvec(n, -2, 3), fvec(C, 0.5f, 1.5f), fvec(C, -1, 1)}, {N, C, S}};
+        fd_setup(&c, n, fwd_batch_norm);
+        for (int64_t ch = 0; ch < C; ch++) {
+            fd_rm[ch] = 0.5f;
+            fd_rv[ch] = 2.0f;
+        }
+        c.fwd(&c);
+        for (int64_t ch = 0; ch < C; ch++) {
+            double m = 0, v = 0;
+            for (int64_t i = 0; i < N; i++)
+                for (int64_t j = 0; j < S; j++) m += c.in[0][(i * C + ch) * S + j] / (N * S);
+            for (int64_t i = 0; i < N; i++)
+                for (int64_t j = 0; j < S; j++) v += pow(c.in[0][(i * C + ch) * S + j] - m, 2);
+            close_to("running_mean", ch, fd_rm[ch], 0.9 * 0.5 + 0.1 * m, 1e-6, 1e-6);
+            close_to("running_var", ch, fd_rv[ch], 0.9 * 2.0 + 0.1 * v / (N * S - 1), 1e-6, 1e-6);
+            for (int64_t i = 0; i < N; i++)
+                for (int64_t j = 0; j < S; j++) {
+                    int64_t e = (i * C + ch) * S + j;
+                    close_to("batch_norm", e, c.out[e],
+                             (c.in[0][e] - m) / sqrt(v / (N * S) + 1e-5) * c.in[1][ch] +
+                                 c.in[2][ch], 1e-5, 1e-5);
+                }
+        }
+        /* inference: the running statistics */
+        float *y = zvec(n);
+        mp_k_batch_norm(y, F32, c.in[0], F32, c.in[1], F32, c.in[2], F32, fd_rm, fd_rv, N, C,
+                        S, 0.1f, 1e-5f, 0);
+        for (int64_t e = 0; e < n; e++) {
+            int64_t ch = (e / S) % C;
+            close_to("batch_norm eval", e, y[e],
+                     (c.in[0][e] - fd_rm[ch]) / sqrt(fd_rv[ch] + 1e-5) * c.in[1][ch] + c.in[2][ch],
+                     1e-5, 1e-5);
+        }
+        float *dx = zvec(n), *dw = zvec(C), *db = zvec(C);
+        mp_k_batch_norm_dx(dx, F32, c.w, F32, c.in[0], F32, c.in[1], F32, N, C, S, 1e-5f);
+        mp_k_batch_norm_dw(dw, F32, c.w, F32, c.in[0], F32, N, C, S, 1e-5f, 0.0f);
+        mp_k_channel_sum(db, F32, c.w, F32, N, C, S, 0.0f);
+        fd_check("batch_norm_dx", &c, 0, n, dx, 1e-2f, 3e-3);
+        fd_check("batch_norm_dw", &c, 1, C, dw, 1e-2f, 3e-3);
+        fd_check("batch_norm bias", &c, 2, C, db, 1e-2f, 3e-3);
+        free(y); free(dx); free(dw); free(db); fd_free(&c);
+    }
+}
+
+/* ---- attention ---------------------------------------------------------- */
+
+/* d = {BH, T, D, causal}; in = q, k, v */
+static void fwd_attention(Fd *c)
+{
+    mp_k_attention(c->out, F32, c->in[0], F32, c->in[1], F32, c->in[2], F32, c->d[0],
+                   c->d[1], c->d[2], (int)c->d[3], F32);
+}
+
+/* softmax(q k^T / sqrt(D)) v in double, probabilities rounded to cdt. */
+static void attention_ref(double *y, const float *q, const float *k, const float *v,
+                          int64_t BH, int64_t T, int64_t D, int causal, int cdt)
+{
+    double *p = malloc(T * sizeof *p);
+    for (int64_t h = 0; h < BH; h++)
+        for (int64_t i = 0; i < T; i++) {
+            const float *qi = q + (h * T + i) * D;
+            double m = -INFINITY, s = 0;
+            for (int64_t j = 0; j < T; j++) {
+                double dot = 0;
+                for (int64_t e = 0; e < D; e++) dot += (double)qi[e] * k[(h * T + j) * D + e];
+                p[j] = causal && j > i ? -INFINITY : dot / sqrt((double)D);
+                m = fmax(m, p[j]);
+            }
+            for (int64_t j = 0; j < T; j++) s += p[j] = exp(p[j] - m);
+            for (int64_t e = 0; e < D; e++) {
+                double acc = 0;
+                for (int64_t j = 0; j < T; j++)
+                    acc += mp_round((float)(p[j] / s), cdt) * (double)v[(h * T + j) * D + e];
+                y[(h * T + i) * D + e] = acc;
+            }
+        }
+    free(p);
+}
+
+static void test_attention(void **state)
+{
+    (void)state;
+    int64_t BH = 3, T = 5, D = 4, n = BH * T * D;
+    for (int causal = 0; causal < 2; causal++) {
+        Fd c = {{fvec(n, -1, 1), fvec(n, -1, 1), fvec(n, -1, 1)}, {BH, T, D, causal}};
+        fd_setup(&c, n, fwd_attention);
+        c.fwd(&c);
+        double *ref = malloc(n * sizeof *ref);
+        attention_ref(ref, c.in[0], c.in[1], c.in[2], BH, T, D, causal, F32);
+        for (int64_t i = 0; i < n; i++) close_to("attention", i, c.out[i], ref[i], 1e-6, 1e-5);
+        /* f16: inputs and probabilities rounded to f16, output rounded once */
+        uint16_t *qh = to_dt(c.in[0], n, MP_F16), *kh = to_dt(c.in[1], n, MP_F16),
+                 *vh = to_dt(c.in[2], n, MP_F16), *yh = malloc(n * 2);
+        mp_k_attention(yh, MP_F16, qh, MP_F16, kh, MP_F16, vh, MP_F16, BH, T, D, causal, MP_F16);
+        attention_ref(ref, c.in[0], c.in[1], c.in[2], BH, T, D, causal, MP_F16);
+        for (int64_t i = 0; i < n; i++)
+            close_to("attention f16", i, mp_f16_to_f32(yh[i]), mp_round((float)ref[i], MP_F16),
+                     2e-4, 1e-3);
+        /* probabilities rounded to the compute type (bf16), output kept f32 */
+        float *yb = zvec(n);
+        mp_k_attention(yb, F32, c.in[0], F32, c.in[1], F32, c.in[2], F32, BH, T, D, causal,
+                       MP_BF16);
+        attention_ref(ref, c.in[0], c.in[1], c.in[2], BH, T, D, causal, MP_BF16);
+        for (int64_t i = 0; i < n; i++) close_to("attention bf16 P", i, yb[i], ref[i], 1e-6, 1e-5);
+        free(yb);
+        float *g[3] = {zvec(n), zvec(n), zvec(n)};
+        mp_k_attention_dq(g[0], F32, c.w, F32, c.in[0], F32, c.in[1], F32, c.in[2], F32, BH,
+                          T, D, causal, F32);
+        mp_k_attention_dk(g[1], F32, c.w, F32, c.in[0], F32, c.in[1], F32, c.in[2], F32, BH,
+                          T, D, causal, F32);
+        mp_k_attention_dv(g[2], F32, c.w, F32, c.in[0], F32, c.in[1], F32, c.in[2], F32, BH,
+                          T, D, causal, F32);
+        fd_check("attention_dq", &c, 0, n, g[0], 1e-2f, 2e-3);
+        fd_check("attention_dk", &c, 1, n, g[1], 1e-2f, 2e-3);
+        fd_check("attention_dv", &c, 2, n, g[2], 1e-2f, 2e-3);
+        for (int i = 0; i < 3; i++) free(g[i]);
+        free(ref); free(qh); free(kh); free(vh); free(yh); fd_free(&c);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -284,6 +1059,24 @@ int main(void)
         cmocka_unit_test(test_gemm_large),
         cmocka_unit_test(test_linear_matmul),
         cmocka_unit_test(test_matmul_tn_fd),
+        cmocka_unit_test(test_unary_forward),
+        cmocka_unit_test(test_unary_grads),
+        cmocka_unit_test(test_cast_fill_scale),
+        cmocka_unit_test(test_dropout),
+        cmocka_unit_test(test_binary_broadcast),
+        cmocka_unit_test(test_sum_to_fd),
+        cmocka_unit_test(test_transpose),
+        cmocka_unit_test(test_reduce),
+        cmocka_unit_test(test_expand_channel_sum_fd),
+        cmocka_unit_test(test_softmax_forward),
+        cmocka_unit_test(test_softmax_grads_fd),
+        cmocka_unit_test(test_losses),
+        cmocka_unit_test(test_conv2d),
+        cmocka_unit_test(test_pools),
+        cmocka_unit_test(test_embedding),
+        cmocka_unit_test(test_layer_norm),
+        cmocka_unit_test(test_batch_norm),
+        cmocka_unit_test(test_attention),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,606 @@
+/* mp_kernels_nn.h - convolution, pooling, embedding, normalisation and
+ * attention, forward and backward. API list: mp_kernels.h.
+ *
+ * Images are NCHW. Convolutions lower to mp_gemm through im2col (one image
+ * at a time: col [C k k, OH OW] in f32, exact for any storage type).
+ * Kernels whose output gathers sums from several places (col2im, pooling
+ * gradients, embedding and norm weight gradients) add into an f32 (or
+ * double) buffer and round once when storing. Statistics (means,
+ * variances) are summed in double. Work is split so that every sum is
+ * made in the same order whatever the number of threads. */
+#ifndef MP_KERNELS_NN_H
+#define MP_KERNELS_NN_H
+
+#include "mp_kernels.h"
+#include "mp_kernels_gemm.h"
+
+/* ---- conv2d ------------------------------------------------------------- */
+
+/* The shape of one convolution. */
+typedef struct MpConv {
+    int64_t C, H, W, F, k, s, pad, OH, OW;
+} MpConv;
+
+static inline MpConv mp_conv(int64_t C, int64_t H, int64_t W, int64_t F, int64_t k,
+                             int64_t s, int64_t pad)
+{
+    MpConv v = {C, H, W, F, k, s, pad, (H + 2 * pad - k) / s + 1, (W + 2 * pad - k) / s + 1};
+    return v;
+}
+
+/* First and one-past-last output column ox whose input column
+ * ox s - pad + kx lies in [0, W). */
+static inline void mp_conv_span(const MpConv *v, int64_t kx, int64_t *lo, int64_t *hi)
+{
+    int64_t a = v->pad - kx;                      /* need ox s >= a */
+    *lo = a <= 0 ? 0 : (a + v->s - 1) / v->s;
+    int64_t b = v->W - 1 + v->pad - kx;           /* need ox s <= b */
+    *hi = b < 0 ? 0 : mp_min64(b / v->s + 1, v->OW);
+    if (*hi < *lo)
+        *hi = *lo;
+}
+
+/* col[(c k k + ky k + kx) OH OW + oy OW + ox] = x[c, oy s - pad + ky,
+ * ox s - pad + kx] of the image at element xoff, 0 outside the image. */
+static inline void mp_im2col(float *col, const void *x, int xdt, int64_t xoff,
+                             const MpConv *v)
+{
+    int64_t npix = v->OH * v->OW;
+    for (int64_t c = 0; c < v->C; c++)
+        for (int64_t ky = 0; ky < v->k; ky++)
+            for (int64_t kx = 0; kx < v->k; kx++) {
+                float *row = col + ((c * v->k + ky) * v->k + kx) * npix;
+                int64_t lo, hi;
+                mp_conv_span(v, kx, &lo, &hi);
+                for (int64_t oy = 0; oy < v->OH; oy++) {
+                    float *r = row + oy * v->OW;
+                    int64_t iy = oy * v->s - v->pad + ky;
+                    if (iy < 0 || iy >= v->H) {
+                        memset(r, 0, (size_t)v->OW * sizeof *r);
+                        continue;
+                    }
+                    for (int64_t ox = 0; ox < lo; ox++) r[ox] = 0.0f;
+                    mp_ld_n(x, xdt, xoff + (c * v->H + iy) * v->W + lo * v->s - v->pad + kx,
+                            v->s, hi - lo, r + lo);
+                    for (int64_t ox = hi; ox < v->OW; ox++) r[ox] = 0.0f;
+                }
+            }
+}
+
+/* The reverse: dx[c, iy, ix] += col[...] into the f32 image dx. */
+static inline void mp_col2im(float *dx, const float *col, const MpConv *v)
+{
+    int64_t npix = v->OH * v->OW;
+    for (int64_t c = 0; c < v->C; c++)
+        for (int64_t ky = 0; ky < v->k; ky++)
+            for (int64_t kx = 0; kx < v->k; kx++) {
+                const float *row = col + ((c * v->k + ky) * v->k + kx) * npix;
+                int64_t lo, hi;
+                mp_conv_span(v, kx, &lo, &hi);
+                for (int64_t oy = 0; oy < v->OH; oy++) {
+                    int64_t iy = oy * v->s - v->pad + ky;
+                    if (iy < 0 || iy >= v->H)
+                        continue;
+                    float *d = dx + (c * v->H + iy) * v->W - v->pad + kx;
+                    for (int64_t ox = lo; ox < hi; ox++) d[ox * v->s] += row[oy * v->OW + ox];
+                }
+            }
+}
+
+/* y[N, F, OH, OW] = conv(x[N, C, H, W], w[F, C, k, k]) + bias[F] */
+static inline void mp_k_conv2d(void *y, int ydt, const void *x, int xdt, const void *w,
+                               int wdt, const void *bias, int bdt, int64_t N, int64_t C,
+                               int64_t H, int64_t W, int64_t F, int64_t k, int64_t stride,
+                               int64_t pad)
+{
+    MpConv v = mp_conv(C, H, W, F, k, stride, pad);
+    int64_t npix = v.OH * v.OW, ckk = C * k * k;
+    MP_OMP(parallel if (N > 1))
+    {
+        float *col = (float *)mp_kalloc((size_t)(ckk * npix) * sizeof *col);
+        MP_OMP(for schedule(static))
+        for (int64_t n = 0; n < N; n++) {
+            mp_im2col(col, x, xdt, n * C * H * W, &v);
+            MpGemm g = {0, 0, F, npix, ckk, 1.0f, 0.0f, w, wdt, ckk, col, MP_F32, npix,
+                        (char *)y + n * F * npix * mp_dt_size(ydt), ydt, npix, bias, bdt, 1};
+            mp_gemm_ex(&g);
+        }
+        free(col);
+    }
+}
+
+/* dx[N, C, H, W] from dy[N, F, OH, OW]: col = w^T dy, then col2im. */
+static inline void mp_k_conv2d_dx(void *dx, int dxdt, const void *dy, int dydt,
+                                  const void *w, int wdt, int64_t N, int64_t C, int64_t H,
+                                  int64_t W, int64_t F, int64_t k, int64_t stride,
+                                  int64_t pad)
+{
+    MpConv v = mp_conv(C, H, W, F, k, stride, pad);
+    int64_t npix = v.OH * v.OW, ckk = C * k * k, nx = C * H * W;
+    MP_OMP(parallel if (N > 1))
+    {
+        float *col = (float *)mp_kalloc((size_t)(ckk * npix) * sizeof *col);
+        float *img = (float *)mp_kalloc((size_t)nx * sizeof *img);
+        MP_OMP(for schedule(static))
+        for (int64_t n = 0; n < N; n++) {
+            mp_gemm(1, 0, ckk, npix, F, 1.0f, w, wdt, ckk,
+                    mp_at(dy, dydt, n * F * npix), dydt, npix, 0.0f, col, MP_F32, npix);
+            memset(img, 0, (size_t)nx * sizeof *img);
+            mp_col2im(img, col, &v);
+            mp_st_n(dx, dxdt, n * nx, 1, nx, img);
+        }
+        free(col);
+        free(img);
+    }
+}
+
+/* dw[F, C, k, k] = sum over images of dy_n [F, OH OW] col_n^T (+ beta dw).
+ * Images are summed in order (each product is itself parallel). */
+static inline void mp_k_conv2d_dw(void *dw, int dwdt, const void *dy, int dydt,
+                                  const void *x, int xdt, int64_t N, int64_t C, int64_t H,
+                                  int64_t W, int64_t F, int64_t k, int64_t stride,
+                                  int64_t pad, float beta)
+{
+    MpConv v = mp_conv(C, H, W, F, k, stride, pad);
+    int64_t npix = v.OH * v.OW, ckk = C * k * k;
+    float *col = (float *)mp_kalloc((size_t)(ckk * npix) * sizeof *col);
+    float *acc = (float *)mp_kzalloc((size_t)(F * ckk) * sizeof *acc);
+    for (int64_t n = 0; n < N; n++) {
+        mp_im2col(col, x, xdt, n * C * H * W, &v);
+        mp_gemm(0, 1, F, ckk, npix, 1.0f, mp_at(dy, dydt, n * F * npix), dydt, npix, col,
+                MP_F32, npix, 1.0f, acc, MP_F32, ckk);
+    }
+    mp_st_beta(dw, dwdt, 0, F * ckk, acc, beta);
+    free(col);
+    free(acc);
+}
+
+/* ---- pooling ------------------------------------------------------------ */
+
+/* Each (n, c) plane on its own: x plane [H, W] -> y plane [OH, OW] with
+ * OH = (H - k) / s + 1 (no padding, floor, as torch). */
+#define MP_PLANES_LOOP(N, C, H, W, NBUF, ...)                                 \
+    MP_OMP(parallel if ((N) * (C) * (H) * (W) > 16384))                        \
+    {                                                                          \
+        float *buf = (float *)mp_kalloc((size_t)(NBUF) * (size_t)((H) * (W)) * sizeof(float)); \
+        MP_OMP(for schedule(static))                                           \
+        for (int64_t pl = 0; pl < (N) * (C); pl++) {                           \
+            __VA_ARGS__;                                                       \
+        }                                                                      \
+        free(buf);                                                             \
+    }
+
+/* Index in the plane of the window's first maximum (NaN wins, as torch). */
+static inline int64_t mp_window_argmax(const float *p, int64_t W, int64_t y0, int64_t x0,
+                                       int64_t k)
+{
+    int64_t best = y0 * W + x0;
+    for (int64_t dy = 0; dy < k; dy++)
+        for (int64_t dx = 0; dx < k; dx++) {
+            int64_t i = (y0 + dy) * W + x0 + dx;
+            if (p[i] > p[best] || (isnan(p[i]) && !isnan(p[best])))
+                best = i;
+        }
+    return best;
+}
+
+static inline double mp_window_sum(const float *p, int64_t W, int64_t y0, int64_t x0,
+                                   int64_t k)
+{
+    double s = 0;
+    for (int64_t dy = 0; dy < k; dy++)
+        for (int64_t dx = 0; dx < k; dx++)
+            s += p[(y0 + dy) * W + x0 + dx];
+    return s;
+}
+
+static inline void mp_k_max_pool2d(void *y, int ydt, const void *x, int xdt, int64_t N,
+                                   int64_t C, int64_t H, int64_t W, int64_t k, int64_t s)
+{
+    int64_t OH = (H - k) / s + 1, OW = (W - k) / s + 1;
+    MP_PLANES_LOOP(N, C, H, W, 1,
+        mp_ld_n(x, xdt, pl * H * W, 1, H * W, buf);
+        for (int64_t oy = 0; oy < OH; oy++)
+            for (int64_t ox = 0; ox < OW; ox++)
+                mp_st(y, ydt, (pl * OH + oy) * OW + ox,
+                      buf[mp_window_argmax(buf, W, oy * s, ox * s, k)]))
+}
+
+/* dx = dy routed to each window's first maximum; overlaps add up. */
+static inline void mp_k_max_pool2d_grad(void *dx, int dxdt, const void *dy, int dydt,
+                                        const void *x, int xdt, int64_t N, int64_t C,
+                                        int64_t H, int64_t W, int64_t k, int64_t s)
+{
+    int64_t OH = (H - k) / s + 1, OW = (W - k) / s + 1;
+    MP_PLANES_LOOP(N, C, H, W, 2,
+        float *g = buf + H * W;
+        mp_ld_n(x, xdt, pl * H * W, 1, H * W, buf);
+        memset(g, 0, (size_t)(H * W) * sizeof *g);
+        for (int64_t oy = 0; oy < OH; oy++)
+            for (int64_t ox = 0; ox < OW; ox++)
+                g[mp_window_argmax(buf, W, oy * s, ox * s, k)] +=
+                    mp_ld(dy, dydt, (pl * OH + oy) * OW + ox);
+        mp_st_n(dx, dxdt, pl * H * W, 1, H * W, g))
+}
+
+static inline void mp_k_avg_pool2d(void *y, int ydt, const void *x, int xdt, int64_t N,
+                                   int64_t C, int64_t H, int64_t W, int64_t k, int64_t s)
+{
+    int64_t OH = (H - k) / s + 1, OW = (W - k) / s + 1;
+    double inv = 1.0 / (double)(k * k);
+    MP_PLANES_LOOP(N, C, H, W, 1,
+        mp_ld_n(x, xdt, pl * H * W, 1, H * W, buf);
+        for (int64_t oy = 0; oy < OH; oy++)
+            for (int64_t ox = 0; ox < OW; ox++)
+                mp_st(y, ydt, (pl * OH + oy) * OW + ox,
+                      (float)(mp_window_sum(buf, W, oy * s, ox * s, k) * inv)))
+}
+
+static inline void mp_k_avg_pool2d_grad(void *dx, int dxdt, const void *dy, int dydt,
+                                        int64_t N, int64_t C, int64_t H, int64_t W,
+                                        int64_t k, int64_t s)
+{
+    int64_t OH = (H - k) / s + 1, OW = (W - k) / s + 1;
+    float inv = 1.0f / (float)(k * k);
+    MP_PLANES_LOOP(N, C, H, W, 1,
+        memset(buf, 0, (size_t)(H * W) * sizeof *buf);
+        for (int64_t oy = 0; oy < OH; oy++)
+            for (int64_t ox = 0; ox < OW; ox++) {
+                float g = mp_ld(dy, dydt, (pl * OH + oy) * OW + ox) * inv;
+                for (int64_t a = 0; a < k; a++)
+                    for (int64_t b = 0; b < k; b++)
+                        buf[(oy * s + a) * W + ox * s + b] += g;
+            }
+        mp_st_n(dx, dxdt, pl * H * W, 1, H * W, buf))
+}
+
+/* [N, C, S] -> [N, C]: mean over S = H W. */
+static inline void mp_k_global_avg_pool(void *y, int ydt, const void *x, int xdt,
+                                        int64_t N, int64_t C, int64_t S)
+{
+    mp_k_mean(y, ydt, x, xdt, N * C, S, 1);
+}
+
+static inline void mp_k_global_avg_pool_grad(void *dx, int dxdt, const void *dy, int dydt,
+                                             int64_t N, int64_t C, int64_t S)
+{
+    mp_k_expand(dx, dxdt, dy, dydt, N * C, S, 1, 1.0f / (float)S);
+}
+
+/* ---- embedding ---------------------------------------------------------- */
+
+/* y[i, :] = w[ids[i], :]; an id outside [0, vocab) gives a row of NaN, so
+ * that it is caught (--check-numerics, the loss) instead of read out of
+ * bounds. The runtime checks ids of inputs declared as class labels. */
+static inline void mp_k_embedding(void *y, int ydt, const int32_t *ids, const void *w,
+                                  int wdt, int64_t n, int64_t vocab, int64_t dim)
+{
+    MP_OMP(parallel for if (n * dim > 32768))
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t c = 0; c < dim; c += MP_CHUNK) {
+            float t[MP_CHUNK];
+            int64_t m = mp_min64(dim - c, MP_CHUNK);
+            if (ids[i] >= 0 && ids[i] < vocab)
+                mp_ld_n(w, wdt, ids[i] * dim + c, 1, m, t);
+            else
+                for (int64_t j = 0; j < m; j++) t[j] = NAN;
+            mp_st_n(y, ydt, i * dim + c, 1, m, t);
+        }
+}
+
+/* dw[vocab, dim] = scatter-add of dy[n, dim] by ids (+ beta dw), summed in
+ * f32 in the order of i; ids outside [0, vocab) add nothing. */
+static inline void mp_k_embedding_dw(void *dw, int dwdt, const void *dy, int dydt,
+                                     const int32_t *ids, int64_t n, int64_t vocab,
+                                     int64_t dim, float beta)
+{
+    float *acc = (float *)mp_kzalloc((size_t)(vocab * dim) * sizeof *acc);
+    MP_OMP(parallel for if (n * dim > 32768))
+    for (int64_t c = 0; c < dim; c += MP_CHUNK) {   /* columns: no write races */
+        float t[MP_CHUNK];
+        int64_t m = mp_min64(dim - c, MP_CHUNK);
+        for (int64_t i = 0; i < n; i++) {
+            if (ids[i] < 0 || ids[i] >= vocab)
+                continue;
+            float *a = acc + ids[i] * dim + c;
+            mp_ld_n(dy, dydt, i * dim + c, 1, m, t);
+            for (int64_t j = 0; j < m; j++) a[j] += t[j];
+        }
+    }
+    mp_st_beta(dw, dwdt, 0, vocab * dim, acc, beta);
+    free(acc);
+}
+
+/* ---- layer_norm --------------------------------------------------------- */
+
+/* Mean, 1/sqrt(biased variance + eps) and the biased variance of v[0..n),
+ * summed in double. */
+static inline double mp_moments(const float *v, int64_t n, float eps, float *mean,
+                                float *rstd)
+{
+    double s = 0, ss = 0;
+    for (int64_t i = 0; i < n; i++) s += v[i];
+    double m = s / (double)n;
+    for (int64_t i = 0; i < n; i++) ss += ((double)v[i] - m) * ((double)v[i] - m);
+    *mean = (float)m;
+    *rstd = 1.0f / sqrtf((float)(ss / (double)n) + eps);
+    return ss / (double)n;
+}
+
+/* y = (x - mean) rstd w + b over the last axis (w, b may be NULL). */
+static inline void mp_k_layer_norm(void *y, int ydt, const void *x, int xdt, const void *w,
+                                   int wdt, const void *b, int bdt, int64_t rows,
+                                   int64_t dim, float eps)
+{
+    MP_ROWS_LOOP(rows, dim, 1, 3,
+        float mean, rstd, *wv = buf + dim, *bv = buf + 2 * dim;
+        mp_ld_n(x, xdt, off, 1, dim, buf);
+        mp_moments(buf, dim, eps, &mean, &rstd);
+        if (w) mp_ld_n(w, wdt, 0, 1, dim, wv);
+        if (b) mp_ld_n(b, bdt, 0, 1, dim, bv);
+        for (int64_t j = 0; j < dim; j++)
+            buf[j] = (buf[j] - mean) * rstd * (w ? wv[j] : 1.0f) + (b ? bv[j] : 0.0f);
+        mp_st_n(y, ydt, off, 1, dim, buf))
+}
+
+/* dx = rstd (g - mean(g) - xhat mean(g xhat)), g = dy w, xhat normalised x. */
+static inline void mp_norm_dx_row(float *g, const float *xhat, int64_t n, float rstd)
+{
+    double sg = 0, sgx = 0;
+    for (int64_t j = 0; j < n; j++) {
+        sg += g[j];
+        sgx += (double)g[j] * xhat[j];
+    }
+    float mg = (float)(sg / (double)n), mgx = (float)(sgx / (double)n);
+    for (int64_t j = 0; j < n; j++)
+        g[j] = rstd * (g[j] - mg - xhat[j] * mgx);
+}
+
+static inline void mp_k_layer_norm_dx(void *dx, int dxdt, const void *dy, int dydt,
+                                      const void *x, int xdt, const void *w, int wdt,
+                                      int64_t rows, int64_t dim, float eps)
+{
+    MP_ROWS_LOOP(rows, dim, 1, 3,
+        float mean, rstd, *g = buf + dim, *wv = buf + 2 * dim;
+        mp_ld_n(x, xdt, off, 1, dim, buf);
+        mp_moments(buf, dim, eps, &mean, &rstd);
+        for (int64_t j = 0; j < dim; j++) buf[j] = (buf[j] - mean) * rstd;
+        mp_ld_n(dy, dydt, off, 1, dim, g);
+        if (w) {
+            mp_ld_n(w, wdt, 0, 1, dim, wv);
+            for (int64_t j = 0; j < dim; j++) g[j] *= wv[j];
+        }
+        mp_norm_dx_row(g, buf, dim, rstd);
+        mp_st_n(dx, dxdt, off, 1, dim, g))
+}
+
+/* dw[dim] = sum over rows of dy xhat (+ beta dw), rows summed in order. */
+static inline void mp_k_layer_norm_dw(void *dw, int dwdt, const void *dy, int dydt,
+                                      const void *x, int xdt, int64_t rows, int64_t dim,
+                                      float eps, float beta)
+{
+    double *acc = (double *)mp_kzalloc((size_t)dim * sizeof *acc);
+    float *v = (float *)mp_kalloc((size_t)(2 * dim) * sizeof *v), *g = v + dim;
+    for (int64_t r = 0; r < rows; r++) {
+        float mean, rstd;
+        mp_ld_n(x, xdt, r * dim, 1, dim, v);
+        mp_moments(v, dim, eps, &mean, &rstd);
+        mp_ld_n(dy, dydt, r * dim, 1, dim, g);
+        for (int64_t j = 0; j < dim; j++) acc[j] += g[j] * ((v[j] - mean) * rstd);
+    }
+    for (int64_t j = 0; j < dim; j++) v[j] = (float)acc[j];
+    mp_st_beta(dw, dwdt, 0, dim, v, beta);
+    free(acc);
+    free(v);
+}
+
+/* ---- batch_norm --------------------------------------------------------- */
+
+/* Channel ch of x[N, C, S] gathered into v[N S]. */
+static inline void mp_ld_channel(float *v, const void *x, int xdt, int64_t N, int64_t C,
+                                 int64_t S, int64_t ch)
+{
+    for (int64_t n = 0; n < N; n++)
+        mp_ld_n(x, xdt, (n * C + ch) * S, 1, S, v + n * S);
+}
+
+static inline void mp_st_channel(void *x, int xdt, const float *v, int64_t N, int64_t C,
+                                 int64_t S, int64_t ch)
+{
+    for (int64_t n = 0; n < N; n++)
+        mp_st_n(x, xdt, (n * C + ch) * S, 1, S, v + n * S);
+}
+
+#define MP_CHANNELS_LOOP(N, C, S, NBUF, ...)                                  \
+    MP_OMP(parallel if ((N) * (C) * (S) > 16384))                              \
+    {                                                                          \
+        float *buf = (float *)mp_kalloc((size_t)(NBUF) * (size_t)((N) * (S)) * sizeof(float)); \
+        MP_OMP(for schedule(static))                                           \
+        for (int64_t ch = 0; ch < (C); ch++) {                                 \
+            __VA_ARGS__;                                                       \
+        }                                                                      \
+        free(buf);                                                             \
+    }
+
+/* x[N, C, S] (S = H W, or 1 for [B, C]). training: normalise with the
+ * batch's mean and biased variance and update the running statistics with
+ * the unbiased variance, r = (1 - momentum) r + momentum stat, exactly as
+ * torch.nn.BatchNorm2d/1d; else normalise with the running statistics. */
+static inline void mp_k_batch_norm(void *y, int ydt, const void *x, int xdt, const void *w,
+                                   int wdt, const void *b, int bdt, float *rmean,
+                                   float *rvar, int64_t N, int64_t C, int64_t S,
+                                   float momentum, float eps, int training)
+{
+    int64_t cnt = N * S;
+    MP_CHANNELS_LOOP(N, C, S, 1,
+        float mean, rstd;
+        mp_ld_channel(buf, x, xdt, N, C, S, ch);
+        if (training) {
+            double var = mp_moments(buf, cnt, eps, &mean, &rstd);
+            double unbiased = cnt > 1 ? var * (double)cnt / (double)(cnt - 1) : var;
+            rmean[ch] = (1.0f - momentum) * rmean[ch] + momentum * mean;
+            rvar[ch] = (1.0f - momentum) * rvar[ch] + momentum * (float)unbiased;
+        } else {
+            mean = rmean[ch];
+            rstd = 1.0f / sqrtf(rvar[ch] + eps);
+        }
+        float sc = rstd * (w ? mp_ld(w, wdt, ch) : 1.0f), sh = b ? mp_ld(b, bdt, ch) : 0.0f;
+        for (int64_t i = 0; i < cnt; i++) buf[i] = (buf[i] - mean) * sc + sh;
+        mp_st_channel(y, ydt, buf, N, C, S, ch))
+}
+
+static inline void mp_k_batch_norm_dx(void *dx, int dxdt, const void *dy, int dydt,
+                                      const void *x, int xdt, const void *w, int wdt,
+                                      int64_t N, int64_t C, int64_t S, float eps)
+{
+    int64_t cnt = N * S;
+    MP_CHANNELS_LOOP(N, C, S, 2,
+        float mean, rstd, *g = buf + cnt;
+        mp_ld_channel(buf, x, xdt, N, C, S, ch);
+        mp_moments(buf, cnt, eps, &mean, &rstd);
+        for (int64_t i = 0; i < cnt; i++) buf[i] = (buf[i] - mean) * rstd;
+        mp_ld_channel(g, dy, dydt, N, C, S, ch);
+        float wc = w ? mp_ld(w, wdt, ch) : 1.0f;
+        for (int64_t i = 0; i < cnt; i++) g[i] *= wc;
+        mp_norm_dx_row(g, buf, cnt, rstd);
+        mp_st_channel(dx, dxdt, g, N, C, S, ch))
+}
+
+/* dw[C] = sum over N, S of dy xhat (+ beta dw). */
+static inline void mp_k_batch_norm_dw(void *dw, int dwdt, const void *dy, int dydt,
+                                      const void *x, int xdt, int64_t N, int64_t C,
+                                      int64_t S, float eps, float beta)
+{
+    int64_t cnt = N * S;
+    float *out = (float *)mp_kalloc((size_t)C * sizeof *out);
+    MP_CHANNELS_LOOP(N, C, S, 2,
+        float mean, rstd, *g = buf + cnt;
+        double s = 0;
+        mp_ld_channel(buf, x, xdt, N, C, S, ch);
+        mp_moments(buf, cnt, eps, &mean, &rstd);
+        mp_ld_channel(g, dy, dydt, N, C, S, ch);
+        for (int64_t i = 0; i < cnt; i++) s += g[i] * ((buf[i] - mean) * rstd);
+        out[ch] = (float)s)
+    mp_st_beta(dw, dwdt, 0, C, out, beta);
+    free(out);
+}
+
+/* ---- attention ---------------------------------------------------------- */
+
+/* Per (batch, head), with q, k, v, y [T, D]:
+ *   S = q k^T / sqrt(D)         f32 accumulation, never rounded
+ *   P = softmax(S) per row      f32; causal: S[i, j] = -inf for j > i
+ *   Pr = P rounded to cdt       the lowp operand of the second product
+ *   y = Pr v                    f32 accumulation, rounded to y's type
+ * Backward, each kernel recomputing what it needs from q, k, v (nothing is
+ * kept from the forward pass):
+ *   dv = Pr^T dy
+ *   dP = dy v^T (f32), dS = P (dP - rowsum(dP P)) / sqrt(D), rounded to cdt
+ *   dq = dS k,   dk = dS^T q
+ * Heads run in parallel, each on its own T x T buffers. */
+typedef struct MpAttn {
+    const void *q, *k, *v;
+    int qdt, kdt, vdt, cdt, causal;
+    int64_t T, D;
+    float scale;
+} MpAttn;
+
+/* P (f32) and Pr (rounded) of head h. */
+static inline void mp_attn_probs(const MpAttn *a, int64_t h, float *P, float *Pr)
+{
+    int64_t T = a->T, D = a->D, off = h * T * D;
+    mp_gemm(0, 1, T, T, D, a->scale, mp_at(a->q, a->qdt, off), a->qdt, D,
+            mp_at(a->k, a->kdt, off), a->kdt, D, 0.0f, P, MP_F32, T);
+    for (int64_t i = 0; i < T; i++) {
+        float *r = P + i * T;
+        if (a->causal)
+            for (int64_t j = i + 1; j < T; j++) r[j] = -INFINITY;
+        mp_row_softmax(r, T);
+        for (int64_t j = 0; j < T; j++) Pr[i * T + j] = mp_round(r[j], a->cdt);
+    }
+}
+
+/* The loop over heads, with 3 T x T f32 buffers per thread (P, Pr, tA). */
+#define MP_HEADS_LOOP(BH, T, ...)                                             \
+    MP_OMP(parallel if ((BH) > 1))                                             \
+    {                                                                          \
+        float *P = (float *)mp_kalloc((size_t)(3 * (T) * (T)) * sizeof(float));\
+        float *Pr = P + (T) * (T), *tA = Pr + (T) * (T);                       \
+        MP_OMP(for schedule(static))                                           \
+        for (int64_t h = 0; h < (BH); h++) {                                   \
+            __VA_ARGS__;                                                       \
+        }                                                                      \
+        free(P);                                                               \
+        (void)tA;                                                              \
+    }
+
+static inline MpAttn mp_attn(const void *q, int qdt, const void *k, int kdt, const void *v,
+                             int vdt, int64_t T, int64_t D, int causal, int cdt)
+{
+    MpAttn a = {q, k, v, qdt, kdt, vdt, cdt, causal, T, D, 1.0f / sqrtf((float)D)};
+    return a;
+}
+
+static inline void mp_k_attention(void *y, int ydt, const void *q, int qdt, const void *k,
+                                  int kdt, const void *v, int vdt, int64_t BH, int64_t T,
+                                  int64_t D, int causal, int cdt)
+{
+    MpAttn a = mp_attn(q, qdt, k, kdt, v, vdt, T, D, causal, cdt);
+    MP_HEADS_LOOP(BH, T,
+        mp_attn_probs(&a, h, P, Pr);
+        mp_gemm(0, 0, T, D, T, 1.0f, Pr, MP_F32, T, mp_at(v, vdt, h * T * D), vdt, D,
+                0.0f, (void *)mp_at(y, ydt, h * T * D), ydt, D))
+}
+
+/* dS of head h into tA (rounded to cdt), from P and dy. */
+static inline void mp_attn_ds(const MpAttn *a, int64_t h, const void *dy, int dydt,
+                              const float *P, float *dS)
+{
+    int64_t T = a->T, D = a->D, off = h * T * D;
+    mp_gemm(0, 1, T, T, D, 1.0f, mp_at(dy, dydt, off), dydt, D, mp_at(a->v, a->vdt, off),
+            a->vdt, D, 0.0f, dS, MP_F32, T);
+    for (int64_t i = 0; i < T; i++) {
+        mp_row_softmax_grad(dS + i * T, P + i * T, T);
+        for (int64_t j = 0; j < T; j++)
+            dS[i * T + j] = mp_round(dS[i * T + j] * a->scale, a->cdt);
+    }
+}
+
+/* which: 0 dq, 1 dk, 2 dv. */
+static inline void mp_attention_bwd(int which, void *d, int ddt, const void *dy, int dydt,
+                                    const MpAttn *a, int64_t BH)
+{
+    int64_t T = a->T, D = a->D;
+    MP_HEADS_LOOP(BH, T,
+        int64_t off = h * T * D;
+        void *out = (void *)mp_at(d, ddt, off);
+        mp_attn_probs(a, h, P, Pr);
+        if (which == 2) {
+            mp_gemm(1, 0, T, D, T, 1.0f, Pr, MP_F32, T, mp_at(dy, dydt, off), dydt, D,
+                    0.0f, out, ddt, D);
+            continue;
+        }
+        mp_attn_ds(a, h, dy, dydt, P, tA);
+        if (which == 0)
+            mp_gemm(0, 0, T, D, T, 1.0f, tA, MP_F32, T, mp_at(a->k, a->kdt, off), a->kdt,
+                    D, 0.0f, out, ddt, D);
+        else
+            mp_gemm(1, 0, T, D, T, 1.0f, tA, MP_F32, T, mp_at(a->q, a->qdt, off), a->qdt,
+                    D, 0.0f, out, ddt, D))
+}
+
+#define MP_ATTN_GRAD(NAME, WHICH)                                              \
+    static inline void mp_k_##NAME(void *d, int ddt, const void *dy, int dydt,  \
+                                   const void *q, int qdt, const void *k, int kdt, \
+                                   const void *v, int vdt, int64_t BH, int64_t T,  \
+                                   int64_t D, int causal, int cdt)             \
+    {                                                                          \
+        MpAttn a = mp_attn(q, qdt, k, kdt, v, vdt, T, D, causal, cdt);         \
+        mp_attention_bwd(WHICH, d, ddt, dy, dydt, &a, BH);                     \
+    }
+
+MP_ATTN_GRAD(attention_dq, 0)
+MP_ATTN_GRAD(attention_dk, 1)
+MP_ATTN_GRAD(attention_dv, 2)
+
+#endif

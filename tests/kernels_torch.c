@@ -1,0 +1,292 @@
+/* kernels_torch.c - runs one runtime kernel on inputs written by
+ * tests/kernels_torch.py and writes its outputs back, for comparison with
+ * PyTorch. Built and driven by tests/t_kernels_torch.sh.
+ *
+ *   kernels_torch DIR OP INT...
+ * reads DIR/in0.bin, DIR/in1.bin, ... (raw little-endian f32; labels and
+ * ids as i32) and writes DIR/out0.bin, ... (f32, or u16 for the f16/bf16
+ * conversions). The integers are the op's sizes; each op below lists them.
+ * Exit status 2 on bad usage or a missing or wrong-sized file. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "mp_kernels.h"
+#include "mp_kernels_gemm.h"
+#include "mp_kernels_nn.h"
+
+#define F32 MP_F32
+
+static const char *dir;
+static int64_t arg[16];
+
+static void die(const char *what)
+{
+    fprintf(stderr, "kernels_torch: %s\n", what);
+    exit(2);
+}
+
+/* in<i>.bin, which must hold exactly n elements of `size` bytes. */
+static void *rd(int i, int64_t n, size_t size)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/in%d.bin", dir, i);
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        die(path);
+    void *p = malloc((size_t)n * size + 1);
+    if ((int64_t)fread(p, size, (size_t)n, f) != n || fgetc(f) != EOF)
+        die("input of the wrong size");
+    fclose(f);
+    return p;
+}
+
+static float *rdf(int i, int64_t n) { return (float *)rd(i, n, 4); }
+static int32_t *rdi(int i, int64_t n) { return (int32_t *)rd(i, n, 4); }
+
+static void wr(int i, const void *p, int64_t n, size_t size)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/out%d.bin", dir, i);
+    FILE *f = fopen(path, "wb");
+    if (!f || (int64_t)fwrite(p, size, (size_t)n, f) != n || fclose(f) != 0)
+        die(path);
+}
+
+static void wrf(int i, const float *p, int64_t n) { wr(i, p, n, 4); }
+static float *buf(int64_t n) { return (float *)calloc((size_t)(n > 0 ? n : 1), 4); }
+
+/* f16 / bf16: N values -> out0 u16 bits, out1 the f32 they decode to */
+static void op_half(int bf)
+{
+    int64_t n = arg[0];
+    float *x = rdf(0, n), *back = buf(n);
+    uint16_t *h = (uint16_t *)malloc((size_t)n * 2);
+    for (int64_t i = 0; i < n; i++) {
+        h[i] = bf ? mp_f32_to_bf16(x[i]) : mp_f32_to_f16(x[i]);
+        back[i] = bf ? mp_bf16_to_f32(h[i]) : mp_f16_to_f32(h[i]);
+    }
+    wr(0, h, n, 2);
+    wrf(1, back, n);
+}
+
+static void op_f16(void) { op_half(0); }
+static void op_bf16(void) { op_half(1); }
+
+/* f32 values as a new array of storage type dt (4 bytes per element is
+ * enough for any type) */
+static void *as_dt(const float *x, int64_t n, int dt)
+{
+    void *p = buf(n);
+    mp_k_cast(p, dt, x, F32, n);
+    return p;
+}
+
+/* Write n elements of type dt as f32. */
+static void wr_dt(int i, const void *p, int dt, int64_t n)
+{
+    float *f = buf(n);
+    mp_k_cast(f, F32, p, dt, n);
+    wrf(i, f, n);
+}
+
+/* linear M N K DT: x, w, b, dy -> y, dx, dw, db, every tensor stored as DT
+ * (1 f32, 2 f16, 3 bf16): forward and the three gradients autodiff makes. */
+static void op_linear(void)
+{
+    int64_t M = arg[0], N = arg[1], K = arg[2];
+    int dt = (int)arg[3];
+    void *x = as_dt(rdf(0, M * K), M * K, dt), *w = as_dt(rdf(1, N * K), N * K, dt);
+    void *b = as_dt(rdf(2, N), N, dt), *dy = as_dt(rdf(3, M * N), M * N, dt);
+    float *y = buf(M * N), *dx = buf(M * K), *dw = buf(N * K), *db = buf(N);
+    int64_t ysh[2] = {M, N}, bsh[1] = {N};
+    mp_k_linear(y, dt, x, dt, w, dt, b, dt, M, N, K);
+    mp_k_matmul(dx, dt, dy, dt, w, dt, 1, M, K, N, 0, 0, 0, 0);
+    mp_k_matmul_tn(dw, dt, dy, dt, x, dt, M, N, K, 0.0f);
+    mp_k_sum_to(db, dt, 1, bsh, dy, dt, 2, ysh, 0.0f);
+    wr_dt(0, y, dt, M * N); wr_dt(1, dx, dt, M * K); wr_dt(2, dw, dt, N * K);
+    wr_dt(3, db, dt, N);
+}
+
+/* conv2d N C H W F k stride pad: x, w, b, dy -> y, dx, dw, db */
+static void op_conv2d(void)
+{
+    int64_t N = arg[0], C = arg[1], H = arg[2], W = arg[3], F = arg[4], k = arg[5];
+    int64_t s = arg[6], p = arg[7], OH = (H + 2 * p - k) / s + 1, OW = (W + 2 * p - k) / s + 1;
+    int64_t nx = N * C * H * W, nw = F * C * k * k, ny = N * F * OH * OW;
+    float *x = rdf(0, nx), *w = rdf(1, nw), *b = rdf(2, F), *dy = rdf(3, ny);
+    float *y = buf(ny), *dx = buf(nx), *dw = buf(nw), *db = buf(F);
+    mp_k_conv2d(y, F32, x, F32, w, F32, b, F32, N, C, H, W, F, k, s, p);
+    mp_k_conv2d_dx(dx, F32, dy, F32, w, F32, N, C, H, W, F, k, s, p);
+    mp_k_conv2d_dw(dw, F32, dy, F32, x, F32, N, C, H, W, F, k, s, p, 0.0f);
+    mp_k_channel_sum(db, F32, dy, F32, N, F, OH * OW, 0.0f);
+    wrf(0, y, ny); wrf(1, dx, nx); wrf(2, dw, nw); wrf(3, db, F);
+}
+
+/* pool N C H W k stride MAX: x, dy -> y, dx */
+static void op_pool(void)
+{
+    int64_t N = arg[0], C = arg[1], H = arg[2], W = arg[3], k = arg[4], s = arg[5];
+    int64_t OH = (H - k) / s + 1, OW = (W - k) / s + 1, nx = N * C * H * W, ny = N * C * OH * OW;
+    float *x = rdf(0, nx), *dy = rdf(1, ny), *y = buf(ny), *dx = buf(nx);
+    if (arg[6]) {
+        mp_k_max_pool2d(y, F32, x, F32, N, C, H, W, k, s);
+        mp_k_max_pool2d_grad(dx, F32, dy, F32, x, F32, N, C, H, W, k, s);
+    } else {
+        mp_k_avg_pool2d(y, F32, x, F32, N, C, H, W, k, s);
+        mp_k_avg_pool2d_grad(dx, F32, dy, F32, N, C, H, W, k, s);
+    }
+    wrf(0, y, ny); wrf(1, dx, nx);
+}
+
+/* global_avg_pool N C S: x, dy -> y, dx */
+static void op_gap(void)
+{
+    int64_t N = arg[0], C = arg[1], S = arg[2];
+    float *x = rdf(0, N * C * S), *dy = rdf(1, N * C), *y = buf(N * C), *dx = buf(N * C * S);
+    mp_k_global_avg_pool(y, F32, x, F32, N, C, S);
+    mp_k_global_avg_pool_grad(dx, F32, dy, F32, N, C, S);
+    wrf(0, y, N * C); wrf(1, dx, N * C * S);
+}
+
+/* layer_norm R D: x, w, b, dy -> y, dx, dw, db */
+static void op_layer_norm(void)
+{
+    int64_t R = arg[0], D = arg[1];
+    float *x = rdf(0, R * D), *w = rdf(1, D), *b = rdf(2, D), *dy = rdf(3, R * D);
+    float *y = buf(R * D), *dx = buf(R * D), *dw = buf(D), *db = buf(D);
+    int64_t ysh[2] = {R, D}, bsh[1] = {D};
+    mp_k_layer_norm(y, F32, x, F32, w, F32, b, F32, R, D, 1e-5f);
+    mp_k_layer_norm_dx(dx, F32, dy, F32, x, F32, w, F32, R, D, 1e-5f);
+    mp_k_layer_norm_dw(dw, F32, dy, F32, x, F32, R, D, 1e-5f, 0.0f);
+    mp_k_sum_to(db, F32, 1, bsh, dy, F32, 2, ysh, 0.0f);
+    wrf(0, y, R * D); wrf(1, dx, R * D); wrf(2, dw, D); wrf(3, db, D);
+}
+
+/* batch_norm N C S: x, w, b, dy, rmean, rvar -> y, dx, dw, db, rmean,
+ * rvar (after one training step), y_eval (with the updated statistics) */
+static void op_batch_norm(void)
+{
+    int64_t N = arg[0], C = arg[1], S = arg[2], n = N * C * S;
+    float *x = rdf(0, n), *w = rdf(1, C), *b = rdf(2, C), *dy = rdf(3, n);
+    float *rm = rdf(4, C), *rv = rdf(5, C);
+    float *y = buf(n), *dx = buf(n), *dw = buf(C), *db = buf(C), *ye = buf(n);
+    mp_k_batch_norm(y, F32, x, F32, w, F32, b, F32, rm, rv, N, C, S, 0.1f, 1e-5f, 1);
+    mp_k_batch_norm_dx(dx, F32, dy, F32, x, F32, w, F32, N, C, S, 1e-5f);
+    mp_k_batch_norm_dw(dw, F32, dy, F32, x, F32, N, C, S, 1e-5f, 0.0f);
+    mp_k_channel_sum(db, F32, dy, F32, N, C, S, 0.0f);
+    mp_k_batch_norm(ye, F32, x, F32, w, F32, b, F32, rm, rv, N, C, S, 0.1f, 1e-5f, 0);
+    wrf(0, y, n); wrf(1, dx, n); wrf(2, dw, C); wrf(3, db, C);
+    wrf(4, rm, C); wrf(5, rv, C); wrf(6, ye, n);
+}
+
+/* softmax OUTER LEN INNER LOG: x, dy -> y, dx */
+static void op_softmax(void)
+{
+    int64_t o = arg[0], l = arg[1], in = arg[2], n = o * l * in;
+    float *x = rdf(0, n), *dy = rdf(1, n), *y = buf(n), *dx = buf(n);
+    if (arg[3]) {
+        mp_k_log_softmax(y, F32, x, F32, o, l, in);
+        mp_k_log_softmax_grad(dx, F32, dy, F32, y, F32, o, l, in);
+    } else {
+        mp_k_softmax(y, F32, x, F32, o, l, in);
+        mp_k_softmax_grad(dx, F32, dy, F32, y, F32, o, l, in);
+    }
+    wrf(0, y, n); wrf(1, dx, n);
+}
+
+/* cross_entropy R C: logits, labels (i32), dl [1] -> loss, dx, accuracy */
+static void op_cross_entropy(void)
+{
+    int64_t R = arg[0], C = arg[1];
+    float *x = rdf(0, R * C), *dl = rdf(2, 1), loss, acc, *dx = buf(R * C);
+    int32_t *lab = rdi(1, R);
+    mp_k_cross_entropy(&loss, F32, x, F32, lab, R, C);
+    mp_k_cross_entropy_grad(dx, F32, dl, F32, x, F32, lab, R, C);
+    mp_k_accuracy(&acc, F32, x, F32, lab, R, C);
+    wrf(0, &loss, 1); wrf(1, dx, R * C); wrf(2, &acc, 1);
+}
+
+/* mse N: pred, target, dl [1] -> loss, dpred */
+static void op_mse(void)
+{
+    int64_t n = arg[0];
+    float *p = rdf(0, n), *t = rdf(1, n), *dl = rdf(2, 1), loss, *dx = buf(n);
+    mp_k_mse(&loss, F32, p, F32, t, F32, n);
+    mp_k_mse_grad(dx, F32, dl, F32, p, F32, t, F32, n);
+    wrf(0, &loss, 1); wrf(1, dx, n);
+}
+
+/* activations N: x, dy -> for gelu, silu, sigmoid, tanh: y, dx (8 files) */
+static void op_activations(void)
+{
+    int64_t n = arg[0];
+    float *x = rdf(0, n), *dy = rdf(1, n), *y = buf(n), *dx = buf(n);
+    mp_k_gelu(y, F32, x, F32, n);
+    mp_k_gelu_grad(dx, F32, dy, F32, x, F32, n);
+    wrf(0, y, n); wrf(1, dx, n);
+    mp_k_silu(y, F32, x, F32, n);
+    mp_k_silu_grad(dx, F32, dy, F32, x, F32, n);
+    wrf(2, y, n); wrf(3, dx, n);
+    mp_k_sigmoid(y, F32, x, F32, n);
+    mp_k_sigmoid_grad(dx, F32, dy, F32, y, F32, n);
+    wrf(4, y, n); wrf(5, dx, n);
+    mp_k_tanh(y, F32, x, F32, n);
+    mp_k_tanh_grad(dx, F32, dy, F32, y, F32, n);
+    wrf(6, y, n); wrf(7, dx, n);
+}
+
+/* attention BH T D CAUSAL: q, k, v, dy -> y, dq, dk, dv */
+static void op_attention(void)
+{
+    int64_t BH = arg[0], T = arg[1], D = arg[2], n = BH * T * D;
+    int c = (int)arg[3];
+    float *q = rdf(0, n), *k = rdf(1, n), *v = rdf(2, n), *dy = rdf(3, n);
+    float *y = buf(n), *dq = buf(n), *dk = buf(n), *dv = buf(n);
+    mp_k_attention(y, F32, q, F32, k, F32, v, F32, BH, T, D, c, F32);
+    mp_k_attention_dq(dq, F32, dy, F32, q, F32, k, F32, v, F32, BH, T, D, c, F32);
+    mp_k_attention_dk(dk, F32, dy, F32, q, F32, k, F32, v, F32, BH, T, D, c, F32);
+    mp_k_attention_dv(dv, F32, dy, F32, q, F32, k, F32, v, F32, BH, T, D, c, F32);
+    wrf(0, y, n); wrf(1, dq, n); wrf(2, dk, n); wrf(3, dv, n);
+}
+
+/* embedding N V D: ids (i32), w, dy -> y, dw */
+static void op_embedding(void)
+{
+    int64_t n = arg[0], V = arg[1], D = arg[2];
+    int32_t *ids = rdi(0, n);
+    float *w = rdf(1, V * D), *dy = rdf(2, n * D), *y = buf(n * D), *dw = buf(V * D);
+    mp_k_embedding(y, F32, ids, w, F32, n, V, D);
+    mp_k_embedding_dw(dw, F32, dy, F32, ids, n, V, D, 0.0f);
+    wrf(0, y, n * D); wrf(1, dw, V * D);
+}
+
+static const struct {
+    const char *name;
+    void (*run)(void);
+    int nargs;
+} ops[] = {
+    {"f16", op_f16, 1}, {"bf16", op_bf16, 1}, {"linear", op_linear, 4},
+    {"conv2d", op_conv2d, 8}, {"pool", op_pool, 7}, {"gap", op_gap, 3},
+    {"layer_norm", op_layer_norm, 2}, {"batch_norm", op_batch_norm, 3},
+    {"softmax", op_softmax, 4}, {"cross_entropy", op_cross_entropy, 2},
+    {"mse", op_mse, 1}, {"activations", op_activations, 1},
+    {"attention", op_attention, 4}, {"embedding", op_embedding, 3},
+};
+
+int main(int argc, char **argv)
+{
+    if (argc < 3)
+        die("usage: kernels_torch DIR OP INT...");
+    dir = argv[1];
+    for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) {
+        if (strcmp(argv[2], ops[i].name) != 0)
+            continue;
+        if (argc - 3 != ops[i].nargs)
+            die("wrong number of sizes");
+        for (int a = 0; a < ops[i].nargs; a++)
+            arg[a] = strtoll(argv[3 + a], NULL, 10);
+        ops[i].run();
+        return 0;
+    }
+    die("unknown op");
+}

@@ -1,0 +1,325 @@
+#!/usr/bin/python3
+"""kernels_torch.py - compare the runtime's kernels with PyTorch (and the
+f16 conversion with numpy).
+
+    /usr/bin/python3 tests/kernels_torch.py DRIVER [--no-conversions]
+
+DRIVER is tests/kernels_torch.c built against runtime/; each case writes
+its inputs to a temporary folder, runs DRIVER on them and compares every
+output with torch's forward and autograd results. Exit status 1 if any
+comparison fails. f32 comparisons use |got - want| <= 1e-5 |want| +
+1e-5 max|want| (the tensor's scale), i.e. about 1e-5 relative."""
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+torch.set_num_threads(1)
+torch.manual_seed(0)
+rng = np.random.default_rng(1234)
+failures = []
+
+
+def run(driver, tmp, op, sizes, inputs, nout):
+    for i, a in enumerate(inputs):
+        np.ascontiguousarray(a).tofile(os.path.join(tmp, "in%d.bin" % i))
+    subprocess.run([driver, tmp, op] + [str(s) for s in sizes], check=True)
+    outs = []
+    for i in range(nout):
+        path = os.path.join(tmp, "out%d.bin" % i)
+        outs.append(np.fromfile(path, dtype=np.uint16 if op in ("f16", "bf16") and i == 0
+                                else np.float32))
+        os.remove(path)
+    return outs
+
+
+def check(name, got, want, rtol=1e-5, scale_tol=1e-5):
+    want = np.asarray(want, dtype=np.float64).ravel()
+    got = np.asarray(got, dtype=np.float64).ravel()
+    if got.shape != want.shape:
+        failures.append("%s: %d values, want %d" % (name, got.size, want.size))
+        print("FAIL", failures[-1])
+        return
+    tol = rtol * np.abs(want) + scale_tol * (np.abs(want).max() if want.size else 0)
+    err = np.abs(got - want)
+    bad = ~(err <= tol)
+    rel = float((err / (np.abs(want).max() + 1e-30)).max()) if want.size else 0.0
+    if bad.any():
+        i = int(np.argmax(bad))
+        failures.append("%s: %d of %d differ, e.g. [%d] %r vs %r" %
+                        (name, int(bad.sum()), want.size, i, got[i], want[i]))
+        print("FAIL", failures[-1])
+    else:
+        print("ok   %-28s max err / max|want| = %.2e" % (name, rel))
+
+
+def f32(*shape, lo=-1.0, hi=1.0):
+    return rng.uniform(lo, hi, size=shape).astype(np.float32)
+
+
+def t(a):
+    return torch.from_numpy(np.array(a)).requires_grad_(a.dtype == np.float32)
+
+
+def grads(out, dy, *inputs):
+    out.backward(torch.from_numpy(dy))
+    return [x.grad.numpy() for x in inputs]
+
+
+# ---- f16 / bf16 conversions ------------------------------------------------
+
+def conversion_inputs():
+    """a few million f32 values: random bit patterns, the f16 range, every
+    f16 value and the halfway points between neighbours, one f32 ulp either
+    side of them, and the edges (65504, 65520, subnormals)."""
+    bits = rng.integers(0, 2**32, size=1_000_000, dtype=np.uint64).astype(np.uint32)
+    parts = [bits.view(np.float32),
+             rng.uniform(-70000, 70000, 500_000).astype(np.float32),
+             (rng.choice([-1, 1], 500_000) *
+              np.exp2(rng.uniform(-30, 17, 500_000))).astype(np.float32)]
+    h = np.arange(0, 0x7c00, dtype=np.uint16).view(np.float16).astype(np.float64)
+    mids = ((h[:-1] + h[1:]) / 2).astype(np.float32)
+    for m in (mids, -mids):
+        parts += [m, np.nextafter(m, np.float32(np.inf)), np.nextafter(m, np.float32(-np.inf))]
+    parts.append(np.array([65504, 65519.996, 65520, 65536, 2.0**-24, 2.0**-25, 2.0**-14,
+                           2.0**-25 * 1.5, np.inf, -np.inf, np.nan, 0.0, -0.0],
+                          dtype=np.float32))
+    return np.concatenate(parts)
+
+
+def case_conversions(driver, tmp):
+    x = conversion_inputs()
+    nan = np.isnan(x)
+    h, back = run(driver, tmp, "f16", [x.size], [x], 2)
+    with np.errstate(over="ignore"):
+        want = x.astype(np.float16).view(np.uint16)
+    ok = (h == want) | (nan & np.isnan(h.view(np.float16)))
+    report("f32->f16 vs numpy (%d values)" % x.size, ok, h, want)
+    dec = h.view(np.float16).astype(np.float32)     # numpy's f16 -> f32
+    ok = (back.view(np.uint32) == dec.view(np.uint32)) | (nan & np.isnan(back))
+    report("f16->f32 vs numpy", ok, back.view(np.uint32), dec.view(np.uint32))
+    b, back = run(driver, tmp, "bf16", [x.size], [x], 2)
+    want = torch.from_numpy(x).to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16)
+    bnan = np.isnan((b.astype(np.uint32) << 16).view(np.float32))
+    ok = (b == want) | (nan & bnan)
+    report("f32->bf16 vs torch (%d values)" % x.size, ok, b, want)
+    dec = torch.from_numpy(b.view(np.int16)).view(torch.bfloat16).float().numpy()
+    ok = (back.view(np.uint32) == dec.view(np.uint32)) | (nan & np.isnan(back))
+    report("bf16->f32 vs torch", ok, back.view(np.uint32), dec.view(np.uint32))
+
+
+def report(name, ok, got, want):
+    if ok.all():
+        print("ok   %s" % name)
+        return
+    i = int(np.argmin(ok))
+    failures.append("%s: %d differ, e.g. [%d] %x vs %x" %
+                    (name, int((~ok).sum()), i, got[i], want[i]))
+    print("FAIL", failures[-1])
+
+
+# ---- products ---------------------------------------------------------------
+
+def case_linear(driver, tmp):
+    M, N, K = 37, 29, 61
+    x, w, b, dy = f32(M, K), f32(N, K), f32(N), f32(M, N)
+    tx, tw, tb = t(x), t(w), t(b)
+    y = F.linear(tx, tw, tb)
+    dx, dw, db = grads(y, dy, tx, tw, tb)
+    got = run(driver, tmp, "linear", [M, N, K, 1], [x, w, b, dy], 4)
+    for name, g, want in zip(("y", "dx", "dw", "db"), got, (y.detach(), dx, dw, db)):
+        check("linear f32 " + name, g, want)
+    # f16: inputs rounded to f16, f32 sums, one rounding (numpy reference in
+    # double, so allow the one ulp an f32 sum may move a rounding by)
+    h = [a.astype(np.float16).astype(np.float64) for a in (x, w, b, dy)]
+    got = run(driver, tmp, "linear", [M, N, K, 2], [x, w, b, dy], 4)
+    wants = (h[0] @ h[1].T + h[2], h[3] @ h[1], h[3].T @ h[0], h[3].sum(0))
+    for name, g, want in zip(("y", "dx", "dw", "db"), got, wants):
+        check("linear f16 " + name, g, want.astype(np.float16), 2**-10, 1e-4)
+    # bf16 against torch's bf16 linear on the CPU (f32 accumulation)
+    got = run(driver, tmp, "linear", [M, N, K, 3], [x, w, b, dy], 4)
+    bx, bw, bb = (torch.from_numpy(a).to(torch.bfloat16) for a in (x, w, b))
+    check("linear bf16 y vs torch", got[0], F.linear(bx, bw, bb).float().numpy(), 2**-7, 1e-3)
+
+
+def case_conv2d(driver, tmp):
+    for (N, C, H, W, Fo, k, s, p) in ((2, 3, 9, 8, 5, 3, 2, 1), (3, 4, 12, 12, 6, 5, 1, 0),
+                                      (2, 1, 28, 28, 8, 3, 1, 1)):
+        x, w, b = f32(N, C, H, W), f32(Fo, C, k, k), f32(Fo)
+        tx, tw, tb = t(x), t(w), t(b)
+        y = F.conv2d(tx, tw, tb, stride=s, padding=p)
+        dy = f32(*y.shape)
+        dx, dw, db = grads(y, dy, tx, tw, tb)
+        got = run(driver, tmp, "conv2d", [N, C, H, W, Fo, k, s, p], [x, w, b, dy], 4)
+        tag = "conv2d k%d s%d p%d " % (k, s, p)
+        for name, g, want in zip(("y", "dx", "dw", "db"), got, (y.detach(), dx, dw, db)):
+            check(tag + name, g, want)
+
+
+def case_pools(driver, tmp):
+    for (N, C, H, W, k, s) in ((2, 3, 9, 8, 3, 2), (2, 2, 8, 8, 2, 2), (1, 2, 7, 9, 2, 1)):
+        x = f32(N, C, H, W)
+        x[0, 0, :2, :2] = 0.5               # a tie: the first maximum takes it
+        for is_max in (1, 0):
+            tx = t(x)
+            y = (F.max_pool2d if is_max else F.avg_pool2d)(tx, k, s)
+            dy = f32(*y.shape)
+            (dx,) = grads(y, dy, tx)
+            got = run(driver, tmp, "pool", [N, C, H, W, k, s, is_max], [x, dy], 2)
+            tag = "%s_pool2d k%d s%d " % ("max" if is_max else "avg", k, s)
+            check(tag + "y", got[0], y.detach())
+            check(tag + "dx", got[1], dx)
+    N, C, H, W = 3, 4, 5, 6
+    x = f32(N, C, H, W)
+    tx = t(x)
+    y = tx.mean(dim=(2, 3))
+    dy = f32(N, C)
+    (dx,) = grads(y, dy, tx)
+    got = run(driver, tmp, "gap", [N, C, H * W], [x, dy], 2)
+    check("global_avg_pool y", got[0], y.detach())
+    check("global_avg_pool dx", got[1], dx)
+
+
+# ---- normalisation ----------------------------------------------------------
+
+def case_layer_norm(driver, tmp):
+    R, D = 10, 48
+    x, w, b, dy = f32(R, D, lo=-3, hi=4), f32(D, lo=0.5, hi=1.5), f32(D), f32(R, D)
+    tx, tw, tb = t(x), t(w), t(b)
+    y = F.layer_norm(tx, (D,), tw, tb, 1e-5)
+    dx, dw, db = grads(y, dy, tx, tw, tb)
+    got = run(driver, tmp, "layer_norm", [R, D], [x, w, b, dy], 4)
+    for name, g, want in zip(("y", "dx", "dw", "db"), got, (y.detach(), dx, dw, db)):
+        check("layer_norm " + name, g, want)
+
+
+def case_batch_norm(driver, tmp):
+    for shape in ((4, 3, 5, 6), (16, 7)):
+        C = shape[1]
+        S = int(np.prod(shape[2:])) if len(shape) > 2 else 1
+        x, w, b, dy = f32(*shape, lo=-2, hi=3), f32(C, lo=0.5, hi=1.5), f32(C), f32(*shape)
+        rm, rv = f32(C), f32(C, lo=0.5, hi=2)
+        bn = (torch.nn.BatchNorm2d if len(shape) == 4 else torch.nn.BatchNorm1d)(
+            C, eps=1e-5, momentum=0.1)
+        with torch.no_grad():
+            bn.weight.copy_(torch.from_numpy(w))
+            bn.bias.copy_(torch.from_numpy(b))
+            bn.running_mean.copy_(torch.from_numpy(rm))
+            bn.running_var.copy_(torch.from_numpy(rv))
+        tx = t(x)
+        bn.train()
+        y = bn(tx)
+        dx, dw, db = grads(y, dy, tx, bn.weight, bn.bias)
+        bn.eval()
+        ye = bn(torch.from_numpy(x)).detach()
+        got = run(driver, tmp, "batch_norm", [shape[0], C, S], [x, w, b, dy, rm, rv], 7)
+        tag = "batch_norm %dd " % (len(shape) - 2 if len(shape) > 2 else 1)
+        wants = (y.detach(), dx, dw, db, bn.running_mean, bn.running_var, ye)
+        for name, g, want in zip(("y", "dx", "dw", "db", "running_mean", "running_var",
+                                  "y eval"), got, wants):
+            check(tag + name, g, want)
+
+
+# ---- softmax, losses, activations -------------------------------------------
+
+def case_softmax(driver, tmp):
+    for (o, l, inner) in ((3, 7, 5), (6, 40, 1)):
+        x, dy = f32(o, l, inner, lo=-4, hi=4), f32(o, l, inner)
+        for log in (0, 1):
+            tx = t(x)
+            y = (F.log_softmax if log else F.softmax)(tx, dim=1)
+            (dx,) = grads(y, dy, tx)
+            got = run(driver, tmp, "softmax", [o, l, inner, log], [x, dy], 2)
+            tag = "%ssoftmax [%d,%d,%d] axis 1 " % ("log_" if log else "", o, l, inner)
+            check(tag + "y", got[0], y.detach())
+            check(tag + "dx", got[1], dx)
+
+
+def case_losses(driver, tmp):
+    B, T, C = 4, 5, 11
+    x = f32(B, T, C, lo=-4, hi=4)
+    labels = rng.integers(0, C, size=(B, T)).astype(np.int32)
+    dl = np.array([0.75], dtype=np.float32)
+    tx = t(x)
+    loss = F.cross_entropy(tx.view(-1, C), torch.from_numpy(labels).long().view(-1))
+    (dx,) = grads(loss, dl.reshape(()), tx)
+    got = run(driver, tmp, "cross_entropy", [B * T, C], [x, labels, dl], 3)
+    check("cross_entropy loss", got[0], loss.detach())
+    check("cross_entropy dx", got[1], dx)
+    acc = (x.reshape(-1, C).argmax(1) == labels.ravel()).mean()
+    check("accuracy", got[2], acc)
+    n = 300
+    p, tg = f32(n), f32(n)
+    tp = t(p)
+    loss = F.mse_loss(tp, torch.from_numpy(tg))
+    (dp,) = grads(loss, dl.reshape(()), tp)
+    got = run(driver, tmp, "mse", [n], [p, tg, dl], 2)
+    check("mse loss", got[0], loss.detach())
+    check("mse dpred", got[1], dp)
+
+
+def case_activations(driver, tmp):
+    n = 2000
+    x, dy = f32(n, lo=-6, hi=6), f32(n)
+    got = run(driver, tmp, "activations", [n], [x, dy], 8)
+    for i, (name, fn) in enumerate((("gelu", F.gelu), ("silu", F.silu),
+                                    ("sigmoid", torch.sigmoid), ("tanh", torch.tanh))):
+        tx = t(x)
+        y = fn(tx)
+        (dx,) = grads(y, dy, tx)
+        check(name + " y", got[2 * i], y.detach())
+        check(name + " dx", got[2 * i + 1], dx)
+
+
+def case_attention(driver, tmp):
+    B, H, T, D = 2, 3, 9, 8
+    for causal in (0, 1):
+        q, k, v, dy = f32(B, H, T, D), f32(B, H, T, D), f32(B, H, T, D), f32(B, H, T, D)
+        tq, tk, tv = t(q), t(k), t(v)
+        s = tq @ tk.transpose(-1, -2) / np.sqrt(D)
+        if causal:
+            s = s.masked_fill(torch.triu(torch.ones(T, T, dtype=torch.bool), 1), -np.inf)
+        y = F.softmax(s, dim=-1) @ tv
+        dq, dk, dv = grads(y, dy, tq, tk, tv)
+        got = run(driver, tmp, "attention", [B * H, T, D, causal], [q, k, v, dy], 4)
+        tag = "attention%s " % (" causal" if causal else "")
+        for name, g, want in zip(("y", "dq", "dk", "dv"), got, (y.detach(), dq, dk, dv)):
+            check(tag + name, g, want)
+
+
+def case_embedding(driver, tmp):
+    n, V, D = 30, 7, 5
+    ids = rng.integers(0, V, size=n).astype(np.int32)
+    w, dy = f32(V, D), f32(n, D)
+    tw = t(w)
+    y = F.embedding(torch.from_numpy(ids).long(), tw)
+    (dw,) = grads(y, dy, tw)
+    got = run(driver, tmp, "embedding", [n, V, D], [ids, w, dy], 2)
+    check("embedding y", got[0], y.detach())
+    check("embedding dw", got[1], dw)
+
+
+def main():
+    if len(sys.argv) not in (2, 3) or sys.argv[2:] not in ([], ["--no-conversions"]):
+        print(__doc__)
+        return 2
+    driver = os.path.abspath(sys.argv[1])
+    cases = [case_conversions] if len(sys.argv) == 2 else []
+    with tempfile.TemporaryDirectory() as tmp:
+        for case in cases + [case_linear, case_conv2d, case_pools,
+                     case_layer_norm, case_batch_norm, case_softmax, case_losses,
+                     case_activations, case_attention, case_embedding]:
+            case(driver, tmp)
+    if failures:
+        print("\n%d comparisons failed" % len(failures))
+        return 1
+    print("\nall comparisons with torch passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

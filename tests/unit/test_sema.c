@@ -1,0 +1,751 @@
+/* test_sema.c - semantic analysis on real source text.
+ *
+ * Each test parses a model with the real front end and lowers it with
+ * sema_lower(): parameter naming (the spec's own examples), overrides,
+ * constant folding and its overflow checks, the train block and its
+ * defaults, the examples/ models, and every error path, each with the
+ * wording a user sees. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include "ast.h"
+#include "ops.h"
+#include "sema.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static Arena arena;
+static char *msgs;
+static size_t msgs_len;
+static FILE *msgf;
+
+static int setup(void **state)
+{
+    (void)state;
+    arena_init(&arena);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    if (msgf)
+        fclose(msgf);
+    free(msgs);
+    msgf = NULL;
+    msgs = NULL;
+    arena_free(&arena);
+    return 0;
+}
+
+/* Parses and lowers src; messages land in `msgs`. */
+static IrGraph *lower_policy(const char *src, int policy)
+{
+    if (msgf)
+        fclose(msgf);
+    free(msgs);
+    msgs = NULL;
+    msgf = open_memstream(&msgs, &msgs_len);
+    diag_init(msgf);
+    SrcFile *f = arena_alloc(&arena, sizeof *f);
+    f->path = "t.mp";
+    f->text = src;
+    f->len = (long)strlen(src);
+    Ast *ast = ast_parse(&arena, f);
+    if (diag_error_count()) {
+        fflush(msgf);
+        fail_msg("the test's model does not parse:\n%s", msgs);
+    }
+    IrGraph *g = sema_lower(&arena, ast, policy);
+    fflush(msgf);
+    return g;
+}
+
+static IrGraph *lower_ok(const char *src)
+{
+    IrGraph *g = lower_policy(src, -1);
+    if (!g)
+        fail_msg("unexpected errors:\n%s", msgs);
+    assert_int_equal(diag_error_count(), 0);
+    return g;
+}
+
+static void lower_err(const char *src, const char *text)
+{
+    IrGraph *g = lower_policy(src, -1);
+    if (g)
+        fail_msg("expected an error containing \"%s\", got none", text);
+    if (!strstr(msgs, text))
+        fail_msg("expected an error containing \"%s\", got:\n%s", text, msgs);
+}
+
+#define HEAD "model m\nconst B = 4\ninput x: f32[B, 8]\ninput y: i32[B]\n"
+#define TRAIN "train {\n  optimizer = adam(lr = 1e-3)\n  minimize loss\n}\n"
+#define LOSS "loss = cross_entropy(linear(z, 3, name = \"out\"), y)\n"
+
+static IrParam *param(IrGraph *g, const char *name)
+{
+    IrParam *p = ir_find_param(g, name);
+    if (!p)
+        fail_msg("no parameter '%s'", name);
+    return p;
+}
+
+static void expect_param(IrGraph *g, const char *name, int rank, int64_t d0, int64_t d1)
+{
+    IrParam *p = param(g, name);
+    assert_int_equal(p->shape.rank, rank);
+    assert_int_equal(p->shape.d[0], d0);
+    if (rank > 1)
+        assert_int_equal(p->shape.d[1], d1);
+}
+
+/* The last node made for a named value. */
+static IrNode *named(IrGraph *g, const char *name)
+{
+    for (int i = g->nnodes - 1; i >= 0; i--)
+        if (g->nodes[i]->name && strcmp(g->nodes[i]->name, name) == 0)
+            return g->nodes[i];
+    fail_msg("no node named '%s'", name);
+    return NULL;
+}
+
+/* ---- the spec's model and its naming ------------------------------------- */
+
+static const char mnist_mlp[] =
+    "model mnist_mlp\n"
+    "const B = 128\n"
+    "input image: u8[B, 784]\n"
+    "input label: i32[B]\n"
+    "x      = f32(image) / 255\n"
+    "h      = relu(linear(x, 512))\n"
+    "logits: f32 = linear(h, 10)\n"
+    "loss   = cross_entropy(logits, label)\n"
+    "metric accuracy = accuracy(logits, label)\n"
+    "train {\n"
+    "  optimizer  = adam(lr = 1e-3)\n"
+    "  precision  = mixed_float16\n"
+    "  loss_scale = dynamic(init = 32768, growth = 2, backoff = 0.5, interval = 2000)\n"
+    "  steps      = 5000\n"
+    "  minimize loss\n"
+    "}\n";
+
+static void spec_model(void **state)
+{
+    (void)state;
+    IrGraph *g = lower_ok(mnist_mlp);
+    assert_string_equal(g->model, "mnist_mlp");
+    assert_int_equal(g->batch, 128);
+    assert_int_equal(g->ninputs, 2);
+    assert_int_equal(g->inputs[0].type, DT_U8);
+    assert_int_equal(g->inputs[1].classes, 10);
+    assert_int_equal(g->inputs[0].classes, 0);
+    assert_int_equal(g->nparams, 4);
+    expect_param(g, "h.weight", 2, 512, 784);
+    expect_param(g, "h.bias", 1, 512, 0);
+    expect_param(g, "logits.weight", 2, 10, 512);
+    expect_param(g, "logits.bias", 1, 10, 0);
+    IrParam *w = param(g, "h.weight");
+    assert_int_equal(w->init, INIT_GLOROT_UNIFORM);
+    assert_int_equal(w->fan_in, 784);
+    assert_int_equal(w->fan_out, 512);
+    assert_true(w->trainable);
+    assert_int_equal(param(g, "h.bias")->init, INIT_ZEROS);
+    /* x = f32(image) / 255: a user cast, then div by a constant */
+    IrNode *x = named(g, "x");
+    assert_int_equal(x->op, OP_DIV);
+    assert_int_equal(x->in[0]->op, OP_CAST);
+    assert_int_equal(x->in[0]->type, DT_F32);
+    assert_int_equal(x->in[0]->override, DT_F32);
+    assert_int_equal(x->in[1]->op, OP_CONST);
+    assert_true(x->in[1]->fa[0] == 255);
+    assert_int_equal(named(g, "h")->op, OP_RELU);
+    IrNode *logits = named(g, "logits");
+    assert_int_equal(logits->op, OP_LINEAR);
+    assert_int_equal(logits->override, DT_F32);
+    assert_int_equal(named(g, "h")->override, DT_NONE);
+    assert_int_equal(g->loss->op, OP_CROSS_ENTROPY);
+    assert_ptr_equal(g->loss, named(g, "loss"));
+    assert_int_equal(g->nmetrics, 1);
+    assert_string_equal(g->metrics[0].name, "accuracy");
+    assert_int_equal(g->metrics[0].node->op, OP_ACCURACY);
+    assert_int_equal(g->train.steps, 5000);
+    assert_int_equal(g->train.ls, LS_DYNAMIC);
+    assert_true(g->train.ls_set);
+    /* every node's inputs come before it, ids are indices */
+    for (int i = 0; i < g->nnodes; i++) {
+        assert_int_equal(g->nodes[i]->id, i);
+        for (int k = 0; k < g->nodes[i]->nin; k++)
+            assert_true(g->nodes[i]->in[k]->id < i);
+    }
+}
+
+static void block_naming(void **state)
+{
+    (void)state;
+    IrGraph *g = lower_ok(HEAD "const D = 8\n"
+                          "block mlp(x, d) {\n"
+                          "  h = gelu(linear(x, 4 * d))\n"
+                          "  return linear(h, d, name = \"proj\")\n"
+                          "}\n"
+                          "z = mlp(x, D)\n" LOSS TRAIN);
+    expect_param(g, "z.h.weight", 2, 32, 8);
+    expect_param(g, "z.h.bias", 1, 32, 0);
+    expect_param(g, "z.proj.weight", 2, 8, 32);
+    expect_param(g, "z.proj.bias", 1, 8, 0);
+    assert_int_equal(named(g, "z.h")->op, OP_GELU);
+    assert_int_equal(named(g, "z")->op, OP_LINEAR);
+    /* the spec's own example: y = mlp(x, D) declares y.h.weight ... */
+    g = lower_ok(HEAD "const D = 8\n"
+                 "block mlp(x, d) {\n"
+                 "  h = gelu(linear(x, 4 * d))\n"
+                 "  return linear(h, d, name = \"proj\")\n"
+                 "}\n"
+                 "y2 = mlp(x, D)\n"
+                 "z = mlp(y2, D, name = \"y\")\n" LOSS TRAIN);
+    param(g, "y.h.weight");
+    param(g, "y.proj.bias");
+    param(g, "y2.h.weight");
+}
+
+static void repeat_naming(void **state)
+{
+    (void)state;
+    IrGraph *g = lower_ok(HEAD "const D = 8\nconst L = 2\n"
+                          "block mlp(x, d) {\n"
+                          "  h = gelu(linear(x, 4 * d))\n"
+                          "  return linear(h, d, name = \"proj\")\n"
+                          "}\n"
+                          "z = x\n"
+                          "repeat L as layers {\n"
+                          "  z = z + mlp(layer_norm(z, name = \"ln\"), D, name = \"mlp\")\n"
+                          "}\n" LOSS TRAIN);
+    expect_param(g, "layers.0.ln.weight", 1, 8, 0);
+    assert_int_equal(param(g, "layers.0.ln.weight")->init, INIT_ONES);
+    assert_int_equal(param(g, "layers.0.ln.bias")->init, INIT_ZEROS);
+    param(g, "layers.0.mlp.h.weight");
+    param(g, "layers.0.mlp.proj.bias");
+    param(g, "layers.1.ln.weight");
+    expect_param(g, "layers.1.mlp.proj.bias", 1, 8, 0);
+    assert_null(ir_find_param(g, "layers.2.ln.weight"));
+    /* unrolled: the second copy reads the first copy's z */
+    IrNode *z1 = named(g, "layers.1.z"), *z0 = named(g, "layers.0.z");
+    assert_int_equal(z1->op, OP_ADD);
+    assert_ptr_equal(z1->in[0], z0);
+    assert_int_equal(z0->in[0]->op, OP_INPUT);
+    /* params declared by `param` inside a repeat: one per copy */
+    g = lower_ok(HEAD "z = x\nrepeat 3 as blk {\n  param w: [8, 8] = he_normal()\n  z = z @ w\n}\n" LOSS TRAIN);
+    param(g, "blk.0.w");
+    expect_param(g, "blk.2.w", 2, 8, 8);
+    assert_int_equal(param(g, "blk.2.w")->init, INIT_HE_NORMAL);
+    assert_int_equal(param(g, "blk.2.w")->fan_in, 8);
+}
+
+static void layers(void **state)
+{
+    (void)state;
+    IrGraph *g = lower_ok("model cnn\ninput img: u8[4, 3, 8, 8]\ninput y: i32[4]\n"
+                          "a = f32(img)\n"
+                          "c = conv2d(a, 6, 3, stride = 2, padding = 1)\n"
+                          "n = batch_norm(c, momentum = 0.2)\n"
+                          "p = max_pool2d(relu(n), 2)\n"
+                          "q = avg_pool2d(p, 2, stride = 1)\n"
+                          "r = global_avg_pool(p)\n"
+                          "e = dropout(r, 0.25)\n"
+                          "loss = cross_entropy(linear(e, 3, bias = false, init = normal(0.5)), y)\n"
+                          "metric qs = mean(q)\n" TRAIN);
+    expect_param(g, "c.weight", 4, 6, 3);
+    assert_int_equal(param(g, "c.weight")->shape.d[2], 3);
+    assert_int_equal(param(g, "c.weight")->fan_in, 27);
+    assert_int_equal(param(g, "c.weight")->fan_out, 54);
+    expect_param(g, "c.bias", 1, 6, 0);
+    IrNode *c = named(g, "c");
+    assert_int_equal(c->ia[0], 2);
+    assert_int_equal(c->ia[1], 1);
+    assert_int_equal(c->shape.d[2], 4);
+    expect_param(g, "n.weight", 1, 6, 0);
+    assert_int_equal(param(g, "n.weight")->init, INIT_ONES);
+    assert_true(param(g, "n.weight")->trainable);
+    assert_false(param(g, "n.running_mean")->trainable);
+    assert_false(param(g, "n.running_var")->trainable);
+    assert_int_equal(param(g, "n.running_var")->init, INIT_ONES);
+    assert_true(named(g, "n")->fa[0] == 0.2);
+    assert_true(named(g, "n")->fa[1] == 1e-5);
+    IrNode *p = named(g, "p");
+    assert_int_equal(p->ia[0], 2);
+    assert_int_equal(p->ia[1], 2);      /* stride defaults to the kernel */
+    assert_int_equal(named(g, "q")->ia[1], 1);
+    assert_int_equal(named(g, "r")->shape.rank, 2);
+    assert_true(named(g, "e")->fa[0] == 0.25);
+    IrParam *w = param(g, "loss.weight");
+    assert_int_equal(w->init, INIT_NORMAL);
+    assert_true(w->a == 0.5);
+    assert_null(ir_find_param(g, "loss.bias"));
+
+    g = lower_ok("model lm\ninput t: i32[2, 5]\ninput y: i32[2, 5]\n"
+                 "e = embedding(t, 11, 4)\n"
+                 "loss = cross_entropy(linear(e, 11, name = \"head\"), y)\n" TRAIN);
+    expect_param(g, "e.weight", 2, 11, 4);
+    assert_int_equal(named(g, "e")->shape.rank, 3);
+    assert_int_equal(g->inputs[1].classes, 11);
+    assert_int_equal(g->inputs[0].classes, 11);   /* ids index the table */
+}
+
+static void views_and_axes(void **state)
+{
+    (void)state;
+    IrGraph *g = lower_ok(HEAD "a = reshape(x, [2, -1, 4])\n"
+                          "b = transpose(a, [-1, 0, 1])\n"
+                          "c = softmax(b)\n"
+                          "d = log_softmax(b, axis = 0)\n"
+                          "e = sum(c, -2)\n"
+                          "f = mean(d)\n"
+                          "z = flatten(b)\n" LOSS TRAIN);
+    IrNode *a = named(g, "a");
+    assert_int_equal(a->shape.rank, 3);
+    assert_int_equal(a->shape.d[1], 4);   /* inferred */
+    IrNode *b = named(g, "b");
+    assert_int_equal(b->ia[0], 2);
+    assert_int_equal(b->ia[1], 0);
+    assert_int_equal(b->ia[2], 1);
+    assert_int_equal(named(g, "c")->ia[0], 2);
+    assert_int_equal(named(g, "d")->ia[0], 0);
+    assert_int_equal(named(g, "e")->ia[0], 1);
+    assert_int_equal(named(g, "f")->ia[0], -1);
+    assert_int_equal(named(g, "f")->shape.rank, 0);
+    assert_int_equal(named(g, "z")->shape.d[1], 8);
+}
+
+/* ---- overrides --------------------------------------------------------------- */
+
+static void overrides(void **state)
+{
+    (void)state;
+    IrGraph *g = lower_ok(HEAD
+                          "block twice(t) {\n  u = relu(t)\n  return u + u\n}\n"
+                          "a = relu(x)\n"
+                          "precision bf16 {\n"
+                          "  b = tanh(a)\n"
+                          "  c: f32 = sigmoid(b) * 2\n"
+                          "  d = twice(c)\n"
+                          "}\n"
+                          "e: f16 = twice(d)\n"
+                          "r = reshape(y, [2, 2])\n"
+                          "precision f16 {\n  s = reshape(y, [4, 1])\n}\n"
+                          "z = e\n" LOSS TRAIN);
+    assert_int_equal(named(g, "a")->override, DT_NONE);
+    assert_int_equal(named(g, "b")->override, DT_BF16);
+    IrNode *c = named(g, "c");
+    assert_int_equal(c->override, DT_F32);            /* typed assignment wins */
+    assert_int_equal(c->in[0]->override, DT_F32);     /* sigmoid */
+    assert_int_equal(c->in[1]->override, DT_NONE);    /* a CONST is no operation */
+    assert_int_equal(named(g, "d")->override, DT_BF16);
+    assert_int_equal(named(g, "d")->in[0]->override, DT_BF16);   /* the block's relu */
+    assert_int_equal(named(g, "e")->override, DT_F16);
+    assert_int_equal(named(g, "loss")->override, DT_NONE);
+    assert_int_equal(named(g, "r")->type, DT_I32);
+    assert_int_equal(named(g, "s")->override, DT_NONE);           /* integer views keep theirs */
+    /* f32 of an f32 value is that value; bf16 of it a cast with its override */
+    g = lower_ok(HEAD "a = f32(x)\nb = bf16(x)\nz = f32(b)\n" LOSS TRAIN);
+    int casts = 0;
+    for (int i = 0; i < g->nnodes; i++)
+        casts += g->nodes[i]->op == OP_CAST;
+    assert_int_equal(casts, 2);
+    assert_int_equal(named(g, "b")->in[0]->op, OP_INPUT);
+    assert_int_equal(named(g, "b")->op, OP_CAST);
+    assert_int_equal(named(g, "b")->override, DT_BF16);
+    assert_int_equal(named(g, "z")->type, DT_F32);
+}
+
+/* ---- constants -------------------------------------------------------------- */
+
+static void constants(void **state)
+{
+    (void)state;
+    IrGraph *g = lower_ok("model m\n"
+                          "const A = 2 ** 3 * (5 - 1)\n"       /* 32 */
+                          "const H = 4\n"
+                          "const D = A / H\n"                  /* exact: integer 8 */
+                          "const R = 7 / 2\n"                  /* 3.5 */
+                          "const N = -(-3)\n"
+                          "input x: f32[N, A]\n"
+                          "input y: i32[N]\n"
+                          "z = linear(x, D) * R + 2 * 3\n" LOSS TRAIN);
+    assert_int_equal(g->inputs[0].shape.d[1], 32);
+    assert_int_equal(g->batch, 3);
+    IrNode *z = named(g, "z");
+    assert_int_equal(z->shape.d[1], 8);
+    assert_int_equal(z->in[1]->op, OP_CONST);   /* 2 * 3 folded */
+    assert_true(z->in[1]->fa[0] == 6);
+    assert_true(z->in[0]->in[1]->fa[0] == 3.5);
+    assert_int_equal(z->in[0]->in[1]->shape.rank, 0);
+
+    lower_err("model m\nconst D = 25 / 2\ninput x: f32[4, D]\n", "dimension must be an integer, got 12.5");
+    lower_err("model m\nconst D = 2.0\ninput x: f32[4, D]\n", "dimension must be an integer, got 2.0");
+    lower_err("model m\ninput x: f32[4, 0]\n", "dimension must be >= 1, got 0");
+    lower_err("model m\ninput x: f32[4, 3 - 5]\n", "dimension must be >= 1, got -2");
+    lower_err("model m\nconst D = 9223372036854775807 + 1\n", "integer overflow in a constant expression");
+    lower_err("model m\nconst D = 3037000500 * 3037000500\n", "integer overflow");
+    lower_err("model m\nconst D = -9223372036854775807 - 2\n", "integer overflow");
+    lower_err("model m\nconst D = 2 ** 63\n", "integer overflow");
+    lower_err("model m\nconst D = 1 / 0\n", "division by zero");
+    lower_err("model m\nconst D = 1.5 / 0.0\n", "division by zero");
+    lower_err("model m\nconst D = 10.0 ** 400\n", "not a finite number");
+    lower_err("model m\ninput x: f32[4294967296, 4294967296, 4]\n", "has too many elements");
+    lower_err("model m\ninput x: f32[4, 8]\nconst C = x\n", "const 'C' needs a number known at compile time");
+    /* constant edge cases that are fine */
+    g = lower_ok("model m\nconst P = 1 ** 100\nconst Q = (-1) ** 63 + 2\nconst Z = 0 ** 0\n"
+                 "const M = -9223372036854775807 - 1\n"
+                 "input x: f32[4, P + Q + Z]\ninput y: i32[4]\nz = x\n" LOSS TRAIN);
+    assert_int_equal(g->inputs[0].shape.d[1], 3);
+}
+
+/* ---- the train block ------------------------------------------------------------ */
+
+static void train_defaults(void **state)
+{
+    (void)state;
+    IrGraph *g = lower_ok(HEAD "z = x\n" LOSS TRAIN);
+    TrainCfg *t = &g->train;
+    assert_int_equal(t->opt, OPT_ADAM);
+    assert_true(t->lr == 1e-3 && t->beta1 == 0.9 && t->beta2 == 0.999 && t->eps == 1e-8);
+    assert_true(t->weight_decay == 0);
+    assert_int_equal(t->policy, POLICY_MIXED_F16);
+    assert_false(t->policy_set);
+    assert_int_equal(t->ls, LS_DYNAMIC);
+    assert_false(t->ls_set);
+    assert_true(t->ls_init == 32768 && t->ls_growth == 2 && t->ls_backoff == 0.5);
+    assert_int_equal(t->ls_interval, 2000);
+    assert_int_equal(t->sched, SCHED_CONSTANT);
+    assert_true(t->clip == 0);
+    assert_int_equal(t->accumulate, 1);
+    assert_int_equal(t->steps, 1000);
+    assert_int_equal(t->seed, 0);
+    assert_int_equal(t->nfp16_ops + t->nfp32_ops, 0);
+
+    g = lower_ok(HEAD "z = x\n" LOSS "train {\n  optimizer = adamw(lr = 3e-4)\n"
+                 "  precision = mixed_bfloat16\n  minimize loss\n}\n");
+    assert_int_equal(g->train.opt, OPT_ADAMW);
+    assert_true(g->train.weight_decay == 0.01);
+    assert_int_equal(g->train.ls, LS_NONE);   /* no scaling for bf16 */
+    assert_true(g->train.policy_set);
+
+    /* --precision overrides, and the loss-scale default follows it */
+    g = lower_policy(HEAD "z = x\n" LOSS "train {\n  optimizer = sgd(0.1)\n"
+                     "  precision = mixed_bfloat16\n  minimize loss\n}\n", POLICY_MIXED_F16);
+    assert_non_null(g);
+    assert_int_equal(g->train.policy, POLICY_MIXED_F16);
+    assert_int_equal(g->train.ls, LS_DYNAMIC);
+    g = lower_policy(HEAD "z = x\n" LOSS TRAIN, POLICY_FLOAT32);
+    assert_non_null(g);
+    assert_int_equal(g->train.policy, POLICY_FLOAT32);
+    assert_true(g->train.policy_set);
+    assert_int_equal(g->train.ls, LS_NONE);
+    /* a written loss scale stays whatever the policy */
+    g = lower_policy(HEAD "z = x\n" LOSS "train {\n  optimizer = sgd(0.1)\n  loss_scale = static(128)\n"
+                     "  minimize loss\n}\n", POLICY_FLOAT32);
+    assert_non_null(g);
+    assert_int_equal(g->train.ls, LS_STATIC);
+    assert_true(g->train.ls_init == 128);
+    assert_true(g->train.ls_set);
+}
+
+static void train_settings(void **state)
+{
+    (void)state;
+    IrGraph *g = lower_ok(HEAD "const S = 100\nz = x\n" LOSS
+                          "train {\n"
+                          "  optimizer = sgd(lr = 0.5, momentum = 0.9, nesterov = true, weight_decay = 1e-4)\n"
+                          "  precision = float32\n"
+                          "  loss_scale = none\n"
+                          "  lr_schedule = cosine(warmup = 10, min = 1e-5)\n"
+                          "  clip_grad_norm = 1.5\n"
+                          "  accumulate = 4\n"
+                          "  fp16_ops = [softmax, add]\n"
+                          "  fp32_ops = [\"matmul\"]\n"
+                          "  steps = S * 3\n"
+                          "  seed = 42\n"
+                          "  minimize loss\n"
+                          "}\n");
+    TrainCfg *t = &g->train;
+    assert_int_equal(t->opt, OPT_SGD);
+    assert_true(t->lr == 0.5 && t->momentum == 0.9 && t->nesterov && t->weight_decay == 1e-4);
+    assert_int_equal(t->policy, POLICY_FLOAT32);
+    assert_int_equal(t->ls, LS_NONE);
+    assert_true(t->ls_set);
+    assert_int_equal(t->sched, SCHED_COSINE);
+    assert_true(t->warmup == 10 && t->sched_min == 1e-5);
+    assert_true(t->clip == 1.5);
+    assert_int_equal(t->accumulate, 4);
+    assert_int_equal(t->nfp16_ops, 2);
+    assert_string_equal(t->fp16_ops[1], "add");
+    assert_int_equal(t->nfp32_ops, 1);
+    assert_string_equal(t->fp32_ops[0], "matmul");
+    assert_int_equal(t->steps, 300);
+    assert_int_equal(t->seed, 42);
+
+    g = lower_ok(HEAD "z = x\n" LOSS "train {\n  optimizer = adam\n  lr_schedule = linear(warmup = 5)\n"
+                 "  loss_scale = dynamic\n  minimize loss\n}\n");
+    assert_int_equal(g->train.sched, SCHED_LINEAR);
+    assert_true(g->train.warmup == 5);
+    assert_int_equal(g->train.ls, LS_DYNAMIC);
+    assert_true(g->train.lr == 1e-3);
+}
+
+/* ---- names ------------------------------------------------------------------------ */
+
+static void c_keywords_are_fine_names(void **state)
+{
+    (void)state;
+    IrGraph *g = lower_ok("model int\ninput half: f32[4, 8]\ninput printf: i32[4]\n"
+                          "main = linear(half, 3)\nwhile = relu(main)\n"
+                          "loss = cross_entropy(while, printf)\n" TRAIN);
+    assert_string_equal(g->model, "int");
+    param(g, "main.weight");
+}
+
+static void rebinding(void **state)
+{
+    (void)state;
+    IrGraph *g = lower_ok(HEAD "z = relu(x)\nz = z + relu(z)\nz = z * 2\n" LOSS TRAIN);
+    IrNode *z = named(g, "z");
+    assert_int_equal(z->op, OP_MUL);
+    assert_int_equal(z->in[0]->op, OP_ADD);
+    assert_string_equal(z->in[0]->name, "z");
+    /* aliasing a value does not rename it */
+    g = lower_ok(HEAD "a = relu(x)\nz = a\n" LOSS TRAIN);
+    assert_string_equal(named(g, "a")->name, "a");
+}
+
+static void examples_lower(void **state)
+{
+    (void)state;
+    static const char *const files[] = {"examples/mnist_mlp.mp", "examples/mnist_cnn.mp",
+                                        "examples/char_transformer.mp", "examples/digits_mlp.mp"};
+    for (int i = 0; i < 4; i++) {
+        if (msgf)
+            fclose(msgf);
+        free(msgs);
+        msgs = NULL;
+        msgf = open_memstream(&msgs, &msgs_len);
+        diag_init(msgf);
+        SrcFile *f = ast_read_file(&arena, files[i]);
+        if (!f)
+            fail_msg("cannot read %s (run from the repository root)", files[i]);
+        Ast *ast = ast_parse(&arena, f);
+        IrGraph *g = diag_error_count() ? NULL : sema_lower(&arena, ast, -1);
+        fflush(msgf);
+        if (!g)
+            fail_msg("%s:\n%s", files[i], msgs);
+    }
+}
+
+static void char_transformer_names(void **state)
+{
+    (void)state;
+    if (msgf)
+        fclose(msgf);
+    msgf = open_memstream(&msgs, &msgs_len);
+    diag_init(msgf);
+    SrcFile *f = ast_read_file(&arena, "examples/char_transformer.mp");
+    assert_non_null(f);
+    IrGraph *g = sema_lower(&arena, ast_parse(&arena, f), -1);
+    assert_non_null(g);
+    expect_param(g, "tok.weight", 2, 65, 64);
+    expect_param(g, "pos", 2, 64, 64);
+    expect_param(g, "layers.0.attn.q.weight", 2, 64, 64);
+    expect_param(g, "layers.1.mlp.fc.weight", 2, 256, 64);
+    expect_param(g, "head.weight", 2, 65, 64);
+    assert_int_equal(g->inputs[1].classes, 65);
+    assert_int_equal(g->inputs[0].classes, 65);
+    int att = 0;
+    for (int i = 0; i < g->nnodes; i++)
+        if (g->nodes[i]->op == OP_ATTENTION) {
+            att++;
+            assert_int_equal(g->nodes[i]->ia[0], 1);   /* causal */
+            assert_int_equal(g->nodes[i]->shape.d[1], 4);
+        }
+    assert_int_equal(att, 2);
+}
+
+/* ---- errors --------------------------------------------------------------------------- */
+
+typedef struct Case {
+    const char *src, *want;
+} Case;
+
+static const Case name_errors[] = {
+    {HEAD "hh = relu(x)\nz = relu(h)\n" LOSS TRAIN, "t.mp:6:10: error: unknown name 'h', did you mean 'hh'?"},
+    {HEAD "z = rleu(x)\n" LOSS TRAIN, "unknown operation 'rleu', did you mean 'relu'?"},
+    {HEAD "z = frobnicate(x)\n" LOSS TRAIN, "unknown operation 'frobnicate'"},
+    {HEAD "z = linear(x, 4, biass = false)\n" LOSS TRAIN, "unknown argument 'biass' of linear, did you mean 'bias'?"},
+    {HEAD "z = linear(x, 4, n = 3)\n" LOSS TRAIN, "argument 'n' of linear is given twice"},
+    {HEAD "z = linear(x)\n" LOSS TRAIN, "missing argument 'n' of linear(x, n, bias = true, name, init, bias_init)"},
+    {HEAD "z = relu(x, 1)\n" LOSS TRAIN, "relu takes at most 1 argument, got 2"},
+    {HEAD "z = relu(3)\n" LOSS TRAIN, "argument 'x' of relu must be a tensor, got 3"},
+    {HEAD "z = linear(x, 2.5)\n" LOSS TRAIN, "argument 'n' of linear must be an integer, got 2.5"},
+    {HEAD "z = linear(x, 4, bias = 1)\n" LOSS TRAIN, "argument 'bias' of linear must be true or false"},
+    {HEAD "z = linear(x, 4, name = proj)\n" LOSS TRAIN, "argument 'name' of linear must be a string, e.g. \"proj\""},
+    {HEAD "z = linear(x, 4, name = \"a b\")\n" LOSS TRAIN, "a layer name must be an identifier"},
+    {HEAD "z = reshape(x, 4)\n" LOSS TRAIN, "argument 'dims' of reshape must be a list"},
+    {HEAD "z = relu\n" LOSS TRAIN, "'relu' is an operation, not a value"},
+    {HEAD "z = x(3)\n" LOSS TRAIN, "'x' is an input, not an operation"},
+    {HEAD "loss = cross_entropy(z, y)\nz = linear(x, 3)\n" TRAIN, "'z' is used before its definition"},
+    {HEAD "z = h.weight\n" LOSS TRAIN, "unknown parameter 'h.weight'"},
+    {HEAD "h = linear(x, 8)\nz = h.wieght\n" LOSS TRAIN, "unknown parameter 'h.wieght', did you mean 'h.weight'?"},
+    {HEAD "z = \"s\"\n" LOSS TRAIN, "a string is only allowed as a 'name = \"...\"' argument"},
+    {HEAD "z = [1, 2]\n" LOSS TRAIN, "a list [...] is only allowed"},
+    {HEAD "z = x\n" LOSS TRAIN "loss = 3\n", "minimize needs a float scalar, but 'loss' is 3"},
+    {HEAD "z = i32(x)\n" LOSS TRAIN, "cannot cast to i32"},
+};
+
+static const Case definition_errors[] = {
+    {HEAD "const x = 3\nz = x\n" LOSS TRAIN, "'x' is already an input: a constant needs a name of its own"},
+    {HEAD "const C = 1\nconst C = 2\nz = x\n" LOSS TRAIN, "constant 'C' is defined twice"},
+    {HEAD "param w: [8, 8] = zeros()\nparam w: [8, 8] = zeros()\nz = x @ w\n" LOSS TRAIN, "parameter 'w' is defined twice"},
+    {HEAD "B = relu(x)\nz = x\n" LOSS TRAIN, "'B' is a constant and cannot be rebound: only values can"},
+    {HEAD "x = relu(x)\nz = x\n" LOSS TRAIN, "'x' is an input and cannot be rebound"},
+    {HEAD "h = linear(x, 8)\nh = linear(h, 8)\nz = h\n" LOSS TRAIN, "parameter 'h.weight' is declared twice"},
+    {HEAD "z = linear(linear(x, 5), 3)\n" LOSS TRAIN, "linear declares parameters and needs a name: only one unnamed layer per statement takes the name of its target ('z')"},
+    {HEAD "block f(t) {\n  return linear(t, 3)\n}\nz = f(x)\n" LOSS TRAIN, "linear in a 'return' declares parameters and needs a name"},
+    {HEAD "block f(t) {\n  u = relu(t)\n}\nz = f(x)\n" LOSS TRAIN, "block 'f' returns no value"},
+    {HEAD "block f(t) {\n  return relu(x)\n}\nz = f(x)\n" LOSS TRAIN, "the input 'x' is not visible inside block 'f': pass it as an argument"},
+    {HEAD "block f(t) {\n  return relu(t)\n}\nz = f(x, name = \"g\")\n" LOSS TRAIN, "block 'f' declares no parameters: name = \"...\" names nothing"},
+    {HEAD "block f(t) {\n  return relu(t)\n}\nz = f(x, 3)\n" LOSS TRAIN, "block f(t) takes 1 argument, got 2"},
+    {HEAD "block relu(t) {\n  return t\n}\nz = x\n" LOSS TRAIN, "'relu' is a built-in operation"},
+    {HEAD "block f(t) {\n  return t\n}\nblock f(t) {\n  return t\n}\nz = x\n" LOSS TRAIN, "block 'f' is defined twice"},
+    {HEAD "block f(t) {\n  return f(t)\n}\nz = f(x)\n" LOSS TRAIN, "block 'f' calls itself (f -> f)"},
+    {HEAD "block a(t) {\n  return b(t)\n}\nblock b(t) {\n  return c(t)\n}\nblock c(t) {\n  return a(t)\n}\n"
+          "z = a(x)\n" LOSS TRAIN, "block 'a' calls itself (a -> b -> c -> a)"},
+    {HEAD "metric m = relu(x)\nz = x\n" LOSS TRAIN, "metric 'm' must be a float scalar, got a tensor [4, 8]: reduce it"},
+    {HEAD "z = x\nrepeat 2 as r {\n  metric m = mean(z)\n}\n" LOSS TRAIN, "a metric cannot be declared inside a repeat"},
+    {"model m\ninput x: f32[4, 8]\ninput y: i32[5]\nz = x\n" LOSS TRAIN, "input 'y' has batch 5, but the inputs before it have batch 4"},
+    {HEAD "z: i32 = x\n" LOSS TRAIN, "a typed assignment needs f32, f16 or bf16, got i32"},
+    {HEAD "precision u8 {\n  z = x\n}\n" LOSS TRAIN, "a precision region needs f32, f16 or bf16, got u8"},
+    {"model m\nconst B = 4\nz = 3\nloss = z\n" TRAIN, "the model declares no input"},
+    {HEAD "z = x\nrepeat 0 as r {\n  z = relu(z)\n}\n" LOSS TRAIN, "repeat count must be >= 1, got 0"},
+    {HEAD "z = x\nrepeat 1000000000 as r {\n  z = relu(z)\n}\n" LOSS TRAIN, "repeat count 1000000000 is too large (at most 100000)"},
+    {HEAD "z = x\nrepeat 100000 as r {\n  z = relu(z) + z * z - z / z + sigmoid(z) * tanh(z) - exp(z) * z\n}\n" LOSS TRAIN,
+     "repeat 100000 as r would make about 1200000 operations (12 per copy); a model may have at most 1000000"},
+    {HEAD "param w: [8, 3] = frobnicate()\nz = x @ w\n" LOSS TRAIN, "unknown initialiser 'frobnicate'"},
+    {HEAD "param w: [8, 3] = glorot_unifrom()\nz = x @ w\n" LOSS TRAIN, "unknown initialiser 'glorot_unifrom', did you mean 'glorot_uniform'?"},
+    {HEAD "param w: [8, 3] = uniform(1, 0)\nz = x @ w\n" LOSS TRAIN, "uniform(lo, hi) needs lo <= hi"},
+    {HEAD "param w: [8, 3] = normal(-1)\nz = x @ w\n" LOSS TRAIN, "normal(std) needs std >= 0"},
+    {HEAD "z = embedding(y, 10, 4, bias_init = zeros())\n" LOSS TRAIN, "embedding has no bias"},
+};
+
+static const Case shape_errors[] = {
+    {HEAD "param w: [7, 3] = zeros()\nz = x @ w\n" LOSS TRAIN, "t.mp:6:7: error: '@' needs matching inner dimensions, got [4, 8] @ [7, 3]"},
+    {HEAD "param b: [3] = zeros()\nz = linear(x, 5) + b\n" LOSS TRAIN, "cannot broadcast [4, 5] with [3]"},
+    {HEAD "z = reshape(x, [B, 7])\n" LOSS TRAIN, "reshape of [4, 8] (32 elements) to [4, 7] (28 elements): element counts differ"},
+    {HEAD "z = conv2d(x, 4, 3)\n" LOSS TRAIN, "conv2d needs NCHW input [N, C, H, W], got [4, 8]"},
+    {HEAD "z = x\nloss = cross_entropy(linear(z, 3), x)\n" TRAIN, "cross_entropy needs i32 labels, got f32"},
+    {"model m\ninput x: f32[128, 8]\ninput y: i32[128, 2]\nz = x\nloss = cross_entropy(linear(z, 10), reshape(y, [64, 4]))\n" TRAIN,
+     "cross_entropy labels [64, 4] do not match logits [128, 10]"},
+    {HEAD "z = y / 2\n" LOSS TRAIN, "'/' needs a float tensor, got i32: cast it first, e.g. f32(y)"},
+    {HEAD "z = x ** 2\n" LOSS TRAIN, "'**' works on constants only"},
+    {HEAD "z = x @ 2\n" LOSS TRAIN, "'@' needs two tensors, got a tensor [4, 8] and 2"},
+    {HEAD "z = sum(x, 2)\n" LOSS TRAIN, "sum axis 2 is out of range for [4, 8] (rank 2: axes -2 to 1)"},
+    {HEAD "z = transpose(x, [0])\n" LOSS TRAIN, "transpose of [4, 8] needs a permutation of its 2 axes, got 1"},
+    {HEAD "z = dropout(x, 1.5)\n" LOSS TRAIN, "dropout probability must be in [0, 1), got 1.5"},
+    {HEAD "z = linear(x, 0)\n" LOSS TRAIN, "linear output size must be >= 1, got 0"},
+    {HEAD "z = batch_norm(reshape(x, [4, 2, 4]))\n" LOSS TRAIN, "batch_norm needs an input [N, C, H, W] or [B, C], got [4, 2, 4]"},
+    {HEAD "z = attention(x, x, x)\n" LOSS TRAIN, "attention needs q, k, v [B, H, T, D], got [4, 8]"},
+    {HEAD "z = embedding(x, 10, 4)\n" LOSS TRAIN, "embedding needs i32 ids, got f32"},
+    {"model m\ninput x: f32[4, 8]\ninput y: i32[4]\nz = x\nloss = cross_entropy(linear(z, 3), y)\n"
+     "metric a = accuracy(linear(z, 5, name = \"o\"), y)\n" TRAIN, "'y' is used with 5 classes here but 3 classes before"},
+};
+
+static const Case train_errors[] = {
+    {HEAD "z = x\n" LOSS, "the model has no train block"},
+    {HEAD "z = x\n" LOSS "train {\n  minimize loss\n}\n", "the train block needs an optimizer"},
+    {HEAD "z = x\n" LOSS "train {\n  optimizer = adam\n}\n", "the train block needs 'minimize NAME'"},
+    {HEAD "z = x\n" LOSS "train {\n  optimizr = adam\n  minimize loss\n}\n", "unknown train setting 'optimizr', did you mean 'optimizer'?"},
+    {HEAD "z = x\n" LOSS "train {\n  optimizer = adamm(lr = 1)\n  minimize loss\n}\n", "unknown optimizer 'adamm', did you mean 'adam'?"},
+    {HEAD "z = x\n" LOSS "train {\n  optimizer = sgd\n  minimize loss\n}\n", "missing argument 'lr' of sgd("},
+    {HEAD "z = x\n" LOSS "train {\n  optimizer = sgd(-1)\n  minimize loss\n}\n", "sgd lr must be > 0, got -1"},
+    {HEAD "z = x\n" LOSS "train {\n  optimizer = sgd(1, nesterov = true)\n  minimize loss\n}\n", "nesterov = true needs momentum > 0"},
+    {HEAD "z = x\n" LOSS "train {\n  optimizer = adam(beta2 = 1)\n  minimize loss\n}\n", "adam beta2 must be in [0, 1), got 1"},
+    {HEAD "z = x\n" LOSS "train {\n  optimizer = adam\n  precision = mixed_float17\n  minimize loss\n}\n", "unknown precision 'mixed_float17', did you mean 'mixed_float16'?"},
+    {HEAD "z = x\n" LOSS "train {\n  optimizer = adam\n  precision = 3\n  minimize loss\n}\n", "precision must be float32, mixed_float16 or mixed_bfloat16"},
+    {HEAD "z = x\n" LOSS "train {\n  optimizer = adam\n  loss_scale = dynamic(init = 0.5)\n  minimize loss\n}\n", "dynamic init must be >= 1, got 0.5"},
+    {HEAD "z = x\n" LOSS "train {\n  optimizer = adam\n  loss_scale = dynamic(backoff = 2)\n  minimize loss\n}\n", "dynamic backoff must be in (0, 1), got 2"},
+    {HEAD "z = x\n" LOSS "train {\n  optimizer = adam\n  loss_scale = static\n  minimize loss\n}\n", "missing argument 'v' of static(v)"},
+    {HEAD "z = x\n" LOSS "train {\n  optimizer = adam\n  lr_schedule = cosine(warmup = -1)\n  minimize loss\n}\n", "cosine warmup must be >= 0, got -1"},
+    {HEAD "z = x\n" LOSS "train {\n  optimizer = adam\n  lr_schedule = exponential\n  minimize loss\n}\n", "unknown lr_schedule 'exponential': expected constant, cosine or linear"},
+    {HEAD "z = x\n" LOSS "train {\n  optimizer = adam\n  steps = 0\n  minimize loss\n}\n", "steps must be >= 1, got 0"},
+    {HEAD "z = x\n" LOSS "train {\n  optimizer = adam\n  accumulate = 2.5\n  minimize loss\n}\n", "accumulate must be an integer, got 2.5"},
+    {HEAD "z = x\n" LOSS "train {\n  optimizer = adam\n  seed = -1\n  minimize loss\n}\n", "seed must be >= 0, got -1"},
+    {HEAD "z = x\n" LOSS "train {\n  optimizer = adam\n  clip_grad_norm = 0\n  minimize loss\n}\n", "clip_grad_norm must be > 0, got 0"},
+    {HEAD "z = x\n" LOSS "train {\n  optimizer = adam\n  fp16_ops = [softmx]\n  minimize loss\n}\n", "unknown operation 'softmx' in fp16_ops, did you mean 'softmax'?"},
+    {HEAD "z = x\n" LOSS "train {\n  optimizer = adam\n  fp16_ops = softmax\n  minimize loss\n}\n", "fp16_ops must be a list of operation names"},
+    {HEAD "z = x\n" LOSS "train {\n  optimizer = adam\n  fp16_ops = [add]\n  fp32_ops = [add]\n  minimize loss\n}\n", "'add' is in both fp16_ops and fp32_ops"},
+    {HEAD "z = x\n" LOSS "metric a = accuracy(linear(z, 3, name = \"o2\"), y)\ntrain {\n  optimizer = adam\n  minimize a\n}\n", "'a' is a metric, which is never differentiated"},
+    {HEAD "z = x\n" LOSS "train {\n  optimizer = adam\n  minimize z\n}\n", "minimize needs a float scalar, but 'z' is a tensor [4, 8]: reduce it"},
+    {HEAD "z = x\n" LOSS "train {\n  optimizer = adam\n  minimize lss\n}\n", "unknown name 'lss', did you mean 'loss'?"},
+    {HEAD "z = x\nloss = mean(x)\ntrain {\n  optimizer = adam\n  minimize loss\n}\n", "'loss' does not depend on any trainable parameter"},
+};
+
+static void run_cases(const Case *cases, int n)
+{
+    for (int i = 0; i < n; i++)
+        lower_err(cases[i].src, cases[i].want);
+}
+#define RUN(cases) run_cases(cases, (int)(sizeof cases / sizeof cases[0]))
+
+static void errors_names(void **state) { (void)state; RUN(name_errors); }
+static void errors_definitions(void **state) { (void)state; RUN(definition_errors); }
+static void errors_shapes(void **state) { (void)state; RUN(shape_errors); }
+static void errors_train(void **state) { (void)state; RUN(train_errors); }
+
+/* One mistake, one message; several mistakes, all reported. */
+static void errors_are_counted_once_and_all_reported(void **state)
+{
+    (void)state;
+    lower_err(HEAD "z = relu(hh)\nw = z + z\nv = linear(w, 3)\n" LOSS TRAIN, "unknown name 'hh'");
+    assert_int_equal(diag_error_count(), 1);
+    lower_err(HEAD "a = relu(q1)\nb = relu(q2)\nc = relu(q3)\nz = x\n" LOSS TRAIN, "q3");
+    assert_int_equal(diag_error_count(), 3);
+    /* a block with a mistake, called three times: reported once */
+    lower_err(HEAD "block f(t) {\n  return relu(qq)\n}\na = f(x)\nb = f(x)\nc = f(x)\nz = x\n" LOSS TRAIN, "qq");
+    assert_int_equal(diag_error_count(), 1);
+    /* a repeat with a mistake: reported once, not per copy */
+    lower_err(HEAD "z = x\nrepeat 50 as r {\n  z = relu(qq)\n}\n" LOSS TRAIN, "qq");
+    assert_int_equal(diag_error_count(), 1);
+    /* more than the limit: stops at DIAG_MAX_ERRORS */
+    char src[4096] = HEAD;
+    for (int i = 0; i < 40; i++)
+        snprintf(src + strlen(src), sizeof src - strlen(src), "a%d = relu(nope%d)\n", i, i);
+    strcat(src, "z = x\n" LOSS TRAIN);
+    lower_err(src, "nope0");
+    assert_int_equal(diag_error_count(), DIAG_MAX_ERRORS);
+}
+
+/* Blocks nested many levels (no recursion) expand; the node limit holds. */
+static void expansion_limits(void **state)
+{
+    (void)state;
+    char src[8192] = HEAD "block g0(t) {\n  return t + t\n}\n";
+    for (int i = 1; i < 25; i++)
+        snprintf(src + strlen(src), sizeof src - strlen(src),
+                 "block g%d(t) {\n  return g%d(g%d(t))\n}\n", i, i - 1, i - 1);
+    strcat(src, "z = g24(x)\n" LOSS TRAIN);   /* 2^24 additions */
+    lower_err(src, "the model expands to more than 1000000 operations");
+}
+
+int main(void)
+{
+#define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
+    const struct CMUnitTest tests[] = {
+        T(spec_model), T(block_naming), T(repeat_naming), T(layers), T(views_and_axes),
+        T(overrides), T(constants), T(train_defaults), T(train_settings),
+        T(c_keywords_are_fine_names), T(rebinding), T(examples_lower), T(char_transformer_names),
+        T(errors_names), T(errors_definitions), T(errors_shapes), T(errors_train),
+        T(errors_are_counted_once_and_all_reported), T(expansion_limits),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
