@@ -50,8 +50,9 @@ static void header(Emit *e)
           " * Run:     ./train --help     (the same options as the C program)\n"
           " */\n",
        g->model, g->model);
-    /* the runtime is a library of static functions; a model uses some */
-    em(e, "#pragma nv_diag_suppress 177\n");
+    /* the runtime is a library of static functions, a model uses some */
+    em(e, "#pragma nv_diag_suppress 177 /* declared but never referenced */\n"
+          "#pragma nv_diag_suppress 550 /* set but never used */\n");
 }
 
 /* The input slot of one micro-batch: each input at a 256-byte boundary. */

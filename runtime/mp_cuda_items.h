@@ -204,14 +204,32 @@ static inline MpCuRed mp_cu_red_sum_to(int yr, const int64_t *ysh, int dyr, cons
     return r;
 }
 
-/* The part r = r0, r0 + step, ... < nred of output j's sum, in double. */
-static inline MP_HD double mp_cu_red_part(const MpCuRed *r, const void *x, int xdt, int64_t j,
-                                          int64_t r0, int64_t step)
+/* Items of a reduction: single elements, or (a contiguous run, as the C
+ * program's mp_sum_n) chunks of MP_CHUNK summed in f32. */
+static inline MP_HD int64_t mp_cu_red_items(const MpCuRed *r)
 {
-    int64_t base = mp_cu_view_at(&r->out, j);
+    int runs = r->red.rank == 1 && r->red.s[0] == 1;
+    return runs ? (r->nred + MP_CHUNK - 1) / MP_CHUNK : r->nred;
+}
+
+/* The part (items i0, i0 + step, ...) of output j's sum, in double. */
+static inline MP_HD double mp_cu_red_part(const MpCuRed *r, const void *x, int xdt, int64_t j,
+                                          int64_t i0, int64_t step)
+{
+    int64_t base = mp_cu_view_at(&r->out, j), n = mp_cu_red_items(r);
     double s = 0;
-    for (int64_t k = r0; k < r->nred; k += step)
-        s += mp_cu_ld(x, xdt, base + mp_cu_view_at(&r->red, k));
+    if (n == r->nred) {
+        for (int64_t k = i0; k < n; k += step)
+            s += mp_cu_ld(x, xdt, base + mp_cu_view_at(&r->red, k));
+        return s;
+    }
+    for (int64_t c = i0; c < n; c += step) {
+        int64_t end = (c + 1) * MP_CHUNK < r->nred ? (c + 1) * MP_CHUNK : r->nred;
+        float part = 0.0f;
+        for (int64_t k = c * MP_CHUNK; k < end; k++)
+            part += mp_cu_ld(x, xdt, base + k);
+        s += part;
+    }
     return s;
 }
 
@@ -419,29 +437,47 @@ static inline MP_HD void mp_cu_norm_grad_put(const MpCuNorm *g, void *dx, int dx
     }
 }
 
-/* y = (x - mean) rstd w + b, w and b per element or per set (NULL: 1, 0) */
+/* y = (x - mean) rstd w + b, w and b per element (layer norm) or one per
+ * set (batch norm: (x - mean) (rstd w) + b); NULL: 1, 0. As mp_kernels_nn.h. */
 static inline MP_HD void mp_cu_norm_put(const MpCuNorm *g, void *y, int ydt, const void *x, int xdt,
                                         const void *w, int wdt, const void *b, int bdt,
                                         int w_per_elem, int64_t wi, int64_t base, float mean,
                                         float rstd, int tid, int nt)
 {
+    float sc = rstd * (w && !w_per_elem ? mp_cu_ld(w, wdt, wi) : 1.0f);
+    float sh = b && !w_per_elem ? mp_cu_ld(b, bdt, wi) : 0.0f;
     for (int64_t e = tid; e < g->count; e += nt) {
-        int64_t at = mp_cu_norm_at(g, base, e), k = w_per_elem ? e : wi;
-        float v = (mp_cu_ld(x, xdt, at) - mean) * rstd;
-        if (w)
-            v *= mp_cu_ld(w, wdt, k);
-        if (b)
-            v += mp_cu_ld(b, bdt, k);
+        int64_t at = mp_cu_norm_at(g, base, e);
+        float v = mp_cu_ld(x, xdt, at) - mean;
+        if (w_per_elem)
+            v = v * rstd * (w ? mp_cu_ld(w, wdt, e) : 1.0f) + (b ? mp_cu_ld(b, bdt, e) : 0.0f);
+        else
+            v = v * sc + sh;
         mp_cu_st(y, ydt, at, v);
     }
 }
 
-/* mean and 1/sqrt(var + eps) from the sums (var biased, as torch) */
+/* mean and 1/sqrt(var + eps) from the sums (var biased, as torch), rounded
+ * as mp_moments does */
 static inline MP_HD void mp_cu_norm_stats(double sum, double sq_dev, int64_t count, float eps,
                                           float *mean, float *rstd)
 {
     *mean = (float)(sum / (double)count);
-    *rstd = (float)(1.0 / sqrt(sq_dev / (double)count + (double)eps));
+    *rstd = 1.0f / sqrtf((float)(sq_dev / (double)count) + eps);
+}
+
+/* sum of dy * xhat over the set's elements (tid, tid + nt, ...): batch
+ * norm's weight gradient, products in f32 as mp_k_batch_norm_dw */
+static inline MP_HD double mp_cu_norm_dw_part(const MpCuNorm *g, const void *dy, int dydt,
+                                              const void *x, int xdt, int64_t base, float mean,
+                                              float rstd, int tid, int nt)
+{
+    double s = 0;
+    for (int64_t e = tid; e < g->count; e += nt) {
+        int64_t at = mp_cu_norm_at(g, base, e);
+        s += mp_cu_ld(dy, dydt, at) * ((mp_cu_ld(x, xdt, at) - mean) * rstd);
+    }
+    return s;
 }
 
 /* dw[k] = sum over the set's elements of dy * xhat: layer norm's column k
@@ -454,7 +490,7 @@ static inline MP_HD double mp_cu_ln_dw_part(const void *dy, int dydt, const void
     for (int64_t r = r0; r < rows; r += step) {
         int64_t at = r * dim + k;
         float xh = (mp_cu_ld(x, xdt, at) - st[2 * r]) * st[2 * r + 1];
-        s += (double)mp_cu_ld(dy, dydt, at) * xh;
+        s += mp_cu_ld(dy, dydt, at) * xh;
     }
     return s;
 }
@@ -475,7 +511,7 @@ static inline MpCuImg mp_cu_img(int64_t N, int64_t C, int64_t H, int64_t W, int6
 }
 
 /* Pooling output element e of y [N, C, OH, OW] (pad 0): the max, with the
- * window position of the first maximum in *at (as an x offset). */
+ * window position of the first maximum (NaN wins, as torch) in *at. */
 static inline MP_HD float mp_cu_pool_max(const MpCuImg *g, const void *x, int xdt, int64_t e,
                                          int64_t *at)
 {
@@ -486,7 +522,7 @@ static inline MP_HD float mp_cu_pool_max(const MpCuImg *g, const void *x, int xd
     for (int64_t i = 0; i < g->k; i++)
         for (int64_t j = 0; j < g->k; j++) {
             float v = mp_cu_ld(x, xdt, base + i * g->W + j);
-            if (v > best || (i == 0 && j == 0)) {
+            if ((i == 0 && j == 0) || v > best || (isnan(v) && !isnan(best))) {
                 best = v;
                 *at = base + i * g->W + j;
             }
@@ -498,11 +534,11 @@ static inline MP_HD float mp_cu_pool_avg(const MpCuImg *g, const void *x, int xd
 {
     int64_t ow = e % g->OW, oh = e / g->OW % g->OH, nc = e / (g->OW * g->OH);
     int64_t base = nc * g->H * g->W + oh * g->stride * g->W + ow * g->stride;
-    float s = 0.0f;
+    double s = 0;
     for (int64_t i = 0; i < g->k; i++)
         for (int64_t j = 0; j < g->k; j++)
             s += mp_cu_ld(x, xdt, base + i * g->W + j);
-    return s / (float)(g->k * g->k);
+    return (float)(s * (1.0 / (double)(g->k * g->k)));
 }
 
 /* The outputs whose windows cover input (ih, iw), along one axis: [lo, hi]. */
@@ -524,7 +560,7 @@ static inline MP_HD float mp_cu_pool_grad_at(const MpCuImg *g, const void *dy, i
 {
     int64_t iw = e % g->W, ih = e / g->W % g->H, nc = e / (g->W * g->H);
     int64_t oh0, oh1, ow0, ow1;
-    float s = 0.0f;
+    float s = 0.0f, inv = 1.0f / (float)(g->k * g->k);
     mp_cu_cover(ih, g->k, g->stride, 0, g->OH, &oh0, &oh1);
     mp_cu_cover(iw, g->k, g->stride, 0, g->OW, &ow0, &ow1);
     for (int64_t oh = oh0; oh <= oh1; oh++)
@@ -536,7 +572,7 @@ static inline MP_HD float mp_cu_pool_grad_at(const MpCuImg *g, const void *dy, i
                     continue;
                 s += mp_cu_ld(dy, dydt, o);
             } else
-                s += mp_cu_ld(dy, dydt, o) / (float)(g->k * g->k);
+                s += mp_cu_ld(dy, dydt, o) * inv;
         }
     return s;
 }
@@ -609,15 +645,16 @@ static inline MP_HD void mp_cu_attn_row(void *p, int pdt, const float *s, int64_
         mp_cu_st(p, pdt, j, causal && j > i ? 0.0f : expf(s[j] - m) * inv);
 }
 
-/* dS = P (dP - sum_j dP P) for the gradients of q and k; P from the scores. */
+/* dS = P (dP - sum_j dP P) scale, rounded to the product type: for the
+ * gradients of q and k (as mp_attn_ds); P from the scores. */
 static inline MP_HD void mp_cu_attn_ds_row(void *ds, int dsdt, const float *s, const float *dp,
                                            int64_t T, int64_t i, int causal, float m, double sum,
-                                           double dot, int tid, int nt)
+                                           double dot, float scale, int tid, int nt)
 {
     float inv = (float)(1.0 / sum), fd = (float)dot;
     for (int64_t j = tid; j < T; j += nt) {
         float pj = causal && j > i ? 0.0f : expf(s[j] - m) * inv;
-        mp_cu_st(ds, dsdt, j, pj * (dp[j] - fd));
+        mp_cu_st(ds, dsdt, j, pj * (dp[j] - fd) * scale);
     }
 }
 

@@ -48,42 +48,44 @@
 static inline float *mp_cu_param(int i) { return mp_cu.params + mp_cu.t->offset[i]; }
 static inline float *mp_cu_grad(int i) { return mp_cu.grads + mp_cu.t->offset[i]; }
 
-static __global__ void mp_cu_k_loss_seed(float *y, const MpCuState *s)
-{
-    y[0] = (float)(s->ls.scale / (double)s->cfg.accumulate);
-}
+struct MpCuLossSeed {
+    float *y;
+    const MpCuState *s;
+    float v;                       /* eager: the value; s NULL */
+    MP_HD void operator()() const { y[0] = s ? (float)(s->ls.scale / (double)s->cfg.accumulate) : v; }
+};
 
-static __global__ void mp_cu_k_fill1(float *y, float v) { y[0] = v; }
-
-static __global__ void mp_cu_k_note_loss(MpCuState *s, const void *loss, int dt, int first)
-{
-    double v = mp_cu_ld(loss, dt, 0);
-    s->loss_sum = first ? v : s->loss_sum + v;
-}
-
-static __global__ void mp_cu_k_put(float *outs, int i, const void *src, int dt)
-{
-    outs[i] = mp_cu_ld(src, dt, 0);
-}
+/* The loss of micro-batch `micro` added to the step's (graph), or scalar i
+ * of the call (eager) kept in outs[i]. */
+struct MpCuNote {
+    MpCuState *s;
+    float *outs;
+    int i, dt, first;
+    const void *src;
+    MP_HD void operator()() const
+    {
+        float v = mp_cu_ld(src, dt, 0);
+        if (!s)
+            outs[i] = v;
+        else
+            s->loss_sum = first ? (double)v : s->loss_sum + (double)v;
+    }
+};
 
 /* The backward pass starts from d(loss) = S / accumulate. */
 static inline void mp_cu_loss_seed(float *y, const MpCuRun *r)
 {
-    if (r->graph)
-        mp_cu_go("loss_scale", mp_cu_k_loss_seed, 1, 1, y, (const MpCuState *)mp_cu.state);
-    else
-        mp_cu_go("loss_scale", mp_cu_k_fill1, 1, 1, y, r->seed_grad);
+    MpCuLossSeed f = {y, r->graph ? mp_cu.state : NULL, r->seed_grad};
+    mp_cu_one("loss_scale", f);
 }
 
 /* Scalar result i (0: the loss, 1 + j: metric j) made by the node just run:
  * kept before the arena's bytes are reused by later nodes. */
 static inline void mp_cu_out(const MpCuRun *r, int i, const void *src, int dt)
 {
-    if (r->graph) {
-        if (i == 0)
-            mp_cu_go("loss", mp_cu_k_note_loss, 1, 1, mp_cu.state, src, dt, r->micro == 0);
-    } else
-        mp_cu_go("loss", mp_cu_k_put, 1, 1, mp_cu.outs, i, src, dt);
+    MpCuNote f = {r->graph ? mp_cu.state : NULL, mp_cu.outs, i, dt, r->micro == 0, src};
+    if (!r->graph || i == 0)
+        mp_cu_one("loss", f);
 }
 
 /* --check-numerics: the node's result copied back and looked at. */
@@ -111,63 +113,79 @@ static inline int mp_cu_nonfinite(const void *buf, int64_t n, int dt)
 
 /* ---- the step's own kernels ------------------------------------------------------ */
 
-/* g *= 1/S over the flat buffer; block b's sum of squares into part[b]. */
-static __global__ void mp_cu_k_unscale(float *g, int64_t n, const MpCuState *s, double *part)
-{
-    float inv = (float)(1.0 / s->ls.scale);
-    double acc = 0;
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
-         i += (int64_t)gridDim.x * blockDim.x) {
-        float v = g[i];
-        if (inv != 1.0f) {
-            v *= inv;
-            g[i] = v;
+/* g *= 1/S over part b of the flat buffer; its sum of squares into part[b]. */
+struct MpCuUnscale {
+    float *g;
+    int64_t n, per;                /* per: elements of each part */
+    const MpCuState *s;
+    double *part;
+    MP_HD void operator()(int64_t b, const MpCuTeam &t) const
+    {
+        float inv = (float)(1.0 / s->ls.scale);
+        int64_t end = (b + 1) * per < n ? (b + 1) * per : n;
+        double acc = 0;
+        for (int64_t i = b * per + t.tid; i < end; i += t.nt) {
+            float v = g[i];
+            if (inv != 1.0f) {
+                v *= inv;
+                g[i] = v;
+            }
+            acc += (double)v * v;
         }
-        acc += (double)v * v;
+        acc = t.sum(acc);
+        if (t.tid == 0)
+            part[b] = acc;
     }
-    acc = mp_cu_block_sum(acc);
-    if (threadIdx.x == 0)
-        part[blockIdx.x] = acc;
-}
+};
 
 /* mp_step's decisions (mp_train.h), on the device. */
-static __global__ void mp_cu_k_decide(MpCuState *s, const MpCuHdr *h, const double *part, int nparts)
-{
-    double ss = 0;
-    for (int i = 0; i < nparts; i++)
-        ss += part[i];
-    s->loss = (float)(s->loss_sum / (double)s->cfg.accumulate);
-    s->grad_norm = sqrt(ss);
-    s->scale_used = s->ls.scale;
-    s->step = h->step;
-    s->taken = 0;
-    if (s->halted_at)
-        return;
-    int at_floor = mp_scaler_at_floor(&s->ls);
-    s->taken = mp_scaler_update(&s->ls, isfinite(ss));
-    if (!s->taken) {
-        s->floor_skips = at_floor ? s->floor_skips + 1 : 0;
-        if (s->floor_skips >= MP_COLLAPSE_STEPS)
-            s->halted_at = h->step;
-        return;
+struct MpCuDecide {
+    MpCuState *s;
+    const MpCuHdr *h;
+    const double *part;
+    int nparts;
+    MP_HD void operator()() const
+    {
+        double ss = 0;
+        for (int i = 0; i < nparts; i++)
+            ss += part[i];
+        s->loss = (float)(s->loss_sum / (double)s->cfg.accumulate);
+        s->grad_norm = sqrt(ss);
+        s->scale_used = s->ls.scale;
+        s->step = h->step;
+        s->taken = 0;
+        if (s->halted_at)
+            return;
+        int at_floor = mp_scaler_at_floor(&s->ls);
+        s->taken = mp_scaler_update(&s->ls, isfinite(ss));
+        if (!s->taken) {
+            s->floor_skips = at_floor ? s->floor_skips + 1 : 0;
+            if (s->floor_skips >= MP_COLLAPSE_STEPS)
+                s->halted_at = h->step;
+            return;
+        }
+        s->floor_skips = 0;
+        s->coef = s->cfg.clip > 0 ? mp_clip_coef(s->grad_norm, s->cfg.clip) : 1.0f;
+        s->updates++;
+        s->k = s->cfg.opt == MP_OPT_SGD ? mp_sgd_k(&s->cfg, h->lr)
+             : mp_adam_k(&s->cfg, h->lr, s->updates, s->cfg.opt == MP_OPT_ADAMW);
     }
-    s->floor_skips = 0;
-    s->coef = s->cfg.clip > 0 ? mp_clip_coef(s->grad_norm, s->cfg.clip) : 1.0f;
-    s->updates++;
-    s->k = s->cfg.opt == MP_OPT_SGD ? mp_sgd_k(&s->cfg, h->lr)
-         : mp_adam_k(&s->cfg, h->lr, s->updates, s->cfg.opt == MP_OPT_ADAMW);
-}
+};
 
-static __global__ void mp_cu_k_update(const MpCuState *s, const MpCuTile *tiles, int64_t ntiles,
-                                      float *p, const float *g, float *s0, float *s1)
-{
-    if (!s->taken)
-        return;
-    MpOptK k = s->k;
-    float coef = s->coef;
-    for (int64_t t = blockIdx.x; t < ntiles; t += gridDim.x) {
-        int64_t end = tiles[t].start + tiles[t].len;
-        for (int64_t i = tiles[t].start + threadIdx.x; i < end; i += blockDim.x) {
+/* The optimizer on tile b of the trainable parameters (nothing if skipped). */
+struct MpCuUpdate {
+    const MpCuState *s;
+    const MpCuTile *tiles;
+    float *p, *s0, *s1;
+    const float *g;
+    MP_HD void operator()(int64_t b, const MpCuTeam &t) const
+    {
+        if (!s->taken)
+            return;
+        MpOptK k = s->k;
+        float coef = s->coef;
+        int64_t end = tiles[b].start + tiles[b].len;
+        for (int64_t i = tiles[b].start + t.tid; i < end; i += t.nt) {
             float gi = coef != 1.0f ? g[i] * coef : g[i];
             if (k.adam)
                 mp_adam_elem(&k, &p[i], gi, &s0[i], &s1[i]);
@@ -175,7 +193,7 @@ static __global__ void mp_cu_k_update(const MpCuState *s, const MpCuTile *tiles,
                 mp_sgd_elem(&k, &p[i], gi, s0 ? &s0[i] : (float *)NULL);
         }
     }
-}
+};
 
 /* ---- one step, as launched (and captured) ------------------------------------------ */
 
@@ -212,13 +230,14 @@ static inline void mp_cu_step_body(int s)
         mp_cu.model->forward(&r);
         mp_cu.model->backward(&r);
     }
-    mp_cu_go("unscale", mp_cu_k_unscale, mp_cu.nparts, 256, mp_cu.grads, t->total,
-             (const MpCuState *)mp_cu.state, mp_cu.part);
-    mp_cu_go("decide", mp_cu_k_decide, 1, 1, mp_cu.state, r.hdr, (const double *)mp_cu.part,
-             mp_cu.nparts);
-    mp_cu_go("update", mp_cu_k_update, mp_cu_blocks(mp_cu.ntiles, 1), 256,
-             (const MpCuState *)mp_cu.state, (const MpCuTile *)mp_cu.tiles, mp_cu.ntiles,
-             mp_cu.params, (const float *)mp_cu.grads, mp_cu.slot[0], mp_cu.slot[1]);
+    MpCuUnscale un = {mp_cu.grads, t->total, (t->total + mp_cu.nparts - 1) / mp_cu.nparts,
+                      mp_cu.state, mp_cu.part};
+    MpCuDecide de = {mp_cu.state, r.hdr, mp_cu.part, mp_cu.nparts};
+    MpCuUpdate up = {mp_cu.state, mp_cu.tiles, mp_cu.params, mp_cu.slot[0], mp_cu.slot[1],
+                     mp_cu.grads};
+    mp_cu_rows("unscale", mp_cu.nparts, 256, un);
+    mp_cu_one("decide", de);
+    mp_cu_rows("update", mp_cu.ntiles, 256, up);
 }
 
 /* Captures slot s's step as a graph; 0, or -1 (then steps run eagerly). */
@@ -398,8 +417,10 @@ static int mp_cu_start(MpTrainer *t, int host, MpErr *e)
                        (double)mp_cu.mem_bytes / (1 << 20), cudaGetErrorString(rc));
     }
     mp_cu_layout(mp_cu.mem);
+#ifndef MP_CU_EMU
     mp_cu_blas_ok(mp_cu.blas.set_workspace(mp_cu.handle, mp_cu.blas_ws, MP_CU_BLAS_WS),
                   "cublasSetWorkspace");
+#endif
     mp_cu.model->bind(mp_cu.arena);
     mp_cu_push(t, tiles);
     free(tiles);
