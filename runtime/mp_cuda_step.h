@@ -395,6 +395,15 @@ static inline int mp_cu_start_steps(MpErr *e)
     return 0;
 }
 
+/* From here on the host owns the parameters (see the header). */
+static inline int mp_cu_host_mode(MpTrainer *t, MpErr *e)
+{
+    mp_cu.host = 1;
+    if (!mp_cu.hgrads && !(mp_cu.hgrads = (float *)malloc((size_t)(t->total + 1) * sizeof(float))))
+        return mp_errf(e, "out of memory for %lld gradients", (long long)t->total);
+    return 0;
+}
+
 static int mp_cu_start(MpTrainer *t, int host, MpErr *e)
 {
     mp_cu.t = t;
@@ -424,10 +433,8 @@ static int mp_cu_start(MpTrainer *t, int host, MpErr *e)
     mp_cu.model->bind(mp_cu.arena);
     mp_cu_push(t, tiles);
     free(tiles);
-    if (host && !(mp_cu.hgrads = (float *)malloc((size_t)(t->total + 1) * sizeof(float))))
-        return mp_errf(e, "out of memory");
     mp_cu.started = 1;
-    return host ? 0 : mp_cu_start_steps(e);
+    return host ? mp_cu_host_mode(t, e) : mp_cu_start_steps(e);
 }
 
 /* ---- pull, collapse -------------------------------------------------------------------------- */
@@ -461,9 +468,8 @@ static inline int mp_cu_collapse(MpTrainer *t, int64_t k0, MpErr *e)
 {
     MpModel *m = t->m;
     int64_t acc = t->cfg.accumulate;
-    if (mp_cu_pull(t, e))
+    if (mp_cu_pull(t, e) || mp_cu_host_mode(t, e))
         return 1;
-    mp_cu.host = 1;
     mp_order_restore(&t->order, &mp_cu.snap.start, mp_cu.snap.epoch, mp_cu.snap.pos);
     for (int64_t j = mp_cu.snap_step + 1; j < k0; j++)
         for (int64_t u = 0; u < acc; u++)
