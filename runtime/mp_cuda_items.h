@@ -212,18 +212,20 @@ static inline MP_HD int64_t mp_cu_red_items(const MpCuRed *r)
     return runs ? (r->nred + MP_CHUNK - 1) / MP_CHUNK : r->nred;
 }
 
-/* The part (items i0, i0 + step, ...) of output j's sum, in double. */
-static inline MP_HD double mp_cu_red_part(const MpCuRed *r, const void *x, int xdt, int64_t j,
-                                          int64_t i0, int64_t step)
+/* The part (items i0, i0 + step, ... < i1) of output j's sum, in double. */
+static inline MP_HD double mp_cu_red_range(const MpCuRed *r, const void *x, int xdt, int64_t j,
+                                           int64_t i0, int64_t i1, int64_t step)
 {
     int64_t base = mp_cu_view_at(&r->out, j), n = mp_cu_red_items(r);
     double s = 0;
+    if (i1 > n)
+        i1 = n;
     if (n == r->nred) {
-        for (int64_t k = i0; k < n; k += step)
+        for (int64_t k = i0; k < i1; k += step)
             s += mp_cu_ld(x, xdt, base + mp_cu_view_at(&r->red, k));
         return s;
     }
-    for (int64_t c = i0; c < n; c += step) {
+    for (int64_t c = i0; c < i1; c += step) {
         int64_t end = (c + 1) * MP_CHUNK < r->nred ? (c + 1) * MP_CHUNK : r->nred;
         float part = 0.0f;
         for (int64_t k = c * MP_CHUNK; k < end; k++)
@@ -231,6 +233,12 @@ static inline MP_HD double mp_cu_red_part(const MpCuRed *r, const void *x, int x
         s += part;
     }
     return s;
+}
+
+static inline MP_HD double mp_cu_red_part(const MpCuRed *r, const void *x, int xdt, int64_t j,
+                                          int64_t i0, int64_t step)
+{
+    return mp_cu_red_range(r, x, xdt, j, i0, r->nred, step);
 }
 
 static inline MP_HD void mp_cu_red_store(const MpCuRed *r, void *y, int ydt, int64_t j,

@@ -223,14 +223,59 @@ struct MpCuReduce {
     }
 };
 
+/* Many outputs with long sums (a bias gradient [R, N] -> [N]): the items
+ * cut in `split` slices, slice s of output j summed into part[s nout + j],
+ * then each output's slices added in order. */
+template <int XT>
+struct MpCuReduceSlice {
+    double *part;
+    const void *x;
+    MpCuRed r;
+    int64_t per;
+    MP_HD void operator()(int64_t e) const
+    {
+        int64_t j = e % r.nout, s = e / r.nout;
+        part[e] = mp_cu_red_range(&r, x, XT, j, s * per, (s + 1) * per, 1);
+    }
+};
+
+template <int YT>
+struct MpCuReduceJoin {
+    void *y;
+    const double *part;
+    MpCuRed r;
+    int64_t split;
+    float beta;
+    MP_HD void operator()(int64_t j) const
+    {
+        double s = 0;
+        for (int64_t k = 0; k < split; k++)
+            s += part[k * r.nout + j];
+        mp_cu_red_store(&r, y, YT, j, s, beta);
+    }
+};
+
+/* The way of summing depends on the sizes only, so results do not change
+ * from one GPU to another. */
 template <int YT, int XT>
 static inline void mp_cu_reduce(void *y, const void *x, MpCuRed r, float beta)
 {
+    int64_t items = mp_cu_red_items(&r);
     MpCuReduce<YT, XT> f = {y, x, r, beta};
-    if (mp_cu_red_items(&r) >= 64 && r.nout < 16 * (int64_t)(mp_cu.sms > 0 ? mp_cu.sms : 80))
+    if (items >= 64 && r.nout <= 2048) {
         mp_cu_rows("reduce", r.nout, 256, f);       /* long sums: a block each */
-    else
-        mp_cu_each("reduce", r.nout, f);
+        return;
+    }
+    if (items < 512) {
+        mp_cu_each("reduce", r.nout, f);            /* short sums: a thread each */
+        return;
+    }
+    int64_t split = items / 256 < 64 ? items / 256 : 64, per = (items + split - 1) / split;
+    double *part = (double *)mp_cu_ws(split * r.nout * (int64_t)sizeof(double));
+    MpCuReduceSlice<XT> a = {part, x, r, per};
+    MpCuReduceJoin<YT> b = {y, part, r, split, beta};
+    mp_cu_each("reduce", split * r.nout, a);
+    mp_cu_each("reduce", r.nout, b);
 }
 
 template <int YT, int XT>

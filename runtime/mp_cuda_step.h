@@ -414,7 +414,8 @@ static int mp_cu_start(MpTrainer *t, int host, MpErr *e)
         return 1;
     mp_cu_measure();
     mp_cu.slot_bytes = MP_CU_HDR + t->cfg.accumulate * mp_cu.model->in_bytes;
-    mp_cu.nparts = mp_cu_blocks(t->total, 256);
+    mp_cu.nparts = (int)mp_min64((t->total + 4095) / 4096, 1024);   /* sizes only: deterministic */
+    mp_cu.nparts = mp_cu.nparts < 1 ? 1 : mp_cu.nparts;
     MpCuTile *tiles = mp_cu_tiles(&mp_cu.ntiles);
     if (!tiles)
         return mp_errf(e, "out of memory");

@@ -9,7 +9,8 @@
 #   1. every tests/gradcheck model: --gradcheck (host mode: forward and
 #      backward on the "device", gradients brought back);
 #   2. each example (and tests/cuda/emu_options.mp: SGD Nesterov, weight
-#      decay, accumulate 2, clipping, warm-up, dropout, bf16) on synthetic
+#      decay, accumulate 2, clipping, warm-up, dropout, bf16; emu_wide.mp:
+#      the split path of reductions, wide products) on synthetic
 #      data with --no-shuffle: the logged loss of every step and the eval
 #      loss and metrics equal the C program's (1e-4 relative in float32,
 #      2e-3 in mixed precision), loss scale and skipped counts exactly;
@@ -58,7 +59,7 @@ export MPCC CXX tmp
 start=$(date +%s)
 {
     for f in tests/gradcheck/*.mp; do echo "emu_build $f $(basename "$f" .mp) -O0 --precision float32"; done
-    for f in examples/*.mp tests/cuda/emu_options.mp tests/cuda/emu_nan.mp; do
+    for f in examples/*.mp tests/cuda/emu_*.mp; do
         n=$(basename "$f" .mp)
         echo "emu_build $f $n"
         echo "c_build $f $n"
@@ -98,6 +99,8 @@ np.save(d + "/tgt.npy", r.randint(0, 65, (48, 64)).astype(np.int32))
 np.save(d + "/x12.npy", r.randn(96, 12).astype(np.float32))
 np.save(d + "/y5.npy", r.randint(0, 5, (96,)).astype(np.int32))
 np.save(d + "/x4.npy", r.randn(64, 4).astype(np.float32))
+np.save(d + "/x8.npy", r.randn(1040, 8).astype(np.float32))
+np.save(d + "/y3.npy", r.randint(0, 3, (1040,)).astype(np.int32))
 EOF
 data_of() {   # data_of NAME [--data|--eval]: the model's input files
     local o=${2:---data}
@@ -108,6 +111,7 @@ data_of() {   # data_of NAME [--data|--eval]: the model's input files
     char_transformer*) echo "$o tokens=$tmp/tok.npy $o targets=$tmp/tgt.npy" ;;
     emu_options*) echo "$o x=$tmp/x12.npy $o y=$tmp/y5.npy" ;;
     emu_nan*) echo "$o x=$tmp/x4.npy" ;;
+    emu_wide*) echo "$o x=$tmp/x8.npy $o y=$tmp/y3.npy" ;;
     esac
 }
 
@@ -164,6 +168,7 @@ curve() {   # curve NAME STEPS TOL [env]
 }
 for n in mnist_mlp mnist_cnn char_transformer emu_options; do curve "$n" 6 2e-3 MP_EMU=graph; done
 curve digits_mlp 6 1e-4 MP_EMU=graph
+curve emu_wide 4 2e-3 MP_EMU=graph
 for n in mnist_cnn_f32 char_transformer_f32; do curve "$n" 6 1e-4 MP_EMU=graph; done
 curve mnist_cnn 4 2e-3 MP_EMU_NO_GRAPH=1
 curve emu_options 8 2e-3 MP_EMU_NO_GRAPH=1
