@@ -102,6 +102,7 @@ typedef struct MpCu {
     MpTrainer *t;
     const MpCuModel *model;
     int started, host, measure, graphs, sms;
+    char device[64];               /* the GPU's name */
     int64_t ws_need;
     cudaStream_t st, cp;           /* compute; input copies */
     MpBlas blas;
@@ -505,6 +506,7 @@ static inline int mp_cu_open(MpErr *e)
     if ((rc = cudaSetDevice(d)) != cudaSuccess || (rc = cudaGetDeviceProperties(&prop, d)) != cudaSuccess)
         return mp_errf(e, "no CUDA device: device %d: %s", d, cudaGetErrorString(rc));
     mp_cu.sms = prop.multiProcessorCount;
+    snprintf(mp_cu.device, sizeof mp_cu.device, "%s", prop.name);
     if ((rc = cudaStreamCreateWithFlags(&mp_cu.st, cudaStreamNonBlocking)) != cudaSuccess
         || (rc = cudaStreamCreateWithFlags(&mp_cu.cp, cudaStreamNonBlocking)) != cudaSuccess)
         return mp_errf(e, "CUDA: cannot create a stream: %s", cudaGetErrorString(rc));

@@ -96,16 +96,19 @@ MP_CU_GRAD(sigmoid_grad, mp_sigmoid_grad)
 MP_CU_GRAD(sqrt_grad, mp_sqrt_grad)
 MP_CU_GRAD(rsqrt_grad, mp_rsqrt_grad)
 
-/* dst += src: a parameter's f32 gradient into the flat buffer */
+/* dst += f32(src): a parameter's gradient into the flat f32 buffer; the
+ * cast of a lowp gradient to f32 is done here when nothing else reads it. */
+template <int XT>
 struct MpCuAcc {
     float *dst;
-    const float *src;
-    MP_HD void operator()(int64_t i) const { dst[i] += src[i]; }
+    const void *src;
+    MP_HD void operator()(int64_t i) const { dst[i] += mp_cu_ld(src, XT, i); }
 };
 
-static inline void mp_cu_acc_grad(float *dst, const float *src, int64_t n)
+template <int XT>
+static inline void mp_cu_acc_grad(float *dst, const void *src, int64_t n)
 {
-    MpCuAcc f = {dst, src};
+    MpCuAcc<XT> f = {dst, src};
     mp_cu_each("accumulate_grad", n, f);
 }
 

@@ -36,7 +36,8 @@
  *
  * Environment: MP_CUDA_GRAPH=0 launches the step's kernels one by one
  * instead of replaying a graph; MP_CUDA_TF32=1 lets float32 products use
- * TF32; MP_CUDA_DEVICE=n picks a GPU; MP_CUBLAS=path picks libcublas. */
+ * TF32; MP_CUDA_DEVICE=n picks a GPU; MP_CUBLAS=path picks libcublas;
+ * MP_CUDA_VERBOSE=1 prints the GPU and the device memory used at start. */
 #ifndef MP_CUDA_STEP_H
 #define MP_CUDA_STEP_H
 
@@ -392,6 +393,12 @@ static inline int mp_cu_start_steps(MpErr *e)
             mp_cu.graphs = 0;
     mp_cu.snap = mp_cu.t->order;
     mp_cu.snap_step = mp_cu.t->step;
+    const char *v = getenv("MP_CUDA_VERBOSE");
+    if (v && *v == '1')
+        fprintf(stderr, "cuda: %s, %d SMs; %.1f MiB of device memory in one allocation (arena "
+                "%.1f, workspace %.1f); steps %s\n", mp_cu.device, mp_cu.sms,
+                (double)mp_cu.mem_bytes / (1 << 20), (double)mp_cu.model->arena_bytes / (1 << 20),
+                (double)mp_cu.ws_need / (1 << 20), mp_cu.graphs ? "as CUDA graphs" : "launched one by one");
     return 0;
 }
 
