@@ -76,36 +76,7 @@ data_of() {
     char_transformer*) echo "$o tokens=$out/tok.npy $o targets=$out/tgt.npy" ;;
     esac
 }
-compare() {   # compare A.jsonl B.jsonl TOL (as tests/t_cuda_emu.sh)
-    "$PY" - "$@" <<'EOF'
-import json, sys
-a, b, tol = sys.argv[1], sys.argv[2], float(sys.argv[3])
-la, lb = [json.loads(l) for l in open(a)], [json.loads(l) for l in open(b)]
-def flat(d, p=""):
-    for k, v in d.items():
-        yield from flat(v, p + k + ".") if isinstance(v, dict) else [(p + k, v)]
-if len(la) != len(lb):
-    sys.exit("%d log lines against %d" % (len(la), len(lb)))
-worst = 0
-for x, y in zip(la, lb):
-    fx, fy = dict(flat(x)), dict(flat(y))
-    for k, u in fx.items():
-        v = fy.get(k)
-        if k in ("samples_per_s", "grad_norm", "lr", "step", "loss_scale", "skipped"):
-            if k in ("step", "skipped") and u != v:
-                sys.exit("step %s: %s %s against %s" % (x.get("step"), k, u, v))
-            continue
-        if u is None or v is None:
-            if u != v:
-                sys.exit("step %s: %s %s against %s" % (x.get("step"), k, u, v))
-            continue
-        r = abs(u - v) / max(abs(u), abs(v), 1e-3)
-        worst = max(worst, r)
-        if r > tol:
-            sys.exit("step %s: %s %.8g against %.8g (tolerance %g)" % (x.get("step"), k, u, v, tol))
-print("worst relative difference %.2e" % worst)
-EOF
-}
+compare() { "$PY" tests/cuda/compare_logs.py "$@"; }   # A.jsonl B.jsonl TOL
 
 # ---- 2. loss curves against the C program ------------------------------------------------------
 for f in examples/*.mp; do

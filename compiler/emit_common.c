@@ -228,3 +228,69 @@ void emit_model_struct(Emit *e, const char *hooks)
        t->clip, (long long)t->accumulate, (long long)t->steps, (long long)t->seed);
     em(e, "    %s,\n};\n", hooks);
 }
+
+/* ---- sizes of a node's tensors, as kernels take them -------------------- */
+
+long long emit_dim(const IrNode *v, int i)
+{
+    return (long long)v->shape.d[i < 0 ? v->shape.rank + i : i];
+}
+
+void emit_around_axis(const IrNode *x, int64_t axis, long long *outer, long long *len, long long *inner)
+{
+    *outer = *len = *inner = 1;
+    if (axis < 0) {
+        *len = (long long)shape_numel(&x->shape);
+        return;
+    }
+    for (int i = 0; i < x->shape.rank; i++)
+        *(i < axis ? outer : i == axis ? len : inner) *= x->shape.d[i];
+}
+
+void emit_ncs(const IrNode *x, long long *n0, long long *c, long long *s)
+{
+    *n0 = emit_dim(x, 0);
+    *c = emit_dim(x, 1);
+    *s = (long long)shape_numel(&x->shape) / (*n0 * *c);
+}
+
+const char *emit_nchw(Emit *e, const IrNode *x)
+{
+    return arena_printf(e->a, "%lld, %lld, %lld, %lld", emit_dim(x, 0), emit_dim(x, 1), emit_dim(x, 2),
+                        emit_dim(x, 3));
+}
+
+/* ---- the functions of the generated model ------------------------------- */
+
+void emit_source_line(Emit *e, const IrNode *n, int *line, const char *lead)
+{
+    if (n->loc.line == *line)
+        return;
+    *line = n->loc.line;
+    em(e, "%s    /* %s */\n", lead, source_comment(e, n));
+}
+
+void emit_pass(Emit *e, EmitPass pass, EmitNodeFn *node, const char *training)
+{
+    const IrGraph *g = e->g;
+    bool *for_loss = needed_by(e, g->loss);
+    int line = -1;
+    for (int i = 0; i < g->nnodes; i++) {
+        const IrNode *n = g->nodes[i];
+        BufKind k = e->mp->kind[i];
+        if (pass != PASS_FORWARD) {
+            if (pass == PASS_CAST_PARAMS ? n->hoisted : n->phase == PH_BACKWARD)
+                node(e, n, &line);
+            continue;
+        }
+        if (n->phase != PH_FORWARD || n->hoisted || k == BUF_PARAM || k == BUF_INPUT || k == BUF_CONST)
+            continue;
+        if (for_loss[i]) {
+            node(e, n, &line);
+            continue;
+        }
+        em(e, "    if (!%s) {", training);  /* metrics: evaluation only */
+        node(e, n, &line);
+        em(e, "    }\n");
+    }
+}

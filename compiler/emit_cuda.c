@@ -183,62 +183,37 @@ static void after(Emit *e, const IrNode *n)
 
 static void node(Emit *e, const IrNode *n, int *line)
 {
-    if (n->loc.line != *line) {
-        *line = n->loc.line;
-        em(e, "\n    /* %s */\n", source_comment(e, n));
-    }
+    emit_source_line(e, n, line, "\n");
     if (!folded_cast(e, n))
         emit_fns[n->op](e, n);
     after(e, n);
+}
+
+static void cast_node(Emit *e, const IrNode *n, int *line)
+{
+    emit_source_line(e, n, line, "");
+    emit_fns[n->op](e, n);
 }
 
 static void cast_params_fn(Emit *e)
 {
     em(e, "\n/* The lowp working copies of the f32 master weights, once per optimizer step. */\n");
     em(e, "static void model_cast_params(MpCuRun *r)\n{\n");
-    int line = -1;
-    for (int i = 0; i < e->g->nnodes; i++)
-        if (e->g->nodes[i]->hoisted) {
-            const IrNode *n = e->g->nodes[i];
-            if (n->loc.line != line) {
-                line = n->loc.line;
-                em(e, "    /* %s */\n", source_comment(e, n));
-            }
-            emit_fns[n->op](e, n);
-        }
+    emit_pass(e, PASS_CAST_PARAMS, cast_node, NULL);
     em(e, "    (void)r;\n}\n");
 }
 
 static void forward_fn(Emit *e)
 {
-    const IrGraph *g = e->g;
-    bool *for_loss = needed_by(e, g->loss);
     em(e, "\nstatic int model_forward(MpCuRun *r)\n{\n    model_inputs(r);\n");
-    int line = -1;
-    for (int i = 0; i < g->nnodes; i++) {
-        const IrNode *n = g->nodes[i];
-        if (n->phase != PH_FORWARD || n->hoisted || e->mp->kind[i] == BUF_PARAM ||
-            e->mp->kind[i] == BUF_INPUT || e->mp->kind[i] == BUF_CONST)
-            continue;
-        if (!for_loss[i]) {         /* metrics: evaluation only */
-            em(e, "    if (!r->training) {");
-            node(e, n, &line);
-            em(e, "    }\n");
-            continue;
-        }
-        node(e, n, &line);
-    }
+    emit_pass(e, PASS_FORWARD, node, "r->training");
     em(e, "    return 0;\n}\n");
 }
 
 static void backward_fn(Emit *e)
 {
-    const IrGraph *g = e->g;
     em(e, "\nstatic int model_backward(MpCuRun *r)\n{\n    model_inputs(r);\n");
-    int line = -1;
-    for (int i = 0; i < g->nnodes; i++)
-        if (g->nodes[i]->phase == PH_BACKWARD)
-            node(e, g->nodes[i], &line);
+    emit_pass(e, PASS_BACKWARD, node, NULL);
     em(e, "    return 0;\n}\n");
 }
 

@@ -43,28 +43,6 @@ static const char *dims(Emit *e, const IrNode *v)
     return arena_printf(e->a, "MpCuDims{%d, {%s}}", v->shape.rank, dims_list(e, &v->shape));
 }
 
-static long long dim(const IrNode *v, int i) { return (long long)v->shape.d[i < 0 ? v->shape.rank + i : i]; }
-
-/* x viewed as [outer, len, inner] around `axis` (-1: everything). */
-static void around_axis(const IrNode *x, int64_t axis, long long *outer, long long *len, long long *inner)
-{
-    *outer = *len = *inner = 1;
-    if (axis < 0) {
-        *len = N(x);
-        return;
-    }
-    for (int i = 0; i < x->shape.rank; i++)
-        *(i < axis ? outer : i == axis ? len : inner) *= x->shape.d[i];
-}
-
-/* [N, C, rest]: batch norm and channel sums, NCHW or [B, C]. */
-static void ncs(const IrNode *x, long long *n0, long long *c, long long *s)
-{
-    *n0 = dim(x, 0);
-    *c = dim(x, 1);
-    *s = N(x) / (*n0 * *c);
-}
-
 /* ---- leaves: no work of their own ------------------------------------------ */
 void emit_cuda_INPUT(Emit *e, const IrNode *n) { (void)e; (void)n; }
 void emit_cuda_PARAM(Emit *e, const IrNode *n) { (void)e; (void)n; }
@@ -141,7 +119,7 @@ void emit_cuda_MATMUL(Emit *e, const IrNode *n)
 {
     const IrNode *a = IN(0), *b = IN(1);
     int ta = (int)n->ia[0], tb = (int)n->ia[1];
-    long long m = dim(a, ta ? -1 : -2), k = dim(a, ta ? -2 : -1), nn = dim(b, tb ? -2 : -1);
+    long long m = emit_dim(a, ta ? -1 : -2), k = emit_dim(a, ta ? -2 : -1), nn = emit_dim(b, tb ? -2 : -1);
     long long batch = N(n) / (m * nn);
     long long sa = a->shape.rank > 2 ? m * k : 0, sb = b->shape.rank > 2 ? k * nn : 0;
     if (!ta && sb == 0) {          /* [..., M, K] @ [K, N]: one product of M' rows */
@@ -156,30 +134,25 @@ void emit_cuda_MATMUL(Emit *e, const IrNode *n)
 void emit_cuda_MATMUL_TN(Emit *e, const IrNode *n)
 {
     const IrNode *a = IN(0), *b = IN(1);
-    long long k = dim(a, -1);
+    long long k = emit_dim(a, -1);
     em(e, "    mp_cu_matmul_tn%s(%s, %s, %s, %lld, %lld, %lld, 0.0f);\n", T3(n, a, b), C(n), C(a), C(b),
-       N(a) / k, k, dim(b, -1));
+       N(a) / k, k, emit_dim(b, -1));
 }
 
 void emit_cuda_LINEAR(Emit *e, const IrNode *n)
 {
     const IrNode *x = IN(0), *w = IN(1), *b = n->nin > 2 ? IN(2) : NULL;
-    long long k = dim(x, -1);
+    long long k = emit_dim(x, -1);
     em(e, "    mp_cu_linear%s(%s, %s, %s, %s, %lld, %lld, %lld);\n", T4(n, x, w, b), C(n), C(x), C(w),
-       b ? C(b) : "NULL", N(x) / k, dim(w, 0), k);
+       b ? C(b) : "NULL", N(x) / k, emit_dim(w, 0), k);
 }
 
 /* ---- convolution and pooling ----------------------------------------------------------- */
-static const char *nchw(Emit *e, const IrNode *x)
-{
-    return arena_printf(e->a, "%lld, %lld, %lld, %lld", dim(x, 0), dim(x, 1), dim(x, 2), dim(x, 3));
-}
-
 void emit_cuda_CONV2D(Emit *e, const IrNode *n)
 {
     const IrNode *x = IN(0), *w = IN(1), *b = n->nin > 2 ? IN(2) : NULL;
     em(e, "    mp_cu_conv2d%s(%s, %s, %s, %s,\n                %s, %lld, %lld, %lld, %lld);\n",
-       T4(n, x, w, b), C(n), C(x), C(w), b ? C(b) : "NULL", nchw(e, x), dim(w, 0), dim(w, 2),
+       T4(n, x, w, b), C(n), C(x), C(w), b ? C(b) : "NULL", emit_nchw(e, x), emit_dim(w, 0), emit_dim(w, 2),
        (long long)n->ia[0], (long long)n->ia[1]);
 }
 
@@ -187,7 +160,7 @@ void emit_cuda_CONV2D_DX(Emit *e, const IrNode *n)
 {
     const IrNode *w = IN(1), *f = n->grad_of;
     em(e, "    mp_cu_conv2d_dx%s(%s, %s, %s,\n                   %s, %lld, %lld, %lld, %lld);\n",
-       T3(n, IN(0), w), C(n), C(IN(0)), C(w), nchw(e, n), dim(w, 0), dim(w, 2), (long long)f->ia[0],
+       T3(n, IN(0), w), C(n), C(IN(0)), C(w), emit_nchw(e, n), emit_dim(w, 0), emit_dim(w, 2), (long long)f->ia[0],
        (long long)f->ia[1]);
 }
 
@@ -195,21 +168,21 @@ void emit_cuda_CONV2D_DW(Emit *e, const IrNode *n)
 {
     const IrNode *x = IN(1), *f = n->grad_of;
     em(e, "    mp_cu_conv2d_dw%s(%s, %s, %s,\n                   %s, %lld, %lld, %lld, %lld, 0.0f);\n",
-       T3(n, IN(0), x), C(n), C(IN(0)), C(x), nchw(e, x), dim(n, 0), dim(n, 2), (long long)f->ia[0],
+       T3(n, IN(0), x), C(n), C(IN(0)), C(x), emit_nchw(e, x), emit_dim(n, 0), emit_dim(n, 2), (long long)f->ia[0],
        (long long)f->ia[1]);
 }
 
 void emit_cuda_CHANNEL_SUM(Emit *e, const IrNode *n)
 {
     long long b, c, s;
-    ncs(IN(0), &b, &c, &s);
+    emit_ncs(IN(0), &b, &c, &s);
     em(e, "    mp_cu_channel_sum%s(%s, %s, %lld, %lld, %lld, 0.0f);\n", T2(n, IN(0)), C(n), C(IN(0)), b, c,
        s);
 }
 
 static void pool(Emit *e, const IrNode *n, const char *k, const IrNode *x, const IrNode *f)
 {
-    em(e, "    mp_cu_%s%s(%s, %s, %s, %lld, %lld);\n", k, T2(n, IN(0)), C(n), C(IN(0)), nchw(e, x),
+    em(e, "    mp_cu_%s%s(%s, %s, %s, %lld, %lld);\n", k, T2(n, IN(0)), C(n), C(IN(0)), emit_nchw(e, x),
        (long long)f->ia[0], (long long)f->ia[1]);
 }
 void emit_cuda_MAX_POOL2D(Emit *e, const IrNode *n) { pool(e, n, "max_pool2d", IN(0), n); }
@@ -219,20 +192,20 @@ void emit_cuda_MAX_POOL2D_GRAD(Emit *e, const IrNode *n)
 {
     const IrNode *f = n->grad_of;
     em(e, "    mp_cu_max_pool2d_grad%s(%s, %s, %s, %s, %lld, %lld);\n", T3(n, IN(0), IN(1)), C(n),
-       C(IN(0)), C(IN(1)), nchw(e, n), (long long)f->ia[0], (long long)f->ia[1]);
+       C(IN(0)), C(IN(1)), emit_nchw(e, n), (long long)f->ia[0], (long long)f->ia[1]);
 }
 
 void emit_cuda_GLOBAL_AVG_POOL(Emit *e, const IrNode *n)
 {
     const IrNode *x = IN(0);
-    em(e, "    mp_cu_global_avg_pool%s(%s, %s, %lld, %lld, %lld);\n", T2(n, x), C(n), C(x), dim(x, 0),
-       dim(x, 1), dim(x, 2) * dim(x, 3));
+    em(e, "    mp_cu_global_avg_pool%s(%s, %s, %lld, %lld, %lld);\n", T2(n, x), C(n), C(x), emit_dim(x, 0),
+       emit_dim(x, 1), emit_dim(x, 2) * emit_dim(x, 3));
 }
 
 void emit_cuda_GLOBAL_AVG_POOL_GRAD(Emit *e, const IrNode *n)
 {
     em(e, "    mp_cu_global_avg_pool_grad%s(%s, %s, %lld, %lld, %lld);\n", T2(n, IN(0)), C(n), C(IN(0)),
-       dim(n, 0), dim(n, 1), dim(n, 2) * dim(n, 3));
+       emit_dim(n, 0), emit_dim(n, 1), emit_dim(n, 2) * emit_dim(n, 3));
 }
 
 /* ---- embedding ------------------------------------------------------------------------------ */
@@ -240,20 +213,20 @@ void emit_cuda_EMBEDDING(Emit *e, const IrNode *n)
 {
     const IrNode *w = IN(1);
     em(e, "    mp_cu_embedding%s(%s, %s, %s, %lld, %lld, %lld);\n", T2(n, w), C(n), C(IN(0)), C(w),
-       N(IN(0)), dim(w, 0), dim(w, 1));
+       N(IN(0)), emit_dim(w, 0), emit_dim(w, 1));
 }
 
 void emit_cuda_EMBEDDING_DW(Emit *e, const IrNode *n)
 {
     em(e, "    mp_cu_embedding_dw%s(%s, %s, %s, %lld, %lld, %lld, 0.0f);\n", T2(n, IN(0)), C(n),
-       C(IN(0)), C(IN(1)), N(IN(1)), dim(n, 0), dim(n, 1));
+       C(IN(0)), C(IN(1)), N(IN(1)), emit_dim(n, 0), emit_dim(n, 1));
 }
 
 /* ---- reductions and softmax ------------------------------------------------------------------- */
 static void reduce(Emit *e, const IrNode *n, const char *k, const IrNode *x, int64_t axis)
 {
     long long o, l, i;
-    around_axis(x, axis, &o, &l, &i);
+    emit_around_axis(x, axis, &o, &l, &i);
     em(e, "    mp_cu_%s%s(%s, %s, %lld, %lld, %lld);\n", k, T2(n, x), C(n), C(x), o, l, i);
 }
 void emit_cuda_SUM(Emit *e, const IrNode *n) { reduce(e, n, "sum", IN(0), n->ia[0]); }
@@ -264,7 +237,7 @@ void emit_cuda_LOG_SOFTMAX(Emit *e, const IrNode *n) { reduce(e, n, "log_softmax
 void emit_cuda_EXPAND(Emit *e, const IrNode *n)
 {
     long long o, l, i;
-    around_axis(n, n->ia[0], &o, &l, &i);
+    emit_around_axis(n, n->ia[0], &o, &l, &i);
     em(e, "    mp_cu_expand%s(%s, %s, %lld, %lld, %lld, (float)%.9g);\n", T2(n, IN(0)), C(n), C(IN(0)), o,
        l, i, n->fa[0]);
 }
@@ -278,7 +251,7 @@ void emit_cuda_SUM_TO(Emit *e, const IrNode *n)
 static void softmax_grad(Emit *e, const IrNode *n, const char *k)
 {
     long long o, l, i;
-    around_axis(n, n->ia[0], &o, &l, &i);
+    emit_around_axis(n, n->ia[0], &o, &l, &i);
     em(e, "    mp_cu_%s%s(%s, %s, %s, %lld, %lld, %lld);\n", k, T3(n, IN(0), IN(1)), C(n), C(IN(0)),
        C(IN(1)), o, l, i);
 }
@@ -290,14 +263,14 @@ void emit_cuda_LAYER_NORM(Emit *e, const IrNode *n)
 {
     const IrNode *x = IN(0);
     em(e, "    mp_cu_layer_norm%s(%s, %s, %s, %s, %lld, %lld, (float)%.9g);\n",
-       T4(n, x, IN(1), IN(2)), C(n), C(x), C(IN(1)), C(IN(2)), N(x) / dim(x, -1), dim(x, -1), n->fa[0]);
+       T4(n, x, IN(1), IN(2)), C(n), C(x), C(IN(1)), C(IN(2)), N(x) / emit_dim(x, -1), emit_dim(x, -1), n->fa[0]);
 }
 
 void emit_cuda_LAYER_NORM_DX(Emit *e, const IrNode *n)
 {
     const IrNode *x = IN(1);
     em(e, "    mp_cu_layer_norm_dx%s(%s, %s, %s, %s, %lld, %lld, (float)%.9g);\n",
-       T4(n, IN(0), x, IN(2)), C(n), C(IN(0)), C(x), C(IN(2)), N(x) / dim(x, -1), dim(x, -1),
+       T4(n, IN(0), x, IN(2)), C(n), C(IN(0)), C(x), C(IN(2)), N(x) / emit_dim(x, -1), emit_dim(x, -1),
        n->grad_of->fa[0]);
 }
 
@@ -305,13 +278,13 @@ void emit_cuda_LAYER_NORM_DW(Emit *e, const IrNode *n)
 {
     const IrNode *x = IN(1);
     em(e, "    mp_cu_layer_norm_dw%s(%s, %s, %s, %lld, %lld, (float)%.9g, 0.0f);\n", T3(n, IN(0), x),
-       C(n), C(IN(0)), C(x), N(x) / dim(x, -1), dim(x, -1), n->grad_of->fa[0]);
+       C(n), C(IN(0)), C(x), N(x) / emit_dim(x, -1), emit_dim(x, -1), n->grad_of->fa[0]);
 }
 
 void emit_cuda_BATCH_NORM(Emit *e, const IrNode *n)
 {
     long long b, c, s;
-    ncs(IN(0), &b, &c, &s);
+    emit_ncs(IN(0), &b, &c, &s);
     em(e, "    mp_cu_batch_norm%s(%s, %s, %s, %s,\n                    %s, %s, %lld, %lld, %lld, "
           "(float)%.9g, (float)%.9g, r->training);\n",
        T4(n, IN(0), IN(1), IN(2)), C(n), C(IN(0)), C(IN(1)), C(IN(2)), C(IN(3)), C(IN(4)), b, c, s,
@@ -321,7 +294,7 @@ void emit_cuda_BATCH_NORM(Emit *e, const IrNode *n)
 void emit_cuda_BATCH_NORM_DX(Emit *e, const IrNode *n)
 {
     long long b, c, s;
-    ncs(IN(1), &b, &c, &s);
+    emit_ncs(IN(1), &b, &c, &s);
     em(e, "    mp_cu_batch_norm_dx%s(%s, %s, %s, %s, %lld, %lld, %lld, (float)%.9g);\n",
        T4(n, IN(0), IN(1), IN(2)), C(n), C(IN(0)), C(IN(1)), C(IN(2)), b, c, s, n->grad_of->fa[1]);
 }
@@ -329,7 +302,7 @@ void emit_cuda_BATCH_NORM_DX(Emit *e, const IrNode *n)
 void emit_cuda_BATCH_NORM_DW(Emit *e, const IrNode *n)
 {
     long long b, c, s;
-    ncs(IN(1), &b, &c, &s);
+    emit_ncs(IN(1), &b, &c, &s);
     em(e, "    mp_cu_batch_norm_dw%s(%s, %s, %s, %lld, %lld, %lld, (float)%.9g, 0.0f);\n",
        T3(n, IN(0), IN(1)), C(n), C(IN(0)), C(IN(1)), b, c, s, n->grad_of->fa[1]);
 }
@@ -339,21 +312,21 @@ void emit_cuda_CROSS_ENTROPY(Emit *e, const IrNode *n)
 {
     const IrNode *x = IN(0);
     em(e, "    mp_cu_cross_entropy%s(%s, %s, %s, %lld, %lld);\n", T2(n, x), C(n), C(x), C(IN(1)),
-       N(IN(1)), dim(x, -1));
+       N(IN(1)), emit_dim(x, -1));
 }
 
 void emit_cuda_CROSS_ENTROPY_GRAD(Emit *e, const IrNode *n)
 {
     const IrNode *x = IN(1);
     em(e, "    mp_cu_cross_entropy_grad%s(%s, %s, %s, %s, %lld, %lld);\n", T3(n, IN(0), x), C(n),
-       C(IN(0)), C(x), C(IN(2)), N(IN(2)), dim(x, -1));
+       C(IN(0)), C(x), C(IN(2)), N(IN(2)), emit_dim(x, -1));
 }
 
 void emit_cuda_ACCURACY(Emit *e, const IrNode *n)
 {
     const IrNode *x = IN(0);
     em(e, "    mp_cu_accuracy%s(%s, %s, %s, %lld, %lld);\n", T2(n, x), C(n), C(x), C(IN(1)), N(IN(1)),
-       dim(x, -1));
+       emit_dim(x, -1));
 }
 
 void emit_cuda_MSE(Emit *e, const IrNode *n)
@@ -370,7 +343,7 @@ void emit_cuda_MSE_GRAD(Emit *e, const IrNode *n)
 /* ---- attention: q, k, v, y [B, H, T, D] seen as [B*H, T, D] ------------------------------------ */
 static void attention(Emit *e, const IrNode *n, const char *k, const IrNode *q, const IrNode *f)
 {
-    long long t = dim(q, -2), d = dim(q, -1);
+    long long t = emit_dim(q, -2), d = emit_dim(q, -1);
     const IrNode *a[5] = {n, IN(0), IN(1), IN(2), n->nin > 3 ? IN(3) : NULL};
     em(e, "    mp_cu_%s<%s", k, ty(a[0]));
     for (int i = 1; i <= n->nin; i++)

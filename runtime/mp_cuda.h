@@ -176,35 +176,26 @@ static inline void mp_cu_memset(void *p, int64_t bytes)
 /* ---- block-wide reductions (blockDim a multiple of 32, up to 1024) -------- */
 
 #ifdef __CUDA_ARCH__
-static __device__ __forceinline__ double mp_cu_warp_sum(double v)
+struct MpCuAdd { __device__ double operator()(double a, double b) const { return a + b; } };
+struct MpCuMax { __device__ float operator()(float a, float b) const { return b > a ? b : a; } };
+
+/* Every thread of the block gets op over all threads' v, combined in a
+ * fixed order (so sums are deterministic); idle lanes bring `none`. */
+template <class T, class Op>
+static __device__ T mp_cu_block_reduce(T v, T none, Op op)
 {
+    __shared__ T sh[32];
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
     for (int o = 16; o > 0; o >>= 1)
-        v += __shfl_down_sync(0xffffffffu, v, o);
-    return v;
-}
-
-static __device__ __forceinline__ float mp_cu_warp_max(float v)
-{
-    for (int o = 16; o > 0; o >>= 1) {
-        float u = __shfl_down_sync(0xffffffffu, v, o);
-        v = u > v ? u : v;
-    }
-    return v;
-}
-
-/* Every thread of the block gets the sum (fixed order: deterministic). */
-static __device__ double mp_cu_block_sum(double v)
-{
-    __shared__ double sh[32];
-    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
-    v = mp_cu_warp_sum(v);
+        v = op(v, __shfl_down_sync(0xffffffffu, v, o));
     __syncthreads();
     if (lane == 0)
         sh[w] = v;
     __syncthreads();
     if (w == 0) {
-        v = lane < nw ? sh[lane] : 0.0;
-        v = mp_cu_warp_sum(v);
+        v = lane < nw ? sh[lane] : none;
+        for (int o = 16; o > 0; o >>= 1)
+            v = op(v, __shfl_down_sync(0xffffffffu, v, o));
         if (lane == 0)
             sh[0] = v;
     }
@@ -212,24 +203,8 @@ static __device__ double mp_cu_block_sum(double v)
     return sh[0];
 }
 
-static __device__ float mp_cu_block_max(float v)
-{
-    __shared__ float sh[32];
-    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
-    v = mp_cu_warp_max(v);
-    __syncthreads();
-    if (lane == 0)
-        sh[w] = v;
-    __syncthreads();
-    if (w == 0) {
-        v = lane < nw ? sh[lane] : -INFINITY;
-        v = mp_cu_warp_max(v);
-        if (lane == 0)
-            sh[0] = v;
-    }
-    __syncthreads();
-    return sh[0];
-}
+static __device__ double mp_cu_block_sum(double v) { return mp_cu_block_reduce(v, 0.0, MpCuAdd()); }
+static __device__ float mp_cu_block_max(float v) { return mp_cu_block_reduce(v, -INFINITY, MpCuMax()); }
 
 static __device__ __forceinline__ int64_t mp_cu_warp_argmax(float *v, int64_t at)
 {

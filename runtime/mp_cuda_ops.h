@@ -1083,34 +1083,33 @@ static inline void mp_cu_attention(void *y, const void *q, const void *k, const 
     mp_cu_attn_gemm(&a, 0, 0, T, D, T, 1.0f, a.p, cdt, v, VT, y, YT);           /* P v */
 }
 
+/* dv = P^T dy (which 2), dq = dS k (0), dk = dS^T q (1) */
 template <int DT, int DYT, int QT, int KT, int VT>
-static inline void mp_cu_attention_dv(void *dv, const void *dy, const void *q, const void *k,
-                                      const void *v, int64_t BH, int64_t T, int64_t D, int causal,
-                                      int cdt)
+static inline void mp_cu_attention_bwd(int which, void *d, const void *dy, const void *q,
+                                       const void *k, const void *v, int64_t BH, int64_t T,
+                                       int64_t D, int causal, int cdt)
 {
     MpCuAttn a = mp_cu_attn_ws(BH, T, D, cdt);
-    mp_cu_attn_rows<QT, KT, DYT, VT>(&a, q, k, NULL, v, causal, cdt);
-    mp_cu_attn_gemm(&a, 1, 0, T, D, T, 1.0f, a.p, cdt, dy, DYT, dv, DT);        /* P^T dy */
+    mp_cu_attn_rows<QT, KT, DYT, VT>(&a, q, k, which == 2 ? NULL : dy, v, causal, cdt);
+    if (which == 2)
+        mp_cu_attn_gemm(&a, 1, 0, T, D, T, 1.0f, a.p, cdt, dy, DYT, d, DT);
+    else if (which == 0)
+        mp_cu_attn_gemm(&a, 0, 0, T, D, T, 1.0f, a.p, cdt, k, KT, d, DT);
+    else
+        mp_cu_attn_gemm(&a, 1, 0, T, D, T, 1.0f, a.p, cdt, q, QT, d, DT);
 }
 
-template <int DT, int DYT, int QT, int KT, int VT>
-static inline void mp_cu_attention_dq(void *dq, const void *dy, const void *q, const void *k,
-                                      const void *v, int64_t BH, int64_t T, int64_t D, int causal,
-                                      int cdt)
-{
-    MpCuAttn a = mp_cu_attn_ws(BH, T, D, cdt);
-    mp_cu_attn_rows<QT, KT, DYT, VT>(&a, q, k, dy, v, causal, cdt);
-    mp_cu_attn_gemm(&a, 0, 0, T, D, T, 1.0f, a.p, cdt, k, KT, dq, DT);          /* dS k */
-}
+#define MP_CU_ATTN_GRAD(NAME, WHICH)                                           \
+    template <int DT, int DYT, int QT, int KT, int VT>                         \
+    static inline void mp_cu_##NAME(void *d, const void *dy, const void *q, const void *k, \
+                                    const void *v, int64_t BH, int64_t T, int64_t D,       \
+                                    int causal, int cdt)                       \
+    {                                                                          \
+        mp_cu_attention_bwd<DT, DYT, QT, KT, VT>(WHICH, d, dy, q, k, v, BH, T, D, causal, cdt); \
+    }
 
-template <int DT, int DYT, int QT, int KT, int VT>
-static inline void mp_cu_attention_dk(void *dk, const void *dy, const void *q, const void *k,
-                                      const void *v, int64_t BH, int64_t T, int64_t D, int causal,
-                                      int cdt)
-{
-    MpCuAttn a = mp_cu_attn_ws(BH, T, D, cdt);
-    mp_cu_attn_rows<QT, KT, DYT, VT>(&a, q, k, dy, v, causal, cdt);
-    mp_cu_attn_gemm(&a, 1, 0, T, D, T, 1.0f, a.p, cdt, q, QT, dk, DT);          /* dS^T q */
-}
+MP_CU_ATTN_GRAD(attention_dq, 0)
+MP_CU_ATTN_GRAD(attention_dk, 1)
+MP_CU_ATTN_GRAD(attention_dv, 2)
 
 #endif

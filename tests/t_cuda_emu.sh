@@ -115,38 +115,7 @@ data_of() {   # data_of NAME [--data|--eval]: the model's input files
     esac
 }
 
-# compare A.jsonl B.jsonl TOL: every line's numbers (loss, eval, metrics)
-# within TOL relative; loss_scale, skipped, step exactly.
-compare() {
-    "$PY" - "$@" <<'EOF'
-import json, math, sys
-a, b, tol = sys.argv[1], sys.argv[2], float(sys.argv[3])
-la = [json.loads(l) for l in open(a)]
-lb = [json.loads(l) for l in open(b)]
-def flat(d, p=""):
-    for k, v in d.items():
-        if isinstance(v, dict):
-            yield from flat(v, p + k + ".")
-        else:
-            yield p + k, v
-if len(la) != len(lb):
-    sys.exit("%d log lines against %d" % (len(la), len(lb)))
-for x, y in zip(la, lb):
-    fx, fy = dict(flat(x)), dict(flat(y))
-    for k in fx:
-        if k in ("samples_per_s", "grad_norm", "lr"):
-            continue
-        u, v = fx[k], fy.get(k)
-        if k in ("step", "loss_scale", "skipped"):
-            if u != v:
-                sys.exit("step %s: %s %s against %s" % (x.get("step"), k, u, v))
-        elif u is None or v is None:
-            if u != v:
-                sys.exit("step %s: %s %s against %s" % (x.get("step"), k, u, v))
-        elif abs(u - v) > tol * max(abs(u), abs(v), 1e-3):
-            sys.exit("step %s: %s %.8g against %.8g (tolerance %g relative)" % (x.get("step"), k, u, v, tol))
-EOF
-}
+compare() { "$PY" tests/cuda/compare_logs.py "$@"; }   # A.jsonl B.jsonl TOL
 
 # ---- 2. loss curves: the CUDA program against the C program -------------------
 curve() {   # curve NAME STEPS TOL [env]
