@@ -115,7 +115,12 @@ typedef struct MpCu {
     int nparts;
     MpCuState *state;
     MpCuTile *tiles;
-    int64_t ntiles, slot_bytes;
+    int64_t ntiles;
+    int64_t slot_bytes, in_base;   /* a step slot: header, sample indices at
+                                      MP_CU_HDR, inputs at in_base */
+    int64_t copy_bytes;            /* what the host copies into a slot */
+    unsigned char **data;          /* the training set on the device, per
+                                      input, or NULL: gathered on the host */
     unsigned char *stage[2];       /* pinned host copies of the step slots */
     MpCuState *hstate;             /* pinned, read back when a log is due */
     float *hgrads;                 /* host mode: gradients read back */

@@ -6,14 +6,16 @@
  * A training step on the device (mp_cu_step), with no host wait unless a
  * log line is due:
  *   host    draws the step's samples (the runtime's data order, as the C
- *           program) and gathers them into a pinned stage, with a header
- *           (step number, learning rate);
+ *           program) and writes their indices into a pinned stage, with a
+ *           header (step number, learning rate); when the training set is
+ *           too large to keep on the device, it gathers the samples there;
  *   copy    stream: stage -> the step's input slot, once the step that last
  *           used that slot is done (two slots: the copy of step k+1
  *           overlaps step k);
  *   compute stream, one CUDA graph replay (captured once per slot at
- *           start): zero the gradients, lowp working copies, forward and
- *           backward of every micro-batch (the model's code), then
+ *           start): gather the samples from the training set on the device
+ *           by those indices, zero the gradients, lowp working copies,
+ *           forward and backward of every micro-batch (the model's code),
  *             unscale: every gradient * 1/S and its square summed, one pass
  *                      over the flat buffer, partial sums per block;
  *             decide:  one thread: the sum (fixed order), finite or not,
@@ -37,7 +39,8 @@
  * Environment: MP_CUDA_GRAPH=0 launches the step's kernels one by one
  * instead of replaying a graph; MP_CUDA_TF32=1 lets float32 products use
  * TF32; MP_CUDA_DEVICE=n picks a GPU; MP_CUBLAS=path picks libcublas;
- * MP_CUDA_VERBOSE=1 prints the GPU and the device memory used at start. */
+ * MP_CUDA_VERBOSE=1 prints the GPU and the device memory used at start;
+ * MP_CUDA_DATA=0 gathers every batch on the host (see mp_cu_plan_data). */
 #ifndef MP_CUDA_STEP_H
 #define MP_CUDA_STEP_H
 
@@ -217,17 +220,52 @@ static inline MpCuRun mp_cu_run_of(int graph, int training, MpRun *run)
     return r;
 }
 
+/* One input of one micro-batch: y[b] = data[idx[b]], samples of sb bytes,
+ * moved in 4-byte words when sb allows. */
+struct MpCuGatherRows {
+    unsigned char *y;
+    const unsigned char *data;
+    const int64_t *idx;
+    int64_t sb;
+    int unit;
+    MP_HD void operator()(int64_t e) const
+    {
+        int64_t per = sb / unit, b = e / per, k = e % per;
+        if (unit == 4)
+            ((uint32_t *)y)[e] = ((const uint32_t *)(data + idx[b] * sb))[k];
+        else
+            y[e] = data[idx[b] * sb + k];
+    }
+};
+
+/* The samples of slot s's indices from the training set on the device. */
+static inline void mp_cu_gather_slot(int s)
+{
+    MpModel *m = mp_cu.t->m;
+    for (int64_t u = 0; u < mp_cu.t->cfg.accumulate; u++)
+        for (int i = 0; i < m->ninputs; i++) {
+            int64_t sb = mp_sample_bytes(&m->inputs[i]);
+            MpCuGatherRows f = {mp_cu.in[s] + mp_cu.in_base + u * mp_cu.model->in_bytes
+                                    + mp_cu.model->in_off[i],
+                                mp_cu.data[i], (const int64_t *)(mp_cu.in[s] + MP_CU_HDR) + u * m->batch,
+                                sb, sb % 4 ? 1 : 4};
+            mp_cu_each("inputs", m->batch * sb / f.unit, f);
+        }
+}
+
 /* Everything of one optimizer step, on the compute stream, inputs in slot s. */
 static inline void mp_cu_step_body(int s)
 {
     MpTrainer *t = mp_cu.t;
     MpCuRun r = mp_cu_run_of(1, 1, NULL);
     r.hdr = (const MpCuHdr *)mp_cu.in[s];
+    if (mp_cu.data)
+        mp_cu_gather_slot(s);
     mp_cu_memset(mp_cu.grads, t->total * (int64_t)sizeof(float));
     mp_cu.model->cast_params(&r);
     for (int64_t u = 0; u < t->cfg.accumulate; u++) {
         r.micro = u;
-        r.in = mp_cu.in[s] + MP_CU_HDR + u * mp_cu.model->in_bytes;
+        r.in = mp_cu.in[s] + mp_cu.in_base + u * mp_cu.model->in_bytes;
         mp_cu.model->forward(&r);
         mp_cu.model->backward(&r);
     }
@@ -280,6 +318,28 @@ static inline void mp_cu_measure(void)
     mp_cu.measure = 0;
 }
 
+/* The step slots' layout, and whether the training set goes to the device:
+ * when it takes at most a quarter of the free device memory (and 16 GiB),
+ * so that each step copies only sample indices. MP_CUDA_DATA=0: never. */
+static inline void mp_cu_plan_data(MpTrainer *t, int host)
+{
+    int64_t acc = t->cfg.accumulate, idx = mp_cu_round_up(acc * t->m->batch * (int64_t)sizeof(int64_t));
+    int64_t bytes = 0;
+    size_t free_b = 0, total_b = 0;
+    const char *env = getenv("MP_CUDA_DATA");
+    mp_cu.in_base = MP_CU_HDR + idx;
+    mp_cu.slot_bytes = mp_cu.in_base + acc * mp_cu.model->in_bytes;
+    mp_cu.copy_bytes = mp_cu.slot_bytes;
+    for (int i = 0; i < t->m->ninputs && t->data.arr; i++)
+        bytes += mp_cu_round_up(t->data.arr[i].nbytes);
+    if (host || !t->data.arr || (env && *env == '0') || cudaMemGetInfo(&free_b, &total_b) != cudaSuccess
+        || bytes > (int64_t)(free_b / 4) || bytes > ((int64_t)16 << 30))
+        return;
+    if (!(mp_cu.data = (unsigned char **)calloc((size_t)t->m->ninputs + 1, sizeof *mp_cu.data)))
+        return;
+    mp_cu.copy_bytes = mp_cu.in_base;
+}
+
 /* Cuts the one allocation; with mem NULL only counts the bytes. */
 static inline int64_t mp_cu_layout(unsigned char *mem)
 {
@@ -300,6 +360,8 @@ static inline int64_t mp_cu_layout(unsigned char *mem)
     MP_CU_CUT(mp_cu.part, double *, mp_cu.nparts * (int64_t)sizeof(double));
     MP_CU_CUT(mp_cu.state, MpCuState *, (int64_t)sizeof(MpCuState));
     MP_CU_CUT(mp_cu.tiles, MpCuTile *, mp_cu.ntiles * (int64_t)sizeof(MpCuTile));
+    for (int i = 0; mp_cu.data && i < t->m->ninputs; i++)
+        MP_CU_CUT(mp_cu.data[i], unsigned char *, t->data.arr[i].nbytes);
 #undef MP_CU_CUT
     for (int s = 0; s < 2; s++)
         if (s >= t->nslots)
@@ -396,9 +458,10 @@ static inline int mp_cu_start_steps(MpErr *e)
     const char *v = getenv("MP_CUDA_VERBOSE");
     if (v && *v == '1')
         fprintf(stderr, "cuda: %s, %d SMs; %.1f MiB of device memory in one allocation (arena "
-                "%.1f, workspace %.1f); steps %s\n", mp_cu.device, mp_cu.sms,
+                "%.1f, workspace %.1f); training set %s; steps %s\n", mp_cu.device, mp_cu.sms,
                 (double)mp_cu.mem_bytes / (1 << 20), (double)mp_cu.model->arena_bytes / (1 << 20),
-                (double)mp_cu.ws_need / (1 << 20), mp_cu.graphs ? "as CUDA graphs" : "launched one by one");
+                (double)mp_cu.ws_need / (1 << 20), mp_cu.data ? "on the device" : "gathered on the host",
+                mp_cu.graphs ? "as CUDA graphs" : "launched one by one");
     return 0;
 }
 
@@ -420,7 +483,7 @@ static int mp_cu_start(MpTrainer *t, int host, MpErr *e)
     if (mp_cu_open(e))
         return 1;
     mp_cu_measure();
-    mp_cu.slot_bytes = MP_CU_HDR + t->cfg.accumulate * mp_cu.model->in_bytes;
+    mp_cu_plan_data(t, host);
     mp_cu.nparts = (int)mp_min64((t->total + 4095) / 4096, 1024);   /* sizes only: deterministic */
     mp_cu.nparts = mp_cu.nparts < 1 ? 1 : mp_cu.nparts;
     MpCuTile *tiles = mp_cu_tiles(&mp_cu.ntiles);
@@ -441,6 +504,9 @@ static int mp_cu_start(MpTrainer *t, int host, MpErr *e)
     mp_cu.model->bind(mp_cu.arena);
     mp_cu_push(t, tiles);
     free(tiles);
+    for (int i = 0; mp_cu.data && i < t->m->ninputs; i++)
+        mp_cu_h2d(mp_cu.data[i], t->data.arr[i].data, t->data.arr[i].nbytes);
+    mp_cu_wait();
     mp_cu.started = 1;
     return host ? mp_cu_host_mode(t, e) : mp_cu_start_steps(e);
 }
@@ -547,10 +613,12 @@ static int mp_cu_step(MpTrainer *t, int64_t k, int need, MpStepOut *out, MpErr *
     for (int64_t u = 0; u < t->cfg.accumulate; u++) {
         int64_t *idx = t->step_idx + u * m->batch;
         memcpy(idx, mp_order_next(&t->order), (size_t)m->batch * sizeof *idx);
-        mp_cu_gather_batch(t, stage + MP_CU_HDR + u * mp_cu.model->in_bytes, idx);
+        memcpy(stage + MP_CU_HDR + u * m->batch * (int64_t)sizeof *idx, idx, (size_t)m->batch * sizeof *idx);
+        if (!mp_cu.data)
+            mp_cu_gather_batch(t, stage + mp_cu.in_base + u * mp_cu.model->in_bytes, idx);
     }
     mp_cu_ok(cudaStreamWaitEvent(mp_cu.cp, mp_cu.done[s], 0), "input copy");
-    mp_cu_ok(cudaMemcpyAsync(mp_cu.in[s], stage, (size_t)mp_cu.slot_bytes, cudaMemcpyHostToDevice,
+    mp_cu_ok(cudaMemcpyAsync(mp_cu.in[s], stage, (size_t)mp_cu.copy_bytes, cudaMemcpyHostToDevice,
                              mp_cu.cp), "input copy");
     mp_cu_ok(cudaEventRecord(mp_cu.copied[s], mp_cu.cp), "input copy");
     mp_cu_ok(cudaStreamWaitEvent(mp_cu.st, mp_cu.copied[s], 0), "step");

@@ -14,7 +14,8 @@
 #      data with --no-shuffle: the logged loss of every step and the eval
 #      loss and metrics equal the C program's (1e-4 relative in float32,
 #      2e-3 in mixed precision), loss scale and skipped counts exactly;
-#      the same without graph capture; mnist_cnn and char_transformer
+#      the same without graph capture, and with the batches gathered on
+#      the host instead of on the device; mnist_cnn and char_transformer
 #      also under float32;
 #   3. checkpoints: C saves at step 3, CUDA resumes to 6 and saves, C
 #      resumes to 8: the losses equal one C run of 8 steps;
@@ -141,6 +142,8 @@ curve emu_wide 4 2e-3 MP_EMU=graph
 for n in mnist_cnn_f32 char_transformer_f32; do curve "$n" 6 1e-4 MP_EMU=graph; done
 curve mnist_cnn 4 2e-3 MP_EMU_NO_GRAPH=1
 curve emu_options 8 2e-3 MP_EMU_NO_GRAPH=1
+curve mnist_mlp 6 2e-3 MP_CUDA_DATA=0
+curve emu_options 8 2e-3 MP_CUDA_DATA=0
 
 # ---- 3. checkpoints across the two programs ------------------------------------
 ckpt() {
