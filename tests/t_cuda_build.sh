@@ -4,6 +4,8 @@
 #   1. every example and every tests/gradcheck model: `mpcc M.mp -o M.cu`,
 #      then plain `nvcc M.cu` (no flags) with no warning at all;
 #      mnist_mlp also with the recommended `nvcc -O3 -arch=sm_90`;
+#      every value's arena offset, and the arena's size, equal the C
+#      program's (one memory plan, memplan.c, for both targets);
 #   2. tests/cuda/blas_abi.cu: the cuBLAS types and values that
 #      runtime/mp_cublas.h declares for itself equal the real headers';
 #   3. the built mnist_mlp program: --help and usage errors need no GPU
@@ -56,6 +58,23 @@ grep -q "^FAIL" "$tmp/builds" && fail=1
 n=$(grep -c "^ok" "$tmp/builds")
 echo "$n programs built in $(( $(date +%s) - start ))s"
 [ "$n" -ge 5 ] || bad "too few programs built ($n)"
+
+# ---- 1b. one memory plan for both targets -------------------------------------
+# every value's arena offset in train.cu's model_bind equals train.c's
+# model_setup, and so does the arena's size
+for f in examples/*.mp tests/gradcheck/*.mp; do
+    n=$(basename "$f" .mp)
+    [ -f "$tmp/$n.cu" ] || continue
+    "$MPCC" "$f" --target c -o "$tmp/$n.c" 2>/dev/null || { bad "$n: mpcc --target c failed"; continue; }
+    a=$(sed -n 's/^ *\(v[0-9]*_[A-Za-z0-9_]*\) = ([a-z0-9_]* \*)(mp_arena + \([0-9]*\));$/\1 \2/p' "$tmp/$n.c")
+    b=$(sed -n 's/^ *\(v[0-9]*_[A-Za-z0-9_]*\) = ([a-z0-9_]* \*)(arena + \([0-9]*\));$/\1 \2/p' "$tmp/$n.cu")
+    sa=$(sed -n 's/.*mp_alloc_aligned(\([0-9]*\)).*/\1/p' "$tmp/$n.c")
+    sb=$(sed -n '/mp_cu_model_desc = {/{n;s/^ *\([0-9]*\),.*/\1/p}' "$tmp/$n.cu")
+    if [ -z "$a" ] || [ "$a" != "$b" ] || [ -z "$sa" ] || [ "$sa" != "$sb" ]; then
+        bad "$n: the CUDA program's arena (size $sb) differs from the C program's (size $sa)"
+    fi
+done
+echo "ok   arena offsets and sizes: the CUDA programs use the C programs' memory plan"
 
 # ---- 2. cuBLAS's ABI as mp_cublas.h declares it ----------------------------
 if ! "$NVCC" -c -Iruntime tests/cuda/blas_abi.cu -o "$tmp/abi.o" >"$tmp/abi.log" 2>&1; then
