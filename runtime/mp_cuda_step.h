@@ -16,6 +16,7 @@
  *           start): gather the samples from the training set on the device
  *           by those indices, zero the gradients, lowp working copies,
  *           forward and backward of every micro-batch (the model's code),
+ *           then
  *             unscale: every gradient * 1/S and its square summed, one pass
  *                      over the flat buffer, partial sums per block;
  *             decide:  one thread: the sum (fixed order), finite or not,
