@@ -45,6 +45,8 @@ static void header(Emit *e)
           " * Faster:  cc -O3 -march=native -fopenmp %s.c -lm\n"
           " * BLAS:    cc -O3 -march=native -fopenmp -DMP_USE_CBLAS %s.c -lopenblas -lm\n"
           " *          (f16/bf16 operands are rounded first, so results keep their semantics)\n"
+          " * Threads: OMP_NUM_THREADS=N; on a machine shared with other work, also\n"
+          " *          OMP_WAIT_POLICY=passive (spinning threads lose whole scheduler ticks)\n"
           " * Run:     ./a.out --help\n"
           " */\n",
        g->model, g->model, g->model);
@@ -153,7 +155,11 @@ bool emit_c(FILE *out, const IrGraph *g)
     Emit e;
     emit_begin(&e, out, g);
     header(&e);
+    /* The runtime is a library: a model uses some of its functions. */
+    em(&e, "\n#if defined(__clang__)\n#pragma clang diagnostic push\n"
+           "#pragma clang diagnostic ignored \"-Wunused-function\"\n#endif\n");
     emit_runtime(&e, mp_runtime_count, mp_runtime_names, mp_runtime_texts);
+    em(&e, "\n#if defined(__clang__)\n#pragma clang diagnostic pop\n#endif\n");
     em(&e, "\n/* forward declarations: the descriptors come last */\n");
     em(&e, "static MpInput mp_inputs[%d];\nstatic MpParam mp_params[%d];\n", g->ninputs ? g->ninputs : 1,
        g->nparams ? g->nparams : 1);

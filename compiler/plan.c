@@ -260,6 +260,21 @@ static void dot_node(FILE *out, const IrGraph *g, const IrNode *n)
     fputs("];\n", out);
 }
 
+/* Edges carry their value's type as an xlabel (placed after layout: plain
+ * labels make dot lay out each edge's label as a node, several times
+ * slower on a transformer). An optimizer step is drawn reading only its
+ * gradient -- the parameter it updates is in its label -- since edges from
+ * every parameter at the top to the bottom of the picture are what dot's
+ * crossing minimisation spends most of its time on. */
+static void dot_edges(FILE *out, const IrNode *n)
+{
+    bool step = n->phase == PH_OPTIMIZER;
+    for (int k = 0; k < n->nin; k++)
+        if (!(step && n->in[k]->op == OP_PARAM))
+            fprintf(out, "  n%d -> n%d [xlabel=\"%s\"];\n", n->in[k]->id, n->id,
+                    dt_name(n->in[k]->type));
+}
+
 static void dump_dot(FILE *out, const IrGraph *g)
 {
     fputs("digraph \"", out);
@@ -269,19 +284,15 @@ static void dump_dot(FILE *out, const IrGraph *g)
     fprintf(out, ": %s (f16 orange, bf16 purple, f32 blue, integer grey, casts diamonds)\"];\n"
             "  node [shape=box, style=\"filled,rounded\", fontname=\"Helvetica\", fontsize=10];\n"
             "  edge [fontname=\"Helvetica\", fontsize=9];\n", prec_policy_name(g->train.policy));
-    for (int ph = PH_FORWARD; ph <= PH_OPTIMIZER; ph++) {
+    for (Phase ph = PH_FORWARD; ph <= PH_OPTIMIZER; ph++) {
         fprintf(out, "  subgraph cluster_%s {\n    label=\"%s\";\n", phase_name(ph), phase_name(ph));
         for (int i = 0; i < g->nnodes; i++)
-            if (g->nodes[i]->phase == (Phase)ph)
+            if (g->nodes[i]->phase == ph)
                 dot_node(out, g, g->nodes[i]);
         fputs("  }\n", out);
     }
-    for (int i = 0; i < g->nnodes; i++) {
-        const IrNode *n = g->nodes[i];
-        for (int k = 0; k < n->nin; k++)
-            fprintf(out, "  n%d -> n%d [label=\"%s\"];\n", n->in[k]->id, n->id,
-                    dt_name(n->in[k]->type));
-    }
+    for (int i = 0; i < g->nnodes; i++)
+        dot_edges(out, g->nodes[i]);
     fputs("}\n", out);
 }
 
@@ -329,14 +340,17 @@ static void print_row(FILE *out, const char *const *cell, const int *w)
     fprintf(out, "%s\n", cell[C_INPUTS]);
 }
 
-/* Column widths over the whole plan, so every phase lines up; names longer
- * than 20 characters overflow their column rather than widen it. */
-static void col_widths(const IrGraph *g, int *w)
+/* Column widths of one phase's table (each table has its own header, and
+ * backward op names are long); names longer than 20 characters overflow
+ * their column rather than widen it. */
+static void col_widths(const IrGraph *g, Phase ph, int *w)
 {
     const char *cell[NCOL];
     for (int c = 0; c < NCOL; c++)
         w[c] = (int)strlen(col_title[c]);
     for (int i = 0; i < g->nnodes; i++) {
+        if (g->nodes[i]->phase != ph)
+            continue;
         row_cells(g, g->nodes[i], cell);
         for (int c = 0; c < C_INPUTS; c++) {
             int len = (int)strlen(cell[c]);
@@ -348,17 +362,16 @@ static void col_widths(const IrGraph *g, int *w)
 
 static void text_nodes(FILE *out, const IrGraph *g)
 {
-    int w[NCOL];
-    col_widths(g, w);
-    for (int ph = PH_FORWARD; ph <= PH_OPTIMIZER; ph++) {
-        int count = 0;
+    for (Phase ph = PH_FORWARD; ph <= PH_OPTIMIZER; ph++) {
+        int count = 0, w[NCOL];
         for (int i = 0; i < g->nnodes; i++)
-            count += g->nodes[i]->phase == (Phase)ph;
-        fprintf(out, "\n%s pass (%d nodes)\n", ph == PH_OPTIMIZER ? "optimizer" : phase_name(ph), count);
+            count += g->nodes[i]->phase == ph;
+        fprintf(out, "\n%s pass (%d nodes)\n", phase_name(ph), count);
+        col_widths(g, ph, w);
         print_row(out, col_title, w);
         const char *cell[NCOL];
         for (int i = 0; i < g->nnodes; i++)
-            if (g->nodes[i]->phase == (Phase)ph) {
+            if (g->nodes[i]->phase == ph) {
                 row_cells(g, g->nodes[i], cell);
                 print_row(out, cell, w);
             }

@@ -34,8 +34,9 @@
  *   also warns, for precision rather than range: bf16 keeps 8 significant
  *   bits, and PyTorch's autocast keeps these ops in f32 under bf16 too.
  *   fp16_ops under float32 warns that it has no effect.
- * - An op named in both fp16_ops and fp32_ops, or an unknown op name in
- *   either, is an error at the train block.
+ * - Unknown names in fp16_ops / fp32_ops and an op in both are errors
+ *   that sema.c reports at the list; on a graph made otherwise, fp16_ops
+ *   is looked at first.
  *
  * Invariants after prec_forward(): every forward node has compute and type
  * set (DT_NONE nowhere); every float input of a lowp, fp32 or override
@@ -155,33 +156,11 @@ static bool in_list(const char *const *list, int n, const char *name)
     return false;
 }
 
-static void check_list(IrGraph *g, const char *const *list, int n, const char *what)
-{
-    const char *cands[OP__COUNT];
-    int ncand = 0;
-    for (int op = 0; op < OP__COUNT; op++)
-        if (op_info[op].kind == OPK_FWD)
-            cands[ncand++] = op_info[op].name;
-    for (int i = 0; i < n; i++) {
-        if (ops_lookup(list[i]) >= 0)
-            continue;
-        const char *s = diag_suggest(list[i], cands, ncand);
-        if (s)
-            diag_error(g->train.loc, "unknown operation '%s' in %s; did you mean '%s'?", list[i], what, s);
-        else
-            diag_error(g->train.loc, "unknown operation '%s' in %s", list[i], what);
-    }
-}
-
+/* sema.c has checked the names (each a FWD op) and that no op is in both
+ * lists, pointing at the list; here only the no-op case remains. */
 static void check_lists(IrGraph *g)
 {
     const TrainCfg *t = &g->train;
-    check_list(g, t->fp16_ops, t->nfp16_ops, "fp16_ops");
-    check_list(g, t->fp32_ops, t->nfp32_ops, "fp32_ops");
-    for (int i = 0; i < t->nfp16_ops; i++)
-        if (in_list(t->fp32_ops, t->nfp32_ops, t->fp16_ops[i]))
-            diag_error(t->loc, "'%s' is in both fp16_ops and fp32_ops; keep it in one of them",
-                       t->fp16_ops[i]);
     if (t->nfp16_ops > 0 && g->lowp == DT_F32)
         diag_warning(t->loc, "fp16_ops has no effect under precision float32: nothing is lowered");
 }

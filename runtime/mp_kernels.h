@@ -85,12 +85,35 @@
  *   mp_k_attention_{dq,dk,dv}(d,ddt, dy,dydt, q,qdt, k,kdt, v,vdt,
  *                             BH,T,D, causal, cdt)
  *       q, k, v, y [BH, T, D]; cdt = the op's compute type (probabilities
- *       are rounded to it before the product with v)
+ *       are rounded to it before the product with v); each backward kernel
+ *       recomputes the probabilities from q, k, v (nothing is stored)
+ *
+ * IR nodes (compiler/ops.def) to calls, where it is not one-to-one:
+ *   const        a one-element f32 array, passed with rank 0 to add/sub/...
+ *   reshape, flatten: no call (the same buffer); cast: mp_k_cast
+ *   matmul       [..., M, K] @ [K, N]: batch 1, M = product of the leading
+ *                dims; batched [B.., M, K] @ [B.., K, N]: batch = prod(B..),
+ *                stride_a = M K, stride_b = K N; ta/tb from ia[0]/ia[1]
+ *   matmul_tn    R = product of the leading dims of both inputs
+ *   linear       backward as autodiff writes it: dx = matmul(dy, w),
+ *                dw = matmul_tn(dy, x), dbias = sum_to(dy)
+ *   sum, mean, softmax, log_softmax, expand over axis a of shape d:
+ *                outer = prod(d[:a]), len = d[a], inner = prod(d[a+1:]);
+ *                over everything: (1, numel, 1)
+ *   layer_norm   rows = product of all dims but the last, dim = the last
+ *   batch_norm   NCHW: (N, C, H W); [B, C]: (B, C, 1); running_mean/var are
+ *                the f32 MpParam values; training = MpRun.training
+ *   cross_entropy, accuracy: rows = number of labels, C = last dim of logits
+ *   dropout      node = the forward node's id (also in dropout_grad); when
+ *                not training, mp_k_cast (or p = 0)
+ *   loss_scale   mp_k_scale; --check-numerics: mp_k_all_finite after an op
  *
  * Threads: with -fopenmp the larger loops run in parallel (MP_OMP); the
  * results do not depend on the number of threads, except for mp_gemm
- * under MP_USE_CBLAS. MP_HD functions are the per-element math, shared
- * with the CUDA kernels. */
+ * under MP_USE_CBLAS. Build flags: -DMP_USE_CBLAS (link -lopenblas) sends
+ * products to cblas_sgemm; -DMP_GEMM_PORTABLE leaves out the x86 AVX2
+ * micro-kernel. MP_HD functions are the per-element math, shared with the
+ * CUDA kernels. */
 #ifndef MP_KERNELS_H
 #define MP_KERNELS_H
 
@@ -112,6 +135,58 @@ static inline int mp_thread(void) { return omp_get_thread_num(); }
 #define MP_OMP(...)
 static inline int mp_nthreads(void) { return 1; }
 static inline int mp_thread(void) { return 0; }
+#endif
+
+/* x86 with GCC or Clang: code for newer instruction sets (AVX2+FMA in the
+ * GEMM micro-kernel, F16C for f16 conversion) is compiled through target
+ * attributes whatever -march says, and used when the CPU has them, so a
+ * plain `cc -O2 train.c` runs fast on a modern CPU and still runs on an
+ * old one. The results are the same either way (F16C rounds to nearest
+ * even and quiets NaNs exactly as mp_half.h does). */
+#if !defined(__CUDACC__) && (defined(__GNUC__) || defined(__clang__)) && \
+    (defined(__x86_64__) || defined(__i386__))
+#define MP_X86 1
+#include <immintrin.h>
+enum { MP_CPU_AVX2_FMA, MP_CPU_F16C };
+/* F16C is taken to come with AVX2 (every x86 CPU with AVX2 has it); the
+ * libgcc/compiler-rt constructor has filled the CPU model before main. */
+static inline int mp_cpu_has(int what)
+{
+    (void)what;
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+    return 1;
+#else
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#endif
+}
+
+/* n contiguous f16 <-> f32, 8 at a time. */
+__attribute__((target("avx,f16c")))
+static inline void mp_f16_to_f32_f16c(const uint16_t *s, float *d, int64_t n)
+{
+    int64_t n8 = n / 8 * 8;
+    for (int64_t i = 0; i < n8; i += 8)
+        _mm256_storeu_ps(d + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(s + i))));
+    for (int64_t i = n8; i < n; i++) d[i] = mp_f16_to_f32(s[i]);
+}
+
+__attribute__((target("avx,f16c")))
+static inline void mp_f32_to_f16_f16c(const float *s, uint16_t *d, int64_t n)
+{
+    int64_t n8 = n / 8 * 8;
+    for (int64_t i = 0; i < n8; i += 8)
+        _mm_storeu_si128((__m128i *)(d + i),
+                         _mm256_cvtps_ph(_mm256_loadu_ps(s + i),
+                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    for (int64_t i = n8; i < n; i++) d[i] = mp_f32_to_f16(s[i]);
+}
+#endif
+
+/* Loops over fewer elements than this run on one thread: a parallel
+ * region costs microseconds (tens on a busy or virtual machine), more than
+ * such a loop gains. Products have their own threshold (mp_gemm). */
+#ifndef MP_PAR_MIN
+#define MP_PAR_MIN (1 << 18)
 #endif
 
 /* Elementwise work is done in chunks of MP_CHUNK f32 values on the stack. */
@@ -214,6 +289,12 @@ static inline void mp_ld_n(const void *p, int dt, int64_t off, int64_t stride,
     }
     case MP_F16: {
         const uint16_t *s = (const uint16_t *)p + off;
+#ifdef MP_X86
+        if (stride == 1 && n >= 8 && mp_cpu_has(MP_CPU_F16C)) {
+            mp_f16_to_f32_f16c(s, dst, n);
+            break;
+        }
+#endif
         for (i = 0; i < n; i++) dst[i] = mp_f16_to_f32(s[i * stride]);
         break;
     }
@@ -244,6 +325,12 @@ static inline void mp_st_n(void *p, int dt, int64_t off, int64_t stride,
     }
     case MP_F16: {
         uint16_t *d = (uint16_t *)p + off;
+#ifdef MP_X86
+        if (stride == 1 && n >= 8 && mp_cpu_has(MP_CPU_F16C)) {
+            mp_f32_to_f16_f16c(src, d, n);
+            break;
+        }
+#endif
         for (i = 0; i < n; i++) d[i * stride] = mp_f32_to_f16(src[i]);
         break;
     }
@@ -336,19 +423,28 @@ static inline MP_HD float mp_dropout_u(uint64_t key, int64_t i)
 
 /* ---- elementwise kernels ----------------------------------------------- */
 
-/* The loop every elementwise kernel shares: chunks of MP_CHUNK, loaded to
- * f32, BODY computing t[i] from t[i] (and u[i] when U is an input), stored. */
-#define MP_EW_LOOP(n, X, XDT, U, UDT, Y, YDT, ...)                            \
-    MP_OMP(parallel for if ((n) > 32768))                                      \
+/* The loops every elementwise kernel shares: chunks of MP_CHUNK loaded to
+ * f32 (t from X, and u from U in the two-input form), the body computing
+ * t[i], t stored to Y. */
+#define MP_EW_LOOP(n, X, XDT, Y, YDT, ...)                                     \
+    MP_OMP(parallel for if ((n) > MP_PAR_MIN))                                 \
+    for (int64_t c_ = 0; c_ < (n); c_ += MP_CHUNK) {                           \
+        float t[MP_CHUNK];                                                     \
+        int64_t m_ = mp_min64((n) - c_, MP_CHUNK);                             \
+        mp_ld_n(X, XDT, c_, 1, m_, t);                                         \
+        for (int64_t i = 0; i < m_; i++) { __VA_ARGS__; }                      \
+        mp_st_n(Y, YDT, c_, 1, m_, t);                                         \
+    }
+
+#define MP_EW_LOOP2(n, X, XDT, U, UDT, Y, YDT, ...)                            \
+    MP_OMP(parallel for if ((n) > MP_PAR_MIN))                                 \
     for (int64_t c_ = 0; c_ < (n); c_ += MP_CHUNK) {                           \
         float t[MP_CHUNK], u[MP_CHUNK];                                        \
         int64_t m_ = mp_min64((n) - c_, MP_CHUNK);                             \
         mp_ld_n(X, XDT, c_, 1, m_, t);                                         \
-        if (U)                                                                 \
-            mp_ld_n(U, UDT, c_, 1, m_, u);                                     \
-        for (int64_t i = 0; i < m_; i++) { __VA_ARGS__; }                             \
+        mp_ld_n(U, UDT, c_, 1, m_, u);                                         \
+        for (int64_t i = 0; i < m_; i++) { __VA_ARGS__; }                      \
         mp_st_n(Y, YDT, c_, 1, m_, t);                                         \
-        (void)u;                                                               \
     }
 
 /* y = f(x) */
@@ -356,7 +452,7 @@ static inline MP_HD float mp_dropout_u(uint64_t key, int64_t i)
     static inline void mp_k_##NAME(void *y, int ydt, const void *x, int xdt,   \
                                    int64_t n)                                  \
     {                                                                          \
-        MP_EW_LOOP(n, x, xdt, (const void *)0, MP_F32, y, ydt,                 \
+        MP_EW_LOOP(n, x, xdt, y, ydt,                                          \
                    float a = t[i]; t[i] = (EXPR))                              \
     }
 
@@ -365,7 +461,7 @@ static inline MP_HD float mp_dropout_u(uint64_t key, int64_t i)
     static inline void mp_k_##NAME(void *dx, int dxdt, const void *dy,         \
                                    int dydt, const void *v, int vdt, int64_t n)\
     {                                                                          \
-        MP_EW_LOOP(n, dy, dydt, v, vdt, dx, dxdt, t[i] = FN(t[i], u[i]))       \
+        MP_EW_LOOP2(n, dy, dydt, v, vdt, dx, dxdt, t[i] = FN(t[i], u[i]))      \
     }
 
 MP_UNARY(neg, -a)
@@ -390,17 +486,17 @@ MP_GRAD(rsqrt_grad, mp_rsqrt_grad)
 
 static inline void mp_k_scale(void *y, int ydt, const void *x, int xdt, float s, int64_t n)
 {
-    MP_EW_LOOP(n, x, xdt, (const void *)0, MP_F32, y, ydt, t[i] *= s)
+    MP_EW_LOOP(n, x, xdt, y, ydt, t[i] *= s)
 }
 
 static inline void mp_k_acc(float *y, const void *x, int xdt, float s, int64_t n)
 {
-    MP_EW_LOOP(n, x, xdt, y, MP_F32, y, MP_F32, t[i] = u[i] + s * t[i])
+    MP_EW_LOOP2(n, x, xdt, y, MP_F32, y, MP_F32, t[i] = u[i] + s * t[i])
 }
 
 static inline void mp_k_fill(void *y, int ydt, float v, int64_t n)
 {
-    MP_OMP(parallel for if (n > 32768))
+    MP_OMP(parallel for if (n > MP_PAR_MIN))
     for (int64_t c = 0; c < n; c += MP_CHUNK) {
         float t[MP_CHUNK];
         int64_t m = mp_min64(n - c, MP_CHUNK);
@@ -435,7 +531,7 @@ static inline void mp_k_dropout(void *y, int ydt, const void *x, int xdt, int64_
         mp_k_cast(y, ydt, x, xdt, n);
         return;
     }
-    MP_EW_LOOP(n, x, xdt, (const void *)0, MP_F32, y, ydt,
+    MP_EW_LOOP(n, x, xdt, y, ydt,
                t[i] = mp_dropout_u(key, c_ + i) >= p ? t[i] * s : 0.0f)
 }
 
@@ -527,7 +623,7 @@ static inline void mp_bcast_row(const MpBcast *p, int64_t r, int64_t *ao, int64_
         MpBcast p = mp_bcast(yr, ysh, ar, ash, br, bsh);                       \
         int64_t len = p.n[p.rank - 1], nc = (len + MP_CHUNK - 1) / MP_CHUNK;   \
         int64_t sa = p.sa[p.rank - 1], sb = p.sb[p.rank - 1];                  \
-        MP_OMP(parallel for if (p.rows * len > 32768))                         \
+        MP_OMP(parallel for if (p.rows * len > MP_PAR_MIN))                    \
         for (int64_t w = 0; w < p.rows * nc; w++) {                            \
             float t[MP_CHUNK], u[MP_CHUNK];                                    \
             int64_t ao, bo, c = (w % nc) * MP_CHUNK;                           \
@@ -560,7 +656,7 @@ static inline void mp_k_transpose(void *y, int ydt, const void *x, int xdt, int 
     for (int d = 0; d < rank - 1; d++)
         rows *= ysh[d];
     int64_t len = rank ? ysh[rank - 1] : 1, sin = rank ? xs[perm[rank - 1]] : 1;
-    MP_OMP(parallel for if (rows * len > 32768))
+    MP_OMP(parallel for if (rows * len > MP_PAR_MIN))
     for (int64_t r = 0; r < rows; r++) {
         int64_t off = 0, q = r;
         for (int d = rank - 2; d >= 0; d--) {
@@ -583,7 +679,7 @@ static inline void mp_reduce_mid(void *y, int ydt, const void *x, int xdt, int64
                                  int64_t len, int64_t inner, double scale)
 {
     int64_t nc = (inner + MP_CHUNK - 1) / MP_CHUNK;
-    MP_OMP(parallel for if (outer * len * inner > 32768))
+    MP_OMP(parallel for if (outer * len * inner > MP_PAR_MIN))
     for (int64_t w = 0; w < outer * nc; w++) {
         int64_t o = w / nc, c = (w % nc) * MP_CHUNK, m = mp_min64(inner - c, MP_CHUNK);
         double acc[MP_CHUNK] = {0};
@@ -636,7 +732,7 @@ static inline void mp_reduce_rows(void *y, int ydt, const void *x, int xdt, int6
         free(part);
         return;
     }
-    MP_OMP(parallel for if (outer * len > 32768))
+    MP_OMP(parallel for if (outer * len > MP_PAR_MIN))
     for (int64_t o = 0; o < outer; o++)
         mp_st(y, ydt, o, (float)(mp_sum_n(x, xdt, o * len, len) * scale));
 }
@@ -667,7 +763,7 @@ static inline void mp_k_expand(void *y, int ydt, const void *dy, int dydt, int64
                                int64_t len, int64_t inner, float scale)
 {
     int64_t nc = (inner + MP_CHUNK - 1) / MP_CHUNK;
-    MP_OMP(parallel for if (outer * len * inner > 32768))
+    MP_OMP(parallel for if (outer * len * inner > MP_PAR_MIN))
     for (int64_t w = 0; w < outer * nc; w++) {
         int64_t o = w / nc, c = (w % nc) * MP_CHUNK, m = mp_min64(inner - c, MP_CHUNK);
         float t[MP_CHUNK];
@@ -717,7 +813,7 @@ static inline void mp_k_channel_sum(void *y, int ydt, const void *x, int xdt, in
                                     int64_t C, int64_t S, float beta)
 {
     float *out = (float *)mp_kalloc((size_t)C * sizeof *out);
-    MP_OMP(parallel for if (N * C * S > 32768))
+    MP_OMP(parallel for if (N * C * S > MP_PAR_MIN))
     for (int64_t ch = 0; ch < C; ch++) {
         double s = 0;
         for (int64_t n = 0; n < N; n++)
@@ -733,7 +829,7 @@ static inline void mp_k_channel_sum(void *y, int ydt, const void *x, int xdt, in
 /* Rows of length len with stride inner: x viewed as [outer, len, inner].
  * Each thread works on a row at a time in its own f32 buffer. */
 #define MP_ROWS_LOOP(outer, len, inner, NBUF, ...)                            \
-    MP_OMP(parallel if ((outer) * (len) * (inner) > 16384))                    \
+    MP_OMP(parallel if ((outer) * (len) * (inner) > MP_PAR_MIN))               \
     {                                                                          \
         float *buf = (float *)mp_kalloc((size_t)(NBUF) * (size_t)(len) * sizeof(float)); \
         MP_OMP(for)                                                            \
@@ -879,7 +975,7 @@ static inline void mp_k_mse(void *loss, int ldt, const void *pred, int pdt,
 {
     int64_t nc = (n + MP_CHUNK - 1) / MP_CHUNK;
     double *part = (double *)mp_kalloc((size_t)nc * sizeof *part);
-    MP_OMP(parallel for if (n > 32768))
+    MP_OMP(parallel for if (n > MP_PAR_MIN))
     for (int64_t w = 0; w < nc; w++) {
         float a[MP_CHUNK], b[MP_CHUNK];
         int64_t m = mp_min64(n - w * MP_CHUNK, MP_CHUNK);
@@ -899,7 +995,7 @@ static inline void mp_k_mse_grad(void *dx, int dxdt, const void *dl, int dldt,
                                  int64_t n)
 {
     float g = 2.0f * mp_ld(dl, dldt, 0) / (float)n;
-    MP_EW_LOOP(n, pred, pdt, target, tdt, dx, dxdt, t[i] = g * (t[i] - u[i]))
+    MP_EW_LOOP2(n, pred, pdt, target, tdt, dx, dxdt, t[i] = g * (t[i] - u[i]))
 }
 
 /* Fraction of rows whose first maximum is at the label. */
@@ -907,7 +1003,7 @@ static inline void mp_k_accuracy(void *out, int odt, const void *x, int xdt,
                                  const int32_t *labels, int64_t rows, int64_t C)
 {
     int64_t hits = 0;
-    MP_OMP(parallel reduction(+:hits) if (rows * C > 16384))
+    MP_OMP(parallel reduction(+:hits) if (rows * C > MP_PAR_MIN))
     {
         float *buf = (float *)mp_kalloc((size_t)C * sizeof *buf);
         MP_OMP(for)

@@ -18,7 +18,9 @@
  * no edge cases. The micro-kernel is 6x16 in AVX2+FMA intrinsics on any
  * x86 CPU that has them (chosen at run time, so a plain `cc -O2` build
  * gets it too), else 6x8 in GCC/Clang vector extensions or plain C.
- * -DMP_GEMM_PORTABLE leaves the AVX2 kernel out (tests use it).
+ * -DMP_GEMM_PORTABLE leaves the AVX2 kernel out (tests use it). With
+ * -fopenmp, products above ~8 MFLOP run on all threads (one parallel
+ * region each); each element's sum has the same order on any number.
  *
  * -DMP_USE_CBLAS: products go to cblas_sgemm (link -lopenblas); f16/bf16
  * operands are converted to f32 first (exactly) and the result rounded
@@ -30,6 +32,10 @@
 
 #ifdef MP_USE_CBLAS
 #include <cblas.h>
+/* OpenBLAS's cblas.h includes <complex.h>: its macros `I` and `complex`
+ * would break model code that uses those names. */
+#undef I
+#undef complex
 #endif
 
 #define MP_MR 6                 /* rows of the micro-kernel's tile */
@@ -80,10 +86,8 @@ typedef void MpUkernel(int64_t kc, const float *A, const float *B, float *C, int
 
 /* x86 with GCC or Clang: the 6x16 AVX2+FMA kernel is compiled through a
  * target attribute whatever -march says, and used when the CPU has both. */
-#if !defined(__CUDACC__) && (defined(__GNUC__) || defined(__clang__)) && \
-    (defined(__x86_64__) || defined(__i386__)) && !defined(MP_GEMM_PORTABLE)
-#define MP_X86 1
-#include <immintrin.h>
+#if defined(MP_X86) && !defined(MP_GEMM_PORTABLE)
+#define MP_AVX2_GEMM 1
 #define VW 8
 #define VZERO() _mm256_setzero_ps()
 #define VLOAD(p) _mm256_loadu_ps(p)
@@ -92,8 +96,8 @@ typedef void MpUkernel(int64_t kc, const float *A, const float *B, float *C, int
 #define VFMA(a, b, c) _mm256_fmadd_ps(a, b, c)
 #define VADD(a, b) _mm256_add_ps(a, b)
 __attribute__((target("avx2,fma")))
-static void mp_uk_avx2(int64_t kc, const float *A, const float *B, float *C, int64_t ldc,
-                       int first)
+static inline void mp_uk_avx2(int64_t kc, const float *A, const float *B, float *C,
+                              int64_t ldc, int first)
 {
     MP_UK_BODY(__m256)
 }
@@ -123,8 +127,8 @@ static inline MpVec4 mp_v4load(const float *p)
 #define VBCAST(p) ((MpVec4){*(p), *(p), *(p), *(p)})
 #define VFMA(a, b, c) ((c) + (a) * (b))
 #define VADD(a, b) ((a) + (b))
-static void mp_uk_generic(int64_t kc, const float *A, const float *B, float *C,
-                          int64_t ldc, int first)
+static inline void mp_uk_generic(int64_t kc, const float *A, const float *B, float *C,
+                                 int64_t ldc, int first)
 {
     MP_UK_BODY(MpVec4)
 }
@@ -136,8 +140,8 @@ static void mp_uk_generic(int64_t kc, const float *A, const float *B, float *C,
 #undef VFMA
 #undef VADD
 #else
-static void mp_uk_generic(int64_t kc, const float *A, const float *B, float *C,
-                          int64_t ldc, int first)
+static inline void mp_uk_generic(int64_t kc, const float *A, const float *B, float *C,
+                                 int64_t ldc, int first)
 {
     float acc[MP_MR][8] = {{0}};
     for (int64_t k = 0; k < kc; k++, A += MP_MR, B += 8)
@@ -159,12 +163,8 @@ typedef struct MpUk {
 static inline MpUk mp_uk(void)
 {
     MpUk uk = {mp_uk_generic, 8};
-#if defined(MP_X86) && defined(__AVX2__) && defined(__FMA__)
-    uk.fn = mp_uk_avx2;
-    uk.nr = 16;
-#elif defined(MP_X86)
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+#ifdef MP_AVX2_GEMM
+    if (mp_cpu_has(MP_CPU_AVX2_FMA)) {
         uk.fn = mp_uk_avx2;
         uk.nr = 16;
     }
@@ -174,48 +174,53 @@ static inline MpUk mp_uk(void)
 
 /* ---- packing ------------------------------------------------------------ */
 
-/* dst[k * R + i] = X(r0 + i, k0 + k) for i < nv, 0 for nv <= i < R, k < kc,
- * where X(r, k) = src[r * ld + k], or src[k * ld + r] when trans. */
-static inline void mp_pack(float *dst, const void *src, int dt, int64_t ld, int trans,
-                           int64_t r0, int64_t nv, int R, int64_t k0, int64_t kc)
+/* Rows [r0, r0 + nv) of X as panels of R rows (nv <= MP_PACK_ROWS): panel
+ * p at dst + p pstride holds dst[k R + i] = X(r0 + p R + i, k0 + k) for
+ * k < kc, zero past row nv. X(r, k) = src[r ld + k], or src[k ld + r] when
+ * trans. Several panels at once, so that a transposed source is read in
+ * runs long enough for the vector conversions of mp_ld_n. */
+#define MP_PACK_ROWS 256
+
+static inline void mp_pack(float *dst, int64_t pstride, const void *src, int dt, int64_t ld,
+                           int trans, int64_t r0, int64_t nv, int R, int64_t k0, int64_t kc)
 {
-    if (dt == MP_F32 && nv == R) {            /* the common case: plain copies */
-        const float *s = (const float *)src;
-        if (trans)
-            for (int64_t k = 0; k < kc; k++)
-                for (int i = 0; i < R; i++) dst[k * R + i] = s[(k0 + k) * ld + r0 + i];
-        else
-            for (int64_t k = 0; k < kc; k++)
-                for (int i = 0; i < R; i++) dst[k * R + i] = s[(r0 + i) * ld + k0 + k];
-        return;
-    }
+    int64_t np = (nv + R - 1) / R;
+    float tmp[MP_PACK_ROWS > MP_KC ? MP_PACK_ROWS : MP_KC];
     if (trans) {
         for (int64_t k = 0; k < kc; k++) {
-            mp_ld_n(src, dt, (k0 + k) * ld + r0, 1, nv, dst + k * R);
-            for (int64_t i = nv; i < R; i++) dst[k * R + i] = 0.0f;
+            mp_ld_n(src, dt, (k0 + k) * ld + r0, 1, nv, tmp);
+            for (int64_t j = nv; j < np * R; j++) tmp[j] = 0.0f;
+            for (int64_t p = 0; p < np; p++)
+                memcpy(dst + p * pstride + k * R, tmp + p * R, (size_t)R * sizeof *tmp);
         }
         return;
     }
-    float tmp[MP_KC];
-    for (int64_t i = 0; i < R; i++) {
-        if (i < nv)
-            mp_ld_n(src, dt, (r0 + i) * ld + k0, 1, kc, tmp);
-        else
-            memset(tmp, 0, sizeof tmp);
-        for (int64_t k = 0; k < kc; k++) dst[k * R + i] = tmp[k];
+    for (int64_t j = 0; j < np * R; j++) {
+        float *d = dst + (j / R) * pstride + j % R;
+        if (j >= nv)
+            for (int64_t k = 0; k < kc; k++) d[k * R] = 0.0f;
+        else if (dt == MP_F32)          /* no conversion: skip the copy to tmp */
+            for (int64_t k = 0; k < kc; k++)
+                d[k * R] = ((const float *)src)[(r0 + j) * ld + k0 + k];
+        else {
+            mp_ld_n(src, dt, (r0 + j) * ld + k0, 1, kc, tmp);
+            for (int64_t k = 0; k < kc; k++) d[k * R] = tmp[k];
+        }
     }
 }
 
 /* All of op(B)'s columns [j0, j0 + n) as panels of nr columns: panel p
- * holds columns j0 + p nr ..., for every k, at Bp + p K nr + k nr. */
+ * holds columns j0 + p nr ..., for every k, at Bp + p K nr + k nr. Called
+ * inside mp_gemm_blocked's parallel region: the threads share the work and
+ * wait for each other at the end. */
 static inline void mp_pack_b(float *Bp, const MpGemm *g, int nr, int64_t j0, int64_t n)
 {
     int64_t np = (n + nr - 1) / nr, nk = (g->K + MP_KC - 1) / MP_KC;
-    MP_OMP(parallel for if (n * g->K > 65536))
+    MP_OMP(for schedule(static))
     for (int64_t w = 0; w < np * nk; w++) {
         int64_t p = w / nk, k0 = (w % nk) * MP_KC, kc = mp_min64(g->K - k0, MP_KC);
         /* op(B)(k, j) = B[k ldb + j], so as X(j, k) it is the trans case */
-        mp_pack(Bp + p * g->K * nr + k0 * nr, g->B, g->bdt, g->ldb, !g->tb, j0 + p * nr,
+        mp_pack(Bp + p * g->K * nr + k0 * nr, 0, g->B, g->bdt, g->ldb, !g->tb, j0 + p * nr,
                 mp_min64(n - p * nr, nr), nr, k0, kc);
     }
 }
@@ -278,9 +283,7 @@ static inline void mp_gemm_tile(const MpGemm *g, MpUk uk, const float *Bp, int64
         memset(T, 0, (size_t)(mp * MP_MR * nc) * sizeof *T);
     for (int64_t k0 = 0; k0 < g->K; k0 += MP_KC) {
         int64_t kc = mp_min64(g->K - k0, MP_KC);
-        for (int64_t p = 0; p < mp; p++)
-            mp_pack(Ap + p * kc * MP_MR, g->A, g->adt, g->lda, g->ta, i0 + p * MP_MR,
-                    mp_min64(mv - p * MP_MR, MP_MR), MP_MR, k0, kc);
+        mp_pack(Ap, kc * MP_MR, g->A, g->adt, g->lda, g->ta, i0, mv, MP_MR, k0, kc);
         for (int64_t q = 0; q < npan; q++) {
             const float *b = Bp + (jb / uk.nr + q) * g->K * uk.nr + k0 * uk.nr;
             for (int64_t p = 0; p < mp; p++)
@@ -299,6 +302,9 @@ static inline void *mp_kalloc64(size_t bytes, float **p)
     return raw;
 }
 
+/* One parallel region per product (a region costs more than it seems on a
+ * busy machine): threads pack B together, then take tiles as they come
+ * free. Every tile is computed the same way whichever thread takes it. */
 static inline void mp_gemm_blocked(const MpGemm *g)
 {
     MpUk uk = mp_uk();
@@ -309,34 +315,37 @@ static inline void mp_gemm_blocked(const MpGemm *g)
     float *Bp;
     void *braw = mp_kalloc64((size_t)(((ncols + uk.nr - 1) / uk.nr) * uk.nr * Kp) *
                              sizeof(float), &Bp);
-    for (int64_t j0 = 0; j0 < g->N; j0 += ncols) {   /* passes over N */
-        int64_t n = mp_min64(g->N - j0, ncols);
-        MpTiles t = mp_tiles(g->M, n, uk.nr);
-        mp_pack_b(Bp, g, uk.nr, j0, n);
-        MP_OMP(parallel if (t.mb * t.nb > 1 && g->M * n * g->K > (1 << 22)))
-        {
-            float *Ap, *T;
-            void *araw = mp_kalloc64((size_t)(t.mc * MP_KC) * sizeof(float), &Ap);
-            void *traw = mp_kalloc64((size_t)(t.mc * t.nc) * sizeof(float), &T);
-            MP_OMP(for schedule(static))
+    MP_OMP(parallel if (g->M * g->N * g->K > (1 << 22)))
+    {
+        float *Ap, *T;   /* mp_tiles keeps tiles within MC_MAX x NC_MAX */
+        void *araw = mp_kalloc64((size_t)(MP_MC_MAX * MP_KC) * sizeof(float), &Ap);
+        void *traw = mp_kalloc64((size_t)(MP_MC_MAX * MP_NC_MAX) * sizeof(float), &T);
+        for (int64_t j0 = 0; j0 < g->N; j0 += ncols) {   /* passes over N */
+            int64_t n = mp_min64(g->N - j0, ncols);
+            MpTiles t = mp_tiles(g->M, n, uk.nr);
+            mp_pack_b(Bp, g, uk.nr, j0, n);
+            MP_OMP(for schedule(dynamic))
             for (int64_t w = 0; w < t.mb * t.nb; w++) {
                 int64_t i0 = (w / t.nb) * t.mc, jb = (w % t.nb) * t.nc;
                 mp_gemm_tile(g, uk, Bp, jb, i0, mp_min64(g->M - i0, t.mc), j0 + jb,
                              mp_min64(n - jb, t.nc), t.nc, Ap, T);
             }
-            free(araw);
-            free(traw);
         }
+        free(araw);
+        free(traw);
     }
     free(braw);
 }
 
 #ifdef MP_USE_CBLAS
+/* The conversions around cblas_sgemm stay on one thread: OpenMP threads
+ * left spinning after a parallel region would compete with OpenBLAS's own
+ * threads for the cores. */
+
 /* op(X) as a dense f32 copy in X's own layout (rows x cols, ld = cols). */
 static inline float *mp_to_f32(const void *x, int dt, int64_t ld, int64_t rows, int64_t cols)
 {
     float *d = (float *)mp_kalloc((size_t)(rows * cols) * sizeof *d);
-    MP_OMP(parallel for if (rows * cols > 65536))
     for (int64_t r = 0; r < rows; r++)
         mp_ld_n(x, dt, r * ld, 1, cols, d + r * cols);
     return d;
@@ -360,7 +369,6 @@ static inline void mp_gemm_cblas(const MpGemm *g)
     cblas_sgemm(CblasRowMajor, ta, tb, (int)g->M, (int)g->N, (int)g->K, g->alpha,
                 a ? a : (const float *)g->A, a ? (int)ac : (int)g->lda,
                 b ? b : (const float *)g->B, b ? (int)bc : (int)g->ldb, 0.0f, t, (int)g->N);
-    MP_OMP(parallel for if (g->M * g->N > 65536))
     for (int64_t i = 0; i < g->M; i++)
         mp_gemm_store(g, t + i * g->N, g->N, i, 0, 1, g->N, 1.0f);
     free(a);

@@ -98,7 +98,7 @@ static inline void mp_k_conv2d(void *y, int ydt, const void *x, int xdt, const v
     MP_OMP(parallel if (N > 1))
     {
         float *col = (float *)mp_kalloc((size_t)(ckk * npix) * sizeof *col);
-        MP_OMP(for schedule(static))
+        MP_OMP(for schedule(dynamic))
         for (int64_t n = 0; n < N; n++) {
             mp_im2col(col, x, xdt, n * C * H * W, &v);
             MpGemm g = {0, 0, F, npix, ckk, 1.0f, 0.0f, w, wdt, ckk, col, MP_F32, npix,
@@ -121,7 +121,7 @@ static inline void mp_k_conv2d_dx(void *dx, int dxdt, const void *dy, int dydt,
     {
         float *col = (float *)mp_kalloc((size_t)(ckk * npix) * sizeof *col);
         float *img = (float *)mp_kalloc((size_t)nx * sizeof *img);
-        MP_OMP(for schedule(static))
+        MP_OMP(for schedule(dynamic))
         for (int64_t n = 0; n < N; n++) {
             mp_gemm(1, 0, ckk, npix, F, 1.0f, w, wdt, ckk,
                     mp_at(dy, dydt, n * F * npix), dydt, npix, 0.0f, col, MP_F32, npix);
@@ -160,7 +160,7 @@ static inline void mp_k_conv2d_dw(void *dw, int dwdt, const void *dy, int dydt,
 /* Each (n, c) plane on its own: x plane [H, W] -> y plane [OH, OW] with
  * OH = (H - k) / s + 1 (no padding, floor, as torch). */
 #define MP_PLANES_LOOP(N, C, H, W, NBUF, ...)                                 \
-    MP_OMP(parallel if ((N) * (C) * (H) * (W) > 16384))                        \
+    MP_OMP(parallel if ((N) * (C) * (H) * (W) > MP_PAR_MIN))                   \
     {                                                                          \
         float *buf = (float *)mp_kalloc((size_t)(NBUF) * (size_t)((H) * (W)) * sizeof(float)); \
         MP_OMP(for schedule(static))                                           \
@@ -275,7 +275,7 @@ static inline void mp_k_global_avg_pool_grad(void *dx, int dxdt, const void *dy,
 static inline void mp_k_embedding(void *y, int ydt, const int32_t *ids, const void *w,
                                   int wdt, int64_t n, int64_t vocab, int64_t dim)
 {
-    MP_OMP(parallel for if (n * dim > 32768))
+    MP_OMP(parallel for if (n * dim > MP_PAR_MIN))
     for (int64_t i = 0; i < n; i++)
         for (int64_t c = 0; c < dim; c += MP_CHUNK) {
             float t[MP_CHUNK];
@@ -295,7 +295,7 @@ static inline void mp_k_embedding_dw(void *dw, int dwdt, const void *dy, int dyd
                                      int64_t dim, float beta)
 {
     float *acc = (float *)mp_kzalloc((size_t)(vocab * dim) * sizeof *acc);
-    MP_OMP(parallel for if (n * dim > 32768))
+    MP_OMP(parallel for if (n * dim > MP_PAR_MIN))
     for (int64_t c = 0; c < dim; c += MP_CHUNK) {   /* columns: no write races */
         float t[MP_CHUNK];
         int64_t m = mp_min64(dim - c, MP_CHUNK);
@@ -412,7 +412,7 @@ static inline void mp_st_channel(void *x, int xdt, const float *v, int64_t N, in
 }
 
 #define MP_CHANNELS_LOOP(N, C, S, NBUF, ...)                                  \
-    MP_OMP(parallel if ((N) * (C) * (S) > 16384))                              \
+    MP_OMP(parallel if ((N) * (C) * (S) > MP_PAR_MIN))                         \
     {                                                                          \
         float *buf = (float *)mp_kalloc((size_t)(NBUF) * (size_t)((N) * (S)) * sizeof(float)); \
         MP_OMP(for schedule(static))                                           \
@@ -520,18 +520,18 @@ static inline void mp_attn_probs(const MpAttn *a, int64_t h, float *P, float *Pr
     }
 }
 
-/* The loop over heads, with 3 T x T f32 buffers per thread (P, Pr, tA). */
-#define MP_HEADS_LOOP(BH, T, ...)                                             \
+/* The loop over heads, each thread with NBUF T x T f32 buffers at buf
+ * (P = buf, Pr = the next one). */
+#define MP_HEADS_LOOP(BH, T, NBUF, ...)                                        \
     MP_OMP(parallel if ((BH) > 1))                                             \
     {                                                                          \
-        float *P = (float *)mp_kalloc((size_t)(3 * (T) * (T)) * sizeof(float));\
-        float *Pr = P + (T) * (T), *tA = Pr + (T) * (T);                       \
-        MP_OMP(for schedule(static))                                           \
+        float *buf = (float *)mp_kalloc((size_t)((NBUF) * (T) * (T)) * sizeof(float)); \
+        float *P = buf, *Pr = buf + (T) * (T);                                 \
+        MP_OMP(for schedule(dynamic))                                          \
         for (int64_t h = 0; h < (BH); h++) {                                   \
             __VA_ARGS__;                                                       \
         }                                                                      \
-        free(P);                                                               \
-        (void)tA;                                                              \
+        free(buf);                                                             \
     }
 
 static inline MpAttn mp_attn(const void *q, int qdt, const void *k, int kdt, const void *v,
@@ -546,13 +546,13 @@ static inline void mp_k_attention(void *y, int ydt, const void *q, int qdt, cons
                                   int64_t D, int causal, int cdt)
 {
     MpAttn a = mp_attn(q, qdt, k, kdt, v, vdt, T, D, causal, cdt);
-    MP_HEADS_LOOP(BH, T,
+    MP_HEADS_LOOP(BH, T, 2,
         mp_attn_probs(&a, h, P, Pr);
         mp_gemm(0, 0, T, D, T, 1.0f, Pr, MP_F32, T, mp_at(v, vdt, h * T * D), vdt, D,
                 0.0f, (void *)mp_at(y, ydt, h * T * D), ydt, D))
 }
 
-/* dS of head h into tA (rounded to cdt), from P and dy. */
+/* dS of head h (rounded to cdt), from P and dy. */
 static inline void mp_attn_ds(const MpAttn *a, int64_t h, const void *dy, int dydt,
                               const float *P, float *dS)
 {
@@ -571,7 +571,8 @@ static inline void mp_attention_bwd(int which, void *d, int ddt, const void *dy,
                                     const MpAttn *a, int64_t BH)
 {
     int64_t T = a->T, D = a->D;
-    MP_HEADS_LOOP(BH, T,
+    MP_HEADS_LOOP(BH, T, 3,
+        float *dS = buf + 2 * T * T;
         int64_t off = h * T * D;
         void *out = (void *)mp_at(d, ddt, off);
         mp_attn_probs(a, h, P, Pr);
@@ -580,12 +581,12 @@ static inline void mp_attention_bwd(int which, void *d, int ddt, const void *dy,
                     0.0f, out, ddt, D);
             continue;
         }
-        mp_attn_ds(a, h, dy, dydt, P, tA);
+        mp_attn_ds(a, h, dy, dydt, P, dS);
         if (which == 0)
-            mp_gemm(0, 0, T, D, T, 1.0f, tA, MP_F32, T, mp_at(a->k, a->kdt, off), a->kdt,
+            mp_gemm(0, 0, T, D, T, 1.0f, dS, MP_F32, T, mp_at(a->k, a->kdt, off), a->kdt,
                     D, 0.0f, out, ddt, D);
         else
-            mp_gemm(1, 0, T, D, T, 1.0f, tA, MP_F32, T, mp_at(a->q, a->qdt, off), a->qdt,
+            mp_gemm(1, 0, T, D, T, 1.0f, dS, MP_F32, T, mp_at(a->q, a->qdt, off), a->qdt,
                     D, 0.0f, out, ddt, D))
 }
 

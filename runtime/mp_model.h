@@ -29,6 +29,20 @@
 
 #define MP_MAX_RANK 8
 
+/* `restrict` for C and C++ (nvcc) alike: lets hot loops vectorise. */
+#if defined(__cplusplus)
+#define MP_RESTRICT __restrict__
+#else
+#define MP_RESTRICT restrict
+#endif
+/* sqrtf may set errno, which keeps GCC from vectorising a loop that calls
+ * it; the trainer never reads errno after math, so hot loops opt out. */
+#if defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__)
+#define MP_NO_ERRNO __attribute__((optimize("no-math-errno")))
+#else
+#define MP_NO_ERRNO
+#endif
+
 /* Element types: values equal mpcc's DType. */
 enum { MP_F32 = 1, MP_F16 = 2, MP_BF16 = 3, MP_I32 = 4, MP_U8 = 5 };
 

@@ -124,16 +124,6 @@ static inline MP_HD void mp_sgd_elem(const MpOptK *k, float *p, float g, float *
     *p += k->a * d;
 }
 
-static inline MP_HD void mp_adam_elem(const MpOptK *k, float *p, float g, float *m, float *v)
-{
-    if (k->decoupled)
-        *p *= k->shrink;
-    float d = k->l2 ? g + k->wd * *p : g;
-    *m = *m * k->fb1 + k->c1 * d;
-    *v = *v * k->fb2 + k->c2 * (d * d);
-    *p += k->step * (*m / (sqrtf(*v) / k->bc2 + k->eps));
-}
-
 static inline void mp_sgd_update(float *p, const float *g, float *buf, int64_t n,
                                  double lr, const MpTrainCfg *c)
 {
@@ -142,13 +132,55 @@ static inline void mp_sgd_update(float *p, const float *g, float *buf, int64_t n
         mp_sgd_elem(&k, &p[i], g[i], buf ? &buf[i] : (float *)0);
 }
 
+/* Adam's moments and step for one element; d is the gradient (with the
+ * L2 decay added). A macro, so that it inlines into the loops below
+ * whatever their optimisation attributes. */
+#define MP_ADAM_MVP(p, d, m, v, k)                                             \
+    do {                                                                       \
+        (m) = (m) * (k).fb1 + (k).c1 * (d);                                    \
+        (v) = (v) * (k).fb2 + (k).c2 * ((d) * (d));                            \
+        (p) += (k).step * ((m) / (sqrtf(v) / (k).bc2 + (k).eps));              \
+    } while (0)
+
+/* Adam / AdamW on one element (the CUDA program's optimizer kernel). */
+static inline MP_HD void mp_adam_elem(const MpOptK *k, float *p, float g, float *m, float *v)
+{
+    if (k->decoupled)
+        *p *= k->shrink;
+    float d = k->l2 ? g + k->wd * *p : g;
+    MP_ADAM_MVP(*p, d, *m, *v, *k);
+}
+
+/* The Adam step on n elements, as torch's single-tensor Adam. `restrict`,
+ * the factors in a local copy and the branches taken outside the loop let
+ * the compiler vectorise it (vsqrtps and vdivps round exactly as the scalar
+ * instructions do). */
+MP_NO_ERRNO static inline void mp_adam_loop(float *MP_RESTRICT p, const float *MP_RESTRICT g,
+                                float *MP_RESTRICT m, float *MP_RESTRICT v, int64_t n,
+                                const MpOptK k)
+{
+    if (k.decoupled) {               /* AdamW: decoupled decay first */
+        for (int64_t i = 0; i < n; i++)
+            p[i] *= k.shrink;
+    }
+    if (k.l2) {                      /* Adam with L2: decay added to the gradient */
+        for (int64_t i = 0; i < n; i++) {
+            float d = g[i] + k.wd * p[i];
+            MP_ADAM_MVP(p[i], d, m[i], v[i], k);
+        }
+        return;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        float d = g[i];
+        MP_ADAM_MVP(p[i], d, m[i], v[i], k);
+    }
+}
+
 static inline void mp_adam_update(float *p, const float *g, float *m, float *v,
                                   int64_t n, double lr, const MpTrainCfg *c,
                                   int64_t t, int decoupled)
 {
-    MpOptK k = mp_adam_k(c, lr, t, decoupled);
-    for (int64_t i = 0; i < n; i++)
-        mp_adam_elem(&k, &p[i], g[i], &m[i], &v[i]);
+    mp_adam_loop(p, g, m, v, n, mp_adam_k(c, lr, t, decoupled));
 }
 
 /* Names of the optimizer's state buffers, as in torch's state_dict. */

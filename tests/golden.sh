@@ -23,8 +23,21 @@ diag_output() {
     echo "exit: $?"
 }
 
+# the text plan with its warnings (written before it), then the exit status
+plan_text() {
+    timeout 20 "$MPCC" "$1" --dump-plan 2>&1
+    echo "exit: $?"
+}
+
+# the JSON plan alone, so that the expected file is itself valid JSON
+plan_json() {
+    timeout 20 "$MPCC" "$1" --dump-plan=json 2>/dev/null
+}
+
 KINDS=(
     "tests/diag .err diag_output"
+    "tests/plan .txt plan_text"
+    "tests/plan .json plan_json"
 )
 
 tmp=$(mktemp -d)

@@ -51,9 +51,13 @@ else
     cc -O3 -march=native $omp -o "$OUT/train" "$OUT/train.c" -lm
 fi
 
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 echo "== training $STEPS steps"
 "$OUT/train" --data image="$OUT/train_x.npy" --data label="$OUT/train_y.npy" \
     --eval image="$OUT/test_x.npy" --eval label="$OUT/test_y.npy" \
     --steps "$STEPS" --eval-every "$STEPS" --log-every 200 \
     --log "$OUT/log.jsonl" --save "$OUT/mnist_mlp.safetensors"
-echo "== test accuracy: $(grep '"eval"' "$OUT/log.jsonl" | tail -n 1)"
+acc=$(grep '"eval"' "$OUT/log.jsonl" | tail -n 1 | sed -n 's/.*"accuracy":\([0-9.]*\).*/\1/p')
+[ -n "$acc" ] || { echo "demo: no evaluation in $OUT/log.jsonl" >&2; exit 1; }
+awk -v a="$acc" -v t="$target" 'BEGIN { printf "== MNIST test accuracy after '"$STEPS"' steps (%s target): %.2f%%\n", t, 100 * a }'
+echo "== checkpoint: $OUT/mnist_mlp.safetensors, log: $OUT/log.jsonl"

@@ -47,7 +47,7 @@ static float *fvec(int64_t n, float lo, float hi)
 
 static float *zvec(int64_t n) { return calloc(n > 0 ? (size_t)n : 1, sizeof(float)); }
 
-static inline int32_t *ivec(int64_t n, int32_t hi)
+static int32_t *ivec(int64_t n, int32_t hi)
 {
     int32_t *x = malloc((size_t)n * sizeof *x);
     for (int64_t i = 0; i < n; i++) x[i] = (int32_t)(urand() * hi);
@@ -84,7 +84,6 @@ static void close_to(const char *what, int64_t i, double got, double want, doubl
 typedef struct Fd {
     float *in[5];
     int64_t d[10];
-    float fa[4];
     float *out, *w;
     int64_t nout;
     void (*fwd)(struct Fd *);
@@ -127,6 +126,40 @@ static void fd_free(Fd *c)
     for (int k = 0; k < 5; k++) free(c->in[k]);
     free(c->out);
     free(c->w);
+}
+
+/* ---- bulk conversion ----------------------------------------------------- */
+
+/* mp_ld_n / mp_st_n convert runs of f16 with F16C where the CPU has it:
+ * they must agree bit for bit with mp_half.h's scalar conversions, on every
+ * f16 pattern, every f16 rounding boundary and a sweep of f32 patterns. */
+static void test_bulk_conversion(void **state)
+{
+    (void)state;
+    int64_t n = 65536;
+    uint16_t *h = malloc(n * 2), *h2 = malloc(n * 2);
+    float *f = malloc(n * 4);
+    for (int64_t i = 0; i < n; i++) h[i] = (uint16_t)i;
+    mp_ld_n(h, MP_F16, 0, 1, n, f);
+    for (int64_t i = 0; i < n; i++)
+        assert_int_equal(mp_f32_bits(f[i]), mp_f32_bits(mp_f16_to_f32(h[i])));
+    mp_st_n(h2, MP_F16, 0, 1, n, f);
+    for (int64_t i = 0; i < n; i++) assert_int_equal(h2[i], mp_f32_to_f16(f[i]));
+    uint32_t u = 99;
+    for (int round = 0; round < 16; round++) {
+        for (int64_t i = 0; i < n; i++) {
+            u = u * 1664525u + 1013904223u;
+            float mid = (mp_f16_to_f32((uint16_t)(i & 0x7bff)) +
+                         mp_f16_to_f32((uint16_t)((i & 0x7bff) + 1))) / 2;
+            uint32_t b = round < 8 ? u : mp_f32_bits(mid) + (uint32_t)(round - 12);
+            f[i] = mp_bits_f32(b);
+        }
+        mp_st_n(h2, MP_F16, 0, 1, n, f);
+        for (int64_t i = 0; i < n; i++) assert_int_equal(h2[i], mp_f32_to_f16(f[i]));
+        mp_st_n(h2, MP_BF16, 0, 1, n, f);
+        for (int64_t i = 0; i < n; i++) assert_int_equal(h2[i], mp_f32_to_bf16(f[i]));
+    }
+    free(h); free(h2); free(f);
 }
 
 /* ---- gemm --------------------------------------------------------------- */
@@ -812,7 +845,7 @@ static void test_pools(void **state)
         fd_setup(&c, ny, fwd_maxpool);
         c.fwd(&c);
         float *avg = zvec(ny), *dx = zvec(nx);
-        fwd_avgpool(&(Fd){{c.in[0]}, {N, C, H, W, k, s}, {0}, avg});
+        fwd_avgpool(&(Fd){{c.in[0]}, {N, C, H, W, k, s}, avg});
         for (int64_t pl = 0; pl < N * C; pl++)
             for (int64_t oy = 0; oy < OH; oy++)
                 for (int64_t ox = 0; ox < OW; ox++) {
@@ -1050,9 +1083,48 @@ static void test_attention(void **state)
     }
 }
 
+/* ---- threads ------------------------------------------------------------ */
+
+/* The same bits whatever the number of threads (with -fopenmp; trivially
+ * without): every parallel loop splits work so that each sum keeps its
+ * order. Sizes are above the thresholds for going parallel. */
+static void run_threaded_kernels(float *out, const float *x, int64_t n, const int32_t *lab)
+{
+    int64_t M = 200, N = 300, K = 100;     /* x holds n >= M K + K N values */
+    mp_gemm(0, 0, M, N, K, 1.0f, x, F32, K, x + M * K, F32, N, 0.0f, out, F32, N);
+    out += M * N;
+    mp_k_sum(out, F32, x, F32, 1, n, 1);
+    mp_k_softmax(out + 1, F32, x, F32, n / 1000, 1000, 1);
+    mp_k_cross_entropy(out + 1 + n, F32, x, F32, lab, n / 1000, 1000);
+    float rm[10] = {0}, rv[10] = {0};
+    mp_k_batch_norm(out + 2 + n, F32, x, F32, NULL, F32, NULL, F32, rm, rv, n / 5000, 10, 500,
+                    0.1f, 1e-5f, 1);
+    memcpy(out + 2 + 2 * n, rv, sizeof rv);
+}
+
+static void test_threads_same_bits(void **state)
+{
+    (void)state;
+    int64_t n = 1000000, nout = 200 * 300 + 2 * n + 12;
+    float *x = fvec(n, -2, 2), *a = zvec(nout), *b = zvec(nout);
+    int32_t *lab = ivec(n / 1000, 1000);
+    for (int t = 0; t < 2; t++) {
+#ifdef _OPENMP
+        omp_set_num_threads(t ? 3 : 1);
+#endif
+        run_threaded_kernels(t ? b : a, x, n, lab);
+    }
+#ifdef _OPENMP
+    omp_set_num_threads(omp_get_num_procs());
+#endif
+    assert_memory_equal(a, b, nout * sizeof *a);
+    free(x); free(a); free(b); free(lab);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_bulk_conversion),
         cmocka_unit_test(test_gemm_sizes),
         cmocka_unit_test(test_gemm_types),
         cmocka_unit_test(test_gemm_alpha_beta),
@@ -1077,6 +1149,7 @@ int main(void)
         cmocka_unit_test(test_layer_norm),
         cmocka_unit_test(test_batch_norm),
         cmocka_unit_test(test_attention),
+        cmocka_unit_test(test_threads_same_bits),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

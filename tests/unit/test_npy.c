@@ -284,12 +284,18 @@ static int whole(const char *path, char a, size_t na, char b, size_t nb)
     unsigned char *buf;
     int64_t n;
     MpErr e;
-    if (mp_read_file(path, &buf, &n, &e))
+    if (mp_read_file(path, &buf, &n, &e)) {
+        fprintf(stderr, "%s\n", e.msg);
         return 0;
+    }
     char c = n == (int64_t)na ? a : n == (int64_t)nb ? b : 0;
     int ok = c != 0;
-    for (int64_t i = 0; ok && i < n; i++)
+    int64_t i = 0;
+    for (; ok && i < n; i++)
         ok = buf[i] == (unsigned char)c;
+    if (!ok)
+        fprintf(stderr, "%s: %lld bytes, first '%c', bad at %lld\n", path, (long long)n,
+                n ? buf[0] : '-', (long long)i - 1);
     free(buf);
     return ok;
 }
@@ -380,7 +386,8 @@ static void test_atomic_kill(void **state)
 {
     (void)state;
     MpErr e = {{0}};
-    const char *p = at("killed.bin");
+    char p[4096];   /* at() returns a buffer that remove_temps() reuses */
+    snprintf(p, sizeof p, "%s", at("killed.bin"));
     size_t na = 1 << 20, nb = 3 << 19;
     assert_int_equal(write_fill(p, 'a', na, &e), 0);
     for (int round = 0; round < 8; round++) {

@@ -1,0 +1,64 @@
+# lib.sh - shell helpers shared by the reference tests (source it).
+#   build_trainer MODEL.mp OUT [mpcc options...] [-- cc options...]
+#       mpcc --target c, then cc (default -O2; -l options are put after the
+#       source); OUT is the binary, OUT.c the source.
+#       Prints what failed and returns 1 on failure.
+#   mnist_npy DIR   the full MNIST as DIR/{train,test}_{x,y}.npy (u8 images
+#       [N, 784], i32 labels), with build/idx2npy when it is built, else
+#       with tests/py/data.py. Kept when present.
+PY=/usr/bin/python3
+MPCC=${MPCC:-./mpcc}
+
+build_trainer() {
+    local model=$1 out=$2; shift 2
+    local mp=() ccopt=() libs=(-lm) a
+    while [ $# -gt 0 ] && [ "$1" != -- ]; do mp+=("$1"); shift; done
+    [ $# -gt 0 ] && shift
+    for a in "$@"; do    # libraries go after the source, for the linker
+        if [[ $a == -l* ]]; then libs=("$a" "${libs[@]}"); else ccopt+=("$a"); fi
+    done
+    [ ${#ccopt[@]} -eq 0 ] && ccopt=(-O2)
+    if ! "$MPCC" "$model" --target c "${mp[@]}" -o "$out.c" 2>"$out.mpcc.err"; then
+        echo "mpcc failed on $model (${mp[*]}):"; head -n 20 "$out.mpcc.err"; return 1
+    fi
+    if ! cc "${ccopt[@]}" -o "$out" "$out.c" "${libs[@]}" 2>"$out.cc.err"; then
+        echo "the generated C of $model does not build (cc ${ccopt[*]}):"; head -n 20 "$out.cc.err"; return 1
+    fi
+}
+
+mnist_npy() {
+    local dir=$1 src=../shared/data/mnist f
+    mkdir -p "$dir"
+    [ -e "$dir/test_y.npy" ] && return 0
+    if [ -x build/idx2npy ]; then
+        build/idx2npy $src/train-images-idx3-ubyte.gz "$dir/train_x.npy" &&
+        build/idx2npy $src/train-labels-idx1-ubyte.gz "$dir/train_y.npy" &&
+        build/idx2npy $src/t10k-images-idx3-ubyte.gz "$dir/test_x.npy" &&
+        build/idx2npy $src/t10k-labels-idx1-ubyte.gz "$dir/test_y.npy" && return 0
+        echo "build/idx2npy failed; converting in Python"
+    fi
+    $PY - "$dir" <<'PYEOF'
+import sys, os, numpy as np
+sys.path.insert(0, "tests/py")
+import data
+for split, name in (("train", "train"), ("t10k", "test")):
+    x, y = data.mnist(split)
+    np.save(os.path.join(sys.argv[1], name + "_x.npy"), x)
+    np.save(os.path.join(sys.argv[1], name + "_y.npy"), y)
+PYEOF
+}
+
+# jq-free JSONL access: jsonl_field FILE FIELD -> one value per training line
+jsonl_field() {
+    $PY -c 'import json,sys
+for l in open(sys.argv[1]):
+    o = json.loads(l) if l.strip() else {}
+    if sys.argv[2] in o and "eval" not in o: print(o[sys.argv[2]])' "$1" "$2"
+}
+
+# last_eval FILE KEY -> the value of KEY in the last eval line
+last_eval() {
+    $PY -c 'import json,sys
+ev = [json.loads(l)["eval"] for l in open(sys.argv[1]) if l.strip() and "eval" in json.loads(l)]
+print(ev[-1][sys.argv[2]] if ev else "none")' "$1" "$2"
+}

@@ -1,0 +1,203 @@
+"""models.py - the PyTorch twins of the .mp models the reference tests
+train. A twin has the .mp model's parameters under the same names and
+shapes (torch.nn modules), and forward(batch) -> (loss, {metric: value})
+computing what the .mp file computes, in float32 or float64.
+
+TWINS maps the .mp `model` name to its twin's class. A twin takes the
+model's integer constants (const NAME = ...) as keyword arguments where the
+shapes depend on them.
+"""
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+def accuracy(logits, labels):
+    return (logits.argmax(-1) == labels.long()).double().mean()
+
+
+def xent(logits, labels):
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1).long())
+
+
+class MnistMlp(nn.Module):
+    """examples/mnist_mlp.mp (LANGUAGE.md's model), any hidden width."""
+    def __init__(self, H=512, **_):
+        super().__init__()
+        self.h = nn.Linear(784, H)
+        self.logits = nn.Linear(H, 10)
+
+    def forward(self, b):
+        x = b["image"].to(self.h.weight.dtype) / 255
+        logits = self.logits(F.relu(self.h(x)))
+        return xent(logits, b["label"]), {"accuracy": accuracy(logits, b["label"])}
+
+
+class Zoo(nn.Module):
+    """tests/models/zoo.mp: most elementwise ops, both norms, mse, softmax."""
+    def __init__(self, **_):
+        super().__init__()
+        self.a = nn.Linear(64, 48)
+        self.b = nn.Linear(48, 48)
+        self.fc = nn.Linear(48, 32, bias=False)
+        self.c = nn.BatchNorm1d(32)
+        self.d = nn.LayerNorm(32)
+        self.logits = nn.Linear(32, 10)
+
+    def forward(self, bt):
+        u = bt["x"].to(self.a.weight.dtype) / 16 - 0.5
+        a = torch.tanh(self.a(u))
+        b = F.gelu(self.b(a)) * torch.rsqrt(torch.sigmoid(a) + 1) + torch.log(1 + torch.exp(a))
+        c = F.relu(self.c(self.fc(b)))
+        d = self.d(F.silu(c))
+        logits = self.logits(d)
+        p = F.softmax(logits, -1)
+        ent = (torch.exp(F.log_softmax(logits, -1)) * p).sum(1).mean(0)
+        loss = xent(logits, bt["label"]) + F.mse_loss(p, bt["target"].to(p.dtype)) + 0.1 * ent
+        return loss, {"accuracy": accuracy(logits, bt["label"])}
+
+
+TWINS = {"mnist_mlp": MnistMlp, "mlp_small": MnistMlp, "ls_overflow": MnistMlp, "zoo": Zoo}
+
+
+class CnnBn(nn.Module):
+    """tests/models/cnn_bn.mp."""
+    def __init__(self, **_):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 8, 3, padding=1, bias=False)
+        self.c1 = nn.BatchNorm2d(8)
+        self.conv2 = nn.Conv2d(8, 16, 3, stride=2, padding=1, bias=False)
+        self.c2 = nn.BatchNorm2d(16)
+        self.logits = nn.Linear(16 * 3 * 3, 10)
+        self.gap = nn.Linear(16, 10, bias=False)
+
+    def forward(self, b):
+        x = (b["image"].to(self.logits.weight.dtype) / 255).reshape(-1, 1, 28, 28)
+        c1 = F.relu(self.c1(self.conv1(x)))
+        c2 = F.relu(self.c2(self.conv2(F.max_pool2d(c1, 2, 2))))
+        p2 = F.avg_pool2d(c2, 3, 2)
+        logits = self.logits(p2.flatten(1)) + self.gap(c2.mean((2, 3)))
+        return xent(logits, b["label"]), {"accuracy": accuracy(logits, b["label"])}
+
+
+class Attn(nn.Module):
+    def __init__(self, d, h, k_bias=False):
+        super().__init__()
+        self.h = h
+        self.q, self.v, self.proj = (nn.Linear(d, d) for _ in range(3))
+        self.k = nn.Linear(d, d, bias=k_bias)
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = (m(x).reshape(b, t, self.h, d // self.h).transpose(1, 2) for m in (self.q, self.k, self.v))
+        s = q @ k.transpose(-1, -2) / math.sqrt(d // self.h)
+        s = s.masked_fill(torch.ones(t, t, dtype=torch.bool).triu(1), float("-inf"))
+        y = F.softmax(s, -1) @ v
+        return self.proj(y.transpose(1, 2).reshape(b, t, d))
+
+
+class Mlp(nn.Module):
+    """linear(x, 4d) named `hidden`, gelu, linear(., d) named proj."""
+    def __init__(self, d, hidden="h"):
+        super().__init__()
+        self.hidden = hidden
+        setattr(self, hidden, nn.Linear(d, 4 * d))
+        self.proj = nn.Linear(4 * d, d)
+
+    def forward(self, x):
+        return self.proj(F.gelu(getattr(self, self.hidden)(x)))
+
+
+class Layer(nn.Module):
+    def __init__(self, d, h, k_bias=False, hidden="h"):
+        super().__init__()
+        self.ln1, self.attn = nn.LayerNorm(d), Attn(d, h, k_bias)
+        self.ln2, self.mlp = nn.LayerNorm(d), Mlp(d, hidden)
+
+    def forward(self, x):
+        x = x + self.attn(self.ln1(x))
+        return x + self.mlp(self.ln2(x))
+
+
+class CharTf(nn.Module):
+    """tests/models/char_tf.mp."""
+    def __init__(self, T=32, V=128, D=32, H=2, L=2, **_):
+        super().__init__()
+        self.pos = nn.Parameter(torch.randn(T, D) * 0.02)
+        self.tok = nn.Embedding(V, D)
+        self.layers = nn.ModuleList(Layer(D, H) for _ in range(L))
+        self.lnf = nn.LayerNorm(D)
+        self.head = nn.Linear(D, V)
+
+    def forward(self, b):
+        x = self.tok(b["tokens"].long()) + self.pos
+        for layer in self.layers:
+            x = layer(x)
+        logits = self.head(self.lnf(x))
+        return xent(logits, b["targets"]), {"accuracy": accuracy(logits.reshape(-1, logits.shape[-1]), b["targets"].reshape(-1))}
+
+
+class CharTransformer(nn.Module):
+    """examples/char_transformer.mp."""
+    def __init__(self, T=64, V=65, D=64, H=4, L=2, **_):
+        super().__init__()
+        self.pos = nn.Parameter(torch.randn(T, D) * 0.02)
+        self.tok = nn.Embedding(V, D)
+        self.layers = nn.ModuleList(Layer(D, H, k_bias=True, hidden="fc") for _ in range(L))
+        self.ln_f = nn.LayerNorm(D)
+        self.head = nn.Linear(D, V)
+
+    def forward(self, b):
+        x = self.tok(b["tokens"].long()) + self.pos
+        for layer in self.layers:
+            x = layer(x)
+        logits = self.head(self.ln_f(x))
+        return xent(logits, b["targets"]), {"accuracy": accuracy(logits, b["targets"])}
+
+
+class MnistCnn(nn.Module):
+    """examples/mnist_cnn.mp."""
+    def __init__(self, **_):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 16, 3, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(16)
+        self.conv2 = nn.Conv2d(16, 32, 3, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(32)
+        self.fc = nn.Linear(32 * 7 * 7, 10)
+
+    def forward(self, b):
+        x = b["image"].to(self.fc.weight.dtype) / 255
+        p1 = F.max_pool2d(F.relu(self.bn1(self.conv1(x))), 2)
+        p2 = F.max_pool2d(F.relu(self.bn2(self.conv2(p1))), 2)
+        logits = self.fc(p2.flatten(1))
+        return xent(logits, b["label"]), {"accuracy": accuracy(logits, b["label"])}
+
+
+class DigitsMlp(nn.Module):
+    """examples/digits_mlp.mp."""
+    def __init__(self, **_):
+        super().__init__()
+        self.h = nn.Linear(64, 64)
+        self.logits = nn.Linear(64, 10)
+
+    def forward(self, b):
+        logits = self.logits(torch.tanh(self.h(b["pixels"].to(self.h.weight.dtype) / 16)))
+        return xent(logits, b["label"]), {"accuracy": accuracy(logits, b["label"])}
+
+
+class MetricAlias(MnistMlp):
+    """tests/models/metric_alias.mp: metrics that must each keep their value."""
+    def forward(self, b):
+        x = b["image"].to(self.h.weight.dtype) / 255
+        h = F.relu(self.h(x))
+        logits = self.logits(h)
+        reg = (h * h).sum(1).mean(0)
+        return xent(logits, b["label"]) + 1e-4 * reg, {
+            "accuracy": accuracy(logits, b["label"]), "activity": reg,
+            "confidence": (F.softmax(logits, -1) ** 2).sum(1).mean(0)}
+
+
+TWINS.update({"metric_alias": MetricAlias, "cnn_bn": CnnBn, "char_tf": CharTf, "char_transformer": CharTransformer,
+              "mnist_cnn": MnistCnn, "digits_mlp": DigitsMlp})

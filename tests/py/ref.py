@@ -1,0 +1,345 @@
+"""ref.py - the PyTorch side of the end-to-end checks.
+
+    ref.py init MODEL.mp OUT.safetensors [--seed N]
+        Writes the twin's (models.py) torch-default initial parameters and
+        buffers under the model's names: the --init file of a trainer run.
+    ref.py batch FILE
+        Runs the init and check command lines of FILE (one per line) in one
+        process (torch starts once); see cmd_batch.
+    ref.py check MODEL.mp --data NAME=F.npy ... --steps N --init INIT
+                 --log LOG.jsonl --ckpt OUT.safetensors [--eval NAME=F.npy ...]
+                 [--tol 1e-4] [--dtype float32|float64]
+        Trains the twin exactly as the trainer was asked to (batches in file
+        order, the train block's optimizer, schedule, clipping, accumulate)
+        and compares, step by step, the trainer's logged loss and lr with
+        its own; then the trainer's final checkpoint against its own
+        parameters and optimizer state, and, with --eval, loads the
+        checkpoint into the twin with load_state_dict and compares its
+        evaluation with the trainer's last eval log line.
+Exit status 0 when everything agrees, 1 with the disagreements listed.
+
+How the trainer is defined (TRAINER.md; the schedule as in the runtime's
+mp_optim.h): step k (1-based) trains on micro-batches (k-1)*A .. k*A-1 of
+the file order (A = accumulate), each batch j holding samples
+(j mod floor(N/B))*B ...; the loss logged for step k is the mean over its
+micro-batches, before the update; gradients are the mean over them.
+"""
+import argparse
+import json
+import math
+import os
+import sys
+
+import numpy as np
+import torch
+
+sys.path.insert(0, os.path.dirname(__file__))
+import models  # noqa: E402
+import mpfile  # noqa: E402
+import st  # noqa: E402
+
+TORCH_INPUT = {np.dtype("uint8"): torch.uint8, np.dtype("int32"): torch.int32,
+               np.dtype("float32"): torch.float32, np.dtype("float16"): torch.float16}
+
+
+def twin(mp):
+    cls = models.TWINS.get(mp["name"])
+    if cls is None:
+        sys.exit(f"ref.py: no PyTorch twin for model '{mp['name']}' in models.py")
+    return cls(**mp["consts"])
+
+
+def model_state(module):
+    """The state_dict as the trainer names it: no num_batches_tracked."""
+    return {k: v for k, v in module.state_dict().items() if not k.endswith("num_batches_tracked")}
+
+
+def sched_lr(tr, k):
+    """LR of optimizer step k (1-based), mirroring mp_optim.h."""
+    name, kw, _ = mpfile.call(tr.get("lr_schedule"), "constant")
+    lr = mpfile.call(tr["optimizer"])[1]["lr"]
+    if name == "constant":
+        return lr
+    w, t, lo = kw.get("warmup", 0), tr.get("steps", 1000), kw.get("min", 0)
+    if w > 0 and k <= w:
+        return lr * k / w
+    p = min(max((k - 1 - w) / (t - w), 0), 1) if t > w else 1
+    if name == "linear":
+        return lr * (1 - p)
+    return lo + (lr - lo) * (1 + math.cos(math.pi * p)) / 2
+
+
+def optimizer(tr, params):
+    name, kw, _ = mpfile.call(tr["optimizer"])
+    lr = kw["lr"]
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=lr, momentum=kw.get("momentum", 0),
+                               nesterov=kw.get("nesterov", False),
+                               weight_decay=kw.get("weight_decay", 0))
+    betas = (kw.get("beta1", 0.9), kw.get("beta2", 0.999))
+    if name == "adam":
+        return torch.optim.Adam(params, lr=lr, betas=betas, eps=kw.get("eps", 1e-8),
+                                weight_decay=kw.get("weight_decay", 0))
+    if name == "adamw":
+        return torch.optim.AdamW(params, lr=lr, betas=betas, eps=kw.get("eps", 1e-8),
+                                 weight_decay=kw.get("weight_decay", 0.01))
+    sys.exit(f"ref.py: unknown optimizer {name}")
+
+
+def load_data(pairs):
+    out = {}
+    for p in pairs or []:
+        k, f = p.split("=", 1)
+        out[k] = np.load(f)
+    return out
+
+
+def batches(data, bsz):
+    """Batch j of the file order (wrapping round), as torch tensors."""
+    n = min(len(a) for a in data.values()) // bsz
+
+    def get(j):
+        s = (j % n) * bsz
+        return {k: torch.from_numpy(np.ascontiguousarray(a[s:s + bsz])).to(TORCH_INPUT[a.dtype])
+                for k, a in data.items()}
+    return get, n
+
+
+def read_log(path):
+    train, evals = {}, []
+    with open(path) as f:
+        for line in f:
+            if line.strip():
+                o = json.loads(line)
+                if "eval" in o:
+                    evals.append(o)
+                elif "loss" in o:
+                    train[o["step"]] = o
+    return train, evals
+
+
+def batch_size(mp):
+    return next(iter(mp["inputs"].values()))[1][0]
+
+
+def train_twin(mp, net, data, steps, dtype, log=None):
+    """Trains net in place; returns (per-step losses, per-step lr, optimizer).
+    Steps the trainer's log says it skipped (loss scaling) are skipped too:
+    no update, but the schedule moves on."""
+    tr = mp["train"]
+    acc = tr.get("accumulate", 1)
+    clip = tr.get("clip_grad_norm", 0)
+    opt = optimizer(tr, [p for p in net.parameters()])
+    base = mpfile.call(tr["optimizer"])[1]["lr"]
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda e: sched_lr(tr, e + 1) / base)
+    get, _ = batches(data, batch_size(mp))
+    losses, lrs = [], []
+    net.grad_max = {n: 0.0 for n, _ in net.named_parameters()}
+    net.train()
+    for k in range(1, steps + 1):
+        opt.zero_grad()
+        micro = []
+        for m in range(acc):
+            loss, _ = net(get((k - 1) * acc + m))
+            (loss / acc).backward()
+            micro.append(loss.item())
+        losses.append(sum(micro) / acc)
+        for n, p in net.named_parameters():
+            net.grad_max[n] = max(net.grad_max[n], float(p.grad.norm()) if p.grad is not None else 0.0)
+        lrs.append(opt.param_groups[0]["lr"])
+        skipped = log and k in log and log[k].get("skipped", 0) > log.get(k - 1, {}).get("skipped", 0)
+        if clip:
+            torch.nn.utils.clip_grad_norm_(net.parameters(), clip)
+        if not skipped:
+            opt.step()
+        sched.step()
+    return losses, lrs, opt
+
+
+def evaluate(mp, net, data):
+    get, n = batches(data, batch_size(mp))
+    net.eval()
+    tot = {}
+    with torch.no_grad():
+        for j in range(n):
+            loss, mets = net(get(j))
+            for k, v in [("loss", loss)] + list(mets.items()):
+                tot[k] = tot.get(k, 0.0) + float(v)
+    return {k: v / n for k, v in tot.items()}
+
+
+def rel(a, b):
+    return abs(a - b) / max(abs(b), 1e-6)
+
+
+def compare_steps(log, losses, lrs, tol, errs):
+    worst = 0.0
+    print(f"{'step':>5} {'trainer':>12} {'torch':>12} {'rel.err':>9}")
+    for k, (lt, lr) in enumerate(zip(losses, lrs), 1):
+        if k not in log:
+            errs.append(f"step {k}: no log line")
+            continue
+        lc = log[k]["loss"]
+        e = rel(lc, lt)
+        worst = max(worst, e)
+        print(f"{k:5d} {lc:12.7g} {lt:12.7g} {e:9.2e}{'  <-- over ' + str(tol) if e > tol else ''}")
+        if e > tol:
+            errs.append(f"step {k}: loss {lc!r} vs torch {lt!r} (rel {e:.2e} > {tol})")
+        if "lr" in log[k] and rel(log[k]["lr"], lr) > 1e-5:
+            errs.append(f"step {k}: lr {log[k]['lr']!r} vs schedule {lr!r}")
+    print(f"worst per-step relative loss difference: {worst:.3e} (tolerance {tol})")
+    return worst
+
+
+def compare_tensors(ckpt, net, opt, init, ptol, errs):
+    """Final parameters (as a relative error of the update from init) and
+    optimizer state against the twin's. A parameter whose gradient is
+    rounding noise all along (e.g. an attention key bias: softmax ignores
+    it) is not compared: Adam turns noise into full-size steps."""
+    top = max(net.grad_max.values())
+    noise = {n for n, g in net.grad_max.items() if g < 1e-5 * top}
+    if noise:
+        print(f"not compared (gradient below 1e-5 of the largest, i.e. rounding noise): {sorted(noise)}")
+    mine = {k: v.detach().double().numpy() for k, v in model_state(net).items()}
+    for n, p in net.named_parameters():
+        for slot, v in opt.state.get(p, {}).items():
+            if slot != "step" and v is not None:
+                mine[f"optimizer.{slot}.{n}"] = v.double().numpy()
+    worst = 0.0
+    for k, t in mine.items():
+        if (k.split(".", 2)[2] if k.startswith("optimizer.") else k) in noise:
+            continue
+        if k not in ckpt:
+            errs.append(f"checkpoint lacks '{k}'")
+            continue
+        c = ckpt[k].astype(np.float64)
+        if c.shape != t.shape:
+            errs.append(f"checkpoint '{k}': shape {list(c.shape)} vs torch {list(t.shape)}")
+            continue
+        ref = t - init[k] if k in init else t
+        e = np.linalg.norm(c - t) / max(np.linalg.norm(ref), 1e-12)
+        worst = max(worst, e)
+        if e > ptol:
+            errs.append(f"checkpoint '{k}': relative difference {e:.2e} > {ptol} from torch")
+    print(f"worst tensor difference (relative to its change from init): {worst:.3e} (tolerance {ptol})")
+
+
+def check_load(ckpt, mp, dtype):
+    """The checkpoint's model tensors load into a fresh twin by name."""
+    net = twin(mp).to(dtype)
+    state = {k: torch.from_numpy(v.copy()).to(dtype) for k, v in ckpt.items()
+             if not k.startswith("optimizer.")}
+    res = net.load_state_dict(state, strict=False)
+    bad = [k for k in res.missing_keys if not k.endswith("num_batches_tracked")] + list(res.unexpected_keys)
+    return net, bad
+
+
+def cmd_init(a):
+    mp = mpfile.read(a.model)
+    torch.manual_seed(a.seed)
+    net = twin(mp)
+    st.write(a.out, {k: v.numpy() for k, v in model_state(net).items()})
+
+
+def cmd_check(a):
+    mp = mpfile.read(a.model)
+    dtype = getattr(torch, a.dtype)
+    torch.set_num_threads(1)
+    init = st.read(a.init)
+    net, bad = check_load(init, mp, dtype)
+    if bad:
+        sys.exit(f"ref.py: {a.init} does not fit the twin: {bad}")
+    errs = []
+    log, evals = read_log(a.log)
+    losses, lrs, opt = train_twin(mp, net, load_data(a.data), a.steps, dtype, log)
+    compare_steps(log, losses, lrs, a.tol, errs)
+    ckpt, meta = st.read(a.ckpt, with_meta=True)
+    if str(meta.get("step")) != str(a.steps):
+        errs.append(f"checkpoint metadata step {meta.get('step')!r}, expected {a.steps}")
+    if a.ptol > 0:
+        compare_tensors(ckpt, net, opt, {k: v.astype(np.float64) for k, v in init.items()}, a.ptol, errs)
+    loaded, bad = check_load(ckpt, mp, dtype)
+    if bad:
+        errs.append(f"load_state_dict into torch: mismatched keys {bad}")
+    if a.eval:
+        mine = evaluate(mp, loaded, load_data(a.eval))
+        if not evals:
+            errs.append("the trainer's log has no eval line")
+        else:
+            theirs = evals[-1]["eval"]
+            print(f"eval: trainer {json.dumps(theirs)}  torch(load_state_dict) "
+                  f"{json.dumps({k: round(v, 7) for k, v in mine.items()})}")
+            for k, v in mine.items():
+                if k not in theirs:
+                    errs.append(f"eval: trainer did not report '{k}'")
+                elif rel(theirs[k], v) > a.etol:
+                    errs.append(f"eval {k}: trainer {theirs[k]!r} vs torch {v!r} (> {a.etol})")
+    for e in errs:
+        print("MISMATCH:", e)
+    return 1 if errs else 0
+
+
+def cmd_batch(a, parser):
+    """Runs the init / check command lines of a file (one per line, shell
+    quoting) in this one process; a check's output goes to its --report
+    file and one summary line is printed. Exit 1 if any check failed."""
+    import contextlib
+    import io
+    import shlex
+    failed = []
+    for line in open(a.file):
+        if not line.strip():
+            continue
+        sub = parser.parse_args(shlex.split(line))
+        if sub.cmd == "init":
+            cmd_init(sub)
+            continue
+        buf = io.StringIO()
+        with contextlib.redirect_stdout(buf):
+            try:
+                rc = cmd_check(sub)
+            except (Exception, SystemExit) as e:  # a broken case must not stop the others
+                print(f"MISMATCH: ref.py: {type(e).__name__}: {e}")
+                rc = 1
+        out = buf.getvalue()
+        if sub.report:
+            open(sub.report, "w").write(out)
+        keep = [l for l in out.splitlines() if l.startswith(("worst", "MISMATCH", "eval:", "not compared"))]
+        print(f"{'ok  ' if rc == 0 else 'FAIL'} {sub.report or sub.model}")
+        for l in keep[:12]:
+            print("     " + l)
+        if rc:
+            failed.append(sub.report or sub.model)
+    if failed:
+        print(f"{len(failed)} case(s) differ from PyTorch: " + " ".join(failed))
+    return 1 if failed else 0
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("init")
+    p.add_argument("model")
+    p.add_argument("out")
+    p.add_argument("--seed", type=int, default=0)
+    p = sub.add_parser("check")
+    p.add_argument("model")
+    p.add_argument("--data", action="append", required=True)
+    p.add_argument("--eval", action="append")
+    p.add_argument("--steps", type=int, required=True)
+    p.add_argument("--init", required=True)
+    p.add_argument("--log", required=True)
+    p.add_argument("--ckpt", required=True)
+    p.add_argument("--tol", type=float, default=1e-4)
+    p.add_argument("--ptol", type=float, default=1e-2, help="0: do not compare tensors")
+    p.add_argument("--etol", type=float, default=1e-4)
+    p.add_argument("--dtype", default="float32")
+    p.add_argument("--report", help="(batch) where this check's output goes")
+    p = sub.add_parser("batch")
+    p.add_argument("file")
+    a = ap.parse_args()
+    sys.exit({"init": cmd_init, "check": cmd_check, "batch": lambda x: cmd_batch(x, ap)}[a.cmd](a))
+
+
+if __name__ == "__main__":
+    main()

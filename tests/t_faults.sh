@@ -1,0 +1,139 @@
+#!/usr/bin/env bash
+# t_faults.sh - the generated trainer against bad input (TRAINER.md, "Data",
+# "Checkpoints", "Exit status"), crashes while checkpointing, and the
+# sanitizers.
+#  1. Every bad data file, input name and checkpoint of tests/py/faults.py:
+#     exit 1 (2 where the case allows bad usage) with exactly one line on
+#     stderr that names the file (and tensor or sample) and matches the
+#     case's expected-vs-found words; no step trained, nothing saved.
+#  2. A version 2.0 .npy file is accepted.
+#  3. kill -9 during --save-every 1 training, several times, each run
+#     resuming from what the last one left: the checkpoint always loads
+#     whole (never torn) and resumes.
+#  4. Every model of tests/models and examples/ built with
+#     -fsanitize=address,undefined runs a few steps (eval, save, resume,
+#     --check-numerics) with no sanitizer report.
+# SKIP_ASAN=1 leaves out part 4.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+. tests/py/lib.sh
+W=${B:-build}/t_faults
+rm -rf "$W"
+mkdir -p "$W"
+fail=0
+bad() { echo "FAIL: $*"; fail=1; }
+
+echo "== 1. bad input is refused before training"
+sed 's/^  optimizer = .*/  optimizer = adam(lr = 1e-3)/' tests/models/mlp_small.mp >"$W/faults.mp"
+build_trainer "$W/faults.mp" "$W/train" || exit 1
+$PY -c 'import sys, numpy as np; sys.path.insert(0, "tests/py"); import data
+x, y = data.mnist("train", 256); np.save(sys.argv[1] + "/gx.npy", x); np.save(sys.argv[1] + "/gy.npy", y)' "$W"
+"$W/train" --data image="$W/gx.npy" --data label="$W/gy.npy" --steps 3 --save "$W/good.safetensors" \
+    >"$W/good.out" 2>&1 || { tail -n 3 "$W/good.out"; bad "a good run failed"; exit 1; }
+$PY tests/py/faults.py "$W/f" "$W/good.safetensors" >"$W/cases.tsv" || exit 1
+ncases=0
+while IFS=$'\t' read -r name argstr regexes codes; do
+    ncases=$((ncases + 1))
+    IFS='|' read -r -a args <<<"$argstr"
+    rm -f "$W/case.jsonl" "$W/case.safetensors"
+    "$W/train" "${args[@]}" --steps 2 --log "$W/case.jsonl" --log-every 1 \
+        --save "$W/case.safetensors" >"$W/case.out" 2>"$W/case.err" </dev/null
+    rc=$?
+    msg=$(head -c 300 "$W/case.err")
+    why=()
+    [[ ",$codes," == *",$rc,"* ]] || why+=("exit $rc, expected $codes")
+    lines=$(grep -c . "$W/case.err")
+    [ "$lines" -eq 1 ] || why+=("$lines lines on stderr, expected 1")
+    IFS=$'\x1f' read -r -a res <<<"$regexes"
+    for r in "${res[@]}"; do
+        grep -Eiq -- "$r" "$W/case.err" || why+=("message lacks /$r/")
+    done
+    [ -s "$W/case.jsonl" ] && grep -q '"loss"' "$W/case.jsonl" && why+=("it trained")
+    [ -e "$W/case.safetensors" ] && why+=("it saved a checkpoint")
+    grep -Eq 'Sanitizer|runtime error|Segmentation|core dumped' "$W/case.err" && why+=("it crashed")
+    if [ ${#why[@]} -eq 0 ]; then
+        echo "ok   $name: $msg"
+    else
+        bad "$name: $(IFS=';'; echo "${why[*]}"): $msg"
+    fi
+done <"$W/cases.tsv"
+[ $ncases -ge 30 ] || bad "only $ncases fault cases generated"
+
+echo "== 2. .npy version 2.0 is accepted"
+"$W/train" --data image="$W/f/x_v2.npy" --data label="$W/f/y.npy" --steps 2 >"$W/v2.out" 2>&1 ||
+    bad "a version 2.0 .npy was refused: $(tail -n 1 "$W/v2.out")"
+
+echo "== 3. kill -9 while checkpointing every step"
+build_trainer tests/models/spec_mnist_mlp.mp "$W/big" || exit 1
+$PY -c 'import sys, numpy as np; sys.path.insert(0, "tests/py"); import data
+x, y = data.mnist("train", 2048); np.save(sys.argv[1] + "/bx.npy", x); np.save(sys.argv[1] + "/by.npy", y)' "$W"
+mkdir -p "$W/kill"
+ck=$W/kill/ck.safetensors
+for i in 1 2 3 4 5 6 7 8; do
+    resume=(); [ -e "$ck" ] && resume=(--resume "$ck")
+    "$W/big" --data image="$W/bx.npy" --data label="$W/by.npy" --steps 100000 --save-every 1 \
+        --save "$ck" "${resume[@]}" >"$W/kill/run$i.out" 2>&1 &
+    pid=$!
+    sleep "$(awk -v i=$i 'BEGIN { srand(i); printf "%.2f", 0.4 + rand() }')"
+    kill -9 $pid 2>/dev/null
+    wait $pid 2>/dev/null
+    rc=$?
+    [ $rc -eq 137 ] || { bad "run $i ended by itself (exit $rc), not by the kill: $(tail -n 1 "$W/kill/run$i.out")"; continue; }
+    if [ ! -e "$ck" ]; then
+        [ $i -eq 1 ] && { echo "  run $i: killed before the first checkpoint"; continue; }
+        bad "run $i: the checkpoint disappeared"; continue
+    fi
+    $PY - "$ck" "$i" <<'PYEOF' || fail=1
+import sys
+sys.path.insert(0, "tests/py")
+import st
+try:
+    t, m = st.read(sys.argv[1], with_meta=True)
+except Exception as e:
+    sys.exit(f"FAIL: run {sys.argv[2]}: torn checkpoint: {e}")
+need = {"h.weight", "h.bias", "logits.weight", "logits.bias", "optimizer.exp_avg.h.weight"}
+if not need <= set(t):
+    sys.exit(f"FAIL: run {sys.argv[2]}: checkpoint lacks {sorted(need - set(t))}")
+print(f"  run {sys.argv[2]}: killed; checkpoint whole at step {m.get('step')}")
+PYEOF
+done
+left=$(find "$W/kill" -name '*safetensors*' ! -name ck.safetensors | wc -l)
+echo "  temporary files left behind by the kills: $left"
+
+echo "== 4. sanitizers"
+if [ -n "${SKIP_ASAN:-}" ]; then
+    echo "  skipped (SKIP_ASAN set)"
+    exit $fail
+fi
+SANFLAGS=(-O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all)
+export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1
+for m in tests/models/*.mp examples/*.mp; do
+    [ -e "$m" ] || continue
+    n=$(basename "$m" .mp)
+    build_trainer "$m" "$W/asan_$n" -- "${SANFLAGS[@]}" || { bad "$n: does not build with sanitizers"; continue; }
+    read -r -a pairs <<<"$($PY tests/py/data.py --random "$m" "$W/rand_$n" 256)"
+    dargs=() eargs=()
+    for p in "${pairs[@]}"; do dargs+=(--data "$p"); eargs+=(--eval "$p"); done
+    extra=(); [ "$n" = fwd_overflow ] && extra=(--check-numerics)
+    "$W/asan_$n" "${dargs[@]}" "${eargs[@]}" --steps 3 --eval-every 3 --log "$W/asan_$n.jsonl" \
+        --log-every 1 --save "$W/asan_$n.safetensors" "${extra[@]}" >"$W/asan_$n.out" 2>&1
+    rc=$?
+    want=0; [ "$n" = fwd_overflow ] && want=1
+    if grep -Eq 'Sanitizer|runtime error' "$W/asan_$n.out"; then
+        bad "$n: sanitizer report:"; grep -E -A12 'Sanitizer|runtime error' "$W/asan_$n.out" | head -n 30
+    elif [ $rc -ne $want ]; then
+        bad "$n: exit $rc under sanitizers (expected $want): $(tail -n 2 "$W/asan_$n.out")"
+    elif [ $want -eq 0 ]; then
+        "$W/asan_$n" "${dargs[@]}" --steps 5 --resume "$W/asan_$n.safetensors" \
+            --save "$W/asan_$n.2.safetensors" >"$W/asan_$n.2.out" 2>&1
+        rc=$?
+        if [ $rc -ne 0 ] || grep -Eq 'Sanitizer|runtime error' "$W/asan_$n.2.out"; then
+            bad "$n: resume under sanitizers: exit $rc"; grep -E -A12 'Sanitizer|runtime error' "$W/asan_$n.2.out" | head -n 30
+        else
+            echo "ok   $n (train, eval, save, resume)"
+        fi
+    else
+        echo "ok   $n (exit $rc as expected)"
+    fi
+done
+exit $fail

@@ -1,0 +1,173 @@
+#!/usr/bin/env bash
+# t_torch_examples.sh - generated C trainers against PyTorch, step by step.
+#
+# For every case: the model's PyTorch twin (tests/py/models.py) writes the
+# initial parameters; mpcc compiles the model (--target c, the case's
+# precision); the trainer runs from that init with batches in file order,
+# logging every step and evaluating at the end; tests/py/ref.py trains the
+# twin the same way and compares each step's loss and lr (float32: 1e-4
+# relative to torch in float64; mixed_float16 against torch in float32: a
+# few percent), the final tensors and optimizer state (float32 only), and
+# loads the final checkpoint into the twin with load_state_dict to compare
+# the evaluation. Torch starts twice (all inits, all checks); trainers are
+# built and run JOBS (2) at a time.
+#
+# Cases: every optimizer / schedule / clipping / accumulate variant of
+# tests/models/mlp_small.mp, the op zoo, a CNN with batch_norm, a char
+# transformer, and examples/*.mp that have a twin. ONLY=substring runs the
+# matching cases.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+MPCC=${MPCC:-./mpcc}
+PY=/usr/bin/python3
+W=${B:-build}/t_torch_examples
+D=$W/data
+mkdir -p "$W"
+$PY tests/py/data.py "$D" || exit 1
+
+fails=()
+cases=()     # "name|model|precision|steps|tol|data|eval"
+
+# variant NAME 'train line' ...: mlp_small.mp with its optimizer line
+# replaced by the given lines (steps stays 40).
+variant() {
+    local name=$1; shift
+    local lines; lines=$(printf '  %s\\n' "$@")
+    sed "/^  optimizer = /c\\
+${lines%\\n}" tests/models/mlp_small.mp > "$W/$name.mp"
+}
+
+# Cases that fail because of an open bug in mpcc, left out (loudly) until it
+# is fixed; tests/pending/t_torch_pending.sh runs them (PENDING=run).
+#   metric_alias: metrics report other values: `metric activity = reg`
+#   reports the loss (the memory plan gives `reg` and `loss` one arena
+#   slot), and `accuracy` is overwritten by a temporary of the next metric
+#   (`confidence`); metrics are read at the end of the forward pass, so
+#   compiler/memplan.c must keep every metric's value live until then.
+PENDING_CASES="metric_alias"
+
+# run_case NAME MODEL.mp PRECISION STEPS TOL DATA EVAL: adds a case.
+#   DATA / EVAL: comma-separated input=file-stem pairs (files in $D)
+run_case() {
+    [ -n "${ONLY:-}" ] && [[ $1 != *$ONLY* ]] && return
+    if [[ " $PENDING_CASES " == *" $1 "* ]] && [ "${PENDING:-}" != run ]; then
+        echo "PENDING (left out until an mpcc bug is fixed, see PENDING_CASES): $1"
+        return
+    fi
+    cases+=("$1|$2|$3|$4|$5|$6|$7")
+}
+
+# the trainer's --data / --eval arguments of a case
+case_args() {
+    local data=$1 ev=$2 p
+    for p in ${data//,/ }; do printf -- '--data %s ' "${p%%=*}=$D/${p#*=}.npy"; done
+    for p in ${ev//,/ }; do printf -- '--eval %s ' "${p%%=*}=$D/${p#*=}.npy"; done
+}
+
+# build and run one case's trainer; a failure is written to $out.fail
+train_case() {
+    local name=$1 model=$2 prec=$3 steps=$4 data=$5 ev=$6 out=$W/$1
+    rm -f "$out.fail" "$out.log.jsonl" "$out.out.safetensors"
+    if ! "$MPCC" "$model" --target c --precision "$prec" -o "$out.c" 2>"$out.mpcc.err"; then
+        { echo "mpcc failed"; head -n 5 "$out.mpcc.err"; } >"$out.fail"; return
+    fi
+    if ! cc -O2 -o "$out" "$out.c" -lm 2>"$out.cc.err"; then
+        { echo "the generated C does not build"; grep -m5 -E 'error|undefined reference|warning: implicit' "$out.cc.err"; } >"$out.fail"; return
+    fi
+    # shellcheck disable=SC2046
+    if ! "$out" $(case_args "$data" "$ev") --steps "$steps" --no-shuffle --init "$out.init.safetensors" \
+            --log "$out.log.jsonl" --log-every 1 --eval-every "$steps" \
+            --save "$out.out.safetensors" >"$out.run.out" 2>&1; then
+        { echo "the trainer failed"; tail -n 3 "$out.run.out"; } >"$out.fail"
+    fi
+}
+
+MNIST=image=mnist_x,label=mnist_y
+MNIST_E=image=mnist_ex,label=mnist_ey
+DIGITS=x=digits_x,label=digits_y,target=digits_t
+DIGITS_E=x=digits_ex,label=digits_ey,target=digits_et
+SHAKE=tokens=shake_x,targets=shake_y
+SHAKE_E=tokens=shake_ex,targets=shake_ey
+SHAKEV=tokens=shakev_x,targets=shakev_y
+SHAKEV_E=tokens=shakev_ex,targets=shakev_ey
+
+variant mlp_sgd             'optimizer = sgd(lr = 0.1)'
+variant mlp_sgd_momentum    'optimizer = sgd(lr = 0.05, momentum = 0.9)'
+variant mlp_sgd_nesterov_wd 'optimizer = sgd(lr = 0.05, momentum = 0.9, nesterov = true, weight_decay = 1e-3)'
+variant mlp_sgd_wd          'optimizer = sgd(lr = 0.1, weight_decay = 0.01)'
+variant mlp_adam            'optimizer = adam(lr = 1e-3)'
+variant mlp_adam_keys       'optimizer = adam(lr = 1e-3, beta1 = 0.8, beta2 = 0.99, eps = 1e-6, weight_decay = 0.01)'
+variant mlp_adamw           'optimizer = adamw(lr = 2e-3)'
+variant mlp_cosine_warmup   'optimizer = adamw(lr = 2e-3, weight_decay = 0.1)' 'lr_schedule = cosine(warmup = 5, min = 1e-4)'
+variant mlp_cosine          'optimizer = sgd(lr = 0.1, momentum = 0.5)' 'lr_schedule = cosine(min = 0.01)'
+variant mlp_linear_warmup   'optimizer = adam(lr = 2e-3)' 'lr_schedule = linear(warmup = 8)'
+variant mlp_linear          'optimizer = sgd(lr = 0.2)' 'lr_schedule = linear(warmup = 0)'
+variant mlp_clip            'optimizer = adam(lr = 1e-3)' 'clip_grad_norm = 0.5'
+variant mlp_accumulate      'optimizer = sgd(lr = 0.1, momentum = 0.9)' 'accumulate = 2'
+variant mlp_accum_clip      'optimizer = adam(lr = 2e-3)' 'accumulate = 3' 'clip_grad_norm = 0.3' 'lr_schedule = cosine(warmup = 3)'
+
+for v in mlp_sgd mlp_sgd_momentum mlp_sgd_nesterov_wd mlp_sgd_wd mlp_adam mlp_adam_keys \
+         mlp_adamw mlp_cosine_warmup mlp_cosine mlp_linear_warmup mlp_linear mlp_clip \
+         mlp_accumulate mlp_accum_clip; do
+    run_case "$v" "$W/$v.mp" float32 40 1e-4 "$MNIST" "$MNIST_E"
+done
+run_case mlp_adam_f16 "$W/mlp_adam.mp" mixed_float16 40 3e-2 "$MNIST" "$MNIST_E"
+run_case metric_alias tests/models/metric_alias.mp float32 20 1e-4 "$MNIST" "$MNIST_E"
+
+# examples/mnist_cnn.mp (Adam 2e-3 after batch_norm) is chaotic: torch's own
+# float32 and float64 runs part by more than 1e-4 after ~20 steps, so it is
+# compared over 10.
+for prec in float32 mixed_float16; do
+    tol=1e-4; [ $prec = float32 ] || tol=3e-2
+    run_case "zoo_$prec"     tests/models/zoo.mp     $prec 40 $tol "$DIGITS" "$DIGITS_E"
+    run_case "cnn_bn_$prec"  tests/models/cnn_bn.mp  $prec 30 $tol "$MNIST"  "$MNIST_E"
+    run_case "char_tf_$prec" tests/models/char_tf.mp $prec 30 $tol "$SHAKE"  "$SHAKE_E"
+    run_case "example_mnist_mlp_$prec" examples/mnist_mlp.mp $prec 30 $tol "$MNIST" "$MNIST_E"
+    run_case "example_mnist_cnn_$prec" examples/mnist_cnn.mp $prec 10 $tol \
+        image=mnist_x4,label=mnist_y image=mnist_ex4,label=mnist_ey
+    run_case "example_digits_mlp_$prec" examples/digits_mlp.mp $prec 40 $tol \
+        pixels=digits_x,label=digits_y pixels=digits_ex,label=digits_ey
+    run_case "example_char_transformer_$prec" examples/char_transformer.mp $prec 30 $tol "$SHAKEV" "$SHAKEV_E"
+done
+# every example has a case above
+for m in examples/*.mp; do
+    grep -q "run_case \"example_$(basename "$m" .mp)_" "$0" || fails+=("$m: no case in $0")
+done
+
+# 1. every twin's initial parameters, in one Python process
+: >"$W/init.batch"
+for c in "${cases[@]}"; do
+    IFS='|' read -r name model _ <<<"$c"
+    echo "init $model $W/$name.init.safetensors" >>"$W/init.batch"
+done
+$PY tests/py/ref.py batch "$W/init.batch" || exit 1
+
+# 2. build and run the trainers, two at a time
+for c in "${cases[@]}"; do
+    IFS='|' read -r name model prec steps tol data ev <<<"$c"
+    while [ "$(jobs -rp | wc -l)" -ge "${JOBS:-2}" ]; do wait -n; done
+    train_case "$name" "$model" "$prec" "$steps" "$data" "$ev" &
+done
+wait
+
+# 3. the same training in PyTorch and the comparisons, in one process
+: >"$W/check.batch"
+for c in "${cases[@]}"; do
+    IFS='|' read -r name model prec steps tol data ev <<<"$c"
+    out=$W/$name
+    if [ -e "$out.fail" ]; then
+        fails+=("$name: $(head -n 1 "$out.fail")"); sed 's/^/    /' "$out.fail"; continue
+    fi
+    cmp="--tol $tol --dtype float64"      # float32: 1e-4 of the exact (float64) run
+    [ "$prec" = float32 ] || cmp="--tol $tol --ptol 0 --etol $tol"   # mixed: torch float32
+    echo "check $model $(case_args "$data" "$ev") --steps $steps --init $out.init.safetensors" \
+         "--log $out.log.jsonl --ckpt $out.out.safetensors $cmp --report $out.ref.out" >>"$W/check.batch"
+done
+$PY tests/py/ref.py batch "$W/check.batch" || fails+=("some cases differ from PyTorch (above)")
+
+echo
+if [ ${#fails[@]} -gt 0 ]; then
+    printf 'FAIL %s\n' "${fails[@]}"
+    exit 1
+fi
+echo "all cases agree with PyTorch"
