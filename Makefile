@@ -14,7 +14,7 @@ SAN      =
 
 COMPILER_SRC := $(filter-out compiler/main.c,$(wildcard compiler/*.c))
 COMPILER_OBJ := $(COMPILER_SRC:compiler/%.c=$(B)/%.o) $(B)/parser.o $(B)/lexer.o $(B)/runtime_blob.o
-RUNTIME_HDR  := $(wildcard runtime/*.h) runtime/AMALGAMATION
+RUNTIME_HDR  := $(wildcard runtime/*.h) runtime/AMALGAMATION runtime/AMALGAMATION_CUDA
 UNIT_SRC     := $(wildcard tests/unit/test_*.c)
 UNIT_BIN     := $(UNIT_SRC:tests/unit/%.c=$(B)/tests/%)
 
@@ -45,7 +45,8 @@ $(B)/lexer.o: $(B)/lexer.c $(B)/parser.h compiler/*.h
 $(B)/embed: tools/embed.c | $(B)
 	$(CC) -O2 -std=c11 -Wall -Werror -o $@ $<
 $(B)/runtime_blob.c: $(B)/embed $(RUNTIME_HDR)
-	$(B)/embed runtime $$(cat runtime/AMALGAMATION) > $@
+	{ $(B)/embed runtime $$(cat runtime/AMALGAMATION) && \
+	  $(B)/embed -p mp_cuda_runtime runtime $$(cat runtime/AMALGAMATION_CUDA); } > $@
 $(B)/runtime_blob.o: $(B)/runtime_blob.c
 	$(CC) $(CFLAGS) -std=c11 -c -o $@ $<
 

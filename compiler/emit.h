@@ -17,9 +17,13 @@ bool emit_cuda(FILE *out, const IrGraph *g);
  * one place, so any valid model name gives valid generated code. */
 const char *emit_c_name(Arena *a, const char *model_name);
 
-/* The embedded runtime (build/runtime_blob.c). */
+/* The embedded runtime (build/runtime_blob.c): runtime/AMALGAMATION, and
+ * the CUDA program's own files, runtime/AMALGAMATION_CUDA. */
 extern const int mp_runtime_count;
 extern const char *const mp_runtime_names[];
 extern const char *const mp_runtime_texts[];
+extern const int mp_cuda_runtime_count;
+extern const char *const mp_cuda_runtime_names[];
+extern const char *const mp_cuda_runtime_texts[];
 
 #endif

@@ -18,7 +18,6 @@
 #include "ops.h"
 #include "prec.h"
 
-#include <stdarg.h>
 #include <string.h>
 
 /* ---- the per-op emitters (see emit_common.h for the helpers) ---------- */
@@ -51,26 +50,6 @@ static void header(Emit *e)
           " * Run:     ./a.out --help\n"
           " */\n",
        g->model, g->model, g->model);
-}
-
-static void runtime(Emit *e)
-{
-    /* The runtime is a library: a model uses some of its functions. */
-    em(e, "\n#if defined(__clang__)\n#pragma clang diagnostic push\n"
-          "#pragma clang diagnostic ignored \"-Wunused-function\"\n#endif\n");
-    for (int i = 0; i < mp_runtime_count; i++) {
-        em(e, "\n/* ==== runtime/%s ==== */\n", mp_runtime_names[i]);
-        const char *t = mp_runtime_texts[i];
-        while (*t) {
-            const char *nl = strchr(t, '\n');
-            size_t len = nl ? (size_t)(nl - t) + 1 : strlen(t);
-            /* the runtime's own includes are already pasted */
-            if (!(strncmp(t, "#include \"mp_", 13) == 0))
-                fwrite(t, 1, len, e->out);
-            t += len;
-        }
-    }
-    em(e, "\n#if defined(__clang__)\n#pragma clang diagnostic pop\n#endif\n");
 }
 
 static void declare_values(Emit *e)
@@ -127,10 +106,7 @@ static void setup_fn(Emit *e)
  * the numerics check, and for a parameter's gradient its accumulation. */
 static void node(Emit *e, const IrNode *n, int *line)
 {
-    if (n->loc.line != *line) {
-        *line = n->loc.line;
-        em(e, "\n    /* %s */\n", source_comment(e, n));
-    }
+    emit_source_line(e, n, line, "\n");
     emit_fns[n->op](e, n);
     if (e->mp->kind[n->id] == BUF_ARENA && dt_is_float(n->type))
         em(e, "    MP_CHECK(%s, %lld, %s, \"%s\", \"%s\");\n", cname(e, n),
@@ -141,42 +117,25 @@ static void node(Emit *e, const IrNode *n, int *line)
                (long long)shape_numel(&n->shape));
 }
 
+static void cast_node(Emit *e, const IrNode *n, int *line)
+{
+    emit_source_line(e, n, line, "");
+    emit_fns[n->op](e, n);
+}
+
 static void cast_params_fn(Emit *e)
 {
     em(e, "\n/* The lowp working copies of the f32 master weights, once per optimizer step. */\n");
     em(e, "static void model_cast_params(void)\n{\n");
-    int line = -1;
-    for (int i = 0; i < e->g->nnodes; i++)
-        if (e->g->nodes[i]->hoisted) {
-            const IrNode *n = e->g->nodes[i];
-            if (n->loc.line != line) {
-                line = n->loc.line;
-                em(e, "    /* %s */\n", source_comment(e, n));
-            }
-            emit_fns[n->op](e, n);
-        }
+    emit_pass(e, PASS_CAST_PARAMS, cast_node, NULL);
     em(e, "}\n");
 }
 
 static void forward_fn(Emit *e)
 {
     const IrGraph *g = e->g;
-    bool *for_loss = needed_by(e, g->loss);
     em(e, "\nstatic int model_forward(MpRun *run)\n{\n");
-    int line = -1;
-    for (int i = 0; i < g->nnodes; i++) {
-        const IrNode *n = g->nodes[i];
-        if (n->phase != PH_FORWARD || n->hoisted || e->mp->kind[i] == BUF_PARAM ||
-            e->mp->kind[i] == BUF_INPUT || e->mp->kind[i] == BUF_CONST)
-            continue;
-        if (!for_loss[i]) {         /* metrics: evaluation only */
-            em(e, "    if (!run->training) {");
-            node(e, n, &line);
-            em(e, "    }\n");
-            continue;
-        }
-        node(e, n, &line);
-    }
+    emit_pass(e, PASS_FORWARD, node, "run->training");
     em(e, "\n    run->loss = mp_load_scalar(%s, %s);\n", cname(e, g->loss), mpdt(g->loss->type));
     for (int m = 0; m < g->nmetrics; m++)
         em(e, "    if (!run->training)\n        run->metrics[%d] = mp_load_scalar(%s, %s);\n", m,
@@ -186,55 +145,9 @@ static void forward_fn(Emit *e)
 
 static void backward_fn(Emit *e)
 {
-    const IrGraph *g = e->g;
     em(e, "\nstatic int model_backward(MpRun *run)\n{\n");
-    int line = -1;
-    for (int i = 0; i < g->nnodes; i++)
-        if (g->nodes[i]->phase == PH_BACKWARD)
-            node(e, g->nodes[i], &line);
+    emit_pass(e, PASS_BACKWARD, node, NULL);
     em(e, "    return 0;\n}\n");
-}
-
-static void descriptor(Emit *e)
-{
-    const IrGraph *g = e->g;
-    em(e, "\nstatic MpInput mp_inputs[%d] = {\n", g->ninputs ? g->ninputs : 1);
-    for (int i = 0; i < g->ninputs; i++) {
-        const IrInput *in = &g->inputs[i];
-        em(e, "    {\"%s\", %s, %d, %s, %lld, NULL, NULL},\n", in->name, mpdt(in->type),
-           in->shape.rank, dims_init(e, &in->shape), (long long)in->classes);
-    }
-    em(e, "};\n\nstatic MpParam mp_params[%d] = {\n", g->nparams ? g->nparams : 1);
-    for (int i = 0; i < g->nparams; i++) {
-        const IrParam *p = &g->params[i];
-        em(e, "    {\"%s\", %d, %s, %lld, %d, %.17g, %.17g, %lld, %lld, %d, NULL, NULL},\n",
-           p->name, p->shape.rank, dims_init(e, &p->shape), (long long)shape_numel(&p->shape),
-           (int)p->init, p->a, p->b, (long long)p->fan_in, (long long)p->fan_out,
-           p->trainable && p->grad ? 1 : 0);
-    }
-    em(e, "};\n\nstatic const char *const mp_metric_names[%d] = {", g->nmetrics ? g->nmetrics : 1);
-    for (int i = 0; i < g->nmetrics; i++)
-        em(e, "%s\"%s\"", i ? ", " : "", g->metrics[i].name);
-    em(e, "};\n");
-}
-
-static void model_struct(Emit *e)
-{
-    const IrGraph *g = e->g;
-    const TrainCfg *t = &g->train;
-    em(e, "\nstatic MpModel mp_model = {\n");
-    em(e, "    \"%s\", \"%s\", \"%s\", \"%s\", %lld,\n", g->model, prec_policy_name(t->policy),
-       g->model_loc.file ? g->model_loc.file->path : "", MPCC_VERSION, (long long)g->batch);
-    em(e, "    %d, mp_inputs, %d, mp_params, %d, mp_metric_names,\n", g->ninputs, g->nparams,
-       g->nmetrics);
-    em(e, "    {%d, %.17g, %.17g, %.17g, %.17g, %.17g, %.17g, %d,\n", (int)t->opt, t->lr, t->momentum,
-       t->beta1, t->beta2, t->eps, t->weight_decay, t->nesterov ? 1 : 0);
-    em(e, "     %d, %.17g, %.17g, %.17g, %lld,\n", (int)t->ls, t->ls_init, t->ls_growth, t->ls_backoff,
-       (long long)t->ls_interval);
-    em(e, "     %d, %.17g, %.17g, %.17g, %lld, %lld, %lld},\n", (int)t->sched, t->warmup, t->sched_min,
-       t->clip, (long long)t->accumulate, (long long)t->steps, (long long)t->seed);
-    em(e, "    model_setup, model_cast_params, model_forward, model_backward,\n};\n");
-    em(e, "\nint main(int argc, char **argv) { return mp_main(argc, argv, &mp_model); }\n");
 }
 
 bool emit_c(FILE *out, const IrGraph *g)
@@ -242,7 +155,11 @@ bool emit_c(FILE *out, const IrGraph *g)
     Emit e;
     emit_begin(&e, out, g);
     header(&e);
-    runtime(&e);
+    /* The runtime is a library: a model uses some of its functions. */
+    em(&e, "\n#if defined(__clang__)\n#pragma clang diagnostic push\n"
+           "#pragma clang diagnostic ignored \"-Wunused-function\"\n#endif\n");
+    emit_runtime(&e, mp_runtime_count, mp_runtime_names, mp_runtime_texts);
+    em(&e, "\n#if defined(__clang__)\n#pragma clang diagnostic pop\n#endif\n");
     em(&e, "\n/* forward declarations: the descriptors come last */\n");
     em(&e, "static MpInput mp_inputs[%d];\nstatic MpParam mp_params[%d];\n", g->ninputs ? g->ninputs : 1,
        g->nparams ? g->nparams : 1);
@@ -251,7 +168,8 @@ bool emit_c(FILE *out, const IrGraph *g)
     cast_params_fn(&e);
     forward_fn(&e);
     backward_fn(&e);
-    descriptor(&e);
-    model_struct(&e);
+    emit_descriptors(&e);
+    emit_model_struct(&e, "model_setup, model_cast_params, model_forward, model_backward, NULL");
+    em(&e, "\nint main(int argc, char **argv) { return mp_main(argc, argv, &mp_model); }\n");
     return emit_end(&e);
 }

@@ -25,28 +25,6 @@ static const char *rank_shape(Emit *e, const IrNode *v)
     return arena_printf(e->a, "%d, (const int64_t[]){%s}", v->shape.rank, dims_list(e, &v->shape));
 }
 
-static long long dim(const IrNode *v, int i) { return (long long)v->shape.d[i < 0 ? v->shape.rank + i : i]; }
-
-/* x viewed as [outer, len, inner] around `axis` (-1: everything). */
-static void around_axis(const IrNode *x, int64_t axis, long long *outer, long long *len, long long *inner)
-{
-    *outer = *len = *inner = 1;
-    if (axis < 0) {
-        *len = N(x);
-        return;
-    }
-    for (int i = 0; i < x->shape.rank; i++)
-        *(i < axis ? outer : i == axis ? len : inner) *= x->shape.d[i];
-}
-
-/* [N, C, rest]: batch norm and channel sums, NCHW or [B, C]. */
-static void ncs(const IrNode *x, long long *n0, long long *c, long long *s)
-{
-    *n0 = dim(x, 0);
-    *c = dim(x, 1);
-    *s = N(x) / (*n0 * *c);
-}
-
 /* ---- leaves: the runtime owns their storage ---------------------------- */
 void emit_c_INPUT(Emit *e, const IrNode *n) { (void)e; (void)n; }
 void emit_c_PARAM(Emit *e, const IrNode *n) { (void)e; (void)n; }
@@ -123,7 +101,7 @@ void emit_c_MATMUL(Emit *e, const IrNode *n)
 {
     const IrNode *a = IN(0), *b = IN(1);
     int ta = (int)n->ia[0], tb = (int)n->ia[1];
-    long long m = dim(a, ta ? -1 : -2), k = dim(a, ta ? -2 : -1), nn = dim(b, tb ? -2 : -1);
+    long long m = emit_dim(a, ta ? -1 : -2), k = emit_dim(a, ta ? -2 : -1), nn = emit_dim(b, tb ? -2 : -1);
     long long batch = N(n) / (m * nn);
     long long sa = a->shape.rank > 2 ? m * k : 0, sb = b->shape.rank > 2 ? k * nn : 0;
     if (!ta && sb == 0) {          /* [..., M, K] @ [K, N]: one product of M' rows */
@@ -138,38 +116,33 @@ void emit_c_MATMUL(Emit *e, const IrNode *n)
 void emit_c_MATMUL_TN(Emit *e, const IrNode *n)
 {
     const IrNode *a = IN(0), *b = IN(1);
-    long long k = dim(a, -1);
+    long long k = emit_dim(a, -1);
     em(e, "    mp_k_matmul_tn(%s, %s, %s, %lld, %lld, %lld, 0.0f);\n", arg(e, n), arg(e, a), arg(e, b),
-       N(a) / k, k, dim(b, -1));
+       N(a) / k, k, emit_dim(b, -1));
 }
 
 void emit_c_LINEAR(Emit *e, const IrNode *n)
 {
     const IrNode *x = IN(0), *w = IN(1);
-    long long k = dim(x, -1);
+    long long k = emit_dim(x, -1);
     em(e, "    mp_k_linear(%s, %s, %s, %s, %lld, %lld, %lld);\n", arg(e, n), arg(e, x), arg(e, w),
-       n->nin > 2 ? arg(e, IN(2)) : "NULL, MP_F32", N(x) / k, dim(w, 0), k);
+       n->nin > 2 ? arg(e, IN(2)) : "NULL, MP_F32", N(x) / k, emit_dim(w, 0), k);
 }
 
 /* ---- convolution and pooling ---------------------------------------------- */
-static const char *nchw(Emit *e, const IrNode *x)
-{
-    return arena_printf(e->a, "%lld, %lld, %lld, %lld", dim(x, 0), dim(x, 1), dim(x, 2), dim(x, 3));
-}
-
 void emit_c_CONV2D(Emit *e, const IrNode *n)
 {
     const IrNode *x = IN(0), *w = IN(1);
     em(e, "    mp_k_conv2d(%s, %s, %s, %s,\n                %s, %lld, %lld, %lld, %lld);\n", arg(e, n),
-       arg(e, x), arg(e, w), n->nin > 2 ? arg(e, IN(2)) : "NULL, MP_F32", nchw(e, x), dim(w, 0),
-       dim(w, 2), (long long)n->ia[0], (long long)n->ia[1]);
+       arg(e, x), arg(e, w), n->nin > 2 ? arg(e, IN(2)) : "NULL, MP_F32", emit_nchw(e, x), emit_dim(w, 0),
+       emit_dim(w, 2), (long long)n->ia[0], (long long)n->ia[1]);
 }
 
 void emit_c_CONV2D_DX(Emit *e, const IrNode *n)
 {
     const IrNode *w = IN(1), *f = n->grad_of;
     em(e, "    mp_k_conv2d_dx(%s, %s, %s,\n                   %s, %lld, %lld, %lld, %lld);\n", arg(e, n),
-       arg(e, IN(0)), arg(e, w), nchw(e, n), dim(w, 0), dim(w, 2), (long long)f->ia[0],
+       arg(e, IN(0)), arg(e, w), emit_nchw(e, n), emit_dim(w, 0), emit_dim(w, 2), (long long)f->ia[0],
        (long long)f->ia[1]);
 }
 
@@ -177,20 +150,20 @@ void emit_c_CONV2D_DW(Emit *e, const IrNode *n)
 {
     const IrNode *x = IN(1), *f = n->grad_of;
     em(e, "    mp_k_conv2d_dw(%s, %s, %s,\n                   %s, %lld, %lld, %lld, %lld, 0.0f);\n",
-       arg(e, n), arg(e, IN(0)), arg(e, x), nchw(e, x), dim(n, 0), dim(n, 2), (long long)f->ia[0],
+       arg(e, n), arg(e, IN(0)), arg(e, x), emit_nchw(e, x), emit_dim(n, 0), emit_dim(n, 2), (long long)f->ia[0],
        (long long)f->ia[1]);
 }
 
 void emit_c_CHANNEL_SUM(Emit *e, const IrNode *n)
 {
     long long b, c, s;
-    ncs(IN(0), &b, &c, &s);
+    emit_ncs(IN(0), &b, &c, &s);
     em(e, "    mp_k_channel_sum(%s, %s, %lld, %lld, %lld, 0.0f);\n", arg(e, n), arg(e, IN(0)), b, c, s);
 }
 
 static void pool(Emit *e, const IrNode *n, const char *k, const IrNode *x, const IrNode *f)
 {
-    em(e, "    mp_k_%s(%s, %s, %s, %lld, %lld);\n", k, arg(e, n), arg(e, IN(0)), nchw(e, x),
+    em(e, "    mp_k_%s(%s, %s, %s, %lld, %lld);\n", k, arg(e, n), arg(e, IN(0)), emit_nchw(e, x),
        (long long)f->ia[0], (long long)f->ia[1]);
 }
 void emit_c_MAX_POOL2D(Emit *e, const IrNode *n) { pool(e, n, "max_pool2d", IN(0), n); }
@@ -200,20 +173,20 @@ void emit_c_MAX_POOL2D_GRAD(Emit *e, const IrNode *n)
 {
     const IrNode *f = n->grad_of;
     em(e, "    mp_k_max_pool2d_grad(%s, %s, %s, %s, %lld, %lld);\n", arg(e, n), arg(e, IN(0)),
-       arg(e, IN(1)), nchw(e, n), (long long)f->ia[0], (long long)f->ia[1]);
+       arg(e, IN(1)), emit_nchw(e, n), (long long)f->ia[0], (long long)f->ia[1]);
 }
 
 void emit_c_GLOBAL_AVG_POOL(Emit *e, const IrNode *n)
 {
     const IrNode *x = IN(0);
-    em(e, "    mp_k_global_avg_pool(%s, %s, %lld, %lld, %lld);\n", arg(e, n), arg(e, x), dim(x, 0),
-       dim(x, 1), dim(x, 2) * dim(x, 3));
+    em(e, "    mp_k_global_avg_pool(%s, %s, %lld, %lld, %lld);\n", arg(e, n), arg(e, x), emit_dim(x, 0),
+       emit_dim(x, 1), emit_dim(x, 2) * emit_dim(x, 3));
 }
 
 void emit_c_GLOBAL_AVG_POOL_GRAD(Emit *e, const IrNode *n)
 {
     em(e, "    mp_k_global_avg_pool_grad(%s, %s, %lld, %lld, %lld);\n", arg(e, n), arg(e, IN(0)),
-       dim(n, 0), dim(n, 1), dim(n, 2) * dim(n, 3));
+       emit_dim(n, 0), emit_dim(n, 1), emit_dim(n, 2) * emit_dim(n, 3));
 }
 
 /* ---- embedding --------------------------------------------------------------- */
@@ -221,20 +194,20 @@ void emit_c_EMBEDDING(Emit *e, const IrNode *n)
 {
     const IrNode *w = IN(1);
     em(e, "    mp_k_embedding(%s, %s, %s, %lld, %lld, %lld);\n", arg(e, n), cname(e, IN(0)), arg(e, w),
-       N(IN(0)), dim(w, 0), dim(w, 1));
+       N(IN(0)), emit_dim(w, 0), emit_dim(w, 1));
 }
 
 void emit_c_EMBEDDING_DW(Emit *e, const IrNode *n)
 {
     em(e, "    mp_k_embedding_dw(%s, %s, %s, %lld, %lld, %lld, 0.0f);\n", arg(e, n), arg(e, IN(0)),
-       cname(e, IN(1)), N(IN(1)), dim(n, 0), dim(n, 1));
+       cname(e, IN(1)), N(IN(1)), emit_dim(n, 0), emit_dim(n, 1));
 }
 
 /* ---- reductions and softmax ---------------------------------------------------- */
 static void reduce(Emit *e, const IrNode *n, const char *k, const IrNode *x, int64_t axis)
 {
     long long o, l, i;
-    around_axis(x, axis, &o, &l, &i);
+    emit_around_axis(x, axis, &o, &l, &i);
     em(e, "    mp_k_%s(%s, %s, %lld, %lld, %lld);\n", k, arg(e, n), arg(e, IN(0)), o, l, i);
 }
 void emit_c_SUM(Emit *e, const IrNode *n) { reduce(e, n, "sum", IN(0), n->ia[0]); }
@@ -245,7 +218,7 @@ void emit_c_LOG_SOFTMAX(Emit *e, const IrNode *n) { reduce(e, n, "log_softmax", 
 void emit_c_EXPAND(Emit *e, const IrNode *n)
 {
     long long o, l, i;
-    around_axis(n, n->ia[0], &o, &l, &i);
+    emit_around_axis(n, n->ia[0], &o, &l, &i);
     em(e, "    mp_k_expand(%s, %s, %lld, %lld, %lld, (float)%.9g);\n", arg(e, n), arg(e, IN(0)), o, l, i,
        n->fa[0]);
 }
@@ -259,7 +232,7 @@ void emit_c_SUM_TO(Emit *e, const IrNode *n)
 static void softmax_grad(Emit *e, const IrNode *n, const char *k)
 {
     long long o, l, i;
-    around_axis(n, n->ia[0], &o, &l, &i);
+    emit_around_axis(n, n->ia[0], &o, &l, &i);
     em(e, "    mp_k_%s(%s, %s, %s, %lld, %lld, %lld);\n", k, arg(e, n), arg(e, IN(0)), arg(e, IN(1)), o,
        l, i);
 }
@@ -271,27 +244,27 @@ void emit_c_LAYER_NORM(Emit *e, const IrNode *n)
 {
     const IrNode *x = IN(0);
     em(e, "    mp_k_layer_norm(%s, %s, %s, %s, %lld, %lld, (float)%.9g);\n", arg(e, n), arg(e, x),
-       arg(e, IN(1)), arg(e, IN(2)), N(x) / dim(x, -1), dim(x, -1), n->fa[0]);
+       arg(e, IN(1)), arg(e, IN(2)), N(x) / emit_dim(x, -1), emit_dim(x, -1), n->fa[0]);
 }
 
 void emit_c_LAYER_NORM_DX(Emit *e, const IrNode *n)
 {
     const IrNode *x = IN(1);
     em(e, "    mp_k_layer_norm_dx(%s, %s, %s, %s, %lld, %lld, (float)%.9g);\n", arg(e, n), arg(e, IN(0)),
-       arg(e, x), arg(e, IN(2)), N(x) / dim(x, -1), dim(x, -1), n->grad_of->fa[0]);
+       arg(e, x), arg(e, IN(2)), N(x) / emit_dim(x, -1), emit_dim(x, -1), n->grad_of->fa[0]);
 }
 
 void emit_c_LAYER_NORM_DW(Emit *e, const IrNode *n)
 {
     const IrNode *x = IN(1);
     em(e, "    mp_k_layer_norm_dw(%s, %s, %s, %lld, %lld, (float)%.9g, 0.0f);\n", arg(e, n), arg(e, IN(0)),
-       arg(e, x), N(x) / dim(x, -1), dim(x, -1), n->grad_of->fa[0]);
+       arg(e, x), N(x) / emit_dim(x, -1), emit_dim(x, -1), n->grad_of->fa[0]);
 }
 
 void emit_c_BATCH_NORM(Emit *e, const IrNode *n)
 {
     long long b, c, s;
-    ncs(IN(0), &b, &c, &s);
+    emit_ncs(IN(0), &b, &c, &s);
     em(e, "    mp_k_batch_norm(%s, %s, %s, %s,\n                    %s, %s, %lld, %lld, %lld, (float)%.9g, (float)%.9g, "
           "run->training);\n",
        arg(e, n), arg(e, IN(0)), arg(e, IN(1)), arg(e, IN(2)), cname(e, IN(3)), cname(e, IN(4)), b, c,
@@ -301,7 +274,7 @@ void emit_c_BATCH_NORM(Emit *e, const IrNode *n)
 void emit_c_BATCH_NORM_DX(Emit *e, const IrNode *n)
 {
     long long b, c, s;
-    ncs(IN(1), &b, &c, &s);
+    emit_ncs(IN(1), &b, &c, &s);
     em(e, "    mp_k_batch_norm_dx(%s, %s, %s, %s, %lld, %lld, %lld, (float)%.9g);\n", arg(e, n), arg(e, IN(0)),
        arg(e, IN(1)), arg(e, IN(2)), b, c, s, n->grad_of->fa[1]);
 }
@@ -309,7 +282,7 @@ void emit_c_BATCH_NORM_DX(Emit *e, const IrNode *n)
 void emit_c_BATCH_NORM_DW(Emit *e, const IrNode *n)
 {
     long long b, c, s;
-    ncs(IN(1), &b, &c, &s);
+    emit_ncs(IN(1), &b, &c, &s);
     em(e, "    mp_k_batch_norm_dw(%s, %s, %s, %lld, %lld, %lld, (float)%.9g, 0.0f);\n", arg(e, n),
        arg(e, IN(0)), arg(e, IN(1)), b, c, s, n->grad_of->fa[1]);
 }
@@ -319,21 +292,21 @@ void emit_c_CROSS_ENTROPY(Emit *e, const IrNode *n)
 {
     const IrNode *x = IN(0);
     em(e, "    mp_k_cross_entropy(%s, %s, %s, %lld, %lld);\n", arg(e, n), arg(e, x), cname(e, IN(1)),
-       N(IN(1)), dim(x, -1));
+       N(IN(1)), emit_dim(x, -1));
 }
 
 void emit_c_CROSS_ENTROPY_GRAD(Emit *e, const IrNode *n)
 {
     const IrNode *x = IN(1);
     em(e, "    mp_k_cross_entropy_grad(%s, %s, %s, %s, %lld, %lld);\n", arg(e, n), arg(e, IN(0)),
-       arg(e, x), cname(e, IN(2)), N(IN(2)), dim(x, -1));
+       arg(e, x), cname(e, IN(2)), N(IN(2)), emit_dim(x, -1));
 }
 
 void emit_c_ACCURACY(Emit *e, const IrNode *n)
 {
     const IrNode *x = IN(0);
     em(e, "    mp_k_accuracy(%s, %s, %s, %lld, %lld);\n", arg(e, n), arg(e, x), cname(e, IN(1)), N(IN(1)),
-       dim(x, -1));
+       emit_dim(x, -1));
 }
 
 void emit_c_MSE(Emit *e, const IrNode *n)
@@ -350,7 +323,7 @@ void emit_c_MSE_GRAD(Emit *e, const IrNode *n)
 /* ---- attention: q, k, v, y [B, H, T, D] seen as [B*H, T, D] ------------------------- */
 static void attention(Emit *e, const IrNode *n, const char *k, const IrNode *q, const IrNode *f)
 {
-    long long t = dim(q, -2), d = dim(q, -1);
+    long long t = emit_dim(q, -2), d = emit_dim(q, -1);
     em(e, "    mp_k_%s(%s, ", k, arg(e, n));
     for (int i = 0; i < n->nin; i++)
         em(e, "%s, ", arg(e, IN(i)));

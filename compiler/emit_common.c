@@ -2,6 +2,7 @@
 #include "emit.h"
 #include "emit_common.h"
 #include "ops.h"
+#include "prec.h"
 
 #include <ctype.h>
 #include <stdarg.h>
@@ -167,4 +168,129 @@ bool *needed_by(Emit *e, const IrNode *root)
             for (int j = 0; j < e->g->nodes[i]->nin; j++)
                 need[e->g->nodes[i]->in[j]->id] = true;
     return need;
+}
+
+/* ---- parts of the generated program both targets write alike ----------- */
+
+void emit_runtime(Emit *e, int count, const char *const *names, const char *const *texts)
+{
+    for (int i = 0; i < count; i++) {
+        em(e, "\n/* ==== runtime/%s ==== */\n", names[i]);
+        const char *t = texts[i];
+        while (*t) {
+            const char *nl = strchr(t, '\n');
+            size_t len = nl ? (size_t)(nl - t) + 1 : strlen(t);
+            /* the runtime's own includes are already pasted */
+            if (!(strncmp(t, "#include \"mp_", 13) == 0))
+                fwrite(t, 1, len, e->out);
+            t += len;
+        }
+    }
+}
+
+void emit_descriptors(Emit *e)
+{
+    const IrGraph *g = e->g;
+    em(e, "\nstatic MpInput mp_inputs[%d] = {\n", g->ninputs ? g->ninputs : 1);
+    for (int i = 0; i < g->ninputs; i++) {
+        const IrInput *in = &g->inputs[i];
+        em(e, "    {\"%s\", %s, %d, %s, %lld, NULL, NULL},\n", in->name, mpdt(in->type),
+           in->shape.rank, dims_init(e, &in->shape), (long long)in->classes);
+    }
+    em(e, "};\n\nstatic MpParam mp_params[%d] = {\n", g->nparams ? g->nparams : 1);
+    for (int i = 0; i < g->nparams; i++) {
+        const IrParam *p = &g->params[i];
+        em(e, "    {\"%s\", %d, %s, %lld, %d, %.17g, %.17g, %lld, %lld, %d, NULL, NULL},\n",
+           p->name, p->shape.rank, dims_init(e, &p->shape), (long long)shape_numel(&p->shape),
+           (int)p->init, p->a, p->b, (long long)p->fan_in, (long long)p->fan_out,
+           p->trainable && p->grad ? 1 : 0);
+    }
+    em(e, "};\n\nstatic const char *const mp_metric_names[%d] = {", g->nmetrics ? g->nmetrics : 1);
+    for (int i = 0; i < g->nmetrics; i++)
+        em(e, "%s\"%s\"", i ? ", " : "", g->metrics[i].name);
+    em(e, "};\n");
+}
+
+void emit_model_struct(Emit *e, const char *hooks)
+{
+    const IrGraph *g = e->g;
+    const TrainCfg *t = &g->train;
+    em(e, "\nstatic MpModel mp_model = {\n");
+    em(e, "    \"%s\", \"%s\", \"%s\", \"%s\", %lld,\n", g->model, prec_policy_name(t->policy),
+       g->model_loc.file ? g->model_loc.file->path : "", MPCC_VERSION, (long long)g->batch);
+    em(e, "    %d, mp_inputs, %d, mp_params, %d, mp_metric_names,\n", g->ninputs, g->nparams,
+       g->nmetrics);
+    em(e, "    {%d, %.17g, %.17g, %.17g, %.17g, %.17g, %.17g, %d,\n", (int)t->opt, t->lr, t->momentum,
+       t->beta1, t->beta2, t->eps, t->weight_decay, t->nesterov ? 1 : 0);
+    em(e, "     %d, %.17g, %.17g, %.17g, %lld,\n", (int)t->ls, t->ls_init, t->ls_growth, t->ls_backoff,
+       (long long)t->ls_interval);
+    em(e, "     %d, %.17g, %.17g, %.17g, %lld, %lld, %lld},\n", (int)t->sched, t->warmup, t->sched_min,
+       t->clip, (long long)t->accumulate, (long long)t->steps, (long long)t->seed);
+    em(e, "    %s,\n};\n", hooks);
+}
+
+/* ---- sizes of a node's tensors, as kernels take them -------------------- */
+
+long long emit_dim(const IrNode *v, int i)
+{
+    return (long long)v->shape.d[i < 0 ? v->shape.rank + i : i];
+}
+
+void emit_around_axis(const IrNode *x, int64_t axis, long long *outer, long long *len, long long *inner)
+{
+    *outer = *len = *inner = 1;
+    if (axis < 0) {
+        *len = (long long)shape_numel(&x->shape);
+        return;
+    }
+    for (int i = 0; i < x->shape.rank; i++)
+        *(i < axis ? outer : i == axis ? len : inner) *= x->shape.d[i];
+}
+
+void emit_ncs(const IrNode *x, long long *n0, long long *c, long long *s)
+{
+    *n0 = emit_dim(x, 0);
+    *c = emit_dim(x, 1);
+    *s = (long long)shape_numel(&x->shape) / (*n0 * *c);
+}
+
+const char *emit_nchw(Emit *e, const IrNode *x)
+{
+    return arena_printf(e->a, "%lld, %lld, %lld, %lld", emit_dim(x, 0), emit_dim(x, 1), emit_dim(x, 2),
+                        emit_dim(x, 3));
+}
+
+/* ---- the functions of the generated model ------------------------------- */
+
+void emit_source_line(Emit *e, const IrNode *n, int *line, const char *lead)
+{
+    if (n->loc.line == *line)
+        return;
+    *line = n->loc.line;
+    em(e, "%s    /* %s */\n", lead, source_comment(e, n));
+}
+
+void emit_pass(Emit *e, EmitPass pass, EmitNodeFn *node, const char *training)
+{
+    const IrGraph *g = e->g;
+    bool *for_loss = needed_by(e, g->loss);
+    int line = -1;
+    for (int i = 0; i < g->nnodes; i++) {
+        const IrNode *n = g->nodes[i];
+        BufKind k = e->mp->kind[i];
+        if (pass != PASS_FORWARD) {
+            if (pass == PASS_CAST_PARAMS ? n->hoisted : n->phase == PH_BACKWARD)
+                node(e, n, &line);
+            continue;
+        }
+        if (n->phase != PH_FORWARD || n->hoisted || k == BUF_PARAM || k == BUF_INPUT || k == BUF_CONST)
+            continue;
+        if (for_loss[i]) {
+            node(e, n, &line);
+            continue;
+        }
+        em(e, "    if (!%s) {", training);  /* metrics: evaluation only */
+        node(e, n, &line);
+        em(e, "    }\n");
+    }
 }

@@ -33,4 +33,28 @@ const char *dims_init(Emit *e, const Shape *s); /* "{128, 784}" */
 const char *dims_list(Emit *e, const Shape *s); /* "128, 784" */
 bool *needed_by(Emit *e, const IrNode *root); /* per node id: root depends on it */
 
+/* Sizes of a node's tensors as the kernels of both targets take them. */
+long long emit_dim(const IrNode *v, int i);   /* dimension i, negative from the end */
+/* x viewed as [outer, len, inner] around `axis` (-1: everything) */
+void emit_around_axis(const IrNode *x, int64_t axis, long long *outer, long long *len, long long *inner);
+/* [N, C, rest]: batch norm and channel sums, NCHW or [B, C] */
+void emit_ncs(const IrNode *x, long long *n0, long long *c, long long *s);
+const char *emit_nchw(Emit *e, const IrNode *x);   /* "N, C, H, W" */
+
+/* The nodes one generated function runs, in order, each given to `node`:
+ * PASS_CAST_PARAMS the hoisted casts (the parameters' working copies);
+ * PASS_FORWARD the forward nodes that compute, those that only metrics need
+ * wrapped in `if (!TRAINING) { }`; PASS_BACKWARD the backward nodes. */
+typedef enum { PASS_CAST_PARAMS, PASS_FORWARD, PASS_BACKWARD } EmitPass;
+typedef void EmitNodeFn(Emit *e, const IrNode *n, int *line);
+void emit_pass(Emit *e, EmitPass pass, EmitNodeFn *node, const char *training);
+/* The model's source line as a comment, when it is not *line already. */
+void emit_source_line(Emit *e, const IrNode *n, int *line, const char *lead);
+
+/* Parts of the generated program that both targets write alike. */
+void emit_runtime(Emit *e, int count, const char *const *names, const char *const *texts);
+void emit_descriptors(Emit *e);                /* mp_inputs, mp_params, mp_metric_names */
+/* MpModel mp_model = {...}; hooks: its function fields onwards, as C text */
+void emit_model_struct(Emit *e, const char *hooks);
+
 #endif

@@ -104,6 +104,29 @@ typedef struct MpRun {
     const char *bad_where;      /* check: "model.mp:9: h" */
 } MpRun;
 
+/* A device backend (the CUDA program's runtime/mp_cuda_step.h); NULL in the
+ * C program. With one, mp_main keeps its command line, data, init,
+ * checkpoints, logs and exit codes, and hands the device the parameters and
+ * the training steps:
+ *   start  once, after init / --init / --resume and setup(): take the
+ *          parameters, optimizer state and loss scale to the device. host = 1
+ *          (--gradcheck, --check-numerics): the host stays their owner;
+ *          forward / backward then copy through the host on each call and
+ *          the runtime's own optimizer runs.
+ *   step   one optimizer step k on the device (not called when host = 1);
+ *          fills *out (and the trainer's counters) only when need is set,
+ *          the one moment the host waits for the device.
+ *   pull   the device's parameters, optimizer state and counters back into
+ *          the trainer's buffers (before a checkpoint is written). */
+struct MpTrainer;
+struct MpStepOut;
+struct MpErr;
+typedef struct MpDevice {
+    int (*start)(struct MpTrainer *t, int host, struct MpErr *e);
+    int (*step)(struct MpTrainer *t, int64_t k, int need, struct MpStepOut *out, struct MpErr *e);
+    int (*pull)(struct MpTrainer *t, struct MpErr *e);
+} MpDevice;
+
 typedef struct MpModel {
     const char *name;           /* the `model` name */
     const char *policy;         /* "float32", "mixed_float16", "mixed_bfloat16" */
@@ -126,6 +149,8 @@ typedef struct MpModel {
     int (*forward)(MpRun *run);
     /* Adds run->seed_grad-scaled gradients into MpParam.grad. Same return. */
     int (*backward)(MpRun *run);
+    /* NULL, or the device that trains this model (see MpDevice). */
+    const MpDevice *device;
 } MpModel;
 
 int mp_main(int argc, char **argv, MpModel *m);

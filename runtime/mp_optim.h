@@ -36,14 +36,20 @@
  *
  * Clipping is torch.nn.utils.clip_grad_norm_: n = global L2 norm of the
  * unscaled gradients; if max/(n + 1e-6) < 1, every gradient is multiplied by
- * that factor. */
+ * that factor.
+ *
+ * MP_HD functions (the per-element update, its factors, the loss-scale state
+ * machine) are compiled for the GPU too: the CUDA program's optimizer
+ * kernels call them, so both programs update with the same arithmetic. */
 #ifndef MP_OPTIM_H
 #define MP_OPTIM_H
 
 #include <float.h>
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 #include "mp_model.h"
+#include "mp_half.h"
 
 #define MP_PI 3.14159265358979323846
 
@@ -65,48 +71,108 @@ static inline double mp_sched_lr(const MpTrainCfg *c, double lr, int64_t k)
 
 /* ---- optimizers: one parameter's range of n values ------------------ */
 
-/* buf is NULL when momentum is 0 (torch keeps no buffer then). */
-static inline void mp_sgd_update(float *p, const float *g, float *buf, int64_t n,
-                                 double lr, const MpTrainCfg *c)
+/* The factors of one update, worked out once per step in double and
+ * rounded to f32. */
+typedef struct MpOptK {
+    int adam, decoupled, l2, nesterov;
+    float wd, mom, a;                     /* SGD: a = -lr */
+    float fb1, fb2, c1, c2, step, bc2, eps, shrink;   /* Adam */
+} MpOptK;
+
+static inline MP_HD MpOptK mp_sgd_k(const MpTrainCfg *c, double lr)
 {
-    float wd = (float)c->weight_decay, mom = (float)c->momentum, a = (float)-lr;
-    for (int64_t i = 0; i < n; i++) {
-        float d = c->weight_decay != 0 ? g[i] + wd * p[i] : g[i];
-        if (buf) {
-            buf[i] = buf[i] * mom + d;
-            d = c->nesterov ? d + mom * buf[i] : buf[i];
-        }
-        p[i] += a * d;
-    }
+    MpOptK k;
+    memset(&k, 0, sizeof k);
+    k.l2 = c->weight_decay != 0;
+    k.nesterov = c->nesterov;
+    k.wd = (float)c->weight_decay;
+    k.mom = (float)c->momentum;
+    k.a = (float)-lr;
+    return k;
 }
 
 /* t is the 1-based count of updates applied, including this one. */
-/* The Adam step on n elements, as torch's single-tensor Adam. `restrict`
- * and the branches taken outside the loop let the compiler vectorise it
- * (vsqrtps and vdivps round exactly as the scalar instructions do). */
+static inline MP_HD MpOptK mp_adam_k(const MpTrainCfg *c, double lr, int64_t t, int decoupled)
+{
+    double b1 = c->beta1, b2 = c->beta2;
+    MpOptK k;
+    memset(&k, 0, sizeof k);
+    k.adam = 1;
+    k.decoupled = decoupled;
+    k.l2 = !decoupled && c->weight_decay != 0;
+    k.fb1 = (float)b1;
+    k.fb2 = (float)b2;
+    k.c1 = (float)(1 - b1);
+    k.c2 = (float)(1 - b2);
+    k.step = (float)-(lr / (1 - pow(b1, (double)t)));
+    k.bc2 = (float)sqrt(1 - pow(b2, (double)t));
+    k.eps = (float)c->eps;
+    k.wd = (float)c->weight_decay;
+    k.shrink = (float)(1 - lr * c->weight_decay);
+    return k;
+}
+
+/* SGD on one element; buf is NULL when momentum is 0 (torch keeps no
+ * buffer then). */
+static inline MP_HD void mp_sgd_elem(const MpOptK *k, float *p, float g, float *buf)
+{
+    float d = k->l2 ? g + k->wd * *p : g;
+    if (buf) {
+        *buf = *buf * k->mom + d;
+        d = k->nesterov ? d + k->mom * *buf : *buf;
+    }
+    *p += k->a * d;
+}
+
+static inline void mp_sgd_update(float *p, const float *g, float *buf, int64_t n,
+                                 double lr, const MpTrainCfg *c)
+{
+    MpOptK k = mp_sgd_k(c, lr);
+    for (int64_t i = 0; i < n; i++)
+        mp_sgd_elem(&k, &p[i], g[i], buf ? &buf[i] : (float *)0);
+}
+
+/* Adam's moments and step for one element; d is the gradient (with the
+ * L2 decay added). A macro, so that it inlines into the loops below
+ * whatever their optimisation attributes. */
+#define MP_ADAM_MVP(p, d, m, v, k)                                             \
+    do {                                                                       \
+        (m) = (m) * (k).fb1 + (k).c1 * (d);                                    \
+        (v) = (v) * (k).fb2 + (k).c2 * ((d) * (d));                            \
+        (p) += (k).step * ((m) / (sqrtf(v) / (k).bc2 + (k).eps));              \
+    } while (0)
+
+/* Adam / AdamW on one element (the CUDA program's optimizer kernel). */
+static inline MP_HD void mp_adam_elem(const MpOptK *k, float *p, float g, float *m, float *v)
+{
+    if (k->decoupled)
+        *p *= k->shrink;
+    float d = k->l2 ? g + k->wd * *p : g;
+    MP_ADAM_MVP(*p, d, *m, *v, *k);
+}
+
+/* The Adam step on n elements, as torch's single-tensor Adam. `restrict`,
+ * the factors in a local copy and the branches taken outside the loop let
+ * the compiler vectorise it (vsqrtps and vdivps round exactly as the scalar
+ * instructions do). */
 MP_NO_ERRNO static inline void mp_adam_loop(float *MP_RESTRICT p, const float *MP_RESTRICT g,
                                 float *MP_RESTRICT m, float *MP_RESTRICT v, int64_t n,
-                                float fb1, float fb2, float c1, float c2, float step,
-                                float bc2, float eps, float wd, float shrink, int mode)
+                                const MpOptK k)
 {
-    if (mode == 1) {                 /* AdamW: decoupled decay first */
+    if (k.decoupled) {               /* AdamW: decoupled decay first */
         for (int64_t i = 0; i < n; i++)
-            p[i] *= shrink;
+            p[i] *= k.shrink;
     }
-    if (mode == 2) {                 /* Adam with L2: decay added to the gradient */
+    if (k.l2) {                      /* Adam with L2: decay added to the gradient */
         for (int64_t i = 0; i < n; i++) {
-            float d = g[i] + wd * p[i];
-            m[i] = m[i] * fb1 + c1 * d;
-            v[i] = v[i] * fb2 + c2 * (d * d);
-            p[i] += step * (m[i] / (sqrtf(v[i]) / bc2 + eps));
+            float d = g[i] + k.wd * p[i];
+            MP_ADAM_MVP(p[i], d, m[i], v[i], k);
         }
         return;
     }
     for (int64_t i = 0; i < n; i++) {
         float d = g[i];
-        m[i] = m[i] * fb1 + c1 * d;
-        v[i] = v[i] * fb2 + c2 * (d * d);
-        p[i] += step * (m[i] / (sqrtf(v[i]) / bc2 + eps));
+        MP_ADAM_MVP(p[i], d, m[i], v[i], k);
     }
 }
 
@@ -114,12 +180,7 @@ static inline void mp_adam_update(float *p, const float *g, float *m, float *v,
                                   int64_t n, double lr, const MpTrainCfg *c,
                                   int64_t t, int decoupled)
 {
-    double b1 = c->beta1, b2 = c->beta2;
-    float step = (float)-(lr / (1 - pow(b1, (double)t)));
-    float bc2 = (float)sqrt(1 - pow(b2, (double)t));
-    int mode = decoupled ? 1 : c->weight_decay != 0 ? 2 : 0;
-    mp_adam_loop(p, g, m, v, n, (float)b1, (float)b2, (float)(1 - b1), (float)(1 - b2), step, bc2,
-                 (float)c->eps, (float)c->weight_decay, (float)(1 - lr * c->weight_decay), mode);
+    mp_adam_loop(p, g, m, v, n, mp_adam_k(c, lr, t, decoupled));
 }
 
 /* Names of the optimizer's state buffers, as in torch's state_dict. */
@@ -163,11 +224,18 @@ static inline double mp_unscale_sumsq(float *g, int64_t n, float inv)
     return s;
 }
 
+/* The factor clip_grad_norm_ multiplies the gradients by; 1: none. */
+static inline MP_HD float mp_clip_coef(double norm, double max_norm)
+{
+    float coef = (float)(max_norm / (norm + 1e-6));
+    return max_norm <= 0 || !(coef < 1.0f) ? 1.0f : coef;
+}
+
 /* torch's clip_grad_norm_ given the total norm; returns 1 if it scaled. */
 static inline int mp_clip(float *g, int64_t n, double norm, double max_norm)
 {
-    float coef = (float)(max_norm / (norm + 1e-6));
-    if (max_norm <= 0 || !(coef < 1.0f))
+    float coef = mp_clip_coef(norm, max_norm);
+    if (coef == 1.0f)
         return 0;
     for (int64_t i = 0; i < n; i++)
         g[i] *= coef;
@@ -196,7 +264,7 @@ static inline void mp_scaler_init(MpScaler *s, const MpTrainCfg *c)
 
 /* After a step's check: finite = the unscaled gradients were all finite.
  * Returns 1 when the optimizer step is to be taken. */
-static inline int mp_scaler_update(MpScaler *s, int finite)
+static inline MP_HD int mp_scaler_update(MpScaler *s, int finite)
 {
     if (s->kind == MP_LS_NONE)
         return 1;
@@ -220,7 +288,7 @@ static inline int mp_scaler_update(MpScaler *s, int finite)
 }
 
 /* The scale cannot go lower: dynamic at 1, static always. */
-static inline int mp_scaler_at_floor(const MpScaler *s)
+static inline MP_HD int mp_scaler_at_floor(const MpScaler *s)
 {
     return s->kind == MP_LS_STATIC || (s->kind == MP_LS_DYNAMIC && s->scale <= 1);
 }

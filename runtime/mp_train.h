@@ -28,6 +28,12 @@
  * training. Buffers the model captures in setup() (parameter values,
  * gradients, input batches) are allocated before it and never move.
  *
+ * With a device (MpModel.device: the CUDA program), mp_step hands each
+ * step, its loss scaling and its optimizer update to the device, which
+ * reports back only when a log line or redraw is due (mp_log_due);
+ * checkpoints pull the device's state first (mp_save). --gradcheck and
+ * --check-numerics keep the host as the owner of the parameters.
+ *
  * Exit status: 0 done, 1 run-time error (one line on stderr), 2 usage. */
 #ifndef MP_TRAIN_H
 #define MP_TRAIN_H
@@ -252,6 +258,8 @@ static inline int mp_gradcheck_run(MpTrainer *t, const MpOpts *o, MpErr *e)
         return 1;
     if (t->m->setup && t->m->setup())
         return mp_errf(e, "model '%s': set-up failed (out of memory?)", t->m->name);
+    if (t->m->device && t->m->device->start(t, 1, e))
+        return 1;
     return mp_gradcheck(t->m, t->seed) ? mp_errf(e, "gradcheck failed") : 0;
 }
 
@@ -270,6 +278,8 @@ static inline int mp_prepare(MpTrainer *t, const MpOpts *o, MpErr *e)
         return 1;
     if (m->setup && m->setup())
         return mp_errf(e, "model '%s': set-up failed (out of memory?)", m->name);
+    if (m->device && m->device->start(t, (int)o->check_numerics, e))
+        return 1;
     return 0;
 }
 
@@ -279,6 +289,8 @@ typedef struct MpStepOut {
     float loss;
     double grad_norm, lr, scale;
     int taken;
+    int known;                  /* the fields above are filled (a device fills
+                                   them only when asked: MpDevice.step) */
 } MpStepOut;
 
 static inline int mp_numerics_error(int64_t k, const MpRun *r, const char *why, MpErr *e)
@@ -346,11 +358,15 @@ static inline int mp_collapse(MpTrainer *t, int64_t k, MpErr *e)
                    found ? run.bad_where : "-");
 }
 
-static inline int mp_step(MpTrainer *t, int64_t k, int check, MpStepOut *out, MpErr *e)
+/* need: *out is read after this step (a device step waits for it then). */
+static inline int mp_step(MpTrainer *t, int64_t k, int check, int need, MpStepOut *out, MpErr *e)
 {
     MpModel *m = t->m;
     MpRun run;
     double loss;
+    if (m->device && !check)
+        return m->device->step(t, k, need, out, e);
+    out->known = 1;
     out->scale = t->ls.scale;
     out->lr = mp_sched_lr(&t->cfg, t->cfg.lr, k);
     if (mp_micro_batches(t, k, (float)out->scale, check, 0, &loss, &run))
@@ -473,7 +489,7 @@ static inline int mp_log_step(MpLog *l, const MpTrainer *t, int64_t k, const MpS
     char loss[32], gn[32], eta[32];
     mp_fmt_f32(loss, sizeof loss, s->loss);
     mp_fmt_f32(gn, sizeof gn, s->grad_norm);
-    if (l->tty && (now - l->last_draw > 0.1 || k == l->total)) {
+    if (l->tty && s->known && (now - l->last_draw > 0.1 || k == l->total)) {
         double rate = (now - l->t0) / (double)(k - l->first + 1);
         mp_fmt_eta(eta, sizeof eta, rate * (double)(l->total - k));
         fprintf(stderr, "\r\033[Kstep %lld/%lld  loss %s  scale %g  %.0f samples/s  %s left",
@@ -520,6 +536,21 @@ static inline int mp_log_eval(MpLog *l, const MpTrainer *t, double loss, const d
     return mp_log_io(l, e);
 }
 
+/* Must step k's results be known when it returns: a log line, or a redraw
+ * of the progress line? (Only then does a device step wait for the device.) */
+static inline int mp_log_due(const MpLog *l, int logged)
+{
+    return logged || (l->tty && mp_now() - l->last_draw > 0.1);
+}
+
+/* A checkpoint of the trainer's buffers, brought back from the device first. */
+static inline int mp_save(MpTrainer *t, const char *path, MpErr *e)
+{
+    if (t->m->device && t->m->device->pull(t, e))
+        return 1;
+    return mp_ckpt_save(t, path, e);
+}
+
 /* ---- the loop ---------------------------------------------------------------- */
 
 static inline int mp_eval_and_log(MpTrainer *t, MpLog *l, MpErr *e)
@@ -539,20 +570,21 @@ static inline int mp_train(MpTrainer *t, const MpOpts *o, MpLog *l, MpErr *e)
         return mp_errf(e, "%s: the checkpoint is at step %lld, past --steps %lld",
                        o->resume, (long long)t->step, (long long)steps);
     for (int64_t k = t->step + 1; k <= steps; k++) {
-        MpStepOut s = {0, 0, 0, 0, 0};
-        if (mp_step(t, k, (int)o->check_numerics, &s, e)
-            || mp_log_step(l, t, k, &s, k % log_every == 0 || k == steps, e))
+        MpStepOut s = {0, 0, 0, 0, 0, 0};
+        int logged = k % log_every == 0 || k == steps;
+        if (mp_step(t, k, (int)o->check_numerics, mp_log_due(l, logged), &s, e)
+            || mp_log_step(l, t, k, &s, logged, e))
             return 1;
         if (k == steps)                         /* the end does both */
             break;
         if ((t->eval.n && o->eval_every > 0 && k % o->eval_every == 0 && mp_eval_and_log(t, l, e))
-            || (o->save_every > 0 && k % o->save_every == 0 && mp_ckpt_save(t, o->save, e)))
+            || (o->save_every > 0 && k % o->save_every == 0 && mp_save(t, o->save, e)))
             return 1;
     }
     if (l->drawn)                               /* keep the last progress line */
         fprintf(stderr, "\n");
     l->drawn = 0;
-    return (t->eval.n && mp_eval_and_log(t, l, e)) || (o->save && mp_ckpt_save(t, o->save, e));
+    return (t->eval.n && mp_eval_and_log(t, l, e)) || (o->save && mp_save(t, o->save, e));
 }
 
 static inline const char *mp_prog_name(const char *argv0)

@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# gpu_bench.sh - the CUDA target against PyTorch on one GPU, in one run
+# (issue 4's benchmark). Needs ./mpcc (make), nvcc, a GPU, and python3 with
+# torch and numpy. Writes bench/out/ (programs, logs, results.json) and
+# prints the table for bench/RESULTS.md:
+#   1. the MNIST MLP (examples/mnist_mlp.mp, batch 128): samples/s of the
+#      mpcc program against PyTorch eager AMP (autocast + GradScaler, Adam),
+#      torch.compile and torch.compile(mode="reduce-overhead");
+#   2. the GEMM-bound MLP (bench/mlp4096.mp: 4 x 4096, batch 8192): the
+#      same, and the achieved TFLOP/s of both against the cuBLAS float16
+#      peak measured in this run (torch_bench.py --peak);
+#   3. peak device memory: the mpcc program's one allocation and the
+#      process's use as nvidia-smi sees it, against PyTorch's
+#      max_memory_reserved and its process's use.
+# Goals (issue 4): >= 3x PyTorch eager AMP on (1), >= 70% of the cuBLAS peak
+# on (2), no more peak memory than PyTorch.
+# Takes about 5 minutes on an H200 (the nvcc builds are most of it).
+set -u
+cd "$(dirname "$0")/.."
+PY=${PY:-python3}
+NVCC=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
+ARCH=${ARCH:-sm_90}
+out=bench/out
+mkdir -p "$out"
+[ -x ./mpcc ] || { echo "gpu_bench: ./mpcc is not built (make)"; exit 2; }
+[ -x "$NVCC" ] || { echo "gpu_bench: no nvcc"; exit 2; }
+nvidia-smi -L || { echo "gpu_bench: no GPU"; exit 2; }
+
+# ---- programs and data --------------------------------------------------------------
+./mpcc examples/mnist_mlp.mp -o "$out/mnist_mlp.cu" && ./mpcc bench/mlp4096.mp -o "$out/mlp4096.cu" || exit 1
+for n in mnist_mlp mlp4096; do
+    "$NVCC" -O3 -arch="$ARCH" "$out/$n.cu" -o "$out/$n" >"$out/$n.nvcc.log" 2>&1 &
+done
+"$PY" - "$out" <<'EOF'
+import numpy as np, sys
+d, r = sys.argv[1], np.random.RandomState(0)
+np.save(d + "/img.npy", r.randint(0, 256, (60000, 784)).astype(np.uint8))
+np.save(d + "/lab.npy", r.randint(0, 10, (60000,)).astype(np.int32))
+np.save(d + "/x4096.npy", r.randn(2 * 8192, 4096).astype(np.float16))
+np.save(d + "/y4096.npy", r.randint(0, 16, (2 * 8192,)).astype(np.int32))
+EOF
+wait
+for n in mnist_mlp mlp4096; do
+    [ -x "$out/$n" ] || { echo "gpu_bench: nvcc failed for $n:"; cat "$out/$n.nvcc.log"; exit 1; }
+done
+
+# ---- runs ------------------------------------------------------------------------------------
+# watch PID OUT: the largest GPU memory nvidia-smi reports for PID (MiB)
+watch() {
+    local pid=$1 max=0 v
+    while kill -0 "$pid" 2>/dev/null; do
+        v=$(nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits 2>/dev/null |
+            awk -F', ' -v p="$pid" '$1 == p {print $2}')
+        [ -n "$v" ] && [ "$v" -gt "$max" ] && max=$v
+        sleep 0.2
+    done
+    echo "$max" >"$2"
+}
+mpcc_run() {   # mpcc_run NAME STEPS LOG_EVERY data...
+    local n=$1 steps=$2 every=$3
+    shift 3
+    MP_CUDA_VERBOSE=1 "$out/$n" "$@" --steps "$steps" --log-every "$every" --log "$out/$n.jsonl" \
+        >"$out/$n.out" 2>"$out/$n.err" &
+    local pid=$!
+    watch $pid "$out/$n.smi"
+    wait $pid || { echo "gpu_bench: $n failed:"; cat "$out/$n.err"; exit 1; }
+}
+torch_run() {  # torch_run NAME MODE STEPS
+    "$PY" bench/torch_bench.py --model "$1" --mode "$2" --steps "$3" >"$out/torch_$1_$2.json" \
+        2>"$out/torch_$1_$2.err" &
+    local pid=$!
+    watch $pid "$out/torch_$1_$2.smi"
+    wait $pid || { echo "gpu_bench: torch $1 $2 failed:"; tail -n 20 "$out/torch_$1_$2.err"; }
+}
+mpcc_run mnist_mlp 6000 1000 --data image="$out/img.npy" --data label="$out/lab.npy"
+mpcc_run mlp4096 120 20 --data x="$out/x4096.npy" --data y="$out/y4096.npy"
+for m in eager compile compile-cudagraphs; do
+    torch_run mnist_mlp $m 2000
+    torch_run mlp4096 $m 60
+done
+"$PY" bench/torch_bench.py --peak >"$out/peak.json" || exit 1
+
+# ---- the table -----------------------------------------------------------------------------------
+"$PY" - "$out" <<'EOF'
+import json, os, re, sys
+d = sys.argv[1]
+def mpcc(n):
+    lines = [json.loads(l) for l in open(f"{d}/{n}.jsonl") if '"samples_per_s"' in l]
+    sps = [l["samples_per_s"] for l in lines[1:]] or [lines[-1]["samples_per_s"]]   # after warm-up
+    alloc = re.search(r"([0-9.]+) MiB of device memory", open(f"{d}/{n}.err").read())
+    return {"samples_per_s": sum(sps) / len(sps), "alloc_mib": float(alloc.group(1)) if alloc else None,
+            "smi_mib": int(open(f"{d}/{n}.smi").read()), "loss": lines[-1]["loss"]}
+def torch(n, m):
+    p = f"{d}/torch_{n}_{m}.json"
+    if not os.path.exists(p) or not open(p).read().strip():
+        return None
+    r = json.load(open(p))
+    r["smi_mib"] = int(open(f"{d}/torch_{n}_{m}.smi").read())
+    return r
+peak = json.load(open(f"{d}/peak.json"))
+flops = {"mnist_mlp": 128 * (2 * 2 * (784 * 512 + 512 * 10) + 2 * 512 * 10),
+         "mlp4096": 8192 * (2 * 2 * (4 * 4096 * 4096 + 4096 * 16) + 2 * (3 * 4096 * 4096 + 4096 * 16))}
+batch = {"mnist_mlp": 128, "mlp4096": 8192}
+res = {"peak": peak, "models": {}}
+print("| model | program | samples/s | x eager AMP | TFLOP/s | % of cuBLAS peak | device memory (process) |")
+print("| --- | --- | --- | --- | --- | --- | --- |")
+for n in ("mnist_mlp", "mlp4096"):
+    m = mpcc(n)
+    runs = {"mpcc": m}
+    for mode in ("eager", "compile", "compile-cudagraphs"):
+        runs["torch " + mode] = torch(n, mode)
+    eager = runs["torch eager"]["samples_per_s"] if runs["torch eager"] else None
+    for name, r in runs.items():
+        if not r:
+            print(f"| {n} | {name} | failed | | | | |")
+            continue
+        tf = r["samples_per_s"] / batch[n] * flops[n] / 1e12
+        mem = (f"{r['alloc_mib']:.0f} MiB allocated ({r['smi_mib']} MiB)" if name == "mpcc"
+               else f"{r['max_reserved'] / 2**20:.0f} MiB reserved ({r['smi_mib']} MiB)")
+        ratio = f"{r['samples_per_s'] / eager:.2f}" if eager else "-"
+        print(f"| {n} | {name} | {r['samples_per_s']:.0f} | {ratio} | {tf:.1f} | "
+              f"{100 * tf / peak['peak_tflops']:.0f}% | {mem} |")
+    res["models"][n] = runs
+print(f"\ncuBLAS float16 peak measured in this run: {peak['peak_tflops']:.0f} TFLOP/s {peak['shapes']}")
+json.dump(res, open(f"{d}/results.json", "w"), indent=1)
+EOF

@@ -1,0 +1,149 @@
+#!/usr/bin/env bash
+# gpu_check.sh - correctness of the CUDA target on a real GPU (issue 4's
+# validation; CI, without a GPU, runs tests/t_cuda_build.sh and
+# tests/t_cuda_emu.sh instead). Needs ./mpcc, nvcc, cc, a GPU, python3 with
+# numpy. Every failure is printed and makes the exit status 1:
+#   1. every tests/gradcheck model, built with nvcc -O3, passes --gradcheck
+#      on the GPU (float32, TF32 off: the real kernels and cuBLAS calls
+#      against finite differences);
+#   2. every example, from the same --init checkpoint and --no-shuffle:
+#      the loss of every step and the evaluation equal the C program's,
+#      1e-4 relative under float32 (TF32 off), 5e-2 under its own mixed
+#      policy; the same with MP_CUDA_GRAPH=0 (kernels one by one);
+#   3. checkpoints: GPU -> CPU -> GPU continue as one C run;
+#   4. compute-sanitizer: memcheck on every example (graphs and eager),
+#      racecheck, synccheck and initcheck on mnist_cnn and char_transformer:
+#      "ERROR SUMMARY: 0 errors" each.
+# Writes bench/out/check/. Takes about 6 minutes on an H200 with 16 cores.
+set -u
+cd "$(dirname "$0")/.."
+PY=${PY:-python3}
+NVCC=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
+SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+ARCH=${ARCH:-sm_90}
+out=bench/out/check
+mkdir -p "$out"
+fail=0
+bad() { echo "FAIL: $*"; fail=1; }
+[ -x ./mpcc ] || { echo "gpu_check: ./mpcc is not built (make)"; exit 2; }
+nvidia-smi -L || { echo "gpu_check: no GPU"; exit 2; }
+
+# ---- building (in parallel) ----------------------------------------------------------
+build() {   # build MODEL.mp NAME [mpcc options]
+    local mp=$1 n=$2
+    shift 2
+    ./mpcc "$mp" "$@" -o "$out/$n.cu" && ./mpcc "$mp" "$@" --target c -o "$out/$n.c" &&
+        "$NVCC" -O3 -arch="$ARCH" "$out/$n.cu" -o "$out/$n.gpu" >"$out/$n.nvcc" 2>&1 &&
+        cc -O2 "$out/$n.c" -o "$out/$n.cpu" -lm || echo "FAIL: $n does not build"
+}
+export -f build
+export NVCC ARCH out
+{
+    for f in tests/gradcheck/*.mp; do echo "$f $(basename "$f" .mp) --precision float32"; done
+    for f in examples/*.mp; do
+        n=$(basename "$f" .mp)
+        echo "$f $n"
+        echo "$f ${n}_f32 --precision float32"
+    done
+} | xargs -P "$(nproc)" -L 1 bash -c 'build "$@"' _ | tee "$out/builds"
+grep -q FAIL "$out/builds" && fail=1
+
+# ---- 1. gradients on the GPU ------------------------------------------------------------
+for f in tests/gradcheck/*.mp; do
+    n=$(basename "$f" .mp)
+    [ -x "$out/$n.gpu" ] || continue
+    "$out/$n.gpu" --gradcheck >"$out/$n.gc" 2>&1 && echo "ok   gradcheck $n" ||
+        { bad "gradcheck $n on the GPU:"; tail -n 8 "$out/$n.gc"; }
+done
+
+# ---- data ---------------------------------------------------------------------------------
+"$PY" - "$out" <<'EOF'
+import numpy as np, sys
+d, r = sys.argv[1], np.random.RandomState(7)
+np.save(d + "/img.npy", r.randint(0, 256, (2048, 784)).astype(np.uint8))
+np.save(d + "/img4.npy", r.randint(0, 256, (2048, 1, 28, 28)).astype(np.uint8))
+np.save(d + "/lab.npy", r.randint(0, 10, (2048,)).astype(np.int32))
+np.save(d + "/pix.npy", (r.rand(2048, 64) * 16).astype(np.float32))
+np.save(d + "/tok.npy", r.randint(0, 65, (512, 64)).astype(np.int32))
+np.save(d + "/tgt.npy", r.randint(0, 65, (512, 64)).astype(np.int32))
+EOF
+data_of() {
+    local o=${2:---data}
+    case $1 in
+    mnist_mlp*) echo "$o image=$out/img.npy $o label=$out/lab.npy" ;;
+    mnist_cnn*) echo "$o image=$out/img4.npy $o label=$out/lab.npy" ;;
+    digits_mlp*) echo "$o pixels=$out/pix.npy $o label=$out/lab.npy" ;;
+    char_transformer*) echo "$o tokens=$out/tok.npy $o targets=$out/tgt.npy" ;;
+    esac
+}
+compare() { "$PY" tests/cuda/compare_logs.py "$@"; }   # A.jsonl B.jsonl TOL
+
+# ---- 2. loss curves against the C program ------------------------------------------------------
+for f in examples/*.mp; do
+    b=$(basename "$f" .mp)
+    for n in "$b" "${b}_f32"; do
+        [ -x "$out/$n.gpu" ] && [ -x "$out/$n.cpu" ] || continue
+        tol=5e-2
+        [ "$n" = "${b}_f32" ] || [ "$b" = digits_mlp ] && tol=1e-4
+        d="$(data_of "$n") $(data_of "$n" --eval)"
+        # shellcheck disable=SC2086
+        "$out/$n.cpu" $(data_of "$n") --steps 0 --save "$out/$n.init.safetensors" >/dev/null 2>&1
+        for g in 1 0; do
+            # shellcheck disable=SC2086
+            "$out/$n.cpu" $d --init "$out/$n.init.safetensors" --no-shuffle --steps 40 --log-every 1 \
+                --eval-every 20 --log "$out/$n.cpu.jsonl" >/dev/null 2>&1 &&
+            MP_CUDA_GRAPH=$g "$out/$n.gpu" $d --init "$out/$n.init.safetensors" --no-shuffle --steps 40 \
+                --log-every 1 --eval-every 20 --log "$out/$n.gpu.jsonl" >/dev/null 2>"$out/$n.gpu.err" ||
+                { bad "$n: a run failed:"; cat "$out/$n.gpu.err"; continue; }
+            if msg=$(compare "$out/$n.cpu.jsonl" "$out/$n.gpu.jsonl" $tol 2>&1); then
+                echo "ok   $n (graphs $g): 40 steps as the C program's, $msg"
+            else
+                bad "$n (graphs $g): $msg"
+            fi
+        done
+    done
+done
+
+# ---- 3. checkpoints GPU -> CPU -> GPU ---------------------------------------------------------
+for n in mnist_mlp char_transformer; do
+    [ -x "$out/$n.gpu" ] || continue
+    d=$(data_of "$n")
+    # shellcheck disable=SC2086
+    "$out/$n.cpu" $d --steps 12 --log-every 1 --log "$out/$n.straight.jsonl" >/dev/null 2>&1 &&
+    "$out/$n.gpu" $d --steps 4 --save "$out/$n.a.safetensors" >/dev/null 2>&1 &&
+    "$out/$n.cpu" $d --steps 8 --resume "$out/$n.a.safetensors" --save "$out/$n.b.safetensors" \
+        --log-every 1 --log "$out/$n.mixed.jsonl" >/dev/null 2>&1 &&
+    "$out/$n.gpu" $d --steps 12 --resume "$out/$n.b.safetensors" --log-every 1 \
+        --log "$out/$n.mixed.jsonl" >/dev/null 2>&1 || { bad "$n: checkpoints across devices failed"; continue; }
+    tail -n 8 "$out/$n.straight.jsonl" >"$out/$n.tail.jsonl"
+    msg=$(compare "$out/$n.tail.jsonl" "$out/$n.mixed.jsonl" 5e-2 2>&1) &&
+        echo "ok   $n: GPU -> CPU -> GPU checkpoints, $msg" || bad "$n: checkpoints: $msg"
+done
+
+# ---- 4. compute-sanitizer ------------------------------------------------------------------------
+if [ -x "$SAN" ]; then
+    san() {   # san TOOL NAME [env]
+        local tool=$1 n=$2
+        shift 2
+        [ -x "$out/$n.gpu" ] || return
+        # shellcheck disable=SC2046
+        env "$@" "$SAN" --tool "$tool" --error-exitcode 99 "$out/$n.gpu" $(data_of "$n") --steps 3 \
+            >"$out/$n.$tool.log" 2>&1
+        if grep -q "ERROR SUMMARY: 0 errors" "$out/$n.$tool.log"; then
+            echo "ok   compute-sanitizer --tool $tool $n $*"
+        else
+            bad "compute-sanitizer --tool $tool $n $*:"; tail -n 30 "$out/$n.$tool.log"
+        fi
+    }
+    for f in examples/*.mp; do
+        n=$(basename "$f" .mp)
+        san memcheck "$n" MP_CUDA_GRAPH=1
+        san memcheck "$n" MP_CUDA_GRAPH=0
+    done
+    for n in mnist_cnn char_transformer; do
+        for tool in racecheck synccheck initcheck; do san $tool "$n" MP_CUDA_GRAPH=0; done
+    done
+else
+    bad "compute-sanitizer not found"
+fi
+exit $fail

@@ -1,0 +1,373 @@
+/* emit_cuda_ops.c - one emitter per row of ops.def for the CUDA target:
+ * each writes the one launcher call (runtime/mp_cuda_ops.h) that carries
+ * out its node on the GPU. The arguments are those of the C target's call
+ * (emit_c_ops.c: outputs, inputs, sizes, attributes), except that the
+ * storage types become template arguments, <Y, X, ...> in the order of the
+ * tensors, so each kernel is compiled for exactly its types. Inside the
+ * generated functions `r` is the MpCuRun of the call (training, micro-batch,
+ * step header). */
+#include "emit_common.h"
+#include "ops.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#define N(n) ((long long)shape_numel(&(n)->shape))
+#define IN(k) (n->in[k])
+
+static const char *ty(const IrNode *v) { return !v || v->op == OP_CONST ? "MP_F32" : mpdt(v->type); }
+
+/* "<MP_F16, MP_F32>": the storage types of up to four tensors (NULL: none,
+ * typed f32 as the C target's NULL arguments). */
+static const char *tl(Emit *e, int k, const IrNode *a, const IrNode *b, const IrNode *c, const IrNode *d)
+{
+    const IrNode *v[4] = {a, b, c, d};
+    char buf[80] = "<";
+    for (int i = 0; i < k; i++)
+        snprintf(buf + strlen(buf), sizeof buf - strlen(buf), "%s%s", i ? ", " : "", ty(v[i]));
+    strcat(buf, ">");
+    return arena_strdup(e->a, buf);
+}
+
+#define T1(a) tl(e, 1, a, NULL, NULL, NULL)
+#define T2(a, b) tl(e, 2, a, b, NULL, NULL)
+#define T3(a, b, c) tl(e, 3, a, b, c, NULL)
+#define T4(a, b, c, d) tl(e, 4, a, b, c, d)
+#define C(v) cname(e, v)
+
+/* "MpCuDims{2, {128, 784}}" */
+static const char *dims(Emit *e, const IrNode *v)
+{
+    if (v->shape.rank == 0)
+        return "MpCuDims{0, {1}}";
+    return arena_printf(e->a, "MpCuDims{%d, {%s}}", v->shape.rank, dims_list(e, &v->shape));
+}
+
+/* ---- leaves: no work of their own ------------------------------------------ */
+void emit_cuda_INPUT(Emit *e, const IrNode *n) { (void)e; (void)n; }
+void emit_cuda_PARAM(Emit *e, const IrNode *n) { (void)e; (void)n; }
+void emit_cuda_CONST(Emit *e, const IrNode *n) { (void)e; (void)n; }
+void emit_cuda_CAST(Emit *e, const IrNode *n)
+{
+    em(e, "    mp_cu_cast%s(%s, %s, %lld);\n", T2(n, IN(0)), C(n), C(IN(0)), N(n));
+}
+
+/* ---- elementwise ------------------------------------------------------------- */
+static void binary(Emit *e, const IrNode *n, const char *k)
+{
+    em(e, "    mp_cu_%s%s(%s, %s,\n              %s, %s,\n              %s, %s);\n", k,
+       T3(n, IN(0), IN(1)), C(n), dims(e, n), C(IN(0)), dims(e, IN(0)), C(IN(1)), dims(e, IN(1)));
+}
+void emit_cuda_ADD(Emit *e, const IrNode *n) { binary(e, n, "add"); }
+void emit_cuda_SUB(Emit *e, const IrNode *n) { binary(e, n, "sub"); }
+void emit_cuda_MUL(Emit *e, const IrNode *n) { binary(e, n, "mul"); }
+void emit_cuda_DIV(Emit *e, const IrNode *n) { binary(e, n, "div"); }
+
+static void unary(Emit *e, const IrNode *n, const char *k)
+{
+    em(e, "    mp_cu_%s%s(%s, %s, %lld);\n", k, T2(n, IN(0)), C(n), C(IN(0)), N(n));
+}
+void emit_cuda_NEG(Emit *e, const IrNode *n) { unary(e, n, "neg"); }
+void emit_cuda_RELU(Emit *e, const IrNode *n) { unary(e, n, "relu"); }
+void emit_cuda_GELU(Emit *e, const IrNode *n) { unary(e, n, "gelu"); }
+void emit_cuda_TANH(Emit *e, const IrNode *n) { unary(e, n, "tanh"); }
+void emit_cuda_SIGMOID(Emit *e, const IrNode *n) { unary(e, n, "sigmoid"); }
+void emit_cuda_SILU(Emit *e, const IrNode *n) { unary(e, n, "silu"); }
+void emit_cuda_EXP(Emit *e, const IrNode *n) { unary(e, n, "exp"); }
+void emit_cuda_LOG(Emit *e, const IrNode *n) { unary(e, n, "log"); }
+void emit_cuda_SQRT(Emit *e, const IrNode *n) { unary(e, n, "sqrt"); }
+void emit_cuda_RSQRT(Emit *e, const IrNode *n) { unary(e, n, "rsqrt"); }
+
+static void unary_grad(Emit *e, const IrNode *n, const char *k)
+{
+    em(e, "    mp_cu_%s%s(%s, %s, %s, %lld);\n", k, T3(n, IN(0), IN(1)), C(n), C(IN(0)), C(IN(1)), N(n));
+}
+void emit_cuda_RELU_GRAD(Emit *e, const IrNode *n) { unary_grad(e, n, "relu_grad"); }
+void emit_cuda_GELU_GRAD(Emit *e, const IrNode *n) { unary_grad(e, n, "gelu_grad"); }
+void emit_cuda_TANH_GRAD(Emit *e, const IrNode *n) { unary_grad(e, n, "tanh_grad"); }
+void emit_cuda_SIGMOID_GRAD(Emit *e, const IrNode *n) { unary_grad(e, n, "sigmoid_grad"); }
+void emit_cuda_SILU_GRAD(Emit *e, const IrNode *n) { unary_grad(e, n, "silu_grad"); }
+void emit_cuda_SQRT_GRAD(Emit *e, const IrNode *n) { unary_grad(e, n, "sqrt_grad"); }
+void emit_cuda_RSQRT_GRAD(Emit *e, const IrNode *n) { unary_grad(e, n, "rsqrt_grad"); }
+
+/* The mask depends on (seed, step, micro-batch, forward node), the step
+ * read on the device from the step's header. */
+static void dropout(Emit *e, const IrNode *n, const IrNode *fwd, const char *k)
+{
+    em(e, "    mp_cu_%s%s(%s, %s, %lld, r->training ? (float)%.9g : 0.0f,\n"
+          "              r->seed, r->hdr, r->micro, %d);\n",
+       k, T2(n, IN(0)), C(n), C(IN(0)), N(n), fwd->fa[0], fwd->id);
+}
+void emit_cuda_DROPOUT(Emit *e, const IrNode *n) { dropout(e, n, n, "dropout"); }
+void emit_cuda_DROPOUT_GRAD(Emit *e, const IrNode *n) { dropout(e, n, n->grad_of, "dropout_grad"); }
+
+/* ---- views --------------------------------------------------------------------- */
+void emit_cuda_RESHAPE(Emit *e, const IrNode *n) { (void)e; (void)n; /* shares its input's buffer */ }
+void emit_cuda_FLATTEN(Emit *e, const IrNode *n) { (void)e; (void)n; /* shares its input's buffer */ }
+void emit_cuda_TRANSPOSE(Emit *e, const IrNode *n)
+{
+    const IrNode *x = IN(0);
+    char perm[MP_MAX_RANK * 24 + 1] = "";
+    for (int i = 0; i < x->shape.rank; i++)
+        snprintf(perm + strlen(perm), sizeof perm - strlen(perm), "%s%d", i ? ", " : "", (int)n->ia[i]);
+    em(e, "    mp_cu_transpose%s(%s, %s, %s, MpCuDims{%d, {%s}});\n", T2(n, x), C(n), C(x), dims(e, x),
+       x->shape.rank, perm);
+}
+
+/* ---- products ----------------------------------------------------------------------- */
+void emit_cuda_MATMUL(Emit *e, const IrNode *n)
+{
+    const IrNode *a = IN(0), *b = IN(1);
+    int ta = (int)n->ia[0], tb = (int)n->ia[1];
+    long long m = emit_dim(a, ta ? -1 : -2), k = emit_dim(a, ta ? -2 : -1), nn = emit_dim(b, tb ? -2 : -1);
+    long long batch = N(n) / (m * nn);
+    long long sa = a->shape.rank > 2 ? m * k : 0, sb = b->shape.rank > 2 ? k * nn : 0;
+    if (!ta && sb == 0) {          /* [..., M, K] @ [K, N]: one product of M' rows */
+        m *= batch;
+        batch = 1;
+        sa = 0;
+    }
+    em(e, "    mp_cu_matmul%s(%s, %s, %s, %lld, %lld, %lld, %lld, %d, %d, %lld, %lld);\n",
+       T3(n, a, b), C(n), C(a), C(b), batch, m, nn, k, ta, tb, sa, sb);
+}
+
+void emit_cuda_MATMUL_TN(Emit *e, const IrNode *n)
+{
+    const IrNode *a = IN(0), *b = IN(1);
+    long long k = emit_dim(a, -1);
+    em(e, "    mp_cu_matmul_tn%s(%s, %s, %s, %lld, %lld, %lld, 0.0f);\n", T3(n, a, b), C(n), C(a), C(b),
+       N(a) / k, k, emit_dim(b, -1));
+}
+
+void emit_cuda_LINEAR(Emit *e, const IrNode *n)
+{
+    const IrNode *x = IN(0), *w = IN(1), *b = n->nin > 2 ? IN(2) : NULL;
+    long long k = emit_dim(x, -1);
+    em(e, "    mp_cu_linear%s(%s, %s, %s, %s, %lld, %lld, %lld);\n", T4(n, x, w, b), C(n), C(x), C(w),
+       b ? C(b) : "NULL", N(x) / k, emit_dim(w, 0), k);
+}
+
+/* ---- convolution and pooling ----------------------------------------------------------- */
+void emit_cuda_CONV2D(Emit *e, const IrNode *n)
+{
+    const IrNode *x = IN(0), *w = IN(1), *b = n->nin > 2 ? IN(2) : NULL;
+    em(e, "    mp_cu_conv2d%s(%s, %s, %s, %s,\n                %s, %lld, %lld, %lld, %lld);\n",
+       T4(n, x, w, b), C(n), C(x), C(w), b ? C(b) : "NULL", emit_nchw(e, x), emit_dim(w, 0), emit_dim(w, 2),
+       (long long)n->ia[0], (long long)n->ia[1]);
+}
+
+void emit_cuda_CONV2D_DX(Emit *e, const IrNode *n)
+{
+    const IrNode *w = IN(1), *f = n->grad_of;
+    em(e, "    mp_cu_conv2d_dx%s(%s, %s, %s,\n                   %s, %lld, %lld, %lld, %lld);\n",
+       T3(n, IN(0), w), C(n), C(IN(0)), C(w), emit_nchw(e, n), emit_dim(w, 0), emit_dim(w, 2), (long long)f->ia[0],
+       (long long)f->ia[1]);
+}
+
+void emit_cuda_CONV2D_DW(Emit *e, const IrNode *n)
+{
+    const IrNode *x = IN(1), *f = n->grad_of;
+    em(e, "    mp_cu_conv2d_dw%s(%s, %s, %s,\n                   %s, %lld, %lld, %lld, %lld, 0.0f);\n",
+       T3(n, IN(0), x), C(n), C(IN(0)), C(x), emit_nchw(e, x), emit_dim(n, 0), emit_dim(n, 2), (long long)f->ia[0],
+       (long long)f->ia[1]);
+}
+
+void emit_cuda_CHANNEL_SUM(Emit *e, const IrNode *n)
+{
+    long long b, c, s;
+    emit_ncs(IN(0), &b, &c, &s);
+    em(e, "    mp_cu_channel_sum%s(%s, %s, %lld, %lld, %lld, 0.0f);\n", T2(n, IN(0)), C(n), C(IN(0)), b, c,
+       s);
+}
+
+static void pool(Emit *e, const IrNode *n, const char *k, const IrNode *x, const IrNode *f)
+{
+    em(e, "    mp_cu_%s%s(%s, %s, %s, %lld, %lld);\n", k, T2(n, IN(0)), C(n), C(IN(0)), emit_nchw(e, x),
+       (long long)f->ia[0], (long long)f->ia[1]);
+}
+void emit_cuda_MAX_POOL2D(Emit *e, const IrNode *n) { pool(e, n, "max_pool2d", IN(0), n); }
+void emit_cuda_AVG_POOL2D(Emit *e, const IrNode *n) { pool(e, n, "avg_pool2d", IN(0), n); }
+void emit_cuda_AVG_POOL2D_GRAD(Emit *e, const IrNode *n) { pool(e, n, "avg_pool2d_grad", n, n->grad_of); }
+void emit_cuda_MAX_POOL2D_GRAD(Emit *e, const IrNode *n)
+{
+    const IrNode *f = n->grad_of;
+    em(e, "    mp_cu_max_pool2d_grad%s(%s, %s, %s, %s, %lld, %lld);\n", T3(n, IN(0), IN(1)), C(n),
+       C(IN(0)), C(IN(1)), emit_nchw(e, n), (long long)f->ia[0], (long long)f->ia[1]);
+}
+
+void emit_cuda_GLOBAL_AVG_POOL(Emit *e, const IrNode *n)
+{
+    const IrNode *x = IN(0);
+    em(e, "    mp_cu_global_avg_pool%s(%s, %s, %lld, %lld, %lld);\n", T2(n, x), C(n), C(x), emit_dim(x, 0),
+       emit_dim(x, 1), emit_dim(x, 2) * emit_dim(x, 3));
+}
+
+void emit_cuda_GLOBAL_AVG_POOL_GRAD(Emit *e, const IrNode *n)
+{
+    em(e, "    mp_cu_global_avg_pool_grad%s(%s, %s, %lld, %lld, %lld);\n", T2(n, IN(0)), C(n), C(IN(0)),
+       emit_dim(n, 0), emit_dim(n, 1), emit_dim(n, 2) * emit_dim(n, 3));
+}
+
+/* ---- embedding ------------------------------------------------------------------------------ */
+void emit_cuda_EMBEDDING(Emit *e, const IrNode *n)
+{
+    const IrNode *w = IN(1);
+    em(e, "    mp_cu_embedding%s(%s, %s, %s, %lld, %lld, %lld);\n", T2(n, w), C(n), C(IN(0)), C(w),
+       N(IN(0)), emit_dim(w, 0), emit_dim(w, 1));
+}
+
+void emit_cuda_EMBEDDING_DW(Emit *e, const IrNode *n)
+{
+    em(e, "    mp_cu_embedding_dw%s(%s, %s, %s, %lld, %lld, %lld, 0.0f);\n", T2(n, IN(0)), C(n),
+       C(IN(0)), C(IN(1)), N(IN(1)), emit_dim(n, 0), emit_dim(n, 1));
+}
+
+/* ---- reductions and softmax ------------------------------------------------------------------- */
+static void reduce(Emit *e, const IrNode *n, const char *k, const IrNode *x, int64_t axis)
+{
+    long long o, l, i;
+    emit_around_axis(x, axis, &o, &l, &i);
+    em(e, "    mp_cu_%s%s(%s, %s, %lld, %lld, %lld);\n", k, T2(n, x), C(n), C(x), o, l, i);
+}
+void emit_cuda_SUM(Emit *e, const IrNode *n) { reduce(e, n, "sum", IN(0), n->ia[0]); }
+void emit_cuda_MEAN(Emit *e, const IrNode *n) { reduce(e, n, "mean", IN(0), n->ia[0]); }
+void emit_cuda_SOFTMAX(Emit *e, const IrNode *n) { reduce(e, n, "softmax", IN(0), n->ia[0]); }
+void emit_cuda_LOG_SOFTMAX(Emit *e, const IrNode *n) { reduce(e, n, "log_softmax", IN(0), n->ia[0]); }
+
+void emit_cuda_EXPAND(Emit *e, const IrNode *n)
+{
+    long long o, l, i;
+    emit_around_axis(n, n->ia[0], &o, &l, &i);
+    em(e, "    mp_cu_expand%s(%s, %s, %lld, %lld, %lld, (float)%.9g);\n", T2(n, IN(0)), C(n), C(IN(0)), o,
+       l, i, n->fa[0]);
+}
+
+void emit_cuda_SUM_TO(Emit *e, const IrNode *n)
+{
+    em(e, "    mp_cu_sum_to%s(%s, %s,\n                %s, %s, 0.0f);\n", T2(n, IN(0)), C(n), dims(e, n),
+       C(IN(0)), dims(e, IN(0)));
+}
+
+static void softmax_grad(Emit *e, const IrNode *n, const char *k)
+{
+    long long o, l, i;
+    emit_around_axis(n, n->ia[0], &o, &l, &i);
+    em(e, "    mp_cu_%s%s(%s, %s, %s, %lld, %lld, %lld);\n", k, T3(n, IN(0), IN(1)), C(n), C(IN(0)),
+       C(IN(1)), o, l, i);
+}
+void emit_cuda_SOFTMAX_GRAD(Emit *e, const IrNode *n) { softmax_grad(e, n, "softmax_grad"); }
+void emit_cuda_LOG_SOFTMAX_GRAD(Emit *e, const IrNode *n) { softmax_grad(e, n, "log_softmax_grad"); }
+
+/* ---- norms ------------------------------------------------------------------------------------ */
+void emit_cuda_LAYER_NORM(Emit *e, const IrNode *n)
+{
+    const IrNode *x = IN(0);
+    em(e, "    mp_cu_layer_norm%s(%s, %s, %s, %s, %lld, %lld, (float)%.9g);\n",
+       T4(n, x, IN(1), IN(2)), C(n), C(x), C(IN(1)), C(IN(2)), N(x) / emit_dim(x, -1), emit_dim(x, -1), n->fa[0]);
+}
+
+void emit_cuda_LAYER_NORM_DX(Emit *e, const IrNode *n)
+{
+    const IrNode *x = IN(1);
+    em(e, "    mp_cu_layer_norm_dx%s(%s, %s, %s, %s, %lld, %lld, (float)%.9g);\n",
+       T4(n, IN(0), x, IN(2)), C(n), C(IN(0)), C(x), C(IN(2)), N(x) / emit_dim(x, -1), emit_dim(x, -1),
+       n->grad_of->fa[0]);
+}
+
+void emit_cuda_LAYER_NORM_DW(Emit *e, const IrNode *n)
+{
+    const IrNode *x = IN(1);
+    em(e, "    mp_cu_layer_norm_dw%s(%s, %s, %s, %lld, %lld, (float)%.9g, 0.0f);\n", T3(n, IN(0), x),
+       C(n), C(IN(0)), C(x), N(x) / emit_dim(x, -1), emit_dim(x, -1), n->grad_of->fa[0]);
+}
+
+void emit_cuda_BATCH_NORM(Emit *e, const IrNode *n)
+{
+    long long b, c, s;
+    emit_ncs(IN(0), &b, &c, &s);
+    em(e, "    mp_cu_batch_norm%s(%s, %s, %s, %s,\n                    %s, %s, %lld, %lld, %lld, "
+          "(float)%.9g, (float)%.9g, r->training);\n",
+       T4(n, IN(0), IN(1), IN(2)), C(n), C(IN(0)), C(IN(1)), C(IN(2)), C(IN(3)), C(IN(4)), b, c, s,
+       n->fa[0], n->fa[1]);
+}
+
+void emit_cuda_BATCH_NORM_DX(Emit *e, const IrNode *n)
+{
+    long long b, c, s;
+    emit_ncs(IN(1), &b, &c, &s);
+    em(e, "    mp_cu_batch_norm_dx%s(%s, %s, %s, %s, %lld, %lld, %lld, (float)%.9g);\n",
+       T4(n, IN(0), IN(1), IN(2)), C(n), C(IN(0)), C(IN(1)), C(IN(2)), b, c, s, n->grad_of->fa[1]);
+}
+
+void emit_cuda_BATCH_NORM_DW(Emit *e, const IrNode *n)
+{
+    long long b, c, s;
+    emit_ncs(IN(1), &b, &c, &s);
+    em(e, "    mp_cu_batch_norm_dw%s(%s, %s, %s, %lld, %lld, %lld, (float)%.9g, 0.0f);\n",
+       T3(n, IN(0), IN(1)), C(n), C(IN(0)), C(IN(1)), b, c, s, n->grad_of->fa[1]);
+}
+
+/* ---- losses and metrics ------------------------------------------------------------------------ */
+void emit_cuda_CROSS_ENTROPY(Emit *e, const IrNode *n)
+{
+    const IrNode *x = IN(0);
+    em(e, "    mp_cu_cross_entropy%s(%s, %s, %s, %lld, %lld);\n", T2(n, x), C(n), C(x), C(IN(1)),
+       N(IN(1)), emit_dim(x, -1));
+}
+
+void emit_cuda_CROSS_ENTROPY_GRAD(Emit *e, const IrNode *n)
+{
+    const IrNode *x = IN(1);
+    em(e, "    mp_cu_cross_entropy_grad%s(%s, %s, %s, %s, %lld, %lld);\n", T3(n, IN(0), x), C(n),
+       C(IN(0)), C(x), C(IN(2)), N(IN(2)), emit_dim(x, -1));
+}
+
+void emit_cuda_ACCURACY(Emit *e, const IrNode *n)
+{
+    const IrNode *x = IN(0);
+    em(e, "    mp_cu_accuracy%s(%s, %s, %s, %lld, %lld);\n", T2(n, x), C(n), C(x), C(IN(1)), N(IN(1)),
+       emit_dim(x, -1));
+}
+
+void emit_cuda_MSE(Emit *e, const IrNode *n)
+{
+    em(e, "    mp_cu_mse%s(%s, %s, %s, %lld);\n", T3(n, IN(0), IN(1)), C(n), C(IN(0)), C(IN(1)), N(IN(0)));
+}
+
+void emit_cuda_MSE_GRAD(Emit *e, const IrNode *n)
+{
+    em(e, "    mp_cu_mse_grad%s(%s, %s, %s, %s, %lld);\n", T4(n, IN(0), IN(1), IN(2)), C(n), C(IN(0)),
+       C(IN(1)), C(IN(2)), N(n));
+}
+
+/* ---- attention: q, k, v, y [B, H, T, D] seen as [B*H, T, D] ------------------------------------ */
+static void attention(Emit *e, const IrNode *n, const char *k, const IrNode *q, const IrNode *f)
+{
+    long long t = emit_dim(q, -2), d = emit_dim(q, -1);
+    const IrNode *a[5] = {n, IN(0), IN(1), IN(2), n->nin > 3 ? IN(3) : NULL};
+    em(e, "    mp_cu_%s<%s", k, ty(a[0]));
+    for (int i = 1; i <= n->nin; i++)
+        em(e, ", %s", ty(a[i]));
+    em(e, ">(%s, ", C(n));
+    for (int i = 0; i < n->nin; i++)
+        em(e, "%s, ", C(IN(i)));
+    em(e, "\n                   %lld, %lld, %lld, %d, %s);\n", N(q) / (t * d), t, d, (int)f->ia[0],
+       mpdt(f->compute));
+}
+void emit_cuda_ATTENTION(Emit *e, const IrNode *n) { attention(e, n, "attention", IN(0), n); }
+void emit_cuda_ATTENTION_DQ(Emit *e, const IrNode *n) { attention(e, n, "attention_dq", IN(1), n->grad_of); }
+void emit_cuda_ATTENTION_DK(Emit *e, const IrNode *n) { attention(e, n, "attention_dk", IN(1), n->grad_of); }
+void emit_cuda_ATTENTION_DV(Emit *e, const IrNode *n) { attention(e, n, "attention_dv", IN(1), n->grad_of); }
+
+/* ---- loss scaling and the optimizer ----------------------------------------------------------- */
+/* d(loss) = S / accumulate: from the device's loss-scale state in a step. */
+void emit_cuda_LOSS_SCALE(Emit *e, const IrNode *n)
+{
+    em(e, "    mp_cu_loss_seed(%s, r);\n", C(n));
+}
+/* Carried out by the runtime (mp_cuda_step.h) on the flat gradient buffer. */
+void emit_cuda_UNSCALE(Emit *e, const IrNode *n) { (void)e; (void)n; }
+void emit_cuda_CLIP_GRAD_NORM(Emit *e, const IrNode *n) { (void)e; (void)n; }
+void emit_cuda_SGD(Emit *e, const IrNode *n) { (void)e; (void)n; }
+void emit_cuda_ADAM(Emit *e, const IrNode *n) { (void)e; (void)n; }
+void emit_cuda_ADAMW(Emit *e, const IrNode *n) { (void)e; (void)n; }

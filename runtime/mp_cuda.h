@@ -1,0 +1,496 @@
+/* mp_cuda.h - the CUDA program's device context: the GPU and cuBLAS found
+ * at start, the one device allocation, the compute stream, the three
+ * shapes of kernel every op is made of, and the one matrix product.
+ *
+ * Kernels: an op's work is a functor (a struct with the op's arguments and
+ * an MP_HD operator()) run by one of three generic kernels:
+ *   mp_cu_each(name, n, f)            f(i) for every item i < n (grid-stride)
+ *   mp_cu_rows(name, rows, thr, f)    f(row, team): a block of thr threads
+ *                                     per row; team.tid / team.nt is the
+ *                                     thread's share, team.sum / max /
+ *                                     argmax reduce over the block in a
+ *                                     fixed order (deterministic)
+ *   mp_cu_one(name, f)                f() on one thread (scalars, decisions)
+ * so that the functors, where all the arithmetic is, also run on the CPU:
+ * compiled with -DMP_CU_EMU (tests/cuda/mp_cuda_emu.h stands in for the
+ * CUDA runtime and cuBLAS), the three shapes become loops on the host and
+ * the whole program runs without a GPU, graph capture included.
+ *
+ * Memory: everything the device uses is cut from ONE cudaMalloc made at
+ * start (mp_cu_start in mp_cuda_step.h): the activation arena (memplan.c's
+ * offsets, as in the C program), the flat parameter / gradient / optimizer
+ * buffers (the host runtime's layout), input slots, the workspace of
+ * im2col, attention and reductions, cuBLAS's workspace, the loss-scale
+ * state. Nothing is allocated after that.
+ *
+ * Order: every launch goes to one stream (mp_cu.st), so the order of the
+ * model's calls is the order on the GPU and buffers shared by liveness
+ * (memplan.c) are safe. In measure mode (the dry run at start) nothing is
+ * launched and the launchers only note the workspace they need (mp_cu_ws).
+ *
+ * Errors: a CUDA or cuBLAS failure is one line on stderr and exit status 1
+ * (as the C runtime's out-of-memory in kernels): the program cannot go on. */
+#ifndef MP_CUDA_H
+#define MP_CUDA_H
+
+#ifndef MP_CU_EMU
+#include <cuda_runtime.h>
+#endif
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "mp_model.h"
+#include "mp_util.h"
+#include "mp_ckpt.h"
+#include "mp_cublas.h"
+#include "mp_cuda_items.h"
+
+#define MP_CU_ALIGN 256
+#define MP_CU_HDR 256              /* bytes before an input slot's inputs */
+#define MP_CU_BLAS_WS (32 << 20)   /* cuBLAS's workspace (Hopper wants 32 MiB) */
+
+/* Per-step values the host writes before each step's inputs. */
+typedef struct MpCuHdr {
+    int64_t step;                  /* 1-based optimizer step */
+    double lr;                     /* its learning rate */
+} MpCuHdr;
+
+/* What one call of the model's code runs with. */
+typedef struct MpCuRun {
+    int training;                  /* batch-norm batch statistics, dropout on */
+    int check;                     /* eager: stop at the first non-finite value */
+    int graph;                     /* a training step on the device (captured) */
+    int64_t micro;                 /* micro-batch of the step */
+    unsigned char *in;             /* device: this micro-batch's inputs */
+    const MpCuHdr *hdr;            /* device: this step's header */
+    uint64_t seed;                 /* dropout masks */
+    float seed_grad;               /* eager: d(loss) the backward starts from */
+    MpRun *run;                    /* eager: bad_op / bad_where go here */
+} MpCuRun;
+
+/* The model's code (generated), as the runtime calls it. */
+typedef struct MpCuModel {
+    int64_t arena_bytes;           /* memplan.c's arena */
+    int64_t in_bytes;              /* one micro-batch of every input */
+    const int64_t *in_off;         /* each input's offset in it */
+    void (*bind)(unsigned char *arena);
+    void (*cast_params)(MpCuRun *r);
+    int (*forward)(MpCuRun *r);
+    int (*backward)(MpCuRun *r);
+} MpCuModel;
+
+/* Device-side state of the optimizer step and loss scaling. */
+typedef struct MpCuState {
+    MpScaler ls;                   /* mp_optim.h's state machine, on the device */
+    MpTrainCfg cfg;
+    int64_t floor_skips, updates;
+    int64_t halted_at;             /* step at which skipping reached the limit */
+    int64_t step;                  /* the step these results are of */
+    double loss_sum, grad_norm, scale_used;
+    float loss, coef;              /* coef: clip factor, 1 = none */
+    int taken;
+    MpOptK k;                      /* this step's optimizer factors */
+} MpCuState;
+
+/* One range of a trainable parameter in the flat buffers. */
+typedef struct MpCuTile {
+    int64_t start, len;
+} MpCuTile;
+
+typedef struct MpCu {
+    MpTrainer *t;
+    const MpCuModel *model;
+    int started, host, measure, graphs, sms;
+    char device[64];               /* the GPU's name */
+    int64_t ws_need;
+    cudaStream_t st, cp;           /* compute; input copies */
+    MpBlas blas;
+    MpBlasHandle handle;
+    unsigned char *mem;            /* the one allocation */
+    int64_t mem_bytes;
+    unsigned char *arena, *ws, *blas_ws, *in[3];   /* in[2]: evaluation, eager */
+    float *params, *grads, *slot[2], *outs;
+    double *part;                  /* the unscale pass's partial sums */
+    int nparts;
+    MpCuState *state;
+    MpCuTile *tiles;
+    int64_t ntiles;
+    int64_t slot_bytes, in_base;   /* a step slot: header, sample indices at
+                                      MP_CU_HDR, inputs at in_base */
+    int64_t copy_bytes;            /* what the host copies into a slot */
+    unsigned char **data;          /* the training set on the device, per
+                                      input, or NULL: gathered on the host */
+    unsigned char *stage[2];       /* pinned host copies of the step slots */
+    MpCuState *hstate;             /* pinned, read back when a log is due */
+    float *hgrads;                 /* host mode: gradients read back */
+    cudaGraphExec_t exec[2];
+    cudaEvent_t copied[2], done[2];
+    MpOrder snap;                  /* data order after step snap_step (a sync) */
+    int64_t snap_step;
+} MpCu;
+
+static MpCu mp_cu;
+
+/* ---- errors --------------------------------------------------------------- */
+
+static inline void mp_cu_die(const char *what, const char *why)
+{
+    fprintf(stderr, "error: CUDA: %s: %s\n", what, why);
+    exit(1);
+}
+
+static inline void mp_cu_ok(cudaError_t rc, const char *what)
+{
+    if (rc != cudaSuccess)
+        mp_cu_die(what, cudaGetErrorString(rc));
+}
+
+/* Blocks for a grid-stride loop over n items. */
+static inline int mp_cu_blocks(int64_t n, int threads)
+{
+    int64_t b = (n + threads - 1) / threads, most = (int64_t)(mp_cu.sms > 0 ? mp_cu.sms : 80) * 32;
+    return (int)(b < 1 ? 1 : b > most ? most : b);
+}
+
+/* Threads for a block that works on one row of len elements. */
+static inline int mp_cu_row_threads(int64_t len)
+{
+    int t = 32;
+    while (t < 256 && t < len)
+        t *= 2;
+    return t;
+}
+
+/* The workspace, at least `bytes` of it (measure mode: noted, NULL). */
+static inline unsigned char *mp_cu_ws(int64_t bytes)
+{
+    if (bytes > mp_cu.ws_need)
+        mp_cu.ws_need = bytes;
+    return mp_cu.measure ? NULL : mp_cu.ws;
+}
+
+static inline int64_t mp_cu_round_up(int64_t n) { return (n + MP_CU_ALIGN - 1) / MP_CU_ALIGN * MP_CU_ALIGN; }
+
+static inline void mp_cu_memset(void *p, int64_t bytes)
+{
+    if (!mp_cu.measure && bytes > 0)
+        mp_cu_ok(cudaMemsetAsync(p, 0, (size_t)bytes, mp_cu.st), "cudaMemsetAsync");
+}
+
+/* ---- block-wide reductions (blockDim a multiple of 32, up to 1024) -------- */
+
+#ifdef __CUDA_ARCH__
+struct MpCuAdd { __device__ double operator()(double a, double b) const { return a + b; } };
+struct MpCuMax { __device__ float operator()(float a, float b) const { return b > a ? b : a; } };
+
+/* Every thread of the block gets op over all threads' v, combined in a
+ * fixed order (so sums are deterministic); idle lanes bring `none`. */
+template <class T, class Op>
+static __device__ T mp_cu_block_reduce(T v, T none, Op op)
+{
+    __shared__ T sh[32];
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+    for (int o = 16; o > 0; o >>= 1)
+        v = op(v, __shfl_down_sync(0xffffffffu, v, o));
+    __syncthreads();
+    if (lane == 0)
+        sh[w] = v;
+    __syncthreads();
+    if (w == 0) {
+        v = lane < nw ? sh[lane] : none;
+        for (int o = 16; o > 0; o >>= 1)
+            v = op(v, __shfl_down_sync(0xffffffffu, v, o));
+        if (lane == 0)
+            sh[0] = v;
+    }
+    __syncthreads();
+    return sh[0];
+}
+
+static __device__ double mp_cu_block_sum(double v) { return mp_cu_block_reduce(v, 0.0, MpCuAdd()); }
+static __device__ float mp_cu_block_max(float v) { return mp_cu_block_reduce(v, -INFINITY, MpCuMax()); }
+
+static __device__ __forceinline__ int64_t mp_cu_warp_argmax(float *v, int64_t at)
+{
+    for (int o = 16; o > 0; o >>= 1) {
+        float u = __shfl_down_sync(0xffffffffu, *v, o);
+        long long j = __shfl_down_sync(0xffffffffu, (long long)at, o);
+        at = mp_cu_argmax_pick(*v, at, u, j, v);
+    }
+    return at;
+}
+
+/* The block's first maximum: its index (-1 for none). */
+static __device__ int64_t mp_cu_block_argmax(float v, int64_t at)
+{
+    __shared__ float shv[32];
+    __shared__ long long shi[32];
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+    at = mp_cu_warp_argmax(&v, at);
+    __syncthreads();
+    if (lane == 0) {
+        shv[w] = v;
+        shi[w] = at;
+    }
+    __syncthreads();
+    if (w == 0) {
+        v = lane < nw ? shv[lane] : -INFINITY;
+        at = lane < nw ? shi[lane] : -1;
+        at = mp_cu_warp_argmax(&v, at);
+        if (lane == 0)
+            shi[0] = at;
+    }
+    __syncthreads();
+    return shi[0];
+}
+#endif
+
+/* A row's threads: this thread's share and the block-wide reductions (on
+ * the CPU one "thread" does the whole row: the reductions are identities). */
+typedef struct MpCuTeam {
+    int tid, nt;
+#ifdef __cplusplus
+    MP_HD double sum(double v) const
+    {
+#ifdef __CUDA_ARCH__
+        return mp_cu_block_sum(v);
+#else
+        return v;
+#endif
+    }
+    MP_HD float max(float v) const
+    {
+#ifdef __CUDA_ARCH__
+        return mp_cu_block_max(v);
+#else
+        return v;
+#endif
+    }
+    MP_HD int64_t argmax(float v, int64_t at) const
+    {
+#ifdef __CUDA_ARCH__
+        return mp_cu_block_argmax(v, at);
+#else
+        (void)v;
+        return at;
+#endif
+    }
+#endif
+} MpCuTeam;
+
+/* ---- the three kernel shapes ------------------------------------------------ */
+
+#ifndef MP_CU_EMU
+template <class F>
+static __global__ void mp_cu_k_each(int64_t n, F f)
+{
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+        f(i);
+}
+
+template <class F>
+static __global__ void mp_cu_k_rows(int64_t rows, F f)
+{
+    MpCuTeam t = {(int)threadIdx.x, (int)blockDim.x};
+    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x)
+        f(r, t);
+}
+
+template <class F>
+static __global__ void mp_cu_k_one(F f) { f(); }
+
+static inline void mp_cu_launched(const char *name)
+{
+    cudaError_t rc = cudaGetLastError();
+    if (rc != cudaSuccess)
+        mp_cu_die(name, cudaGetErrorString(rc));
+}
+
+template <class F>
+static inline void mp_cu_each(const char *name, int64_t n, F f)
+{
+    if (mp_cu.measure || n <= 0)
+        return;
+    mp_cu_k_each<F><<<mp_cu_blocks(n, 256), 256, 0, mp_cu.st>>>(n, f);
+    mp_cu_launched(name);
+}
+
+template <class F>
+static inline void mp_cu_rows(const char *name, int64_t rows, int threads, F f)
+{
+    if (mp_cu.measure || rows <= 0)
+        return;
+    mp_cu_k_rows<F><<<mp_cu_blocks(rows, 1), threads, 0, mp_cu.st>>>(rows, f);
+    mp_cu_launched(name);
+}
+
+template <class F>
+static inline void mp_cu_one(const char *name, F f)
+{
+    if (mp_cu.measure)
+        return;
+    mp_cu_k_one<F><<<1, 1, 0, mp_cu.st>>>(f);
+    mp_cu_launched(name);
+}
+#else
+/* The CPU stand-in (tests/cuda/mp_cuda_emu.h): the same functors, as loops;
+ * mp_cu_emu_run runs the work now, or records it while a graph is captured. */
+template <class F>
+static inline void mp_cu_each(const char *name, int64_t n, F f)
+{
+    (void)name;
+    if (!mp_cu.measure && n > 0)
+        mp_cu_emu_run([=]() { for (int64_t i = 0; i < n; i++) f(i); });
+}
+
+template <class F>
+static inline void mp_cu_rows(const char *name, int64_t rows, int threads, F f)
+{
+    (void)name;
+    (void)threads;
+    if (!mp_cu.measure && rows > 0)
+        mp_cu_emu_run([=]() {
+            MpCuTeam t = {0, 1};
+            for (int64_t r = 0; r < rows; r++) f(r, t);
+        });
+}
+
+template <class F>
+static inline void mp_cu_one(const char *name, F f)
+{
+    (void)name;
+    if (!mp_cu.measure)
+        mp_cu_emu_run([=]() { f(); });
+}
+#endif
+
+/* ---- matrix products ------------------------------------------------------ */
+
+/* The product in f32 for type mixes cuBLAS has no routine for (and K = 0):
+ * element (b, i, j) of C per item. Slow; models never need it in practice. */
+struct MpCuGemmF {
+    MpCuGemm g;
+    MP_HD void operator()(int64_t e) const
+    {
+        int64_t j = e % g.N, i = e / g.N % g.M, b = e / (g.N * g.M);
+        const char *A = (const char *)g.A + b * g.sa * mp_cu_dt_size(g.adt);
+        const char *B = (const char *)g.B + b * g.sb * mp_cu_dt_size(g.bdt);
+        char *C = (char *)g.C + b * g.sc * mp_cu_dt_size(g.cdt);
+        float acc = 0.0f;
+        for (int64_t k = 0; k < g.K; k++)
+            acc += mp_cu_ld(A, g.adt, g.ta ? k * g.lda + i : i * g.lda + k)
+                 * mp_cu_ld(B, g.bdt, g.tb ? j * g.ldb + k : k * g.ldb + j);
+        mp_cu_st_beta(C, g.cdt, i * g.ldc + j, g.alpha * acc, g.beta);
+    }
+};
+
+static inline void mp_cu_blas_ok(MpBlasStatus s, const char *what)
+{
+    if (s != MP_BLAS_STATUS_SUCCESS)
+        mp_cu_die(what, mp_cu.blas.status_string ? mp_cu.blas.status_string(s) : "failed");
+}
+
+#ifdef MP_CU_EMU
+static inline int mp_cu_emu_type(int blas_type)
+{
+    return blas_type == MP_BLAS_R_16F ? MP_F16 : blas_type == MP_BLAS_R_16BF ? MP_BF16 : MP_F32;
+}
+
+/* What cuBLAS does with a: C = alpha opA(A) opB(B) + beta C, column-major,
+ * for each of the batch. Read row-major, a column-major matrix is its
+ * transpose, so this is the row-major C^T = opB(B)^T opA(A)^T of mp_gemm. */
+static inline void mp_cu_emu_gemm(const MpBlasArgs *a, float alpha, float beta)
+{
+    int at = mp_cu_emu_type(a->atype), bt = mp_cu_emu_type(a->btype), ct = mp_cu_emu_type(a->ctype);
+    for (int b = 0; b < a->batch; b++)
+        mp_gemm(a->opb == MP_BLAS_OP_T, a->opa == MP_BLAS_OP_T, a->n, a->m, a->k, alpha,
+                (const char *)a->B + b * a->sb * mp_cu_dt_size(bt), bt, a->ldb,
+                (const char *)a->A + b * a->sa * mp_cu_dt_size(at), at, a->lda, beta,
+                (char *)a->C + b * a->sc * mp_cu_dt_size(ct), ct, a->ldc);
+}
+#endif
+
+/* The one entry point for products: C = alpha op(A) op(B) + beta C. */
+static inline void mp_cu_gemm(const MpCuGemm *g)
+{
+    if (mp_cu.measure || g->M <= 0 || g->N <= 0 || g->batch <= 0)
+        return;
+    if (!mp_blas_can(g)) {
+        MpCuGemmF f = {*g};
+        mp_cu_each("gemm", g->batch * g->M * g->N, f);
+        return;
+    }
+    MpBlasArgs a = mp_blas_args(g);
+    float alpha = g->alpha, beta = g->beta;
+#ifdef MP_CU_EMU
+    mp_cu_emu_run([=]() { mp_cu_emu_gemm(&a, alpha, beta); });
+#else
+    if (a.batch == 1)
+        mp_cu_blas_ok(mp_cu.blas.gemm(mp_cu.handle, a.opa, a.opb, a.m, a.n, a.k, &alpha, a.A,
+                                      a.atype, a.lda, a.B, a.btype, a.ldb, &beta, a.C, a.ctype,
+                                      a.ldc, MP_BLAS_COMPUTE_32F, MP_BLAS_GEMM_DEFAULT),
+                      "cublasGemmEx");
+    else
+        mp_cu_blas_ok(mp_cu.blas.gemm_batched(mp_cu.handle, a.opa, a.opb, a.m, a.n, a.k, &alpha,
+                                              a.A, a.atype, a.lda, a.sa, a.B, a.btype, a.ldb,
+                                              a.sb, &beta, a.C, a.ctype, a.ldc, a.sc, a.batch,
+                                              MP_BLAS_COMPUTE_32F, MP_BLAS_GEMM_DEFAULT),
+                      "cublasGemmStridedBatchedEx");
+#endif
+}
+
+static inline MpCuGemm mp_cu_gemm_of(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha,
+                                     const void *A, int adt, int64_t lda, const void *B, int bdt,
+                                     int64_t ldb, float beta, void *C, int cdt, int64_t ldc)
+{
+    MpCuGemm g = {ta, tb, M, N, K, alpha, beta, A, adt, lda, B, bdt, ldb, C, cdt, ldc, 1, 0, 0, 0};
+    return g;
+}
+
+/* ---- start: the device, cuBLAS, streams ------------------------------------ */
+
+/* cuBLAS loaded and set up on the compute stream: 0, or -1 with e set. */
+static inline int mp_cu_blas_open(MpErr *e)
+{
+#ifdef MP_CU_EMU
+    (void)e;                       /* products: mp_cu_emu_gemm */
+#else
+    char msg[512];
+    if (mp_blas_load(&mp_cu.blas, msg, sizeof msg))
+        return mp_errf(e, "%s", msg);
+    MpBlasStatus s = mp_cu.blas.create(&mp_cu.handle);
+    if (s != MP_BLAS_STATUS_SUCCESS)
+        return mp_errf(e, "cuBLAS: cannot start: %s", mp_cu.blas.status_string(s));
+    const char *tf32 = getenv("MP_CUDA_TF32");
+    int math = (tf32 && *tf32 == '1' ? MP_BLAS_TF32_TENSOR_OP_MATH : MP_BLAS_DEFAULT_MATH)
+             | MP_BLAS_DISALLOW_REDUCED_PRECISION_REDUCTION;
+    mp_cu_blas_ok(mp_cu.blas.set_math_mode(mp_cu.handle, math), "cublasSetMathMode");
+    mp_cu_blas_ok(mp_cu.blas.set_stream(mp_cu.handle, mp_cu.st), "cublasSetStream");
+#endif
+    return 0;
+}
+
+/* The GPU, streams, cuBLAS: 0, or -1 with e set ("no CUDA device: ..."). */
+static inline int mp_cu_open(MpErr *e)
+{
+    int n = 0;
+    cudaError_t rc = cudaGetDeviceCount(&n);
+    if (rc != cudaSuccess || n < 1)
+        return mp_errf(e, "no CUDA device: %s", rc != cudaSuccess ? cudaGetErrorString(rc)
+                       : "the driver sees none");
+    const char *dev = getenv("MP_CUDA_DEVICE");
+    int d = dev && *dev ? atoi(dev) : 0;
+    cudaDeviceProp prop;
+    if ((rc = cudaSetDevice(d)) != cudaSuccess || (rc = cudaGetDeviceProperties(&prop, d)) != cudaSuccess)
+        return mp_errf(e, "no CUDA device: device %d: %s", d, cudaGetErrorString(rc));
+    mp_cu.sms = prop.multiProcessorCount;
+    snprintf(mp_cu.device, sizeof mp_cu.device, "%s", prop.name);
+    if ((rc = cudaStreamCreateWithFlags(&mp_cu.st, cudaStreamNonBlocking)) != cudaSuccess
+        || (rc = cudaStreamCreateWithFlags(&mp_cu.cp, cudaStreamNonBlocking)) != cudaSuccess)
+        return mp_errf(e, "CUDA: cannot create a stream: %s", cudaGetErrorString(rc));
+    return mp_cu_blas_open(e);
+}
+
+#endif

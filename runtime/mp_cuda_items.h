@@ -1,0 +1,680 @@
+/* mp_cuda_items.h - the work of one GPU thread, for every kernel of the
+ * CUDA program (runtime/mp_cuda_ops.h launches them).
+ *
+ * Each kernel is a thin loop over "items" (an output element, a row, a
+ * channel) that calls a function from here. These functions hold all the
+ * index arithmetic and per-element math, and are MP_HD plain C, so that
+ * tests/unit/test_cuda_host.c runs them on the CPU over every item and
+ * compares with the C program's kernels (mp_kernels.h): the GPU's
+ * arithmetic is checked without a GPU. Where a kernel's threads cooperate
+ * on one item (a block per row), the item function takes the thread's
+ * share as (tid, nt) - the elements tid, tid + nt, ... - and returns a
+ * partial result that the kernel combines; on the CPU, (0, 1) is the whole.
+ *
+ * Rules as mp_kernels.h: load the storage type, compute in f32 (sums of many
+ * terms in double), store once in the storage type. Loads and stores use
+ * the GPU's converters on the device (same results as mp_half.h's for every
+ * non-NaN value) and mp_ld / mp_st elsewhere. */
+#ifndef MP_CUDA_ITEMS_H
+#define MP_CUDA_ITEMS_H
+
+#include <math.h>
+#include <stdint.h>
+#include "mp_model.h"
+#include "mp_half.h"
+#include "mp_kernels.h"
+
+#ifdef __CUDACC__
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+#endif
+
+/* ---- storage -------------------------------------------------------------- */
+
+static inline MP_HD float mp_cu_ld(const void *p, int dt, int64_t i)
+{
+#ifdef __CUDA_ARCH__
+    if (dt == MP_F16)
+        return __half2float(__ushort_as_half(((const unsigned short *)p)[i]));
+    if (dt == MP_BF16)
+        return __bfloat162float(__ushort_as_bfloat16(((const unsigned short *)p)[i]));
+#endif
+    return mp_ld(p, dt, i);
+}
+
+static inline MP_HD void mp_cu_st(void *p, int dt, int64_t i, float v)
+{
+#ifdef __CUDA_ARCH__
+    if (dt == MP_F16) {
+        ((unsigned short *)p)[i] = __half_as_ushort(__float2half_rn(v));
+        return;
+    }
+    if (dt == MP_BF16) {
+        ((unsigned short *)p)[i] = __bfloat16_as_ushort(__float2bfloat16_rn(v));
+        return;
+    }
+#endif
+    mp_st(p, dt, i, v);
+}
+
+static inline MP_HD int mp_cu_dt_size(int dt)
+{
+    return dt == MP_F32 || dt == MP_I32 ? 4 : dt == MP_U8 ? 1 : 2;
+}
+
+/* p[i] = v + beta * p[i] (beta 0: p is not read) */
+static inline MP_HD void mp_cu_st_beta(void *p, int dt, int64_t i, float v, float beta)
+{
+    mp_cu_st(p, dt, i, beta != 0.0f ? v + beta * mp_cu_ld(p, dt, i) : v);
+}
+
+/* ---- strided views: element i of a dense output at an offset of x -------- */
+
+/* Output index i, row-major over n[0..rank), reads x at sum idx[d] * s[d]. */
+typedef struct MpCuView {
+    int rank;
+    int64_t n[MP_MAX_RANK], s[MP_MAX_RANK];
+} MpCuView;
+
+static inline MP_HD int64_t mp_cu_view_at(const MpCuView *v, int64_t i)
+{
+    int64_t off = 0;
+    for (int d = v->rank - 1; d >= 0; d--) {
+        off += (i % v->n[d]) * v->s[d];
+        i /= v->n[d];
+    }
+    return off;
+}
+
+static inline MP_HD int64_t mp_cu_view_numel(const MpCuView *v)
+{
+    int64_t n = 1;
+    for (int d = 0; d < v->rank; d++)
+        n *= v->n[d];
+    return n;
+}
+
+/* Appends dim (n, stride) to v, merging it into the previous dim when the
+ * two are contiguous; dims of size 1 are dropped. */
+static inline void mp_cu_view_push(MpCuView *v, int64_t n, int64_t s)
+{
+    if (n == 1)
+        return;
+    if (v->rank > 0 && v->s[v->rank - 1] == n * s) {
+        v->n[v->rank - 1] *= n;
+        v->s[v->rank - 1] = s;
+        return;
+    }
+    v->n[v->rank] = n;
+    v->s[v->rank] = s;
+    v->rank++;
+}
+
+/* y = x.permute(perm): y's dim d is x's dim perm[d]. */
+static inline MpCuView mp_cu_view_permute(int rank, const int64_t *xsh, const int64_t *perm)
+{
+    int64_t xs[MP_MAX_RANK], st = 1;
+    MpCuView v;
+    v.rank = 0;
+    for (int d = rank - 1; d >= 0; d--) {
+        xs[d] = st;
+        st *= xsh[d];
+    }
+    for (int d = 0; d < rank; d++)
+        mp_cu_view_push(&v, xsh[perm[d]], xs[perm[d]]);
+    return v;
+}
+
+/* Broadcasting a and b to y (mp_kernels.h's MpBcast): offsets of element i. */
+static inline MP_HD void mp_cu_bcast_at(const MpBcast *p, int64_t i, int64_t *ao, int64_t *bo)
+{
+    int64_t a = 0, b = 0;
+    for (int d = p->rank - 1; d >= 0; d--) {
+        int64_t q = i % p->n[d];
+        i /= p->n[d];
+        a += q * p->sa[d];
+        b += q * p->sb[d];
+    }
+    *ao = a;
+    *bo = b;
+}
+
+/* ---- reductions: y[j] = scale * sum_r x[out(j) + red(r)] (+ beta y[j]) ---- */
+
+typedef struct MpCuRed {
+    MpCuView out, red;
+    int64_t nout, nred;
+    double scale;
+} MpCuRed;
+
+static inline MpCuRed mp_cu_red_make(double scale)
+{
+    MpCuRed r;
+    memset(&r, 0, sizeof r);
+    r.scale = scale;
+    return r;
+}
+
+static inline void mp_cu_red_done(MpCuRed *r)
+{
+    r->nout = mp_cu_view_numel(&r->out);
+    r->nred = mp_cu_view_numel(&r->red);
+}
+
+/* x [outer, len, inner] reduced over len: sum, mean, global_avg_pool. */
+static inline MpCuRed mp_cu_red_axis(int64_t outer, int64_t len, int64_t inner, double scale)
+{
+    MpCuRed r = mp_cu_red_make(scale);
+    mp_cu_view_push(&r.out, outer, len * inner);
+    mp_cu_view_push(&r.out, inner, 1);
+    mp_cu_view_push(&r.red, len, inner);
+    mp_cu_red_done(&r);
+    return r;
+}
+
+/* x [N, C, S] -> y [C]: conv and batch-norm bias gradients. */
+static inline MpCuRed mp_cu_red_channels(int64_t N, int64_t C, int64_t S)
+{
+    MpCuRed r = mp_cu_red_make(1.0);
+    mp_cu_view_push(&r.out, C, S);
+    mp_cu_view_push(&r.red, N, C * S);
+    mp_cu_view_push(&r.red, S, 1);
+    mp_cu_red_done(&r);
+    return r;
+}
+
+/* dy summed down to y's shape (y broadcasts to dy's): sum_to. */
+static inline MpCuRed mp_cu_red_sum_to(int yr, const int64_t *ysh, int dyr, const int64_t *dysh)
+{
+    MpCuRed r = mp_cu_red_make(1.0);
+    int64_t st[MP_MAX_RANK], s = 1;
+    for (int d = dyr - 1; d >= 0; d--) {
+        st[d] = s;
+        s *= dysh[d];
+    }
+    for (int d = 0; d < dyr; d++) {
+        int yd = d - (dyr - yr);
+        int64_t yn = yd >= 0 ? ysh[yd] : 1;
+        if (yn == dysh[d])
+            mp_cu_view_push(&r.out, dysh[d], st[d]);
+        else
+            mp_cu_view_push(&r.red, dysh[d], st[d]);
+    }
+    mp_cu_red_done(&r);
+    return r;
+}
+
+/* Items of a reduction: single elements, or (a contiguous run, as the C
+ * program's mp_sum_n) chunks of MP_CHUNK summed in f32. */
+static inline MP_HD int64_t mp_cu_red_items(const MpCuRed *r)
+{
+    int runs = r->red.rank == 1 && r->red.s[0] == 1;
+    return runs ? (r->nred + MP_CHUNK - 1) / MP_CHUNK : r->nred;
+}
+
+/* The part (items i0, i0 + step, ... < i1) of output j's sum, in double. */
+static inline MP_HD double mp_cu_red_range(const MpCuRed *r, const void *x, int xdt, int64_t j,
+                                           int64_t i0, int64_t i1, int64_t step)
+{
+    int64_t base = mp_cu_view_at(&r->out, j), n = mp_cu_red_items(r);
+    double s = 0;
+    if (i1 > n)
+        i1 = n;
+    if (n == r->nred) {
+        for (int64_t k = i0; k < i1; k += step)
+            s += mp_cu_ld(x, xdt, base + mp_cu_view_at(&r->red, k));
+        return s;
+    }
+    for (int64_t c = i0; c < i1; c += step) {
+        int64_t end = (c + 1) * MP_CHUNK < r->nred ? (c + 1) * MP_CHUNK : r->nred;
+        float part = 0.0f;
+        for (int64_t k = c * MP_CHUNK; k < end; k++)
+            part += mp_cu_ld(x, xdt, base + k);
+        s += part;
+    }
+    return s;
+}
+
+static inline MP_HD double mp_cu_red_part(const MpCuRed *r, const void *x, int xdt, int64_t j,
+                                          int64_t i0, int64_t step)
+{
+    return mp_cu_red_range(r, x, xdt, j, i0, r->nred, step);
+}
+
+static inline MP_HD void mp_cu_red_store(const MpCuRed *r, void *y, int ydt, int64_t j,
+                                         double sum, float beta)
+{
+    mp_cu_st_beta(y, ydt, j, (float)(sum * r->scale), beta);
+}
+
+/* Gradient of sum / mean: y[o, l, i] = scale * dy[o, i]; element e of y. */
+static inline MP_HD float mp_cu_expand_at(const void *dy, int dydt, int64_t e, int64_t len,
+                                          int64_t inner, float scale)
+{
+    int64_t o = e / (len * inner), i = e % inner;
+    return scale * mp_cu_ld(dy, dydt, o * inner + i);
+}
+
+/* ---- rows: softmax and friends over x [outer, len, inner] ------------------ */
+
+/* Row `row` (of outer * inner) starts at off; its elements are inner apart. */
+static inline MP_HD int64_t mp_cu_row_off(int64_t row, int64_t len, int64_t inner)
+{
+    return (row / inner) * len * inner + row % inner;
+}
+
+static inline MP_HD float mp_cu_row_max(const void *x, int xdt, int64_t off, int64_t len,
+                                        int64_t stride, int tid, int nt)
+{
+    float m = -INFINITY;
+    for (int64_t l = tid; l < len; l += nt) {
+        float v = mp_cu_ld(x, xdt, off + l * stride);
+        m = v > m ? v : m;
+    }
+    return m;
+}
+
+static inline MP_HD double mp_cu_row_sumexp(const void *x, int xdt, int64_t off, int64_t len,
+                                            int64_t stride, float m, int tid, int nt)
+{
+    double s = 0;
+    for (int64_t l = tid; l < len; l += nt)
+        s += expf(mp_cu_ld(x, xdt, off + l * stride) - m);
+    return s;
+}
+
+/* y = softmax (or log_softmax) of the row, given its max m and sum of exp s */
+static inline MP_HD void mp_cu_softmax_put(void *y, int ydt, const void *x, int xdt, int64_t off,
+                                           int64_t len, int64_t stride, float m, double s,
+                                           int log_, int tid, int nt)
+{
+    float inv = (float)(1.0 / s), lse = m + (float)log(s);
+    for (int64_t l = tid; l < len; l += nt) {
+        float v = mp_cu_ld(x, xdt, off + l * stride);
+        mp_cu_st(y, ydt, off + l * stride, log_ ? v - lse : expf(v - m) * inv);
+    }
+}
+
+/* The row's sum for the softmax gradients: sum(dy * y), or sum(dy) (log). */
+static inline MP_HD double mp_cu_softmax_grad_sum(const void *dy, int dydt, const void *y,
+                                                  int ydt, int64_t off, int64_t len,
+                                                  int64_t stride, int log_, int tid, int nt)
+{
+    double s = 0;
+    for (int64_t l = tid; l < len; l += nt) {
+        float g = mp_cu_ld(dy, dydt, off + l * stride);
+        s += log_ ? (double)g : (double)g * mp_cu_ld(y, ydt, off + l * stride);
+    }
+    return s;
+}
+
+/* dx = y (dy - s), or dy - exp(y) s (log) */
+static inline MP_HD void mp_cu_softmax_grad_put(void *dx, int dxdt, const void *dy, int dydt,
+                                                const void *y, int ydt, int64_t off, int64_t len,
+                                                int64_t stride, double s, int log_, int tid,
+                                                int nt)
+{
+    float fs = (float)s;
+    for (int64_t l = tid; l < len; l += nt) {
+        float g = mp_cu_ld(dy, dydt, off + l * stride), v = mp_cu_ld(y, ydt, off + l * stride);
+        mp_cu_st(dx, dxdt, off + l * stride, log_ ? g - expf(v) * fs : v * (g - fs));
+    }
+}
+
+/* Cross-entropy of one row given its max and sum of exp; NaN for a label
+ * outside [0, C), as mp_ce_row. */
+static inline MP_HD double mp_cu_ce_row(const void *x, int xdt, int64_t off, int64_t C,
+                                        int32_t label, float m, double s)
+{
+    if (label < 0 || label >= C)
+        return NAN;
+    return (double)m + log(s) - mp_cu_ld(x, xdt, off + label);
+}
+
+/* dx = g (softmax(x) - onehot(label)), g = dl / rows */
+static inline MP_HD void mp_cu_ce_grad_put(void *dx, int dxdt, const void *x, int xdt, int64_t off,
+                                           int64_t C, int32_t label, float m, double s, float g,
+                                           int tid, int nt)
+{
+    float inv = (float)(1.0 / s);
+    for (int64_t j = tid; j < C; j += nt) {
+        float p = expf(mp_cu_ld(x, xdt, off + j) - m) * inv;
+        mp_cu_st(dx, dxdt, off + j, g * (p - (j == label ? 1.0f : 0.0f)));
+    }
+}
+
+/* The first maximum of the row at or after position tid (step nt):
+ * (value, index); combine two with mp_cu_argmax_pick. */
+static inline MP_HD int64_t mp_cu_argmax_part(const void *x, int xdt, int64_t off, int64_t C,
+                                              int tid, int nt, float *best)
+{
+    int64_t at = -1;
+    float b = -INFINITY;
+    for (int64_t j = tid; j < C; j += nt) {
+        float v = mp_cu_ld(x, xdt, off + j);
+        if (at < 0 || v > b) {
+            b = v;
+            at = j;
+        }
+    }
+    *best = b;
+    return at;
+}
+
+/* Of two (value, index) candidates, the larger, the lower index on a tie. */
+static inline MP_HD int64_t mp_cu_argmax_pick(float va, int64_t ia, float vb, int64_t ib, float *v)
+{
+    int b_wins = ia < 0 || (ib >= 0 && (vb > va || (vb == va && ib < ia)));
+    *v = b_wins ? vb : va;
+    return b_wins ? ib : ia;
+}
+
+/* Chunk w (MP_CHUNK elements) of the squared error, in double as mp_k_mse. */
+static inline MP_HD double mp_cu_mse_chunk(const void *p, int pdt, const void *t, int tdt,
+                                           int64_t n, int64_t w)
+{
+    double s = 0;
+    int64_t end = (w + 1) * MP_CHUNK < n ? (w + 1) * MP_CHUNK : n;
+    for (int64_t i = w * MP_CHUNK; i < end; i++) {
+        float a = mp_cu_ld(p, pdt, i), b = mp_cu_ld(t, tdt, i);
+        s += (double)(a - b) * (a - b);
+    }
+    return s;
+}
+
+/* ---- normalisation: mean and 1/std of a set of values ------------------- */
+
+/* Layer norm's row r of x [rows, dim] or batch norm's channel c of x [N, C,
+ * S]: the elements e = tid, tid + nt, ... < count sit at mp_cu_norm_at. */
+typedef struct MpCuNorm {
+    int64_t count;          /* values in the set */
+    int64_t inner, outer;   /* layer norm: count, 1; batch norm: S, C*S */
+} MpCuNorm;
+
+static inline MP_HD int64_t mp_cu_norm_at(const MpCuNorm *g, int64_t base, int64_t e)
+{
+    return base + (e / g->inner) * g->outer + e % g->inner;
+}
+
+static inline MP_HD double mp_cu_norm_sum(const MpCuNorm *g, const void *x, int xdt, int64_t base,
+                                          double shift, int tid, int nt, int squares)
+{
+    double s = 0;
+    for (int64_t e = tid; e < g->count; e += nt) {
+        double v = mp_cu_ld(x, xdt, mp_cu_norm_at(g, base, e)) - shift;
+        s += squares ? v * v : v;
+    }
+    return s;
+}
+
+/* Sums of dy*w and of dy*w*xhat (w: 1 when NULL) for the input gradient;
+ * the weight is per element (layer norm) or one per set (batch norm). */
+static inline MP_HD void mp_cu_norm_grad_sums(const MpCuNorm *g, const void *dy, int dydt,
+                                              const void *x, int xdt, const void *w, int wdt,
+                                              int w_per_elem, int64_t wi, int64_t base,
+                                              float mean, float rstd, int tid, int nt,
+                                              double *s1, double *s2)
+{
+    double a = 0, b = 0;
+    for (int64_t e = tid; e < g->count; e += nt) {
+        int64_t at = mp_cu_norm_at(g, base, e);
+        float wv = w ? mp_cu_ld(w, wdt, w_per_elem ? e : wi) : 1.0f;
+        float gy = mp_cu_ld(dy, dydt, at) * wv;
+        float xh = (mp_cu_ld(x, xdt, at) - mean) * rstd;
+        a += gy;
+        b += (double)gy * xh;
+    }
+    *s1 = a;
+    *s2 = b;
+}
+
+/* dx = rstd (dy*w - mean(dy*w) - xhat mean(dy*w*xhat)) */
+static inline MP_HD void mp_cu_norm_grad_put(const MpCuNorm *g, void *dx, int dxdt, const void *dy,
+                                             int dydt, const void *x, int xdt, const void *w,
+                                             int wdt, int w_per_elem, int64_t wi, int64_t base,
+                                             float mean, float rstd, double s1, double s2, int tid,
+                                             int nt)
+{
+    float m1 = (float)(s1 / (double)g->count), m2 = (float)(s2 / (double)g->count);
+    for (int64_t e = tid; e < g->count; e += nt) {
+        int64_t at = mp_cu_norm_at(g, base, e);
+        float wv = w ? mp_cu_ld(w, wdt, w_per_elem ? e : wi) : 1.0f;
+        float gy = mp_cu_ld(dy, dydt, at) * wv;
+        float xh = (mp_cu_ld(x, xdt, at) - mean) * rstd;
+        mp_cu_st(dx, dxdt, at, rstd * (gy - m1 - xh * m2));
+    }
+}
+
+/* y = (x - mean) rstd w + b, w and b per element (layer norm) or one per
+ * set (batch norm: (x - mean) (rstd w) + b); NULL: 1, 0. As mp_kernels_nn.h. */
+static inline MP_HD void mp_cu_norm_put(const MpCuNorm *g, void *y, int ydt, const void *x, int xdt,
+                                        const void *w, int wdt, const void *b, int bdt,
+                                        int w_per_elem, int64_t wi, int64_t base, float mean,
+                                        float rstd, int tid, int nt)
+{
+    float sc = rstd * (w && !w_per_elem ? mp_cu_ld(w, wdt, wi) : 1.0f);
+    float sh = b && !w_per_elem ? mp_cu_ld(b, bdt, wi) : 0.0f;
+    for (int64_t e = tid; e < g->count; e += nt) {
+        int64_t at = mp_cu_norm_at(g, base, e);
+        float v = mp_cu_ld(x, xdt, at) - mean;
+        if (w_per_elem)
+            v = v * rstd * (w ? mp_cu_ld(w, wdt, e) : 1.0f) + (b ? mp_cu_ld(b, bdt, e) : 0.0f);
+        else
+            v = v * sc + sh;
+        mp_cu_st(y, ydt, at, v);
+    }
+}
+
+/* mean and 1/sqrt(var + eps) from the sums (var biased, as torch), rounded
+ * as mp_moments does */
+static inline MP_HD void mp_cu_norm_stats(double sum, double sq_dev, int64_t count, float eps,
+                                          float *mean, float *rstd)
+{
+    *mean = (float)(sum / (double)count);
+    *rstd = 1.0f / sqrtf((float)(sq_dev / (double)count) + eps);
+}
+
+/* sum of dy * xhat over the set's elements (tid, tid + nt, ...): batch
+ * norm's weight gradient, products in f32 as mp_k_batch_norm_dw */
+static inline MP_HD double mp_cu_norm_dw_part(const MpCuNorm *g, const void *dy, int dydt,
+                                              const void *x, int xdt, int64_t base, float mean,
+                                              float rstd, int tid, int nt)
+{
+    double s = 0;
+    for (int64_t e = tid; e < g->count; e += nt) {
+        int64_t at = mp_cu_norm_at(g, base, e);
+        s += mp_cu_ld(dy, dydt, at) * ((mp_cu_ld(x, xdt, at) - mean) * rstd);
+    }
+    return s;
+}
+
+/* dw[k] = sum over the set's elements of dy * xhat: layer norm's column k
+ * (over rows, with per-row stats st[2r], st[2r+1]); rows r0, r0 + step... */
+static inline MP_HD double mp_cu_ln_dw_part(const void *dy, int dydt, const void *x, int xdt,
+                                            const float *st, int64_t rows, int64_t dim, int64_t k,
+                                            int64_t r0, int64_t step)
+{
+    double s = 0;
+    for (int64_t r = r0; r < rows; r += step) {
+        int64_t at = r * dim + k;
+        float xh = (mp_cu_ld(x, xdt, at) - st[2 * r]) * st[2 * r + 1];
+        s += mp_cu_ld(dy, dydt, at) * xh;
+    }
+    return s;
+}
+
+/* ---- images: NCHW ----------------------------------------------------------- */
+
+typedef struct MpCuImg {
+    int64_t N, C, H, W, k, stride, pad, OH, OW;
+} MpCuImg;
+
+static inline MpCuImg mp_cu_img(int64_t N, int64_t C, int64_t H, int64_t W, int64_t k,
+                                int64_t stride, int64_t pad)
+{
+    MpCuImg g = {N, C, H, W, k, stride, pad, 0, 0};
+    g.OH = (H + 2 * pad - k) / stride + 1;
+    g.OW = (W + 2 * pad - k) / stride + 1;
+    return g;
+}
+
+/* Pooling output element e of y [N, C, OH, OW] (pad 0): the max, with the
+ * window position of the first maximum (NaN wins, as torch) in *at. */
+static inline MP_HD float mp_cu_pool_max(const MpCuImg *g, const void *x, int xdt, int64_t e,
+                                         int64_t *at)
+{
+    int64_t ow = e % g->OW, oh = e / g->OW % g->OH, nc = e / (g->OW * g->OH);
+    int64_t base = nc * g->H * g->W + oh * g->stride * g->W + ow * g->stride;
+    float best = -INFINITY;
+    *at = base;
+    for (int64_t i = 0; i < g->k; i++)
+        for (int64_t j = 0; j < g->k; j++) {
+            float v = mp_cu_ld(x, xdt, base + i * g->W + j);
+            if ((i == 0 && j == 0) || v > best || (isnan(v) && !isnan(best))) {
+                best = v;
+                *at = base + i * g->W + j;
+            }
+        }
+    return best;
+}
+
+static inline MP_HD float mp_cu_pool_avg(const MpCuImg *g, const void *x, int xdt, int64_t e)
+{
+    int64_t ow = e % g->OW, oh = e / g->OW % g->OH, nc = e / (g->OW * g->OH);
+    int64_t base = nc * g->H * g->W + oh * g->stride * g->W + ow * g->stride;
+    double s = 0;
+    for (int64_t i = 0; i < g->k; i++)
+        for (int64_t j = 0; j < g->k; j++)
+            s += mp_cu_ld(x, xdt, base + i * g->W + j);
+    return (float)(s * (1.0 / (double)(g->k * g->k)));
+}
+
+/* The outputs whose windows cover input (ih, iw), along one axis: [lo, hi]. */
+static inline MP_HD void mp_cu_cover(int64_t i, int64_t k, int64_t stride, int64_t pad,
+                                     int64_t out, int64_t *lo, int64_t *hi)
+{
+    int64_t p = i + pad;
+    *lo = p - k + 1 <= 0 ? 0 : (p - k + stride) / stride;
+    *hi = p / stride;
+    if (*hi > out - 1)
+        *hi = out - 1;
+}
+
+/* dx at input element e of [N, C, H, W]: gathered from every output window
+ * holding it (max: only where it is the window's first maximum), in output
+ * order, so no two threads write one element. */
+static inline MP_HD float mp_cu_pool_grad_at(const MpCuImg *g, const void *dy, int dydt,
+                                             const void *x, int xdt, int64_t e, int is_max)
+{
+    int64_t iw = e % g->W, ih = e / g->W % g->H, nc = e / (g->W * g->H);
+    int64_t oh0, oh1, ow0, ow1;
+    float s = 0.0f, inv = 1.0f / (float)(g->k * g->k);
+    mp_cu_cover(ih, g->k, g->stride, 0, g->OH, &oh0, &oh1);
+    mp_cu_cover(iw, g->k, g->stride, 0, g->OW, &ow0, &ow1);
+    for (int64_t oh = oh0; oh <= oh1; oh++)
+        for (int64_t ow = ow0; ow <= ow1; ow++) {
+            int64_t o = (nc * g->OH + oh) * g->OW + ow, at;
+            if (is_max) {
+                mp_cu_pool_max(g, x, xdt, o, &at);
+                if (at != e)
+                    continue;
+                s += mp_cu_ld(dy, dydt, o);
+            } else
+                s += mp_cu_ld(dy, dydt, o) * inv;
+        }
+    return s;
+}
+
+/* im2col: element e of col, laid out [N][C k k][OH OW] (by_image) or
+ * [C k k][N][OH OW]; 0 in the padding. */
+static inline MP_HD float mp_cu_im2col_at(const MpCuImg *g, const void *x, int xdt, int64_t e,
+                                          int by_image)
+{
+    int64_t ohw = g->OH * g->OW, ckk = g->C * g->k * g->k, n, r, p = e % ohw;
+    if (by_image) {
+        r = e / ohw % ckk;
+        n = e / (ohw * ckk);
+    } else {
+        n = e / ohw % g->N;
+        r = e / (ohw * g->N);
+    }
+    int64_t c = r / (g->k * g->k), kh = r / g->k % g->k, kw = r % g->k;
+    int64_t ih = p / g->OW * g->stride - g->pad + kh, iw = p % g->OW * g->stride - g->pad + kw;
+    if (ih < 0 || ih >= g->H || iw < 0 || iw >= g->W)
+        return 0.0f;
+    return mp_cu_ld(x, xdt, ((n * g->C + c) * g->H + ih) * g->W + iw);
+}
+
+/* col2im: dx at input element e from dcol [N][C k k][OH OW], summed in f32
+ * over the (kh, kw) that read it, in order. */
+static inline MP_HD float mp_cu_col2im_at(const MpCuImg *g, const void *dcol, int ddt, int64_t e)
+{
+    int64_t iw = e % g->W, ih = e / g->W % g->H, c = e / (g->W * g->H) % g->C;
+    int64_t n = e / (g->W * g->H * g->C), ohw = g->OH * g->OW, ckk = g->C * g->k * g->k;
+    float s = 0.0f;
+    for (int64_t kh = 0; kh < g->k; kh++) {
+        int64_t ph = ih + g->pad - kh;
+        if (ph < 0 || ph % g->stride || ph / g->stride >= g->OH)
+            continue;
+        for (int64_t kw = 0; kw < g->k; kw++) {
+            int64_t pw = iw + g->pad - kw;
+            if (pw < 0 || pw % g->stride || pw / g->stride >= g->OW)
+                continue;
+            int64_t r = (c * g->k + kh) * g->k + kw;
+            s += mp_cu_ld(dcol, ddt, (n * ckk + r) * ohw + ph / g->stride * g->OW + pw / g->stride);
+        }
+    }
+    return s;
+}
+
+/* ---- embedding ---------------------------------------------------------- */
+
+/* dw[v, d] = sum of dy[i, d] over the i with ids[i] == v, in order of i. */
+static inline MP_HD float mp_cu_embedding_dw_at(const void *dy, int dydt, const int32_t *ids,
+                                                int64_t n, int64_t dim, int64_t e)
+{
+    int64_t v = e / dim, d = e % dim;
+    float s = 0.0f;
+    for (int64_t i = 0; i < n; i++)
+        if (ids[i] == v)
+            s += mp_cu_ld(dy, dydt, i * dim + d);
+    return s;
+}
+
+/* ---- attention: one row i of the scores of one head ----------------------- */
+
+/* p[j] = softmax over j <= i (causal) or all j of s[j], rounded to cdt:
+ * the probabilities fed to the product with v. Elements past i are 0. */
+static inline MP_HD void mp_cu_attn_row(void *p, int pdt, const float *s, int64_t T, int64_t i,
+                                        int causal, float m, double sum, int tid, int nt)
+{
+    float inv = (float)(1.0 / sum);
+    for (int64_t j = tid; j < T; j += nt)
+        mp_cu_st(p, pdt, j, causal && j > i ? 0.0f : expf(s[j] - m) * inv);
+}
+
+/* dS = P (dP - sum_j dP P) scale, rounded to the product type: for the
+ * gradients of q and k (as mp_attn_ds); P from the scores. */
+static inline MP_HD void mp_cu_attn_ds_row(void *ds, int dsdt, const float *s, const float *dp,
+                                           int64_t T, int64_t i, int causal, float m, double sum,
+                                           double dot, float scale, int tid, int nt)
+{
+    float inv = (float)(1.0 / sum), fd = (float)dot;
+    for (int64_t j = tid; j < T; j += nt) {
+        float pj = causal && j > i ? 0.0f : expf(s[j] - m) * inv;
+        mp_cu_st(ds, dsdt, j, pj * (dp[j] - fd) * scale);
+    }
+}
+
+/* sum_j dP[j] P[j] of one row */
+static inline MP_HD double mp_cu_attn_dot(const float *s, const float *dp, int64_t T, int64_t i,
+                                          int causal, float m, double sum, int tid, int nt)
+{
+    float inv = (float)(1.0 / sum);
+    double d = 0;
+    for (int64_t j = tid; j < T && !(causal && j > i); j += nt)
+        d += (double)dp[j] * (expf(s[j] - m) * inv);
+    return d;
+}
+
+#endif

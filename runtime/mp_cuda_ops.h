@@ -1,0 +1,1115 @@
+/* mp_cuda_ops.h - the ops of the CUDA program: one launcher mp_cu_<op> per
+ * kernel call the generated code makes (one per IR node, as mp_k_<op> in
+ * the C program, same argument order), with the storage types of its
+ * tensors as template arguments so that each kernel is compiled for exactly
+ * the types it is used with.
+ *
+ *   mp_cu_<unary><Y, X>(y, x, n)            cast neg relu gelu tanh sigmoid
+ *                                           silu exp log sqrt rsqrt
+ *   mp_cu_<unary>_grad<DX, DY, V>(dx, dy, v, n)
+ *   mp_cu_dropout<Y, X>(y, x, n, p, seed, hdr, micro, node)  (+ _grad)
+ *   mp_cu_{add,sub,mul,div}<Y, A, B>(y, ysh, a, ash, b, bsh)  broadcasting
+ *   mp_cu_transpose<Y, X>(y, x, xsh, perm)
+ *   mp_cu_{sum,mean}<Y, X>(y, x, outer, len, inner); expand; sum_to;
+ *   channel_sum; softmax, log_softmax and their gradients
+ *   mp_cu_cross_entropy, _grad, mse, _grad, accuracy
+ *   mp_cu_matmul, matmul_tn, linear                  (cuBLAS)
+ *   mp_cu_conv2d, _dx, _dw                           (im2col + cuBLAS)
+ *   pools, global_avg_pool, embedding, layer_norm, batch_norm, attention
+ * Shapes that the C program passes as arrays come as MpCuDims values.
+ *
+ * Each launcher builds a functor (the work of one item: an element, a row,
+ * a channel; the per-item functions of mp_cuda_items.h) and runs it with
+ * one of mp_cuda.h's kernel shapes. Nothing uses atomics: every sum is made
+ * in a fixed order, so a step is deterministic. A scalar result (a loss) is
+ * made by a second, one-row kernel from per-row parts in the workspace. */
+#ifndef MP_CUDA_OPS_H
+#define MP_CUDA_OPS_H
+
+#include "mp_cuda.h"
+
+typedef struct MpCuDims {
+    int rank;
+    int64_t d[MP_MAX_RANK];
+} MpCuDims;
+
+/* ---- elementwise ------------------------------------------------------------ */
+
+template <int YT, int XT, class F>
+struct MpCuMap1 {
+    void *y;
+    const void *x;
+    F f;
+    MP_HD void operator()(int64_t i) const { mp_cu_st(y, YT, i, f(mp_cu_ld(x, XT, i))); }
+};
+
+template <int YT, int AT, int BT, class F>
+struct MpCuMap2 {
+    void *y;
+    const void *a, *b;
+    F f;
+    MP_HD void operator()(int64_t i) const
+    {
+        mp_cu_st(y, YT, i, f(mp_cu_ld(a, AT, i), mp_cu_ld(b, BT, i)));
+    }
+};
+
+#define MP_CU_UNARY(NAME, EXPR)                                                \
+    struct MpCuF_##NAME {                                                      \
+        MP_HD float operator()(float a) const { return (EXPR); }               \
+    };                                                                         \
+    template <int YT, int XT>                                                  \
+    static inline void mp_cu_##NAME(void *y, const void *x, int64_t n)         \
+    {                                                                          \
+        MpCuMap1<YT, XT, MpCuF_##NAME> f = {y, x, MpCuF_##NAME()};             \
+        mp_cu_each(#NAME, n, f);                                               \
+    }
+
+#define MP_CU_GRAD(NAME, FN)                                                   \
+    struct MpCuF_##NAME {                                                      \
+        MP_HD float operator()(float g, float v) const { return FN(g, v); }    \
+    };                                                                         \
+    template <int DXT, int DYT, int VT>                                        \
+    static inline void mp_cu_##NAME(void *dx, const void *dy, const void *v, int64_t n) \
+    {                                                                          \
+        MpCuMap2<DXT, DYT, VT, MpCuF_##NAME> f = {dx, dy, v, MpCuF_##NAME()};  \
+        mp_cu_each(#NAME, n, f);                                               \
+    }
+
+MP_CU_UNARY(cast, a)
+MP_CU_UNARY(neg, -a)
+MP_CU_UNARY(relu, mp_relu(a))
+MP_CU_UNARY(gelu, mp_gelu(a))
+MP_CU_UNARY(tanh, tanhf(a))
+MP_CU_UNARY(sigmoid, mp_sigmoid(a))
+MP_CU_UNARY(silu, mp_silu(a))
+MP_CU_UNARY(exp, expf(a))
+MP_CU_UNARY(log, logf(a))
+MP_CU_UNARY(sqrt, sqrtf(a))
+MP_CU_UNARY(rsqrt, mp_rsqrt(a))
+
+MP_CU_GRAD(relu_grad, mp_relu_grad)
+MP_CU_GRAD(gelu_grad, mp_gelu_grad)
+MP_CU_GRAD(silu_grad, mp_silu_grad)
+MP_CU_GRAD(tanh_grad, mp_tanh_grad)
+MP_CU_GRAD(sigmoid_grad, mp_sigmoid_grad)
+MP_CU_GRAD(sqrt_grad, mp_sqrt_grad)
+MP_CU_GRAD(rsqrt_grad, mp_rsqrt_grad)
+
+/* dst += f32(src): a parameter's gradient into the flat f32 buffer; the
+ * cast of a lowp gradient to f32 is done here when nothing else reads it. */
+template <int XT>
+struct MpCuAcc {
+    float *dst;
+    const void *src;
+    MP_HD void operator()(int64_t i) const { dst[i] += mp_cu_ld(src, XT, i); }
+};
+
+template <int XT>
+static inline void mp_cu_acc_grad(float *dst, const void *src, int64_t n)
+{
+    MpCuAcc<XT> f = {dst, src};
+    mp_cu_each("accumulate_grad", n, f);
+}
+
+/* Dropout: the mask of (seed, step, micro, node) as mp_k_dropout; the step
+ * is read on the device, so one captured step serves every step. */
+template <int YT, int XT>
+struct MpCuDropout {
+    void *y;
+    const void *x;
+    float p;
+    uint64_t seed;
+    const MpCuHdr *hdr;
+    int64_t micro, node;
+    MP_HD void operator()(int64_t i) const
+    {
+        uint64_t key = mp_dropout_key(seed, hdr->step, micro, node);
+        float s = p < 1.0f ? 1.0f / (1.0f - p) : 0.0f;
+        mp_cu_st(y, YT, i, mp_dropout_u(key, i) >= p ? mp_cu_ld(x, XT, i) * s : 0.0f);
+    }
+};
+
+template <int YT, int XT>
+static inline void mp_cu_dropout(void *y, const void *x, int64_t n, float p, uint64_t seed,
+                                 const MpCuHdr *hdr, int64_t micro, int64_t node)
+{
+    if (p <= 0.0f) {
+        mp_cu_cast<YT, XT>(y, x, n);
+        return;
+    }
+    MpCuDropout<YT, XT> f = {y, x, p, seed, hdr, micro, node};
+    mp_cu_each("dropout", n, f);
+}
+
+template <int DXT, int DYT>
+static inline void mp_cu_dropout_grad(void *dx, const void *dy, int64_t n, float p, uint64_t seed,
+                                      const MpCuHdr *hdr, int64_t micro, int64_t node)
+{
+    mp_cu_dropout<DXT, DYT>(dx, dy, n, p, seed, hdr, micro, node);
+}
+
+/* ---- broadcasting and views ---------------------------------------------------- */
+
+template <int YT, int AT, int BT, class F>
+struct MpCuBcast {
+    void *y;
+    const void *a, *b;
+    MpBcast p;
+    F f;
+    MP_HD void operator()(int64_t i) const
+    {
+        int64_t ao, bo;
+        mp_cu_bcast_at(&p, i, &ao, &bo);
+        mp_cu_st(y, YT, i, f(mp_cu_ld(a, AT, ao), mp_cu_ld(b, BT, bo)));
+    }
+};
+
+#define MP_CU_BINARY(NAME, EXPR)                                               \
+    struct MpCuF_##NAME {                                                      \
+        MP_HD float operator()(float a, float b) const { return (EXPR); }      \
+    };                                                                         \
+    template <int YT, int AT, int BT>                                          \
+    static inline void mp_cu_##NAME(void *y, MpCuDims ysh, const void *a, MpCuDims ash, \
+                                    const void *b, MpCuDims bsh)               \
+    {                                                                          \
+        MpCuBcast<YT, AT, BT, MpCuF_##NAME> f = {                              \
+            y, a, b, mp_bcast(ysh.rank, ysh.d, ash.rank, ash.d, bsh.rank, bsh.d), MpCuF_##NAME()}; \
+        mp_cu_each(#NAME, mp_numel(ysh.rank, ysh.d), f);                       \
+    }
+
+MP_CU_BINARY(add, a + b)
+MP_CU_BINARY(sub, a - b)
+MP_CU_BINARY(mul, a * b)
+MP_CU_BINARY(div, a / b)
+
+/* y[i] = x[view(i)]: transposes and layout changes */
+template <int YT, int XT>
+struct MpCuGather {
+    void *y;
+    const void *x;
+    MpCuView v;
+    MP_HD void operator()(int64_t i) const { mp_cu_st(y, YT, i, mp_cu_ld(x, XT, mp_cu_view_at(&v, i))); }
+};
+
+template <int YT, int XT>
+static inline void mp_cu_gather(void *y, const void *x, MpCuView v)
+{
+    MpCuGather<YT, XT> f = {y, x, v};
+    mp_cu_each("gather", mp_cu_view_numel(&v), f);
+}
+
+template <int YT, int XT>
+static inline void mp_cu_transpose(void *y, const void *x, MpCuDims xsh, MpCuDims perm)
+{
+    mp_cu_gather<YT, XT>(y, x, mp_cu_view_permute(xsh.rank, xsh.d, perm.d));
+}
+
+/* ---- reductions ------------------------------------------------------------------ */
+
+/* Output j of a reduction: one thread's whole sum, or (rows) a block's. */
+template <int YT, int XT>
+struct MpCuReduce {
+    void *y;
+    const void *x;
+    MpCuRed r;
+    float beta;
+    MP_HD void operator()(int64_t j) const
+    {
+        mp_cu_red_store(&r, y, YT, j, mp_cu_red_part(&r, x, XT, j, 0, 1), beta);
+    }
+    MP_HD void operator()(int64_t j, const MpCuTeam &t) const
+    {
+        double s = t.sum(mp_cu_red_part(&r, x, XT, j, t.tid, t.nt));
+        if (t.tid == 0)
+            mp_cu_red_store(&r, y, YT, j, s, beta);
+    }
+};
+
+/* Many outputs with long sums (a bias gradient [R, N] -> [N]): the items
+ * cut in `split` slices, slice s of output j summed into part[s nout + j],
+ * then each output's slices added in order. */
+template <int XT>
+struct MpCuReduceSlice {
+    double *part;
+    const void *x;
+    MpCuRed r;
+    int64_t per;
+    MP_HD void operator()(int64_t e) const
+    {
+        int64_t j = e % r.nout, s = e / r.nout;
+        part[e] = mp_cu_red_range(&r, x, XT, j, s * per, (s + 1) * per, 1);
+    }
+};
+
+template <int YT>
+struct MpCuReduceJoin {
+    void *y;
+    const double *part;
+    MpCuRed r;
+    int64_t split;
+    float beta;
+    MP_HD void operator()(int64_t j) const
+    {
+        double s = 0;
+        for (int64_t k = 0; k < split; k++)
+            s += part[k * r.nout + j];
+        mp_cu_red_store(&r, y, YT, j, s, beta);
+    }
+};
+
+/* The way of summing depends on the sizes only, so results do not change
+ * from one GPU to another. */
+template <int YT, int XT>
+static inline void mp_cu_reduce(void *y, const void *x, MpCuRed r, float beta)
+{
+    int64_t items = mp_cu_red_items(&r);
+    MpCuReduce<YT, XT> f = {y, x, r, beta};
+    if (items >= 64 && r.nout <= 2048) {
+        mp_cu_rows("reduce", r.nout, 256, f);       /* long sums: a block each */
+        return;
+    }
+    if (items < 512) {
+        mp_cu_each("reduce", r.nout, f);            /* short sums: a thread each */
+        return;
+    }
+    int64_t split = items / 256 < 64 ? items / 256 : 64, per = (items + split - 1) / split;
+    double *part = (double *)mp_cu_ws(split * r.nout * (int64_t)sizeof(double));
+    MpCuReduceSlice<XT> a = {part, x, r, per};
+    MpCuReduceJoin<YT> b = {y, part, r, split, beta};
+    mp_cu_each("reduce", split * r.nout, a);
+    mp_cu_each("reduce", r.nout, b);
+}
+
+template <int YT, int XT>
+static inline void mp_cu_sum(void *y, const void *x, int64_t outer, int64_t len, int64_t inner)
+{
+    mp_cu_reduce<YT, XT>(y, x, mp_cu_red_axis(outer, len, inner, 1.0), 0.0f);
+}
+
+template <int YT, int XT>
+static inline void mp_cu_mean(void *y, const void *x, int64_t outer, int64_t len, int64_t inner)
+{
+    mp_cu_reduce<YT, XT>(y, x, mp_cu_red_axis(outer, len, inner, 1.0 / (double)len), 0.0f);
+}
+
+template <int YT, int XT>
+static inline void mp_cu_global_avg_pool(void *y, const void *x, int64_t N, int64_t C, int64_t S)
+{
+    mp_cu_reduce<YT, XT>(y, x, mp_cu_red_axis(N * C, S, 1, 1.0 / (double)S), 0.0f);
+}
+
+template <int YT, int XT>
+static inline void mp_cu_channel_sum(void *y, const void *x, int64_t N, int64_t C, int64_t S,
+                                     float beta)
+{
+    mp_cu_reduce<YT, XT>(y, x, mp_cu_red_channels(N, C, S), beta);
+}
+
+template <int YT, int DYT>
+static inline void mp_cu_sum_to(void *y, MpCuDims ysh, const void *dy, MpCuDims dysh, float beta)
+{
+    mp_cu_reduce<YT, DYT>(y, dy, mp_cu_red_sum_to(ysh.rank, ysh.d, dysh.rank, dysh.d), beta);
+}
+
+template <int YT, int DYT>
+struct MpCuExpand {
+    void *y;
+    const void *dy;
+    int64_t len, inner;
+    float scale;
+    MP_HD void operator()(int64_t i) const
+    {
+        mp_cu_st(y, YT, i, mp_cu_expand_at(dy, DYT, i, len, inner, scale));
+    }
+};
+
+template <int YT, int DYT>
+static inline void mp_cu_expand(void *y, const void *dy, int64_t outer, int64_t len, int64_t inner,
+                                float scale)
+{
+    MpCuExpand<YT, DYT> f = {y, dy, len, inner, scale};
+    mp_cu_each("expand", outer * len * inner, f);
+}
+
+template <int DXT, int DYT>
+static inline void mp_cu_global_avg_pool_grad(void *dx, const void *dy, int64_t N, int64_t C,
+                                              int64_t S)
+{
+    mp_cu_expand<DXT, DYT>(dx, dy, N * C, S, 1, 1.0f / (float)S);
+}
+
+/* ---- softmax: a block per row ------------------------------------------------------ */
+
+template <int YT, int XT>
+struct MpCuSoftmax {
+    void *y;
+    const void *x;
+    int64_t len, inner;
+    int log_;
+    MP_HD void operator()(int64_t row, const MpCuTeam &t) const
+    {
+        int64_t off = mp_cu_row_off(row, len, inner);
+        float m = t.max(mp_cu_row_max(x, XT, off, len, inner, t.tid, t.nt));
+        double s = t.sum(mp_cu_row_sumexp(x, XT, off, len, inner, m, t.tid, t.nt));
+        mp_cu_softmax_put(y, YT, x, XT, off, len, inner, m, s, log_, t.tid, t.nt);
+    }
+};
+
+template <int YT, int XT>
+static inline void mp_cu_softmax(void *y, const void *x, int64_t outer, int64_t len, int64_t inner)
+{
+    MpCuSoftmax<YT, XT> f = {y, x, len, inner, 0};
+    mp_cu_rows("softmax", outer * inner, mp_cu_row_threads(len), f);
+}
+
+template <int YT, int XT>
+static inline void mp_cu_log_softmax(void *y, const void *x, int64_t outer, int64_t len,
+                                     int64_t inner)
+{
+    MpCuSoftmax<YT, XT> f = {y, x, len, inner, 1};
+    mp_cu_rows("log_softmax", outer * inner, mp_cu_row_threads(len), f);
+}
+
+template <int DXT, int DYT, int YT>
+struct MpCuSoftmaxGrad {
+    void *dx;
+    const void *dy, *y;
+    int64_t len, inner;
+    int log_;
+    MP_HD void operator()(int64_t row, const MpCuTeam &t) const
+    {
+        int64_t off = mp_cu_row_off(row, len, inner);
+        double s = t.sum(mp_cu_softmax_grad_sum(dy, DYT, y, YT, off, len, inner, log_, t.tid, t.nt));
+        mp_cu_softmax_grad_put(dx, DXT, dy, DYT, y, YT, off, len, inner, s, log_, t.tid, t.nt);
+    }
+};
+
+template <int DXT, int DYT, int YT>
+static inline void mp_cu_softmax_grad(void *dx, const void *dy, const void *y, int64_t outer,
+                                      int64_t len, int64_t inner)
+{
+    MpCuSoftmaxGrad<DXT, DYT, YT> f = {dx, dy, y, len, inner, 0};
+    mp_cu_rows("softmax_grad", outer * inner, mp_cu_row_threads(len), f);
+}
+
+template <int DXT, int DYT, int YT>
+static inline void mp_cu_log_softmax_grad(void *dx, const void *dy, const void *y, int64_t outer,
+                                          int64_t len, int64_t inner)
+{
+    MpCuSoftmaxGrad<DXT, DYT, YT> f = {dx, dy, y, len, inner, 1};
+    mp_cu_rows("log_softmax_grad", outer * inner, mp_cu_row_threads(len), f);
+}
+
+/* ---- losses and metrics ------------------------------------------------------------ */
+
+/* y = sum of part[0..n) / div, by one block in a fixed order. */
+template <int YT>
+struct MpCuFinish {
+    void *y;
+    const double *part;
+    int64_t n;
+    double div;
+    MP_HD void operator()(int64_t row, const MpCuTeam &t) const
+    {
+        double s = 0;
+        (void)row;
+        for (int64_t i = t.tid; i < n; i += t.nt)
+            s += part[i];
+        s = t.sum(s);
+        if (t.tid == 0)
+            mp_cu_st(y, YT, 0, (float)(s / div));
+    }
+};
+
+template <int YT>
+static inline void mp_cu_finish(const char *name, void *y, const double *part, int64_t n, double div)
+{
+    MpCuFinish<YT> f = {y, part, n, div};
+    mp_cu_rows(name, 1, 256, f);
+}
+
+/* Row r's max and sum of exp (block-wide). */
+template <int XT>
+static MP_HD void mp_cu_row_stats(const MpCuTeam &t, const void *x, int64_t off, int64_t C, float *m,
+                                  double *s)
+{
+    *m = t.max(mp_cu_row_max(x, XT, off, C, 1, t.tid, t.nt));
+    *s = t.sum(mp_cu_row_sumexp(x, XT, off, C, 1, *m, t.tid, t.nt));
+}
+
+template <int XT>
+struct MpCuCeRows {
+    double *part;
+    const void *x;
+    const int32_t *labels;
+    int64_t C;
+    MP_HD void operator()(int64_t r, const MpCuTeam &t) const
+    {
+        float m;
+        double s;
+        mp_cu_row_stats<XT>(t, x, r * C, C, &m, &s);
+        if (t.tid == 0)
+            part[r] = mp_cu_ce_row(x, XT, r * C, C, labels[r], m, s);
+    }
+};
+
+template <int LT, int XT>
+static inline void mp_cu_cross_entropy(void *loss, const void *x, const int32_t *labels,
+                                       int64_t rows, int64_t C)
+{
+    double *part = (double *)mp_cu_ws(rows * (int64_t)sizeof(double));
+    MpCuCeRows<XT> f = {part, x, labels, C};
+    mp_cu_rows("cross_entropy", rows, mp_cu_row_threads(C), f);
+    mp_cu_finish<LT>("cross_entropy", loss, part, rows, (double)rows);
+}
+
+template <int DXT, int DLT, int XT>
+struct MpCuCeGrad {
+    void *dx;
+    const void *dl, *x;
+    const int32_t *labels;
+    int64_t rows, C;
+    MP_HD void operator()(int64_t r, const MpCuTeam &t) const
+    {
+        float m, g = mp_cu_ld(dl, DLT, 0) / (float)rows;
+        double s;
+        mp_cu_row_stats<XT>(t, x, r * C, C, &m, &s);
+        mp_cu_ce_grad_put(dx, DXT, x, XT, r * C, C, labels[r], m, s, g, t.tid, t.nt);
+    }
+};
+
+template <int DXT, int DLT, int XT>
+static inline void mp_cu_cross_entropy_grad(void *dx, const void *dl, const void *x,
+                                            const int32_t *labels, int64_t rows, int64_t C)
+{
+    MpCuCeGrad<DXT, DLT, XT> f = {dx, dl, x, labels, rows, C};
+    mp_cu_rows("cross_entropy_grad", rows, mp_cu_row_threads(C), f);
+}
+
+template <int XT>
+struct MpCuAccuracyRows {
+    double *part;
+    const void *x;
+    const int32_t *labels;
+    int64_t C;
+    MP_HD void operator()(int64_t r, const MpCuTeam &t) const
+    {
+        float v;
+        int64_t at = mp_cu_argmax_part(x, XT, r * C, C, t.tid, t.nt, &v);
+        at = t.argmax(v, at);
+        if (t.tid == 0)
+            part[r] = at == labels[r] ? 1.0 : 0.0;
+    }
+};
+
+template <int OT, int XT>
+static inline void mp_cu_accuracy(void *out, const void *x, const int32_t *labels, int64_t rows,
+                                  int64_t C)
+{
+    double *part = (double *)mp_cu_ws(rows * (int64_t)sizeof(double));
+    MpCuAccuracyRows<XT> f = {part, x, labels, C};
+    mp_cu_rows("accuracy", rows, mp_cu_row_threads(C), f);
+    mp_cu_finish<OT>("accuracy", out, part, rows, (double)rows);
+}
+
+template <int PT, int TT>
+struct MpCuMseChunks {
+    double *part;
+    const void *p, *t;
+    int64_t n;
+    MP_HD void operator()(int64_t w) const { part[w] = mp_cu_mse_chunk(p, PT, t, TT, n, w); }
+};
+
+template <int LT, int PT, int TT>
+static inline void mp_cu_mse(void *loss, const void *pred, const void *target, int64_t n)
+{
+    int64_t nc = (n + MP_CHUNK - 1) / MP_CHUNK;
+    double *part = (double *)mp_cu_ws(nc * (int64_t)sizeof(double));
+    MpCuMseChunks<PT, TT> f = {part, pred, target, n};
+    mp_cu_each("mse", nc, f);
+    mp_cu_finish<LT>("mse", loss, part, nc, (double)n);
+}
+
+template <int DXT, int DLT, int PT, int TT>
+struct MpCuMseGrad {
+    void *dx;
+    const void *dl, *p, *t;
+    int64_t n;
+    MP_HD void operator()(int64_t i) const
+    {
+        float g = 2.0f * mp_cu_ld(dl, DLT, 0) / (float)n;
+        mp_cu_st(dx, DXT, i, g * (mp_cu_ld(p, PT, i) - mp_cu_ld(t, TT, i)));
+    }
+};
+
+template <int DXT, int DLT, int PT, int TT>
+static inline void mp_cu_mse_grad(void *dx, const void *dl, const void *pred, const void *target,
+                                  int64_t n)
+{
+    MpCuMseGrad<DXT, DLT, PT, TT> f = {dx, dl, pred, target, n};
+    mp_cu_each("mse_grad", n, f);
+}
+
+/* ---- products ------------------------------------------------------------------------ */
+
+template <int YT, int AT, int BT>
+static inline void mp_cu_matmul(void *y, const void *a, const void *b, int64_t batch, int64_t M,
+                                int64_t N, int64_t K, int ta, int tb, int64_t stride_a,
+                                int64_t stride_b)
+{
+    MpCuGemm g = mp_cu_gemm_of(ta, tb, M, N, K, 1.0f, a, AT, ta ? M : K, b, BT, tb ? K : N, 0.0f,
+                               y, YT, N);
+    g.batch = batch;
+    g.sa = stride_a;
+    g.sb = stride_b;
+    g.sc = M * N;
+    mp_cu_gemm(&g);
+}
+
+template <int YT, int AT, int BT>
+static inline void mp_cu_matmul_tn(void *y, const void *a, const void *b, int64_t R, int64_t K,
+                                   int64_t N, float beta)
+{
+    MpCuGemm g = mp_cu_gemm_of(1, 0, K, N, R, 1.0f, a, AT, K, b, BT, N, beta, y, YT, N);
+    mp_cu_gemm(&g);
+}
+
+/* y[i] = b[i / S % C]: a bias put in place before a product adds into it
+ * (beta = 1), so that the result is rounded once. */
+template <int YT, int BT>
+struct MpCuFillBias {
+    void *y;
+    const void *b;
+    int64_t C, S;
+    MP_HD void operator()(int64_t i) const { mp_cu_st(y, YT, i, mp_cu_ld(b, BT, i / S % C)); }
+};
+
+template <int YT, int XT, int WT, int BT>
+static inline void mp_cu_linear(void *y, const void *x, const void *w, const void *bias,
+                                int64_t M, int64_t N, int64_t K)
+{
+    if (bias) {
+        MpCuFillBias<YT, BT> f = {y, bias, N, 1};
+        mp_cu_each("linear", M * N, f);
+    }
+    MpCuGemm g = mp_cu_gemm_of(0, 1, M, N, K, 1.0f, x, XT, K, w, WT, K, bias ? 1.0f : 0.0f, y, YT,
+                               N);
+    mp_cu_gemm(&g);
+}
+
+/* ---- convolution: im2col, then products ------------------------------------------------ */
+
+template <int CT, int XT>
+struct MpCuIm2col {
+    void *col;
+    const void *x;
+    MpCuImg g;
+    int by_image;
+    MP_HD void operator()(int64_t i) const { mp_cu_st(col, CT, i, mp_cu_im2col_at(&g, x, XT, i, by_image)); }
+};
+
+template <int DXT>
+struct MpCuCol2im {
+    void *dx;
+    const float *dcol;
+    MpCuImg g;
+    MP_HD void operator()(int64_t i) const { mp_cu_st(dx, DXT, i, mp_cu_col2im_at(&g, dcol, MP_F32, i)); }
+};
+
+/* y[n] = w [F, Ckk] @ col[n] [Ckk, OH OW] (+ bias), one batched product */
+template <int YT, int XT, int WT, int BT>
+static inline void mp_cu_conv2d(void *y, const void *x, const void *w, const void *bias, int64_t N,
+                                int64_t C, int64_t H, int64_t W, int64_t F, int64_t k,
+                                int64_t stride, int64_t pad)
+{
+    MpCuImg g = mp_cu_img(N, C, H, W, k, stride, pad);
+    int64_t ckk = C * k * k, ohw = g.OH * g.OW;
+    MpCuIm2col<XT, XT> f = {mp_cu_ws(N * ckk * ohw * mp_cu_dt_size(XT)), x, g, 1};
+    mp_cu_each("conv2d", N * ckk * ohw, f);
+    if (bias) {
+        MpCuFillBias<YT, BT> b = {y, bias, F, ohw};
+        mp_cu_each("conv2d", N * F * ohw, b);
+    }
+    MpCuGemm m = mp_cu_gemm_of(0, 0, F, ohw, ckk, 1.0f, w, WT, ckk, f.col, XT, ohw,
+                               bias ? 1.0f : 0.0f, y, YT, ohw);
+    m.batch = N;
+    m.sb = ckk * ohw;
+    m.sc = F * ohw;
+    mp_cu_gemm(&m);
+}
+
+/* dcol[n] = w^T [Ckk, F] @ dy[n] [F, OH OW] in f32, then col2im sums it into dx */
+template <int DXT, int DYT, int WT>
+static inline void mp_cu_conv2d_dx(void *dx, const void *dy, const void *w, int64_t N, int64_t C,
+                                   int64_t H, int64_t W, int64_t F, int64_t k, int64_t stride,
+                                   int64_t pad)
+{
+    MpCuImg g = mp_cu_img(N, C, H, W, k, stride, pad);
+    int64_t ckk = C * k * k, ohw = g.OH * g.OW;
+    MpCuCol2im<DXT> f = {dx, (const float *)mp_cu_ws(N * ckk * ohw * 4), g};
+    MpCuGemm m = mp_cu_gemm_of(1, 0, ckk, ohw, F, 1.0f, w, WT, ckk, dy, DYT, ohw, 0.0f,
+                               (void *)f.dcol, MP_F32, ohw);
+    m.batch = N;
+    m.sb = F * ohw;
+    m.sc = ckk * ohw;
+    mp_cu_gemm(&m);
+    mp_cu_each("conv2d_dx", N * C * H * W, f);
+}
+
+/* dw [F, Ckk] = dy as [F, N OH OW] @ (x's im2col as [Ckk, N OH OW])^T + beta dw */
+template <int DWT, int DYT, int XT>
+static inline void mp_cu_conv2d_dw(void *dw, const void *dy, const void *x, int64_t N, int64_t C,
+                                   int64_t H, int64_t W, int64_t F, int64_t k, int64_t stride,
+                                   int64_t pad, float beta)
+{
+    MpCuImg g = mp_cu_img(N, C, H, W, k, stride, pad);
+    int64_t ckk = C * k * k, ohw = g.OH * g.OW, ncol = ckk * N * ohw, ndy = F * N * ohw;
+    int64_t cbytes = mp_cu_round_up(ncol * mp_cu_dt_size(XT));
+    unsigned char *ws = mp_cu_ws(cbytes + ndy * mp_cu_dt_size(DYT));
+    void *dyp = ws ? ws + cbytes : NULL;
+    MpCuView v;                                       /* dy [N][F][ohw] as [F][N][ohw] */
+    v.rank = 0;
+    mp_cu_view_push(&v, F, ohw);
+    mp_cu_view_push(&v, N, F * ohw);
+    mp_cu_view_push(&v, ohw, 1);
+    MpCuIm2col<XT, XT> f = {ws, x, g, 0};
+    mp_cu_each("conv2d_dw", ncol, f);
+    mp_cu_gather<DYT, DYT>(dyp, dy, v);
+    MpCuGemm m = mp_cu_gemm_of(0, 1, F, ckk, N * ohw, 1.0f, dyp, DYT, N * ohw, ws, XT, N * ohw,
+                               beta, dw, DWT, ckk);
+    mp_cu_gemm(&m);
+}
+
+/* ---- pooling ------------------------------------------------------------------------------ */
+
+template <int YT, int XT>
+struct MpCuPool {
+    void *y;
+    const void *x;
+    MpCuImg g;
+    int is_max;
+    MP_HD void operator()(int64_t i) const
+    {
+        int64_t at;
+        mp_cu_st(y, YT, i, is_max ? mp_cu_pool_max(&g, x, XT, i, &at) : mp_cu_pool_avg(&g, x, XT, i));
+    }
+};
+
+template <int DXT, int DYT, int XT>
+struct MpCuPoolGrad {
+    void *dx;
+    const void *dy, *x;
+    MpCuImg g;
+    int is_max;
+    MP_HD void operator()(int64_t i) const
+    {
+        mp_cu_st(dx, DXT, i, mp_cu_pool_grad_at(&g, dy, DYT, x, XT, i, is_max));
+    }
+};
+
+template <int YT, int XT>
+static inline void mp_cu_pool(const char *name, void *y, const void *x, int64_t N, int64_t C,
+                              int64_t H, int64_t W, int64_t k, int64_t stride, int is_max)
+{
+    MpCuPool<YT, XT> f = {y, x, mp_cu_img(N, C, H, W, k, stride, 0), is_max};
+    mp_cu_each(name, N * C * f.g.OH * f.g.OW, f);
+}
+
+template <int YT, int XT>
+static inline void mp_cu_max_pool2d(void *y, const void *x, int64_t N, int64_t C, int64_t H,
+                                    int64_t W, int64_t k, int64_t stride)
+{
+    mp_cu_pool<YT, XT>("max_pool2d", y, x, N, C, H, W, k, stride, 1);
+}
+
+template <int YT, int XT>
+static inline void mp_cu_avg_pool2d(void *y, const void *x, int64_t N, int64_t C, int64_t H,
+                                    int64_t W, int64_t k, int64_t stride)
+{
+    mp_cu_pool<YT, XT>("avg_pool2d", y, x, N, C, H, W, k, stride, 0);
+}
+
+template <int DXT, int DYT, int XT>
+static inline void mp_cu_max_pool2d_grad(void *dx, const void *dy, const void *x, int64_t N,
+                                         int64_t C, int64_t H, int64_t W, int64_t k, int64_t stride)
+{
+    MpCuPoolGrad<DXT, DYT, XT> f = {dx, dy, x, mp_cu_img(N, C, H, W, k, stride, 0), 1};
+    mp_cu_each("max_pool2d_grad", N * C * H * W, f);
+}
+
+template <int DXT, int DYT>
+static inline void mp_cu_avg_pool2d_grad(void *dx, const void *dy, int64_t N, int64_t C, int64_t H,
+                                         int64_t W, int64_t k, int64_t stride)
+{
+    MpCuPoolGrad<DXT, DYT, MP_F32> f = {dx, dy, NULL, mp_cu_img(N, C, H, W, k, stride, 0), 0};
+    mp_cu_each("avg_pool2d_grad", N * C * H * W, f);
+}
+
+/* ---- embedding -------------------------------------------------------------------------------- */
+
+template <int YT, int WT>
+struct MpCuEmbedding {
+    void *y;
+    const int32_t *ids;
+    const void *w;
+    int64_t vocab, dim;
+    MP_HD void operator()(int64_t i) const
+    {
+        int64_t id = ids[i / dim];
+        mp_cu_st(y, YT, i, id >= 0 && id < vocab ? mp_cu_ld(w, WT, id * dim + i % dim) : NAN);
+    }
+};
+
+template <int YT, int WT>
+static inline void mp_cu_embedding(void *y, const int32_t *ids, const void *w, int64_t n,
+                                   int64_t vocab, int64_t dim)
+{
+    MpCuEmbedding<YT, WT> f = {y, ids, w, vocab, dim};
+    mp_cu_each("embedding", n * dim, f);
+}
+
+template <int DWT, int DYT>
+struct MpCuEmbeddingDw {
+    void *dw;
+    const void *dy;
+    const int32_t *ids;
+    int64_t n, dim;
+    float beta;
+    MP_HD void operator()(int64_t i) const
+    {
+        mp_cu_st_beta(dw, DWT, i, mp_cu_embedding_dw_at(dy, DYT, ids, n, dim, i), beta);
+    }
+};
+
+template <int DWT, int DYT>
+static inline void mp_cu_embedding_dw(void *dw, const void *dy, const int32_t *ids, int64_t n,
+                                      int64_t vocab, int64_t dim, float beta)
+{
+    MpCuEmbeddingDw<DWT, DYT> f = {dw, dy, ids, n, dim, beta};
+    mp_cu_each("embedding_dw", vocab * dim, f);
+}
+
+/* ---- normalisation: a block per row (layer norm) or channel (batch norm) -------------------- */
+
+/* Mean and 1/std of one set: the mean, then the squared deviations from it. */
+template <int XT>
+static MP_HD void mp_cu_norm_moments(const MpCuTeam &t, const MpCuNorm *g, const void *x,
+                                     int64_t base, float eps, float *mean, float *rstd, double *sq)
+{
+    double s = t.sum(mp_cu_norm_sum(g, x, XT, base, 0.0, t.tid, t.nt, 0));
+    double q = t.sum(mp_cu_norm_sum(g, x, XT, base, s / (double)g->count, t.tid, t.nt, 1));
+    mp_cu_norm_stats(s, q, g->count, eps, mean, rstd);
+    if (sq)
+        *sq = q;
+}
+
+/* dx of one set: the two sums of the gradient, then dx. */
+template <int DXT, int DYT, int XT, int WT>
+static MP_HD void mp_cu_norm_dx(const MpCuTeam &t, const MpCuNorm *g, void *dx, const void *dy,
+                                const void *x, const void *w, int w_per_elem, int64_t wi,
+                                int64_t base, float eps)
+{
+    float mean, rstd;
+    double s1, s2;
+    mp_cu_norm_moments<XT>(t, g, x, base, eps, &mean, &rstd, NULL);
+    mp_cu_norm_grad_sums(g, dy, DYT, x, XT, w, WT, w_per_elem, wi, base, mean, rstd, t.tid, t.nt,
+                         &s1, &s2);
+    s1 = t.sum(s1);
+    s2 = t.sum(s2);
+    mp_cu_norm_grad_put(g, dx, DXT, dy, DYT, x, XT, w, WT, w_per_elem, wi, base, mean, rstd, s1, s2,
+                        t.tid, t.nt);
+}
+
+template <int YT, int XT, int WT, int BT>
+struct MpCuLayerNorm {
+    void *y;
+    const void *x, *w, *b;
+    int64_t dim;
+    float eps;
+    MP_HD void operator()(int64_t r, const MpCuTeam &t) const
+    {
+        MpCuNorm g = {dim, dim, 0};
+        float mean, rstd;
+        mp_cu_norm_moments<XT>(t, &g, x, r * dim, eps, &mean, &rstd, NULL);
+        mp_cu_norm_put(&g, y, YT, x, XT, w, WT, b, BT, 1, 0, r * dim, mean, rstd, t.tid, t.nt);
+    }
+};
+
+template <int YT, int XT, int WT, int BT>
+static inline void mp_cu_layer_norm(void *y, const void *x, const void *w, const void *b,
+                                    int64_t rows, int64_t dim, float eps)
+{
+    MpCuLayerNorm<YT, XT, WT, BT> f = {y, x, w, b, dim, eps};
+    mp_cu_rows("layer_norm", rows, mp_cu_row_threads(dim), f);
+}
+
+template <int DXT, int DYT, int XT, int WT>
+struct MpCuLayerNormDx {
+    void *dx;
+    const void *dy, *x, *w;
+    int64_t dim;
+    float eps;
+    MP_HD void operator()(int64_t r, const MpCuTeam &t) const
+    {
+        MpCuNorm g = {dim, dim, 0};
+        mp_cu_norm_dx<DXT, DYT, XT, WT>(t, &g, dx, dy, x, w, 1, 0, r * dim, eps);
+    }
+};
+
+template <int DXT, int DYT, int XT, int WT>
+static inline void mp_cu_layer_norm_dx(void *dx, const void *dy, const void *x, const void *w,
+                                       int64_t rows, int64_t dim, float eps)
+{
+    MpCuLayerNormDx<DXT, DYT, XT, WT> f = {dx, dy, x, w, dim, eps};
+    mp_cu_rows("layer_norm_dx", rows, mp_cu_row_threads(dim), f);
+}
+
+/* Per-row (mean, rstd) into st, then a block per column sums dy * xhat. */
+template <int XT>
+struct MpCuRowStats {
+    float *st;
+    const void *x;
+    int64_t dim;
+    float eps;
+    MP_HD void operator()(int64_t r, const MpCuTeam &t) const
+    {
+        MpCuNorm g = {dim, dim, 0};
+        float mean, rstd;
+        mp_cu_norm_moments<XT>(t, &g, x, r * dim, eps, &mean, &rstd, NULL);
+        if (t.tid == 0) {
+            st[2 * r] = mean;
+            st[2 * r + 1] = rstd;
+        }
+    }
+};
+
+template <int DWT, int DYT, int XT>
+struct MpCuLayerNormDw {
+    void *dw;
+    const void *dy, *x;
+    const float *st;
+    int64_t rows, dim;
+    float beta;
+    MP_HD void operator()(int64_t k, const MpCuTeam &t) const
+    {
+        double s = t.sum(mp_cu_ln_dw_part(dy, DYT, x, XT, st, rows, dim, k, t.tid, t.nt));
+        if (t.tid == 0)
+            mp_cu_st_beta(dw, DWT, k, (float)s, beta);
+    }
+};
+
+template <int DWT, int DYT, int XT>
+static inline void mp_cu_layer_norm_dw(void *dw, const void *dy, const void *x, int64_t rows,
+                                       int64_t dim, float eps, float beta)
+{
+    float *st = (float *)mp_cu_ws(rows * 2 * (int64_t)sizeof(float));
+    MpCuRowStats<XT> a = {st, x, dim, eps};
+    MpCuLayerNormDw<DWT, DYT, XT> b = {dw, dy, x, st, rows, dim, beta};
+    mp_cu_rows("layer_norm_dw", rows, mp_cu_row_threads(dim), a);
+    mp_cu_rows("layer_norm_dw", dim, mp_cu_row_threads(rows), b);
+}
+
+/* Batch norm over x [N, C, S]: channel c is the set; the running statistics
+ * are updated (unbiased variance, as torch) when training, used otherwise. */
+template <int YT, int XT, int WT, int BT>
+struct MpCuBatchNorm {
+    void *y;
+    const void *x, *w, *b;
+    float *rmean, *rvar;
+    int64_t N, C, S;
+    float momentum, eps;
+    int training;
+    MP_HD void operator()(int64_t c, const MpCuTeam &t) const
+    {
+        MpCuNorm g = {N * S, S, C * S};
+        float mean, rstd;
+        double q;
+        if (training) {
+            mp_cu_norm_moments<XT>(t, &g, x, c * S, eps, &mean, &rstd, &q);
+            if (t.tid == 0) {
+                double var = q / (double)g.count;
+                double unbiased = g.count > 1 ? var * (double)g.count / (double)(g.count - 1) : var;
+                rmean[c] = (1.0f - momentum) * rmean[c] + momentum * mean;
+                rvar[c] = (1.0f - momentum) * rvar[c] + momentum * (float)unbiased;
+            }
+        } else {
+            mean = rmean[c];
+            rstd = 1.0f / sqrtf(rvar[c] + eps);
+        }
+        mp_cu_norm_put(&g, y, YT, x, XT, w, WT, b, BT, 0, c, c * S, mean, rstd, t.tid, t.nt);
+    }
+};
+
+template <int YT, int XT, int WT, int BT>
+static inline void mp_cu_batch_norm(void *y, const void *x, const void *w, const void *b,
+                                    float *rmean, float *rvar, int64_t N, int64_t C, int64_t S,
+                                    float momentum, float eps, int training)
+{
+    MpCuBatchNorm<YT, XT, WT, BT> f = {y, x, w, b, rmean, rvar, N, C, S, momentum, eps, training};
+    mp_cu_rows("batch_norm", C, 256, f);
+}
+
+template <int DXT, int DYT, int XT, int WT>
+struct MpCuBatchNormDx {
+    void *dx;
+    const void *dy, *x, *w;
+    int64_t N, C, S;
+    float eps;
+    MP_HD void operator()(int64_t c, const MpCuTeam &t) const
+    {
+        MpCuNorm g = {N * S, S, C * S};
+        mp_cu_norm_dx<DXT, DYT, XT, WT>(t, &g, dx, dy, x, w, 0, c, c * S, eps);
+    }
+};
+
+template <int DXT, int DYT, int XT, int WT>
+static inline void mp_cu_batch_norm_dx(void *dx, const void *dy, const void *x, const void *w,
+                                       int64_t N, int64_t C, int64_t S, float eps)
+{
+    MpCuBatchNormDx<DXT, DYT, XT, WT> f = {dx, dy, x, w, N, C, S, eps};
+    mp_cu_rows("batch_norm_dx", C, 256, f);
+}
+
+template <int DWT, int DYT, int XT>
+struct MpCuBatchNormDw {
+    void *dw;
+    const void *dy, *x;
+    int64_t N, C, S;
+    float eps, beta;
+    MP_HD void operator()(int64_t c, const MpCuTeam &t) const
+    {
+        MpCuNorm g = {N * S, S, C * S};
+        float mean, rstd;
+        mp_cu_norm_moments<XT>(t, &g, x, c * S, eps, &mean, &rstd, NULL);
+        double s = t.sum(mp_cu_norm_dw_part(&g, dy, DYT, x, XT, c * S, mean, rstd, t.tid, t.nt));
+        if (t.tid == 0)
+            mp_cu_st_beta(dw, DWT, c, (float)s, beta);
+    }
+};
+
+template <int DWT, int DYT, int XT>
+static inline void mp_cu_batch_norm_dw(void *dw, const void *dy, const void *x, int64_t N,
+                                       int64_t C, int64_t S, float eps, float beta)
+{
+    MpCuBatchNormDw<DWT, DYT, XT> f = {dw, dy, x, N, C, S, eps, beta};
+    mp_cu_rows("batch_norm_dw", C, 256, f);
+}
+
+/* ---- attention: q, k, v [BH, T, D]; scores recomputed by each op (as
+ * mp_kernels_nn.h): S = scale q k^T (f32), P = softmax (causal: j <= i),
+ * rounded to cdt; y = P v; dv = P^T dy; dS = P (dP - rowsum(dP P)) scale
+ * rounded to cdt with dP = dy v^T; dq = dS k; dk = dS^T q ----------------------------------- */
+
+/* Row r (head r / T, query i = r % T) of the probabilities, or of dS. */
+struct MpCuAttnRow {
+    void *p;
+    int pdt;
+    const float *s, *dp;           /* dp NULL: the probabilities */
+    int64_t T;
+    int causal;
+    float scale;
+    MP_HD void operator()(int64_t r, const MpCuTeam &t) const
+    {
+        int64_t i = r % T, len = causal ? i + 1 : T;
+        const float *row = s + r * T;
+        void *out = (char *)p + r * T * mp_cu_dt_size(pdt);
+        float m = t.max(mp_cu_row_max(row, MP_F32, 0, len, 1, t.tid, t.nt));
+        double sum = t.sum(mp_cu_row_sumexp(row, MP_F32, 0, len, 1, m, t.tid, t.nt));
+        if (!dp) {
+            mp_cu_attn_row(out, pdt, row, T, i, causal, m, sum, t.tid, t.nt);
+            return;
+        }
+        double dot = t.sum(mp_cu_attn_dot(row, dp + r * T, T, i, causal, m, sum, t.tid, t.nt));
+        mp_cu_attn_ds_row(out, pdt, row, dp + r * T, T, i, causal, m, sum, dot, scale, t.tid, t.nt);
+    }
+};
+
+/* Workspace of the attention ops: scores and dP in f32, P or dS in cdt. */
+typedef struct MpCuAttn {
+    float *s, *dp;
+    void *p;
+    int64_t BH, T, D;
+    float scale;
+} MpCuAttn;
+
+static inline MpCuAttn mp_cu_attn_ws(int64_t BH, int64_t T, int64_t D, int cdt)
+{
+    MpCuAttn a;
+    int64_t n = BH * T * T, f = mp_cu_round_up(n * 4);
+    unsigned char *ws = mp_cu_ws(2 * f + n * mp_cu_dt_size(cdt));
+    a.s = (float *)ws;
+    a.dp = ws ? (float *)(ws + f) : NULL;
+    a.p = ws ? ws + 2 * f : NULL;
+    a.BH = BH;
+    a.T = T;
+    a.D = D;
+    a.scale = 1.0f / sqrtf((float)D);
+    return a;
+}
+
+/* C[h] = alpha op(A[h]) op(B[h]) over the heads, of [T or D] matrices */
+static inline void mp_cu_attn_gemm(const MpCuAttn *a, int ta, int tb, int64_t M, int64_t N,
+                                   int64_t K, float alpha, const void *A, int adt, const void *B,
+                                   int bdt, void *C, int cdt)
+{
+    MpCuGemm g = mp_cu_gemm_of(ta, tb, M, N, K, alpha, A, adt, ta ? M : K, B, bdt, tb ? K : N, 0.0f,
+                               C, cdt, N);
+    g.batch = a->BH;
+    g.sa = M * K;
+    g.sb = K * N;
+    g.sc = M * N;
+    mp_cu_gemm(&g);
+}
+
+/* scores, then P (dy NULL) or dS into a->p */
+template <int QT, int KT, int DYT, int VT>
+static inline void mp_cu_attn_rows(const MpCuAttn *a, const void *q, const void *k, const void *dy,
+                                   const void *v, int causal, int cdt)
+{
+    MpCuAttnRow f = {a->p, cdt, a->s, dy ? a->dp : NULL, a->T, causal, a->scale};
+    mp_cu_attn_gemm(a, 0, 1, a->T, a->T, a->D, a->scale, q, QT, k, KT, a->s, MP_F32);
+    if (dy)
+        mp_cu_attn_gemm(a, 0, 1, a->T, a->T, a->D, 1.0f, dy, DYT, v, VT, a->dp, MP_F32);
+    mp_cu_rows(dy ? "attention_grad" : "attention", a->BH * a->T, mp_cu_row_threads(a->T), f);
+}
+
+template <int YT, int QT, int KT, int VT>
+static inline void mp_cu_attention(void *y, const void *q, const void *k, const void *v,
+                                   int64_t BH, int64_t T, int64_t D, int causal, int cdt)
+{
+    MpCuAttn a = mp_cu_attn_ws(BH, T, D, cdt);
+    mp_cu_attn_rows<QT, KT, MP_F32, VT>(&a, q, k, NULL, v, causal, cdt);
+    mp_cu_attn_gemm(&a, 0, 0, T, D, T, 1.0f, a.p, cdt, v, VT, y, YT);           /* P v */
+}
+
+/* dv = P^T dy (which 2), dq = dS k (0), dk = dS^T q (1) */
+template <int DT, int DYT, int QT, int KT, int VT>
+static inline void mp_cu_attention_bwd(int which, void *d, const void *dy, const void *q,
+                                       const void *k, const void *v, int64_t BH, int64_t T,
+                                       int64_t D, int causal, int cdt)
+{
+    MpCuAttn a = mp_cu_attn_ws(BH, T, D, cdt);
+    mp_cu_attn_rows<QT, KT, DYT, VT>(&a, q, k, which == 2 ? NULL : dy, v, causal, cdt);
+    if (which == 2)
+        mp_cu_attn_gemm(&a, 1, 0, T, D, T, 1.0f, a.p, cdt, dy, DYT, d, DT);
+    else if (which == 0)
+        mp_cu_attn_gemm(&a, 0, 0, T, D, T, 1.0f, a.p, cdt, k, KT, d, DT);
+    else
+        mp_cu_attn_gemm(&a, 1, 0, T, D, T, 1.0f, a.p, cdt, q, QT, d, DT);
+}
+
+#define MP_CU_ATTN_GRAD(NAME, WHICH)                                           \
+    template <int DT, int DYT, int QT, int KT, int VT>                         \
+    static inline void mp_cu_##NAME(void *d, const void *dy, const void *q, const void *k, \
+                                    const void *v, int64_t BH, int64_t T, int64_t D,       \
+                                    int causal, int cdt)                       \
+    {                                                                          \
+        mp_cu_attention_bwd<DT, DYT, QT, KT, VT>(WHICH, d, dy, q, k, v, BH, T, D, causal, cdt); \
+    }
+
+MP_CU_ATTN_GRAD(attention_dq, 0)
+MP_CU_ATTN_GRAD(attention_dk, 1)
+MP_CU_ATTN_GRAD(attention_dv, 2)
+
+#endif

@@ -1,0 +1,693 @@
+/* mp_cuda_step.h - the CUDA program's device backend (MpDevice, see
+ * mp_model.h): start, one training step, pull; and the MpModel functions
+ * (cast_params, forward, backward) that the shared runtime calls for
+ * evaluation, --gradcheck and --check-numerics.
+ *
+ * A training step on the device (mp_cu_step), with no host wait unless a
+ * log line is due:
+ *   host    draws the step's samples (the runtime's data order, as the C
+ *           program) and writes their indices into a pinned stage, with a
+ *           header (step number, learning rate); when the training set is
+ *           too large to keep on the device, it gathers the samples there;
+ *   copy    stream: stage -> the step's input slot, once the step that last
+ *           used that slot is done (two slots: the copy of step k+1
+ *           overlaps step k);
+ *   compute stream, one CUDA graph replay (captured once per slot at
+ *           start): gather the samples from the training set on the device
+ *           by those indices, zero the gradients, lowp working copies,
+ *           forward and backward of every micro-batch (the model's code),
+ *           then
+ *             unscale: every gradient * 1/S and its square summed, one pass
+ *                      over the flat buffer, partial sums per block;
+ *             decide:  one thread: the sum (fixed order), finite or not,
+ *                      the loss-scale state machine (mp_optim.h's own
+ *                      mp_scaler_update), the skip, clipping's factor, the
+ *                      optimizer's factors for this update count;
+ *             update:  SGD / Adam / AdamW on every trainable element
+ *                      (mp_optim.h's mp_sgd_elem / mp_adam_elem), or nothing
+ *                      when the step is skipped.
+ * When a log line is due the host reads the state back (one small copy and
+ * a wait). 100 skipped steps in a row at the lowest scale stop the device
+ * from changing anything (halted_at); the host sees it at its next read,
+ * replays that step's data on the host side of the runtime and reports as
+ * the C program does (mp_collapse).
+ *
+ * Host mode (--gradcheck, --check-numerics): the host owns the parameters;
+ * each cast_params uploads them, each backward brings the gradients back,
+ * the runtime's own optimizer runs, and a check copies each op's result
+ * back to look for inf/NaN. Slow, for tests and debugging.
+ *
+ * Environment: MP_CUDA_GRAPH=0 launches the step's kernels one by one
+ * instead of replaying a graph; MP_CUDA_TF32=1 lets float32 products use
+ * TF32; MP_CUDA_DEVICE=n picks a GPU; MP_CUBLAS=path picks libcublas;
+ * MP_CUDA_VERBOSE=1 prints the GPU and the device memory used at start;
+ * MP_CUDA_DATA=0 gathers every batch on the host (see mp_cu_plan_data). */
+#ifndef MP_CUDA_STEP_H
+#define MP_CUDA_STEP_H
+
+#include "mp_cuda_ops.h"
+#include "mp_train.h"
+
+/* ---- what the model's code calls besides the ops ---------------------------- */
+
+static inline float *mp_cu_param(int i) { return mp_cu.params + mp_cu.t->offset[i]; }
+static inline float *mp_cu_grad(int i) { return mp_cu.grads + mp_cu.t->offset[i]; }
+
+struct MpCuLossSeed {
+    float *y;
+    const MpCuState *s;
+    float v;                       /* eager: the value; s NULL */
+    MP_HD void operator()() const { y[0] = s ? (float)(s->ls.scale / (double)s->cfg.accumulate) : v; }
+};
+
+/* The loss of micro-batch `micro` added to the step's (graph), or scalar i
+ * of the call (eager) kept in outs[i]. */
+struct MpCuNote {
+    MpCuState *s;
+    float *outs;
+    int i, dt, first;
+    const void *src;
+    MP_HD void operator()() const
+    {
+        float v = mp_cu_ld(src, dt, 0);
+        if (!s)
+            outs[i] = v;
+        else
+            s->loss_sum = first ? (double)v : s->loss_sum + (double)v;
+    }
+};
+
+/* The backward pass starts from d(loss) = S / accumulate. */
+static inline void mp_cu_loss_seed(float *y, const MpCuRun *r)
+{
+    MpCuLossSeed f = {y, r->graph ? mp_cu.state : NULL, r->seed_grad};
+    mp_cu_one("loss_scale", f);
+}
+
+/* Scalar result i (0: the loss, 1 + j: metric j) made by the node just run:
+ * kept before the arena's bytes are reused by later nodes. */
+static inline void mp_cu_out(const MpCuRun *r, int i, const void *src, int dt)
+{
+    MpCuNote f = {r->graph ? mp_cu.state : NULL, mp_cu.outs, i, dt, r->micro == 0, src};
+    if (!r->graph || i == 0)
+        mp_cu_one("loss", f);
+}
+
+/* --check-numerics: the node's result copied back and looked at. */
+static inline int mp_cu_nonfinite(const void *buf, int64_t n, int dt)
+{
+    size_t bytes = (size_t)n * (size_t)mp_cu_dt_size(dt);
+    void *h = malloc(bytes ? bytes : 1);
+    if (!h)
+        mp_cu_die("check", "out of host memory");
+    mp_cu_ok(cudaMemcpyAsync(h, buf, bytes, cudaMemcpyDeviceToHost, mp_cu.st), "check: copy");
+    mp_cu_ok(cudaStreamSynchronize(mp_cu.st), "check: wait");
+    int bad = mp_nonfinite(h, n, dt);
+    free(h);
+    return bad;
+}
+
+#define MP_CU_CHECK(buf, n, dt, op, where)                                     \
+    do {                                                                       \
+        if (r->check && mp_cu_nonfinite((buf), (n), (dt))) {                   \
+            r->run->bad_op = (op);                                             \
+            r->run->bad_where = (where);                                       \
+            return 1;                                                          \
+        }                                                                      \
+    } while (0)
+
+/* ---- the step's own kernels ------------------------------------------------------ */
+
+/* g *= 1/S over part b of the flat buffer; its sum of squares into part[b]. */
+struct MpCuUnscale {
+    float *g;
+    int64_t n, per;                /* per: elements of each part */
+    const MpCuState *s;
+    double *part;
+    MP_HD void operator()(int64_t b, const MpCuTeam &t) const
+    {
+        float inv = (float)(1.0 / s->ls.scale);
+        int64_t end = (b + 1) * per < n ? (b + 1) * per : n;
+        double acc = 0;
+        for (int64_t i = b * per + t.tid; i < end; i += t.nt) {
+            float v = g[i];
+            if (inv != 1.0f) {
+                v *= inv;
+                g[i] = v;
+            }
+            acc += (double)v * v;
+        }
+        acc = t.sum(acc);
+        if (t.tid == 0)
+            part[b] = acc;
+    }
+};
+
+/* mp_step's decisions (mp_train.h), on the device. */
+struct MpCuDecide {
+    MpCuState *s;
+    const MpCuHdr *h;
+    const double *part;
+    int nparts;
+    MP_HD void operator()() const
+    {
+        double ss = 0;
+        for (int i = 0; i < nparts; i++)
+            ss += part[i];
+        s->loss = (float)(s->loss_sum / (double)s->cfg.accumulate);
+        s->grad_norm = sqrt(ss);
+        s->scale_used = s->ls.scale;
+        s->step = h->step;
+        s->taken = 0;
+        if (s->halted_at)
+            return;
+        int at_floor = mp_scaler_at_floor(&s->ls);
+        s->taken = mp_scaler_update(&s->ls, isfinite(ss));
+        if (!s->taken) {
+            s->floor_skips = at_floor ? s->floor_skips + 1 : 0;
+            if (s->floor_skips >= MP_COLLAPSE_STEPS)
+                s->halted_at = h->step;
+            return;
+        }
+        s->floor_skips = 0;
+        s->coef = s->cfg.clip > 0 ? mp_clip_coef(s->grad_norm, s->cfg.clip) : 1.0f;
+        s->updates++;
+        s->k = s->cfg.opt == MP_OPT_SGD ? mp_sgd_k(&s->cfg, h->lr)
+             : mp_adam_k(&s->cfg, h->lr, s->updates, s->cfg.opt == MP_OPT_ADAMW);
+    }
+};
+
+/* The optimizer on tile b of the trainable parameters (nothing if skipped). */
+struct MpCuUpdate {
+    const MpCuState *s;
+    const MpCuTile *tiles;
+    float *p, *s0, *s1;
+    const float *g;
+    MP_HD void operator()(int64_t b, const MpCuTeam &t) const
+    {
+        if (!s->taken)
+            return;
+        MpOptK k = s->k;
+        float coef = s->coef;
+        int64_t end = tiles[b].start + tiles[b].len;
+        for (int64_t i = tiles[b].start + t.tid; i < end; i += t.nt) {
+            float gi = coef != 1.0f ? g[i] * coef : g[i];
+            if (k.adam)
+                mp_adam_elem(&k, &p[i], gi, &s0[i], &s1[i]);
+            else
+                mp_sgd_elem(&k, &p[i], gi, s0 ? &s0[i] : (float *)NULL);
+        }
+    }
+};
+
+/* ---- one step, as launched (and captured) ------------------------------------------ */
+
+static inline MpCuRun mp_cu_run_of(int graph, int training, MpRun *run)
+{
+    MpCuRun r;
+    memset(&r, 0, sizeof r);
+    r.graph = graph;
+    r.training = training;
+    r.run = run;
+    r.seed = mp_cu.t ? mp_cu.t->seed : 0;
+    r.in = mp_cu.in[2] ? mp_cu.in[2] + MP_CU_HDR : NULL;
+    r.hdr = (const MpCuHdr *)mp_cu.in[2];
+    if (run) {
+        r.check = run->check;
+        r.micro = run->micro;
+        r.seed = run->seed;
+        r.seed_grad = run->seed_grad;
+    }
+    return r;
+}
+
+/* One input of one micro-batch: y[b] = data[idx[b]], samples of sb bytes,
+ * moved in 4-byte words when sb allows. */
+struct MpCuGatherRows {
+    unsigned char *y;
+    const unsigned char *data;
+    const int64_t *idx;
+    int64_t sb;
+    int unit;
+    MP_HD void operator()(int64_t e) const
+    {
+        int64_t per = sb / unit, b = e / per, k = e % per;
+        if (unit == 4)
+            ((uint32_t *)y)[e] = ((const uint32_t *)(data + idx[b] * sb))[k];
+        else
+            y[e] = data[idx[b] * sb + k];
+    }
+};
+
+/* The samples of slot s's indices from the training set on the device. */
+static inline void mp_cu_gather_slot(int s)
+{
+    MpModel *m = mp_cu.t->m;
+    for (int64_t u = 0; u < mp_cu.t->cfg.accumulate; u++)
+        for (int i = 0; i < m->ninputs; i++) {
+            int64_t sb = mp_sample_bytes(&m->inputs[i]);
+            MpCuGatherRows f = {mp_cu.in[s] + mp_cu.in_base + u * mp_cu.model->in_bytes
+                                    + mp_cu.model->in_off[i],
+                                mp_cu.data[i], (const int64_t *)(mp_cu.in[s] + MP_CU_HDR) + u * m->batch,
+                                sb, sb % 4 ? 1 : 4};
+            mp_cu_each("inputs", m->batch * sb / f.unit, f);
+        }
+}
+
+/* Everything of one optimizer step, on the compute stream, inputs in slot s. */
+static inline void mp_cu_step_body(int s)
+{
+    MpTrainer *t = mp_cu.t;
+    MpCuRun r = mp_cu_run_of(1, 1, NULL);
+    r.hdr = (const MpCuHdr *)mp_cu.in[s];
+    if (mp_cu.data)
+        mp_cu_gather_slot(s);
+    mp_cu_memset(mp_cu.grads, t->total * (int64_t)sizeof(float));
+    mp_cu.model->cast_params(&r);
+    for (int64_t u = 0; u < t->cfg.accumulate; u++) {
+        r.micro = u;
+        r.in = mp_cu.in[s] + mp_cu.in_base + u * mp_cu.model->in_bytes;
+        mp_cu.model->forward(&r);
+        mp_cu.model->backward(&r);
+    }
+    MpCuUnscale un = {mp_cu.grads, t->total, (t->total + mp_cu.nparts - 1) / mp_cu.nparts,
+                      mp_cu.state, mp_cu.part};
+    MpCuDecide de = {mp_cu.state, r.hdr, mp_cu.part, mp_cu.nparts};
+    MpCuUpdate up = {mp_cu.state, mp_cu.tiles, mp_cu.params, mp_cu.slot[0], mp_cu.slot[1],
+                     mp_cu.grads};
+    mp_cu_rows("unscale", mp_cu.nparts, 256, un);
+    mp_cu_one("decide", de);
+    mp_cu_rows("update", mp_cu.ntiles, 256, up);
+}
+
+/* Captures slot s's step as a graph; 0, or -1 (then steps run eagerly). */
+static inline int mp_cu_capture(int s)
+{
+    cudaGraph_t g = NULL;
+    if (cudaStreamBeginCapture(mp_cu.st, cudaStreamCaptureModeRelaxed) != cudaSuccess)
+        return -1;
+    mp_cu_step_body(s);
+    cudaError_t rc = cudaStreamEndCapture(mp_cu.st, &g);
+    if (rc == cudaSuccess)
+        rc = cudaGraphInstantiate(&mp_cu.exec[s], g, 0);
+    if (g)
+        cudaGraphDestroy(g);
+    if (rc != cudaSuccess) {
+        cudaGetLastError();
+        fprintf(stderr, "note: CUDA graph capture failed (%s); the step's kernels are launched "
+                "one by one\n", cudaGetErrorString(rc));
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- start ---------------------------------------------------------------------------- */
+
+/* The dry run: how much workspace the model's calls need. */
+static inline void mp_cu_measure(void)
+{
+    static unsigned char dummy[MP_CU_HDR];
+    MpCuRun r = mp_cu_run_of(0, 1, NULL);
+    r.in = dummy;
+    r.hdr = (const MpCuHdr *)dummy;
+    mp_cu.measure = 1;
+    mp_cu.model->cast_params(&r);
+    mp_cu.model->forward(&r);
+    mp_cu.model->backward(&r);
+    r.training = 0;
+    mp_cu.model->forward(&r);
+    mp_cu.measure = 0;
+}
+
+/* The step slots' layout, and whether the training set goes to the device:
+ * when it takes at most a quarter of the free device memory (and 16 GiB),
+ * so that each step copies only sample indices. MP_CUDA_DATA=0: never. */
+static inline void mp_cu_plan_data(MpTrainer *t, int host)
+{
+    int64_t acc = t->cfg.accumulate, idx = mp_cu_round_up(acc * t->m->batch * (int64_t)sizeof(int64_t));
+    int64_t bytes = 0;
+    size_t free_b = 0, total_b = 0;
+    const char *env = getenv("MP_CUDA_DATA");
+    mp_cu.in_base = MP_CU_HDR + idx;
+    mp_cu.slot_bytes = mp_cu.in_base + acc * mp_cu.model->in_bytes;
+    mp_cu.copy_bytes = mp_cu.slot_bytes;
+    for (int i = 0; i < t->m->ninputs && t->data.arr; i++)
+        bytes += mp_cu_round_up(t->data.arr[i].nbytes);
+    if (host || !t->data.arr || (env && *env == '0') || cudaMemGetInfo(&free_b, &total_b) != cudaSuccess
+        || bytes > (int64_t)(free_b / 4) || bytes > ((int64_t)16 << 30))
+        return;
+    if (!(mp_cu.data = (unsigned char **)calloc((size_t)t->m->ninputs + 1, sizeof *mp_cu.data)))
+        return;
+    mp_cu.copy_bytes = mp_cu.in_base;
+}
+
+/* Cuts the one allocation; with mem NULL only counts the bytes. */
+static inline int64_t mp_cu_layout(unsigned char *mem)
+{
+    MpTrainer *t = mp_cu.t;
+    int64_t at = 0, fl = mp_cu_round_up(t->total * (int64_t)sizeof(float));
+#define MP_CU_CUT(ptr, type, bytes) (ptr = (type)(mem ? mem + at : NULL), at += mp_cu_round_up(bytes))
+    MP_CU_CUT(mp_cu.arena, unsigned char *, mp_cu.model->arena_bytes);
+    MP_CU_CUT(mp_cu.params, float *, fl);
+    MP_CU_CUT(mp_cu.grads, float *, fl);
+    for (int s = 0; s < 2; s++)
+        MP_CU_CUT(mp_cu.slot[s], float *, s < t->nslots ? fl : 0);
+    for (int s = 0; s < 2; s++)
+        MP_CU_CUT(mp_cu.in[s], unsigned char *, mp_cu.host ? 0 : mp_cu.slot_bytes);
+    MP_CU_CUT(mp_cu.in[2], unsigned char *, MP_CU_HDR + mp_cu.model->in_bytes);
+    MP_CU_CUT(mp_cu.ws, unsigned char *, mp_cu.ws_need);
+    MP_CU_CUT(mp_cu.blas_ws, unsigned char *, MP_CU_BLAS_WS);
+    MP_CU_CUT(mp_cu.outs, float *, (1 + t->m->nmetrics) * (int64_t)sizeof(float));
+    MP_CU_CUT(mp_cu.part, double *, mp_cu.nparts * (int64_t)sizeof(double));
+    MP_CU_CUT(mp_cu.state, MpCuState *, (int64_t)sizeof(MpCuState));
+    MP_CU_CUT(mp_cu.tiles, MpCuTile *, mp_cu.ntiles * (int64_t)sizeof(MpCuTile));
+    for (int i = 0; mp_cu.data && i < t->m->ninputs; i++)
+        MP_CU_CUT(mp_cu.data[i], unsigned char *, t->data.arr[i].nbytes);
+#undef MP_CU_CUT
+    for (int s = 0; s < 2; s++)
+        if (s >= t->nslots)
+            mp_cu.slot[s] = NULL;
+    return at;
+}
+
+/* The optimizer's work: every trainable parameter in pieces of 4096. */
+static inline MpCuTile *mp_cu_tiles(int64_t *n)
+{
+    MpModel *m = mp_cu.t->m;
+    int64_t count = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        MpCuTile *tl = pass ? (MpCuTile *)calloc((size_t)count + 1, sizeof *tl) : NULL;
+        if (pass && !tl)
+            return NULL;
+        count = 0;
+        for (int i = 0; i < m->nparams; i++)
+            for (int64_t a = 0; m->params[i].trainable && a < m->params[i].numel; a += 4096) {
+                if (tl) {
+                    tl[count].start = mp_cu.t->offset[i] + a;
+                    tl[count].len = mp_min64(m->params[i].numel - a, 4096);
+                }
+                count++;
+            }
+        if (pass) {
+            *n = count;
+            return tl;
+        }
+    }
+    return NULL;
+}
+
+static inline void mp_cu_h2d(void *dst, const void *src, int64_t bytes)
+{
+    if (bytes > 0)
+        mp_cu_ok(cudaMemcpyAsync(dst, src, (size_t)bytes, cudaMemcpyHostToDevice, mp_cu.st),
+                 "copy to the device");
+}
+
+static inline void mp_cu_d2h(void *dst, const void *src, int64_t bytes)
+{
+    if (bytes > 0)
+        mp_cu_ok(cudaMemcpyAsync(dst, src, (size_t)bytes, cudaMemcpyDeviceToHost, mp_cu.st),
+                 "copy from the device");
+}
+
+static inline void mp_cu_wait(void) { mp_cu_ok(cudaStreamSynchronize(mp_cu.st), "the GPU"); }
+
+/* Parameters, optimizer state and the loss-scale state to the device. */
+static inline void mp_cu_push(MpTrainer *t, MpCuTile *tiles)
+{
+    MpCuState s;
+    memset(&s, 0, sizeof s);
+    s.ls = t->ls;
+    s.cfg = t->cfg;
+    s.floor_skips = t->floor_skips;
+    s.updates = t->updates;
+    s.coef = 1.0f;
+    mp_cu_h2d(mp_cu.params, t->params, t->total * (int64_t)sizeof(float));
+    mp_cu_memset(mp_cu.grads, t->total * (int64_t)sizeof(float));
+    for (int i = 0; i < t->nslots; i++)
+        mp_cu_h2d(mp_cu.slot[i], t->slot[i], t->total * (int64_t)sizeof(float));
+    mp_cu_h2d(mp_cu.state, &s, (int64_t)sizeof s);
+    mp_cu_h2d(mp_cu.tiles, tiles, mp_cu.ntiles * (int64_t)sizeof *tiles);
+    mp_cu_memset(mp_cu.in[2], MP_CU_HDR + mp_cu.model->in_bytes);
+    mp_cu_wait();
+}
+
+/* Pinned stages, events, graphs: what device-mode steps need. */
+static inline int mp_cu_start_steps(MpErr *e)
+{
+    cudaError_t rc = cudaSuccess;
+    for (int s = 0; s < 2 && rc == cudaSuccess; s++) {
+        rc = cudaHostAlloc((void **)&mp_cu.stage[s], (size_t)mp_cu.slot_bytes, cudaHostAllocDefault);
+        if (rc == cudaSuccess)
+            rc = cudaEventCreateWithFlags(&mp_cu.copied[s], cudaEventDisableTiming);
+        if (rc == cudaSuccess)
+            rc = cudaEventCreateWithFlags(&mp_cu.done[s], cudaEventDisableTiming);
+    }
+    if (rc == cudaSuccess)
+        rc = cudaHostAlloc((void **)&mp_cu.hstate, sizeof(MpCuState), cudaHostAllocDefault);
+    if (rc != cudaSuccess)
+        return mp_errf(e, "CUDA: cannot allocate pinned host memory: %s", cudaGetErrorString(rc));
+    memset(mp_cu.stage[0], 0, (size_t)mp_cu.slot_bytes);
+    memset(mp_cu.stage[1], 0, (size_t)mp_cu.slot_bytes);
+    const char *g = getenv("MP_CUDA_GRAPH");
+    mp_cu.graphs = !(g && *g == '0');
+    for (int s = 0; s < 2 && mp_cu.graphs; s++)
+        if (mp_cu_capture(s))
+            mp_cu.graphs = 0;
+    mp_cu.snap = mp_cu.t->order;
+    mp_cu.snap_step = mp_cu.t->step;
+    const char *v = getenv("MP_CUDA_VERBOSE");
+    if (v && *v == '1')
+        fprintf(stderr, "cuda: %s, %d SMs; %.1f MiB of device memory in one allocation (arena "
+                "%.1f, workspace %.1f); training set %s; steps %s\n", mp_cu.device, mp_cu.sms,
+                (double)mp_cu.mem_bytes / (1 << 20), (double)mp_cu.model->arena_bytes / (1 << 20),
+                (double)mp_cu.ws_need / (1 << 20), mp_cu.data ? "on the device" : "gathered on the host",
+                mp_cu.graphs ? "as CUDA graphs" : "launched one by one");
+    return 0;
+}
+
+/* From here on the host owns the parameters (see the header). */
+static inline int mp_cu_host_mode(MpTrainer *t, MpErr *e)
+{
+    mp_cu.host = 1;
+    if (!mp_cu.hgrads && !(mp_cu.hgrads = (float *)malloc((size_t)(t->total + 1) * sizeof(float))))
+        return mp_errf(e, "out of memory for %lld gradients", (long long)t->total);
+    return 0;
+}
+
+static int mp_cu_start(MpTrainer *t, int host, MpErr *e)
+{
+    mp_cu.t = t;
+    mp_cu.host = host;
+    if (!mp_cu.model)
+        return mp_errf(e, "CUDA: the program has no model bound (a bug of mpcc)");
+    if (mp_cu_open(e))
+        return 1;
+    mp_cu_measure();
+    mp_cu_plan_data(t, host);
+    mp_cu.nparts = (int)mp_min64((t->total + 4095) / 4096, 1024);   /* sizes only: deterministic */
+    mp_cu.nparts = mp_cu.nparts < 1 ? 1 : mp_cu.nparts;
+    MpCuTile *tiles = mp_cu_tiles(&mp_cu.ntiles);
+    if (!tiles)
+        return mp_errf(e, "out of memory");
+    mp_cu.mem_bytes = mp_cu_layout(NULL);
+    cudaError_t rc = cudaMalloc((void **)&mp_cu.mem, (size_t)mp_cu.mem_bytes);
+    if (rc != cudaSuccess) {
+        free(tiles);
+        return mp_errf(e, "CUDA: cannot allocate %.1f MiB of device memory: %s",
+                       (double)mp_cu.mem_bytes / (1 << 20), cudaGetErrorString(rc));
+    }
+    mp_cu_layout(mp_cu.mem);
+#ifndef MP_CU_EMU
+    mp_cu_blas_ok(mp_cu.blas.set_workspace(mp_cu.handle, mp_cu.blas_ws, MP_CU_BLAS_WS),
+                  "cublasSetWorkspace");
+#endif
+    mp_cu.model->bind(mp_cu.arena);
+    mp_cu_push(t, tiles);
+    free(tiles);
+    for (int i = 0; mp_cu.data && i < t->m->ninputs; i++)
+        mp_cu_h2d(mp_cu.data[i], t->data.arr[i].data, t->data.arr[i].nbytes);
+    mp_cu_wait();
+    mp_cu.started = 1;
+    return host ? mp_cu_host_mode(t, e) : mp_cu_start_steps(e);
+}
+
+/* ---- pull, collapse -------------------------------------------------------------------------- */
+
+static inline void mp_cu_mirror(MpTrainer *t, const MpCuState *s)
+{
+    t->ls = s->ls;
+    t->floor_skips = s->floor_skips;
+    t->updates = s->updates;
+}
+
+static int mp_cu_pull(MpTrainer *t, MpErr *e)
+{
+    (void)e;
+    if (!mp_cu.started || mp_cu.host)
+        return 0;
+    MpCuState s;
+    mp_cu_d2h(t->params, mp_cu.params, t->total * (int64_t)sizeof(float));
+    for (int i = 0; i < t->nslots; i++)
+        mp_cu_d2h(t->slot[i], mp_cu.slot[i], t->total * (int64_t)sizeof(float));
+    mp_cu_d2h(&s, mp_cu.state, (int64_t)sizeof s);
+    mp_cu_wait();
+    mp_cu_mirror(t, &s);
+    return 0;
+}
+
+/* Step k0 skipped the 100th time in a row at the lowest scale and the
+ * device has changed nothing since: bring its state back, replay k0's data
+ * on the host side (from the data order at the last read) and report. */
+static inline int mp_cu_collapse(MpTrainer *t, int64_t k0, MpErr *e)
+{
+    MpModel *m = t->m;
+    int64_t acc = t->cfg.accumulate;
+    if (mp_cu_pull(t, e) || mp_cu_host_mode(t, e))
+        return 1;
+    mp_order_restore(&t->order, &mp_cu.snap.start, mp_cu.snap.epoch, mp_cu.snap.pos);
+    for (int64_t j = mp_cu.snap_step + 1; j < k0; j++)
+        for (int64_t u = 0; u < acc; u++)
+            mp_order_next(&t->order);
+    memset(t->grads, 0, (size_t)t->total * sizeof(float));
+    m->cast_params();
+    for (int64_t u = 0; u < acc; u++) {
+        MpRun run;
+        int64_t *idx = t->step_idx + u * m->batch;
+        memcpy(idx, mp_order_next(&t->order), (size_t)m->batch * sizeof *idx);
+        mp_fill_batch(m, &t->data, idx);
+        memset(&run, 0, sizeof run);
+        run.training = 1;
+        run.seed_grad = (float)(t->ls.scale / (double)acc);
+        run.seed = t->seed;
+        run.step = k0;
+        run.micro = u;
+        m->forward(&run);
+        m->backward(&run);
+    }
+    return mp_collapse(t, k0, e);
+}
+
+/* ---- a step ------------------------------------------------------------------------------------ */
+
+/* Copies the samples of one micro-batch into a stage (as mp_fill_batch). */
+static inline void mp_cu_gather_batch(const MpTrainer *t, unsigned char *dst, const int64_t *idx)
+{
+    const MpModel *m = t->m;
+    for (int i = 0; i < m->ninputs; i++) {
+        int64_t sb = mp_sample_bytes(&m->inputs[i]);
+        unsigned char *d = dst + mp_cu.model->in_off[i];
+        const unsigned char *src = (const unsigned char *)t->data.arr[i].data;
+        for (int64_t b = 0; b < m->batch; b++)
+            memcpy(d + b * sb, src + idx[b] * sb, (size_t)sb);
+    }
+}
+
+/* The state of step k read back: the one wait for the GPU. */
+static inline int mp_cu_sync(MpTrainer *t, int64_t k, double lr, MpStepOut *out, MpErr *e)
+{
+    mp_cu_d2h(mp_cu.hstate, mp_cu.state, (int64_t)sizeof(MpCuState));
+    mp_cu_wait();
+    const MpCuState *s = mp_cu.hstate;
+    mp_cu_mirror(t, s);
+    out->loss = s->loss;
+    out->grad_norm = s->grad_norm;
+    out->lr = lr;
+    out->scale = s->scale_used;
+    out->taken = s->taken;
+    out->known = 1;
+    if (s->halted_at)
+        return mp_cu_collapse(t, s->halted_at, e);
+    mp_cu.snap = t->order;
+    mp_cu.snap_step = k;
+    return 0;
+}
+
+static int mp_cu_step(MpTrainer *t, int64_t k, int need, MpStepOut *out, MpErr *e)
+{
+    MpModel *m = t->m;
+    int s = (int)(k & 1);
+    unsigned char *stage = mp_cu.stage[s];
+    MpCuHdr h = {k, mp_sched_lr(&t->cfg, t->cfg.lr, k)};
+    mp_cu_ok(cudaEventSynchronize(mp_cu.copied[s]), "input copy");
+    memcpy(stage, &h, sizeof h);
+    for (int64_t u = 0; u < t->cfg.accumulate; u++) {
+        int64_t *idx = t->step_idx + u * m->batch;
+        memcpy(idx, mp_order_next(&t->order), (size_t)m->batch * sizeof *idx);
+        memcpy(stage + MP_CU_HDR + u * m->batch * (int64_t)sizeof *idx, idx, (size_t)m->batch * sizeof *idx);
+        if (!mp_cu.data)
+            mp_cu_gather_batch(t, stage + mp_cu.in_base + u * mp_cu.model->in_bytes, idx);
+    }
+    mp_cu_ok(cudaStreamWaitEvent(mp_cu.cp, mp_cu.done[s], 0), "input copy");
+    mp_cu_ok(cudaMemcpyAsync(mp_cu.in[s], stage, (size_t)mp_cu.copy_bytes, cudaMemcpyHostToDevice,
+                             mp_cu.cp), "input copy");
+    mp_cu_ok(cudaEventRecord(mp_cu.copied[s], mp_cu.cp), "input copy");
+    mp_cu_ok(cudaStreamWaitEvent(mp_cu.st, mp_cu.copied[s], 0), "step");
+    if (mp_cu.graphs)
+        mp_cu_ok(cudaGraphLaunch(mp_cu.exec[s], mp_cu.st), "step (graph launch)");
+    else
+        mp_cu_step_body(s);
+    mp_cu_ok(cudaEventRecord(mp_cu.done[s], mp_cu.st), "step");
+    t->step = k;
+    out->known = 0;
+    return need ? mp_cu_sync(t, k, h.lr, out, e) : 0;
+}
+
+static const MpDevice mp_cu_device = {mp_cu_start, mp_cu_step, mp_cu_pull};
+
+/* ---- MpModel's functions: evaluation, --gradcheck, --check-numerics ------------------------------ */
+
+static void mp_cu_cast_params(void)
+{
+    MpCuRun r = mp_cu_run_of(0, 0, NULL);
+    if (mp_cu.host)
+        mp_cu_h2d(mp_cu.params, mp_cu.t->params, mp_cu.t->total * (int64_t)sizeof(float));
+    mp_cu.model->cast_params(&r);
+}
+
+/* One micro-batch from the inputs' host batch buffers (filled by the runtime). */
+static int mp_cu_forward(MpRun *run)
+{
+    MpTrainer *t = mp_cu.t;
+    MpModel *m = t->m;
+    MpCuRun r = mp_cu_run_of(0, run->training, run);
+    MpCuHdr h = {run->step, 0.0};
+    float outs[1 + 64];
+    int nm = m->nmetrics < 64 ? m->nmetrics : 64;
+    mp_cu_h2d(mp_cu.in[2], &h, (int64_t)sizeof h);
+    for (int i = 0; i < m->ninputs; i++)
+        mp_cu_h2d(r.in + mp_cu.model->in_off[i], m->inputs[i].batch,
+                  m->batch * mp_sample_bytes(&m->inputs[i]));
+    int rc = mp_cu.model->forward(&r);
+    if (rc)
+        return rc;
+    mp_cu_d2h(outs, mp_cu.outs, (1 + nm) * (int64_t)sizeof(float));
+    if (mp_cu.host && run->training)   /* batch-norm running statistics */
+        mp_cu_d2h(t->params, mp_cu.params, t->total * (int64_t)sizeof(float));
+    mp_cu_wait();
+    run->loss = outs[0];
+    for (int j = 0; !run->training && j < nm; j++)
+        run->metrics[j] = outs[1 + j];
+    return 0;
+}
+
+/* Adds the micro-batch's gradients into MpParam.grad (host mode). */
+static int mp_cu_backward(MpRun *run)
+{
+    MpTrainer *t = mp_cu.t;
+    MpCuRun r = mp_cu_run_of(0, 1, run);
+    mp_cu_memset(mp_cu.grads, t->total * (int64_t)sizeof(float));
+    int rc = mp_cu.model->backward(&r);
+    if (!mp_cu.host)
+        return rc;
+    mp_cu_d2h(mp_cu.hgrads, mp_cu.grads, t->total * (int64_t)sizeof(float));
+    mp_cu_wait();
+    for (int i = 0; i < t->m->nparams; i++) {
+        MpParam *p = &t->m->params[i];
+        for (int64_t j = 0; p->grad && j < p->numel; j++)
+            p->grad[j] += mp_cu.hgrads[t->offset[i] + j];
+    }
+    return rc;
+}
+
+#endif

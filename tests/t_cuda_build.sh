@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# t_cuda_build.sh - the CUDA target builds with nvcc exactly as a user
+# builds it, and fails cleanly where there is no GPU (CI has none):
+#   1. every example and every tests/gradcheck model: `mpcc M.mp -o M.cu`,
+#      then plain `nvcc M.cu` (no flags) with no warning at all;
+#      mnist_mlp also with the recommended `nvcc -O3 -arch=sm_90`;
+#      every value's arena offset, and the arena's size, equal the C
+#      program's (one memory plan, memplan.c, for both targets);
+#   2. tests/cuda/blas_abi.cu: the cuBLAS types and values that
+#      runtime/mp_cublas.h declares for itself equal the real headers';
+#   3. the built mnist_mlp program: --help and usage errors need no GPU
+#      (exit 0 and 2); with data and no GPU it exits 1 with one line
+#      "error: no CUDA device: ..."; with a GPU it trains 3 steps instead.
+# Skipped (exit 0, with a message) only when nvcc is not installed: looked
+# for on PATH, then in /usr/local/cuda/bin. NVCC_JOBS builds in parallel
+# (default 2: the whole script takes about 3 minutes on 2 cores).
+set -u
+cd "$(dirname "$0")/.."
+MPCC=${MPCC:-./mpcc}
+NVCC=$(command -v nvcc || true)
+[ -z "$NVCC" ] && [ -x /usr/local/cuda/bin/nvcc ] && NVCC=/usr/local/cuda/bin/nvcc
+if [ -z "$NVCC" ]; then
+    echo "SKIP: nvcc not found (PATH, /usr/local/cuda/bin): the CUDA target is not built here"
+    exit 0
+fi
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail=0
+bad() { echo "FAIL: $*"; fail=1; }
+echo "nvcc: $NVCC ($("$NVCC" --version | tail -1))"
+
+# ---- 1. every model builds with plain nvcc, without warnings ---------------
+build() {   # build MODEL.mp NAME [nvcc flags...]: prints "ok NAME" or the failure
+    local mp=$1 name=$2
+    shift 2
+    if ! "$MPCC" "$mp" -o "$tmp/$name.cu" 2>"$tmp/$name.mpcc"; then
+        echo "FAIL $name: mpcc failed"; cat "$tmp/$name.mpcc"; return
+    fi
+    if ! (cd "$tmp" && "$NVCC" "$@" "$name.cu" -o "$name") >"$tmp/$name.log" 2>&1; then
+        echo "FAIL $name: nvcc $* failed"; head -n 30 "$tmp/$name.log"; return
+    fi
+    if grep -qi "warning" "$tmp/$name.log"; then
+        echo "FAIL $name: nvcc $* warns"; head -n 30 "$tmp/$name.log"; return
+    fi
+    echo "ok   $name (nvcc $*)"
+}
+export -f build
+export MPCC NVCC tmp
+start=$(date +%s)
+{
+    for f in examples/*.mp tests/gradcheck/*.mp; do
+        echo "$f $(basename "$f" .mp)"
+    done
+    echo "examples/mnist_mlp.mp mnist_mlp_sm90 -O3 -arch=sm_90"
+} | xargs -P "${NVCC_JOBS:-2}" -L 1 bash -c 'build "$@"' _ >"$tmp/builds" 2>&1
+cat "$tmp/builds"
+grep -q "^FAIL" "$tmp/builds" && fail=1
+n=$(grep -c "^ok" "$tmp/builds")
+echo "$n programs built in $(( $(date +%s) - start ))s"
+[ "$n" -ge 5 ] || bad "too few programs built ($n)"
+
+# ---- 1b. one memory plan for both targets -------------------------------------
+# every value's arena offset in train.cu's model_bind equals train.c's
+# model_setup, and so does the arena's size
+for f in examples/*.mp tests/gradcheck/*.mp; do
+    n=$(basename "$f" .mp)
+    [ -f "$tmp/$n.cu" ] || continue
+    "$MPCC" "$f" --target c -o "$tmp/$n.c" 2>/dev/null || { bad "$n: mpcc --target c failed"; continue; }
+    a=$(sed -n 's/^ *\(v[0-9]*_[A-Za-z0-9_]*\) = ([a-z0-9_]* \*)(mp_arena + \([0-9]*\));$/\1 \2/p' "$tmp/$n.c")
+    b=$(sed -n 's/^ *\(v[0-9]*_[A-Za-z0-9_]*\) = ([a-z0-9_]* \*)(arena + \([0-9]*\));$/\1 \2/p' "$tmp/$n.cu")
+    sa=$(sed -n 's/.*mp_alloc_aligned(\([0-9]*\)).*/\1/p' "$tmp/$n.c")
+    sb=$(sed -n '/mp_cu_model_desc = {/{n;s/^ *\([0-9]*\),.*/\1/p}' "$tmp/$n.cu")
+    if [ -z "$a" ] || [ "$a" != "$b" ] || [ -z "$sa" ] || [ "$sa" != "$sb" ]; then
+        bad "$n: the CUDA program's arena (size $sb) differs from the C program's (size $sa)"
+    fi
+done
+echo "ok   arena offsets and sizes: the CUDA programs use the C programs' memory plan"
+
+# ---- 2. cuBLAS's ABI as mp_cublas.h declares it ----------------------------
+if ! "$NVCC" -c -Iruntime tests/cuda/blas_abi.cu -o "$tmp/abi.o" >"$tmp/abi.log" 2>&1; then
+    bad "runtime/mp_cublas.h disagrees with cuBLAS's headers:"; head -n 20 "$tmp/abi.log"
+fi
+
+# ---- 3. the program without (or with) a GPU --------------------------------
+prog=$tmp/mnist_mlp
+if [ -x "$prog" ]; then
+    /usr/bin/python3 -c "
+import numpy as np
+np.save('$tmp/img.npy', np.random.RandomState(0).randint(0, 256, (256, 784)).astype(np.uint8))
+np.save('$tmp/lab.npy', np.random.RandomState(1).randint(0, 10, (256,)).astype(np.int32))"
+    "$prog" --help >"$tmp/help" 2>&1 || bad "--help exits $? (needs no GPU)"
+    grep -q "trains model 'mnist_mlp'" "$tmp/help" || bad "--help does not say what it trains"
+    "$prog" --bogus >"$tmp/usage" 2>&1
+    rc=$?
+    [ $rc -eq 2 ] || bad "a usage error exits $rc, expected 2"
+    "$prog" --data image="$tmp/img.npy" --data label="$tmp/lab.npy" --steps 3 >"$tmp/out" 2>"$tmp/err"
+    rc=$?
+    if nvidia-smi -L >/dev/null 2>&1; then
+        [ $rc -eq 0 ] || { bad "with a GPU, 3 steps exit $rc:"; cat "$tmp/err"; }
+    else
+        [ $rc -eq 1 ] || bad "without a GPU the program exits $rc, expected 1"
+        [ "$(wc -l <"$tmp/err")" -eq 1 ] || { bad "without a GPU: not one line on stderr:"; cat "$tmp/err"; }
+        grep -q "^mnist_mlp: error: no CUDA device: " "$tmp/err" \
+            || { bad "without a GPU the message is not 'no CUDA device':"; cat "$tmp/err"; }
+        echo "ok   without a GPU: $(cat "$tmp/err")"
+    fi
+fi
+exit $fail

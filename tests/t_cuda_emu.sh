@@ -1,0 +1,209 @@
+#!/usr/bin/env bash
+# t_cuda_emu.sh - the CUDA program's own code, run on the CPU (CI has no
+# GPU): each train.cu is compiled as C++ with -DMP_CU_EMU and
+# tests/cuda/mp_cuda_emu.h standing in for the CUDA runtime, so its
+# functors (every kernel's arithmetic), its launchers, cuBLAS's arguments,
+# the arena, the device loss scaling and optimizer, the graph capture and
+# replay and the input pipeline all run, and are compared with the C
+# program and with finite differences:
+#   1. every tests/gradcheck model: --gradcheck (host mode: forward and
+#      backward on the "device", gradients brought back);
+#   2. each example (and tests/cuda/emu_options.mp: SGD Nesterov, weight
+#      decay, accumulate 2, clipping, warm-up, dropout, bf16; emu_wide.mp:
+#      the split path of reductions, wide products) on synthetic
+#      data with --no-shuffle: the logged loss of every step and the eval
+#      loss and metrics equal the C program's (1e-4 relative in float32,
+#      2e-3 in mixed precision), loss scale and skipped counts exactly;
+#      the same without graph capture, and with the batches gathered on
+#      the host instead of on the device; mnist_cnn and char_transformer
+#      also under float32;
+#   3. checkpoints: C saves at step 3, CUDA resumes to 6 and saves, C
+#      resumes to 8: the losses equal one C run of 8 steps;
+#   4. tests/cuda/emu_nan.mp: the loss-scale collapse and --check-numerics
+#      stop at the same step with the same message as the C program;
+#   5. no device: "no CUDA device: ..." and exit 1; device memory too
+#      small: one line naming the MiB and exit 1.
+# Skipped (exit 0) only when there is no C++ compiler.
+set -u
+cd "$(dirname "$0")/.."
+MPCC=${MPCC:-./mpcc}
+CXX=${CXX:-$(command -v g++ || command -v c++ || command -v clang++ || true)}
+if [ -z "$CXX" ]; then
+    echo "SKIP: no C++ compiler (g++): the CUDA program cannot be run on the CPU here"
+    exit 0
+fi
+PY=/usr/bin/python3
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail=0
+bad() { echo "FAIL: $*"; fail=1; }
+
+# ---- building: CUDA programs as C++ for the CPU, C programs as C ------------
+emu_build() {   # emu_build MODEL.mp NAME [-O0] [mpcc options]
+    local mp=$1 name=$2 opt=-O1
+    shift 2
+    [ "${1:-}" = -O0 ] && { opt=-O0; shift; }
+    "$MPCC" "$mp" "$@" -o "$tmp/$name.cu" 2>"$tmp/$name.err" &&
+        "$CXX" -std=c++17 $opt -x c++ -DMP_CU_EMU -include tests/cuda/mp_cuda_emu.h \
+            "$tmp/$name.cu" -o "$tmp/$name.emu" -lm 2>>"$tmp/$name.err" ||
+        { echo "FAIL $name: the CUDA program does not build for the CPU"; head -n 20 "$tmp/$name.err"; }
+}
+c_build() {
+    local mp=$1 name=$2
+    shift 2
+    "$MPCC" "$mp" --target c "$@" -o "$tmp/$name.c" 2>"$tmp/$name.cerr" &&
+        cc -O1 "$tmp/$name.c" -o "$tmp/$name.c.out" -lm 2>>"$tmp/$name.cerr" ||
+        { echo "FAIL $name: the C program does not build"; head -n 20 "$tmp/$name.cerr"; }
+}
+export -f emu_build c_build
+export MPCC CXX tmp
+start=$(date +%s)
+{
+    for f in tests/gradcheck/*.mp; do echo "emu_build $f $(basename "$f" .mp) -O0 --precision float32"; done
+    for f in examples/*.mp tests/cuda/emu_*.mp; do
+        n=$(basename "$f" .mp)
+        echo "emu_build $f $n"
+        echo "c_build $f $n"
+    done
+    for n in mnist_cnn char_transformer; do
+        echo "emu_build examples/$n.mp ${n}_f32 --precision float32"
+        echo "c_build examples/$n.mp ${n}_f32 --precision float32"
+    done
+} | xargs -P 2 -L 1 bash -c '"$@"' _ >"$tmp/builds" 2>&1
+cat "$tmp/builds"
+grep -q "^FAIL" "$tmp/builds" && fail=1
+echo "built in $(( $(date +%s) - start ))s"
+
+# ---- 1. gradients of the device code against finite differences ------------
+for f in tests/gradcheck/*.mp; do
+    n=$(basename "$f" .mp)
+    [ -x "$tmp/$n.emu" ] || continue
+    if "$tmp/$n.emu" --gradcheck >"$tmp/$n.gc" 2>&1; then
+        echo "ok   gradcheck $n"
+    else
+        bad "gradcheck $n (CUDA program on the CPU):"; tail -n 8 "$tmp/$n.gc"
+    fi
+done
+
+# ---- synthetic data for the examples ------------------------------------------
+"$PY" - "$tmp" <<'EOF'
+import numpy as np, sys
+d, r = sys.argv[1], np.random.RandomState(7)
+np.save(d + "/img.npy", r.randint(0, 256, (384, 784)).astype(np.uint8))
+np.save(d + "/img4.npy", r.randint(0, 256, (192, 1, 28, 28)).astype(np.uint8))
+np.save(d + "/lab.npy", r.randint(0, 10, (384,)).astype(np.int32))
+np.save(d + "/lab4.npy", r.randint(0, 10, (192,)).astype(np.int32))
+np.save(d + "/pix.npy", r.rand(128, 64).astype(np.float32) * 16)
+np.save(d + "/lab128.npy", r.randint(0, 10, (128,)).astype(np.int32))
+np.save(d + "/tok.npy", r.randint(0, 65, (48, 64)).astype(np.int32))
+np.save(d + "/tgt.npy", r.randint(0, 65, (48, 64)).astype(np.int32))
+np.save(d + "/x12.npy", r.randn(96, 12).astype(np.float32))
+np.save(d + "/y5.npy", r.randint(0, 5, (96,)).astype(np.int32))
+np.save(d + "/x4.npy", r.randn(64, 4).astype(np.float32))
+np.save(d + "/x8.npy", r.randn(1040, 8).astype(np.float32))
+np.save(d + "/y3.npy", r.randint(0, 3, (1040,)).astype(np.int32))
+EOF
+data_of() {   # data_of NAME [--data|--eval]: the model's input files
+    local o=${2:---data}
+    case $1 in
+    mnist_mlp*) echo "$o image=$tmp/img.npy $o label=$tmp/lab.npy" ;;
+    mnist_cnn*) echo "$o image=$tmp/img4.npy $o label=$tmp/lab4.npy" ;;
+    digits_mlp*) echo "$o pixels=$tmp/pix.npy $o label=$tmp/lab128.npy" ;;
+    char_transformer*) echo "$o tokens=$tmp/tok.npy $o targets=$tmp/tgt.npy" ;;
+    emu_options*) echo "$o x=$tmp/x12.npy $o y=$tmp/y5.npy" ;;
+    emu_nan*) echo "$o x=$tmp/x4.npy" ;;
+    emu_wide*) echo "$o x=$tmp/x8.npy $o y=$tmp/y3.npy" ;;
+    esac
+}
+
+compare() { "$PY" tests/cuda/compare_logs.py "$@"; }   # A.jsonl B.jsonl TOL
+
+# ---- 2. loss curves: the CUDA program against the C program -------------------
+curve() {   # curve NAME STEPS TOL [env]
+    local n=$1 steps=$2 tol=$3 data
+    shift 3
+    data="$(data_of "$n") $(data_of "$n" --eval)"
+    [ -x "$tmp/$n.emu" ] && [ -x "$tmp/$n.c.out" ] || return
+    # shellcheck disable=SC2086
+    "$tmp/$n.c.out" $data --no-shuffle --steps "$steps" --log-every 1 --eval-every 3 \
+        --log "$tmp/$n.c.jsonl" >/dev/null 2>"$tmp/$n.c.log" || { bad "$n: the C program failed"; cat "$tmp/$n.c.log"; return; }
+    # shellcheck disable=SC2086
+    env "$@" "$tmp/$n.emu" $data --no-shuffle --steps "$steps" --log-every 1 --eval-every 3 \
+        --log "$tmp/$n.emu.jsonl" >/dev/null 2>"$tmp/$n.emu.log" || { bad "$n: the CUDA program failed"; cat "$tmp/$n.emu.log"; return; }
+    if msg=$(compare "$tmp/$n.c.jsonl" "$tmp/$n.emu.jsonl" "$tol" 2>&1); then
+        echo "ok   $n: $steps steps and evaluations as the C program's ($*)"
+    else
+        bad "$n ($*): the CUDA program's log differs from the C program's: $msg"
+    fi
+}
+for n in mnist_mlp mnist_cnn char_transformer emu_options; do curve "$n" 6 2e-3 MP_EMU=graph; done
+curve digits_mlp 6 1e-4 MP_EMU=graph
+curve emu_wide 4 2e-3 MP_EMU=graph
+for n in mnist_cnn_f32 char_transformer_f32; do curve "$n" 6 1e-4 MP_EMU=graph; done
+curve mnist_cnn 4 2e-3 MP_EMU_NO_GRAPH=1
+curve emu_options 8 2e-3 MP_EMU_NO_GRAPH=1
+curve mnist_mlp 6 2e-3 MP_CUDA_DATA=0
+curve emu_options 8 2e-3 MP_CUDA_DATA=0
+
+# ---- 3. checkpoints across the two programs ------------------------------------
+ckpt() {
+    local n=$1 data
+    data=$(data_of "$n")
+    [ -x "$tmp/$n.emu" ] && [ -x "$tmp/$n.c.out" ] || return
+    # shellcheck disable=SC2086
+    "$tmp/$n.c.out" $data --steps 8 --log-every 1 --log "$tmp/$n.straight.jsonl" >/dev/null 2>&1 &&
+    "$tmp/$n.c.out" $data --steps 3 --save "$tmp/$n.3.safetensors" >/dev/null 2>&1 &&
+    "$tmp/$n.emu" $data --steps 6 --resume "$tmp/$n.3.safetensors" --save "$tmp/$n.6.safetensors" \
+        --log-every 1 --log "$tmp/$n.mixed.jsonl" >/dev/null 2>"$tmp/$n.r1" &&
+    "$tmp/$n.c.out" $data --steps 8 --resume "$tmp/$n.6.safetensors" --log-every 1 \
+        --log "$tmp/$n.mixed.jsonl" >/dev/null 2>"$tmp/$n.r2" ||
+        { bad "$n: a checkpoint did not pass between the programs:"; cat "$tmp/$n.r1" "$tmp/$n.r2" 2>/dev/null; return; }
+    tail -n 5 "$tmp/$n.straight.jsonl" >"$tmp/$n.a"
+    cp "$tmp/$n.mixed.jsonl" "$tmp/$n.b"
+    if msg=$(compare "$tmp/$n.a" "$tmp/$n.b" 2e-3 2>&1); then
+        echo "ok   $n: C -> CUDA -> C checkpoints continue as one C run"
+    else
+        bad "$n: resumed across the programs, the run differs: $msg"
+    fi
+}
+ckpt mnist_mlp
+ckpt emu_options
+
+# ---- 4. the loss-scale collapse and --check-numerics ---------------------------
+same_error() {   # same_error NAME [args]: both programs exit 1 with one same line
+    local n=$1
+    shift
+    "$tmp/$n.c.out" "$@" >/dev/null 2>"$tmp/c.err"
+    local rc1=$?
+    "$tmp/$n.emu" "$@" >/dev/null 2>"$tmp/e.err"
+    local rc2=$?
+    local m1 m2
+    m1=$(tail -n 1 "$tmp/c.err" | sed 's/^[^:]*: //')
+    m2=$(tail -n 1 "$tmp/e.err" | sed 's/^[^:]*: //')
+    if [ $rc1 -eq 1 ] && [ $rc2 -eq 1 ] && [ "$m1" = "$m2" ] && [ -n "$m1" ]; then
+        echo "ok   $n $*: $m2"
+    else
+        bad "$n $*: C exits $rc1 ($m1), CUDA exits $rc2 ($m2)"
+    fi
+}
+if [ -x "$tmp/emu_nan.emu" ] && [ -x "$tmp/emu_nan.c.out" ]; then
+    same_error emu_nan --data "x=$tmp/x4.npy" --log-every 50
+    same_error emu_nan --data "x=$tmp/x4.npy" --check-numerics
+fi
+
+# ---- 5. errors of the device itself ----------------------------------------------
+if [ -x "$tmp/mnist_mlp.emu" ]; then
+    d=$(data_of mnist_mlp)
+    # shellcheck disable=SC2086
+    MP_EMU_NO_DEVICE=1 "$tmp/mnist_mlp.emu" $d --steps 2 >/dev/null 2>"$tmp/nodev"
+    rc=$?
+    [ $rc -eq 1 ] && grep -q "^mnist_mlp.emu: error: no CUDA device: " "$tmp/nodev" \
+        && echo "ok   no device: $(cat "$tmp/nodev")" || bad "no device: exit $rc, $(cat "$tmp/nodev")"
+    # shellcheck disable=SC2086
+    MP_EMU_MEM_LIMIT=100000 "$tmp/mnist_mlp.emu" $d --steps 2 >/dev/null 2>"$tmp/oom"
+    rc=$?
+    [ $rc -eq 1 ] && [ "$(wc -l <"$tmp/oom")" -eq 1 ] && grep -q "cannot allocate .* MiB of device memory" "$tmp/oom" \
+        && echo "ok   out of device memory: $(cat "$tmp/oom")" || bad "out of device memory: exit $rc, $(cat "$tmp/oom")"
+fi
+echo "t_cuda_emu: $(( $(date +%s) - start ))s"
+exit $fail
