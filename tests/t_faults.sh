@@ -26,8 +26,7 @@ bad() { echo "FAIL: $*"; fail=1; }
 echo "== 1. bad input is refused before training"
 sed 's/^  optimizer = .*/  optimizer = adam(lr = 1e-3)/' tests/models/mlp_small.mp >"$W/faults.mp"
 build_trainer "$W/faults.mp" "$W/train" || exit 1
-$PY -c 'import sys, numpy as np; sys.path.insert(0, "tests/py"); import data
-x, y = data.mnist("train", 256); np.save(sys.argv[1] + "/gx.npy", x); np.save(sys.argv[1] + "/gy.npy", y)' "$W"
+mnist_first train 256 "$W/gx.npy" "$W/gy.npy"
 "$W/train" --data image="$W/gx.npy" --data label="$W/gy.npy" --steps 3 --save "$W/good.safetensors" \
     >"$W/good.out" 2>&1 || { tail -n 3 "$W/good.out"; bad "a good run failed"; exit 1; }
 $PY tests/py/faults.py "$W/f" "$W/good.safetensors" >"$W/cases.tsv" || exit 1
@@ -65,8 +64,7 @@ echo "== 2. .npy version 2.0 is accepted"
 
 echo "== 3. kill -9 while checkpointing every step"
 build_trainer tests/models/spec_mnist_mlp.mp "$W/big" || exit 1
-$PY -c 'import sys, numpy as np; sys.path.insert(0, "tests/py"); import data
-x, y = data.mnist("train", 2048); np.save(sys.argv[1] + "/bx.npy", x); np.save(sys.argv[1] + "/by.npy", y)' "$W"
+mnist_first train 2048 "$W/bx.npy" "$W/by.npy"
 mkdir -p "$W/kill"
 ck=$W/kill/ck.safetensors
 for i in 1 2 3 4 5 6 7 8; do
