@@ -46,6 +46,8 @@ static void header(Emit *e)
           " * Faster:  cc -O3 -march=native -fopenmp %s.c -lm\n"
           " * BLAS:    cc -O3 -march=native -fopenmp -DMP_USE_CBLAS %s.c -lopenblas -lm\n"
           " *          (f16/bf16 operands are rounded first, so results keep their semantics)\n"
+          " * Threads: OMP_NUM_THREADS=N; on a machine shared with other work, also\n"
+          " *          OMP_WAIT_POLICY=passive (spinning threads lose whole scheduler ticks)\n"
           " * Run:     ./a.out --help\n"
           " */\n",
        g->model, g->model, g->model);

@@ -75,6 +75,13 @@ MemPlan *memplan_build(Arena *a, const IrGraph *g)
                 mp->last_use[r] = i;
         }
 
+    /* The loss and the metrics are read when the forward pass ends (their
+     * values go to the runtime), after every node: keep them to the end. */
+    if (g->loss)
+        mp->last_use[mp->root[g->loss->id]] = n;
+    for (int m = 0; m < g->nmetrics; m++)
+        mp->last_use[mp->root[g->metrics[m].node->id]] = n;
+
     Buf *bufs = arena_alloc(a, sizeof *bufs * (size_t)(n + 1));
     int nb = 0;
     for (int i = 0; i < n; i++) {

@@ -6,7 +6,8 @@
  * the last node that reads it (hoisted casts: the whole step). Buffers whose
  * live ranges do not overlap share bytes (greedy by size, as TFLite's
  * arena planner). Views that keep the layout (reshape, flatten) share their
- * input's buffer. Parameters, inputs and constants have no arena buffer:
+ * input's buffer. The loss and metrics live to the end of the step (the
+ * runtime reads them then). Parameters, inputs and constants have no arena buffer:
  * the runtime owns them. Both code generators use this plan, so the C and
  * CUDA programs have the same memory layout. */
 #ifndef MPCC_MEMPLAN_H

@@ -4,9 +4,18 @@
  * /dev/null, the diag counters are reset between inputs. The scanner and
  * parser must never crash, hang or leak memory past the arena, whatever
  * the bytes.
- *   build/fuzz_parse -max_total_time=600 -max_len=4096 tests/fuzz_corpus
- * Seed corpus: tests/fuzz_corpus/ (small; new finds stay out of git).
- * Record: FUZZ_RECORD_PLACEHOLDER */
+ *   mkdir -p /tmp/fz && build/fuzz_parse -max_total_time=600 -max_len=4096 \
+ *       -dict=tests/fuzz_parse.dict /tmp/fz tests/fuzz_corpus
+ * Seed corpus: tests/fuzz_corpus/ (small: the tests/diag cases and a few
+ * valid models); new finds go to the first directory, out of git.
+ * Record (2-core machine shared with other jobs, ASan+UBSan, -max_len=4096):
+ *   600 s, 295,529 inputs, no crash (parser as of commit fde1367);
+ *   600 s, 342,574 inputs, no crash (44bb930, with tests/fuzz_parse.dict,
+ *     -len_control=0);
+ *   180 s,  77,759 inputs, no crash (03ed79f, the same options).
+ *   Total 23 minutes crash-free. The one slow case it would have hit (a
+ *   file of NUL bytes, quadratic in flex) was found and fixed by hand
+ *   before: see lex_begin() in grammar/lexer.l. */
 #include "ast.h"
 
 #include <stdint.h>

@@ -51,6 +51,7 @@ else
     cc -O3 -march=native $omp -o "$OUT/train" "$OUT/train.c" -lm
 fi
 
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 echo "== training $STEPS steps"
 "$OUT/train" --data image="$OUT/train_x.npy" --data label="$OUT/train_y.npy" \
     --eval image="$OUT/test_x.npy" --eval label="$OUT/test_y.npy" \
