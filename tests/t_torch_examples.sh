@@ -37,14 +37,10 @@ variant() {
 ${lines%\\n}" tests/models/mlp_small.mp > "$W/$name.mp"
 }
 
-# Cases that fail because of an open bug in mpcc, left out (loudly) until it
-# is fixed; tests/pending/t_torch_pending.sh runs them (PENDING=run).
-#   metric_alias: metrics report other values: `metric activity = reg`
-#   reports the loss (the memory plan gives `reg` and `loss` one arena
-#   slot), and `accuracy` is overwritten by a temporary of the next metric
-#   (`confidence`); metrics are read at the end of the forward pass, so
-#   compiler/memplan.c must keep every metric's value live until then.
-PENDING_CASES="metric_alias"
+# Cases that fail because of an open bug in mpcc can be listed here, with
+# the bug, to leave them out (loudly) until it is fixed; PENDING=run runs
+# them (tests/pending/ holds a script for that while any are listed).
+PENDING_CASES=""
 
 # run_case NAME MODEL.mp PRECISION STEPS TOL DATA EVAL: adds a case.
 #   DATA / EVAL: comma-separated input=file-stem pairs (files in $D)
