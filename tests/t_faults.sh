@@ -105,10 +105,17 @@ if [ -n "${SKIP_ASAN:-}" ]; then
 fi
 SANFLAGS=(-O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all)
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1
-for m in tests/models/*.mp examples/*.mp; do
-    [ -e "$m" ] || continue
+models=()
+for m in tests/models/*.mp examples/*.mp; do [ -e "$m" ] && models+=("$m"); done
+for m in "${models[@]}"; do     # builds, two at a time
+    while [ "$(jobs -rp | wc -l)" -ge 2 ]; do wait -n; done
     n=$(basename "$m" .mp)
-    build_trainer "$m" "$W/asan_$n" -- "${SANFLAGS[@]}" || { bad "$n: does not build with sanitizers"; continue; }
+    build_trainer "$m" "$W/asan_$n" -- "${SANFLAGS[@]}" >"$W/asan_$n.build" 2>&1 &
+done
+wait
+for m in "${models[@]}"; do
+    n=$(basename "$m" .mp)
+    [ -x "$W/asan_$n" ] || { bad "$n: does not build with sanitizers"; cat "$W/asan_$n.build"; continue; }
     read -r -a pairs <<<"$($PY tests/py/data.py --random "$m" "$W/rand_$n" 256)"
     dargs=() eargs=()
     for p in "${pairs[@]}"; do dargs+=(--data "$p"); eargs+=(--eval "$p"); done
