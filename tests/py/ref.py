@@ -252,7 +252,10 @@ def cmd_check(a):
     errs = []
     log, evals = read_log(a.log)
     losses, lrs, opt = train_twin(mp, net, load_data(a.data), a.steps, dtype, log)
-    compare_steps(log, losses, lrs, a.tol, errs)
+    worst = compare_steps(log, losses, lrs, a.tol, errs)
+    if worst < a.min_diff:
+        errs.append(f"the losses differ from torch by at most {worst:.2e}, less than {a.min_diff}: "
+                    "was the model really trained in low precision?")
     ckpt, meta = st.read(a.ckpt, with_meta=True)
     if str(meta.get("step")) != str(a.steps):
         errs.append(f"checkpoint metadata step {meta.get('step')!r}, expected {a.steps}")
@@ -334,6 +337,8 @@ def main():
     p.add_argument("--ptol", type=float, default=1e-2, help="0: do not compare tensors")
     p.add_argument("--etol", type=float, default=1e-4)
     p.add_argument("--dtype", default="float32")
+    p.add_argument("--min-diff", type=float, default=0,
+                   help="mixed precision: the losses must differ at least this much somewhere")
     p.add_argument("--report", help="(batch) where this check's output goes")
     p = sub.add_parser("batch")
     p.add_argument("file")
