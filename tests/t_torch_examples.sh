@@ -14,8 +14,10 @@
 #
 # Cases: every optimizer / schedule / clipping / accumulate variant of
 # tests/models/mlp_small.mp, the op zoo, a CNN with batch_norm, a char
-# transformer, and examples/*.mp that have a twin. ONLY=substring runs the
-# matching cases.
+# transformer, metrics, every examples/*.mp, each in float32 and mixed
+# precision; and *_emulated cases, where the MLP twin rounds to f16 / bf16
+# exactly where the precision plan does, so mixed precision is held to
+# 1e-4 (f16) / 1e-3 (bf16) too. ONLY=substring runs the matching cases.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 MPCC=${MPCC:-./mpcc}
@@ -108,6 +110,12 @@ for v in mlp_sgd mlp_sgd_momentum mlp_sgd_nesterov_wd mlp_sgd_wd mlp_adam mlp_ad
     run_case "$v" "$W/$v.mp" float32 40 1e-4 "$MNIST" "$MNIST_E"
 done
 run_case mlp_adam_f16 "$W/mlp_adam.mp" mixed_float16 40 3e-2 "$MNIST" "$MNIST_E"
+# the same against a twin that rounds as the plan does (models.py, lowp):
+# f16 1e-4, bf16 1e-3 (its coarser rounding flips more often with the
+# order of f32 sums)
+run_case mlp_adam_f16_emulated "$W/mlp_adam.mp" mixed_float16 40 1e-4 "$MNIST" "$MNIST_E"
+run_case mlp_adam_bf16_emulated "$W/mlp_adam.mp" mixed_bfloat16 40 1e-3 "$MNIST" "$MNIST_E"
+run_case example_mnist_mlp_f16_emulated examples/mnist_mlp.mp mixed_float16 30 1e-4 "$MNIST" "$MNIST_E"
 run_case metric_alias tests/models/metric_alias.mp float32 20 1e-4 "$MNIST" "$MNIST_E"
 # mixed_bfloat16 (8-bit mantissas): against torch float32 within 5%
 run_case mlp_adam_bf16 "$W/mlp_adam.mp" mixed_bfloat16 40 5e-2 "$MNIST" "$MNIST_E"
@@ -161,6 +169,9 @@ for c in "${cases[@]}"; do
     # mixed: torch float32; the losses must also differ from it by more than
     # float32 rounding (2e-6), or the low precision type was not used
     [ "$prec" = float32 ] || cmp="--tol $tol --ptol 0 --etol $tol --min-diff 2e-6"
+    # emulated: the twin rounds to the lowp type where the plan does
+    [[ $name == *_emulated ]] && cmp="--tol $tol --ptol 2e-2 --etol $tol --emulate $(
+        [ "$prec" = mixed_float16 ] && echo f16 || echo bf16)"
     echo "check $model $(case_args "$data" "$ev") --steps $steps --init $out.init.safetensors" \
          "--log $out.log.jsonl --ckpt $out.out.safetensors $cmp --report $out.ref.out" >>"$W/check.batch"
 done
