@@ -26,8 +26,7 @@ bad() { echo "FAIL: $*"; fail=1; }
 echo "== 1. bad input is refused before training"
 sed 's/^  optimizer = .*/  optimizer = adam(lr = 1e-3)/' tests/models/mlp_small.mp >"$W/faults.mp"
 build_trainer "$W/faults.mp" "$W/train" || exit 1
-$PY -c 'import sys, numpy as np; sys.path.insert(0, "tests/py"); import data
-x, y = data.mnist("train", 256); np.save(sys.argv[1] + "/gx.npy", x); np.save(sys.argv[1] + "/gy.npy", y)' "$W"
+mnist_first train 256 "$W/gx.npy" "$W/gy.npy"
 "$W/train" --data image="$W/gx.npy" --data label="$W/gy.npy" --steps 3 --save "$W/good.safetensors" \
     >"$W/good.out" 2>&1 || { tail -n 3 "$W/good.out"; bad "a good run failed"; exit 1; }
 $PY tests/py/faults.py "$W/f" "$W/good.safetensors" >"$W/cases.tsv" || exit 1
@@ -65,8 +64,7 @@ echo "== 2. .npy version 2.0 is accepted"
 
 echo "== 3. kill -9 while checkpointing every step"
 build_trainer tests/models/spec_mnist_mlp.mp "$W/big" || exit 1
-$PY -c 'import sys, numpy as np; sys.path.insert(0, "tests/py"); import data
-x, y = data.mnist("train", 2048); np.save(sys.argv[1] + "/bx.npy", x); np.save(sys.argv[1] + "/by.npy", y)' "$W"
+mnist_first train 2048 "$W/bx.npy" "$W/by.npy"
 mkdir -p "$W/kill"
 ck=$W/kill/ck.safetensors
 for i in 1 2 3 4 5 6 7 8; do
@@ -107,10 +105,17 @@ if [ -n "${SKIP_ASAN:-}" ]; then
 fi
 SANFLAGS=(-O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all)
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1
-for m in tests/models/*.mp examples/*.mp; do
-    [ -e "$m" ] || continue
+models=()
+for m in tests/models/*.mp examples/*.mp; do [ -e "$m" ] && models+=("$m"); done
+for m in "${models[@]}"; do     # builds, two at a time
+    while [ "$(jobs -rp | wc -l)" -ge 2 ]; do wait -n; done
     n=$(basename "$m" .mp)
-    build_trainer "$m" "$W/asan_$n" -- "${SANFLAGS[@]}" || { bad "$n: does not build with sanitizers"; continue; }
+    build_trainer "$m" "$W/asan_$n" -- "${SANFLAGS[@]}" >"$W/asan_$n.build" 2>&1 &
+done
+wait
+for m in "${models[@]}"; do
+    n=$(basename "$m" .mp)
+    [ -x "$W/asan_$n" ] || { bad "$n: does not build with sanitizers"; cat "$W/asan_$n.build"; continue; }
     read -r -a pairs <<<"$($PY tests/py/data.py --random "$m" "$W/rand_$n" 256)"
     dargs=() eargs=()
     for p in "${pairs[@]}"; do dargs+=(--data "$p"); eargs+=(--eval "$p"); done

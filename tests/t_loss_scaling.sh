@@ -17,9 +17,7 @@ cd "$(dirname "$0")/.."
 . tests/py/lib.sh
 W=${B:-build}/t_loss_scaling
 mkdir -p "$W"
-$PY -c 'import sys, numpy as np; sys.path.insert(0, "tests/py"); import data
-x, y = data.mnist("train", 4096); np.save(sys.argv[1] + "/x.npy", x); np.save(sys.argv[1] + "/y.npy", y)
-x, y = data.mnist("t10k", 1024); np.save(sys.argv[1] + "/ex.npy", x); np.save(sys.argv[1] + "/ey.npy", y)' "$W" || exit 1
+mnist_first train 4096 "$W/x.npy" "$W/y.npy" && mnist_first t10k 1024 "$W/ex.npy" "$W/ey.npy" || exit 1
 DATA=(--data image="$W/x.npy" --data label="$W/y.npy")
 fail=0
 bad() { echo "FAIL: $*"; fail=1; }

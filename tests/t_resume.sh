@@ -10,11 +10,9 @@ cd "$(dirname "$0")/.."
 . tests/py/lib.sh
 W=${B:-build}/t_resume
 mkdir -p "$W"
-$PY -c 'import sys, numpy as np; sys.path.insert(0, "tests/py"); import data
-x, y = data.mnist("train", 1000)
-np.save(sys.argv[1] + "/x.npy", x); np.save(sys.argv[1] + "/y.npy", y)' "$W" || exit 1
+mnist_first train 1000 "$W/x.npy" "$W/y.npy" || exit 1
 fail=0
-# run NAME BIN LOG OUT STEPS [--resume FILE]
+# run BIN LOG OUT STEPS [--resume FILE]
 run() {
     local bin=$1 log=$2 out=$3 steps=$4 seed=(--seed 7); shift 4
     [ $# -gt 0 ] && seed=()    # a resumed run takes the checkpoint's seed

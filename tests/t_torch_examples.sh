@@ -6,16 +6,18 @@
 # precision); the trainer runs from that init with batches in file order,
 # logging every step and evaluating at the end; tests/py/ref.py trains the
 # twin the same way and compares each step's loss and lr (float32: 1e-4
-# relative to torch in float64; mixed_float16 against torch in float32: a
-# few percent), the final tensors and optimizer state (float32 only), and
+# relative to torch in float64; mixed_float16 and mixed_bfloat16 against
+# torch in float32: a few percent), the final tensors and optimizer state (float32 only), and
 # loads the final checkpoint into the twin with load_state_dict to compare
 # the evaluation. Torch starts twice (all inits, all checks); trainers are
 # built and run JOBS (2) at a time.
 #
 # Cases: every optimizer / schedule / clipping / accumulate variant of
 # tests/models/mlp_small.mp, the op zoo, a CNN with batch_norm, a char
-# transformer, and examples/*.mp that have a twin. ONLY=substring runs the
-# matching cases.
+# transformer, metrics, every examples/*.mp, each in float32 and mixed
+# precision; and *_emulated cases, where the MLP twin rounds to f16 / bf16
+# exactly where the precision plan does, so mixed precision is held to
+# 1e-4 (f16) / 1e-3 (bf16) too. ONLY=substring runs the matching cases.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 MPCC=${MPCC:-./mpcc}
@@ -108,7 +110,16 @@ for v in mlp_sgd mlp_sgd_momentum mlp_sgd_nesterov_wd mlp_sgd_wd mlp_adam mlp_ad
     run_case "$v" "$W/$v.mp" float32 40 1e-4 "$MNIST" "$MNIST_E"
 done
 run_case mlp_adam_f16 "$W/mlp_adam.mp" mixed_float16 40 3e-2 "$MNIST" "$MNIST_E"
+# the same against a twin that rounds as the plan does (models.py, lowp):
+# f16 1e-4, bf16 1e-3 (its coarser rounding flips more often with the
+# order of f32 sums)
+run_case mlp_adam_f16_emulated "$W/mlp_adam.mp" mixed_float16 40 1e-4 "$MNIST" "$MNIST_E"
+run_case mlp_adam_bf16_emulated "$W/mlp_adam.mp" mixed_bfloat16 40 1e-3 "$MNIST" "$MNIST_E"
+run_case example_mnist_mlp_f16_emulated examples/mnist_mlp.mp mixed_float16 30 1e-4 "$MNIST" "$MNIST_E"
 run_case metric_alias tests/models/metric_alias.mp float32 20 1e-4 "$MNIST" "$MNIST_E"
+# mixed_bfloat16 (8-bit mantissas): against torch float32 within 5%
+run_case mlp_adam_bf16 "$W/mlp_adam.mp" mixed_bfloat16 40 5e-2 "$MNIST" "$MNIST_E"
+run_case char_tf_bf16 tests/models/char_tf.mp mixed_bfloat16 30 5e-2 "$SHAKE" "$SHAKE_E"
 
 # examples/mnist_cnn.mp (Adam 2e-3 after batch_norm) is chaotic: torch's own
 # float32 and float64 runs part by more than 1e-4 after ~20 steps, so it is
@@ -155,7 +166,12 @@ for c in "${cases[@]}"; do
         fails+=("$name: $(head -n 1 "$out.fail")"); sed 's/^/    /' "$out.fail"; continue
     fi
     cmp="--tol $tol --dtype float64"      # float32: 1e-4 of the exact (float64) run
-    [ "$prec" = float32 ] || cmp="--tol $tol --ptol 0 --etol $tol"   # mixed: torch float32
+    # mixed: torch float32; the losses must also differ from it by more than
+    # float32 rounding (2e-6), or the low precision type was not used
+    [ "$prec" = float32 ] || cmp="--tol $tol --ptol 0 --etol $tol --min-diff 2e-6"
+    # emulated: the twin rounds to the lowp type where the plan does
+    [[ $name == *_emulated ]] && cmp="--tol $tol --ptol 2e-2 --etol $tol --emulate $(
+        [ "$prec" = mixed_float16 ] && echo f16 || echo bf16)"
     echo "check $model $(case_args "$data" "$ev") --steps $steps --init $out.init.safetensors" \
          "--log $out.log.jsonl --ckpt $out.out.safetensors $cmp --report $out.ref.out" >>"$W/check.batch"
 done

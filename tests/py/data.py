@@ -136,7 +136,12 @@ def random_inputs(model, out, n, seed=0):
 
 
 if __name__ == "__main__":
+    # data.py DIR | data.py --random MODEL.mp DIR N | data.py --mnist SPLIT N X.npy Y.npy
     if sys.argv[1] == "--random":
         random_inputs(sys.argv[2], sys.argv[3], int(sys.argv[4]))
+    elif sys.argv[1] == "--mnist":
+        x, y = mnist(sys.argv[2], int(sys.argv[3]))
+        np.save(sys.argv[4], x)
+        np.save(sys.argv[5], y)
     else:
         prepare(sys.argv[1])

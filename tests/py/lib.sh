@@ -6,6 +6,7 @@
 #   mnist_npy DIR   the full MNIST as DIR/{train,test}_{x,y}.npy (u8 images
 #       [N, 784], i32 labels), with build/idx2npy when it is built, else
 #       with tests/py/data.py. Kept when present.
+#   mnist_first SPLIT N X.npy Y.npy   a small MNIST subset (below)
 PY=/usr/bin/python3
 MPCC=${MPCC:-./mpcc}
 
@@ -47,6 +48,10 @@ for split, name in (("train", "train"), ("t10k", "test")):
     np.save(os.path.join(sys.argv[1], name + "_y.npy"), y)
 PYEOF
 }
+
+# mnist_first SPLIT N X.npy Y.npy: the first N images (u8 [N, 784]) and
+# labels (i32) of MNIST's 'train' or 't10k' split
+mnist_first() { $PY tests/py/data.py --mnist "$@"; }
 
 # jq-free JSONL access: jsonl_field FILE FIELD -> one value per training line
 jsonl_field() {

@@ -14,6 +14,64 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 
+# ---- emulation of the low precision type (mixed_float16 / mixed_bfloat16)
+# as PRECISION.md and the plan define it: a lowp product rounds its inputs
+# to the lowp type, accumulates in f32 (here: in the twin's dtype) and
+# rounds its result and, in the backward pass, its input gradients; a cast
+# from lowp up to f32 rounds the gradient going back. Values stay in the
+# twin's dtype, holding only lowp-representable numbers where the plan says
+# the type is lowp.
+
+def _round(t, lowp):
+    return t.to(lowp).to(t.dtype)
+
+
+class ToLowp(torch.autograd.Function):
+    """A cast f32 -> lowp: rounds; its backward (lowp -> f32) is exact."""
+    @staticmethod
+    def forward(ctx, x, lowp):
+        return _round(x, lowp)
+
+    @staticmethod
+    def backward(ctx, g):
+        return g, None
+
+
+class FromLowp(torch.autograd.Function):
+    """A cast lowp -> f32: exact; its backward rounds the gradient to lowp."""
+    @staticmethod
+    def forward(ctx, x, lowp):
+        ctx.lowp = lowp
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, g):
+        return _round(g, ctx.lowp), None
+
+
+class LinearLowp(torch.autograd.Function):
+    """linear in the lowp class on lowp inputs: each result rounded once."""
+    @staticmethod
+    def forward(ctx, x, w, b, lowp):
+        ctx.save_for_backward(x, w)
+        ctx.lowp = lowp
+        return _round(x @ w.t() + b, lowp)
+
+    @staticmethod
+    def backward(ctx, g):
+        x, w = ctx.saved_tensors
+        r = lambda t: _round(t, ctx.lowp)  # noqa: E731
+        return r(g @ w), r(g.t() @ x), r(g.sum(0)), None
+
+
+def linear(x, layer, lowp):
+    """layer(x) in f32, or the lowp class of the plan when lowp is set."""
+    if lowp is None:
+        return layer(x)
+    return LinearLowp.apply(ToLowp.apply(x, lowp), ToLowp.apply(layer.weight, lowp),
+                            ToLowp.apply(layer.bias, lowp), lowp)
+
+
 def accuracy(logits, labels):
     return (logits.argmax(-1) == labels.long()).double().mean()
 
@@ -23,7 +81,11 @@ def xent(logits, labels):
 
 
 class MnistMlp(nn.Module):
-    """examples/mnist_mlp.mp (LANGUAGE.md's model), any hidden width."""
+    """examples/mnist_mlp.mp (LANGUAGE.md's model), any hidden width. With
+    lowp set (a torch dtype), the mixed precision plan is emulated: h in
+    lowp, `logits: f32` in f32 (mpcc --dump-plan examples/mnist_mlp.mp)."""
+    lowp = None
+
     def __init__(self, H=512, **_):
         super().__init__()
         self.h = nn.Linear(784, H)
@@ -31,7 +93,10 @@ class MnistMlp(nn.Module):
 
     def forward(self, b):
         x = b["image"].to(self.h.weight.dtype) / 255
-        logits = self.logits(F.relu(self.h(x)))
+        h = F.relu(linear(x, self.h, self.lowp))
+        if self.lowp is not None:
+            h = FromLowp.apply(h, self.lowp)
+        logits = self.logits(h)
         return xent(logits, b["label"]), {"accuracy": accuracy(logits, b["label"])}
 
 

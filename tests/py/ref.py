@@ -122,10 +122,12 @@ def batch_size(mp):
     return next(iter(mp["inputs"].values()))[1][0]
 
 
-def train_twin(mp, net, data, steps, dtype, log=None):
+def train_twin(mp, net, data, steps, dtype, log=None, emulate=False):
     """Trains net in place; returns (per-step losses, per-step lr, optimizer).
     Steps the trainer's log says it skipped (loss scaling) are skipped too:
-    no update, but the schedule moves on."""
+    no update, but the schedule moves on. With emulate, the twin's lowp
+    plan runs at the loss scale the log says each step used (it decides
+    which gradients underflow or round)."""
     tr = mp["train"]
     acc = tr.get("accumulate", 1)
     clip = tr.get("clip_grad_norm", 0)
@@ -139,10 +141,14 @@ def train_twin(mp, net, data, steps, dtype, log=None):
     for k in range(1, steps + 1):
         opt.zero_grad()
         micro = []
+        scale = log[k].get("loss_scale", 1) if log and k in log and emulate else 1
         for m in range(acc):
             loss, _ = net(get((k - 1) * acc + m))
-            (loss / acc).backward()
+            (loss * (scale / acc)).backward()
             micro.append(loss.item())
+        if scale != 1:
+            for p in net.parameters():
+                p.grad.mul_(1 / scale)
         losses.append(sum(micro) / acc)
         for n, p in net.named_parameters():
             net.grad_max[n] = max(net.grad_max[n], float(p.grad.norm()) if p.grad is not None else 0.0)
@@ -249,16 +255,24 @@ def cmd_check(a):
     net, bad = check_load(init, mp, dtype)
     if bad:
         sys.exit(f"ref.py: {a.init} does not fit the twin: {bad}")
+    if a.emulate:
+        if not hasattr(net, "lowp"):
+            sys.exit(f"ref.py: the twin of '{mp['name']}' cannot emulate a lowp plan")
+        net.lowp = {"f16": torch.float16, "bf16": torch.bfloat16}[a.emulate]
     errs = []
     log, evals = read_log(a.log)
-    losses, lrs, opt = train_twin(mp, net, load_data(a.data), a.steps, dtype, log)
-    compare_steps(log, losses, lrs, a.tol, errs)
+    losses, lrs, opt = train_twin(mp, net, load_data(a.data), a.steps, dtype, log, bool(a.emulate))
+    worst = compare_steps(log, losses, lrs, a.tol, errs)
+    if worst < a.min_diff:
+        errs.append(f"the losses differ from torch by at most {worst:.2e}, less than {a.min_diff}: "
+                    "was the model really trained in low precision?")
     ckpt, meta = st.read(a.ckpt, with_meta=True)
     if str(meta.get("step")) != str(a.steps):
         errs.append(f"checkpoint metadata step {meta.get('step')!r}, expected {a.steps}")
     if a.ptol > 0:
         compare_tensors(ckpt, net, opt, {k: v.astype(np.float64) for k, v in init.items()}, a.ptol, errs)
     loaded, bad = check_load(ckpt, mp, dtype)
+    loaded.lowp = getattr(net, "lowp", None)    # evaluate as the trainer does
     if bad:
         errs.append(f"load_state_dict into torch: mismatched keys {bad}")
     if a.eval:
@@ -334,6 +348,10 @@ def main():
     p.add_argument("--ptol", type=float, default=1e-2, help="0: do not compare tensors")
     p.add_argument("--etol", type=float, default=1e-4)
     p.add_argument("--dtype", default="float32")
+    p.add_argument("--emulate", choices=["f16", "bf16"],
+                   help="the twin rounds as the mixed precision plan does (twins with `lowp`)")
+    p.add_argument("--min-diff", type=float, default=0,
+                   help="mixed precision: the losses must differ at least this much somewhere")
     p.add_argument("--report", help="(batch) where this check's output goes")
     p = sub.add_parser("batch")
     p.add_argument("file")
