@@ -107,14 +107,19 @@ static void setup_fn(Emit *e)
 static void node(Emit *e, const IrNode *n, int *line)
 {
     emit_source_line(e, n, line, "\n");
+    int p = emit_grad_param(e->g, n);
+    if (emit_folded_cast(e->g, n)) {
+        em(e, "    mp_k_acc(mp_params[%d].grad, %s, %s, 1.0f, %lld); /* f32(x) */\n", p,
+           cname(e, n->in[0]), mpdt(n->in[0]->type), (long long)shape_numel(&n->shape));
+        return;
+    }
     emit_fns[n->op](e, n);
     if (e->mp->kind[n->id] == BUF_ARENA && dt_is_float(n->type))
         em(e, "    MP_CHECK(%s, %lld, %s, \"%s\", \"%s\");\n", cname(e, n),
            (long long)shape_numel(&n->shape), mpdt(n->type), op_info[n->op].name, where(e, n));
-    for (int p = 0; p < e->g->nparams; p++)
-        if (e->g->params[p].grad == n)
-            em(e, "    mp_accumulate_grad(mp_params[%d].grad, %s, %lld);\n", p, cname(e, n),
-               (long long)shape_numel(&n->shape));
+    if (p >= 0)
+        em(e, "    mp_accumulate_grad(mp_params[%d].grad, %s, %lld);\n", p, cname(e, n),
+           (long long)shape_numel(&n->shape));
 }
 
 static void cast_node(Emit *e, const IrNode *n, int *line)

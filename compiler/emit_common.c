@@ -294,3 +294,22 @@ void emit_pass(Emit *e, EmitPass pass, EmitNodeFn *node, const char *training)
         em(e, "    }\n");
     }
 }
+
+int emit_grad_param(const IrGraph *g, const IrNode *n)
+{
+    for (int p = 0; p < g->nparams; p++)
+        if (g->params[p].grad == n)
+            return p;
+    return -1;
+}
+
+bool emit_folded_cast(const IrGraph *g, const IrNode *n)
+{
+    if (n->op != OP_CAST || n->phase != PH_BACKWARD || emit_grad_param(g, n) < 0)
+        return false;
+    for (int i = n->id + 1; i < g->nnodes; i++)
+        for (int j = 0; j < g->nodes[i]->nin && g->nodes[i]->phase != PH_OPTIMIZER; j++)
+            if (g->nodes[i]->in[j] == n)
+                return false;
+    return true;
+}

@@ -32,6 +32,12 @@ const char *where(Emit *e, const IrNode *n);  /* "model.mp:9: h", C-string safe 
 const char *dims_init(Emit *e, const Shape *s); /* "{128, 784}" */
 const char *dims_list(Emit *e, const Shape *s); /* "128, 784" */
 bool *needed_by(Emit *e, const IrNode *root); /* per node id: root depends on it */
+/* The parameter whose gradient n is, or -1. */
+int emit_grad_param(const IrGraph *g, const IrNode *n);
+/* A cast of a lowp gradient to f32 that only the optimizer reads: both
+ * targets add its source straight into the f32 gradient buffer (the
+ * widening is exact), so the f32 copy is never written. */
+bool emit_folded_cast(const IrGraph *g, const IrNode *n);
 
 /* Sizes of a node's tensors as the kernels of both targets take them. */
 long long emit_dim(const IrNode *v, int i);   /* dimension i, negative from the end */

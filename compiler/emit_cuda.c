@@ -134,36 +134,13 @@ static void inputs_fn(Emit *e, const int64_t *off)
     em(e, "    (void)r;\n}\n");
 }
 
-/* The parameter whose gradient n is, or -1. */
-static int grad_param(const IrGraph *g, const IrNode *n)
-{
-    for (int p = 0; p < g->nparams; p++)
-        if (g->params[p].grad == n)
-            return p;
-    return -1;
-}
-
-/* A cast of a lowp gradient to f32 that only the optimizer reads is folded
- * into its accumulation: the f32 copy is never written. */
-static bool folded_cast(Emit *e, const IrNode *n)
-{
-    const IrGraph *g = e->g;
-    if (n->op != OP_CAST || n->phase != PH_BACKWARD || grad_param(g, n) < 0)
-        return false;
-    for (int i = n->id + 1; i < g->nnodes; i++)
-        for (int j = 0; j < g->nodes[i]->nin && g->nodes[i]->phase != PH_OPTIMIZER; j++)
-            if (g->nodes[i]->in[j] == n)
-                return false;
-    return true;
-}
-
 /* What follows a node: the numerics check, a parameter gradient's
  * accumulation, and the loss or a metric kept for the runtime. */
 static void after(Emit *e, const IrNode *n)
 {
     const IrGraph *g = e->g;
-    int p = grad_param(g, n);
-    if (folded_cast(e, n)) {
+    int p = emit_grad_param(g, n);
+    if (emit_folded_cast(e->g, n)) {
         em(e, "    mp_cu_acc_grad<%s>(mp_cu_grad(%d), %s, %lld); /* f32(x) */\n", mpdt(n->in[0]->type),
            p, cname(e, n->in[0]), (long long)shape_numel(&n->shape));
         return;
@@ -184,7 +161,7 @@ static void after(Emit *e, const IrNode *n)
 static void node(Emit *e, const IrNode *n, int *line)
 {
     emit_source_line(e, n, line, "\n");
-    if (!folded_cast(e, n))
+    if (!emit_folded_cast(e->g, n))
         emit_fns[n->op](e, n);
     after(e, n);
 }
