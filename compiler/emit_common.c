@@ -76,6 +76,7 @@ const char *ctype(DType t)
     case DT_BF16: return "uint16_t";
     case DT_I32: return "int32_t";
     case DT_U8: return "uint8_t";
+    case DT_U16: return "uint16_t";
     default: return "void";
     }
 }

@@ -5,8 +5,8 @@
 #include <stdio.h>
 #include <string.h>
 
-static const char *const dt_names[] = {"none", "f32", "f16", "bf16", "i32", "u8"};
-static const int dt_sizes[] = {0, 4, 2, 2, 4, 1};
+static const char *const dt_names[] = {"none", "f32", "f16", "bf16", "i32", "u8", "u16"};
+static const int dt_sizes[] = {0, 4, 2, 2, 4, 1, 2};
 
 const char *dt_name(DType t) { return dt_names[t]; }
 int dt_size(DType t) { return dt_sizes[t]; }

@@ -23,7 +23,7 @@
 /* Value types. The first five match the language's TypeName values. */
 typedef enum {
     DT_NONE = 0,
-    DT_F32, DT_F16, DT_BF16, DT_I32, DT_U8,
+    DT_F32, DT_F16, DT_BF16, DT_I32, DT_U8, DT_U16,
 } DType;
 
 const char *dt_name(DType t);          /* "f32", "f16", "bf16", "i32", "u8", "none" */

@@ -238,7 +238,7 @@ static const char *dot_color(DType t)
 {
     static const char *const colors[] = {
         [DT_NONE] = "white", [DT_F32] = "#9ecae1", [DT_F16] = "#fdae6b",
-        [DT_BF16] = "#bcbddc", [DT_I32] = "#d9d9d9", [DT_U8] = "#d9d9d9",
+        [DT_BF16] = "#bcbddc", [DT_I32] = "#d9d9d9", [DT_U8] = "#d9d9d9", [DT_U16] = "#d9d9d9",
     };
     return colors[t];
 }

@@ -53,7 +53,7 @@ static Val vreal(double r) { return (Val){V_REAL, 0, r, NULL}; }
 static Val vbool(bool b) { return (Val){V_BOOL, b, b, NULL}; }
 static Val vtensor(IrNode *t) { return (Val){V_TENSOR, 0, 0, t}; }
 static bool is_num(Val v) { return v.k == V_INT || v.k == V_REAL; }
-static bool is_int_type(DType t) { return t == DT_I32 || t == DT_U8; }
+static bool is_int_type(DType t) { return t == DT_I32 || t == DT_U8 || t == DT_U16; }
 
 /* ---- scopes, blocks, the context -------------------------------------------- */
 

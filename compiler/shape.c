@@ -70,7 +70,7 @@ bool shape_expect_rank(IrGraph *g, SrcLoc at, const char *op, const char *layout
     return false;
 }
 
-static bool is_int(DType t) { return t == DT_I32 || t == DT_U8; }
+static bool is_int(DType t) { return t == DT_I32 || t == DT_U8 || t == DT_U16; }
 
 bool shape_expect_float(SrcLoc at, const char *op, DType t, const char *name)
 {

@@ -141,6 +141,7 @@ static inline const char *mp_data_type_str(int t)
     case MP_F16: return "f16 (<f2)";
     case MP_I32: return "i32 (<i4)";
     case MP_U8: return "u8 (|u1)";
+    case MP_U16: return "u16 (<u2)";
     default: return mp_dtype_name(t);
     }
 }

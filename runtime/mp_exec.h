@@ -32,6 +32,7 @@ static inline float mp_load_scalar(const void *p, int dt)
     case MP_BF16: return mp_bf16_to_f32(*(const uint16_t *)p);
     case MP_I32: return (float)*(const int32_t *)p;
     case MP_U8: return (float)*(const uint8_t *)p;
+    case MP_U16: return (float)*(const uint16_t *)p;
     default: return *(const float *)p;
     }
 }

@@ -223,6 +223,7 @@ static inline MP_HD float mp_ld(const void *p, int dt, int64_t i)
     case MP_BF16: return mp_bf16_to_f32(((const uint16_t *)p)[i]);
     case MP_I32:  return (float)((const int32_t *)p)[i];
     case MP_U8:   return (float)((const uint8_t *)p)[i];
+    case MP_U16:  return (float)((const uint16_t *)p)[i];
     default:      return ((const float *)p)[i];
     }
 }
@@ -245,6 +246,11 @@ static inline MP_HD uint8_t mp_f32_to_u8(float v)
     return !(v > 0.0f) ? 0 : v >= 255.0f ? 255 : (uint8_t)v;
 }
 
+static inline MP_HD uint16_t mp_f32_to_u16(float v)
+{
+    return !(v > 0.0f) ? 0 : v >= 65535.0f ? 65535 : (uint16_t)v;
+}
+
 /* Store v as element i of p in storage type dt: the one rounding. */
 static inline MP_HD void mp_st(void *p, int dt, int64_t i, float v)
 {
@@ -253,6 +259,7 @@ static inline MP_HD void mp_st(void *p, int dt, int64_t i, float v)
     case MP_BF16: ((uint16_t *)p)[i] = mp_f32_to_bf16(v); break;
     case MP_I32:  ((int32_t *)p)[i] = mp_f32_to_i32(v); break;
     case MP_U8:   ((uint8_t *)p)[i] = mp_f32_to_u8(v); break;
+    case MP_U16:  ((uint16_t *)p)[i] = mp_f32_to_u16(v); break;
     default:      ((float *)p)[i] = v; break;
     }
 }

@@ -44,7 +44,7 @@
 #endif
 
 /* Element types: values equal mpcc's DType. */
-enum { MP_F32 = 1, MP_F16 = 2, MP_BF16 = 3, MP_I32 = 4, MP_U8 = 5 };
+enum { MP_F32 = 1, MP_F16 = 2, MP_BF16 = 3, MP_I32 = 4, MP_U8 = 5, MP_U16 = 6 };
 
 /* Parameter initialisers: values equal mpcc's InitKind. */
 enum { MP_INIT_ZEROS, MP_INIT_ONES, MP_INIT_CONSTANT, MP_INIT_NORMAL,
@@ -62,6 +62,9 @@ typedef struct MpInput {
     int64_t classes;            /* > 0: class labels, checked in [0, classes) */
     void *batch;                /* one batch, filled by the runtime each step */
     void *eval_batch;           /* unused by the model; runtime scratch */
+    int window;                 /* 1: a window input (LANGUAGE.md `window`): its
+                                   data is one 1-D stream, each batch row W
+                                   consecutive values of it (shape[1] = W) */
 } MpInput;
 
 typedef struct MpParam {

@@ -69,7 +69,7 @@ static MP_UNUSED int mp_dtype_size(int dtype)
 {
     switch (dtype) {
     case MP_F32: case MP_I32: return 4;
-    case MP_F16: case MP_BF16: return 2;
+    case MP_F16: case MP_BF16: case MP_U16: return 2;
     case MP_U8: return 1;
     default: return 0;
     }
@@ -84,6 +84,7 @@ static MP_UNUSED const char *mp_dtype_name(int dtype)
     case MP_BF16: return "bf16";
     case MP_I32: return "i32";
     case MP_U8: return "u8";
+    case MP_U16: return "u16";
     default: return "?";
     }
 }
