@@ -633,7 +633,7 @@ static int mp_cu_step(MpTrainer *t, int64_t k, int need, MpStepOut *out, MpErr *
     return need ? mp_cu_sync(t, k, h.lr, out, e) : 0;
 }
 
-static const MpDevice mp_cu_device = {mp_cu_start, mp_cu_step, mp_cu_pull};
+static const MpDevice mp_cu_device = {mp_cu_start, mp_cu_step, mp_cu_pull, NULL};
 
 /* ---- MpModel's functions: evaluation, --gradcheck, --check-numerics ------------------------------ */
 

@@ -120,7 +120,8 @@ typedef struct MpRun {
  *          fills *out (and the trainer's counters) only when need is set,
  *          the one moment the host waits for the device.
  *   pull   the device's parameters, optimizer state and counters back into
- *          the trainer's buffers (before a checkpoint is written). */
+ *          the trainer's buffers (before a checkpoint is written).
+ *   bytes  see below. */
 struct MpTrainer;
 struct MpStepOut;
 struct MpErr;
@@ -128,6 +129,9 @@ typedef struct MpDevice {
     int (*start)(struct MpTrainer *t, int host, struct MpErr *e);
     int (*step)(struct MpTrainer *t, int64_t k, int need, struct MpStepOut *out, struct MpErr *e);
     int (*pull)(struct MpTrainer *t, struct MpErr *e);
+    /* bytes  the device memory the run needs, computed without a GPU (for
+     *        --dry-run); NULL: not known. */
+    int64_t (*bytes)(const struct MpTrainer *t);
 } MpDevice;
 
 typedef struct MpModel {
