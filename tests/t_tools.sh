@@ -169,10 +169,11 @@ good = {
     'f2': r.standard_normal((7,)).astype('<f2'),
     'i4': r.integers(-1000, 1000, (2, 3, 4)).astype('<i4'),
     'u1': r.integers(0, 256, (4, 1, 2, 2)).astype(np.uint8),
+    'u2': r.integers(0, 65536, (9,)).astype('<u2'),
     'scalar': np.array(2.5, dtype='<f4'),
     'empty': np.zeros((0, 3), dtype='<f4'),
 }
-names = {'float32': 'f32', 'float16': 'f16', 'int32': 'i32', 'uint8': 'u8'}
+names = {'float32': 'f32', 'float16': 'f16', 'int32': 'i32', 'uint8': 'u8', 'uint16': 'u16'}
 for k, a in good.items():
     np.save(f'{tmp}/{k}.npy', a)
     shape = 'x'.join(map(str, a.shape)) or 'scalar'
@@ -188,7 +189,7 @@ np.save(f'{tmp}/obj.npy', np.array([1, 'a'], dtype=object), allow_pickle=True)
 np.save(f'{tmp}/rec.npy', np.zeros(2, dtype=[('a', '<f4'), ('b', '<i4')]))
 np.savez(f'{tmp}/zipped.npz', a=good['f4'])
 EOF
-for k in f4 f2 i4 u1 scalar empty v2; do
+for k in f4 f2 i4 u1 u2 scalar empty v2; do
     got=$(MP_NPY_IN="$tmp/$k.npy" "$B/tests/test_npy")
     want=$(grep "^$k.npy " "$tmp/npy_want" | cut -d' ' -f2-)
     [ "$got" = "$want" ] || bad "mp_npy_load($k.npy): got '$got', NumPy wrote '$want'"
