@@ -293,9 +293,12 @@ static inline int mp_check_stream(const MpInput *x, const MpArray *a, const char
         return mp_errf(e, "%s: input '%s' is a window input: it needs one stream of %s values "
                        "(a 1-D array), the file's shape is %s", file, x->name,
                        mp_data_type_str(x->dtype), got);
+    if (a->shape[0] == 0)
+        return mp_errf(e, "%s: input '%s' needs a stream of at least one window of %lld values, "
+                       "the file is empty", file, x->name, (long long)w);
     if (a->shape[0] < w)
         return mp_errf(e, "%s: input '%s' needs a stream of at least one window of %lld values, "
-                       "the file %s", file, x->name, (long long)w, a->shape[0] ? "holds " : "is empty");
+                       "the file holds %lld", file, x->name, (long long)w, (long long)a->shape[0]);
     return 0;
 }
 
