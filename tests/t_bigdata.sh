@@ -5,7 +5,8 @@
 # (RssAnon in /proc/PID/status, sampled every 20 ms) stays at the batch
 # working set plus the data order (8 bytes a sample): the file is mapped,
 # not read into memory. The finite-value check streams through the whole
-# file first: a NaN put into the last sample is refused, naming the file
+# file first, with a progress line on a terminal (util-linux `script`
+# provides one): a NaN put into the last sample is refused, naming the file
 # and the sample. Prints the peak RssAnon / VmRSS and the run's time.
 set -u
 cd "$(dirname "$0")/.."
@@ -62,6 +63,15 @@ limit=$(( 16384 + 8 * N / 1024 ))
 echo "t_bigdata: $size bytes, 30 steps in ${secs}s: peak RssAnon ${peak_anon} kB (limit $limit), peak VmRSS ${peak_rss} kB"
 [ $peak_anon -gt 0 ] || bad "RssAnon was never read"
 [ $peak_anon -le $limit ] || bad "private resident memory ${peak_anon} kB > $limit kB: the data was read into memory"
+
+# the check's progress line: on a terminal only
+grep -q "checking" "$tmp/out" && bad "a progress line went to a file: $(head -c 200 "$tmp/out")"
+if command -v script > /dev/null; then
+    script -qec "'$tmp/big' --data image='$tmp/x.npy' --data label='$tmp/y.npy' --steps 1" /dev/null > "$tmp/tty" 2>&1
+    grep -q "checking $tmp/x.npy: 100%" "$tmp/tty" || bad "no progress line for the check on a terminal: $(head -c 300 "$tmp/tty")"
+else
+    echo "t_bigdata: no 'script' here: the progress line on a terminal is not checked"
+fi
 
 # a NaN in the last sample: the check streams through the whole file
 "$PY" -c "
