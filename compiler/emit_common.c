@@ -83,7 +83,11 @@ const char *ctype(DType t)
 
 const char *mpdt(DType t)
 {
-    static const char *const names[] = {"0", "MP_F32", "MP_F16", "MP_BF16", "MP_I32", "MP_U8"};
+    static const char *const names[] = {
+        [DT_NONE] = "0", [DT_F32] = "MP_F32", [DT_F16] = "MP_F16", [DT_BF16] = "MP_BF16",
+        [DT_I32] = "MP_I32", [DT_U8] = "MP_U8", [DT_U16] = "MP_U16",
+    };
+    MP_ASSERT((unsigned)t < sizeof names / sizeof names[0]);
     return names[t];
 }
 
@@ -209,7 +213,7 @@ void emit_descriptors(Emit *e)
     em(e, "};\n\nstatic const char *const mp_metric_names[%d] = {", g->nmetrics ? g->nmetrics : 1);
     for (int i = 0; i < g->nmetrics; i++)
         em(e, "%s\"%s\"", i ? ", " : "", g->metrics[i].name);
-    em(e, "};\n");
+    em(e, "%s};\n", g->nmetrics ? "" : "NULL");   /* C11 has no empty initialiser */
 }
 
 void emit_model_struct(Emit *e, const char *hooks)
