@@ -187,7 +187,7 @@ struct MpCuUpdate {
     {
         if (!s->taken)
             return;
-        MpOptK k = s->k;
+        MpOptK k = tiles[b].no_decay ? mp_optk_no_decay(s->k) : s->k;
         float coef = s->coef;
         int64_t end = tiles[b].start + tiles[b].len;
         for (int64_t i = tiles[b].start + t.tid; i < end; i += t.nt) {
@@ -386,6 +386,7 @@ static inline MpCuTile *mp_cu_tiles(int64_t *n)
                 if (tl) {
                     tl[count].start = mp_cu.t->offset[i] + a;
                     tl[count].len = mp_min64(m->params[i].numel - a, 4096);
+                    tl[count].no_decay = m->params[i].no_decay;
                 }
                 count++;
             }

@@ -393,7 +393,7 @@ static inline int mp_step(MpTrainer *t, int64_t k, int check, int need, MpStepOu
             continue;
         slot[0] = t->slot[0] ? t->slot[0] + off : NULL;
         slot[1] = t->slot[1] ? t->slot[1] + off : NULL;
-        mp_optim_update(&t->cfg, t->params + off, t->grads + off, slot,
+        mp_optim_update(&t->cfg, m->params[i].no_decay, t->params + off, t->grads + off, slot,
                         m->params[i].numel, out->lr, t->updates);
     }
     return 0;
