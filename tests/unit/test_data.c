@@ -132,6 +132,7 @@ static void test_window_sampler(void **st)
     assert_true(fabs(sum / 10000 - (N - W) / 2.0) < 0.03 * (N - W));
     /* the same seed draws the same offsets; another seed others */
     MpOrder o2, o3;
+    free(o.perm);
     assert_int_equal(mp_order_init(&o2, &d, B, 1, 3, &e), 0);
     assert_int_equal(mp_order_init(&o3, &d, B, 1, 4, &e), 0);
     assert_int_equal(mp_order_init(&o, &d, B, 1, 3, &e), 0);
