@@ -1911,6 +1911,16 @@ static bool in_range(const TrainItem *it, const char *what, double v, double lo,
     return false;
 }
 
+/* The expression written for argument `arg` of a train setting, or NULL
+ * when it was not given. */
+static const Expr *given(const NamedSpec *ns, const Args *a, const char *arg)
+{
+    for (int i = 0; i < nspecs(ns->args); i++)
+        if (strcmp(ns->args[i].name, arg) == 0)
+            return a->e[i];
+    return NULL;
+}
+
 /* "adam lr": an argument of a train setting, for messages. */
 static const char *arg_name(Ctx *c, const NamedSpec *ns, const char *arg)
 {
@@ -2002,7 +2012,7 @@ static void tk_optimizer(Ctx *c, const TrainItem *it)
         in_range(it, arg_name(c, o, "eps"), t->eps, 0, true, INFINITY, false);
     }
     in_range(it, arg_name(c, o, "weight_decay"), t->weight_decay, 0, false, INFINITY, false);
-    const Expr *nd = a.e[t->opt == OPT_SGD ? 4 : 5];
+    const Expr *nd = given(o, &a, "no_decay");
     if (nd)
         no_decay(c, nd);
 }
@@ -2071,7 +2081,7 @@ static void tk_schedule(Ctx *c, const TrainItem *it)
     t->sched_min = s->kind == SCHED_COSINE ? a.v[1].r : 0;
     in_range(it, arg_name(c, s, "warmup"), t->warmup, 0, false, INFINITY, false);
     in_range(it, arg_name(c, s, "min"), t->sched_min, 0, false, INFINITY, false);
-    const Expr *style = s->kind == SCHED_CONSTANT ? NULL : a.e[s->kind == SCHED_COSINE ? 2 : 1];
+    const Expr *style = given(s, &a, "warmup_style");
     if (style)
         warmup_style(c, style);
 }
