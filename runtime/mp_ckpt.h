@@ -147,8 +147,8 @@ static inline int mp_ckpt_finite(const char *file, const char *name, const float
                                  MpErr *e)
 {
     int64_t j = mp_first_nonfinite(v, n);
-    return j < 0 ? 0 : mp_errf(e, "%s: tensor '%s' holds %g at element %lld: refusing a "
-                               "non-finite value", file, name, v[j], (long long)j);
+    return j < 0 ? 0 : mp_errf(e, "%s: tensor '%s' holds %s at element %lld: refusing a "
+                               "non-finite value", file, name, mp_nonfinite_name(v[j]), (long long)j);
 }
 
 /* Copies tensor `name` of f into dst after checking type and shape. */

@@ -60,12 +60,12 @@ static MP_UNUSED int mp_loss_stop(const MpTrainer *t, int64_t since, int64_t k, 
     if (t->ls.kind != MP_LS_NONE || isfinite(loss))
         return 0;
     if (since < k)
-        return mp_errf(e, "step %lld: the loss is %g (first non-finite at a step in %lld..%lld; "
+        return mp_errf(e, "step %lld: the loss is %s (first non-finite at a step in %lld..%lld; "
                        "--log-every 1 names it); without loss scaling the run stops; "
-                       "--check-numerics names the operation", (long long)k, loss,
+                       "--check-numerics names the operation", (long long)k, mp_nonfinite_name(loss),
                        (long long)since, (long long)k);
-    return mp_errf(e, "step %lld: the loss is %g; without loss scaling the run stops; "
-                   "--check-numerics names the operation", (long long)k, loss);
+    return mp_errf(e, "step %lld: the loss is %s; without loss scaling the run stops; "
+                   "--check-numerics names the operation", (long long)k, mp_nonfinite_name(loss));
 }
 
 /* Refuses to write `path` when a parameter or optimizer state is not finite. */
@@ -77,10 +77,10 @@ static MP_UNUSED int mp_params_finite(const MpTrainer *t, const char *path, MpEr
             const float *v = (s < 0 ? t->params : t->slot[s]) + t->offset[i];
             int64_t j = s >= 0 && !m->params[i].trainable ? -1 : mp_first_nonfinite(v, m->params[i].numel);
             if (j >= 0)
-                return mp_errf(e, "%s: not written: %s%s%s '%s' holds %g (element %lld) after step "
+                return mp_errf(e, "%s: not written: %s%s%s '%s' holds %s (element %lld) after step "
                                "%lld", path, s < 0 ? "parameter" : "optimizer state ",
                                s < 0 ? "" : t->slot_name[s], s < 0 ? "" : " of", m->params[i].name,
-                               v[j], (long long)j, (long long)t->step);
+                               mp_nonfinite_name(v[j]), (long long)j, (long long)t->step);
         }
     return 0;
 }

@@ -90,6 +90,12 @@ static MP_UNUSED const char *mp_dtype_name(int dtype)
     }
 }
 
+/* "NaN", "+inf" or "-inf", for messages about a non-finite value. */
+static MP_UNUSED const char *mp_nonfinite_name(double v)
+{
+    return isnan(v) ? "NaN" : v > 0 ? "+inf" : "-inf";
+}
+
 /* Index of the first non-finite value of v[0..n), or -1. */
 static MP_UNUSED int64_t mp_first_nonfinite(const float *v, int64_t n)
 {
