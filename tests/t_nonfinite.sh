@@ -2,7 +2,9 @@
 # t_nonfinite.sh - TRAINER.md "Non-finite values" (data aside):
 #   1. float32 (no loss scaling): a non-finite loss stops the run with exit 1
 #      at its step, naming it (with --check-numerics: the operation and its
-#      source line); the checkpoints written before stay finite.
+#      source line); the checkpoints written before stay finite. The same in
+#      the CUDA program (CPU stand-in), which names a range of steps when it
+#      did not read every step's loss back.
 #   2. A checkpoint is never written from non-finite parameters: the save is
 #      refused (exit 1) and the file already there is kept as it was.
 #   3. NaN / Inf in --init and --resume files: refused, naming the file and
@@ -51,6 +53,22 @@ expect 1 "step 2: the loss is NaN" "without loss scaling" -- \
 all_finite "$tmp/ck.st" || bad "the step-1 checkpoint is not finite"
 expect 1 "step 2: --check-numerics: operation 'linear' at mlp_small.mp:14 (logits)" -- \
     "$T" "${D[@]}" --steps 10 --lr 1e30 --check-numerics
+
+CXX=${CXX:-$(command -v g++ || command -v c++ || true)}
+if [ -z "$CXX" ]; then
+    echo "SKIP: no C++ compiler for the CUDA stand-in"
+elif ./mpcc tests/models/mlp_small.mp --precision float32 -o "$tmp/cu.cu" &&
+    nice "$CXX" -std=c++17 -O1 -x c++ -DMP_CU_EMU -include tests/cuda/mp_cuda_emu.h \
+        "$tmp/cu.cu" -o "$tmp/cu" -lm 2>"$tmp/cu.build"; then
+    # the device reads the loss back when a line is logged: exact with
+    # --log-every 1, else the range of steps it may have turned at
+    expect 1 "step 2: the loss is NaN;" -- "$tmp/cu" "${D[@]}" --steps 10 --lr 1e30 --log-every 1
+    expect 1 "step 5: the loss is NaN (first non-finite at a step in 1..5" -- \
+        "$tmp/cu" "${D[@]}" --steps 10 --lr 1e30 --log-every 5 --save "$tmp/cu.st"
+    [ -e "$tmp/cu.st" ] && bad "the CUDA program wrote a checkpoint after a non-finite loss"
+else
+    bad "the CUDA program does not build for the CPU"; head -n 20 "$tmp/cu.build"
+fi
 
 echo "== 2. no checkpoint from non-finite parameters"
 cp "$tmp/ck.st" "$tmp/ck.orig"
