@@ -2080,8 +2080,8 @@ static void check_op_lists(const TrainCfg *t, const TrainItem *fp32)
  * program still runs (--lr and --steps may change the picture). */
 static void check_schedule(const TrainCfg *t, const TrainItem *sched, const TrainItem *steps)
 {
-    if (!sched || t->sched == SCHED_CONSTANT)
-        return;
+    if (!sched || t->sched == SCHED_CONSTANT || !(t->lr > 0) || t->warmup < 0 || t->sched_min < 0)
+        return;                 /* nothing set, or values already reported as errors */
     SrcLoc at = sched->value->loc;
     if (t->sched == SCHED_COSINE && t->sched_min >= t->lr)
         diag_warning(at, "cosine's min = %g is not below the optimizer's lr = %g: the learning "
