@@ -657,9 +657,6 @@ static inline int mp_eval_and_log(MpTrainer *t, MpLog *l, MpErr *e)
 static inline int mp_train(MpTrainer *t, const MpOpts *o, MpLog *l, MpErr *e)
 {
     int64_t steps = l->total, log_every = o->log_every > 0 ? o->log_every : 100;
-    if (t->step > steps)
-        return mp_errf(e, "%s: the checkpoint is at step %lld, past --steps %lld",
-                       o->resume, (long long)t->step, (long long)steps);
     for (int64_t k = t->step + 1; k <= steps; k++) {
         MpStepOut s = {0, 0, 0, 0, 0, 0};
         int logged = k % log_every == 0 || k == steps;
@@ -693,9 +690,12 @@ static inline int mp_run(MpTrainer *t, const MpOpts *o, MpLog *l, MpErr *e)
     if (mp_prepare(t, o, e))
         return 1;
     l->total = o->steps >= 0 ? o->steps : t->m->cfg.steps;
+    if (t->step > l->total)
+        return mp_errf(e, "%s: the checkpoint is at step %lld, past --steps %lld",
+                       o->resume, (long long)t->step, (long long)l->total);
+    mp_warn_horizon(t, l->total);
     if (o->dry_run)
         return mp_dry_run(t, l->total, e);
-    mp_warn_horizon(t, l->total);
     if (o->log && !(l->jsonl = mp_out_append(o->log, !o->resume, e)))
         return 1;
     l->path = o->log;
