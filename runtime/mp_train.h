@@ -34,10 +34,11 @@
  * checkpoints pull the device's state first (mp_save). --gradcheck and
  * --check-numerics keep the host as the owner of the parameters.
  *
- * Production runs (TRAINER.md "Additions for production runs") are
- * mp_guard.h's: output paths checked before anything else, SIGINT/SIGTERM
- * ending the loop after a step with a checkpoint, non-finite losses and
- * parameters stopping the run, --dry-run.
+ * Production runs (TRAINER.md "Additions for production runs"): every
+ * output path is checked before anything else (the tables mp_file_inputs /
+ * mp_file_outputs, mp_out.h's rules); mp_guard.h has SIGINT / SIGTERM
+ * (mp_stop ends the loop after a step, with a checkpoint), the non-finite
+ * loss and parameter checks, the schedule warning and --dry-run.
  *
  * Exit status: 0 done, 1 run-time error (one line on stderr), 2 usage,
  * 130 / 143 stopped by SIGINT / SIGTERM (after saving). */
@@ -610,8 +611,10 @@ static inline int mp_file_paths(const MpOpts *o, const MpFileOpt *d, MpOutIn *ou
 static inline int mp_check_outputs(const MpOpts *o, MpErr *e)
 {
     int cap = 1, n = 0;
-    for (int i = 0; i < MP_NFILEOPTS(mp_file_inputs); i++)
-        cap += mp_file_inputs[i].list ? ((const MpList *)((const char *)o + mp_file_inputs[i].off))->n : 1;
+    for (int i = 0; i < MP_NFILEOPTS(mp_file_inputs); i++) {
+        const char *field = (const char *)o + mp_file_inputs[i].off;
+        cap += mp_file_inputs[i].list ? ((const MpList *)field)->n : 1;
+    }
     MpOutIn *in = (MpOutIn *)calloc((size_t)cap, sizeof *in), out;
     if (!in)
         return mp_errf(e, "out of memory"), 2;
@@ -663,7 +666,8 @@ static inline int mp_train(MpTrainer *t, const MpOpts *o, MpLog *l, MpErr *e)
         if (mp_stop_signal)
             return mp_stop(t, o, l, e);
         if (mp_step(t, k, (int)o->check_numerics, mp_log_due(l, logged), &s, e)
-            || (s.known && mp_loss_stop(t, l->last_step + 1, k, s.loss, e)) || mp_log_step(l, t, k, &s, logged, e))
+            || (s.known && mp_loss_stop(t, l->last_step + 1, k, s.loss, e))
+            || mp_log_step(l, t, k, &s, logged, e))
             return 1;
         if (k == steps)                         /* the end does both */
             break;

@@ -12,11 +12,7 @@
 set -u
 cd "$(dirname "$0")/.."
 . tests/py/lib.sh
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail=0
-bad() { echo "FAIL: $*"; fail=1; }
-CXX=${CXX:-$(command -v g++ || command -v c++ || true)}
+test_tmp
 
 mnist_first train 256 "$tmp/x.npy" "$tmp/y.npy" || exit 1
 mnist_first t10k 128 "$tmp/ex.npy" "$tmp/ey.npy" || exit 1
@@ -73,14 +69,8 @@ expect 2 "--save '$tmp/x.npy': is the same file as --data" "${D[@]}" --save "$tm
 expect 2 "does not exist" "${D[@]}" --log "$tmp/no/such.jsonl"
 
 echo "== 3. the CUDA program's device memory, without a device"
-if [ -z "$CXX" ]; then
-    echo "SKIP: no C++ compiler for the CUDA stand-in"
-    exit $fail
-fi
-./mpcc tests/models/resume_adam.mp -o "$tmp/cu.cu" &&
-    nice "$CXX" -std=c++17 -O1 -x c++ -DMP_CU_EMU -include tests/cuda/mp_cuda_emu.h \
-        "$tmp/cu.cu" -o "$tmp/cu" -lm 2>"$tmp/cu.build" ||
-    { bad "the CUDA program does not build for the CPU"; head -n 20 "$tmp/cu.build"; exit 1; }
+emu_trainer tests/models/resume_adam.mp "$tmp/cu"
+case $? in 2) exit $fail ;; 1) exit 1 ;; esac
 "$tmp/cu" "${D[@]}" --steps 5 --dry-run >"$tmp/cu.dry" 2>"$tmp/cu.err" ||
     bad "CUDA --dry-run: exit $?: $(tail -n 1 "$tmp/cu.err")"
 sed 's/^/    /' "$tmp/cu.dry"

@@ -8,10 +8,7 @@
 set -u
 cd "$(dirname "$0")/.."
 . tests/py/lib.sh
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail=0
-bad() { echo "FAIL: $*"; fail=1; }
+test_tmp
 
 # expect RC FRAGMENT CMD...: exit status RC, stderr one line holding FRAGMENT
 expect() {

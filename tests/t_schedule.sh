@@ -8,10 +8,7 @@
 set -u
 cd "$(dirname "$0")/.."
 . tests/py/lib.sh
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail=0
-bad() { echo "FAIL: $*"; fail=1; }
+test_tmp
 
 # model FILE SCHEDULE STEPS: mlp_small with that schedule and optimizer lr 0.1
 model() {

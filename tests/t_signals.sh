@@ -10,11 +10,7 @@
 set -u
 cd "$(dirname "$0")/.."
 . tests/py/lib.sh
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail=0
-bad() { echo "FAIL: $*"; fail=1; }
-CXX=${CXX:-$(command -v g++ || command -v c++ || true)}
+test_tmp
 
 mnist_first train 512 "$tmp/x.npy" "$tmp/y.npy" || exit 1
 D=(--data image="$tmp/x.npy" --data label="$tmp/y.npy" --log-every 1)
@@ -59,15 +55,8 @@ build_trainer tests/models/resume_adam.mp "$tmp/c" || exit 1
 run_pair "$tmp/c" c 200
 
 echo "== 1. the CUDA program (CPU stand-in)"
-if [ -z "$CXX" ]; then
-    echo "SKIP: no C++ compiler for the CUDA stand-in"
-elif ./mpcc tests/models/resume_adam.mp -o "$tmp/cu.cu" &&
-    nice "$CXX" -std=c++17 -O1 -x c++ -DMP_CU_EMU -include tests/cuda/mp_cuda_emu.h \
-        "$tmp/cu.cu" -o "$tmp/cu" -lm 2>"$tmp/cu.build"; then
-    run_pair "$tmp/cu" cuda 100
-else
-    bad "the CUDA program does not build for the CPU"; head -n 20 "$tmp/cu.build"
-fi
+emu_trainer tests/models/resume_adam.mp "$tmp/cu"
+case $? in 0) run_pair "$tmp/cu" cuda 100 ;; 1) fail=1 ;; esac
 
 ls -a "$tmp" | grep -q mpcc-tmp && bad "a temporary file was left behind"
 
