@@ -174,7 +174,8 @@ bool emit_c(FILE *out, const IrGraph *g)
     forward_fn(&e);
     backward_fn(&e);
     emit_descriptors(&e);
-    emit_model_struct(&e, "model_setup, model_cast_params, model_forward, model_backward, NULL");
+    emit_model_struct(&e, arena_printf(e.a, "model_setup, model_cast_params, model_forward, "
+                                       "model_backward, NULL, %lld", (long long)e.mp->arena_bytes));
     em(&e, "\nint main(int argc, char **argv) { return mp_main(argc, argv, &mp_model); }\n");
     return emit_end(&e);
 }

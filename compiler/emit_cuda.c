@@ -224,7 +224,7 @@ bool emit_cuda(FILE *out, const IrGraph *g)
     forward_fn(&e);
     backward_fn(&e);
     model_desc(&e, off, in_bytes);
-    emit_model_struct(&e, "NULL, mp_cu_cast_params, mp_cu_forward, mp_cu_backward, &mp_cu_device");
+    emit_model_struct(&e, "NULL, mp_cu_cast_params, mp_cu_forward, mp_cu_backward, &mp_cu_device, 0");
     em(&e, "\nint main(int argc, char **argv)\n{\n    mp_cu.model = &mp_cu_model_desc;\n"
            "    return mp_main(argc, argv, &mp_model);\n}\n");
     return emit_end(&e);

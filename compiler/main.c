@@ -4,9 +4,10 @@
  *                 [--dump-plan[=text|json|dot]] [--version] [--help]
  *
  * Runs the phases of docs/DESIGN.md in order and stops after the first
- * phase that reported errors. The output file is written to a temporary
- * name beside it and renamed into place only when everything succeeded, so
- * an error never leaves a file behind. Exit codes: diag.h. */
+ * phase that reported errors. The output file is written by
+ * runtime/mp_out.h: to a temporary name beside it, renamed into place only
+ * when everything succeeded (an error never leaves a file behind); only a
+ * regular file is replaced, never the model itself. Exit codes: diag.h. */
 #include "ast.h"
 #include "autodiff.h"
 #include "diag.h"
@@ -14,6 +15,7 @@
 #include "plan.h"
 #include "prec.h"
 #include "sema.h"
+#include "mp_out.h"   /* runtime/: the writer programs and mpcc share */
 
 #include <errno.h>
 #include <stdio.h>
@@ -122,26 +124,26 @@ static int parse_args(int argc, char **argv, Options *o)
     return -1;
 }
 
-/* Write the program to a temporary file beside `path`, then rename. */
+/* Write the program through runtime/mp_out.h, the runtime's own writer:
+ * the same output rules as the generated program (TRAINER.md, Outputs),
+ * the model being the one input that -o must not name. */
 static int write_program(const Options *o, const IrGraph *g)
 {
-    char *tmp = arena_printf(g->arena, "%s.tmp.%ld", o->output, (long)getpid());
-    FILE *f = fopen(tmp, "w");
-    if (!f) {
-        diag_usage("cannot write '%s': %s", o->output, strerror(errno));
+    MpOutIn in = {"the model", o->input};
+    MpOut out;
+    MpErr e;
+    if (mp_out_check("cannot write", o->output, &in, 1, NULL, 0, &e)
+        || mp_out_begin(&out, o->output, &e)) {
+        diag_usage("%s", e.msg);
         return EXIT_USAGE;
     }
-    bool ok = o->target_c ? emit_c(f, g) : emit_cuda(f, g);
-    if (fflush(f) != 0 || ferror(f))
-        ok = false;
-    if (fclose(f) != 0)
-        ok = false;
-    if (!ok || rename(tmp, o->output) != 0) {
-        if (ok)
-            diag_usage("cannot write '%s': %s", o->output, strerror(errno));
-        else
-            diag_usage("cannot write '%s'", o->output);
-        remove(tmp);
+    if (!(o->target_c ? emit_c(out.f, g) : emit_cuda(out.f, g))) {
+        mp_out_abort(&out);
+        diag_usage("cannot write '%s'", o->output);
+        return EXIT_USAGE;
+    }
+    if (mp_out_commit(&out, o->output, &e)) {
+        diag_usage("%s", e.msg);
         return EXIT_USAGE;
     }
     return EXIT_OK;

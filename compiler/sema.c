@@ -2217,6 +2217,26 @@ static void check_op_lists(const TrainCfg *t, const TrainItem *fp32)
                 diag_error(at, "'%s' is in both fp16_ops and fp32_ops", t->fp16_ops[i]);
 }
 
+/* Schedules that cannot do what they look like they do: warnings, since the
+ * program still runs (--lr and --steps may change the picture). */
+static void check_schedule(const TrainCfg *t, const TrainItem *sched, const TrainItem *steps)
+{
+    if (!sched || t->sched == SCHED_CONSTANT || !(t->lr > 0) || t->warmup < 0 || t->sched_min < 0)
+        return;                 /* nothing set, or values already reported as errors */
+    SrcLoc at = sched->value->loc;
+    if (t->sched == SCHED_COSINE && t->sched_min >= t->lr)
+        diag_warning(at, "cosine's min = %g is not below the optimizer's lr = %g: the learning "
+                     "rate %s instead of decaying", t->sched_min, t->lr,
+                     t->sched_min > t->lr ? "rises" : "stays put");
+    if (t->warmup >= (double)t->steps) {
+        diag_warning(at, "warmup = %g is not below steps = %lld: the whole run is warmup, no "
+                     "step is left for the %s decay", t->warmup, (long long)t->steps,
+                     t->sched == SCHED_COSINE ? "cosine" : "linear");
+        if (steps)
+            diag_note(steps->loc, "steps given here");
+    }
+}
+
 /* True when the loss depends on some trainable parameter. */
 static bool loss_trains_something(IrGraph *g)
 {
@@ -2251,6 +2271,7 @@ static void train_block(Ctx *c, const Stmt *s)
     if (!seen[N_TRAIN_KEYS - 1])
         diag_error(s->loc, "the train block needs 'minimize NAME' (the scalar loss to minimise)");
     check_op_lists(t, seen[7]);   /* fp32_ops */
+    check_schedule(t, seen[3], seen[8]);   /* lr_schedule, steps */
     if (c->g->loss && !loss_trains_something(c->g))
         diag_error(seen[N_TRAIN_KEYS - 1]->value->loc, "'%s' does not depend on any trainable "
                    "parameter: nothing to train", seen[N_TRAIN_KEYS - 1]->value->name);

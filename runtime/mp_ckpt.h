@@ -14,9 +14,10 @@
  *   steps at the lowest scale), data_rng (the data stream's xoshiro256**
  *   state before this epoch's shuffle: 4 x 16 hex digits), data_epoch,
  *   data_position (batches used in that epoch), data_samples.
- * Loading checks every name, type and shape and refuses a mismatch, an
- * unexpected tensor or an unreadable number by name. --init reads only the
- * parameters (and ignores optimizer.* and PyTorch's *.num_batches_tracked). */
+ * Loading checks every name, type and shape and refuses a mismatch, a
+ * non-finite value, an unexpected tensor or an unreadable number by name.
+ * --init reads only the parameters (and ignores optimizer.* and PyTorch's
+ * *.num_batches_tracked). */
 #ifndef MP_CKPT_H
 #define MP_CKPT_H
 
@@ -141,6 +142,15 @@ static inline const char *mp_st_dtype_str(int t)
     return t >= MP_F32 && t <= MP_U8 ? mp_st_dtype_names_[t] : "?";
 }
 
+/* A loaded tensor must hold finite values only (TRAINER.md, Non-finite values). */
+static inline int mp_ckpt_finite(const char *file, const char *name, const float *v, int64_t n,
+                                 MpErr *e)
+{
+    int64_t j = mp_first_nonfinite(v, n);
+    return j < 0 ? 0 : mp_errf(e, "%s: tensor '%s' holds %s at element %lld: refusing a "
+                               "non-finite value", file, name, mp_nonfinite_name(v[j]), (long long)j);
+}
+
 /* Copies tensor `name` of f into dst after checking type and shape. */
 static inline int mp_ckpt_take(const MpStFile *f, const char *file, const char *name,
                                const MpParam *p, float *dst, MpErr *e)
@@ -161,7 +171,7 @@ static inline int mp_ckpt_take(const MpStFile *f, const char *file, const char *
         return mp_errf(e, "%s: tensor '%s' has shape %s, the model's is %s", file, name, got, want);
     }
     memcpy(dst, x->data, (size_t)p->numel * sizeof(float));
-    return 0;
+    return mp_ckpt_finite(file, name, dst, p->numel, e);
 }
 
 static inline int mp_ends_with(const char *s, const char *tail)

@@ -634,7 +634,23 @@ static int mp_cu_step(MpTrainer *t, int64_t k, int need, MpStepOut *out, MpErr *
     return need ? mp_cu_sync(t, k, h.lr, out, e) : 0;
 }
 
-static const MpDevice mp_cu_device = {mp_cu_start, mp_cu_step, mp_cu_pull, NULL};
+/* --dry-run: the bytes mp_cu_start would allocate, counted on the host
+ * without a GPU (measure mode, then the layout with no memory), the
+ * training set left out: mp_cu_plan_data moves it only when it fits. */
+static int64_t mp_cu_bytes(const MpTrainer *t)
+{
+    int64_t ntiles = 0;
+    mp_cu.t = (MpTrainer *)t;
+    mp_cu_measure();
+    mp_cu_plan_data(mp_cu.t, 1);
+    mp_cu.nparts = (int)mp_min64((t->total + 4095) / 4096, 1024);
+    mp_cu.nparts = mp_cu.nparts < 1 ? 1 : mp_cu.nparts;
+    free(mp_cu_tiles(&ntiles));
+    mp_cu.ntiles = ntiles;
+    return mp_cu_layout(NULL);
+}
+
+static const MpDevice mp_cu_device = {mp_cu_start, mp_cu_step, mp_cu_pull, mp_cu_bytes};
 
 /* ---- MpModel's functions: evaluation, --gradcheck, --check-numerics ------------------------------ */
 

@@ -162,6 +162,8 @@ typedef struct MpModel {
     int (*backward)(MpRun *run);
     /* NULL, or the device that trains this model (see MpDevice). */
     const MpDevice *device;
+    /* Bytes of host memory setup() allocates for activations (--dry-run). */
+    int64_t arena_bytes;
 } MpModel;
 
 int mp_main(int argc, char **argv, MpModel *m);

@@ -30,6 +30,7 @@
 
 #include "mp_model.h"
 #include "mp_util.h"
+#include "mp_out.h"
 
 #include <stdint.h>
 #include <stdio.h>

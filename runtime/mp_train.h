@@ -34,7 +34,14 @@
  * checkpoints pull the device's state first (mp_save). --gradcheck and
  * --check-numerics keep the host as the owner of the parameters.
  *
- * Exit status: 0 done, 1 run-time error (one line on stderr), 2 usage. */
+ * Production runs (TRAINER.md "Additions for production runs"): every
+ * output path is checked before anything else (the tables mp_file_inputs /
+ * mp_file_outputs, mp_out.h's rules); mp_guard.h has SIGINT / SIGTERM
+ * (mp_stop ends the loop after a step, with a checkpoint), the non-finite
+ * loss and parameter checks, the schedule warning and --dry-run.
+ *
+ * Exit status: 0 done, 1 run-time error (one line on stderr), 2 usage,
+ * 130 / 143 stopped by SIGINT / SIGTERM (after saving). */
 #ifndef MP_TRAIN_H
 #define MP_TRAIN_H
 
@@ -52,6 +59,7 @@
 #include "mp_data.h"
 #include "mp_ckpt.h"
 #include "mp_gradcheck.h"
+#include "mp_guard.h"
 
 #define MP_COLLAPSE_STEPS 100
 
@@ -61,7 +69,7 @@ typedef struct MpList { char **v; int n; } MpList;
 
 typedef struct MpOpts {
     MpList data, eval;
-    int64_t no_shuffle, check_numerics, gradcheck, help;
+    int64_t no_shuffle, check_numerics, gradcheck, help, dry_run;
     int64_t steps, eval_every, log_every, save_every, seed;   /* -1: not given */
     double lr;                                                /* -1: not given */
     const char *init, *save, *resume, *log;
@@ -91,6 +99,8 @@ static const MpOptDef mp_optdefs[] = {
     MP_OPT("--save-every", MP_O_POS, save_every, "N", "also write it every N steps"),
     MP_OPT("--resume", MP_O_STR, resume, "FILE", "continue exactly where that checkpoint stopped"),
     MP_OPT("--log", MP_O_STR, log, "FILE.jsonl", "one JSON object per logged step"),
+    MP_OPT("--dry-run", MP_O_FLAG, dry_run, "", "check data, checkpoints and outputs, print the "
+           "memory the run needs, do not train"),
     MP_OPT("--check-numerics", MP_O_FLAG, check_numerics, "", "stop at the first inf/NaN of a forward pass"),
     MP_OPT("--gradcheck", MP_O_FLAG, gradcheck, "", "check the backward pass against finite "
            "differences (mpcc's tests; no data needed)"),
@@ -279,7 +289,7 @@ static inline int mp_prepare(MpTrainer *t, const MpOpts *o, MpErr *e)
         return 1;
     if (m->setup && m->setup())
         return mp_errf(e, "model '%s': set-up failed (out of memory?)", m->name);
-    if (m->device && m->device->start(t, (int)o->check_numerics, e))
+    if (!o->dry_run && m->device && m->device->start(t, (int)o->check_numerics, e))
         return 1;
     return 0;
 }
@@ -373,6 +383,8 @@ static inline int mp_step(MpTrainer *t, int64_t k, int check, int need, MpStepOu
     if (mp_micro_batches(t, k, (float)out->scale, check, 0, &loss, &run))
         return mp_numerics_error(k, &run, "--check-numerics", e);
     out->loss = (float)loss;
+    if (mp_loss_stop(t, k, k, out->loss, e))
+        return 1;
     double ss = mp_unscale_sumsq(t->grads, t->total, (float)(1.0 / out->scale));
     out->grad_norm = sqrt(ss);
     int at_floor = mp_scaler_at_floor(&t->ls);
@@ -465,6 +477,7 @@ typedef struct MpLog {
     FILE *jsonl;
     const char *path;
     int tty, drawn;             /* drawn: a progress line is on screen */
+    int stopped;                /* the signal that stopped the run, or 0 */
     int64_t first, last_step, total;   /* steps: this run's first, last logged, target */
     double t0, last_time, last_draw;
 } MpLog;
@@ -549,7 +562,88 @@ static inline int mp_save(MpTrainer *t, const char *path, MpErr *e)
 {
     if (t->m->device && t->m->device->pull(t, e))
         return 1;
-    return mp_ckpt_save(t, path, e);
+    return mp_params_finite(t, path, e) || mp_ckpt_save(t, path, e);
+}
+
+/* ---- production runs: output paths, stopping on a signal ---------------------- */
+
+/* The run's inputs and outputs by option (TRAINER.md, Outputs): an option
+ * that reads or writes a file is one line here. `may_replace`: the input an
+ * output may name (--save over --resume: the preemption loop). */
+typedef struct MpFileOpt {
+    const char *name;
+    size_t off;                 /* an MpList (list) or a const char * in MpOpts */
+    int list, dir;              /* dir: a folder, created when missing */
+    const char *may_replace;
+} MpFileOpt;
+
+static const MpFileOpt mp_file_inputs[] = {
+    {"--data", offsetof(MpOpts, data), 1, 0, NULL},
+    {"--eval", offsetof(MpOpts, eval), 1, 0, NULL},
+    {"--init", offsetof(MpOpts, init), 0, 0, NULL},
+    {"--resume", offsetof(MpOpts, resume), 0, 0, NULL},
+};
+static const MpFileOpt mp_file_outputs[] = {
+    {"--save", offsetof(MpOpts, save), 0, 0, "--resume"},
+    {"--log", offsetof(MpOpts, log), 0, 0, NULL},
+};
+#define MP_NFILEOPTS(a) ((int)(sizeof a / sizeof a[0]))
+
+/* Every path a MpFileOpt holds, with its option's name (NAME=FILE: FILE). */
+static inline int mp_file_paths(const MpOpts *o, const MpFileOpt *d, MpOutIn *out)
+{
+    const char *field = (const char *)o + d->off;
+    if (!d->list) {
+        out->opt = d->name;
+        out->path = *(const char *const *)field;
+        return out->path != NULL;
+    }
+    const MpList *l = (const MpList *)field;
+    for (int i = 0; i < l->n; i++) {
+        const char *eq = strchr(l->v[i], '=');
+        out[i].opt = d->name;
+        out[i].path = eq ? eq + 1 : l->v[i];
+    }
+    return l->n;
+}
+
+/* Before anything else: every output path may be written (mp_out_check).
+ * Returns 0, or 2 (usage) with e set. */
+static inline int mp_check_outputs(const MpOpts *o, MpErr *e)
+{
+    int cap = 1, n = 0;
+    for (int i = 0; i < MP_NFILEOPTS(mp_file_inputs); i++) {
+        const char *field = (const char *)o + mp_file_inputs[i].off;
+        cap += mp_file_inputs[i].list ? ((const MpList *)field)->n : 1;
+    }
+    MpOutIn *in = (MpOutIn *)calloc((size_t)cap, sizeof *in), out;
+    if (!in)
+        return mp_errf(e, "out of memory"), 2;
+    for (int i = 0; i < MP_NFILEOPTS(mp_file_inputs); i++)
+        n += mp_file_paths(o, &mp_file_inputs[i], in + n);
+    int rc = 0;
+    for (int i = 0; i < MP_NFILEOPTS(mp_file_outputs) && !rc; i++)
+        if (mp_file_paths(o, &mp_file_outputs[i], &out))
+            rc = mp_out_check(out.opt, out.path, in, n, mp_file_outputs[i].may_replace,
+                              mp_file_outputs[i].dir, e) ? 2 : 0;
+    free(in);
+    return rc;
+}
+
+/* A signal arrived: the step in progress is done; save, flush, say where. */
+static inline int mp_stop(MpTrainer *t, const MpOpts *o, MpLog *l, MpErr *e)
+{
+    if (l->drawn)
+        fprintf(stderr, "\n");
+    l->drawn = 0;
+    if ((o->save && mp_save(t, o->save, e)) || mp_log_io(l, e))
+        return 1;
+    l->stopped = mp_stop_signal;
+    fprintf(stderr, "stopped by %s after step %lld of %lld: %s%s%s\n", mp_signal_name(l->stopped),
+            (long long)t->step, (long long)l->total,
+            o->save ? "checkpoint written to " : "no --save given, nothing saved",
+            o->save ? o->save : "", o->save ? " (continue with --resume)" : "");
+    return 0;
 }
 
 /* ---- the loop ---------------------------------------------------------------- */
@@ -567,13 +661,13 @@ static inline int mp_eval_and_log(MpTrainer *t, MpLog *l, MpErr *e)
 static inline int mp_train(MpTrainer *t, const MpOpts *o, MpLog *l, MpErr *e)
 {
     int64_t steps = l->total, log_every = o->log_every > 0 ? o->log_every : 100;
-    if (t->step > steps)
-        return mp_errf(e, "%s: the checkpoint is at step %lld, past --steps %lld",
-                       o->resume, (long long)t->step, (long long)steps);
     for (int64_t k = t->step + 1; k <= steps; k++) {
         MpStepOut s = {0, 0, 0, 0, 0, 0};
         int logged = k % log_every == 0 || k == steps;
+        if (mp_stop_signal)
+            return mp_stop(t, o, l, e);
         if (mp_step(t, k, (int)o->check_numerics, mp_log_due(l, logged), &s, e)
+            || (s.known && mp_loss_stop(t, l->last_step + 1, k, s.loss, e))
             || mp_log_step(l, t, k, &s, logged, e))
             return 1;
         if (k == steps)                         /* the end does both */
@@ -585,6 +679,7 @@ static inline int mp_train(MpTrainer *t, const MpOpts *o, MpLog *l, MpErr *e)
     if (l->drawn)                               /* keep the last progress line */
         fprintf(stderr, "\n");
     l->drawn = 0;
+    mp_report_skipped(t);
     return (t->eval.n && mp_eval_and_log(t, l, e)) || (o->save && mp_save(t, o->save, e));
 }
 
@@ -599,11 +694,17 @@ static inline int mp_run(MpTrainer *t, const MpOpts *o, MpLog *l, MpErr *e)
 {
     if (mp_prepare(t, o, e))
         return 1;
-    if (o->log && !(l->jsonl = fopen(o->log, o->resume ? "a" : "w")))
-        return mp_errf(e, "%s: cannot open the log for writing", o->log);
+    l->total = o->steps >= 0 ? o->steps : t->m->cfg.steps;
+    if (t->step > l->total)
+        return mp_errf(e, "%s: the checkpoint is at step %lld, past --steps %lld",
+                       o->resume, (long long)t->step, (long long)l->total);
+    mp_warn_horizon(t, l->total);
+    if (o->dry_run)
+        return mp_dry_run(t, l->total, e);
+    if (o->log && !(l->jsonl = mp_out_append(o->log, !o->resume, e)))
+        return 1;
     l->path = o->log;
     l->tty = isatty(2);
-    l->total = o->steps >= 0 ? o->steps : t->m->cfg.steps;
     l->first = t->step + 1;
     l->last_step = t->step;
     l->t0 = l->last_time = mp_now();
@@ -625,11 +726,16 @@ int mp_main(int argc, char **argv, MpModel *m)
     e.msg[0] = 0;
     t.m = m;
     int rc = mp_parse_args(argc, argv, &o, &e);
+    if (!rc && !o.help && !o.gradcheck)
+        rc = mp_check_outputs(&o, &e);
     if (!rc && o.help)
         mp_usage(stdout, prog, m);
-    else if (!rc)
-        rc = (o.gradcheck ? mp_gradcheck_run(&t, &o, &e) : mp_run(&t, &o, &l, &e)) ? 1 : 0;
-    if (rc)
+    else if (!rc) {
+        mp_catch_signals();
+        rc = (o.gradcheck ? mp_gradcheck_run(&t, &o, &e) : mp_run(&t, &o, &l, &e)) ? 1
+           : l.stopped ? 128 + l.stopped : 0;
+    }
+    if (rc && !l.stopped)
         fprintf(stderr, "%s%s: error: %s\n", l.drawn ? "\n" : "", prog, e.msg);
     mp_free(&t);
     free(o.data.v);

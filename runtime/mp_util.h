@@ -1,14 +1,14 @@
 /* mp_util.h - small helpers shared by the runtime's file formats and trainer:
  * one-line error messages (MpErr), element-type facts, overflow-checked
  * int64 arithmetic, a growable text buffer with a JSON string escaper
- * (MpBuf), a cursor for parsing header text (MpScan), whole-file reading and
- * atomic file writing.
+ * (MpBuf), a cursor for parsing header text (MpScan), whole-file reading;
+ * writing files is mp_out.h's.
  *
  * Invariants: every function that can fail returns 0 or -1 and, on -1, has
  * set its MpErr to one line (no newline) that names the file involved.
  * Nothing here prints. Everything is `static` (the runtime is pasted into
  * each generated program) and MP_UNUSED so that unused helpers do not warn.
- * POSIX is needed for fsync/mkstemp/open; the feature macro below only takes
+ * POSIX is needed for fstat/open; the feature macro below only takes
  * effect when this is the first header of a translation unit, which is why
  * mp_model.h (first in the amalgamation) sets it too. */
 #ifndef MP_UTIL_H
@@ -22,6 +22,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -87,6 +88,21 @@ static MP_UNUSED const char *mp_dtype_name(int dtype)
     case MP_U16: return "u16";
     default: return "?";
     }
+}
+
+/* "NaN", "+inf" or "-inf", for messages about a non-finite value. */
+static MP_UNUSED const char *mp_nonfinite_name(double v)
+{
+    return isnan(v) ? "NaN" : v > 0 ? "+inf" : "-inf";
+}
+
+/* Index of the first non-finite value of v[0..n), or -1. */
+static MP_UNUSED int64_t mp_first_nonfinite(const float *v, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        if (!isfinite(v[i]))
+            return i;
+    return -1;
 }
 
 /* ---- overflow-checked int64 arithmetic: 0 ok, -1 overflow ------------- */
@@ -301,93 +317,6 @@ static MP_UNUSED int mp_read_file(const char *path, unsigned char **out, int64_t
     buf[n] = 0;
     *out = buf;
     *size = len;
-    return 0;
-}
-
-static MP_UNUSED int mp_write_all_(int fd, const void *p, size_t n)
-{
-    const char *c = (const char *)p;
-    while (n > 0) {
-        ssize_t k = write(fd, c, n);
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k <= 0)
-            return -1;
-        c += k;
-        n -= (size_t)k;
-    }
-    return 0;
-}
-
-/* fsync the folder holding path, so that the rename itself is durable.
- * Some file systems refuse fsync on a folder (EINVAL): that is not an error. */
-static MP_UNUSED int mp_fsync_dir_(const char *path)
-{
-    char dir[4096];
-    const char *slash = strrchr(path, '/');
-    if (!slash)
-        snprintf(dir, sizeof dir, ".");
-    else if (slash == path)
-        snprintf(dir, sizeof dir, "/");
-    else
-        snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
-    int fd = open(dir, O_RDONLY);
-    if (fd < 0)
-        return -1;
-    int rc = fsync(fd);
-    int bad = rc != 0 && errno != EINVAL && errno != EROFS;
-    close(fd);
-    return bad ? -1 : 0;
-}
-
-/* Writes the concatenation of parts[0..nparts) to path atomically: a
- * temporary file in the same folder is written, fsync'ed, renamed over
- * path, and the folder fsync'ed. A crash at any point leaves either the old
- * file or the new one, never a torn file; on failure the temporary file is
- * removed and path is untouched. Permissions: 0666 less the umask. */
-static MP_UNUSED int mp_write_file_atomic(const char *path, const void *const *parts,
-                                          const size_t *sizes, int nparts, MpErr *e)
-{
-    size_t plen = strlen(path);
-    char *tmp = (char *)malloc(plen + 16);
-    if (!tmp)
-        return mp_errf(e, "%s: out of memory", path);
-    memcpy(tmp, path, plen);
-    memcpy(tmp + plen, ".tmp.XXXXXX", 12);
-    int fd = mkstemp(tmp);
-    if (fd < 0) {
-        int err = errno;
-        free(tmp);
-        return mp_errf(e, "%s: cannot create a temporary file beside it: %s", path, strerror(err));
-    }
-    mode_t um = umask(022);
-    umask(um);
-    const char *what = NULL;
-    if (fchmod(fd, (mode_t)(0666 & ~um)) != 0) {
-        /* mkstemp's 0600 is safe; some file systems refuse chmod */
-    }
-    for (int i = 0; i < nparts && !what; i++)
-        if (sizes[i] && mp_write_all_(fd, parts[i], sizes[i]) != 0)
-            what = "write failed";
-    if (!what && fsync(fd) != 0)
-        what = "fsync failed";
-    int err = errno;
-    if (close(fd) != 0 && !what) {
-        what = "close failed";
-        err = errno;
-    }
-    if (!what && rename(tmp, path) != 0) {
-        what = "cannot rename the temporary file into place";
-        err = errno;
-    }
-    if (what) {
-        unlink(tmp);
-        free(tmp);
-        return mp_errf(e, "%s: %s: %s", path, what, strerror(err));
-    }
-    free(tmp);
-    if (mp_fsync_dir_(path) != 0)
-        return mp_errf(e, "%s: written, but fsync of its folder failed: %s", path, strerror(errno));
     return 0;
 }
 

@@ -9,7 +9,8 @@
 #  2. A version 2.0 .npy file is accepted.
 #  3. kill -9 during --save-every 1 training, several times, each run
 #     resuming from what the last one left: the checkpoint always loads
-#     whole (never torn) and resumes.
+#     whole (never torn) and resumes; at most one temporary file is left,
+#     and the next save removes it.
 #  4. Every model of tests/models and examples/ built with
 #     -fsanitize=address,undefined runs a few steps (eval, save, resume,
 #     --check-numerics) with no sanitizer report.
@@ -97,6 +98,11 @@ PYEOF
 done
 left=$(find "$W/kill" -name '*safetensors*' ! -name ck.safetensors | wc -l)
 echo "  temporary files left behind by the kills: $left"
+[ "$left" -le 1 ] || bad "the kills left $left temporary files (one name per target: at most 1)"
+"$W/big" --data image="$W/bx.npy" --data label="$W/by.npy" --steps 1 --save "$ck" >"$W/kill/next.out" 2>&1 ||
+    bad "a save after the kills failed: $(tail -n 1 "$W/kill/next.out")"
+left=$(find "$W/kill" -name '*safetensors*' ! -name ck.safetensors | wc -l)
+[ "$left" -eq 0 ] || bad "the next save left $left temporary files behind"
 
 echo "== 4. sanitizers"
 if [ -n "${SKIP_ASAN:-}" ]; then

@@ -1,8 +1,14 @@
 # lib.sh - shell helpers shared by the reference tests (source it).
+#   test_tmp        a fresh folder $tmp, removed on exit; fail=0, and
+#       bad MSG prints "FAIL: MSG" and sets fail=1 (a test's start)
 #   build_trainer MODEL.mp OUT [mpcc options...] [-- cc options...]
 #       mpcc --target c, then cc (default -O2; -l options are put after the
 #       source); OUT is the binary, OUT.c the source.
 #       Prints what failed and returns 1 on failure.
+#   emu_trainer MODEL.mp OUT [mpcc options...]
+#       the CUDA program built for the CPU stand-in (tests/cuda/mp_cuda_emu.h)
+#       as OUT (OUT.cu its source); returns 2 after printing SKIP when there
+#       is no C++ compiler, 1 (saying what failed) when it does not build.
 #   mnist_npy DIR   the full MNIST as DIR/{train,test}_{x,y}.npy (u8 images
 #       [N, 784], i32 labels), with build/idx2npy when it is built, else
 #       with tests/py/data.py. Kept when present.
@@ -25,6 +31,23 @@ build_trainer() {
     if ! cc "${ccopt[@]}" -o "$out" "$out.c" "${libs[@]}" 2>"$out.cc.err"; then
         echo "the generated C of $model does not build (cc ${ccopt[*]}):"; head -n 20 "$out.cc.err"; return 1
     fi
+}
+
+test_tmp() {
+    tmp=$(mktemp -d)
+    trap 'rm -rf "$tmp"' EXIT
+    fail=0
+}
+bad() { echo "FAIL: $*"; fail=1; }
+
+emu_trainer() {
+    local model=$1 out=$2; shift 2
+    local cxx=${CXX:-$(command -v g++ || command -v c++ || command -v clang++ || true)}
+    [ -n "$cxx" ] || { echo "SKIP: no C++ compiler (g++): the CUDA program cannot run on the CPU here"; return 2; }
+    "$MPCC" "$model" "$@" -o "$out.cu" 2>"$out.build" &&
+        nice "$cxx" -std=c++17 -O1 -x c++ -DMP_CU_EMU -include tests/cuda/mp_cuda_emu.h \
+            "$out.cu" -o "$out" -lm 2>>"$out.build" ||
+        { echo "the CUDA program of $model does not build for the CPU:"; head -n 20 "$out.build"; return 1; }
 }
 
 mnist_npy() {

@@ -701,7 +701,7 @@ static int has_tmp_files(void)
     struct dirent *de;
     int found = 0;
     while ((de = readdir(d)))
-        found |= strstr(de->d_name, ".tmp.") != NULL;
+        found |= strstr(de->d_name, ".mpcc-tmp") != NULL;
     closedir(d);
     return found;
 }
@@ -715,10 +715,10 @@ static void test_checkpoint_files(void **st)
     assert_string_equal(meta_of(P("every.st"), "model", m, sizeof m), "fake");
     assert_string_equal(meta_of(P("every.st"), "policy", m, sizeof m), "mixed_float16");
     assert_false(has_tmp_files());
-    expect_error(run(TRAIN_DATA, "--steps", "2", "--save", P("no/such/dir/c.st"), NULL), 1,
+    expect_error(run(TRAIN_DATA, "--steps", "2", "--save", P("no/such/dir/c.st"), NULL), 2,
                  "bad save dir", "no/such/dir/c.st", NULL);
     assert_false(has_tmp_files());
-    expect_error(run(TRAIN_DATA, "--steps", "2", "--log", P("no/such/log.jsonl"), NULL), 1,
+    expect_error(run(TRAIN_DATA, "--steps", "2", "--log", P("no/such/log.jsonl"), NULL), 2,
                  "bad log", "no/such/log.jsonl", NULL);
 }
 

@@ -1,0 +1,158 @@
+/* mp_guard.h - what keeps an unattended run safe (TRAINER.md "Additions for
+ * production runs"), apart from output paths (mp_out.h):
+ *   - signals: SIGINT / SIGTERM only set mp_stop_signal; the training loop
+ *     (mp_train.h) looks at it between steps, saves and exits 128 + signal.
+ *     A second signal ends the program at once (_exit, the one thing a
+ *     handler may safely do); a save it cuts short leaves only a temporary
+ *     file that the next save removes.
+ *   - non-finite values: without loss scaling a non-finite loss stops the
+ *     run at its step; a checkpoint is never written from non-finite
+ *     parameters or optimizer state (mp_params_finite).
+ *   - the schedule: --steps past the train block's steps is warned about.
+ *   - --dry-run's memory report.
+ * Messages go to stderr (warnings, reports) or into MpErr (errors). */
+#ifndef MP_GUARD_H
+#define MP_GUARD_H
+
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <unistd.h>
+#include "mp_model.h"
+#include "mp_util.h"
+#include "mp_optim.h"
+#include "mp_ckpt.h"
+
+/* ---- signals ------------------------------------------------------------ */
+
+static volatile sig_atomic_t mp_stop_signal;   /* 0, SIGINT or SIGTERM */
+
+static void mp_on_signal(int sig)
+{
+    if (mp_stop_signal)
+        _exit(128 + sig);
+    mp_stop_signal = sig;
+}
+
+static MP_UNUSED void mp_catch_signals(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = mp_on_signal;
+    sa.sa_flags = SA_RESTART;                  /* reads and writes go on */
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+}
+
+static MP_UNUSED const char *mp_signal_name(int sig)
+{
+    return sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "a signal";
+}
+
+/* ---- non-finite values ---------------------------------------------------- */
+
+/* Without loss scaling nothing skips a step: a non-finite loss stops the
+ * run. `since`: the first step it may have happened at (a device reads the
+ * loss back only every few steps); k itself on the host. */
+static MP_UNUSED int mp_loss_stop(const MpTrainer *t, int64_t since, int64_t k, float loss, MpErr *e)
+{
+    if (t->ls.kind != MP_LS_NONE || isfinite(loss))
+        return 0;
+    if (since < k)
+        return mp_errf(e, "step %lld: the loss is %s (first non-finite at a step in %lld..%lld; "
+                       "--log-every 1 names it); without loss scaling the run stops; "
+                       "--check-numerics names the operation", (long long)k, mp_nonfinite_name(loss),
+                       (long long)since, (long long)k);
+    return mp_errf(e, "step %lld: the loss is %s; without loss scaling the run stops; "
+                   "--check-numerics names the operation", (long long)k, mp_nonfinite_name(loss));
+}
+
+/* Refuses to write `path` when a parameter or optimizer state is not finite. */
+static MP_UNUSED int mp_params_finite(const MpTrainer *t, const char *path, MpErr *e)
+{
+    const MpModel *m = t->m;
+    for (int s = -1; s < t->nslots; s++)
+        for (int i = 0; i < m->nparams; i++) {
+            const float *v = (s < 0 ? t->params : t->slot[s]) + t->offset[i];
+            int64_t j = s >= 0 && !m->params[i].trainable ? -1 : mp_first_nonfinite(v, m->params[i].numel);
+            if (j >= 0)
+                return mp_errf(e, "%s: not written: %s%s%s '%s' holds %s (element %lld) after step "
+                               "%lld", path, s < 0 ? "parameter" : "optimizer state ",
+                               s < 0 ? "" : t->slot_name[s], s < 0 ? "" : " of", m->params[i].name,
+                               mp_nonfinite_name(v[j]), (long long)j, (long long)t->step);
+        }
+    return 0;
+}
+
+/* With loss scaling, how many steps were skipped (stderr, when any). */
+static MP_UNUSED void mp_report_skipped(const MpTrainer *t)
+{
+    if (t->ls.kind != MP_LS_NONE && t->ls.skipped > 0)
+        fprintf(stderr, "loss scaling: %lld of %lld steps skipped (non-finite gradients)\n",
+                (long long)t->ls.skipped, (long long)t->step);
+}
+
+/* ---- the schedule ---------------------------------------------------------- */
+
+static MP_UNUSED void mp_warn_horizon(const MpTrainer *t, int64_t steps)
+{
+    const MpTrainCfg *c = &t->cfg;
+    static const char *const names[] = {"constant", "cosine", "linear"};
+    if (steps <= c->steps || c->sched < 0 || c->sched > MP_SCHED_LINEAR)
+        return;
+    fprintf(stderr, "warning: --steps %lld is past the train block's steps %lld: the %s schedule "
+            "ends there; lr stays at %g from step %lld on\n", (long long)steps,
+            (long long)c->steps, names[c->sched], mp_sched_lr(c, c->lr, c->steps + 1),
+            (long long)c->steps + 1);
+}
+
+/* ---- --dry-run ------------------------------------------------------------- */
+
+static MP_UNUSED void mp_mem_line(const char *what, int64_t bytes)
+{
+    printf("  %-18s %14lld bytes  %10.2f MiB\n", what, (long long)bytes, (double)bytes / (1 << 20));
+}
+
+static MP_UNUSED int64_t mp_data_bytes(const MpDataSet *d)
+{
+    int64_t n = 0;
+    for (int i = 0; d->arr && i < d->n; i++)
+        n += d->arr[i].nbytes;
+    return n;
+}
+
+/* Everything was checked by then (data, checkpoints, outputs): print the
+ * memory the run needs and train nothing. */
+static MP_UNUSED int mp_dry_run(const MpTrainer *t, int64_t steps, MpErr *e)
+{
+    const MpModel *m = t->m;
+    int64_t fl = t->total * (int64_t)sizeof(float), batches = 0, total;
+    for (int i = 0; i < m->ninputs; i++)
+        batches += m->batch * mp_sample_bytes(&m->inputs[i]);
+    int64_t part[] = {fl, fl, t->nslots * fl, m->arena_bytes, mp_data_bytes(&t->data),
+                      mp_data_bytes(&t->eval), batches};
+    static const char *const what[] = {"parameters", "gradients", "optimizer state",
+                                       "activation arena", "training data", "evaluation data",
+                                       "batch buffers"};
+    printf("dry run: model '%s' (%s), steps %lld..%lld, batch %lld x %lld accumulated; "
+           "inputs, checkpoints and output paths checked\nhost memory:\n", m->name, m->policy,
+           (long long)t->step + 1, (long long)steps, (long long)m->batch,
+           (long long)t->cfg.accumulate);
+    total = 0;
+    for (int i = 0; i < (int)(sizeof part / sizeof part[0]); i++) {
+        mp_mem_line(what[i], part[i]);
+        total += part[i];
+    }
+    mp_mem_line("total", total);
+    if (m->device && m->device->bytes) {
+        printf("device memory:\n");
+        mp_mem_line("total", m->device->bytes(t));
+        mp_mem_line("+ training data", mp_data_bytes(&t->data));
+        printf("  (the training data goes to the device too when it takes at most a quarter of "
+               "its free memory)\n");
+    }
+    return fflush(stdout) || ferror(stdout) ? mp_errf(e, "cannot write standard output") : 0;
+}
+
+#endif
