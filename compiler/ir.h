@@ -107,6 +107,8 @@ typedef struct IrInput {
     Shape shape;            /* d[0] is the batch */
     int64_t classes;        /* > 0: class labels, must lie in [0, classes) */
     IrNode *node;
+    bool has_ignore;        /* cross_entropy's ignore_index: labels equal to */
+    int64_t ignore;         /* `ignore` are exempt from the range check      */
 } IrInput;
 
 typedef struct IrMetric {

@@ -36,6 +36,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "mp_model.h"
+#include "mp_kernels.h"
 #include "mp_util.h"
 #include "mp_npy.h"
 
@@ -191,17 +192,19 @@ static inline int mp_check_array(const MpInput *x, const MpArray *a, const char 
                    "the file's shape is %s", file, x->name, want, got);
 }
 
-/* Class labels of input x must lie in [0, classes). */
+/* Class labels of input x must lie in [0, classes), except the value
+ * cross_entropy ignores (ignore_index). */
 static inline int mp_check_labels(const MpInput *x, const MpArray *a, const char *file, MpErr *e)
 {
-    if (x->classes <= 0 || x->dtype != MP_I32)
+    if (x->classes <= 0 || !(x->dtype == MP_I32 || x->dtype == MP_U8 || x->dtype == MP_U16))
         return 0;
-    const int32_t *v = (const int32_t *)a->data;
-    int64_t n = a->nbytes / 4, per = mp_sample_bytes(x) / 4;
-    for (int64_t i = 0; i < n; i++)
-        if (v[i] < 0 || v[i] >= x->classes)
-            return mp_errf(e, "%s: sample %lld: label %ld is outside [0, %lld) of input '%s'",
-                           file, (long long)(i / per), (long)v[i], (long long)x->classes, x->name);
+    int64_t size = mp_dtype_size(x->dtype), n = a->nbytes / size, per = mp_sample_bytes(x) / size;
+    for (int64_t i = 0; i < n; i++) {
+        int64_t v = mp_ld_id(a->data, x->dtype, i);
+        if ((v < 0 || v >= x->classes) && !(x->has_ignore && v == x->ignore))
+            return mp_errf(e, "%s: sample %lld: label %lld is outside [0, %lld) of input '%s'",
+                           file, (long long)(i / per), (long long)v, (long long)x->classes, x->name);
+    }
     return 0;
 }
 
