@@ -1121,6 +1121,45 @@ static void test_threads_same_bits(void **state)
     free(x); free(a); free(b); free(lab);
 }
 
+/* ---- elementwise, norm, rope and loss additions -------------------------------- */
+
+/* rope's backward is the rotation by -angle: it undoes the forward; f16
+ * storage is loaded, rotated in f32 and rounded once. */
+static void test_rope_inverse(void **state)
+{
+    (void)state;
+    enum { B_ = 2, T_ = 5, H_ = 3, D_ = 8, N_ = B_ * T_ * H_ * D_ };
+    float x[N_], y[N_], back[N_];
+    uint16_t h[N_], hy[N_];
+    for (int i = 0; i < N_; i++)
+        x[i] = (float)((i * 37) % 19) / 7.0f - 1.3f;
+    for (int half = 0; half < 2; half++) {
+        mp_k_rope(y, F32, x, F32, B_, T_, H_ * D_, D_, 10000.0f, half, 1.0f);
+        mp_k_rope(back, F32, y, F32, B_, T_, H_ * D_, D_, 10000.0f, half, -1.0f);
+        for (int i = 0; i < N_; i++)
+            assert_true(fabsf(back[i] - x[i]) < 1e-5f);
+        for (int i = 0; i < H_ * D_; i++)          /* position 0: no rotation */
+            assert_true(y[i] == x[i]);
+        mp_k_cast(h, MP_F16, x, F32, N_);
+        mp_k_rope(hy, MP_F16, h, MP_F16, B_, T_, H_ * D_, D_, 10000.0f, half, 1.0f);
+        for (int i = 0; i < N_; i++)
+            assert_true(fabsf(mp_f16_to_f32(hy[i]) - y[i]) < 4e-3f);
+    }
+}
+
+/* Every label ignored: 0 / 0, NaN as torch; the gradient is all zeros. */
+static void test_cross_entropy_all_ignored(void **state)
+{
+    (void)state;
+    float x[6] = {1, 2, 3, 4, 5, 6}, loss, dx[6], dl = 1.0f;
+    uint16_t lab[2] = {7, 7};
+    mp_k_cross_entropy(&loss, F32, x, F32, lab, MP_U16, 2, 3, 7, 0.1f);
+    assert_true(isnan(loss));
+    mp_k_cross_entropy_grad(dx, F32, &dl, F32, x, F32, lab, MP_U16, 2, 3, 7, 0.1f);
+    for (int i = 0; i < 6; i++)
+        assert_true(dx[i] == 0.0f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1150,6 +1189,8 @@ int main(void)
         cmocka_unit_test(test_batch_norm),
         cmocka_unit_test(test_attention),
         cmocka_unit_test(test_threads_same_bits),
+        cmocka_unit_test(test_rope_inverse),
+        cmocka_unit_test(test_cross_entropy_all_ignored),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
