@@ -1109,6 +1109,15 @@ static bool positive(Ctx *c, const Expr *at, const char *what, int64_t v)
     return false;
 }
 
+/* A layer without a bias given bias_init (slot `at`): an error. */
+static bool no_bias_init(const Args *a, int at, const char *fn)
+{
+    if (!a->e[at])
+        return true;
+    diag_error(a->e[at]->loc, "%s has no bias: bias_init does not apply", fn);
+    return false;
+}
+
 /* linear(x, n, bias = true): weight [n, K], bias [n], as torch.nn.Linear. */
 static Val lower_linear(Ctx *c, const Builtin *b, const Expr *x, Args *a)
 {
@@ -1164,26 +1173,13 @@ static Val lower_embedding(Ctx *c, const Builtin *b, const Expr *x, Args *a)
     LayerArgs la;
     if (!positive(c, a->e[1], "embedding vocabulary size", vocab) ||
         !positive(c, a->e[2], "embedding dimension", dim) ||
-        !layer_args(c, x, a, 3, init_glorot, init_zeros, &la))
+        !layer_args(c, x, a, 3, init_glorot, init_zeros, &la) || !no_bias_init(a, 5, "embedding"))
         return verr;
-    if (a->e[5]) {
-        diag_error(a->e[5]->loc, "embedding has no bias: bias_init does not apply");
-        return verr;
-    }
     IrNode *in[2] = {a->v[0].t, declare(c, x->loc, pname(c, la.name, "weight"),
                                         (Shape){2, {vocab, dim}}, la.w, dim, vocab)};
     if (!in[1])
         return verr;
     return set_classes(c, x, finish(c, node(c, OP_EMBEDDING, x->loc, 2, in)), in[0], vocab);
-}
-
-/* A layer without a bias given bias_init (slot `at`): an error. */
-static bool no_bias_init(const Args *a, int at, const char *fn)
-{
-    if (!a->e[at])
-        return true;
-    diag_error(a->e[at]->loc, "%s has no bias: bias_init does not apply", fn);
-    return false;
 }
 
 /* layer_norm(x, eps, bias): weight [D] and (bias = true) bias [D] over the
