@@ -11,7 +11,8 @@
 #   2. each example (and tests/cuda/emu_options.mp: SGD Nesterov, weight
 #      decay, accumulate 2, clipping, warm-up, dropout, bf16; emu_buffers.mp:
 #      buffers, no_decay groups, the nanoGPT warm-up; emu_wide.mp:
-#      the split path of reductions, wide products) on synthetic
+#      the split path of reductions, wide products; emu_additions.mp: rope,
+#      rms_norm and the other additions, ignored targets) on synthetic
 #      data with --no-shuffle: the logged loss of every step and the eval
 #      loss and metrics equal the C program's (1e-4 relative in float32,
 #      2e-3 in mixed precision), loss scale and skipped counts exactly;
@@ -106,6 +107,10 @@ np.save(d + "/y5.npy", r.randint(0, 5, (96,)).astype(np.int32))
 np.save(d + "/x4.npy", r.randn(64, 4).astype(np.float32))
 np.save(d + "/x8.npy", r.randn(1040, 8).astype(np.float32))
 np.save(d + "/y3.npy", r.randint(0, 3, (1040,)).astype(np.int32))
+np.save(d + "/tok16.npy", r.randint(0, 16, (48, 8)).astype(np.uint8))
+y = r.randint(0, 16, (48, 8)).astype(np.int32)
+y[r.rand(48, 8) < 0.2] = -100                  # cross_entropy's ignore_index
+np.save(d + "/tgt16.npy", y)
 EOF
 data_of() {   # data_of NAME [--data|--eval]: the model's input files
     local o=${2:---data}
@@ -117,6 +122,7 @@ data_of() {   # data_of NAME [--data|--eval]: the model's input files
     emu_options* | emu_buffers*) echo "$o x=$tmp/x12.npy $o y=$tmp/y5.npy" ;;
     emu_nan*) echo "$o x=$tmp/x4.npy" ;;
     emu_wide*) echo "$o x=$tmp/x8.npy $o y=$tmp/y3.npy" ;;
+    emu_additions*) echo "$o tokens=$tmp/tok16.npy $o targets=$tmp/tgt16.npy" ;;
     esac
 }
 
@@ -143,6 +149,7 @@ curve() {   # curve NAME STEPS TOL [env]
 for n in mnist_mlp mnist_cnn char_transformer emu_options emu_buffers; do curve "$n" 6 2e-3 MP_EMU=graph; done
 curve digits_mlp 6 1e-4 MP_EMU=graph
 curve emu_wide 4 2e-3 MP_EMU=graph
+curve emu_additions 6 2e-3 MP_EMU=graph
 for n in mnist_cnn_f32 char_transformer_f32; do curve "$n" 6 1e-4 MP_EMU=graph; done
 curve mnist_cnn 4 2e-3 MP_EMU_NO_GRAPH=1
 curve emu_options 8 2e-3 MP_EMU_NO_GRAPH=1

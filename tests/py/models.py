@@ -282,3 +282,57 @@ class MlpBuffer(MnistMlp):
 
 TWINS.update({"mlp_buffer": MlpBuffer, "metric_alias": MetricAlias, "cnn_bn": CnnBn, "char_tf": CharTf, "char_transformer": CharTransformer,
               "mnist_cnn": MnistCnn, "digits_mlp": DigitsMlp})
+
+# ---- the additions of LANGUAGE.md (tests/models/zoo2.mp) -------------------
+
+def rope(x, axis, theta=10000.0, half=False):
+    """Rotary embedding of x's last axis, positions along `axis`: llama2.c's
+    interleaved pairs (2i, 2i+1) or rotate_half's (i, i + D/2)."""
+    D, P = x.shape[-1], x.shape[axis]
+    inv = 1.0 / theta ** (torch.arange(0, D, 2, dtype=x.dtype) / D)
+    ang = torch.arange(P, dtype=x.dtype)[:, None] * inv[None, :]       # [P, D/2]
+    shape = [1] * x.dim()
+    shape[axis], shape[-1] = P, D // 2
+    cos, sin = torch.cos(ang).reshape(shape), torch.sin(ang).reshape(shape)
+    if half:
+        x1, x2 = x[..., :D // 2], x[..., D // 2:]
+        return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+    x1, x2 = x[..., 0::2], x[..., 1::2]
+    return torch.stack([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1).flatten(-2)
+
+
+class WeightOnly(nn.Module):
+    """torch.nn.RMSNorm / LayerNorm(bias=False), which this torch predates:
+    a weight [D] of ones."""
+    def __init__(self, d):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(d))
+
+
+class Zoo2(nn.Module):
+    """tests/models/zoo2.mp."""
+    def __init__(self, B=32, **_):
+        super().__init__()
+        self.B = B
+        self.a = nn.Linear(64, 48)
+        self.n = WeightOnly(48)
+        self.b = nn.Linear(48, 48)
+        self.d = WeightOnly(48)
+        self.logits = nn.Linear(48, 10)
+
+    def forward(self, bt):
+        u = bt["x"].to(self.a.weight.dtype) / 16 - 0.5
+        a = self.a(u)
+        r = a.reshape(self.B, 6, 8)
+        h = (rope(r, 1) + rope(r, -2, theta=100.0, half=True)).reshape(self.B, 48)
+        n = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-5) * self.n.weight
+        b = F.gelu(self.b(n), approximate="tanh")
+        c = (torch.clamp(torch.maximum(b, torch.minimum(a, torch.tensor(0.2, dtype=a.dtype))), -1, 2)
+             + torch.abs(torch.sin(b)) * torch.cos(a) + torch.pow(torch.abs(b) + 1, 1.5) * 0.1)
+        d = F.layer_norm(c, (48,), self.d.weight, None, 1e-5)
+        logits = self.logits(d)
+        loss = F.cross_entropy(logits, bt["label"].long(), ignore_index=3, label_smoothing=0.1)
+        return loss, {"accuracy": accuracy(logits, bt["label"])}
+
+
+TWINS["zoo2"] = Zoo2

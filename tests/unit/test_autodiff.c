@@ -534,7 +534,9 @@ static void test_activations(void **state)
         {OP_SILU, OP_SILU_GRAD, false},   {OP_TANH, OP_TANH_GRAD, true},
         {OP_SIGMOID, OP_SIGMOID_GRAD, true}, {OP_EXP, OP_MUL, true},
         {OP_LOG, OP_DIV, false},          {OP_SQRT, OP_SQRT_GRAD, true},
-        {OP_RSQRT, OP_RSQRT_GRAD, true},
+        {OP_RSQRT, OP_RSQRT_GRAD, true},   {OP_ABS, OP_ABS_GRAD, false},
+        {OP_SIN, OP_SIN_GRAD, false},     {OP_COS, OP_COS_GRAD, false},
+        {OP_CLAMP, OP_CLAMP_GRAD, false}, {OP_POW, OP_POW_GRAD, false},
     };
     for (size_t i = 0; i < sizeof acts / sizeof acts[0]; i++) {
         teardown(state), setup(state);
@@ -874,6 +876,48 @@ static void test_every_model(void **state)
     globfree(&gl);
 }
 
+/* ---- elementwise, norm and rope additions ------------------------------------- */
+
+/* maximum / minimum: dy times a mask of the broadcast shape, which SUM_TO
+ * brings back to a broadcast operand; minimum swaps the mask's operands. */
+static void test_maximum_minimum_masks(void **state)
+{
+    for (int max = 0; max < 2; max++) {
+        teardown(state), setup(state);
+        IrNode *w = param("w", S2(2, 5)), *v = param("v", S1(5));
+        IrNode *y = NODE(max ? OP_MAXIMUM : OP_MINIMUM, S2(2, 5), DT_F32, w, v);
+        backward(sum_all(y));
+        IrNode *dy = dy_of_sum(g->loss), *dw = P(w)->grad, *dv = P(v)->grad;
+        assert_node(dw, OP_MUL, S2(2, 5), DT_F32, DT_F32);
+        assert_int_equal(dw->in[1]->op, OP_MAXIMUM_MASK);
+        assert_inputs(dw->in[1], 2, max ? w : v, max ? v : w);
+        assert_ptr_equal(dw->in[0], dy);
+        assert_node(dv, OP_SUM_TO, S1(5), DT_F32, DT_F32);
+        assert_int_equal(dv->in[0]->op, OP_MUL);
+        assert_inputs(dv->in[0]->in[1], 2, max ? v : w, max ? w : v);
+    }
+}
+
+static void test_rms_norm_and_rope(void **state)
+{
+    (void)state;
+    IrNode *x = param("x", S2(3, 8)), *w = param("w", S1(8));
+    IrNode *n = NODE(OP_RMS_NORM, S2(3, 8), DT_F32, x, w);
+    n->fa[0] = 0.25;
+    IrNode *r = NODE(OP_ROPE, S2(3, 8), DT_F32, n);
+    r->ia[0] = 0, r->ia[1] = 1, r->fa[0] = 500;
+    backward(sum_all(r));
+    IrNode *dr = bwd(OP_ROPE_GRAD, r);
+    assert_inputs(dr, 1, dy_of_sum(g->loss));
+    assert_true(dr->ia[1] == 1 && dr->fa[0] == 500);
+    IrNode *dx = P(x)->grad, *dw = P(w)->grad;
+    assert_node(dx, OP_RMS_NORM_DX, S2(3, 8), DT_F32, DT_F32);
+    assert_inputs(dx, 3, dr, x, w);
+    assert_node(dw, OP_RMS_NORM_DW, S1(8), DT_F32, DT_F32);
+    assert_inputs(dw, 2, dr, x);
+    assert_true(dx->fa[0] == 0.25 && dw->fa[0] == 0.25);
+}
+
 int main(void)
 {
     diag_init(fopen("/dev/null", "w"));     /* the expected user errors */
@@ -915,6 +959,8 @@ int main(void)
         T(test_no_trainable_dependency),
         T(test_check_catches_violations),
         T(test_every_model),
+        T(test_maximum_minimum_masks),
+        T(test_rms_norm_and_rope),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -726,7 +726,7 @@ static const Case shape_errors[] = {
     {HEAD "param b: [3] = zeros()\nz = linear(x, 5) + b\n" LOSS TRAIN, "cannot broadcast [4, 5] with [3]"},
     {HEAD "z = reshape(x, [B, 7])\n" LOSS TRAIN, "reshape of [4, 8] (32 elements) to [4, 7] (28 elements): element counts differ"},
     {HEAD "z = conv2d(x, 4, 3)\n" LOSS TRAIN, "conv2d needs NCHW input [N, C, H, W], got [4, 8]"},
-    {HEAD "z = x\nloss = cross_entropy(linear(z, 3), x)\n" TRAIN, "cross_entropy needs i32 labels, got f32"},
+    {HEAD "z = x\nloss = cross_entropy(linear(z, 3), x)\n" TRAIN, "cross_entropy needs integer labels (i32, u16 or u8), got f32"},
     {"model m\ninput x: f32[128, 8]\ninput y: i32[128, 2]\nz = x\nloss = cross_entropy(linear(z, 10), reshape(y, [64, 4]))\n" TRAIN,
      "cross_entropy labels [64, 4] do not match logits [128, 10]"},
     {HEAD "z = y / 2\n" LOSS TRAIN, "'/' needs a float tensor, got i32: cast it first, e.g. f32(y)"},
@@ -738,7 +738,7 @@ static const Case shape_errors[] = {
     {HEAD "z = linear(x, 0)\n" LOSS TRAIN, "linear output size must be >= 1, got 0"},
     {HEAD "z = batch_norm(reshape(x, [4, 2, 4]))\n" LOSS TRAIN, "batch_norm needs an input [N, C, H, W] or [B, C], got [4, 2, 4]"},
     {HEAD "z = attention(x, x, x)\n" LOSS TRAIN, "attention needs q, k, v [B, H, T, D], got [4, 8]"},
-    {HEAD "z = embedding(x, 10, 4)\n" LOSS TRAIN, "embedding needs i32 ids, got f32"},
+    {HEAD "z = embedding(x, 10, 4)\n" LOSS TRAIN, "embedding needs integer ids (i32, u16 or u8), got f32"},
     {"model m\ninput x: f32[4, 8]\ninput y: i32[4]\nz = x\nloss = cross_entropy(linear(z, 3), y)\n"
      "metric a = accuracy(linear(z, 5, name = \"o\"), y)\n" TRAIN, "'y' is used with 5 classes here but 3 classes before"},
 };
@@ -850,6 +850,46 @@ static void expansion_limits(void **state)
     lower_err(src, "the model expands to more than 1000000 operations");
 }
 
+/* ---- elementwise, norm, rope and loss additions ----------------------------------- */
+
+static void additions(void **state)
+{
+    (void)state;
+    IrGraph *g = lower_ok("model llama\ninput t: u8[2, 6]\ninput y: u8[2, 6]\n"
+                          "e = embedding(t, 11, 8)\n"
+                          "n = rms_norm(e, eps = 1e-6)\n"
+                          "l = layer_norm(n, bias = false)\n"
+                          "q = rope(reshape(l, [2, 6, 2, 4]), -3, theta = 500, style = \"half\")\n"
+                          "r = rope(q, axis = 1)\n"
+                          "a = gelu(reshape(r, [2, 6, 8]), approximate = \"tanh\")\n"
+                          "b = clamp(maximum(a, 0), -1, 2) + pow(abs(a), 1.5) + minimum(sin(a), cos(a))\n"
+                          "loss = cross_entropy(linear(b, 11, name = \"head\"), y, ignore_index = 3, "
+                          "label_smoothing = 0.1)\n"
+                          "metric acc = accuracy(linear(b, 11, name = \"head2\"), y)\n" TRAIN);
+    expect_param(g, "n.weight", 1, 8, 0);
+    assert_int_equal(param(g, "n.weight")->init, INIT_ONES);
+    assert_null(ir_find_param(g, "n.bias"));
+    assert_true(named(g, "n")->fa[0] == 1e-6);
+    expect_param(g, "l.weight", 1, 8, 0);
+    assert_null(ir_find_param(g, "l.bias"));
+    assert_int_equal(named(g, "l")->nin, 2);
+    IrNode *q = named(g, "q"), *r = named(g, "r");
+    assert_true(q->ia[0] == 1 && q->ia[1] == 1 && q->fa[0] == 500);
+    assert_true(r->ia[0] == 1 && r->ia[1] == 0 && r->fa[0] == 10000);
+    assert_int_equal(named(g, "a")->ia[0], 1);
+    IrNode *loss = named(g, "loss");
+    assert_int_equal(loss->op, OP_CROSS_ENTROPY);
+    assert_true(loss->ia[0] == 1 && loss->ia[1] == 3 && loss->fa[0] == 0.1);
+    assert_int_equal(g->inputs[1].classes, 11);
+    assert_true(g->inputs[1].has_ignore && g->inputs[1].ignore == 3);
+    assert_false(g->inputs[0].has_ignore);
+
+    g = lower_ok(HEAD "z = gelu(x)\nloss = cross_entropy(linear(z, 3), y, ignore_index = none)\n" TRAIN);
+    assert_int_equal(named(g, "z")->ia[0], 0);
+    assert_int_equal(named(g, "loss")->ia[0], 0);
+    assert_false(g->inputs[1].has_ignore);
+}
+
 int main(void)
 {
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
@@ -859,7 +899,7 @@ int main(void)
         T(c_keywords_are_fine_names), T(rebinding), T(examples_lower), T(char_transformer_names),
         T(buffers_windows_u16), T(module_paths), T(no_decay_groups), T(warmup_styles),
         T(errors_names), T(errors_definitions), T(errors_shapes), T(errors_train), T(errors_real_arch),
-        T(errors_are_counted_once_and_all_reported), T(expansion_limits),
+        T(errors_are_counted_once_and_all_reported), T(expansion_limits), T(additions),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
