@@ -74,6 +74,7 @@ typedef enum {
     ST_RETURN,    /* return value                                 */
     ST_REPEAT,    /* repeat count as NAME { body }                */
     ST_TRAIN,     /* train { items }                              */
+    ST_UNPACK,    /* a, b, c = value: name = "a", params = the names */
 } StmtKind;
 
 /* One line of a train block: `key = value`, or `minimize NAME` (key is
@@ -97,7 +98,7 @@ struct Stmt {
                              REPEAT count */
     Expr **dims;          /* INPUT, PARAM */
     int ndims;
-    const char **params;  /* BLOCK formal parameter names */
+    const char **params;  /* BLOCK formal parameter names; UNPACK targets */
     SrcLoc *param_locs;
     int nparams;
     Stmt **body;          /* PRECISION, BLOCK, REPEAT */
