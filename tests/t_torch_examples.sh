@@ -16,8 +16,9 @@
 # tests/models/mlp_small.mp, the op zoo, a CNN with batch_norm, a char
 # transformer, a GPT with chunk/slice/concat/expand/arange, metrics,
 # every examples/*.mp, each in float32 and mixed precision; and
-# *_emulated cases, where the MLP twin rounds to f16 / bf16 exactly where the precision plan does, so mixed precision is held to
-# 1e-4 (f16) / 1e-3 (bf16) too. ONLY=substring runs the matching cases.
+# *_emulated cases, where the MLP twin rounds to f16 / bf16 exactly where
+# the precision plan does, so mixed precision is held to 1e-4 (f16) /
+# 1e-3 (bf16) too. ONLY=substring runs the matching cases.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 MPCC=${MPCC:-./mpcc}
