@@ -10,7 +10,8 @@
 #      backward on the "device", gradients brought back);
 #   2. each example (and tests/cuda/emu_options.mp: SGD Nesterov, weight
 #      decay, accumulate 2, clipping, warm-up, dropout, bf16; emu_wide.mp:
-#      the split path of reductions, wide products) on synthetic
+#      the split path of reductions, wide products; emu_split.mp: chunk,
+#      slice, concat, expand, arange, integer ids among them) on synthetic
 #      data with --no-shuffle: the logged loss of every step and the eval
 #      loss and metrics equal the C program's (1e-4 relative in float32,
 #      2e-3 in mixed precision), loss scale and skipped counts exactly;
@@ -113,6 +114,7 @@ data_of() {   # data_of NAME [--data|--eval]: the model's input files
     emu_options*) echo "$o x=$tmp/x12.npy $o y=$tmp/y5.npy" ;;
     emu_nan*) echo "$o x=$tmp/x4.npy" ;;
     emu_wide*) echo "$o x=$tmp/x8.npy $o y=$tmp/y3.npy" ;;
+    emu_split*) echo "$o tokens=$tmp/tok.npy $o targets=$tmp/tgt.npy" ;;
     esac
 }
 
@@ -139,6 +141,7 @@ curve() {   # curve NAME STEPS TOL [env]
 for n in mnist_mlp mnist_cnn char_transformer emu_options; do curve "$n" 6 2e-3 MP_EMU=graph; done
 curve digits_mlp 6 1e-4 MP_EMU=graph
 curve emu_wide 4 2e-3 MP_EMU=graph
+curve emu_split 6 2e-3 MP_EMU=graph
 for n in mnist_cnn_f32 char_transformer_f32; do curve "$n" 6 1e-4 MP_EMU=graph; done
 curve mnist_cnn 4 2e-3 MP_EMU_NO_GRAPH=1
 curve emu_options 8 2e-3 MP_EMU_NO_GRAPH=1
