@@ -454,6 +454,33 @@ static void differentiate(Ad *ad, IrNode *n)
     }
 }
 
+/* The parts of one chunk are consecutive nodes, made before any of their
+ * uses, so when the pass reaches the last part every part's gradient is
+ * complete. When each has one, x's gradient is their concat: one copy
+ * instead of a zero-padded slice_grad per part and the sums of those.
+ * Returns false (each part is then differentiated alone) otherwise. */
+static bool join_chunk(Ad *ad, IrNode *n)
+{
+    int64_t parts = n->ia[1];
+    int last = n->id, first = last - (int)parts + 1;
+    if (n->op != OP_CHUNK || n->ia[2] != parts - 1 || first < 0 || !ad->wanted[n->in[0]->id])
+        return false;
+    IrNode **dys = arena_alloc(ad->g->arena, sizeof *dys * (size_t)parts);
+    for (int k = 0; k < parts; k++) {
+        IrNode *p = ad->g->nodes[first + k];
+        if (p->op != OP_CHUNK || p->in[0] != n->in[0] || p->ia[0] != n->ia[0] || p->ia[2] != k ||
+            !ad->grad[p->id])
+            return false;
+        dys[k] = ad->grad[p->id];
+    }
+    IrNode *cat = mk(ad->g, n, OP_CONCAT, n->in[0], (int)parts, dys);
+    cat->ia[0] = n->ia[0];
+    for (int k = 0; k < parts; k++)
+        ad->grad[first + k] = NULL;
+    accumulate(ad, n->in[0], cat);
+    return true;
+}
+
 /* d loss = S: the loss scale, the seed of the backward pass. */
 static IrNode *seed(IrGraph *g)
 {
@@ -484,7 +511,7 @@ void ad_backward(IrGraph *g)
     if (ad.wanted[loss->id])    /* a loss typed f16 gets d loss in f16 */
         ad.grad[loss->id] = loss->type == DT_F32 ? s : MK(g, loss, OP_CAST, loss, s);
     for (int i = ad.nfwd - 1; i >= 0; i--)
-        if (ad.grad[i])
+        if (ad.grad[i] && !join_chunk(&ad, g->nodes[i]))
             differentiate(&ad, g->nodes[i]);
     for (int i = 0; i < g->nparams; i++) {
         IrParam *p = &g->params[i];

@@ -582,6 +582,43 @@ static void test_views(void **state)
     assert_ptr_equal(P(w)->grad, dt);
 }
 
+/* All parts of a chunk used: x's gradient is one concat of theirs. One part
+ * unused: each used part's gradient is zero-padded (slice_grad) and summed. */
+static IrNode *part(IrNode *x, Shape s, int64_t axis, int64_t n, int64_t k)
+{
+    IrNode *p = NODE(OP_CHUNK, s, DT_F32, x);
+    p->ia[0] = axis, p->ia[1] = n, p->ia[2] = k;
+    return p;
+}
+
+static void test_chunk_parts(void **state)
+{
+    (void)state;
+    IrNode *w = param("w", S2(2, 6));
+    IrNode *q = part(w, S2(2, 2), 1, 3, 0), *k = part(w, S2(2, 2), 1, 3, 1), *v = part(w, S2(2, 2), 1, 3, 2);
+    IrNode *a = NODE(OP_MUL, S2(2, 2), DT_F32, q, k);
+    backward(sum_all(NODE(OP_ADD, S2(2, 2), DT_F32, a, v)));
+    IrNode *cat = bwd(OP_CONCAT, v);
+    assert_node(cat, OP_CONCAT, S2(2, 6), DT_F32, DT_F32);
+    assert_int_equal(cat->nin, 3);
+    assert_int_equal(cat->ia[0], 1);
+    assert_int_equal(count_bwd(OP_SLICE_GRAD, NULL), 0);
+    assert_ptr_equal(P(w)->grad, cat);
+}
+
+static void test_chunk_part_unused(void **state)
+{
+    (void)state;
+    IrNode *w = param("w", S2(2, 6));
+    IrNode *q = part(w, S2(2, 3), 1, 2, 0);
+    part(w, S2(2, 3), 1, 2, 1);
+    backward(sum_all(q));
+    IrNode *d = bwd(OP_SLICE_GRAD, q);
+    assert_node(d, OP_SLICE_GRAD, S2(2, 6), DT_F32, DT_F32);
+    assert_true(d->ia[0] == 1 && d->ia[1] == 0 && d->ia[2] == 3);
+    assert_int_equal(count_bwd(OP_CONCAT, NULL), 0);
+}
+
 static void test_pools(void **state)
 {
     (void)state;
@@ -898,6 +935,8 @@ int main(void)
         T(test_linear_mixed_f16),
         T(test_linear_dx_without_bias),
         T(test_conv2d),
+        T(test_chunk_parts),
+        T(test_chunk_part_unused),
         T(test_activations),
         T(test_dropout_copies_attrs),
         T(test_views),
