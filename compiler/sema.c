@@ -1688,11 +1688,16 @@ static void st_unpack(Ctx *c, const Stmt *s)
                    (int)(sizeof parts / sizeof parts[0]), s->nparams);
         return;
     }
+    const Expr *outer = c->unpack;     /* a block called in an outer chunk's arguments */
+    IrNode **outer_parts = c->parts;
+    int outer_n = c->nparts;
     c->unpack = v;
     c->parts = parts;
     c->nparts = s->nparams;
     Val r = statement_value(c, s, NULL, DT_NONE);
-    c->unpack = NULL;
+    c->unpack = outer;
+    c->parts = outer_parts;
+    c->nparts = outer_n;
     for (int i = 0; i < s->nparams; i++) {
         Val p = r.k == V_TENSOR ? vtensor(parts[i]) : verr;
         if (p.k == V_TENSOR)

@@ -369,6 +369,9 @@ static void structural_ops(void **state)
     lower_ok(HEAD "block half(t, axis) {\n  a, b = chunk(t, 2, axis)\n  return a * b\n}\n"
              "h = x\nrepeat 2 as layers {\n  h = concat([half(axis = -1, t = h), half(h, 1)], axis = 1)\n}\n"
              "z = h\n" LOSS TRAIN);
+    /* a chunk inside a block called in another chunk's arguments */
+    lower_ok(HEAD "block glu(t) {\n  a, b = chunk(t, 2)\n  return a * sigmoid(b)\n}\n"
+             "u, w = chunk(glu(concat([x, x], 1)), 2)\nz = u + w\n" LOSS TRAIN);
     lower_err(HEAD "q, k = chunk(linear(x, 8), 2)\nz = q\n" LOSS TRAIN,
               "linear declares parameters and needs a name");
     lower_err(HEAD "z = relu(y = x)\n" LOSS TRAIN, "unknown argument 'y' of relu(x)");
