@@ -237,6 +237,46 @@ void grad_TRANSPOSE(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx)
     dx[0] = t;
 }
 
+/* ---- structural ops: chunk, slice, concat, expand, arange ------------------
+ * A slice's gradient is dy placed into zeros (a chunk is the slice of its
+ * part); concat hands each input its slice of dy; expand sums back over
+ * the repeated axes (sum_to); arange is an integer constant. */
+static void slice_grad(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx, int64_t start, int64_t end)
+{
+    IrNode *p = MK(g, n, OP_SLICE_GRAD, n->in[0], dy);
+    p->ia[0] = n->ia[0];
+    p->ia[1] = start;
+    p->ia[2] = end;
+    dx[0] = p;
+}
+
+void grad_CHUNK(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx)
+{
+    int64_t len = n->shape.d[n->ia[0]];
+    slice_grad(g, n, dy, dx, n->ia[2] * len, (n->ia[2] + 1) * len);
+}
+
+void grad_SLICE(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx) { slice_grad(g, n, dy, dx, n->ia[1], n->ia[2]); }
+
+void grad_CONCAT(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx)
+{
+    int64_t at = 0, axis = n->ia[0];
+    for (int i = 0; i < n->nin; i++) {
+        int64_t len = n->in[i]->shape.d[axis];
+        if (dx[i]) {
+            IrNode *s = MK(g, n, OP_SLICE, n->in[i], dy);
+            s->ia[0] = axis;
+            s->ia[1] = at;
+            s->ia[2] = at + len;
+            dx[i] = s;
+        }
+        at += len;
+    }
+}
+
+void grad_EXPAND(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx) { dx[0] = fit(g, n, 0, dy); }
+void grad_ARANGE(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx) { }
+
 void grad_MAX_POOL2D(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx)
 {
     copy_attrs(dx[0] = MK(g, n, OP_MAX_POOL2D_GRAD, n->in[0], dy, n->in[0]), n);
@@ -270,7 +310,7 @@ static void reduction(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx, bool mean)
     const Shape *s = &n->in[0]->shape;
     int64_t axis = n->ia[0];
     int64_t count = axis < 0 ? shape_numel(s) : s->d[axis];
-    IrNode *e = MK(g, n, OP_EXPAND, n->in[0], dy);
+    IrNode *e = MK(g, n, OP_REDUCE_GRAD, n->in[0], dy);
     e->ia[0] = axis;
     e->fa[0] = mean ? 1.0 / (double)count : 1.0;
     dx[0] = e;
@@ -461,6 +501,33 @@ static void differentiate(Ad *ad, IrNode *n)
     }
 }
 
+/* The parts of one chunk are consecutive nodes, made before any of their
+ * uses, so when the pass reaches the last part every part's gradient is
+ * complete. When each has one, x's gradient is their concat: one copy
+ * instead of a zero-padded slice_grad per part and the sums of those.
+ * Returns false (each part is then differentiated alone) otherwise. */
+static bool join_chunk(Ad *ad, IrNode *n)
+{
+    int64_t parts = n->ia[1];
+    int last = n->id, first = last - (int)parts + 1;
+    if (n->op != OP_CHUNK || n->ia[2] != parts - 1 || first < 0 || !ad->wanted[n->in[0]->id])
+        return false;
+    IrNode **dys = arena_alloc(ad->g->arena, sizeof *dys * (size_t)parts);
+    for (int k = 0; k < parts; k++) {
+        IrNode *p = ad->g->nodes[first + k];
+        if (p->op != OP_CHUNK || p->in[0] != n->in[0] || p->ia[0] != n->ia[0] || p->ia[2] != k ||
+            !ad->grad[p->id])
+            return false;
+        dys[k] = ad->grad[p->id];
+    }
+    IrNode *cat = mk(ad->g, n, OP_CONCAT, n->in[0], (int)parts, dys);
+    cat->ia[0] = n->ia[0];
+    for (int k = 0; k < parts; k++)
+        ad->grad[first + k] = NULL;
+    accumulate(ad, n->in[0], cat);
+    return true;
+}
+
 /* d loss = S: the loss scale, the seed of the backward pass. */
 static IrNode *seed(IrGraph *g)
 {
@@ -491,7 +558,7 @@ void ad_backward(IrGraph *g)
     if (ad.wanted[loss->id])    /* a loss typed f16 gets d loss in f16 */
         ad.grad[loss->id] = loss->type == DT_F32 ? s : MK(g, loss, OP_CAST, loss, s);
     for (int i = ad.nfwd - 1; i >= 0; i--)
-        if (ad.grad[i])
+        if (ad.grad[i] && !join_chunk(&ad, g->nodes[i]))
             differentiate(&ad, g->nodes[i]);
     for (int i = 0; i < g->nparams; i++) {
         IrParam *p = &g->params[i];

@@ -12,7 +12,8 @@
 #      decay, accumulate 2, clipping, warm-up, dropout, bf16; emu_buffers.mp:
 #      buffers, no_decay groups, the nanoGPT warm-up; emu_wide.mp:
 #      the split path of reductions, wide products; emu_additions.mp: rope,
-#      rms_norm and the other additions, ignored targets) on synthetic
+#      rms_norm and the other additions, ignored targets; emu_split.mp:
+#      chunk, slice, concat, expand, arange, integer ids among them) on synthetic
 #      data with --no-shuffle: the logged loss of every step and the eval
 #      loss and metrics equal the C program's (1e-4 relative in float32,
 #      2e-3 in mixed precision), loss scale and skipped counts exactly;
@@ -123,6 +124,7 @@ data_of() {   # data_of NAME [--data|--eval]: the model's input files
     emu_nan*) echo "$o x=$tmp/x4.npy" ;;
     emu_wide*) echo "$o x=$tmp/x8.npy $o y=$tmp/y3.npy" ;;
     emu_additions*) echo "$o tokens=$tmp/tok16.npy $o targets=$tmp/tgt16.npy" ;;
+    emu_split*) echo "$o tokens=$tmp/tok.npy $o targets=$tmp/tgt.npy" ;;
     esac
 }
 
@@ -150,6 +152,7 @@ for n in mnist_mlp mnist_cnn char_transformer emu_options emu_buffers; do curve 
 curve digits_mlp 6 1e-4 MP_EMU=graph
 curve emu_wide 4 2e-3 MP_EMU=graph
 curve emu_additions 6 2e-3 MP_EMU=graph
+curve emu_split 6 2e-3 MP_EMU=graph
 for n in mnist_cnn_f32 char_transformer_f32; do curve "$n" 6 1e-4 MP_EMU=graph; done
 curve mnist_cnn 4 2e-3 MP_EMU_NO_GRAPH=1
 curve emu_options 8 2e-3 MP_EMU_NO_GRAPH=1

@@ -13,11 +13,12 @@
 # built and run JOBS (2) at a time.
 #
 # Cases: every optimizer / schedule / clipping / accumulate variant of
-# tests/models/mlp_small.mp, the op zoos (zoo2: the additions), a CNN with batch_norm, a char
-# transformer, metrics, every examples/*.mp, each in float32 and mixed
-# precision; and *_emulated cases, where the MLP twin rounds to f16 / bf16
-# exactly where the precision plan does, so mixed precision is held to
-# 1e-4 (f16) / 1e-3 (bf16) too. ONLY=substring runs the matching cases.
+# tests/models/mlp_small.mp, the op zoos (zoo2: the additions), a CNN with
+# batch_norm, a char transformer, a GPT with chunk/slice/concat/expand/arange,
+# metrics, every examples/*.mp, each in float32 and mixed precision; and
+# *_emulated cases, where the MLP twin rounds to f16 / bf16 exactly where
+# the precision plan does, so mixed precision is held to 1e-4 (f16) /
+# 1e-3 (bf16) too. ONLY=substring runs the matching cases.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 MPCC=${MPCC:-./mpcc}
@@ -142,6 +143,7 @@ for prec in float32 mixed_float16; do
     run_case "zoo2_$prec"    tests/models/zoo2.mp    $prec 40 $tol x=digits_x,label=digits_y x=digits_ex,label=digits_ey
     run_case "cnn_bn_$prec"  tests/models/cnn_bn.mp  $prec 30 $tol "$MNIST"  "$MNIST_E"
     run_case "char_tf_$prec" tests/models/char_tf.mp $prec 30 $tol "$SHAKE"  "$SHAKE_E"
+    run_case "gpt_split_$prec" tests/models/gpt_split.mp $prec 30 $tol "$SHAKE" "$SHAKE_E"
     run_case "example_mnist_mlp_$prec" examples/mnist_mlp.mp $prec 30 $tol "$MNIST" "$MNIST_E"
     run_case "example_mnist_cnn_$prec" examples/mnist_cnn.mp $prec 10 $tol \
         image=mnist_x4,label=mnist_y image=mnist_ex4,label=mnist_ey

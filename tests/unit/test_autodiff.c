@@ -161,7 +161,7 @@ static void assert_inputs(const IrNode *n, int nin, ...)
 }
 
 /* The gradient of the loss = sum(x) arriving at x: EXPAND(seed). */
-static IrNode *dy_of_sum(IrNode *s) { return bwd(OP_EXPAND, s); }
+static IrNode *dy_of_sum(IrNode *s) { return bwd(OP_REDUCE_GRAD, s); }
 
 /* ---- the seed and the reductions -------------------------------------------- */
 
@@ -177,7 +177,7 @@ static void test_seed_and_sum(void **state)
     assert_ptr_equal(s->grad_of, loss);
     assert_int_equal(s->id, 2);         /* right after the forward nodes */
     IrNode *e = dy_of_sum(loss);
-    assert_node(e, OP_EXPAND, S2(4, 6), DT_F32, DT_F32);
+    assert_node(e, OP_REDUCE_GRAD, S2(4, 6), DT_F32, DT_F32);
     assert_inputs(e, 1, s);
     assert_int_equal(e->ia[0], -1);
     assert_true(e->fa[0] == 1.0);
@@ -193,8 +193,8 @@ static void test_mean_over_axis(void **state)
     IrNode *m = NODE(OP_MEAN, S1(4), DT_F32, w);
     m->ia[0] = 1;
     backward(sum_all(m));
-    IrNode *e = bwd(OP_EXPAND, m);
-    assert_node(e, OP_EXPAND, S2(4, 6), DT_F32, DT_F32);
+    IrNode *e = bwd(OP_REDUCE_GRAD, m);
+    assert_node(e, OP_REDUCE_GRAD, S2(4, 6), DT_F32, DT_F32);
     assert_int_equal(e->ia[0], 1);
     assert_true(e->fa[0] == 1.0 / 6);
     assert_ptr_equal(P(w)->grad, e);
@@ -211,7 +211,7 @@ static void test_loss_f16_gets_f16_seed(void **state)
     IrNode *c = bwd(OP_CAST, loss);
     assert_node(c, OP_CAST, S0, DT_F16, DT_F16);
     assert_inputs(c, 1, g->loss_scale);
-    assert_node(bwd(OP_EXPAND, loss), OP_EXPAND, S1(3), DT_F16, DT_F16);
+    assert_node(bwd(OP_REDUCE_GRAD, loss), OP_REDUCE_GRAD, S1(3), DT_F16, DT_F16);
     assert_node(P(w)->grad, OP_CAST, S1(3), DT_F32, DT_F16);
     assert_ptr_equal(P(w)->grad->grad_of, w16);
 }
@@ -584,6 +584,43 @@ static void test_views(void **state)
     assert_ptr_equal(P(w)->grad, dt);
 }
 
+/* All parts of a chunk used: x's gradient is one concat of theirs. One part
+ * unused: each used part's gradient is zero-padded (slice_grad) and summed. */
+static IrNode *part(IrNode *x, Shape s, int64_t axis, int64_t n, int64_t k)
+{
+    IrNode *p = NODE(OP_CHUNK, s, DT_F32, x);
+    p->ia[0] = axis, p->ia[1] = n, p->ia[2] = k;
+    return p;
+}
+
+static void test_chunk_parts(void **state)
+{
+    (void)state;
+    IrNode *w = param("w", S2(2, 6));
+    IrNode *q = part(w, S2(2, 2), 1, 3, 0), *k = part(w, S2(2, 2), 1, 3, 1), *v = part(w, S2(2, 2), 1, 3, 2);
+    IrNode *a = NODE(OP_MUL, S2(2, 2), DT_F32, q, k);
+    backward(sum_all(NODE(OP_ADD, S2(2, 2), DT_F32, a, v)));
+    IrNode *cat = bwd(OP_CONCAT, v);
+    assert_node(cat, OP_CONCAT, S2(2, 6), DT_F32, DT_F32);
+    assert_int_equal(cat->nin, 3);
+    assert_int_equal(cat->ia[0], 1);
+    assert_int_equal(count_bwd(OP_SLICE_GRAD, NULL), 0);
+    assert_ptr_equal(P(w)->grad, cat);
+}
+
+static void test_chunk_part_unused(void **state)
+{
+    (void)state;
+    IrNode *w = param("w", S2(2, 6));
+    IrNode *q = part(w, S2(2, 3), 1, 2, 0);
+    part(w, S2(2, 3), 1, 2, 1);
+    backward(sum_all(q));
+    IrNode *d = bwd(OP_SLICE_GRAD, q);
+    assert_node(d, OP_SLICE_GRAD, S2(2, 6), DT_F32, DT_F32);
+    assert_true(d->ia[0] == 1 && d->ia[1] == 0 && d->ia[2] == 3);
+    assert_int_equal(count_bwd(OP_CONCAT, NULL), 0);
+}
+
 static void test_pools(void **state)
 {
     (void)state;
@@ -942,6 +979,8 @@ int main(void)
         T(test_linear_mixed_f16),
         T(test_linear_dx_without_bias),
         T(test_conv2d),
+        T(test_chunk_parts),
+        T(test_chunk_part_unused),
         T(test_activations),
         T(test_dropout_copies_attrs),
         T(test_views),

@@ -575,6 +575,51 @@ static void test_transpose(void **state)
     free(x); free(y); free(back);
 }
 
+/* chunk/slice, concat/slice_grad, expand, arange: integer ids pass
+ * exactly (bits copied), floats convert when the types differ. */
+static void test_structural(void **state)
+{
+    (void)state;
+    enum { O = 3, XL = 7, IN = 5, ST = 2, YL = 4 };
+    int32_t x[O * XL * IN], y[O * YL * IN], back[O * XL * IN];
+    for (int i = 0; i < O * XL * IN; i++)
+        x[i] = 16777217 + i * 101;                /* not exact as f32 */
+    mp_k_slice(y, MP_I32, x, MP_I32, O, XL, IN, ST, YL);
+    for (int o = 0; o < O; o++)
+        for (int j = 0; j < YL; j++)
+            for (int k = 0; k < IN; k++)
+                assert_int_equal(y[(o * YL + j) * IN + k], x[(o * XL + ST + j) * IN + k]);
+    memset(back, 0x7f, sizeof back);
+    mp_k_place(back, MP_I32, y, MP_I32, O, XL, IN, ST, YL, 1);   /* slice_grad: zeros around */
+    for (int o = 0; o < O; o++)
+        for (int j = 0; j < XL; j++)
+            for (int k = 0; k < IN; k++) {
+                int i = (o * XL + j) * IN + k;
+                assert_int_equal(back[i], j >= ST && j < ST + YL ? x[i] : 0);
+            }
+    int32_t head[O * ST * IN];
+    mp_k_slice(head, MP_I32, x, MP_I32, O, XL, IN, 0, ST);
+    mp_k_place(back, MP_I32, head, MP_I32, O, XL, IN, 0, ST, 0);  /* concat: the rest kept */
+    for (int i = 0; i < O * XL * IN; i++)
+        assert_int_equal(back[i], (i / IN) % XL >= ST + YL ? 0 : x[i]);
+
+    uint16_t ids[6] = {1, 65535, 7, 40000, 3, 2}, out[4 * 3 * 6];
+    int64_t ysh[3] = {4, 3, 6}, xsh[2] = {1, 6};
+    mp_k_broadcast(out, MP_U16, 3, ysh, ids, MP_U16, 2, xsh);
+    for (int i = 0; i < 4 * 3 * 6; i++)
+        assert_int_equal(out[i], ids[i % 6]);
+    float col[3] = {0.5f, -1.25f, 3.0f};
+    uint16_t h[3 * 4];
+    int64_t hsh[2] = {3, 4}, csh[2] = {3, 1};
+    mp_k_broadcast(h, MP_F16, 2, hsh, col, F32, 2, csh);           /* converted */
+    for (int i = 0; i < 12; i++)
+        assert_true(mp_f16_to_f32(h[i]) == col[i / 4]);
+    int32_t r[9];
+    mp_k_arange(r, MP_I32, 9);
+    for (int i = 0; i < 9; i++)
+        assert_int_equal(r[i], i);
+}
+
 /* ---- reductions --------------------------------------------------------- */
 
 static void test_reduce(void **state)
@@ -1177,6 +1222,7 @@ int main(void)
         cmocka_unit_test(test_binary_broadcast),
         cmocka_unit_test(test_sum_to_fd),
         cmocka_unit_test(test_transpose),
+        cmocka_unit_test(test_structural),
         cmocka_unit_test(test_reduce),
         cmocka_unit_test(test_expand_channel_sum_fd),
         cmocka_unit_test(test_softmax_forward),
