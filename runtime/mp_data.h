@@ -237,10 +237,15 @@ static inline int mp_data_add(MpDataSet *d, const MpModel *m, const char *spec, 
         || mp_check_labels(&m->inputs[i], &d->arr[i], file, e);
 }
 
+/* What a set may lack: MP_DATA_PARTIAL (--eval, --predict) every sample
+ * counts, so fewer than one batch is fine; MP_DATA_SOME (--predict) inputs
+ * may be missing (their batch buffers hold zeros). */
+enum { MP_DATA_PARTIAL = 1, MP_DATA_SOME = 2 };
+
 /* Loads and checks a whole set: every input given once, same number of
  * samples, at least one batch. Refuses with a message naming the file. */
 static inline int mp_data_load(MpDataSet *d, const MpModel *m, const char *opt,
-                               char *const *specs, int nspecs, MpErr *e)
+                               char *const *specs, int nspecs, int flags, MpErr *e)
 {
     memset(d, 0, sizeof *d);
     d->opt = opt;
@@ -252,30 +257,40 @@ static inline int mp_data_load(MpDataSet *d, const MpModel *m, const char *opt,
     for (int k = 0; k < nspecs; k++)
         if (mp_data_add(d, m, specs[k], e))
             return 1;
-    for (int i = 0; i < m->ninputs; i++) {
+    for (int i = 0, first = -1; i < m->ninputs; i++) {
+        if (!d->file[i] && (flags & MP_DATA_SOME))
+            continue;
         if (!d->file[i])
             return mp_errf(e, "no %s %s=FILE.npy: every input needs one", opt, m->inputs[i].name);
         int64_t n = d->arr[i].shape[0];
-        if (i > 0 && n != d->samples)
+        if (first >= 0 && n != d->samples)
             return mp_errf(e, "%s: %lld samples, but %s has %lld: every %s file must have "
-                           "the same number", d->file[i], (long long)n, d->file[0],
+                           "the same number", d->file[i], (long long)n, d->file[first],
                            (long long)d->samples, opt);
+        first = first < 0 ? i : first;
         d->samples = n;
     }
     d->batches = m->batch > 0 ? d->samples / m->batch : 0;
-    if (d->batches < 1)
+    if ((flags & MP_DATA_PARTIAL) && d->samples < 1)
+        return mp_errf(e, "%s: no samples", d->file[0] ? d->file[0] : opt);
+    if (d->batches < 1 && !(flags & MP_DATA_PARTIAL))
         return mp_errf(e, "%s: %lld samples, fewer than one batch of %lld",
                        d->file[0], (long long)d->samples, (long long)m->batch);
     return 0;
 }
 
-/* Copies the samples idx[0..B-1] of every input into its batch buffer. */
+/* Copies the samples idx[0..B-1] of every input into its batch buffer
+ * (zeros for an input the set lacks: MP_DATA_SOME). */
 static inline void mp_fill_batch(MpModel *m, const MpDataSet *d, const int64_t *idx)
 {
     for (int i = 0; i < m->ninputs; i++) {
         int64_t sb = mp_sample_bytes(&m->inputs[i]);
         char *dst = (char *)m->inputs[i].batch;
         const char *src = (const char *)d->arr[i].data;
+        if (!d->file[i]) {
+            memset(dst, 0, (size_t)(m->batch * sb));
+            continue;
+        }
         for (int64_t b = 0; b < m->batch; b++)
             memcpy(dst + b * sb, src + idx[b] * sb, (size_t)sb);
     }
