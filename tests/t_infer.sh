@@ -14,6 +14,10 @@
 #   - 5 training steps with --export: the file loads into the twin with
 #     load_state_dict(strict=True) (num_batches_tracked an int64 5) and
 #     gives the trainer's eval loss;
+#   - --resume from that run's checkpoint, --steps 0 --export: the same
+#     file (the batch count is kept in checkpoints);
+#   - the export given back to --init (num_batches_tracked included) and
+#     exported again is the same file's tensors;
 #   - --init-partial: the matching layers from the file, the `logits` layer
 #     at its initialiser, listed on stderr; a file matching nothing, and
 #     the partial file without --init-partial, are refused (exit 1);
@@ -55,7 +59,10 @@ runs() {
     done
     "$bin" --init "$init" --data image="$W/t_x.npy" --data label="$W/t_y.npy" --no-shuffle \
         --steps 5 --eval image="$W/e75_x.npy" --eval label="$W/e75_y.npy" --log "$W/$n.train.jsonl" \
-        --export "$W/$n.export.st" 2>>"$W/$n.err" || bad "$bin: training with --export failed: $(tail -n 1 "$W/$n.err")"
+        --export "$W/$n.export.st" --save "$W/$n.ck.st" 2>>"$W/$n.err" ||
+        bad "$bin: training with --export failed: $(tail -n 1 "$W/$n.err")"
+    "$bin" --resume "$W/$n.ck.st" --steps 0 --export "$W/$n.resumed.st" 2>>"$W/$n.err" ||
+        bad "$bin: --resume --steps 0 --export failed: $(tail -n 1 "$W/$n.err")"
 }
 
 for m in mlp:mlp_small cnn:cnn_bn; do
@@ -72,6 +79,8 @@ for m in mlp:mlp_small cnn:cnn_bn; do
             2>>"$W/$n.err" || bad "$n: --predict --output h failed"
     done
     "$W/$n" --steps 0 --export "$W/$n.dflt.st" 2>>"$W/$n.err" || bad "$n: --steps 0 --export failed"
+    "$W/$n" --init "$W/$n.export.st" --steps 0 --export "$W/$n.reexport.st" 2>>"$W/$n.err" ||
+        bad "$n: --init from an export failed: $(tail -n 1 "$W/$n.err")"
     expect 0 "--init-partial: left at their initialisers: logits.weight, logits.bias" \
         "$W/$n" --init "$W/$n.part.st" --init-partial --steps 0 --export "$W/$n.partout.st"
     expect 1 "not part of model" "$W/$n" --init "$W/$n.part.st" --steps 0 --export "$W/$n.x.st"
@@ -92,8 +101,17 @@ for m in mlp:mlp_small cnn:cnn_bn; do
     $PY tests/py/infer.py check "$W" "$mp" "$n" $emu || fail=1
 done
 
-# usage errors
+# --help: the inputs with their shapes and types, the defaults
 b=$W/mlp
+"$b" --help >"$W/help" 2>&1 || bad "--help failed"
+for want in "image          u8[64, 784]" "label          i32[64]  class labels in [0, 10)" \
+    "--eval-every     N              evaluate every N steps (default: only at the end)" \
+    "--steps          N              train until optimizer step N (default: the train block's, 40)" \
+    "--output         VALUE          the value --predict writes (default: logits)"; do
+    grep -qF -- "$want" "$W/help" || bad "--help lacks '$want'"
+done
+
+# usage errors
 expect 2 "--predict needs --out" "$b" --init "$W/mlp.init.st" --predict image="$W/e20_x.npy"
 expect 2 "--predict needs --out" "$b" --predict image="$W/e20_x.npy" --out "$W/p.npy"
 expect 2 "--output needs --predict" "$b" --init "$W/mlp.init.st" --steps 0 --output h

@@ -13,7 +13,8 @@
         samples, not a multiple of the batch) and e20 (fewer than a batch),
         --predict's logits (and, for the MLP, --output h), the F16 / BF16 /
         F64 inits, the export loaded with load_state_dict(strict=True), the
-        partial init. With --emu, also the CUDA program's outputs (NAME.emu.*)
+        partial init, an export given back to --init and exported again
+        (num_batches_tracked kept). With --emu, also the CUDA program's outputs (NAME.emu.*)
         against the C program's.
 Exit 0 when everything agrees, 1 with the disagreements listed.
 """
@@ -167,6 +168,12 @@ def cmd_check(w, mp, name, emu):
     check_inits(w, mp, name, init, data(w, "e75"))
     check_export(w, mp, name, name)
     check_partial(w, mp, name, init)
+    first = st.read(f"{w}/{name}.export.st")
+    for again, how in (("reexport", "given to --init and exported again"),
+                       ("resumed", "of --resume from the run's checkpoint")):
+        got = st.read(f"{w}/{name}.{again}.st")
+        if sorted(got) != sorted(first) or any(not np.array_equal(got[k], first[k]) for k in first):
+            bad(f"the export {how} differs from the run's")
     if emu:
         check_export(w, mp, name, f"{name}.emu")
         c, g = st.read(f"{w}/{name}.export.st"), st.read(f"{w}/{name}.emu.export.st")
