@@ -1,7 +1,8 @@
 /* mp_tboard.h - TensorBoard event files, written natively (--tensorboard).
  *
- * What it owns: one file DIR/events.out.tfevents.<unix time>.<host> (DIR
- * created if missing), opened once, appended to and flushed after each
+ * What it owns: one new file DIR/events.out.tfevents.<unix time>.<host> (DIR
+ * created if missing; never an existing file: a second run in the same
+ * second adds .1, .2, ...), opened once, appended to and flushed after each
  * logged step, like the JSONL log (TensorBoard reads it while it grows).
  *
  * Format: TFRecord framing, each record
@@ -20,6 +21,7 @@
 #define MP_TBOARD_H
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -144,11 +146,25 @@ static inline int mp_tb_open(MpTb *t, const char *dir, MpErr *e)
     gethostname(host, sizeof host - 1);
     host[sizeof host - 1] = 0;
     size_t cap = strlen(dir) + strlen(host) + 64;
+    long long now = (long long)time(NULL);
+    int fd = -1;
     if (!(t->path = (char *)malloc(cap)))
         return mp_errf(e, "out of memory");
-    snprintf(t->path, cap, "%s/events.out.tfevents.%lld.%s", dir, (long long)time(NULL), host);
-    if (!(t->f = fopen(t->path, "wb")))
-        return mp_errf(e, "%s: cannot open for writing (%s)", t->path, strerror(errno));
+    /* a new file; another run's of the same second gets a suffix: .1, .2 */
+    for (int k = 0; fd < 0 && k < 100; k++) {
+        int len = snprintf(t->path, cap, "%s/events.out.tfevents.%lld.%s", dir, now, host);
+        if (k)
+            snprintf(t->path + len, cap - (size_t)len, ".%d", k);
+        fd = open(t->path, O_WRONLY | O_CREAT | O_EXCL, 0666);
+        if (fd < 0 && errno != EEXIST)
+            break;
+    }
+    if (fd < 0 || !(t->f = fdopen(fd, "wb"))) {
+        mp_errf(e, "%s: cannot open for writing (%s)", t->path, strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        return 1;
+    }
     struct timespec ts;
     timespec_get(&ts, TIME_UTC);
     mp_tb_event(t, (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec, 0);
