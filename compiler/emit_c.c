@@ -120,6 +120,9 @@ static void node(Emit *e, const IrNode *n, int *line)
     if (p >= 0)
         em(e, "    mp_accumulate_grad(mp_params[%d].grad, %s, %lld);\n", p, cname(e, n),
            (long long)shape_numel(&n->shape));
+    if (emit_value(e, n) >= 0)
+        em(e, "    MP_KEEP(%d, %s, %lld);\n", emit_value(e, n), cname(e, n),
+           (long long)(shape_numel(&n->shape) * dt_size(n->type)));
 }
 
 static void cast_node(Emit *e, const IrNode *n, int *line)

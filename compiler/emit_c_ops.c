@@ -329,8 +329,8 @@ void emit_c_BATCH_NORM_DW(Emit *e, const IrNode *n)
 void emit_c_CROSS_ENTROPY(Emit *e, const IrNode *n)
 {
     const IrNode *x = IN(0);
-    em(e, "    mp_k_cross_entropy(%s, %s, %s, %lld, %lld, %s);\n", arg(e, n), arg(e, x), arg(e, IN(1)),
-       N(IN(1)), emit_dim(x, -1), emit_ce_attrs(e, n));
+    em(e, "    mp_k_cross_entropy(%s, %s, %s, %s, %lld, %s);\n", arg(e, n), arg(e, x), arg(e, IN(1)),
+       emit_real_rows(e, "run", N(IN(1))), emit_dim(x, -1), emit_ce_attrs(e, n));
 }
 
 void emit_c_CROSS_ENTROPY_GRAD(Emit *e, const IrNode *n)
@@ -343,13 +343,14 @@ void emit_c_CROSS_ENTROPY_GRAD(Emit *e, const IrNode *n)
 void emit_c_ACCURACY(Emit *e, const IrNode *n)
 {
     const IrNode *x = IN(0);
-    em(e, "    mp_k_accuracy(%s, %s, %s, %lld, %lld);\n", arg(e, n), arg(e, x), arg(e, IN(1)), N(IN(1)),
-       emit_dim(x, -1));
+    em(e, "    mp_k_accuracy(%s, %s, %s, %s, %lld);\n", arg(e, n), arg(e, x), arg(e, IN(1)),
+       emit_real_rows(e, "run", N(IN(1))), emit_dim(x, -1));
 }
 
 void emit_c_MSE(Emit *e, const IrNode *n)
 {
-    em(e, "    mp_k_mse(%s, %s, %s, %lld);\n", arg(e, n), arg(e, IN(0)), arg(e, IN(1)), N(IN(0)));
+    em(e, "    mp_k_mse(%s, %s, %s, %s);\n", arg(e, n), arg(e, IN(0)), arg(e, IN(1)),
+       emit_real_rows(e, "run", N(IN(0))));
 }
 
 void emit_c_MSE_GRAD(Emit *e, const IrNode *n)

@@ -193,6 +193,79 @@ void emit_runtime(Emit *e, int count, const char *const *names, const char *cons
     }
 }
 
+/* ---- named values (--predict) ---------------------------------------- */
+
+static bool is_value(Emit *e, const IrNode *n)
+{
+    BufKind k = e->mp->kind[n->id];
+    if (!n->name || n->phase != PH_FORWARD || n->hoisted || k == BUF_PARAM || k == BUF_INPUT
+        || k == BUF_CONST || k == BUF_NONE)
+        return false;
+    /* a lowp (or f32) working copy carries its source's name */
+    return !(n->op == OP_CAST && n->in[0]->name && !strcmp(n->in[0]->name, n->name));
+}
+
+static void find_values(Emit *e)
+{
+    const IrGraph *g = e->g;
+    e->value_ix = arena_alloc(e->a, sizeof *e->value_ix * (size_t)(g->nnodes + 1));
+    for (int i = 0; i < g->nnodes; i++) {
+        const IrNode *n = g->nodes[i];
+        e->value_ix[i] = -1;
+        if (!is_value(e, n))
+            continue;
+        bool seen = false;
+        for (int j = 0; j < i && !seen; j++)
+            seen = e->value_ix[j] >= 0 && !strcmp(g->nodes[j]->name, n->name);
+        if (!seen)
+            e->value_ix[i] = e->nvalues++;
+    }
+}
+
+int emit_value(Emit *e, const IrNode *n)
+{
+    if (!e->value_ix)
+        find_values(e);
+    return e->value_ix[n->id];
+}
+
+int emit_output(Emit *e)
+{
+    const IrNode *x = e->g->loss;
+    while (x && x->nin > 0) {
+        x = x->in[0];
+        if (emit_value(e, x) >= 0)
+            return emit_value(e, x);
+    }
+    return -1;
+}
+
+const char *emit_real_rows(Emit *e, const char *run, long long n)
+{
+    return arena_printf(e->a, "mp_real_rows(%s, %lld, %lld)", run, n, (long long)e->g->batch);
+}
+
+/* mp_values: name, type, shape and the inputs each depends on. */
+static void values_table(Emit *e)
+{
+    const IrGraph *g = e->g;
+    emit_value(e, g->nodes[0]);
+    em(e, "\nstatic const MpValue mp_values[%d] = {\n", e->nvalues ? e->nvalues : 1);
+    for (int i = 0; i < g->nnodes; i++) {
+        const IrNode *n = g->nodes[i];
+        if (e->value_ix[i] < 0)
+            continue;
+        bool *need = needed_by(e, n);
+        unsigned long long in = 0;
+        for (int j = 0; j <= i; j++)
+            if (need[j] && e->mp->kind[j] == BUF_INPUT)
+                in |= 1ull << (g->nodes[j]->ia[0] < 63 ? g->nodes[j]->ia[0] : 63);
+        em(e, "    {\"%s\", %s, %d, %s, 0x%llxull},\n", n->name, mpdt(n->type), n->shape.rank,
+           dims_init(e, &n->shape), in);
+    }
+    em(e, "};\n");
+}
+
 void emit_descriptors(Emit *e)
 {
     const IrGraph *g = e->g;
@@ -216,6 +289,7 @@ void emit_descriptors(Emit *e)
     for (int i = 0; i < g->nmetrics; i++)
         em(e, "%s\"%s\"", i ? ", " : "", g->metrics[i].name);
     em(e, "%s};\n", g->nmetrics ? "" : "NULL");   /* C11 has no empty initialiser */
+    values_table(e);
 }
 
 void emit_model_struct(Emit *e, const char *hooks)
@@ -234,7 +308,8 @@ void emit_model_struct(Emit *e, const char *hooks)
     em(e, "     %d, %.17g, %.17g, %.17g, %lld, %lld, %lld, %d},\n", (int)t->sched, t->warmup,
        t->sched_min, t->clip, (long long)t->accumulate, (long long)t->steps, (long long)t->seed,
        (int)t->warmup_style);
-    em(e, "    %s,\n};\n", hooks);
+    em(e, "    %s,\n", hooks);
+    em(e, "    %d, mp_values, %d,\n};\n", e->nvalues, emit_output(e));
 }
 
 /* ---- sizes of a node's tensors, as kernels take them -------------------- */

@@ -15,6 +15,8 @@ typedef struct Emit {
     Arena scratch;
     MemPlan *mp;
     const char **names;        /* per node id: its C identifier */
+    int *value_ix;             /* per node id: index in mp_values, or -1 */
+    int nvalues;
 } Emit;
 
 typedef void EmitFn(Emit *e, const IrNode *n);
@@ -62,9 +64,20 @@ void emit_pass(Emit *e, EmitPass pass, EmitNodeFn *node, const char *training);
 /* The model's source line as a comment, when it is not *line already. */
 void emit_source_line(Emit *e, const IrNode *n, int *line, const char *lead);
 
+/* The named values of the model (mp_values, --predict --output NAME): each
+ * statement target computed by the forward pass, once per name (its first
+ * node; the lowp working copies of a value are not values of their own).
+ * emit_value: n's index in mp_values, or -1. emit_output: the default
+ * output, the first named value on the loss's first-input chain, or -1. */
+int emit_value(Emit *e, const IrNode *n);
+int emit_output(Emit *e);
+/* The rows (elements) of loss/metric input x the kernel averages over:
+ * "mp_real_rows(RUN, n, B)", fewer in a padded evaluation batch. */
+const char *emit_real_rows(Emit *e, const char *run, long long n);
+
 /* Parts of the generated program that both targets write alike. */
 void emit_runtime(Emit *e, int count, const char *const *names, const char *const *texts);
-void emit_descriptors(Emit *e);                /* mp_inputs, mp_params, mp_metric_names */
+void emit_descriptors(Emit *e);                /* mp_inputs, mp_params, mp_metric_names, mp_values */
 /* MpModel mp_model = {...}; hooks: its function fields onwards, as C text */
 void emit_model_struct(Emit *e, const char *hooks);
 

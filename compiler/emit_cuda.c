@@ -151,6 +151,9 @@ static void after(Emit *e, const IrNode *n)
     if (p >= 0)
         em(e, "    mp_cu_acc_grad<%s>(mp_cu_grad(%d), %s, %lld);\n", mpdt(n->type), p, cname(e, n),
            (long long)shape_numel(&n->shape));
+    if (emit_value(e, n) >= 0)
+        em(e, "    mp_cu_keep(r, %d, %s, %lld);\n", emit_value(e, n), cname(e, n),
+           (long long)(shape_numel(&n->shape) * dt_size(n->type)));
     if (n == g->loss)
         em(e, "    mp_cu_out(r, 0, %s, %s);\n", cname(e, n), mpdt(n->type));
     for (int m = 0; m < g->nmetrics; m++)

@@ -352,8 +352,8 @@ void emit_cuda_BATCH_NORM_DW(Emit *e, const IrNode *n)
 void emit_cuda_CROSS_ENTROPY(Emit *e, const IrNode *n)
 {
     const IrNode *x = IN(0);
-    em(e, "    mp_cu_cross_entropy%s(%s, %s, %s, %lld, %lld, %s);\n", T2(n, x), C(n), C(x), IDS(IN(1)),
-       N(IN(1)), emit_dim(x, -1), emit_ce_attrs(e, n));
+    em(e, "    mp_cu_cross_entropy%s(%s, %s, %s, %s, %lld, %s);\n", T2(n, x), C(n), C(x), IDS(IN(1)),
+       emit_real_rows(e, "r->run", N(IN(1))), emit_dim(x, -1), emit_ce_attrs(e, n));
 }
 
 void emit_cuda_CROSS_ENTROPY_GRAD(Emit *e, const IrNode *n)
@@ -366,13 +366,14 @@ void emit_cuda_CROSS_ENTROPY_GRAD(Emit *e, const IrNode *n)
 void emit_cuda_ACCURACY(Emit *e, const IrNode *n)
 {
     const IrNode *x = IN(0);
-    em(e, "    mp_cu_accuracy%s(%s, %s, %s, %lld, %lld);\n", T2(n, x), C(n), C(x), IDS(IN(1)), N(IN(1)),
-       emit_dim(x, -1));
+    em(e, "    mp_cu_accuracy%s(%s, %s, %s, %s, %lld);\n", T2(n, x), C(n), C(x), IDS(IN(1)),
+       emit_real_rows(e, "r->run", N(IN(1))), emit_dim(x, -1));
 }
 
 void emit_cuda_MSE(Emit *e, const IrNode *n)
 {
-    em(e, "    mp_cu_mse%s(%s, %s, %s, %lld);\n", T3(n, IN(0), IN(1)), C(n), C(IN(0)), C(IN(1)), N(IN(0)));
+    em(e, "    mp_cu_mse%s(%s, %s, %s, %s);\n", T3(n, IN(0), IN(1)), C(n), C(IN(0)), C(IN(1)),
+       emit_real_rows(e, "r->run", N(IN(0))));
 }
 
 void emit_cuda_MSE_GRAD(Emit *e, const IrNode *n)

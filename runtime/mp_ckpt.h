@@ -13,11 +13,15 @@
  *   loss_scale, good_steps, skipped_steps, floor_skips (consecutive skipped
  *   steps at the lowest scale), data_rng (the data stream's xoshiro256**
  *   state before this epoch's shuffle: 4 x 16 hex digits), data_epoch,
- *   data_position (batches used in that epoch), data_samples.
+ *   data_position (batches used in that epoch), data_samples,
+ *   bn_batches_tracked (training forwards so far; absent in older files:
+ *   step x accumulate).
  * Loading checks every name, type and shape and refuses a mismatch, a
  * non-finite value, an unexpected tensor or an unreadable number by name.
- * --init reads only the parameters (and ignores optimizer.* and PyTorch's
- * *.num_batches_tracked). */
+ * --init reads only the parameters, converting F16, BF16 and F64 to f32
+ * (optimizer.* ignored, a PyTorch *.num_batches_tracked taken as the
+ * count); --init-partial takes what matches by name and shape and lists
+ * the rest. */
 #ifndef MP_CKPT_H
 #define MP_CKPT_H
 
@@ -26,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "mp_model.h"
+#include "mp_half.h"
 #include "mp_util.h"
 #include "mp_safetensors.h"
 #include "mp_optim.h"
@@ -48,6 +53,9 @@ typedef struct MpTrainer {
     MpDataSet data, eval;
     MpOrder order;
     int64_t *step_idx;          /* samples of this step's micro-batches */
+    int64_t bn_batches;         /* training forwards so far: batch norm's
+                                   num_batches_tracked (PyTorch's count) */
+    double loss_total;          /* sum of the step losses of this run (host) */
 } MpTrainer;
 
 static inline const char *mp_opt_name(int opt)
@@ -84,6 +92,7 @@ static inline int mp_ckpt_meta(const MpTrainer *t, const char **k, const char **
     MP_META_F("data_epoch", "%" PRId64, t->order.epoch);
     MP_META_F("data_position", "%" PRId64, t->order.pos);
     MP_META_F("data_samples", "%" PRId64, t->order.samples);
+    MP_META_F("bn_batches_tracked", "%" PRId64, t->bn_batches);
 #undef MP_META_F
 #undef MP_META_S
     return n;
@@ -139,7 +148,7 @@ out:
 
 static inline const char *mp_st_dtype_str(int t)
 {
-    return t >= MP_F32 && t <= MP_U8 ? mp_st_dtype_names_[t] : "?";
+    return t >= MP_F32 && t <= MP_I64 ? mp_st_dtype_names_[t] : "?";
 }
 
 /* A loaded tensor must hold finite values only (TRAINER.md, Non-finite values). */
@@ -151,17 +160,38 @@ static inline int mp_ckpt_finite(const char *file, const char *name, const float
                                "non-finite value", file, name, mp_nonfinite_name(v[j]), (long long)j);
 }
 
-/* Copies tensor `name` of f into dst after checking type and shape. */
+/* Float tensor data of type dt as f32 (data need not be aligned). */
+static inline void mp_to_f32(float *dst, const void *data, int dt, int64_t n)
+{
+    const unsigned char *p = (const unsigned char *)data;
+    for (int64_t i = 0; i < n; i++) {
+        uint16_t h;
+        double d;
+        if (dt == MP_F64) {
+            memcpy(&d, p + 8 * i, 8);
+            dst[i] = (float)d;
+        } else if (dt == MP_F16 || dt == MP_BF16) {
+            memcpy(&h, p + 2 * i, 2);
+            dst[i] = dt == MP_F16 ? mp_f16_to_f32(h) : mp_bf16_to_f32(h);
+        } else {
+            memcpy(dst + i, p + 4 * i, 4);
+        }
+    }
+}
+
+/* Copies tensor `name` of f into dst after checking type and shape; with
+ * any_float (--init), F16, BF16 and F64 are converted. */
 static inline int mp_ckpt_take(const MpStFile *f, const char *file, const char *name,
-                               const MpParam *p, float *dst, MpErr *e)
+                               const MpParam *p, float *dst, int any_float, MpErr *e)
 {
     const MpTensor *x = mp_st_find(f, name);
     char want[160], got[160];
+    int dt = x ? x->dtype : 0;
     if (!x)
         return mp_errf(e, "%s: no tensor '%s' (the model has it)", file, name);
-    if (x->dtype != MP_F32)
-        return mp_errf(e, "%s: tensor '%s' is %s, expected F32", file, name,
-                       mp_st_dtype_str(x->dtype));
+    if (dt != MP_F32 && !(any_float && (dt == MP_F16 || dt == MP_BF16 || dt == MP_F64)))
+        return mp_errf(e, "%s: tensor '%s' is %s, expected F32%s", file, name,
+                       mp_st_dtype_str(x->dtype), any_float ? " (or F16, BF16, F64)" : "");
     int same = x->rank == p->rank;
     for (int d = 0; same && d < p->rank; d++)
         same = x->shape[d] == p->shape[d];
@@ -170,7 +200,7 @@ static inline int mp_ckpt_take(const MpStFile *f, const char *file, const char *
         mp_shape_str(got, sizeof got, x->rank, x->shape);
         return mp_errf(e, "%s: tensor '%s' has shape %s, the model's is %s", file, name, got, want);
     }
-    memcpy(dst, x->data, (size_t)p->numel * sizeof(float));
+    mp_to_f32(dst, x->data, dt, p->numel);
     return mp_ckpt_finite(file, name, dst, p->numel, e);
 }
 
@@ -211,16 +241,53 @@ static inline int mp_ckpt_unexpected(const MpTrainer *t, const MpStFile *f,
     return 0;
 }
 
-/* --init: every parameter by name; nothing else is restored. */
-static inline int mp_ckpt_init(MpTrainer *t, const char *file, MpErr *e)
+/* A PyTorch num_batches_tracked (I64 scalar) in f: the batch-norm count. */
+static inline void mp_ckpt_bn_count(MpTrainer *t, const MpStFile *f)
+{
+    for (int i = 0; i < f->n; i++)
+        if (f->tensors[i].dtype == MP_I64 && mp_numel(f->tensors[i].rank, f->tensors[i].shape) == 1
+            && mp_ends_with(f->tensors[i].name, ".num_batches_tracked")) {
+            memcpy(&t->bn_batches, f->tensors[i].data, 8);
+            return;
+        }
+}
+
+/* --init-partial: each parameter whose name and shape match; the others
+ * keep their initialiser (already run) and are listed on stderr. */
+static inline int mp_ckpt_init_partial(MpTrainer *t, const MpStFile *f, const char *file, MpErr *e)
+{
+    const MpModel *m = t->m;
+    int taken = 0, left = 0;
+    for (int i = 0; i < m->nparams; i++) {
+        MpErr skip;
+        if (!mp_ckpt_take(f, file, m->params[i].name, &m->params[i], t->params + t->offset[i], 1, &skip)) {
+            taken++;
+            continue;
+        }
+        fprintf(stderr, "%s%s", left++ ? ", " : "--init-partial: left at their initialisers: ",
+                m->params[i].name);
+    }
+    if (left)
+        fprintf(stderr, "\n");
+    if (!taken)
+        return mp_errf(e, "%s: --init-partial: no tensor matches a parameter of model '%s' by "
+                       "name and shape", file, m->name);
+    return 0;
+}
+
+/* --init: every parameter by name (partial: those that match); nothing
+ * else is restored. */
+static inline int mp_ckpt_init(MpTrainer *t, const char *file, int partial, MpErr *e)
 {
     MpStFile f;
     const MpModel *m = t->m;
     if (mp_st_load(file, &f, e))
         return 1;
-    int rc = mp_ckpt_unexpected(t, &f, file, 0, e);
-    for (int i = 0; !rc && i < m->nparams; i++)
-        rc = mp_ckpt_take(&f, file, m->params[i].name, &m->params[i], t->params + t->offset[i], e);
+    int rc = partial ? mp_ckpt_init_partial(t, &f, file, e) : mp_ckpt_unexpected(t, &f, file, 0, e);
+    for (int i = 0; !rc && !partial && i < m->nparams; i++)
+        rc = mp_ckpt_take(&f, file, m->params[i].name, &m->params[i], t->params + t->offset[i], 1, e);
+    if (!rc)
+        mp_ckpt_bn_count(t, &f);
     mp_st_close(&f);
     return rc;
 }
@@ -304,6 +371,10 @@ static inline int mp_ckpt_counters(MpTrainer *t, const MpStFile *f, const char *
         t->ls.good = 0;
     }
     t->seed = (uint64_t)seed;
+    t->bn_batches = t->step * t->cfg.accumulate;
+    if (mp_st_meta(f, "bn_batches_tracked")
+        && mp_meta_i64(f, file, "bn_batches_tracked", &t->bn_batches, e))
+        return 1;
     mp_order_restore(&t->order, &rng, epoch, samples == t->order.samples ? pos : t->order.batches);
     return 0;
 }
@@ -319,10 +390,10 @@ static inline int mp_ckpt_resume(MpTrainer *t, const char *file, MpErr *e)
     int rc = mp_ckpt_counters(t, &f, file, e) || mp_ckpt_unexpected(t, &f, file, 1, e);
     for (int i = 0; !rc && i < m->nparams; i++) {
         const MpParam *p = &m->params[i];
-        rc = mp_ckpt_take(&f, file, p->name, p, t->params + t->offset[i], e);
+        rc = mp_ckpt_take(&f, file, p->name, p, t->params + t->offset[i], 0, e);
         for (int s = 0; !rc && p->trainable && s < t->nslots; s++) {
             snprintf(name, sizeof name, "optimizer.%s.%s", t->slot_name[s], p->name);
-            rc = mp_ckpt_take(&f, file, name, p, t->slot[s] + t->offset[i], e);
+            rc = mp_ckpt_take(&f, file, name, p, t->slot[s] + t->offset[i], 0, e);
         }
     }
     mp_st_close(&f);

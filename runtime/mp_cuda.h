@@ -91,6 +91,7 @@ typedef struct MpCuState {
     float loss, coef;              /* coef: clip factor, 1 = none */
     int taken;
     MpOptK k;                      /* this step's optimizer factors */
+    double loss_total;             /* the sum of the step losses so far (loss_avg) */
 } MpCuState;
 
 /* One range of a trainable parameter in the flat buffers. */

@@ -155,6 +155,7 @@ struct MpCuDecide {
         for (int i = 0; i < nparts; i++)
             ss += part[i];
         s->loss = (float)(s->loss_sum / (double)s->cfg.accumulate);
+        s->loss_total += (double)s->loss;
         s->grad_norm = sqrt(ss);
         s->scale_used = s->ls.scale;
         s->step = h->step;
@@ -414,6 +415,16 @@ static inline void mp_cu_d2h(void *dst, const void *src, int64_t bytes)
 
 static inline void mp_cu_wait(void) { mp_cu_ok(cudaStreamSynchronize(mp_cu.st), "the GPU"); }
 
+/* --predict: the chosen value copied back as the eager forward pass makes
+ * it (mp_cu_forward waits for the copy). */
+static inline void mp_cu_keep(const MpCuRun *r, int i, const void *src, int64_t bytes)
+{
+    if (r->run && r->run->keep == i + 1) {
+        mp_cu_d2h(r->run->kept, src, bytes);
+        r->run->kept_done = 1;
+    }
+}
+
 /* Parameters, optimizer state and the loss-scale state to the device. */
 static inline void mp_cu_push(MpTrainer *t, MpCuTile *tiles)
 {
@@ -592,6 +603,7 @@ static inline int mp_cu_sync(MpTrainer *t, int64_t k, double lr, MpStepOut *out,
     const MpCuState *s = mp_cu.hstate;
     mp_cu_mirror(t, s);
     out->loss = s->loss;
+    out->loss_total = s->loss_total;
     out->grad_norm = s->grad_norm;
     out->lr = lr;
     out->scale = s->scale_used;

@@ -371,27 +371,39 @@ static inline int64_t mp_model_window(const MpModel *m, MpErr *e)
     return w;
 }
 
-/* Every input given once and of the same length (samples, or values of a
- * window stream); at least one batch (one window for training windows). */
-static inline int mp_data_counts(MpDataSet *d, const MpModel *m, MpErr *e)
+/* What a set may lack: MP_DATA_PARTIAL (--eval, --predict) every sample
+ * counts, so fewer than one batch is fine; MP_DATA_SOME (--predict) inputs
+ * may be missing (their batch buffers hold zeros). */
+enum { MP_DATA_PARTIAL = 1, MP_DATA_SOME = 2 };
+
+/* Every input given once (unless MP_DATA_SOME) and of the same length
+ * (samples, or values of a window stream); at least one batch (one window
+ * for training windows) unless MP_DATA_PARTIAL. */
+static inline int mp_data_counts(MpDataSet *d, const MpModel *m, int flags, MpErr *e)
 {
     int64_t w = d->window;
+    int first = -1;
     for (int i = 0; i < m->ninputs; i++) {
+        if (!d->file[i] && (flags & MP_DATA_SOME))
+            continue;
         if (!d->file[i])
             return mp_errf(e, "no %s %s=FILE%s: every input needs one", d->opt, m->inputs[i].name,
                            w ? " (.npy or .bin)" : ".npy");
         int64_t n = d->arr[i].shape[0];
-        if (i > 0 && n != (w ? d->stream : d->samples))
+        if (first >= 0 && n != (w ? d->stream : d->samples))
             return mp_errf(e, "%s: %lld %s, but %s has %lld: every %s file must have the same "
-                           "number", d->file[i], (long long)n, w ? "values" : "samples", d->file[0],
+                           "number", d->file[i], (long long)n, w ? "values" : "samples", d->file[first],
                            (long long)(w ? d->stream : d->samples), d->opt);
+        first = first < 0 ? i : first;
         if (w)
             d->stream = n;
         d->samples = w ? (n - w) / (w - 1) + 1 : n;
     }
     d->batches = m->batch > 0 ? d->samples / m->batch : 0;
-    if (d->batches < 1 && (!w || strcmp(d->opt, "--data")))
-        return mp_errf(e, "%s: %lld %s, fewer than one batch of %lld", d->file[0],
+    if ((flags & MP_DATA_PARTIAL) && d->samples < 1)
+        return mp_errf(e, "%s: no samples", first >= 0 ? d->file[first] : d->opt);
+    if (d->batches < 1 && !(flags & MP_DATA_PARTIAL) && (!w || strcmp(d->opt, "--data")))
+        return mp_errf(e, "%s: %lld %s, fewer than one batch of %lld", d->file[first],
                        (long long)d->samples, w ? "windows" : "samples", (long long)m->batch);
     return 0;
 }
@@ -399,7 +411,7 @@ static inline int mp_data_counts(MpDataSet *d, const MpModel *m, MpErr *e)
 /* Maps and checks a whole set; mp_data_scan then checks the values.
  * Refuses with a message naming the file. */
 static inline int mp_data_load(MpDataSet *d, const MpModel *m, const char *opt,
-                               char *const *specs, int nspecs, MpErr *e)
+                               char *const *specs, int nspecs, int flags, MpErr *e)
 {
     memset(d, 0, sizeof *d);
     d->opt = opt;
@@ -413,7 +425,7 @@ static inline int mp_data_load(MpDataSet *d, const MpModel *m, const char *opt,
     for (int k = 0; k < nspecs; k++)
         if (mp_data_add(d, m, specs[k], e))
             return 1;
-    return mp_data_counts(d, m, e);
+    return mp_data_counts(d, m, flags, e);
 }
 
 /* ---- the values' checks ------------------------------------------------- */
@@ -516,12 +528,17 @@ static inline int mp_data_scan(const MpDataSet *d, const MpModel *m, MpErr *e)
     return rc;
 }
 
-/* Copies the rows of keys[0..B-1] of every input into its batch buffer. */
+/* Copies the rows of keys[0..B-1] of every input into its batch buffer
+ * (zeros for an input the set lacks: MP_DATA_SOME). */
 static inline void mp_fill_batch(MpModel *m, const MpDataSet *d, const int64_t *keys)
 {
     for (int i = 0; i < m->ninputs; i++) {
         int64_t sb = mp_sample_bytes(&m->inputs[i]);
         char *dst = (char *)m->inputs[i].batch;
+        if (!d->file[i]) {
+            memset(dst, 0, (size_t)(m->batch * sb));
+            continue;
+        }
         for (int64_t b = 0; b < m->batch; b++)
             memcpy(dst + b * sb, mp_data_row(m, d, i, keys[b]), (size_t)sb);
     }

@@ -66,6 +66,27 @@ static inline int mp_nonfinite(const void *p, int64_t n, int dt)
         }                                                                    \
     } while (0)
 
+/* The rows (or elements) a loss or metric averages over: all n of them, or,
+ * in a padded evaluation batch (run->rows real samples of `batch`), those
+ * of the real samples. The batch axis is the value's first, so they are
+ * the first n / batch * rows. NULL run (a captured CUDA step): all. */
+static inline int64_t mp_real_rows(const MpRun *run, int64_t n, int64_t batch)
+{
+    if (!run || run->rows <= 0 || run->rows >= batch || n % batch)
+        return n;
+    return n / batch * run->rows;
+}
+
+/* --predict: the chosen value, copied out as the forward pass makes it
+ * (memplan may reuse its memory later in the pass). */
+#define MP_KEEP(i, buf, bytes)                                               \
+    do {                                                                     \
+        if (run->keep == (i) + 1) {                                          \
+            memcpy(run->kept, (buf), (size_t)(bytes));                       \
+            run->kept_done = 1;                                              \
+        }                                                                    \
+    } while (0)
+
 /* grad += g: a parameter's gradient, over micro-batches and uses. */
 static inline void mp_accumulate_grad(float *grad, const float *g, int64_t n)
 {

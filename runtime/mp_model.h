@@ -45,6 +45,8 @@
 
 /* Element types: values equal mpcc's DType. */
 enum { MP_F32 = 1, MP_F16 = 2, MP_BF16 = 3, MP_I32 = 4, MP_U8 = 5, MP_U16 = 6 };
+/* Only in files (safetensors): --init's F64, --export's num_batches_tracked. */
+enum { MP_F64 = 7, MP_I64 = 8 };
 
 /* Parameter initialisers: values equal mpcc's InitKind. */
 enum { MP_INIT_ZEROS, MP_INIT_ONES, MP_INIT_CONSTANT, MP_INIT_NORMAL,
@@ -111,6 +113,14 @@ typedef struct MpRun {
     float *metrics;             /* forward: one per metric, when not training */
     const char *bad_op;         /* check: "linear" */
     const char *bad_where;      /* check: "model.mp:9: h" */
+    /* Evaluation and prediction (not training): */
+    int64_t rows;               /* > 0: only the first `rows` samples of the
+                                   batch are real (the last, padded batch);
+                                   losses and metrics average over them */
+    int keep;                   /* 1 + index in MpModel.values: copy that value
+                                   into kept as the forward pass computes it */
+    void *kept;                 /* host memory of the value's size */
+    int kept_done;              /* out: the forward pass computed it */
 } MpRun;
 
 /* A device backend (the CUDA program's runtime/mp_cuda_step.h); NULL in the
@@ -128,6 +138,15 @@ typedef struct MpRun {
  *   pull   the device's parameters, optimizer state and counters back into
  *          the trainer's buffers (before a checkpoint is written).
  *   bytes  see below. */
+/* A named value of the model (a statement's target), for --predict. */
+typedef struct MpValue {
+    const char *name;
+    int dtype;
+    int rank;
+    int64_t shape[MP_MAX_RANK]; /* shape[0] is the batch when it is per sample */
+    uint64_t inputs;            /* bit i: depends on input i (bit 63: on one >= 63) */
+} MpValue;
+
 struct MpTrainer;
 struct MpStepOut;
 struct MpErr;
@@ -166,6 +185,11 @@ typedef struct MpModel {
     const MpDevice *device;
     /* Bytes of host memory setup() allocates for activations (--dry-run). */
     int64_t arena_bytes;
+    /* The named values (--predict --output NAME) and the index of the
+     * default one, the value the loss is computed from (-1: none). */
+    int nvalues;
+    const MpValue *values;
+    int output;
 } MpModel;
 
 int mp_main(int argc, char **argv, MpModel *m);

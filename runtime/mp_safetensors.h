@@ -18,7 +18,7 @@
  * tensor data points into it (so it lives until mp_st_close) and, because
  * the file decides the layout, is NOT necessarily aligned for its type:
  * memcpy it out. Data is little-endian, as on every host the runtime
- * targets. Supported dtypes: F32 F16 BF16 I32 U8. */
+ * targets. Supported dtypes: F32 F16 BF16 I32 U8 U16 F64 I64. */
 #ifndef MP_SAFETENSORS_H
 #define MP_SAFETENSORS_H
 
@@ -50,7 +50,8 @@ typedef struct MpStFile {
 
 #define MP_ST_MAX_HEADER ((int64_t)100 << 20)   /* the safetensors package's limit */
 
-static MP_UNUSED const char *const mp_st_dtype_names_[] = {NULL, "F32", "F16", "BF16", "I32", "U8"};
+static MP_UNUSED const char *const mp_st_dtype_names_[] = {NULL, "F32", "F16", "BF16", "I32", "U8",
+                                                            "U16", "F64", "I64"};
 
 /* ---- writing ----------------------------------------------------------- */
 
@@ -419,11 +420,11 @@ static MP_UNUSED int mp_st_entry_(MpStLoad *L, MpTensor *t, MpStSpan *sp)
         if (bit == 1) {
             if (mp_js_str_(j, &dt))
                 return -1;
-            for (int d = MP_F32; d <= MP_U8; d++)
+            for (int d = MP_F32; d <= MP_I64; d++)
                 if (!strcmp(dt, mp_st_dtype_names_[d]))
                     t->dtype = d;
             if (!t->dtype)
-                return mp_errf(j->c.e, "%s: tensor '%s': expected dtype F32, F16, BF16, I32 or U8, found %s",
+                return mp_errf(j->c.e, "%s: tensor '%s': expected dtype F32, F16, BF16, I32, U8, U16, F64 or I64, found %s",
                                j->c.path, t->name, dt);
         } else if (bit == 2) {
             if (mp_js_uints_(j, t->shape, MP_MAX_RANK, &t->rank, "a shape of at most 8 non-negative integers"))

@@ -58,6 +58,8 @@
 #include "mp_optim.h"
 #include "mp_data.h"
 #include "mp_ckpt.h"
+#include "mp_infer.h"
+#include "mp_tboard.h"
 #include "mp_gradcheck.h"
 #include "mp_guard.h"
 
@@ -73,6 +75,9 @@ typedef struct MpOpts {
     int64_t steps, eval_every, log_every, save_every, seed;   /* -1: not given */
     double lr;                                                /* -1: not given */
     const char *init, *save, *resume, *log;
+    MpList predict;
+    int64_t init_partial;
+    const char *out, *output, *export_, *tensorboard;
 } MpOpts;
 
 enum { MP_O_FLAG, MP_O_COUNT, MP_O_POS, MP_O_REAL, MP_O_STR, MP_O_LIST };
@@ -88,19 +93,32 @@ typedef struct MpOptDef {
 static const MpOptDef mp_optdefs[] = {
     MP_OPT("--data", MP_O_LIST, data, "NAME=FILE.npy", "training data for input NAME (one per input)"),
     MP_OPT("--no-shuffle", MP_O_FLAG, no_shuffle, "", "batches in file order, wrapping around"),
-    MP_OPT("--eval", MP_O_LIST, eval, "NAME=FILE.npy", "evaluation data for input NAME"),
-    MP_OPT("--steps", MP_O_COUNT, steps, "N", "train until optimizer step N (default: the train block's)"),
-    MP_OPT("--eval-every", MP_O_POS, eval_every, "N", "evaluate every N steps (and at the end)"),
-    MP_OPT("--log-every", MP_O_POS, log_every, "N", "log every N steps (default 100)"),
-    MP_OPT("--lr", MP_O_REAL, lr, "X", "base learning rate (overrides the train block)"),
-    MP_OPT("--seed", MP_O_COUNT, seed, "N", "random seed (overrides the train block)"),
-    MP_OPT("--init", MP_O_STR, init, "FILE", "start from these parameters (safetensors, by name)"),
+    MP_OPT("--eval", MP_O_LIST, eval, "NAME=FILE.npy", "evaluation data for input NAME (every sample)"),
+    MP_OPT("--steps", MP_O_COUNT, steps, "N", "train until optimizer step N (default: the train "
+           "block's, %s); 0: no training"),
+    MP_OPT("--eval-every", MP_O_POS, eval_every, "N", "evaluate every N steps (default: only at the end)"),
+    MP_OPT("--log-every", MP_O_POS, log_every, "N", "log every N steps (default: 100)"),
+    MP_OPT("--lr", MP_O_REAL, lr, "X", "base learning rate (default: the train block's, %s)"),
+    MP_OPT("--seed", MP_O_COUNT, seed, "N", "random seed (default: the train block's, %s)"),
+    MP_OPT("--init", MP_O_STR, init, "FILE", "start from these parameters (safetensors, by name; "
+           "F32, F16, BF16, F64)"),
+    MP_OPT("--init-partial", MP_O_FLAG, init_partial, "", "with --init: take what matches by name "
+           "and shape, list the rest"),
     MP_OPT("--save", MP_O_STR, save, "FILE", "write a checkpoint at the end (safetensors)"),
-    MP_OPT("--save-every", MP_O_POS, save_every, "N", "also write it every N steps"),
+    MP_OPT("--save-every", MP_O_POS, save_every, "N", "also write it every N steps (default: only "
+           "at the end)"),
     MP_OPT("--resume", MP_O_STR, resume, "FILE", "continue exactly where that checkpoint stopped"),
+    MP_OPT("--export", MP_O_STR, export_, "FILE", "write the weights for PyTorch's load_state_dict "
+           "at the end (safetensors)"),
+    MP_OPT("--predict", MP_O_LIST, predict, "NAME=FILE.npy", "run the model on these inputs "
+           "(with --init or --resume; no training)"),
+    MP_OPT("--out", MP_O_STR, out, "FILE.npy", "--predict's output: one row per sample"),
+    MP_OPT("--output", MP_O_STR, output, "VALUE", "the value --predict writes (default: %s)"),
     MP_OPT("--log", MP_O_STR, log, "FILE.jsonl", "one JSON object per logged step"),
     MP_OPT("--dry-run", MP_O_FLAG, dry_run, "", "check data, checkpoints and outputs, print the "
            "memory the run needs, do not train"),
+    MP_OPT("--tensorboard", MP_O_STR, tensorboard, "DIR", "also write TensorBoard event files there "
+           "(created if missing)"),
     MP_OPT("--check-numerics", MP_O_FLAG, check_numerics, "", "stop at the first inf/NaN of a forward pass"),
     MP_OPT("--gradcheck", MP_O_FLAG, gradcheck, "", "check the backward pass against finite "
            "differences (mpcc's tests; no data needed)"),
@@ -109,15 +127,41 @@ static const MpOptDef mp_optdefs[] = {
 #undef MP_OPT
 #define MP_NOPTS ((int)(sizeof mp_optdefs / sizeof mp_optdefs[0]))
 
+/* One input as the model declares it: "image  u8[64, 784]  (64 per batch)". */
+static inline void mp_usage_input(FILE *f, const MpInput *x)
+{
+    fprintf(f, "  %-14s %s[", x->name, mp_dtype_name(x->dtype));
+    for (int d = 0; d < x->rank; d++)
+        fprintf(f, "%s%lld", d ? ", " : "", (long long)x->shape[d]);
+    fprintf(f, "]");
+    if (x->classes > 0)
+        fprintf(f, "  class labels in [0, %lld)", (long long)x->classes);
+    fprintf(f, "\n");
+}
+
 static inline void mp_usage(FILE *f, const char *prog, const MpModel *m)
 {
+    char dflt[3][64];
+    const char *out = m->output >= 0 && m->output < m->nvalues ? m->values[m->output].name : "none";
+    snprintf(dflt[0], sizeof dflt[0], "%lld", (long long)m->cfg.steps);
+    snprintf(dflt[1], sizeof dflt[1], "%g", m->cfg.lr);
+    snprintf(dflt[2], sizeof dflt[2], "%lld", (long long)m->cfg.seed);
     fprintf(f, "usage: %s --data NAME=FILE.npy ... [options]\n"
-            "trains model '%s' (%s, from %s)\ninputs:", prog, m->name, m->policy, m->source);
+            "       %s --init FILE --predict NAME=FILE.npy ... --out FILE.npy [--output VALUE]\n"
+            "trains model '%s' (%s, from %s); batch %lld\ninputs (the first axis is the batch; a "
+            "file's first axis holds the samples):\n", prog, prog, m->name, m->policy, m->source,
+            (long long)m->batch);
     for (int i = 0; i < m->ninputs; i++)
-        fprintf(f, " %s", m->inputs[i].name);
-    fprintf(f, "\noptions:\n");
-    for (int i = 0; i < MP_NOPTS; i++)
-        fprintf(f, "  %s %-14s %s\n", mp_optdefs[i].name, mp_optdefs[i].arg, mp_optdefs[i].help);
+        mp_usage_input(f, &m->inputs[i]);
+    fprintf(f, "options:\n");
+    for (int i = 0; i < MP_NOPTS; i++) {
+        const char *h = mp_optdefs[i].help, *pct = strstr(h, "%s");
+        const char *d = !strcmp(mp_optdefs[i].name, "--steps") ? dflt[0]
+            : !strcmp(mp_optdefs[i].name, "--lr") ? dflt[1]
+            : !strcmp(mp_optdefs[i].name, "--seed") ? dflt[2] : out;
+        fprintf(f, "  %-16s %-14s %.*s%s%s\n", mp_optdefs[i].name, mp_optdefs[i].arg,
+                pct ? (int)(pct - h) : (int)strlen(h), h, pct ? d : "", pct ? pct + 2 : "");
+    }
 }
 
 static inline int mp_opt_value(const MpOptDef *d, MpOpts *o, const char *v, MpErr *e)
@@ -155,7 +199,8 @@ static inline int mp_parse_args(int argc, char **argv, MpOpts *o, MpErr *e)
     o->lr = -1;
     o->data.v = (char **)calloc((size_t)argc + 1, sizeof(char *));
     o->eval.v = (char **)calloc((size_t)argc + 1, sizeof(char *));
-    if (!o->data.v || !o->eval.v)
+    o->predict.v = (char **)calloc((size_t)argc + 1, sizeof(char *));
+    if (!o->data.v || !o->eval.v || !o->predict.v)
         return mp_errf(e, "out of memory"), 2;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *eq = strchr(a, '=');
@@ -180,8 +225,19 @@ static inline int mp_parse_args(int argc, char **argv, MpOpts *o, MpErr *e)
     }
     if (o->help || o->gradcheck)
         return 0;
-    if (o->data.n == 0)
-        return mp_errf(e, "no training data: give --data NAME=FILE.npy for every input"), 2;
+    if (o->predict.n && (!o->out || !(o->init || o->resume)))
+        return mp_errf(e, "--predict needs --out FILE.npy and the weights: --init or --resume"), 2;
+    if ((o->out || o->output) && !o->predict.n)
+        return mp_errf(e, "%s needs --predict NAME=FILE.npy", o->out ? "--out" : "--output"), 2;
+    if (o->predict.n && (o->data.n || o->steps > 0 || o->save))
+        return mp_errf(e, "--predict does not train: drop --data, --steps and --save"), 2;
+    if (o->init_partial && !o->init)
+        return mp_errf(e, "--init-partial needs --init FILE"), 2;
+    if (o->data.n == 0 && o->steps != 0 && !o->predict.n)
+        return mp_errf(e, "no training data: give --data NAME=FILE.npy for every input "
+                       "(or --steps 0 to only evaluate or export)"), 2;
+    if (o->data.n == 0 && o->save)
+        return mp_errf(e, "--save needs --data: a checkpoint records the data order"), 2;
     if (o->eval_every > 0 && !o->eval.n)
         return mp_errf(e, "--eval-every needs --eval NAME=FILE.npy"), 2;
     if (o->save_every > 0 && !o->save)
@@ -278,14 +334,18 @@ static inline int mp_prepare(MpTrainer *t, const MpOpts *o, MpErr *e)
 {
     MpModel *m = t->m;
     mp_configure(t, o);
-    if (mp_data_load(&t->data, m, "--data", o->data.v, o->data.n, e) || mp_data_scan(&t->data, m, e)
-        || (o->eval.n && (mp_data_load(&t->eval, m, "--eval", o->eval.v, o->eval.n, e)
+    /* without --data (--steps 0, --predict) there is no data order */
+    if ((o->data.n && (mp_data_load(&t->data, m, "--data", o->data.v, o->data.n, 0, e)
+                       || mp_data_scan(&t->data, m, e)))
+        || (o->eval.n && (mp_data_load(&t->eval, m, "--eval", o->eval.v, o->eval.n, MP_DATA_PARTIAL, e)
                           || mp_data_scan(&t->eval, m, e)))
         || mp_alloc(t, e)
-        || mp_order_init(&t->order, &t->data, m->batch, !o->no_shuffle, t->seed, e))
+        || (o->data.n && mp_order_init(&t->order, &t->data, m->batch, !o->no_shuffle, t->seed, e)))
+        return 1;
+    if (o->init_partial && mp_init_params(m, t->seed, e))
         return 1;
     if (o->resume ? mp_ckpt_resume(t, o->resume, e)
-        : o->init ? mp_ckpt_init(t, o->init, e) : mp_init_params(m, t->seed, e))
+        : o->init ? mp_ckpt_init(t, o->init, (int)o->init_partial, e) : mp_init_params(m, t->seed, e))
         return 1;
     if (m->setup && m->setup())
         return mp_errf(e, "model '%s': set-up failed (out of memory?)", m->name);
@@ -302,6 +362,7 @@ typedef struct MpStepOut {
     int taken;
     int known;                  /* the fields above are filled (a device fills
                                    them only when asked: MpDevice.step) */
+    double loss_total;          /* the sum of this run's step losses so far */
 } MpStepOut;
 
 static inline int mp_numerics_error(int64_t k, const MpRun *r, const char *why, MpErr *e)
@@ -385,6 +446,7 @@ static inline int mp_step(MpTrainer *t, int64_t k, int check, int need, MpStepOu
     out->loss = (float)loss;
     if (mp_loss_stop(t, k, k, out->loss, e))
         return 1;
+    out->loss_total = t->loss_total += (double)out->loss;
     double ss = mp_unscale_sumsq(t->grads, t->total, (float)(1.0 / out->scale));
     out->grad_norm = sqrt(ss);
     int at_floor = mp_scaler_at_floor(&t->ls);
@@ -408,45 +470,6 @@ static inline int mp_step(MpTrainer *t, int64_t k, int check, int need, MpStepOu
         mp_optim_update(&t->cfg, m->params[i].no_decay, t->params + off, t->grads + off, slot,
                         m->params[i].numel, out->lr, t->updates);
     }
-    return 0;
-}
-
-/* ---- evaluation ------------------------------------------------------------ */
-
-/* Mean loss and metrics over every full batch of the --eval set. */
-static inline int mp_evaluate(MpTrainer *t, double *loss, double *metric, MpErr *e)
-{
-    MpModel *m = t->m;
-    float *mv = (float *)calloc((size_t)m->nmetrics + 1, sizeof(float));
-    int64_t *idx = (int64_t *)malloc((size_t)m->batch * sizeof(int64_t));
-    if (!mv || !idx) {
-        free(mv);
-        free(idx);
-        return mp_errf(e, "out of memory for evaluation");
-    }
-    *loss = 0;
-    for (int j = 0; j < m->nmetrics; j++)
-        metric[j] = 0;
-    m->cast_params();
-    for (int64_t b = 0; b < t->eval.batches; b++) {
-        MpRun run;
-        memset(&run, 0, sizeof run);
-        run.metrics = mv;
-        run.seed = t->seed;
-        run.step = t->step;
-        for (int64_t i = 0; i < m->batch; i++)
-            idx[i] = mp_data_key(&t->eval, b * m->batch + i);
-        mp_fill_batch(m, &t->eval, idx);
-        m->forward(&run);
-        *loss += run.loss;
-        for (int j = 0; j < m->nmetrics; j++)
-            metric[j] += mv[j];
-    }
-    *loss /= (double)t->eval.batches;
-    for (int j = 0; j < m->nmetrics; j++)
-        metric[j] /= (double)t->eval.batches;
-    free(mv);
-    free(idx);
     return 0;
 }
 
@@ -480,13 +503,17 @@ typedef struct MpLog {
     int stopped;                /* the signal that stopped the run, or 0 */
     int64_t first, last_step, total;   /* steps: this run's first, last logged, target */
     double t0, last_time, last_draw;
+    double last_total;          /* MpStepOut.loss_total at the last log line */
+    double loss_avg;            /* of the last log line (NAN: none yet) */
+    MpTb tb;                    /* --tensorboard */
+    char eval[256];             /* the last evaluation, for the summary */
 } MpLog;
 
 static inline int mp_log_io(MpLog *l, MpErr *e)
 {
     if (l->jsonl && (fflush(l->jsonl) || ferror(l->jsonl)))
         return mp_errf(e, "%s: write failed", l->path);
-    return 0;
+    return mp_tb_flush(&l->tb, e);
 }
 
 static inline void mp_fmt_eta(char *buf, size_t cap, double s)
@@ -495,54 +522,86 @@ static inline void mp_fmt_eta(char *buf, size_t cap, double s)
     snprintf(buf, cap, "%ld:%02ld:%02ld", v / 3600, v / 60 % 60, v % 60);
 }
 
+/* The progress line (terminal only): step, loss, scale, speed, time left. */
+static inline void mp_log_draw(MpLog *l, const MpTrainer *t, int64_t k, const MpStepOut *s, double now)
+{
+    char loss[32], eta[32];
+    double rate = (now - l->t0) / (double)(k - l->first + 1);
+    mp_fmt_f32(loss, sizeof loss, s->loss);
+    mp_fmt_eta(eta, sizeof eta, rate * (double)(l->total - k));
+    fprintf(stderr, "\r\033[Kstep %lld/%lld  loss %s  scale %g  %.0f samples/s  %s left",
+            (long long)k, (long long)l->total, loss, s->scale,
+            (now - l->t0) > 0 ? (double)((k - l->first + 1) * t->m->batch
+                                         * t->cfg.accumulate) / (now - l->t0) : 0, eta);
+    l->last_draw = now;
+    l->drawn = 1;
+}
+
+/* The scalars of a log line, to TensorBoard. */
+static inline void mp_log_tb(MpLog *l, const MpTrainer *t, int64_t k, const MpStepOut *s,
+                             double sps, double now)
+{
+    static const char *const tags[] = {"train/loss", "train/loss_avg", "train/lr", "train/loss_scale",
+                                       "train/grad_norm", "train/skipped", "train/samples_per_s"};
+    double v[7] = {s->loss, l->loss_avg, s->lr, s->scale, s->grad_norm, (double)t->ls.skipped, sps};
+    mp_tb_scalars(&l->tb, now, k, tags, v, 7);
+}
+
+/* A log line (stderr, --log, --tensorboard) when logged; on a terminal the
+ * line is printed above the progress line, which is then redrawn. */
 static inline int mp_log_step(MpLog *l, const MpTrainer *t, int64_t k, const MpStepOut *s,
                               int logged, MpErr *e)
 {
     double now = mp_now(), dt = now - l->last_time;
     double sps = dt > 0 ? (double)((k - l->last_step) * t->m->batch * t->cfg.accumulate) / dt : 0;
-    char loss[32], gn[32], eta[32];
-    mp_fmt_f32(loss, sizeof loss, s->loss);
-    mp_fmt_f32(gn, sizeof gn, s->grad_norm);
-    if (l->tty && s->known && (now - l->last_draw > 0.1 || k == l->total)) {
-        double rate = (now - l->t0) / (double)(k - l->first + 1);
-        mp_fmt_eta(eta, sizeof eta, rate * (double)(l->total - k));
-        fprintf(stderr, "\r\033[Kstep %lld/%lld  loss %s  scale %g  %.0f samples/s  %s left",
-                (long long)k, (long long)l->total, loss, s->scale,
-                (now - l->t0) > 0 ? (double)((k - l->first + 1) * t->m->batch
-                                             * t->cfg.accumulate) / (now - l->t0) : 0, eta);
-        l->last_draw = now;
-        l->drawn = 1;
+    char loss[32], gn[32], avg[32];
+    if (logged) {
+        l->loss_avg = (s->loss_total - l->last_total) / (double)(k - l->last_step);
+        mp_fmt_f32(loss, sizeof loss, s->loss);
+        mp_fmt_f32(gn, sizeof gn, s->grad_norm);
+        mp_fmt_f32(avg, sizeof avg, l->loss_avg);
+        fprintf(stderr, "%sstep %lld/%lld loss %s loss_avg %s loss_scale %.10g skipped %lld lr %.6g "
+                "grad_norm %s samples/s %.0f\n", l->drawn ? "\r\033[K" : "", (long long)k,
+                (long long)l->total, loss, avg, s->scale, (long long)t->ls.skipped, s->lr, gn, sps);
+        l->drawn = 0;
+        if (l->jsonl)
+            fprintf(l->jsonl, "{\"step\":%lld,\"loss\":%s,\"loss_avg\":%s,\"loss_scale\":%.17g,"
+                    "\"skipped\":%lld,\"lr\":%.10g,\"grad_norm\":%s,\"samples_per_s\":%.0f}\n",
+                    (long long)k, loss, avg, s->scale, (long long)t->ls.skipped, s->lr, gn, sps);
+        mp_log_tb(l, t, k, s, sps, now);
+        l->last_time = now;
+        l->last_step = k;
+        l->last_total = s->loss_total;
     }
-    if (!logged)
-        return 0;
-    if (!l->tty)
-        fprintf(stderr, "step %lld/%lld loss %s loss_scale %.10g skipped %lld lr %.6g grad_norm %s "
-                "samples/s %.0f\n", (long long)k, (long long)l->total, loss, s->scale,
-                (long long)t->ls.skipped, s->lr, gn, sps);
-    if (l->jsonl)
-        fprintf(l->jsonl, "{\"step\":%lld,\"loss\":%s,\"loss_scale\":%.17g,\"skipped\":%lld,"
-                "\"lr\":%.10g,\"grad_norm\":%s,\"samples_per_s\":%.0f}\n", (long long)k, loss,
-                s->scale, (long long)t->ls.skipped, s->lr, gn, sps);
-    l->last_time = now;
-    l->last_step = k;
-    return mp_log_io(l, e);
+    if (l->tty && s->known && (logged || now - l->last_draw > 0.1 || k == l->total))
+        mp_log_draw(l, t, k, s, now);
+    return logged ? mp_log_io(l, e) : 0;
 }
 
 static inline int mp_log_eval(MpLog *l, const MpTrainer *t, double loss, const double *metric,
                               MpErr *e)
 {
     const MpModel *m = t->m;
-    char v[32];
+    char v[32], tag[160];
+    size_t at = 0;
     mp_fmt_f32(v, sizeof v, loss);
     fprintf(stderr, "%sstep %lld eval: loss %s", l->drawn ? "\r\033[K" : "", (long long)t->step, v);
+    at += (size_t)snprintf(l->eval, sizeof l->eval, "eval loss %s", v);
     l->drawn = 0;
     if (l->jsonl)
         fprintf(l->jsonl, "{\"step\":%lld,\"eval\":{\"loss\":%s", (long long)t->step, v);
+    const char *tags[1] = {"eval/loss"};
+    mp_tb_scalars(&l->tb, mp_now(), t->step, tags, &loss, 1);
     for (int j = 0; j < m->nmetrics; j++) {
         mp_fmt_f32(v, sizeof v, metric[j]);
         fprintf(stderr, " %s %s", m->metric_names[j], v);
+        if (at < sizeof l->eval)
+            at += (size_t)snprintf(l->eval + at, sizeof l->eval - at, " %s %s", m->metric_names[j], v);
         if (l->jsonl)
             fprintf(l->jsonl, ",\"%s\":%s", m->metric_names[j], v);
+        snprintf(tag, sizeof tag, "eval/%s", m->metric_names[j]);
+        tags[0] = tag;
+        mp_tb_scalars(&l->tb, mp_now(), t->step, tags, &metric[j], 1);
     }
     fprintf(stderr, "\n");
     if (l->jsonl)
@@ -555,6 +614,14 @@ static inline int mp_log_eval(MpLog *l, const MpTrainer *t, double loss, const d
 static inline int mp_log_due(const MpLog *l, int logged)
 {
     return logged || (l->tty && mp_now() - l->last_draw > 0.1);
+}
+
+/* The weights for PyTorch, brought back from the device first. */
+static inline int mp_save_export(MpTrainer *t, const char *path, MpErr *e)
+{
+    if (t->m->device && t->m->device->pull(t, e))
+        return 1;
+    return mp_export(t, path, e);
 }
 
 /* A checkpoint of the trainer's buffers, brought back from the device first. */
@@ -582,10 +649,14 @@ static const MpFileOpt mp_file_inputs[] = {
     {"--eval", offsetof(MpOpts, eval), 1, 0, NULL},
     {"--init", offsetof(MpOpts, init), 0, 0, NULL},
     {"--resume", offsetof(MpOpts, resume), 0, 0, NULL},
+    {"--predict", offsetof(MpOpts, predict), 1, 0, NULL},
 };
 static const MpFileOpt mp_file_outputs[] = {
     {"--save", offsetof(MpOpts, save), 0, 0, "--resume"},
     {"--log", offsetof(MpOpts, log), 0, 0, NULL},
+    {"--export", offsetof(MpOpts, export_), 0, 0, NULL},
+    {"--out", offsetof(MpOpts, out), 0, 0, NULL},
+    {"--tensorboard", offsetof(MpOpts, tensorboard), 0, 1, NULL},
 };
 #define MP_NFILEOPTS(a) ((int)(sizeof a / sizeof a[0]))
 
@@ -662,13 +733,15 @@ static inline int mp_train(MpTrainer *t, const MpOpts *o, MpLog *l, MpErr *e)
 {
     int64_t steps = l->total, log_every = o->log_every > 0 ? o->log_every : 100;
     for (int64_t k = t->step + 1; k <= steps; k++) {
-        MpStepOut s = {0, 0, 0, 0, 0, 0};
+        MpStepOut s = {0};
         int logged = k % log_every == 0 || k == steps;
         if (mp_stop_signal)
             return mp_stop(t, o, l, e);
         if (mp_step(t, k, (int)o->check_numerics, mp_log_due(l, logged), &s, e)
-            || (s.known && mp_loss_stop(t, l->last_step + 1, k, s.loss, e))
-            || mp_log_step(l, t, k, &s, logged, e))
+            || (s.known && mp_loss_stop(t, l->last_step + 1, k, s.loss, e)))
+            return 1;
+        t->bn_batches += t->cfg.accumulate;
+        if (mp_log_step(l, t, k, &s, logged, e))
             return 1;
         if (k == steps)                         /* the end does both */
             break;
@@ -680,7 +753,8 @@ static inline int mp_train(MpTrainer *t, const MpOpts *o, MpLog *l, MpErr *e)
         fprintf(stderr, "\n");
     l->drawn = 0;
     mp_report_skipped(t);
-    return (t->eval.n && mp_eval_and_log(t, l, e)) || (o->save && mp_save(t, o->save, e));
+    return (t->eval.n && mp_eval_and_log(t, l, e)) || (o->save && mp_save(t, o->save, e))
+        || (o->export_ && mp_save_export(t, o->export_, e));
 }
 
 static inline const char *mp_prog_name(const char *argv0)
@@ -689,20 +763,52 @@ static inline const char *mp_prog_name(const char *argv0)
     return s ? s + 1 : argv0 ? argv0 : "train";
 }
 
+/* The end-of-run line: steps, time, last loss_avg, eval, skipped, checkpoint. */
+static inline void mp_summary(const MpLog *l, const MpTrainer *t, const MpOpts *o)
+{
+    char avg[32], eta[32];
+    mp_fmt_f32(avg, sizeof avg, l->loss_avg);
+    mp_fmt_eta(eta, sizeof eta, mp_now() - l->t0);
+    fprintf(stderr, "done: %lld steps (to step %lld) in %s, loss_avg %s%s%s, %lld skipped, "
+            "checkpoint %s%s%s\n", (long long)(t->step - l->first + 1), (long long)t->step, eta,
+            isnan(l->loss_avg) ? "-" : avg, l->eval[0] ? ", " : "", l->eval,
+            (long long)t->ls.skipped, o->save ? o->save : "none (no --save)",
+            o->export_ ? ", export " : "", o->export_ ? o->export_ : "");
+}
+
+/* --predict: the inputs given, the model over every sample, one .npy. */
+static inline int mp_run_predict(MpTrainer *t, const MpOpts *o, MpErr *e)
+{
+    MpDataSet d;
+    int rc = mp_data_load(&d, t->m, "--predict", o->predict.v, o->predict.n,
+                          MP_DATA_PARTIAL | MP_DATA_SOME, e)
+        || mp_data_scan(&d, t->m, e) || mp_predict(t, &d, o->output, o->out, e);
+    if (!rc)
+        fprintf(stderr, "wrote %s: '%s' of %lld samples\n", o->out,
+                o->output ? o->output : t->m->values[t->m->output].name, (long long)d.samples);
+    mp_data_free(&d);
+    return rc;
+}
+
 /* Training proper: data and parameters, then the loop, with its log file. */
 static inline int mp_run(MpTrainer *t, const MpOpts *o, MpLog *l, MpErr *e)
 {
     if (mp_prepare(t, o, e))
         return 1;
     l->total = o->steps >= 0 ? o->steps : t->m->cfg.steps;
-    if (t->step > l->total)
+    if (l->total > 0 && t->step > l->total)
         return mp_errf(e, "%s: the checkpoint is at step %lld, past --steps %lld",
                        o->resume, (long long)t->step, (long long)l->total);
     mp_warn_horizon(t, l->total);
     if (o->dry_run)
         return mp_dry_run(t, l->total, e);
+    if (o->predict.n)
+        return mp_run_predict(t, o, e);
     if (o->log && !(l->jsonl = mp_out_append(o->log, !o->resume, e)))
         return 1;
+    if (o->tensorboard && mp_tb_open(&l->tb, o->tensorboard, e))
+        return 1;
+    l->loss_avg = NAN;
     l->path = o->log;
     l->tty = isatty(2);
     l->first = t->step + 1;
@@ -711,6 +817,11 @@ static inline int mp_run(MpTrainer *t, const MpOpts *o, MpLog *l, MpErr *e)
     int rc = mp_train(t, o, l, e);
     if (l->jsonl && fclose(l->jsonl) && !rc)
         rc = mp_errf(e, "%s: write failed", o->log);
+    MpErr later;                /* after an error, the first one is reported */
+    if (mp_tb_close(&l->tb, rc ? &later : e) && !rc)
+        rc = 1;
+    if (!rc)
+        mp_summary(l, t, o);
     return rc;
 }
 
@@ -740,6 +851,7 @@ int mp_main(int argc, char **argv, MpModel *m)
     mp_free(&t);
     free(o.data.v);
     free(o.eval.v);
+    free(o.predict.v);
     return rc;
 }
 

@@ -72,6 +72,7 @@ static MP_UNUSED int mp_dtype_size(int dtype)
     case MP_F32: case MP_I32: return 4;
     case MP_F16: case MP_BF16: case MP_U16: return 2;
     case MP_U8: return 1;
+    case MP_F64: case MP_I64: return 8;
     default: return 0;
     }
 }
@@ -86,6 +87,8 @@ static MP_UNUSED const char *mp_dtype_name(int dtype)
     case MP_I32: return "i32";
     case MP_U8: return "u8";
     case MP_U16: return "u16";
+    case MP_F64: return "f64";
+    case MP_I64: return "i64";
     default: return "?";
     }
 }

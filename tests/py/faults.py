@@ -109,8 +109,8 @@ def main(d, good_ckpt):
         bad = dict(base)
         bad["h.weight"] = base["h.weight"][:, :783]
         st.write(p(f"{kind}_shape.safetensors"), bad, m)
-        bad = dict(base)
-        bad["h.weight"] = base["h.weight"].astype(np.float16)
+        bad = dict(base)     # --init converts F16, BF16, F64; an integer type is refused
+        bad["h.weight"] = base["h.weight"].astype(np.float16 if kind == "resume" else np.int32)
         st.write(p(f"{kind}_dtype.safetensors"), bad, m)
         st.write(p(f"{kind}_lie.safetensors"), base, m, dtype_override={"logits.weight": "F16"})
     for flag in ("--init", "--resume"):
@@ -120,7 +120,8 @@ def main(d, good_ckpt):
         case(f"{f}_huge_header", xy() + [flag, p('ck_hugehdr.safetensors')], "ck_hugehdr")
         case(f"{f}_missing_tensor", xy() + [flag, p(f"{f}_missing.safetensors")], f"{f}_missing", "h\\.bias")
         case(f"{f}_shape", xy() + [flag, p(f"{f}_shape.safetensors")], f"{f}_shape", "h\\.weight", "784", "783")
-        case(f"{f}_dtype", xy() + [flag, p(f"{f}_dtype.safetensors")], f"{f}_dtype", "h\\.weight", "(F32|f32)", "(F16|f16)")
+        case(f"{f}_dtype", xy() + [flag, p(f"{f}_dtype.safetensors")], f"{f}_dtype", "h\\.weight", "(F32|f32)",
+             "(F16|f16)" if f == "resume" else "(I32|i32)")
         case(f"{f}_header_lies", xy() + [flag, p(f"{f}_lie.safetensors")], f"{f}_lie", "logits\\.weight")
         case(f"{f}_no_file", xy() + [flag, p('nonexistent.safetensors')], "nonexistent\\.safetensors")
     # --resume needs the optimizer state and the run's metadata

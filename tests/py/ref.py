@@ -200,15 +200,20 @@ def train_twin(mp, net, data, steps, dtype, log=None, emulate=False):
 
 
 def evaluate(mp, net, data):
-    get, n = batches(data, batch_size(mp))
+    """Loss and metrics over every sample (TRAINER.md: the last batch may be
+    partial), each batch's means weighted by its samples."""
+    bsz, count = batch_size(mp), len(next(iter(data.values())))
     net.eval()
     tot = {}
     with torch.no_grad():
-        for j in range(n):
-            loss, mets = net(get(j))
+        for s in range(0, count, bsz):
+            b = {k: torch.from_numpy(np.ascontiguousarray(a[s:s + bsz])).to(TORCH_INPUT[a.dtype])
+                 for k, a in data.items()}
+            rows = min(bsz, count - s)
+            loss, mets = net(b)
             for k, v in [("loss", loss)] + list(mets.items()):
-                tot[k] = tot.get(k, 0.0) + float(v)
-    return {k: v / n for k, v in tot.items()}
+                tot[k] = tot.get(k, 0.0) + float(v) * rows
+    return {k: v / count for k, v in tot.items()}
 
 
 def rel(a, b):

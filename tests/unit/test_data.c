@@ -71,7 +71,7 @@ static int load(MpDataSet *d, const MpModel *m, MpErr *e, const char *n1, const 
     snprintf(s1, sizeof s1, "%s=%s", n1, at(f1));
     if (n2)
         snprintf(s2, sizeof s2, "%s=%s", n2, at(f2));
-    return mp_data_load(d, m, "--data", specs, n2 ? 2 : 1, e) || mp_data_scan(d, m, e);
+    return mp_data_load(d, m, "--data", specs, n2 ? 2 : 1, 0, e) || mp_data_scan(d, m, e);
 }
 
 static int group_setup(void **st)

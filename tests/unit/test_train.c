@@ -459,7 +459,7 @@ static void test_trains_and_logs(void **st)
         keys_of(l[i].text, keys, sizeof keys);
         int is_eval = i == 3 || i == 7;
         assert_string_equal(keys, is_eval ? "step eval loss accuracy"
-                            : "step loss loss_scale skipped lr grad_norm samples_per_s");
+                            : "step loss loss_avg loss_scale skipped lr grad_norm samples_per_s");
     }
     assert_int_equal((int)num(l[0].text, "step"), 10);
     assert_int_equal((int)num(l[3].text, "step"), 30);
@@ -478,8 +478,31 @@ static void test_plain_progress_lines(void **st)
     assert_int_equal(o.rc, 0);
     assert_non_null(strstr(o.err, "step 2/4 loss "));
     assert_non_null(strstr(o.err, "step 4/4 loss "));
-    assert_int_equal(count_lines(o.err), 2);
+    assert_non_null(strstr(o.err, "done: 4 steps (to step 4) in "));   /* the summary */
+    assert_int_equal(count_lines(o.err), 3);
     expect_ok(o);
+}
+
+/* loss_avg: the mean of the step losses since the previous log line. */
+static void test_loss_avg(void **st)
+{
+    (void)st;
+    Line every[16], some[8];
+    expect_ok(run(TRAIN_DATA, "--steps", "10", "--log-every", "1", "--log", P("a1.jsonl"), NULL));
+    model_reset();
+    expect_ok(run(TRAIN_DATA, "--steps", "10", "--log-every", "4", "--log", P("a4.jsonl"), NULL));
+    assert_int_equal(read_log(P("a1.jsonl"), every, 16), 10);
+    assert_int_equal(read_log(P("a4.jsonl"), some, 8), 3);    /* steps 4, 8, 10 */
+    static const int from[] = {0, 4, 8, 10};
+    for (int i = 0; i < 3; i++) {
+        double sum = 0;
+        for (int k = from[i]; k < from[i + 1]; k++) {
+            sum += num(every[k].text, "loss");
+            assert_true(num(every[k].text, "loss") == num(every[k].text, "loss_avg"));
+        }
+        assert_true(fabs(num(some[i].text, "loss_avg") - sum / (from[i + 1] - from[i])) < 1e-6);
+        assert_true(num(some[i].text, "loss") == num(every[from[i + 1] - 1].text, "loss"));
+    }
 }
 
 static void test_usage(void **st)
@@ -954,6 +977,7 @@ int main(void)
         cmocka_unit_test(test_order),
         cmocka_unit_test_setup(test_trains_and_logs, each),
         cmocka_unit_test_setup(test_plain_progress_lines, each),
+        cmocka_unit_test_setup(test_loss_avg, each),
         cmocka_unit_test_setup(test_usage, each),
         cmocka_unit_test_setup(test_data_faults, each),
         cmocka_unit_test_setup(test_resume_adam_exact, each),
