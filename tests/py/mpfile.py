@@ -50,8 +50,9 @@ def read(path):
             k, v = s[6:].split("=", 1)
             consts[k.strip()] = _value(v, consts)
         elif s.startswith("input ") and not in_train:
-            m = re.match(r"input\s+(\w+)\s*:\s*(\w+)\s*\[(.*)\]", s)
-            inputs[m.group(1)] = (m.group(2), [_value(d, consts) for d in m.group(3).split(",")])
+            m = re.match(r"input\s+(\w+)\s*:\s*(\w+)\s*\[(.*)\]\s*(window)?", s)
+            inputs[m.group(1)] = (m.group(2), [_value(d, consts) for d in m.group(3).split(",")],
+                                  bool(m.group(4)))
         elif re.match(r"train\s*\{", s):
             in_train = True
         elif in_train and s == "}":
