@@ -61,7 +61,7 @@ static const char *const stmt_keyword[] = {
     [ST_MODEL] = "model", [ST_CONST] = "const", [ST_INPUT] = "input",
     [ST_PARAM] = "param", [ST_ASSIGN] = NULL, [ST_METRIC] = "metric",
     [ST_PRECISION] = "precision", [ST_BLOCK] = "block", [ST_RETURN] = "return",
-    [ST_REPEAT] = "repeat", [ST_TRAIN] = "train",
+    [ST_REPEAT] = "repeat", [ST_TRAIN] = "train", [ST_BUFFER] = "buffer",
 };
 
 /* What a statement starts with, for messages: its keyword or its target. */
@@ -136,6 +136,7 @@ const char *ast_type_name(TypeName t)
     static const char *const names[] = {
         [TY_NONE] = "none", [TY_F32] = "f32", [TY_F16] = "f16",
         [TY_BF16] = "bf16", [TY_I32] = "i32", [TY_U8] = "u8",
+        [TY_U16] = "u16",
     };
     return (unsigned)t < sizeof names / sizeof names[0] ? names[t] : "?";
 }
@@ -223,12 +224,14 @@ static void dump_stmt(FILE *o, const Stmt *s, int indent)
         fputc(')', o);
     } else if (s->name && s->kind != ST_REPEAT)
         fprintf(o, " %s", s->name);
-    if (s->type != TY_NONE && s->kind != ST_PARAM)
+    if (s->type != TY_NONE && s->kind != ST_PARAM && s->kind != ST_BUFFER)
         fprintf(o, " %s", ast_type_name(s->type));
-    if (s->kind == ST_INPUT || s->kind == ST_PARAM) {
+    if (s->kind == ST_INPUT || s->kind == ST_PARAM || s->kind == ST_BUFFER) {
         fputc(' ', o);
         dump_brackets(o, s->dims, s->ndims);
     }
+    if (s->window)
+        fputs(" window", o);
     if (s->value) {
         fputc(' ', o);
         dump_expr(o, s->value);

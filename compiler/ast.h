@@ -15,8 +15,8 @@
 
 typedef enum {
     TY_NONE = 0,
-    TY_F32, TY_F16, TY_BF16, TY_I32, TY_U8,
-} TypeName;                      /* the type names of the language */
+    TY_F32, TY_F16, TY_BF16, TY_I32, TY_U8, TY_U16,
+} TypeName;                      /* the type names of the language (values = DType's) */
 
 typedef struct Expr Expr;
 typedef struct Stmt Stmt;
@@ -74,6 +74,7 @@ typedef enum {
     ST_RETURN,    /* return value                                 */
     ST_REPEAT,    /* repeat count as NAME { body }                */
     ST_TRAIN,     /* train { items }                              */
+    ST_BUFFER,    /* buffer NAME: [dims] = value (an EX_CALL init) */
 } StmtKind;
 
 /* One line of a train block: `key = value`, or `minimize NAME` (key is
@@ -87,15 +88,17 @@ typedef struct TrainItem {
 struct Stmt {
     StmtKind kind;
     SrcLoc loc;           /* the statement's first token */
-    const char *name;     /* MODEL, CONST, INPUT, PARAM, ASSIGN, METRIC,
-                             BLOCK, REPEAT (the `as` name) */
+    const char *name;     /* MODEL, CONST, INPUT, PARAM, BUFFER, ASSIGN, METRIC,
+                             BLOCK, REPEAT (the `as` name, maybe dotted) */
     SrcLoc name_loc;
-    TypeName type;        /* INPUT, PARAM (always f32), typed ASSIGN, PRECISION;
+    TypeName type;        /* INPUT, PARAM and BUFFER (always f32), typed ASSIGN, PRECISION;
                              TY_NONE for an untyped ASSIGN */
     SrcLoc type_loc;
-    Expr *value;          /* CONST, PARAM init, ASSIGN, METRIC, RETURN,
+    Expr *value;          /* CONST, PARAM / BUFFER init, ASSIGN, METRIC, RETURN,
                              REPEAT count */
-    Expr **dims;          /* INPUT, PARAM */
+    bool window;          /* INPUT: `input x: u16[B, W] window` */
+    SrcLoc window_loc;
+    Expr **dims;          /* INPUT, PARAM, BUFFER */
     int ndims;
     const char **params;  /* BLOCK formal parameter names */
     SrcLoc *param_locs;

@@ -195,16 +195,16 @@ void emit_descriptors(Emit *e)
     em(e, "\nstatic MpInput mp_inputs[%d] = {\n", g->ninputs ? g->ninputs : 1);
     for (int i = 0; i < g->ninputs; i++) {
         const IrInput *in = &g->inputs[i];
-        em(e, "    {\"%s\", %s, %d, %s, %lld, NULL, NULL},\n", in->name, mpdt(in->type),
-           in->shape.rank, dims_init(e, &in->shape), (long long)in->classes);
+        em(e, "    {\"%s\", %s, %d, %s, %lld, NULL, NULL, %d},\n", in->name, mpdt(in->type),
+           in->shape.rank, dims_init(e, &in->shape), (long long)in->classes, in->window ? 1 : 0);
     }
     em(e, "};\n\nstatic MpParam mp_params[%d] = {\n", g->nparams ? g->nparams : 1);
     for (int i = 0; i < g->nparams; i++) {
         const IrParam *p = &g->params[i];
-        em(e, "    {\"%s\", %d, %s, %lld, %d, %.17g, %.17g, %lld, %lld, %d, NULL, NULL},\n",
+        em(e, "    {\"%s\", %d, %s, %lld, %d, %.17g, %.17g, %lld, %lld, %d, NULL, NULL, %d},\n",
            p->name, p->shape.rank, dims_init(e, &p->shape), (long long)shape_numel(&p->shape),
            (int)p->init, p->a, p->b, (long long)p->fan_in, (long long)p->fan_out,
-           p->trainable && p->grad ? 1 : 0);
+           p->trainable && p->grad ? 1 : 0, p->no_decay ? 1 : 0);
     }
     em(e, "};\n\nstatic const char *const mp_metric_names[%d] = {", g->nmetrics ? g->nmetrics : 1);
     for (int i = 0; i < g->nmetrics; i++)
@@ -225,8 +225,9 @@ void emit_model_struct(Emit *e, const char *hooks)
        t->beta1, t->beta2, t->eps, t->weight_decay, t->nesterov ? 1 : 0);
     em(e, "     %d, %.17g, %.17g, %.17g, %lld,\n", (int)t->ls, t->ls_init, t->ls_growth, t->ls_backoff,
        (long long)t->ls_interval);
-    em(e, "     %d, %.17g, %.17g, %.17g, %lld, %lld, %lld},\n", (int)t->sched, t->warmup, t->sched_min,
-       t->clip, (long long)t->accumulate, (long long)t->steps, (long long)t->seed);
+    em(e, "     %d, %.17g, %.17g, %.17g, %lld, %lld, %lld, %d},\n", (int)t->sched, t->warmup,
+       t->sched_min, t->clip, (long long)t->accumulate, (long long)t->steps, (long long)t->seed,
+       (int)t->warmup_style);
     em(e, "    %s,\n};\n", hooks);
 }
 

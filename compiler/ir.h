@@ -94,7 +94,11 @@ typedef struct IrParam {
     InitKind init;
     double a, b;
     int64_t fan_in, fan_out;
-    bool trainable;         /* false: batch-norm running_mean / running_var */
+    bool trainable;         /* false: batch-norm running_mean / running_var,
+                               a `buffer` */
+    bool buffer;            /* declared with `buffer` (never trained) */
+    bool no_decay;          /* matched by the optimizer's no_decay: weight
+                               decay 0 (a torch parameter group) */
     IrNode *node;           /* the OP_PARAM node (f32 master weight) */
     IrNode *grad;           /* set by autodiff: the f32 gradient, or NULL if
                                the loss does not depend on it */
@@ -106,6 +110,7 @@ typedef struct IrInput {
     DType type;
     Shape shape;            /* d[0] is the batch */
     int64_t classes;        /* > 0: class labels, must lie in [0, classes) */
+    bool window;            /* `window`: rows are windows of one stream */
     IrNode *node;
 } IrInput;
 
@@ -119,6 +124,7 @@ typedef enum { POLICY_FLOAT32, POLICY_MIXED_F16, POLICY_MIXED_BF16 } Policy;
 typedef enum { OPT_SGD, OPT_ADAM, OPT_ADAMW } OptKind;
 typedef enum { LS_NONE, LS_STATIC, LS_DYNAMIC } LossScaleKind;
 typedef enum { SCHED_CONSTANT, SCHED_COSINE, SCHED_LINEAR } SchedKind;
+typedef enum { WARMUP_TORCH, WARMUP_NANOGPT } WarmupStyle;   /* = MP_WARMUP_* */
 
 typedef struct TrainCfg {
     OptKind opt;
@@ -132,6 +138,7 @@ typedef struct TrainCfg {
     int64_t ls_interval;
     SchedKind sched;
     double warmup, sched_min;
+    WarmupStyle warmup_style;
     double clip;            /* 0 = off */
     int64_t accumulate, steps, seed;
     const char **fp16_ops, **fp32_ops;   /* op names, as written */

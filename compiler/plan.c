@@ -156,6 +156,12 @@ static void json_loss_scale(FILE *out, const TrainCfg *t)
     fputs("},\n", out);
 }
 
+/* The weight decay the optimizer applies to p (no_decay: 0). */
+static double param_decay(const IrGraph *g, const IrParam *p)
+{
+    return p->trainable && !p->no_decay ? g->train.weight_decay : 0;
+}
+
 static void json_params(FILE *out, const IrGraph *g)
 {
     fputs(" \"params\": [", out);
@@ -170,8 +176,10 @@ static void json_params(FILE *out, const IrGraph *g)
         fprintf(out, ", \"master\": \"f32\", \"copies\": [");
         for (int k = 0; k < nc; k++)
             fprintf(out, "%s\"%s\"", k ? ", " : "", dt_name(c[k]->type));
-        fprintf(out, "], \"trainable\": %s, \"id\": %d}", p->trainable ? "true" : "false",
-                p->node->id);
+        fprintf(out, "], \"trainable\": %s, \"buffer\": %s, \"weight_decay\": ",
+                p->trainable ? "true" : "false", p->buffer ? "true" : "false");
+        json_num(out, param_decay(g, p));
+        fprintf(out, ", \"id\": %d}", p->node->id);
     }
     fputs(g->nparams ? "\n ],\n" : "],\n", out);
 }
@@ -442,7 +450,8 @@ static void text_params(FILE *out, const IrGraph *g)
         for (int k = 0; k < nc; k++)
             fprintf(out, "%s%s (#%d)", k ? ", " : "", dt_name(c[k]->type), c[k]->id);
         fputs(nc ? "" : "none", out);
-        fputs(p->trainable ? "\n" : "  (not trained)\n", out);
+        fputs(p->buffer ? "  (buffer, not trained)\n" : !p->trainable ? "  (not trained)\n"
+              : p->no_decay ? "  (no weight decay)\n" : "\n", out);
     }
 }
 

@@ -28,6 +28,7 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define SEMA_MAX_NODES  1000000   /* operations in the expanded model */
@@ -57,9 +58,10 @@ static bool is_int_type(DType t) { return t == DT_I32 || t == DT_U8 || t == DT_U
 
 /* ---- scopes, blocks, the context -------------------------------------------- */
 
-typedef enum { SYM_CONST, SYM_INPUT, SYM_PARAM, SYM_VALUE, SYM_METRIC } SymKind;
-static const char *const sym_kind_name[] = {"constant", "input", "parameter", "value", "metric"};
-static const char *const sym_kind_a[] = {"a constant", "an input", "a parameter", "a value", "a metric"};
+typedef enum { SYM_CONST, SYM_INPUT, SYM_PARAM, SYM_VALUE, SYM_METRIC, SYM_BUFFER } SymKind;
+static const char *const sym_kind_name[] = {"constant", "input", "parameter", "value", "metric", "buffer"};
+static const char *const sym_kind_a[] = {"a constant", "an input", "a parameter", "a value", "a metric",
+                                         "a buffer"};
 
 typedef struct Sym {
     const char *name;
@@ -831,34 +833,46 @@ static IrNode *declare(Ctx *c, SrcLoc loc, const char *name, Shape s, Init init,
     return p->node;
 }
 
-static bool valid_layer_name(const char *s)
+/* A module path as torch writes one ("layer2.0.conv1", "transformer.h"):
+ * parts joined by single dots, each an identifier or a number. Returns
+ * what is wrong with `s`, or NULL. */
+static const char *path_problem(Ctx *c, const char *s)
 {
-    bool start = true;
-    for (; *s; s++) {
-        if (*s == '.' && !start) {
-            start = true;
-            continue;
-        }
-        bool alpha = (*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || *s == '_';
-        if (!alpha && (start || !(*s >= '0' && *s <= '9')))
-            return false;
-        start = false;
+    if (!*s)
+        return "it is empty";
+    if (*s == '.')
+        return "it starts with a dot";
+    if (s[strlen(s) - 1] == '.')
+        return "it ends with a dot";
+    if (strstr(s, ".."))
+        return "it has an empty part between two dots";
+    for (const char *part = s; part; part = strchr(part, '.') ? strchr(part, '.') + 1 : NULL) {
+        size_t len = strcspn(part, "."), digits = strspn(part, "0123456789"), word = 0;
+        if (!(*part >= '0' && *part <= '9'))
+            word = strspn(part, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_0123456789");
+        if (digits != len && word != len)
+            return arena_printf(c->a, "its part '%.*s' is neither an identifier nor a number",
+                                (int)len, part);
     }
-    return !start;
+    return NULL;
+}
+
+/* Reports a bad module path written at `at`; true when it is fine. */
+static bool check_path(Ctx *c, SrcLoc at, const char *what, const char *s)
+{
+    const char *why = path_problem(c, s);
+    if (why)
+        diag_error(at, "%s must be a module path (identifiers and numbers joined by dots, e.g. "
+                   "\"layer2.0.conv1\"), got \"%s\": %s", what, s, why);
+    return !why;
 }
 
 /* The name T of a parameterised call: its name = "..." argument, else the
  * statement's target (once per statement). NULL after an error. */
 static const char *layer_name(Ctx *c, const Expr *callx, const Expr *name_arg)
 {
-    if (name_arg) {
-        if (!valid_layer_name(name_arg->name)) {
-            diag_error(name_arg->loc, "a layer name must be an identifier (dots between parts "
-                       "allowed), got \"%s\"", name_arg->name);
-            return NULL;
-        }
-        return name_arg->name;
-    }
+    if (name_arg)
+        return check_path(c, name_arg->loc, "a layer name", name_arg->name) ? name_arg->name : NULL;
     if (c->in_return) {
         diag_error(callx->loc, "%s in a 'return' declares parameters and needs a name: add "
                    "name = \"...\"", callx->name);
@@ -1067,7 +1081,7 @@ static Val lower_class_loss(Ctx *c, const Builtin *b, const Expr *x, Args *a)
 
 static DType type_named(const char *name)
 {
-    for (DType t = DT_F32; t <= DT_U8; t++)
+    for (DType t = DT_F32; t <= DT_U16; t++)
         if (strcmp(dt_name(t), name) == 0)
             return t;
     return DT_NONE;
@@ -1270,6 +1284,7 @@ static const Builtin builtins[] = {
     {"bf16", OP_CAST, lower_cast, false, {REQ("x", A_ANY)}},
     {"i32", OP_CAST, bad_cast, false, {REQ("x", A_ANY)}},
     {"u8", OP_CAST, bad_cast, false, {REQ("x", A_ANY)}},
+    {"u16", OP_CAST, bad_cast, false, {REQ("x", A_ANY)}},
 };
 #define N_BUILTINS ((int)(sizeof builtins / sizeof builtins[0]))
 
@@ -1469,6 +1484,23 @@ static bool at_top(Ctx *c, const Stmt *s, const char *what)
     return false;
 }
 
+/* input NAME: T[B, W] window: each batch row is W consecutive values of
+ * one stream, so the shape is [B, W] (W >= 2: a window and its shift). */
+static bool window_shape(Ctx *c, const Stmt *s, const Shape *sh)
+{
+    if (sh->rank != 2) {
+        diag_error(s->window_loc, "a window input has the shape [B, W] (batch, window length), but "
+                   "'%s' has %d dimension%s", s->name, sh->rank, sh->rank == 1 ? "" : "s");
+        return false;
+    }
+    if (sh->d[1] < 2) {
+        diag_error(s->dims[1]->loc, "a window input needs a window length W >= 2, got %lld",
+                   (long long)sh->d[1]);
+        return false;
+    }
+    return true;
+}
+
 static void st_input(Ctx *c, const Stmt *s)
 {
     Shape sh;
@@ -1488,8 +1520,11 @@ static void st_input(Ctx *c, const Stmt *s)
         diag_note(c->g->inputs[0].loc, "the first input is declared here");
         return;
     }
+    if (s->window && !window_shape(c, s, &sh))
+        return;
     c->g->batch = sh.d[0];
     IrInput *in = ir_add_input(c->g, s->name, s->name_loc, t, sh);
+    in->window = s->window;
     bind(c, s->name, SYM_INPUT, vtensor(in->node), s->name_loc);
 }
 
@@ -1501,18 +1536,28 @@ static void plain_fans(const Shape *s, int64_t *fi, int64_t *fo)
     *fo = s->rank >= 1 ? s->d[s->rank - 1] : 1;
 }
 
+/* param and buffer: a tensor declared under the current prefix; a buffer
+ * (torch's register_buffer) is saved and loaded like a parameter but has
+ * no gradient and no optimizer state. */
 static void st_param(Ctx *c, const Stmt *s)
 {
     Shape sh;
     Init init;
+    SymKind kind = s->kind == ST_BUFFER ? SYM_BUFFER : SYM_PARAM;
     bool ok = eval_dims(c, s->dims, s->ndims, s->loc, &sh);
     ok = eval_init(c, s->value, &init) && ok;
-    if (!ok || !may_define(c, s->name, SYM_PARAM, s->name_loc))
+    ok = ok && check_path(c, s->name_loc, kind == SYM_BUFFER ? "a buffer name" : "a parameter name",
+                          s->name);
+    if (!ok || !may_define(c, s->name, kind, s->name_loc))
         return;
     int64_t fi, fo;
     plain_fans(&sh, &fi, &fo);
     IrNode *n = declare(c, s->name_loc, arena_printf(c->a, "%s%s", c->prefix, s->name), sh, init, fi, fo);
-    bind(c, s->name, SYM_PARAM, n ? vtensor(n) : verr, s->name_loc);
+    if (n && kind == SYM_BUFFER) {
+        c->g->params[n->ia[0]].trainable = false;
+        c->g->params[n->ia[0]].buffer = true;
+    }
+    bind(c, s->name, kind, n ? vtensor(n) : verr, s->name_loc);
 }
 
 /* Lowers the expression of a statement whose target is `target`; names the
@@ -1605,7 +1650,8 @@ static void st_return(Ctx *c, const Stmt *s)
 static void st_repeat(Ctx *c, const Stmt *s)
 {
     int64_t n;
-    if (!get_int(c, s->value, eval(c, s->value), "repeat count", 1, &n))
+    if (!get_int(c, s->value, eval(c, s->value), "repeat count", 1, &n) ||
+        !check_path(c, s->name_loc, "a repeat's name", s->name))
         return;
     if (n > SEMA_MAX_REPEAT) {
         diag_error(s->value->loc, "repeat count %lld is too large (at most %d)", (long long)n,
@@ -1655,6 +1701,7 @@ static StmtFn *const stmt_of[] = {
     [ST_MODEL] = st_model, [ST_CONST] = st_const, [ST_INPUT] = st_input, [ST_PARAM] = st_param,
     [ST_ASSIGN] = st_assign, [ST_METRIC] = st_metric, [ST_PRECISION] = st_precision,
     [ST_BLOCK] = st_block, [ST_RETURN] = st_return, [ST_REPEAT] = st_repeat, [ST_TRAIN] = st_train,
+    [ST_BUFFER] = st_param,
 };
 
 static void run_body(Ctx *c, Stmt *const *body, int n)
@@ -1676,7 +1723,7 @@ static bool body_has_params(Ctx *c, Stmt *const *body, int n, Block *from)
     bool has = false;
     for (int i = 0; i < n; i++) {
         const Stmt *s = body[i];
-        has |= s->kind == ST_PARAM;
+        has |= s->kind == ST_PARAM || s->kind == ST_BUFFER;
         if (s->value)
             has |= expr_has_params(c, s->value, from);
         for (int d = 0; d < s->ndims; d++)
@@ -1784,16 +1831,17 @@ static void collect_blocks(Ctx *c)
 typedef struct NamedSpec {
     const char *name;
     int kind;                  /* OptKind / LossScaleKind / SchedKind / Policy */
-    ArgSpec args[6];
+    ArgSpec args[8];           /* ends at an entry with no name */
 } NamedSpec;
 
 static const NamedSpec optimizers[] = {
     {"sgd", OPT_SGD, {REQ("lr", A_REAL), OPT("momentum", A_REAL, 0), OPT("nesterov", A_BOOL, 0),
-                      OPT("weight_decay", A_REAL, 0)}},
+                      OPT("weight_decay", A_REAL, 0), ABS("no_decay", A_LIST)}},
     {"adam", OPT_ADAM, {OPT("lr", A_REAL, 1e-3), OPT("beta1", A_REAL, 0.9), OPT("beta2", A_REAL, 0.999),
-                        OPT("eps", A_REAL, 1e-8), OPT("weight_decay", A_REAL, 0)}},
+                        OPT("eps", A_REAL, 1e-8), OPT("weight_decay", A_REAL, 0), ABS("no_decay", A_LIST)}},
     {"adamw", OPT_ADAMW, {OPT("lr", A_REAL, 1e-3), OPT("beta1", A_REAL, 0.9), OPT("beta2", A_REAL, 0.999),
-                          OPT("eps", A_REAL, 1e-8), OPT("weight_decay", A_REAL, 0.01)}},
+                          OPT("eps", A_REAL, 1e-8), OPT("weight_decay", A_REAL, 0.01),
+                          ABS("no_decay", A_LIST)}},
     {0},
 };
 static const NamedSpec loss_scales[] = {
@@ -1805,8 +1853,8 @@ static const NamedSpec loss_scales[] = {
 };
 static const NamedSpec schedules[] = {
     {"constant", SCHED_CONSTANT, {{0}}},
-    {"cosine", SCHED_COSINE, {OPT("warmup", A_INT, 0), OPT("min", A_REAL, 0)}},
-    {"linear", SCHED_LINEAR, {OPT("warmup", A_INT, 0)}},
+    {"cosine", SCHED_COSINE, {OPT("warmup", A_INT, 0), OPT("min", A_REAL, 0), ABS("warmup_style", A_STR)}},
+    {"linear", SCHED_LINEAR, {OPT("warmup", A_INT, 0), ABS("warmup_style", A_STR)}},
     {0},
 };
 static const NamedSpec policies[] = {
@@ -1868,6 +1916,64 @@ static const char *arg_name(Ctx *c, const NamedSpec *ns, const char *arg)
     return arena_printf(c->a, "%s %s", ns->name, arg);
 }
 
+/* A glob: '*' matches any run of characters (dots included). */
+static bool glob_match(const char *pat, const char *s)
+{
+    const char *star = NULL, *resume = NULL;
+    while (*s) {
+        if (*pat == '*') {
+            star = ++pat;
+            resume = s;
+        } else if (*pat == *s) {
+            pat++;
+            s++;
+        } else if (star) {
+            pat = star;
+            s = ++resume;
+        } else
+            return false;
+    }
+    while (*pat == '*')
+        pat++;
+    return !*pat;
+}
+
+/* Does no_decay pattern x (a glob string, or the word `vectors`: rank <= 1)
+ * match parameter p? */
+static bool decay_pattern_matches(const Expr *x, const IrParam *p)
+{
+    return x->kind == EX_STR ? glob_match(x->name, p->name) : p->shape.rank <= 1;
+}
+
+/* no_decay = [PATTERN, ...]: the trainable parameters that match get weight
+ * decay 0, like a torch parameter group with weight_decay 0. A pattern that
+ * matches nothing is probably a typo: a warning. */
+static void no_decay(Ctx *c, const Expr *list)
+{
+    for (int i = 0; i < list->nargs; i++) {
+        const Expr *x = list->args[i];
+        if (x->kind != EX_STR && !(x->kind == EX_NAME && strcmp(x->name, "vectors") == 0)) {
+            if (x->kind == EX_NAME)
+                diag_error(x->loc, "unknown no_decay pattern '%s': write a name pattern as a string, "
+                           "e.g. \"*.bias\", or the word vectors (every parameter of rank <= 1)", x->name);
+            else
+                diag_error(x->loc, "no_decay lists name patterns, e.g. [\"*.bias\", vectors]");
+            continue;
+        }
+        int matched = 0;
+        for (int k = 0; k < c->g->nparams; k++) {
+            IrParam *p = &c->g->params[k];
+            if (p->trainable && decay_pattern_matches(x, p)) {
+                p->no_decay = true;
+                matched++;
+            }
+        }
+        if (!matched)
+            diag_warning(x->span, "no_decay pattern %s%s%s matches no trainable parameter",
+                         x->kind == EX_STR ? "\"" : "", x->name, x->kind == EX_STR ? "\"" : "");
+    }
+}
+
 static void tk_optimizer(Ctx *c, const TrainItem *it)
 {
     Args a;
@@ -1895,6 +2001,9 @@ static void tk_optimizer(Ctx *c, const TrainItem *it)
         in_range(it, arg_name(c, o, "eps"), t->eps, 0, true, INFINITY, false);
     }
     in_range(it, arg_name(c, o, "weight_decay"), t->weight_decay, 0, false, INFINITY, false);
+    const Expr *nd = a.e[t->opt == OPT_SGD ? 4 : 5];
+    if (nd)
+        no_decay(c, nd);
 }
 
 static void tk_precision(Ctx *c, const TrainItem *it)
@@ -1931,6 +2040,21 @@ static void tk_loss_scale(Ctx *c, const TrainItem *it)
     }
 }
 
+/* warmup_style = "torch" (lr*k/W for k <= W) or "nanogpt" (lr*k/(W+1),
+ * nanoGPT's get_lr); mp_optim.h's mp_sched_lr does the arithmetic. */
+static void warmup_style(Ctx *c, const Expr *e)
+{
+    static const char *const styles[] = {[WARMUP_TORCH] = "torch", [WARMUP_NANOGPT] = "nanogpt"};
+    for (int i = 0; i < 2; i++)
+        if (strcmp(e->name, styles[i]) == 0) {
+            c->g->train.warmup_style = (WarmupStyle)i;
+            return;
+        }
+    const char *best = suggest(c, e->name, styles, 2);
+    diag_error(e->loc, "unknown warmup_style \"%s\"%s: expected \"torch\" or \"nanogpt\"", e->name,
+               best ? arena_printf(c->a, " (did you mean \"%s\"?)", best) : "");
+}
+
 static void tk_schedule(Ctx *c, const TrainItem *it)
 {
     Args a;
@@ -1943,6 +2067,9 @@ static void tk_schedule(Ctx *c, const TrainItem *it)
     t->sched_min = s->kind == SCHED_COSINE ? a.v[1].r : 0;
     in_range(it, arg_name(c, s, "warmup"), t->warmup, 0, false, INFINITY, false);
     in_range(it, arg_name(c, s, "min"), t->sched_min, 0, false, INFINITY, false);
+    const Expr *style = s->kind == SCHED_CONSTANT ? NULL : a.e[s->kind == SCHED_COSINE ? 2 : 1];
+    if (style)
+        warmup_style(c, style);
 }
 
 static bool train_int(Ctx *c, const TrainItem *it, int64_t lo, int64_t *out)
@@ -2127,6 +2254,36 @@ static void train_defaults(TrainCfg *t, int policy_override)
         t->ls = t->policy == POLICY_MIXED_F16 ? LS_DYNAMIC : LS_NONE;
 }
 
+/* ---- names of saved tensors --------------------------------------------------------------- */
+
+static int by_name(const void *a, const void *b)
+{
+    return strcmp((*(const IrParam *const *)a)->name, (*(const IrParam *const *)b)->name);
+}
+
+/* A saved tensor's name may not also be the module path of another
+ * ("h" and "h.weight"): no torch module can hold both, and the checkpoint
+ * would not load into one. Sorted by name, the tensors under "h." follow
+ * "h" directly (no character of a name sorts below '.'). */
+static void check_name_clashes(Ctx *c)
+{
+    int n = c->g->nparams;
+    const IrParam **ps = arena_alloc(c->a, sizeof *ps * (size_t)(n + 1));
+    for (int i = 0; i < n; i++)
+        ps[i] = &c->g->params[i];
+    qsort(ps, (size_t)n, sizeof *ps, by_name);
+    for (int i = 0; i + 1 < n; i++) {
+        size_t len = strlen(ps[i]->name);
+        if (strncmp(ps[i]->name, ps[i + 1]->name, len) != 0 || ps[i + 1]->name[len] != '.')
+            continue;
+        const IrParam *later = ps[i]->node->id > ps[i + 1]->node->id ? ps[i] : ps[i + 1];
+        const IrParam *first = later == ps[i] ? ps[i + 1] : ps[i];
+        diag_error(later->loc, "'%s' would be both a tensor and the module holding '%s': give one "
+                   "of them another name", ps[i]->name, ps[i + 1]->name);
+        diag_note(first->loc, "'%s' is declared here", first->name);
+    }
+}
+
 /* ---- entry ----------------------------------------------------------------------------------- */
 
 static bool model_header(Ctx *c)
@@ -2155,6 +2312,8 @@ IrGraph *sema_lower(Arena *a, const Ast *ast, int policy_override)
     model_header(&c);
     collect_blocks(&c);
     run_body(&c, ast->stmts, ast->nstmts);
+    if (!c.stop && !diag_too_many())
+        check_name_clashes(&c);
     if (!c.stop && !diag_too_many()) {
         if (c.g->ninputs == 0)
             diag_error(c.g->model_loc, "the model declares no input: add one, e.g. input image: "

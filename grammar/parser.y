@@ -97,6 +97,7 @@ void lex_drop_brackets(Parser *p);   /* after an error on a later line */
     Vec vec;
     ArgVec av;
     TrainItem item;
+    int num;
 }
 
 %code {
@@ -138,7 +139,7 @@ static void check_item(Parser *p, Vec *items, const TrainItem *it);
 %token MODEL "'model'" CONST "'const'" INPUT "'input'" PARAM "'param'"
 %token METRIC "'metric'" TRAIN "'train'" MINIMIZE "'minimize'"
 %token BLOCK "'block'" RETURN "'return'" REPEAT "'repeat'" AS "'as'"
-%token PRECISION "'precision'"
+%token PRECISION "'precision'" BUFFER "'buffer'" WINDOW "'window'"
 %token POW "'**'"
 %token BAD "invalid token"   /* the scanner reported it already */
 
@@ -146,6 +147,7 @@ static void check_item(Parser *p, Vec *items, const TrainItem *it);
 %type <stmt> stmt
 %type <expr> expr add mul mat unary power primary
 %type <str> callee
+%type <num> decl opt_window
 %type <av> args arglist
 %type <item> titem
 
@@ -177,33 +179,36 @@ nls: %empty
 
 stmt: MODEL NAME                { $$ = named(p, ST_MODEL, @1, $2, @2); }
     | CONST NAME '=' expr       { $$ = named(p, ST_CONST, @1, $2, @2); $$->value = $4; }
-    | INPUT NAME ':' TYPE '[' list ']'
+    | INPUT NAME ':' TYPE '[' list ']' opt_window
         {
             $$ = named(p, ST_INPUT, @1, $2, @2);
             $$->type = $4;
             $$->type_loc = @4;
+            $$->window = $8;
+            $$->window_loc = @8;
             set_dims($$, &$6);
             if ($6.n == 0)
                 diag_error(@7, "expected the input's dimensions (the batch first), found ']'");
         }
-    | PARAM NAME ':' '[' list ']' '=' expr
+    | decl NAME ':' '[' list ']' '=' expr
         {
-            $$ = named(p, ST_PARAM, @1, $2, @2);
+            $$ = named(p, $1, @1, $2, @2);
             $$->type = TY_F32;
             $$->type_loc = @4;
             set_dims($$, &$5);
             $$->value = $8;
             check_init($8);
         }
-    | PARAM NAME ':' TYPE '[' list ']' '=' expr
+    | decl NAME ':' TYPE '[' list ']' '=' expr
         {
-            $$ = named(p, ST_PARAM, @1, $2, @2);
+            $$ = named(p, $1, @1, $2, @2);
             $$->type = TY_F32;
             $$->type_loc = @4;
             set_dims($$, &$6);
             $$->value = $9;
-            diag_error(@4, "a parameter has no type: it is always kept in f32 (write 'param %s: [...] = ...')",
-                       $2);
+            const char *kw = $1 == ST_PARAM ? "param" : "buffer";
+            diag_error(@4, "a %s has no type: it is always kept in f32 (write '%s %s: [...] = ...')",
+                       $1 == ST_PARAM ? "parameter" : "buffer", kw, $2);
         }
     | NAME '=' expr             { $$ = named(p, ST_ASSIGN, @1, $1, @1); $$->value = $3; }
     | NAME ':' TYPE '=' expr
@@ -248,6 +253,15 @@ stmt: MODEL NAME                { $$ = named(p, ST_MODEL, @1, $2, @2); }
             $$->nitems = $2.n;
         }
     ;
+
+/* decl = "param" | "buffer" (a tensor saved with the model, never trained) */
+decl: PARAM                     { $$ = ST_PARAM; }
+    | BUFFER                    { $$ = ST_BUFFER; }
+    ;
+/* opt_window = ["window"]: the input's rows are windows of one stream */
+opt_window: %empty              { $$ = 0; }
+          | WINDOW              { $$ = 1; }
+          ;
 
 /* block parameters, kept as Kwargs (name + location) while parsing */
 opt_names: %empty               { $$ = (Vec){0}; }
@@ -465,7 +479,8 @@ static Stmt *new_stmt(Parser *p, StmtKind k, SrcLoc loc)
 }
 
 /* A name being declared is plain: dotted names refer to parameters (a
- * `param` may be declared under one, like a checkpoint's tensor). */
+ * `param` or `buffer` may be declared under one, like a checkpoint's
+ * tensor, and `repeat ... as transformer.h` names a module path). */
 static void plain(const char *name, SrcLoc at)
 {
     if (strchr(name, '.'))
@@ -474,7 +489,7 @@ static void plain(const char *name, SrcLoc at)
 
 static Stmt *named(Parser *p, StmtKind k, SrcLoc loc, const char *name, SrcLoc name_loc)
 {
-    if (k != ST_PARAM)
+    if (k != ST_PARAM && k != ST_BUFFER && k != ST_REPEAT)
         plain(name, name_loc);
     Stmt *s = new_stmt(p, k, loc);
     s->name = name;
@@ -552,7 +567,7 @@ static const char *expected_name(yysymbol_kind_t k)
     case YYSYMBOL_NAME: return "a name";
     case YYSYMBOL_NUMBER: return "a number";
     case YYSYMBOL_STRING: return "a string";
-    case YYSYMBOL_TYPE: return "a type (f32, f16, bf16, i32 or u8)";
+    case YYSYMBOL_TYPE: return "a type (f32, f16, bf16, i32, u8 or u16)";
     default: return yysymbol_name(k);
     }
 }
@@ -582,7 +597,7 @@ typedef struct Group {
 
 static const Group groups[] = {
     /* where a statement may start, an empty line or the end may come too */
-    {MODEL, "a statement", {MODEL, CONST, INPUT, PARAM, METRIC, PRECISION, BLOCK, RETURN,
+    {MODEL, "a statement", {MODEL, CONST, INPUT, PARAM, BUFFER, METRIC, PRECISION, BLOCK, RETURN,
                             REPEAT, TRAIN, NAME, NEWLINE, END, -1}},
     {MINIMIZE, "a train setting", {MINIMIZE, PRECISION, NAME, NEWLINE, -1}},
     {NUMBER, "an expression", {NUMBER, STRING, NAME, TYPE, '(', '[', '-', -1}},

@@ -96,6 +96,7 @@ typedef struct MpCuState {
 /* One range of a trainable parameter in the flat buffers. */
 typedef struct MpCuTile {
     int64_t start, len;
+    int no_decay;                  /* the parameter's MpParam.no_decay */
 } MpCuTile;
 
 typedef struct MpCu {

@@ -187,7 +187,7 @@ struct MpCuUpdate {
     {
         if (!s->taken)
             return;
-        MpOptK k = s->k;
+        MpOptK k = tiles[b].no_decay ? mp_optk_no_decay(s->k) : s->k;
         float coef = s->coef;
         int64_t end = tiles[b].start + tiles[b].len;
         for (int64_t i = tiles[b].start + t.tid; i < end; i += t.nt) {
@@ -320,7 +320,8 @@ static inline void mp_cu_measure(void)
 }
 
 /* The step slots' layout, and whether the training set goes to the device:
- * when it takes at most a quarter of the free device memory (and 16 GiB),
+ * when it takes at most a quarter of the free device memory (and 16 GiB)
+ * and is not a set of window streams (their rows are gathered on the host),
  * so that each step copies only sample indices. MP_CUDA_DATA=0: never. */
 static inline void mp_cu_plan_data(MpTrainer *t, int host)
 {
@@ -333,7 +334,7 @@ static inline void mp_cu_plan_data(MpTrainer *t, int host)
     mp_cu.copy_bytes = mp_cu.slot_bytes;
     for (int i = 0; i < t->m->ninputs && t->data.arr; i++)
         bytes += mp_cu_round_up(t->data.arr[i].nbytes);
-    if (host || !t->data.arr || (env && *env == '0') || cudaMemGetInfo(&free_b, &total_b) != cudaSuccess
+    if (host || !t->data.arr || t->data.window || (env && *env == '0') || cudaMemGetInfo(&free_b, &total_b) != cudaSuccess
         || bytes > (int64_t)(free_b / 4) || bytes > ((int64_t)16 << 30))
         return;
     if (!(mp_cu.data = (unsigned char **)calloc((size_t)t->m->ninputs + 1, sizeof *mp_cu.data)))
@@ -385,6 +386,7 @@ static inline MpCuTile *mp_cu_tiles(int64_t *n)
                 if (tl) {
                     tl[count].start = mp_cu.t->offset[i] + a;
                     tl[count].len = mp_min64(m->params[i].numel - a, 4096);
+                    tl[count].no_decay = m->params[i].no_decay;
                 }
                 count++;
             }
@@ -577,9 +579,8 @@ static inline void mp_cu_gather_batch(const MpTrainer *t, unsigned char *dst, co
     for (int i = 0; i < m->ninputs; i++) {
         int64_t sb = mp_sample_bytes(&m->inputs[i]);
         unsigned char *d = dst + mp_cu.model->in_off[i];
-        const unsigned char *src = (const unsigned char *)t->data.arr[i].data;
         for (int64_t b = 0; b < m->batch; b++)
-            memcpy(d + b * sb, src + idx[b] * sb, (size_t)sb);
+            memcpy(d + b * sb, mp_data_row(m, &t->data, i, idx[b]), (size_t)sb);
     }
 }
 

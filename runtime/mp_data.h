@@ -26,7 +26,24 @@
  * the epoch is perm[jB .. jB+B-1]. Without shuffling the permutation stays
  * the identity: samples 0..B-1, B..2B-1, ..., wrapping round after the
  * last full batch. The state to continue exactly is (the stream's state
- * before this epoch's shuffle, epoch, batches used in this epoch). */
+ * before this epoch's shuffle, epoch, batches used in this epoch).
+ *
+ * Window inputs (TRAINER.md "Window inputs"): each input's data is one
+ * stream of N values and a row is the W values at an offset o. The set's
+ * samples are the evaluation windows, at offsets 0, W-1, 2(W-1), ... that
+ * fit: floor((N - W) / (W - 1)) + 1 of them. Training with shuffling draws
+ * every row's offset as below(N - W + 1) from the data stream, row after
+ * row; `start` is then always the stream's current state (epoch and
+ * position stay 0), so a checkpoint's data_rng continues it exactly.
+ * Without shuffling the rows take the evaluation windows in order, one per
+ * row, back to offset 0 after the last (a batch may span the wrap);
+ * position is the next window, epoch the wraps so far.
+ *
+ * Batches are filled by "keys" (mp_fill_batch): a sample's index, or for a
+ * window set a stream offset; mp_data_key gives sample i's key, for
+ * evaluation and prediction. Data files are memory-mapped (mp_npy.h) and
+ * checked once before training (mp_data_scan): class labels in range for
+ * every integer type, float values finite. */
 #ifndef MP_DATA_H
 #define MP_DATA_H
 
@@ -38,6 +55,7 @@
 #include "mp_model.h"
 #include "mp_util.h"
 #include "mp_npy.h"
+#include "mp_half.h"
 
 /* ---- xoshiro256** ---------------------------------------------------- */
 
@@ -146,7 +164,36 @@ static inline const char *mp_data_type_str(int t)
     }
 }
 
-/* Bytes of one sample of input x. */
+/* NumPy's name of a type: "np.float32". */
+static inline const char *mp_data_np_name(int t)
+{
+    switch (t) {
+    case MP_F32: return "np.float32";
+    case MP_F16: return "np.float16";
+    case MP_I32: return "np.int32";
+    case MP_U8: return "np.uint8";
+    case MP_U16: return "np.uint16";
+    default: return "?";
+    }
+}
+
+/* A NumPy descr in words, for "the file holds <i8 (int64, ...)". */
+static inline const char *mp_data_descr_words(const char *d)
+{
+    static const char *const known[][2] = {
+        {"<i8", "int64, NumPy's default integer"}, {"<f8", "float64, NumPy's default float"},
+        {"<f4", "float32"}, {"<f2", "float16"}, {"<i4", "int32"}, {"<i2", "int16"},
+        {"|i1", "int8"}, {"|u1", "uint8"}, {"<u2", "uint16"}, {"<u4", "uint32"},
+        {"<u8", "uint64"}, {"|b1", "bool"}, {">f4", "big-endian float32"},
+        {">i4", "big-endian int32"}, {">f8", "big-endian float64"}, {">i8", "big-endian int64"},
+    };
+    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
+        if (!strcmp(d, known[i][0]))
+            return known[i][1];
+    return "a type the trainer does not read";
+}
+
+/* Bytes of one sample of input x (one row of a window input). */
 static inline int64_t mp_sample_bytes(const MpInput *x)
 {
     int64_t n = mp_dtype_size(x->dtype);
@@ -162,6 +209,8 @@ typedef struct MpDataSet {
     MpArray *arr;
     const char **file;
     int64_t samples, batches;
+    int64_t window;             /* W of its window inputs; 0: samples */
+    int64_t stream;             /* N, the values of each window stream */
 } MpDataSet;
 
 static inline void mp_data_free(MpDataSet *d)
@@ -173,13 +222,52 @@ static inline void mp_data_free(MpDataSet *d)
     memset(d, 0, sizeof *d);
 }
 
+/* The key of sample i (in file order): its index, or its window's offset. */
+static inline int64_t mp_data_key(const MpDataSet *d, int64_t i)
+{
+    return d->window ? i * (d->window - 1) : i;
+}
+
+/* Input i's row for a key (see mp_data_key). */
+static inline const void *mp_data_row(const MpModel *m, const MpDataSet *d, int i, int64_t key)
+{
+    int64_t step = d->window ? mp_dtype_size(m->inputs[i].dtype) : mp_sample_bytes(&m->inputs[i]);
+    return (const char *)d->arr[i].data + key * step;
+}
+
 /* Type and per-sample shape of one loaded file against its input. */
+static inline int mp_check_dtype(const MpInput *x, const MpArray *a, const char *file, MpErr *e)
+{
+    if (a->dtype == x->dtype)
+        return 0;
+    const char *np = mp_data_np_name(x->dtype);
+    if (!strcmp(a->descr, "raw"))
+        return mp_errf(e, "%s: input '%s' needs %s values", file, x->name, mp_data_type_str(x->dtype));
+    if (a->dtype)
+        return mp_errf(e, "%s: input '%s' needs %s values, the file holds %s: convert it with "
+                       "np.save(f, a.astype(%s))", file, x->name, mp_data_type_str(x->dtype),
+                       mp_data_type_str(a->dtype), np);
+    return mp_errf(e, "%s: input '%s' needs %s values, the file holds %s (%s): convert it with "
+                   "np.save(f, a.astype(%s))", file, x->name, mp_data_type_str(x->dtype), a->descr,
+                   mp_data_descr_words(a->descr), np);
+}
+
+/* The file's shape is the input's but for a channel axis of 1 (NCHW). */
+static inline int mp_missing_channel(const MpInput *x, const MpArray *a)
+{
+    if (x->rank != 4 || x->shape[1] != 1 || a->rank < 2)
+        return 0;
+    int64_t want = x->shape[2] * x->shape[3], got = 1;
+    for (int d = 1; d < a->rank; d++)
+        got *= a->shape[d];
+    return got == want && !(a->rank == 4 && a->shape[1] == 1);
+}
+
 static inline int mp_check_array(const MpInput *x, const MpArray *a, const char *file, MpErr *e)
 {
     char want[160], got[160];
-    if (a->dtype != x->dtype)
-        return mp_errf(e, "%s: input '%s' needs %s values, the file holds %s",
-                       file, x->name, mp_data_type_str(x->dtype), mp_data_type_str(a->dtype));
+    if (mp_check_dtype(x, a, file, e))
+        return 1;
     int same = a->rank == x->rank;
     for (int d = 1; same && d < x->rank; d++)
         same = a->shape[d] == x->shape[d];
@@ -188,20 +276,29 @@ static inline int mp_check_array(const MpInput *x, const MpArray *a, const char 
     mp_shape_str(want, sizeof want, x->rank - 1, x->shape + 1);
     mp_shape_str(got, sizeof got, a->rank, a->shape);
     return mp_errf(e, "%s: input '%s' needs an array of shape Nx%s (N samples), "
-                   "the file's shape is %s", file, x->name, want, got);
+                   "the file's shape is %s%s", file, x->name, want, got,
+                   mp_missing_channel(x, a) ? " (images without their channel axis: convert "
+                   "IDX files with idx2npy --shape nchw)" : "");
 }
 
-/* Class labels of input x must lie in [0, classes). */
-static inline int mp_check_labels(const MpInput *x, const MpArray *a, const char *file, MpErr *e)
+/* A window input's stream: 1-D, of its type, at least one window long. */
+static inline int mp_check_stream(const MpInput *x, const MpArray *a, const char *file, MpErr *e)
 {
-    if (x->classes <= 0 || x->dtype != MP_I32)
-        return 0;
-    const int32_t *v = (const int32_t *)a->data;
-    int64_t n = a->nbytes / 4, per = mp_sample_bytes(x) / 4;
-    for (int64_t i = 0; i < n; i++)
-        if (v[i] < 0 || v[i] >= x->classes)
-            return mp_errf(e, "%s: sample %lld: label %ld is outside [0, %lld) of input '%s'",
-                           file, (long long)(i / per), (long)v[i], (long long)x->classes, x->name);
+    char got[160];
+    int64_t w = x->shape[1];
+    if (mp_check_dtype(x, a, file, e))
+        return 1;
+    mp_shape_str(got, sizeof got, a->rank, a->shape);
+    if (a->rank != 1)
+        return mp_errf(e, "%s: input '%s' is a window input: it needs one stream of %s values "
+                       "(a 1-D array), the file's shape is %s", file, x->name,
+                       mp_data_type_str(x->dtype), got);
+    if (a->shape[0] == 0)
+        return mp_errf(e, "%s: input '%s' needs a stream of at least one window of %lld values, "
+                       "the file is empty", file, x->name, (long long)w);
+    if (a->shape[0] < w)
+        return mp_errf(e, "%s: input '%s' needs a stream of at least one window of %lld values, "
+                       "the file holds %lld", file, x->name, (long long)w, (long long)a->shape[0]);
     return 0;
 }
 
@@ -213,7 +310,28 @@ static inline int mp_find_input(const MpModel *m, const char *name, size_t len)
     return -1;
 }
 
-/* Loads one NAME=FILE spec into d. */
+/* A raw stream file (nanoGPT's train.bin): by its name. */
+static inline int mp_data_is_raw(const char *file)
+{
+    size_t n = strlen(file);
+    return n >= 4 && !strcmp(file + n - 4, ".bin");
+}
+
+/* Maps one input's file: a .npy, or for a window input also a raw .bin. */
+static inline int mp_data_open(const MpInput *x, MpArray *a, const char *file, MpErr *e)
+{
+    if (mp_data_is_raw(file)) {
+        if (!x->window)
+            return mp_errf(e, "%s: a raw .bin file is one stream of values, for a window input; "
+                           "input '%s' needs a .npy file", file, x->name);
+        return mp_raw_map(file, x->dtype, a, e) || mp_check_stream(x, a, file, e);
+    }
+    if (mp_npy_map(file, a, e))
+        return a->descr[0] ? mp_check_dtype(x, a, file, e) : 1;
+    return x->window ? mp_check_stream(x, a, file, e) : mp_check_array(x, a, file, e);
+}
+
+/* Maps one NAME=FILE spec into d. */
 static inline int mp_data_add(MpDataSet *d, const MpModel *m, const char *spec, MpErr *e)
 {
     const char *eq = strchr(spec, '='), *file = eq ? eq + 1 : spec;
@@ -231,14 +349,55 @@ static inline int mp_data_add(MpDataSet *d, const MpModel *m, const char *spec, 
         return mp_errf(e, "%s: %s gives input '%s' twice (also %s)", file, d->opt,
                        m->inputs[i].name, d->file[i]);
     d->file[i] = file;
-    if (mp_npy_load(file, &d->arr[i], e))
-        return 1;
-    return mp_check_array(&m->inputs[i], &d->arr[i], file, e)
-        || mp_check_labels(&m->inputs[i], &d->arr[i], file, e);
+    return mp_data_open(&m->inputs[i], &d->arr[i], file, e);
 }
 
-/* Loads and checks a whole set: every input given once, same number of
- * samples, at least one batch. Refuses with a message naming the file. */
+/* The model's window W: 0 without window inputs; -1 (e set) when some
+ * inputs are windows and some not, or the windows differ or are too short. */
+static inline int64_t mp_model_window(const MpModel *m, MpErr *e)
+{
+    int64_t w = 0;
+    for (int i = 0; i < m->ninputs; i++) {
+        const MpInput *x = &m->inputs[i];
+        int64_t wi = x->window ? (x->rank == 2 ? x->shape[1] : -1) : 0;
+        if (wi < 0 || (x->window && wi < 2))
+            return mp_errf(e, "window input '%s' must have shape [B, W] with W >= 2", x->name), -1;
+        if (i > 0 && wi != w)
+            return mp_errf(e, "inputs '%s' and '%s' %s: the inputs of a model with window inputs "
+                           "must all be windows of one W", m->inputs[0].name, x->name,
+                           (wi == 0) != (w == 0) ? "are not both windows" : "have different W"), -1;
+        w = wi;
+    }
+    return w;
+}
+
+/* Every input given once and of the same length (samples, or values of a
+ * window stream); at least one batch (one window for training windows). */
+static inline int mp_data_counts(MpDataSet *d, const MpModel *m, MpErr *e)
+{
+    int64_t w = d->window;
+    for (int i = 0; i < m->ninputs; i++) {
+        if (!d->file[i])
+            return mp_errf(e, "no %s %s=FILE%s: every input needs one", d->opt, m->inputs[i].name,
+                           w ? " (.npy or .bin)" : ".npy");
+        int64_t n = d->arr[i].shape[0];
+        if (i > 0 && n != (w ? d->stream : d->samples))
+            return mp_errf(e, "%s: %lld %s, but %s has %lld: every %s file must have the same "
+                           "number", d->file[i], (long long)n, w ? "values" : "samples", d->file[0],
+                           (long long)(w ? d->stream : d->samples), d->opt);
+        if (w)
+            d->stream = n;
+        d->samples = w ? (n - w) / (w - 1) + 1 : n;
+    }
+    d->batches = m->batch > 0 ? d->samples / m->batch : 0;
+    if (d->batches < 1 && (!w || strcmp(d->opt, "--data")))
+        return mp_errf(e, "%s: %lld %s, fewer than one batch of %lld", d->file[0],
+                       (long long)d->samples, w ? "windows" : "samples", (long long)m->batch);
+    return 0;
+}
+
+/* Maps and checks a whole set; mp_data_scan then checks the values.
+ * Refuses with a message naming the file. */
 static inline int mp_data_load(MpDataSet *d, const MpModel *m, const char *opt,
                                char *const *specs, int nspecs, MpErr *e)
 {
@@ -249,35 +408,121 @@ static inline int mp_data_load(MpDataSet *d, const MpModel *m, const char *opt,
     d->file = (const char **)calloc((size_t)m->ninputs + 1, sizeof *d->file);
     if (!d->arr || !d->file)
         return mp_errf(e, "out of memory loading %s", opt);
+    if ((d->window = mp_model_window(m, e)) < 0)
+        return 1;
     for (int k = 0; k < nspecs; k++)
         if (mp_data_add(d, m, specs[k], e))
             return 1;
-    for (int i = 0; i < m->ninputs; i++) {
-        if (!d->file[i])
-            return mp_errf(e, "no %s %s=FILE.npy: every input needs one", opt, m->inputs[i].name);
-        int64_t n = d->arr[i].shape[0];
-        if (i > 0 && n != d->samples)
-            return mp_errf(e, "%s: %lld samples, but %s has %lld: every %s file must have "
-                           "the same number", d->file[i], (long long)n, d->file[0],
-                           (long long)d->samples, opt);
-        d->samples = n;
-    }
-    d->batches = m->batch > 0 ? d->samples / m->batch : 0;
-    if (d->batches < 1)
-        return mp_errf(e, "%s: %lld samples, fewer than one batch of %lld",
-                       d->file[0], (long long)d->samples, (long long)m->batch);
-    return 0;
+    return mp_data_counts(d, m, e);
 }
 
-/* Copies the samples idx[0..B-1] of every input into its batch buffer. */
-static inline void mp_fill_batch(MpModel *m, const MpDataSet *d, const int64_t *idx)
+/* ---- the values' checks ------------------------------------------------- */
+
+/* Index of the first element of v[0..n) that fails input x's check, or -1:
+ * class labels outside [0, classes), float values not finite. */
+static inline int64_t mp_first_bad(const MpInput *x, const void *v, int64_t n)
+{
+    int64_t c = x->classes;
+    switch (x->dtype) {
+    case MP_F32: {
+        const uint32_t *p = (const uint32_t *)v;      /* exponent all ones */
+        for (int64_t i = 0; i < n; i++)
+            if ((p[i] & 0x7f800000u) == 0x7f800000u)
+                return i;
+        return -1;
+    }
+    case MP_F16: case MP_BF16: {
+        const uint16_t *p = (const uint16_t *)v;
+        uint16_t ex = x->dtype == MP_F16 ? 0x7c00 : 0x7f80;
+        for (int64_t i = 0; i < n; i++)
+            if ((p[i] & ex) == ex)
+                return i;
+        return -1;
+    }
+#define MP_LABELS(T)                                                    \
+    do {                                                                \
+        const T *p = (const T *)v;                                      \
+        for (int64_t i = 0; c > 0 && i < n; i++)                        \
+            if ((int64_t)p[i] < 0 || (int64_t)p[i] >= c)                \
+                return i;                                               \
+        return -1;                                                      \
+    } while (0)
+    case MP_I32: MP_LABELS(int32_t);
+    case MP_U16: MP_LABELS(uint16_t);
+    case MP_U8: MP_LABELS(uint8_t);
+#undef MP_LABELS
+    default: return -1;
+    }
+}
+
+/* The value at v[i] as text, for messages. */
+static inline void mp_value_str(char *buf, size_t cap, int dtype, const void *v, int64_t i)
+{
+    switch (dtype) {
+    case MP_F32: snprintf(buf, cap, "%g", (double)((const float *)v)[i]); break;
+    case MP_F16: snprintf(buf, cap, "%g", (double)mp_f16_to_f32(((const uint16_t *)v)[i])); break;
+    case MP_BF16: snprintf(buf, cap, "%g", (double)mp_bf16_to_f32(((const uint16_t *)v)[i])); break;
+    case MP_I32: snprintf(buf, cap, "%ld", (long)((const int32_t *)v)[i]); break;
+    case MP_U16: snprintf(buf, cap, "%u", (unsigned)((const uint16_t *)v)[i]); break;
+    default: snprintf(buf, cap, "%u", (unsigned)((const uint8_t *)v)[i]); break;
+    }
+}
+
+static inline int mp_bad_value(const MpDataSet *d, const MpModel *m, int i, int64_t at, MpErr *e)
+{
+    const MpInput *x = &m->inputs[i];
+    char v[48], where[64];
+    mp_value_str(v, sizeof v, x->dtype, d->arr[i].data, at);
+    if (d->window)
+        snprintf(where, sizeof where, "value %lld of the stream", (long long)at);
+    else
+        snprintf(where, sizeof where, "sample %lld", (long long)(at / (mp_sample_bytes(x) / mp_dtype_size(x->dtype))));
+    if (x->dtype == MP_F32 || x->dtype == MP_F16 || x->dtype == MP_BF16)
+        return mp_errf(e, "%s: %s: %s is not a finite number (input '%s' needs finite values)",
+                       d->file[i], where, v, x->name);
+    return mp_errf(e, "%s: %s: label %s is outside [0, %lld) of input '%s'", d->file[i], where, v,
+                   (long long)x->classes, x->name);
+}
+
+#define MP_SCAN_CHUNK ((int64_t)64 << 20)     /* bytes between progress redraws */
+
+/* Streams once through every file of the set: labels in range, floats
+ * finite. A progress line on standard error when it is a terminal. */
+static inline int mp_data_scan(const MpDataSet *d, const MpModel *m, MpErr *e)
+{
+    int tty = isatty(2), drawn = 0, rc = 0;
+    for (int i = 0; i < d->n && !rc; i++) {
+        const MpArray *a = &d->arr[i];
+        int64_t el = mp_dtype_size(m->inputs[i].dtype), n = a->nbytes / el, step = MP_SCAN_CHUNK / el;
+        if (a->map)
+            posix_madvise(a->map, a->map_len, POSIX_MADV_SEQUENTIAL);
+        for (int64_t at = 0; at < n && !rc; at += step) {
+            int64_t bad = mp_first_bad(&m->inputs[i], (const char *)a->data + at * el,
+                                       n - at < step ? n - at : step);
+            if (bad >= 0)
+                rc = mp_bad_value(d, m, i, at + bad, e);
+            else if (tty && n > step) {
+                fprintf(stderr, "\r\033[Kchecking %s: %.0f%%", d->file[i],
+                        100.0 * (double)(at + step < n ? at + step : n) / (double)n);
+                drawn = 1;
+            }
+        }
+        if (a->map)
+            posix_madvise(a->map, a->map_len, POSIX_MADV_RANDOM);
+    }
+    if (drawn)
+        fprintf(stderr, "\r\033[K");
+    return rc;
+}
+
+/* Copies the rows of keys[0..B-1] of every input into its batch buffer. */
+static inline void mp_fill_batch(MpModel *m, const MpDataSet *d, const int64_t *keys)
 {
     for (int i = 0; i < m->ninputs; i++) {
         int64_t sb = mp_sample_bytes(&m->inputs[i]);
         char *dst = (char *)m->inputs[i].batch;
-        const char *src = (const char *)d->arr[i].data;
         for (int64_t b = 0; b < m->batch; b++)
-            memcpy(dst + b * sb, src + idx[b] * sb, (size_t)sb);
+            memcpy(dst + b * sb, mp_data_row(m, d, i, keys[b]), (size_t)sb);
     }
 }
 
@@ -288,13 +533,17 @@ typedef struct MpOrder {
     MpRng start;                /* the data stream before this epoch's shuffle */
     int shuffle;
     int64_t samples, batch, batches;
-    int64_t epoch, pos;         /* pos: batches used in this epoch */
-    int64_t *perm;
+    int64_t epoch, pos;         /* pos: batches used in this epoch (windows:
+                                   the next window without shuffling) */
+    int64_t offsets, stride;    /* windows: N - W + 1 offsets, W - 1; else 0 */
+    int64_t *perm;              /* windows: the keys of the last batch */
 } MpOrder;
 
 static inline void mp_order_shuffle(MpOrder *o)
 {
     o->start = o->rng;
+    if (o->offsets)
+        return;
     for (int64_t i = 0; i < o->samples; i++)
         o->perm[i] = i;
     if (!o->shuffle)
@@ -313,8 +562,13 @@ static inline int mp_order_init(MpOrder *o, const MpDataSet *d, int64_t batch,
     o->shuffle = shuffle;
     o->samples = d->samples;
     o->batch = batch;
-    o->batches = d->batches;
-    o->perm = (int64_t *)malloc((size_t)d->samples * sizeof *o->perm);
+    o->batches = d->window ? d->samples : d->batches;
+    if (d->window) {
+        o->offsets = d->stream - d->window + 1;
+        o->stride = d->window - 1;
+    }
+    int64_t n = d->window ? batch : d->samples;
+    o->perm = (int64_t *)malloc((size_t)(n + 1) * sizeof *o->perm);
     if (!o->perm)
         return mp_errf(e, "out of memory for the data order of %lld samples", (long long)d->samples);
     mp_rng_seed(&o->rng, seed, 0);
@@ -331,9 +585,29 @@ static inline void mp_order_restore(MpOrder *o, const MpRng *start, int64_t epoc
     o->pos = pos;
 }
 
-/* The sample indices of the next batch. */
+/* The keys of the next batch of window rows (see the top). */
+static inline const int64_t *mp_order_windows(MpOrder *o)
+{
+    for (int64_t b = 0; b < o->batch; b++) {
+        if (o->shuffle) {
+            o->perm[b] = (int64_t)mp_rng_below(&o->rng, (uint64_t)o->offsets);
+            continue;
+        }
+        if (o->pos >= o->samples) {
+            o->epoch++;
+            o->pos = 0;
+        }
+        o->perm[b] = o->stride * o->pos++;
+    }
+    o->start = o->rng;
+    return o->perm;
+}
+
+/* The keys (mp_fill_batch) of the next batch. */
 static inline const int64_t *mp_order_next(MpOrder *o)
 {
+    if (o->offsets)
+        return mp_order_windows(o);
     if (o->pos >= o->batches) {
         o->epoch++;
         o->pos = 0;

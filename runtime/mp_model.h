@@ -53,6 +53,7 @@ enum { MP_INIT_ZEROS, MP_INIT_ONES, MP_INIT_CONSTANT, MP_INIT_NORMAL,
 enum { MP_OPT_SGD, MP_OPT_ADAM, MP_OPT_ADAMW };
 enum { MP_LS_NONE, MP_LS_STATIC, MP_LS_DYNAMIC };
 enum { MP_SCHED_CONSTANT, MP_SCHED_COSINE, MP_SCHED_LINEAR };
+enum { MP_WARMUP_TORCH, MP_WARMUP_NANOGPT };   /* values equal mpcc's WarmupStyle */
 
 typedef struct MpInput {
     const char *name;
@@ -75,9 +76,11 @@ typedef struct MpParam {
     int init;                   /* MP_INIT_* */
     double a, b;                /* init arguments (see mpcc's InitKind) */
     int64_t fan_in, fan_out;
-    int trainable;              /* 0: batch-norm running statistics */
+    int trainable;              /* 0: batch-norm running statistics, buffers */
     float *value;               /* f32 master weights (runtime allocates) */
     float *grad;                /* f32 gradient, NULL when not trainable */
+    int no_decay;               /* 1: weight decay 0 for this parameter (the
+                                   optimizer's no_decay; a torch parameter group) */
 } MpParam;
 
 typedef struct MpTrainCfg {
@@ -91,6 +94,7 @@ typedef struct MpTrainCfg {
     double warmup, sched_min;   /* warmup in steps */
     double clip;                /* 0 = off */
     int64_t accumulate, steps, seed;
+    int warmup_style;           /* MP_WARMUP_*: k/W (torch) or k/(W+1) (nanoGPT) */
 } MpTrainCfg;
 
 /* What the runtime tells the model's code for one call. */

@@ -5,14 +5,23 @@
  * a Python dict literal {'descr': '<f4', 'fortran_order': False,
  * 'shape': (60000, 784), } padded with spaces and a newline, then the raw
  * data). Accepted: little-endian, C order, dtype <f4 (MP_F32), <f2 (MP_F16),
- * <i4 (MP_I32) and u1 in any byte order (MP_U8). Everything else is refused
- * with one line that names the file and says what was expected and what was
- * found; a file is never half-read into a successful result.
+ * <i4 (MP_I32), <u2 (MP_U16) and u1 in any byte order (MP_U8). Everything
+ * else is refused with one line that names the file and says what was
+ * expected and what was found; a file is never half-read into a successful
+ * result.
  *
- * Invariants of a loaded MpArray: data is one malloc'ed block of exactly
- * nbytes = numel(shape) * size(dtype) bytes (at least 1 byte is allocated,
- * so a zero-size array still has non-NULL data), aligned as malloc aligns,
- * little-endian as in the file. Checking the array against what a model
+ * Two ways in: mp_npy_load reads the data into one malloc'ed block;
+ * mp_npy_map (the trainer's data, TRAINER.md "Big data") maps the file
+ * read-only instead, so a data set larger than memory costs page cache, not
+ * the process's private memory. mp_raw_map maps a raw file of little-endian
+ * values as a 1-D array (nanoGPT's train.bin). Invariants of an MpArray:
+ * data points at exactly nbytes = numel(shape) * size(dtype) bytes,
+ * little-endian as in the file, never NULL (a zero-size array has a 1-byte
+ * block); map is the mapping to release (NULL: data is malloc'ed);
+ * mp_array_free releases either. descr is the dtype as the file spells it;
+ * when mp_npy_map fails on a well-formed header of a dtype it cannot hold
+ * (say '<i8'), descr is still set, so that the caller can say which input
+ * needs what and how to convert. Checking the array against what a model
  * declares is the trainer's job. Writing uses the smallest version that
  * fits (1.0, else 2.0), pads the header to a multiple of 64 bytes like
  * NumPy, and writes atomically (mp_write_file_atomic). */
@@ -26,13 +35,20 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 typedef struct MpArray {
-    int dtype;                   /* MP_F32, MP_F16, MP_I32, MP_U8 */
+    int dtype;                   /* MP_F32, MP_F16, MP_I32, MP_U8, MP_U16 */
     int rank;                    /* 0 .. MP_MAX_RANK */
     int64_t shape[MP_MAX_RANK];
-    void *data;                  /* malloc'ed; mp_array_free releases it */
+    void *data;                  /* malloc'ed, or inside map */
     int64_t nbytes;
+    void *map;                   /* the file's mapping, or NULL */
+    size_t map_len;
+    char descr[32];              /* as in the file: "<f4", "<i8"; "raw" */
 } MpArray;
 
 #define MP_NPY_MAX_HEADER (1 << 20)   /* NumPy itself refuses more than 10000 */
@@ -179,16 +195,16 @@ static MP_UNUSED int mp_npy_dict_(MpScan *c, MpNpyHdr *h)
 /* Maps a descr to MP_*; -1 with e saying what was expected otherwise. */
 static MP_UNUSED int mp_npy_dtype_(const char *path, const char *d, MpErr *e)
 {
-    static const char *const names[] = {"<f4", "<f2", "<i4", "|u1", "<u1", ">u1"};
-    static const int types[] = {MP_F32, MP_F16, MP_I32, MP_U8, MP_U8, MP_U8};
-    for (int i = 0; i < 6; i++)
+    static const char *const names[] = {"<f4", "<f2", "<i4", "|u1", "<u1", ">u1", "<u2"};
+    static const int types[] = {MP_F32, MP_F16, MP_I32, MP_U8, MP_U8, MP_U8, MP_U16};
+    for (int i = 0; i < 7; i++)
         if (!strcmp(d, names[i]))
             return types[i];
     if (strchr("|<>=", d[0]) && d[1] == 'O')
         return mp_errf(e, "%s: expected a numeric array, found an object array (dtype '%s')", path, d);
     if (d[0] == '>')
         return mp_errf(e, "%s: expected a little-endian array, found dtype '%s' (big-endian)", path, d);
-    return mp_errf(e, "%s: expected dtype '<f4', '<f2', '<i4' or '|u1', found '%s'", path, d);
+    return mp_errf(e, "%s: expected dtype '<f4', '<f2', '<i4', '<u2' or '|u1', found '%s'", path, d);
 }
 
 /* Reads and checks the preamble and header; leaves f at the first data byte. */
@@ -239,61 +255,139 @@ static MP_UNUSED void mp_array_free(MpArray *a)
 {
     if (!a)
         return;
-    free(a->data);
+    if (a->map)
+        munmap(a->map, a->map_len);
+    else
+        free(a->data);
     memset(a, 0, sizeof *a);
 }
 
-/* Loads path into out (zeroed first). 0 ok; -1 with e set and out empty. */
-static MP_UNUSED int mp_npy_load(const char *path, MpArray *out, MpErr *e)
+/* Opens path and checks its header against its size: out gets dtype, rank,
+ * shape, nbytes and descr; *data_at is the first data byte. Returns the
+ * open file, or NULL with e set (out->descr set when only the dtype was
+ * refused). */
+static MP_UNUSED FILE *mp_npy_open_(const char *path, MpArray *out, int64_t *data_at, MpErr *e)
 {
     memset(out, 0, sizeof *out);
-    int64_t fsize = 0, data_at = 0;
+    int64_t fsize = 0, numel, nbytes = 0;
     FILE *f = mp_open_read(path, &fsize, e);
-    if (!f)
-        return -1;
     MpNpyHdr h;
-    if (mp_npy_header_(f, path, fsize, &h, &data_at, e)) {
-        fclose(f);
-        return -1;
-    }
-    int rc = -1;
-    int dtype = mp_npy_dtype_(path, h.descr, e);
-    int64_t numel = mp_numel(h.rank, h.shape), nbytes = 0;
     char shp[160];
+    if (!f)
+        return NULL;
+    if (mp_npy_header_(f, path, fsize, &h, data_at, e)) {
+        fclose(f);
+        return NULL;
+    }
+    int dtype = mp_npy_dtype_(path, h.descr, e);
+    numel = mp_numel(h.rank, h.shape);
     mp_shape_str(shp, sizeof shp, h.rank, h.shape);
+    snprintf(out->descr, sizeof out->descr, "%s", h.descr);
     if (dtype < 0) {
         /* e says why */
     } else if (h.fortran)
         mp_errf(e, "%s: expected a C-order array, found fortran_order True", path);
     else if (numel < 0 || mp_mul_i64(numel, mp_dtype_size(dtype), &nbytes) || (uint64_t)nbytes >= SIZE_MAX / 2)
         mp_errf(e, "%s: the shape %s overflows", path, shp);
-    else if (fsize - data_at != nbytes)
+    else if (fsize - *data_at != nbytes)
         mp_errf(e, "%s: %sheader says %s %s (%lld bytes) but the file holds %lld bytes of data", path,
-                fsize - data_at < nbytes ? "truncated: " : "", shp, mp_dtype_name(dtype),
-                (long long)nbytes, (long long)(fsize - data_at));
-    else if (!(out->data = malloc(nbytes ? (size_t)nbytes : 1)))
-        mp_errf(e, "%s: out of memory for %lld bytes", path, (long long)nbytes);
-    else if (nbytes && fread(out->data, 1, (size_t)nbytes, f) != (size_t)nbytes)
+                fsize - *data_at < nbytes ? "truncated: " : "", shp, mp_dtype_name(dtype),
+                (long long)nbytes, (long long)(fsize - *data_at));
+    else {
+        out->dtype = dtype;
+        out->rank = h.rank;
+        memcpy(out->shape, h.shape, sizeof h.shape);
+        out->nbytes = nbytes;
+        return f;
+    }
+    fclose(f);
+    if (dtype >= 0)
+        out->descr[0] = 0;
+    return NULL;
+}
+
+/* Loads path into out (zeroed first). 0 ok; -1 with e set and out empty. */
+static MP_UNUSED int mp_npy_load(const char *path, MpArray *out, MpErr *e)
+{
+    int64_t data_at = 0;
+    FILE *f = mp_npy_open_(path, out, &data_at, e);
+    if (!f)
+        return -1;
+    int rc = -1;
+    size_t n = (size_t)out->nbytes;
+    if (!(out->data = malloc(n ? n : 1)))
+        mp_errf(e, "%s: out of memory for %lld bytes", path, (long long)out->nbytes);
+    else if (n && fread(out->data, 1, n, f) != n)
         mp_errf(e, "%s: read error in the data", path);
     else
         rc = 0;
     fclose(f);
-    if (rc) {
+    if (rc)
         mp_array_free(out);
-        return -1;
+    return rc;
+}
+
+/* Maps the open file f (size bytes) read-only; the data starts at byte at. */
+static MP_UNUSED int mp_map_file_(FILE *f, const char *path, int64_t size, int64_t at, MpArray *out, MpErr *e)
+{
+    if (out->nbytes == 0) {               /* nothing to map: a 1-byte block */
+        out->data = calloc(1, 1);
+        return out->data ? 0 : mp_errf(e, "%s: out of memory", path);
     }
-    out->dtype = dtype;
-    out->rank = h.rank;
-    memcpy(out->shape, h.shape, sizeof h.shape);
-    out->nbytes = nbytes;
+    void *p = mmap(NULL, (size_t)size, PROT_READ, MAP_PRIVATE, fileno(f), 0);
+    if (p == MAP_FAILED)
+        return mp_errf(e, "%s: cannot map the file into memory: %s", path, strerror(errno));
+    out->map = p;
+    out->map_len = (size_t)size;
+    out->data = (char *)p + at;
     return 0;
+}
+
+/* As mp_npy_load, but the data stays in the file, mapped (see the top). */
+static MP_UNUSED int mp_npy_map(const char *path, MpArray *out, MpErr *e)
+{
+    int64_t data_at = 0;
+    FILE *f = mp_npy_open_(path, out, &data_at, e);
+    if (!f)
+        return -1;
+    int rc = mp_map_file_(f, path, data_at + out->nbytes, data_at, out, e);
+    fclose(f);                            /* the mapping outlives the descriptor */
+    if (rc)
+        mp_array_free(out);
+    return rc;
+}
+
+/* A raw file of little-endian dtype values as a mapped 1-D array. */
+static MP_UNUSED int mp_raw_map(const char *path, int dtype, MpArray *out, MpErr *e)
+{
+    memset(out, 0, sizeof *out);
+    int64_t size = 0, el = mp_dtype_size(dtype);
+    FILE *f = mp_open_read(path, &size, e);
+    if (!f)
+        return -1;
+    int rc = -1;
+    if (size % el)
+        mp_errf(e, "%s: expected raw %s values (%lld bytes each), found %lld bytes, not a whole "
+                "number of them", path, mp_dtype_name(dtype), (long long)el, (long long)size);
+    else {
+        out->dtype = dtype;
+        out->rank = 1;
+        out->shape[0] = size / el;
+        out->nbytes = size;
+        snprintf(out->descr, sizeof out->descr, "raw");
+        rc = mp_map_file_(f, path, size, 0, out, e);
+    }
+    fclose(f);
+    if (rc)
+        mp_array_free(out);
+    return rc;
 }
 
 /* Writes a as a .npy file (atomically). nbytes must match dtype x shape. */
 static MP_UNUSED int mp_npy_save(const char *path, const MpArray *a, MpErr *e)
 {
-    static const char *const descr[] = {NULL, "<f4", "<f2", NULL, "<i4", "|u1"};
-    if (a->dtype < MP_F32 || a->dtype > MP_U8 || !descr[a->dtype])
+    static const char *const descr[] = {NULL, "<f4", "<f2", NULL, "<i4", "|u1", "<u2"};
+    if (a->dtype < MP_F32 || a->dtype > MP_U16 || !descr[a->dtype])
         return mp_errf(e, "%s: cannot save %s as .npy (NumPy has no such type)", path, mp_dtype_name(a->dtype));
     if (a->rank < 0 || a->rank > MP_MAX_RANK)
         return mp_errf(e, "%s: cannot save an array of rank %d", path, a->rank);

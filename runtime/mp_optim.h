@@ -14,10 +14,16 @@
  *         p = p - lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps)
  *   AdamW (torch.optim.AdamW): p = p*(1 - lr*wd), then Adam with wd = 0.
  *
+ * A parameter with no_decay set (MpParam.no_decay: the train block's
+ * no_decay patterns, torch's parameter group with weight_decay 0) is
+ * updated with wd = 0: no L2 term, no decoupled shrink.
+ *
  * Learning rate of optimizer step k (1-based), base lr L, warmup W, horizon
  * T (the train block's `steps`), minimum M:
  *   constant         L
  *   k <= W (W > 0)   L * k / W                        (linear warm-up)
+ *                    L * k / (W + 1)                  (warmup_style "nanogpt":
+ *                         nanoGPT's get_lr, its iteration it = k - 1)
  *   otherwise        p = clamp((k - 1 - W) / (T - W), 0, 1)
  *     linear         L * (1 - p)
  *     cosine         M + (L - M) * (1 + cos(pi * p)) / 2
@@ -61,7 +67,7 @@ static inline double mp_sched_lr(const MpTrainCfg *c, double lr, int64_t k)
     if (c->sched == MP_SCHED_CONSTANT)
         return lr;
     if (w > 0 && (double)k <= w)
-        return lr * (double)k / w;
+        return lr * (double)k / (c->warmup_style == MP_WARMUP_NANOGPT ? w + 1 : w);
     double p = t > w ? ((double)k - 1 - w) / (t - w) : 1;
     p = p < 0 ? 0 : p > 1 ? 1 : p;
     if (c->sched == MP_SCHED_LINEAR)
@@ -124,12 +130,26 @@ static inline MP_HD void mp_sgd_elem(const MpOptK *k, float *p, float g, float *
     *p += k->a * d;
 }
 
+static inline void mp_sgd_loop(float *p, const float *g, float *buf, int64_t n, const MpOptK *k)
+{
+    for (int64_t i = 0; i < n; i++)
+        mp_sgd_elem(k, &p[i], g[i], buf ? &buf[i] : (float *)0);
+}
+
 static inline void mp_sgd_update(float *p, const float *g, float *buf, int64_t n,
                                  double lr, const MpTrainCfg *c)
 {
     MpOptK k = mp_sgd_k(c, lr);
-    for (int64_t i = 0; i < n; i++)
-        mp_sgd_elem(&k, &p[i], g[i], buf ? &buf[i] : (float *)0);
+    mp_sgd_loop(p, g, buf, n, &k);
+}
+
+/* The factors for a parameter in no_decay: the same update with wd = 0
+ * (AdamW's shrink 1 - lr*0 is exactly 1, so skipping it changes nothing). */
+static inline MP_HD MpOptK mp_optk_no_decay(MpOptK k)
+{
+    k.l2 = 0;
+    k.decoupled = 0;
+    return k;
 }
 
 /* Adam's moments and step for one element; d is the gradient (with the
@@ -195,14 +215,18 @@ static inline int mp_optim_slots(const MpTrainCfg *c, const char **names)
     return 2;
 }
 
-/* One optimizer update of one parameter; slot[] as named by mp_optim_slots. */
-static inline void mp_optim_update(const MpTrainCfg *c, float *p, const float *g,
+/* One optimizer update of one parameter; slot[] as named by mp_optim_slots;
+ * no_decay: the parameter's MpParam.no_decay. */
+static inline void mp_optim_update(const MpTrainCfg *c, int no_decay, float *p, const float *g,
                                    float *const *slot, int64_t n, double lr, int64_t t)
 {
+    MpOptK k = c->opt == MP_OPT_SGD ? mp_sgd_k(c, lr) : mp_adam_k(c, lr, t, c->opt == MP_OPT_ADAMW);
+    if (no_decay)
+        k = mp_optk_no_decay(k);
     if (c->opt == MP_OPT_SGD)
-        mp_sgd_update(p, g, c->momentum != 0 ? slot[0] : (float *)0, n, lr, c);
+        mp_sgd_loop(p, g, c->momentum != 0 ? slot[0] : (float *)0, n, &k);
     else
-        mp_adam_update(p, g, slot[0], slot[1], n, lr, c, t, c->opt == MP_OPT_ADAMW);
+        mp_adam_loop(p, g, slot[0], slot[1], n, k);
 }
 
 /* ---- gradients: unscale + finite check + norm, clipping -------------- */

@@ -268,8 +268,9 @@ static inline int mp_prepare(MpTrainer *t, const MpOpts *o, MpErr *e)
 {
     MpModel *m = t->m;
     mp_configure(t, o);
-    if (mp_data_load(&t->data, m, "--data", o->data.v, o->data.n, e)
-        || (o->eval.n && mp_data_load(&t->eval, m, "--eval", o->eval.v, o->eval.n, e))
+    if (mp_data_load(&t->data, m, "--data", o->data.v, o->data.n, e) || mp_data_scan(&t->data, m, e)
+        || (o->eval.n && (mp_data_load(&t->eval, m, "--eval", o->eval.v, o->eval.n, e)
+                          || mp_data_scan(&t->eval, m, e)))
         || mp_alloc(t, e)
         || mp_order_init(&t->order, &t->data, m->batch, !o->no_shuffle, t->seed, e))
         return 1;
@@ -392,7 +393,7 @@ static inline int mp_step(MpTrainer *t, int64_t k, int check, int need, MpStepOu
             continue;
         slot[0] = t->slot[0] ? t->slot[0] + off : NULL;
         slot[1] = t->slot[1] ? t->slot[1] + off : NULL;
-        mp_optim_update(&t->cfg, t->params + off, t->grads + off, slot,
+        mp_optim_update(&t->cfg, m->params[i].no_decay, t->params + off, t->grads + off, slot,
                         m->params[i].numel, out->lr, t->updates);
     }
     return 0;
@@ -422,7 +423,7 @@ static inline int mp_evaluate(MpTrainer *t, double *loss, double *metric, MpErr 
         run.seed = t->seed;
         run.step = t->step;
         for (int64_t i = 0; i < m->batch; i++)
-            idx[i] = b * m->batch + i;
+            idx[i] = mp_data_key(&t->eval, b * m->batch + i);
         mp_fill_batch(m, &t->eval, idx);
         m->forward(&run);
         *loss += run.loss;

@@ -135,11 +135,14 @@ expect 1 "$tmp/word.csv:3: column 1: expected a number, found 'x'" "$C" "$tmp/wo
 expect 1 "$tmp/big.csv:2: column 1: 256 is out of range for u8" "$C" --dtype u8 "$tmp/big.csv" "$tmp/o.npy"
 expect 1 "$tmp/frac.csv:2: column 1: expected a whole number for i32" "$C" --label 1 --features 0 "$tmp/frac.csv" "$tmp/o.npy" "$tmp/o2.npy"
 expect 1 "$tmp/inf.csv:1: column 1: expected a finite number" "$C" "$tmp/inf.csv" "$tmp/o.npy"
-expect 1 "$tmp/header.csv:1: column 0: expected a number, found 'a'" "$C" "$tmp/header.csv" "$tmp/o.npy"
+expect 1 "$tmp/header.csv:1: column 0: expected a number, found 'a' (if the first row holds column names, add --header)" "$C" "$tmp/header.csv" "$tmp/o.npy"
+expect 1 "$tmp/word.csv:3: column 1: expected a number, found 'x'" "$C" --header "$tmp/word.csv" "$tmp/o.npy"
 expect 1 "$tmp/blank.csv: no rows of data" "$C" "$tmp/blank.csv" "$tmp/o.npy"
 expect 1 "--label 7 is outside the 3 columns" "$C" --label 7 "$tmp/ragged.csv" "$tmp/o.npy" "$tmp/o2.npy"
 expect 1 "in the middle" "$C" --label 1 "$tmp/ragged.csv" "$tmp/o.npy" "$tmp/o2.npy"
-expect 2 "OUT_Y.npy (for --label)" "$C" --label -1 "$tmp/ragged.csv" "$tmp/o.npy"
+expect 2 "OUT_Y.npy (for --label / --target)" "$C" --label -1 "$tmp/ragged.csv" "$tmp/o.npy"
+expect 2 "give one of --label and --target" "$C" --label -1 --target 0 "$tmp/ragged.csv" "$tmp/o.npy" "$tmp/o2.npy"
+expect 1 "--target 5 is outside the 3 columns" "$C" --target 5 "$tmp/ragged.csv" "$tmp/o.npy" "$tmp/o2.npy"
 expect 2 "--dtype must be f32, u8 or i32" "$C" --dtype f64 "$tmp/ragged.csv" "$tmp/o.npy"
 expect 2 "bad --features '1:x'" "$C" --features 1:x "$tmp/ragged.csv" "$tmp/o.npy"
 expect 2 "usage: csv2npy" "$C"
@@ -151,6 +154,13 @@ import numpy as np, sys
 x, y = np.load('$tmp/h.npy'), np.load('$tmp/hy.npy')
 sys.exit(not (x.tolist() == [[1.5, -2.0]] and x.dtype == np.float32 and y.tolist() == [3] and y.dtype == np.int32))
 " || bad "csv2npy --header"
+printf 'a,b,price\n1.5,-2,3.25\n0,1,-0.5\n' > "$tmp/reg.csv"
+run "$C" --header --target -1 "$tmp/reg.csv" "$tmp/r.npy" "$tmp/ry.npy"
+"$PY" -c "
+import numpy as np, sys
+x, y = np.load('$tmp/r.npy'), np.load('$tmp/ry.npy')
+sys.exit(not (x.tolist() == [[1.5, -2.0], [0, 1]] and y.tolist() == [3.25, -0.5] and y.dtype == np.float32))
+" || bad "csv2npy --target: float targets"
 
 # ---- 3. .npy written by NumPy, read by mp_npy_load -------------------------
 "$PY" - "$tmp" <<'EOF' > "$tmp/npy_want" || bad "writing .npy files with NumPy"
@@ -169,10 +179,11 @@ good = {
     'f2': r.standard_normal((7,)).astype('<f2'),
     'i4': r.integers(-1000, 1000, (2, 3, 4)).astype('<i4'),
     'u1': r.integers(0, 256, (4, 1, 2, 2)).astype(np.uint8),
+    'u2': r.integers(0, 65536, (9,)).astype('<u2'),
     'scalar': np.array(2.5, dtype='<f4'),
     'empty': np.zeros((0, 3), dtype='<f4'),
 }
-names = {'float32': 'f32', 'float16': 'f16', 'int32': 'i32', 'uint8': 'u8'}
+names = {'float32': 'f32', 'float16': 'f16', 'int32': 'i32', 'uint8': 'u8', 'uint16': 'u16'}
 for k, a in good.items():
     np.save(f'{tmp}/{k}.npy', a)
     shape = 'x'.join(map(str, a.shape)) or 'scalar'
@@ -188,7 +199,7 @@ np.save(f'{tmp}/obj.npy', np.array([1, 'a'], dtype=object), allow_pickle=True)
 np.save(f'{tmp}/rec.npy', np.zeros(2, dtype=[('a', '<f4'), ('b', '<i4')]))
 np.savez(f'{tmp}/zipped.npz', a=good['f4'])
 EOF
-for k in f4 f2 i4 u1 scalar empty v2; do
+for k in f4 f2 i4 u1 u2 scalar empty v2; do
     got=$(MP_NPY_IN="$tmp/$k.npy" "$B/tests/test_npy")
     want=$(grep "^$k.npy " "$tmp/npy_want" | cut -d' ' -f2-)
     [ "$got" = "$want" ] || bad "mp_npy_load($k.npy): got '$got', NumPy wrote '$want'"

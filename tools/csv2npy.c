@@ -1,16 +1,18 @@
 /* csv2npy - converts a CSV file of numbers (gzip-compressed or plain) into
  * NumPy .npy files that a generated trainer reads with --data / --eval.
  *
- *   csv2npy [--features COLS] [--label COL] [--dtype f32|u8|i32] [--header]
- *           IN OUT_X.npy [OUT_Y.npy]
+ *   csv2npy [--features COLS] [--label COL | --target COL] [--dtype f32|u8|i32]
+ *           [--header] IN OUT_X.npy [OUT_Y.npy]
  *
  * Every row becomes one sample. The feature columns go to OUT_X as
  * [rows, features] of --dtype (default f32); with --label the label column
- * goes to OUT_Y as i32 [rows] (class labels are i32 in the language).
+ * goes to OUT_Y as i32 [rows] (class labels), with --target as f32 [rows]
+ * (a regression target, for mse).
  * COLS is a Python-style slice of 0-based column numbers, A:B (B excluded;
  * either may be left out; negative counts from the end) or one number; by
  * default the features are every column but the label. --header skips the
- * first line. Blank lines are skipped; every other line must have as many
+ * first line; a first line that is not numbers is refused with a hint to
+ * add it. Blank lines are skipped; every other line must have as many
  * columns as the first. Examples:
  *
  *   # 1797 rows of 64 pixels then the digit: f32 [1797, 64] + i32 [1797]
@@ -27,11 +29,12 @@
 #include <math.h>
 
 static const char usage[] =
-    "usage: csv2npy [--features COLS] [--label COL] [--dtype f32|u8|i32] [--header]\n"
-    "               IN OUT_X.npy [OUT_Y.npy]\n"
+    "usage: csv2npy [--features COLS] [--label COL | --target COL] [--dtype f32|u8|i32]\n"
+    "               [--header] IN OUT_X.npy [OUT_Y.npy]\n"
     "  COLS: A:B (0-based, B excluded, negative from the end) or one column;\n"
     "        default: every column but the label\n"
     "  --label COL   label column, written to OUT_Y.npy as i32\n"
+    "  --target COL  regression target column, written to OUT_Y.npy as f32\n"
     "  --dtype T     type of the features (default f32)\n"
     "  --header      skip the first line\n";
 
@@ -42,6 +45,7 @@ typedef struct Opts {
     const char *in, *out_x, *out_y;
     Cols feat, label;
     int dtype, header;
+    int ydtype;                          /* MP_I32 (--label) or MP_F32 (--target) */
 } Opts;
 
 static int parse_cols(const char *s, Cols *c)
@@ -98,8 +102,14 @@ static int parse_args(int argc, char **argv, Opts *o)
             return 1;
         } else if (!strcmp(a, "--header")) {
             o->header = 1;
-        } else if (!strcmp(a, "--features") || !strcmp(a, "--label")) {
+        } else if (!strcmp(a, "--features") || !strcmp(a, "--label") || !strcmp(a, "--target")) {
             Cols *c = a[2] == 'f' ? &o->feat : &o->label;
+            if (c == &o->label && o->label.given) {
+                fprintf(stderr, "csv2npy: give one of --label and --target, once\n%s", usage);
+                return 2;
+            }
+            if (c == &o->label)
+                o->ydtype = a[2] == 'l' ? MP_I32 : MP_F32;
             if (!(v = value(argc, argv, &i)))
                 return 2;
             if (parse_cols(v, c) || (c == &o->label && !c->single)) {
@@ -125,7 +135,8 @@ static int parse_args(int argc, char **argv, Opts *o)
     }
     if (npos != 2 + o->label.given) {
         fprintf(stderr, "csv2npy: expected IN and OUT_X.npy%s\n%s",
-                o->label.given ? " and OUT_Y.npy (for --label)" : " (OUT_Y.npy only with --label)", usage);
+                o->label.given ? " and OUT_Y.npy (for --label / --target)"
+                : " (OUT_Y.npy only with --label or --target)", usage);
         return 2;
     }
     o->in = pos[0], o->out_x = pos[1], o->out_y = o->label.given ? pos[2] : NULL;
@@ -194,7 +205,7 @@ typedef struct Conv {
     long long width, flo, fhi, label;   /* label -1: none */
     long long rows, cap;
     unsigned char *x;                    /* rows * nfeat * size */
-    int32_t *y;
+    unsigned char *y;                    /* rows * 4: i32 or f32 */
     double *vals;
 } Conv;
 
@@ -206,7 +217,8 @@ static int layout(Conv *c, long line, long long width, MpErr *e)
     c->width = width;
     c->label = -1;
     if (o->label.given && resolve_cols(&o->label, width, &c->label, &hi))
-        return mp_errf(e, "%s:%ld: --label %lld is outside the %lld columns", o->in, line, o->label.a, width);
+        return mp_errf(e, "%s:%ld: %s %lld is outside the %lld columns", o->in, line,
+                       o->ydtype == MP_F32 ? "--target" : "--label", o->label.a, width);
     if (o->feat.given) {
         if (resolve_cols(&o->feat, width, &lo, &hi))
             return mp_errf(e, "%s:%ld: --features selects no columns of the %lld", o->in, line, width);
@@ -232,7 +244,7 @@ static int add_row(Conv *c, long line, MpErr *e)
     if (c->rows == c->cap) {
         long long cap = c->cap ? 2 * c->cap : 1024;
         unsigned char *x = (unsigned char *)realloc(c->x, (size_t)(cap * nf * size));
-        int32_t *y = x ? (int32_t *)realloc(c->y, (size_t)cap * 4) : NULL;
+        unsigned char *y = x ? (unsigned char *)realloc(c->y, (size_t)cap * 4) : NULL;
         if (x)
             c->x = x;
         if (!x || !y)
@@ -244,10 +256,18 @@ static int add_row(Conv *c, long line, MpErr *e)
     for (long long j = 0; j < nf; j++)
         if (store(c->o->in, line, c->flo + j, c->vals[c->flo + j], c->o->dtype, out + j * size, e))
             return -1;
-    if (c->label >= 0 && store(c->o->in, line, c->label, c->vals[c->label], MP_I32, &c->y[c->rows], e))
+    if (c->label >= 0 && store(c->o->in, line, c->label, c->vals[c->label], c->o->ydtype, c->y + 4 * c->rows, e))
         return -1;
     c->rows++;
     return 0;
+}
+
+/* A first line that is not numbers is most likely column names. */
+static int header_hint(MpErr *e)
+{
+    char msg[sizeof e->msg];
+    snprintf(msg, sizeof msg, "%s", e->msg);
+    return mp_errf(e, "%s (if the first row holds column names, add --header)", msg);
 }
 
 /* Reads every line of the text into c. */
@@ -265,7 +285,7 @@ static int convert(Conv *c, const char *text, size_t len, MpErr *e)
             long long n = 0;
             if (!c->vals) {   /* the first row: count its columns, fix the layout */
                 if (split(c->o->in, line, p, le, NULL, 0, &n, e))
-                    return -1;
+                    return line == 1 && !c->o->header ? header_hint(e) : -1;
                 if (!(c->vals = (double *)malloc((size_t)n * sizeof *c->vals)))
                     return mp_errf(e, "%s: out of memory", c->o->in);
                 if (layout(c, line, n, e))
@@ -295,7 +315,7 @@ static int save(const Conv *c, MpErr *e)
         return -1;
     if (c->label < 0)
         return 0;
-    a.dtype = MP_I32, a.rank = 1, a.data = c->y, a.nbytes = c->rows * 4;
+    a.dtype = c->o->ydtype, a.rank = 1, a.data = c->y, a.nbytes = c->rows * 4;
     return mp_npy_save(c->o->out_y, &a, e);
 }
 

@@ -56,7 +56,7 @@ int main(int argc, char **argv)
         double norm = sqrt(mp_unscale_sumsq(g, n, 1.0f));
         if (c.clip > 0)
             mp_clip(g, n, norm, c.clip);
-        mp_optim_update(&c, p, g, slot, n, lr, k);
+        mp_optim_update(&c, 0, p, g, slot, n, lr, k);
         fwrite(&lr, sizeof lr, 1, stdout);
         fwrite(p, sizeof(float), (size_t)n, stdout);
     }

@@ -106,6 +106,36 @@ static void test_adam_l2_vs_adamw(void **st)
     NEAR(p, 0.89);
 }
 
+/* no_decay: the same update with weight decay 0, for every optimizer, and
+ * bit for bit the update of a configuration with weight_decay = 0. */
+static void test_no_decay(void **st)
+{
+    (void)st;
+    static const int opts[] = {MP_OPT_SGD, MP_OPT_ADAM, MP_OPT_ADAMW};
+    for (int o = 0; o < 3; o++) {
+        MpTrainCfg c = cfg_of(opts[o], 0.1), c0;
+        c.weight_decay = 0.5;
+        c.momentum = 0.9;
+        c0 = c;
+        c0.weight_decay = 0;
+        float p[2] = {1, -2}, q[2] = {1, -2}, r[2] = {1, -2};
+        float m[3][2] = {{0}}, v[3][2] = {{0}};
+        float *slot[3][2] = {{m[0], v[0]}, {m[1], v[1]}, {m[2], v[2]}};
+        for (int t = 1; t <= 3; t++) {
+            float g[2] = {0.5f / (float)t, -0.25f * (float)t};
+            mp_optim_update(&c, 1, p, g, slot[0], 2, 0.1, t);    /* no_decay */
+            mp_optim_update(&c0, 0, q, g, slot[1], 2, 0.1, t);   /* weight_decay 0 */
+            mp_optim_update(&c, 0, r, g, slot[2], 2, 0.1, t);    /* decayed */
+        }
+        assert_memory_equal(p, q, sizeof p);
+        assert_memory_equal(m[0], m[1], sizeof m[0]);
+        assert_true(fabs(p[0] - r[0]) > 1e-3);                  /* the decay is not a no-op */
+    }
+    MpOptK k = mp_optk_no_decay(mp_adam_k(&(MpTrainCfg){.beta1 = 0.9, .beta2 = 0.99, .weight_decay = 1}, 1, 1, 1));
+    assert_int_equal(k.decoupled, 0);
+    assert_int_equal(k.l2, 0);
+}
+
 static void test_optim_slots(void **st)
 {
     (void)st;
@@ -167,6 +197,29 @@ static void test_sched_cosine(void **st)
     c.sched_min = 0;
     NEAR(mp_sched_lr(&c, 1, 1), 1);
     NEAR(mp_sched_lr(&c, 1, 6), 0.5);
+}
+
+/* warmup_style "nanogpt": nanoGPT's get_lr(it), it = k - 1:
+ *   it < W: lr * (it + 1) / (W + 1); then the same decay as "torch". */
+static void test_sched_nanogpt_warmup(void **st)
+{
+    (void)st;
+    MpTrainCfg c = cfg_of(MP_OPT_SGD, 1);
+    c.sched = MP_SCHED_COSINE;
+    c.warmup = 4;
+    c.sched_min = 0.1;
+    c.warmup_style = MP_WARMUP_NANOGPT;
+    NEAR(mp_sched_lr(&c, 1, 1), 0.2);
+    NEAR(mp_sched_lr(&c, 1, 4), 0.8);
+    NEAR(mp_sched_lr(&c, 1, 5), 1);            /* it = 4 = W: decay_ratio 0 */
+    NEAR(mp_sched_lr(&c, 1, 7), 0.775);
+    NEAR(mp_sched_lr(&c, 1, 11), 0.1);         /* it = 10 = lr_decay_iters */
+    NEAR(mp_sched_lr(&c, 1, 12), 0.1);         /* it > lr_decay_iters: min_lr */
+    c.sched = MP_SCHED_LINEAR;
+    NEAR(mp_sched_lr(&c, 2, 2), 0.8);
+    NEAR(mp_sched_lr(&c, 2, 6), 2 * 5.0 / 6);
+    c.sched = MP_SCHED_CONSTANT;               /* no warm-up to style */
+    NEAR(mp_sched_lr(&c, 2, 1), 2);
 }
 
 static void test_scaler_dynamic(void **st)
@@ -259,10 +312,12 @@ int main(void)
         cmocka_unit_test(test_sgd_nesterov),
         cmocka_unit_test(test_adam_first_steps),
         cmocka_unit_test(test_adam_l2_vs_adamw),
+        cmocka_unit_test(test_no_decay),
         cmocka_unit_test(test_optim_slots),
         cmocka_unit_test(test_sched_constant),
         cmocka_unit_test(test_sched_linear),
         cmocka_unit_test(test_sched_cosine),
+        cmocka_unit_test(test_sched_nanogpt_warmup),
         cmocka_unit_test(test_scaler_dynamic),
         cmocka_unit_test(test_scaler_static_none),
         cmocka_unit_test(test_unscale_and_clip),

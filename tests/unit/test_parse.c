@@ -246,6 +246,29 @@ static void test_newlines(void **state)
     check_error("model m\nx = 1 y = 2\n", "expected an operator or end of line, found 'y'");
 }
 
+/* The declarations of LANGUAGE.md "Additions for real architectures". */
+static void test_real_architectures(void **state)
+{
+    (void)state;
+    check_tree("model m\n"
+               "input seq: u16[B, T + 1] window\n"
+               "input y: u16[B]\n"
+               "buffer mask: [T, T] = ones()\n"
+               "buffer h.scale: [4] = constant(2)\n"
+               "repeat 2 as transformer.h {\n x = f(x)\n}\n",
+               "(model m)\n"
+               "(input seq u16 [B (+ T 1)] window)\n"
+               "(input y u16 [B])\n"
+               "(buffer mask [T T] (call ones))\n"
+               "(buffer h.scale [4] (call constant 2))\n"
+               "(repeat 2 transformer.h\n  (= x (call f x)))\n");
+    /* names from a module path: numeric parts, dotted repeat names */
+    check_tree("model m\nrepeat 2 as layer2.0 {\n x = f(x, name = \"layer2.0.conv1\")\n}\n",
+               "(model m)\n(repeat 2 layer2.0\n  (= x (call f x name=\"layer2.0.conv1\")))\n");
+    /* u16 is a type name everywhere a type goes */
+    check_tree("model m\nx = u16(y)\n", "(model m)\n(= x (call u16 y))\n");
+}
+
 static void test_locations(void **state)
 {
     (void)state;
@@ -304,7 +327,11 @@ static void test_syntax_errors(void **state)
     check_error("model m\nh.weight = 1\n", "expected a plain name, found 'h.weight' (dotted names");
     check_error("model m\nx = f(a.b = 1)\n", "expected a plain name, found 'a.b'");
     check_error("model m\nblock f(x, x) {\n}\n", "parameter 'x' is named twice");
-    check_error("model m\nrepeat 2 as a.b {\n}\n", "expected a plain name, found 'a.b'");
+    check_error("model m\nbuffer w: f32[3] = zeros()\n", "a buffer has no type");
+    check_error("model m\nbuffer = 1\n", "expected a name, found '='");
+    check_error("model m\nwindow = 1\n", "expected a statement, found 'window'");
+    check_error("model m\ninput s: u16[4, 8] windows\n", "expected end of line or 'window', found 'windows'");
+    check_error("model m\ninput s: u16[4, 8] window window\n", "expected end of line, found 'window'");
     check_error("model m\nblock f(x) {\n  y = 1\n",
                 "t.mp:3:8: error: expected '}' (to close 'block' at line 2), found end of file");
     check_error("model m\nblock f(x)\n{\n  y = 1\n",
@@ -315,7 +342,7 @@ static void test_syntax_errors(void **state)
     check_error("model m\nx = \n", "expected an expression, found end of line");
     check_error("model m\ninput x f32[3]\n", "expected ':', found 'f32'");
     check_error("model m\ninput x: f32[]\n", "expected the input's dimensions");
-    check_error("model m\nprecision f64 { }\n", "expected a type (f32, f16, bf16, i32 or u8), found 'f64'");
+    check_error("model m\nprecision f64 { }\n", "expected a type (f32, f16, bf16, i32, u8 or u16), found 'f64'");
     check_error("model m\nparam w: [3] = zeros\n", "found 'zeros' (write 'zeros()' to call it)");
     check_error("model m\nparam w: [3] = 0.5\n", "expected an initializer call");
     check_error("model m\nq = f(a=1, 2)\n", "positional argument after keyword argument 'a'");
@@ -567,6 +594,7 @@ int main(void)
         cmocka_unit_test(test_precedence),
         cmocka_unit_test(test_literals),
         cmocka_unit_test(test_newlines),
+        cmocka_unit_test(test_real_architectures),
         cmocka_unit_test(test_locations),
         cmocka_unit_test(test_syntax_errors),
         cmocka_unit_test(test_recovery),

@@ -572,6 +572,86 @@ static void char_transformer_names(void **state)
     assert_int_equal(att, 2);
 }
 
+/* ---- LANGUAGE.md "Additions for real architectures": declarations, names ---- */
+
+static void buffers_windows_u16(void **state)
+{
+    (void)state;
+    IrGraph *g = lower_ok("model m\nconst B = 4\ninput x: f32[B, 8]\ninput seq: u16[B, 9] window\n"
+                          "input ids: u16[B]\ninput y: i32[B]\nbuffer scale: [8] = constant(2)\n"
+                          "block f(t) {\n  buffer s: [8] = ones()\n  return linear(t * s, 8, name = \"p\")\n}\n"
+                          "z = f(x * scale, name = \"blk\")\n" LOSS TRAIN);
+    IrParam *b = param(g, "scale");
+    assert_false(b->trainable);
+    assert_true(b->buffer);
+    assert_int_equal(b->init, INIT_CONSTANT);
+    assert_true(param(g, "blk.s")->buffer);
+    assert_true(param(g, "blk.p.weight")->trainable);
+    assert_false(param(g, "blk.p.weight")->buffer);
+    assert_int_equal(g->inputs[1].type, DT_U16);
+    assert_true(g->inputs[1].window);
+    assert_false(g->inputs[0].window);
+    assert_int_equal(g->inputs[2].type, DT_U16);
+    /* the buffer is an input of the product, like a parameter */
+    assert_int_equal(named(g, "scale")->op, OP_PARAM);
+}
+
+static void module_paths(void **state)
+{
+    (void)state;
+    IrGraph *g = lower_ok(HEAD "z = linear(x, 8, name = \"layer2.0.conv1\")\n"
+                          "repeat 2 as transformer.h {\n  z = linear(z, 8, name = \"mlp.c_fc\")\n}\n"
+                          "repeat 1 as stage.3 {\n  z = linear(z, 8, name = \"0\")\n}\n" LOSS TRAIN);
+    expect_param(g, "layer2.0.conv1.weight", 2, 8, 8);
+    expect_param(g, "transformer.h.0.mlp.c_fc.weight", 2, 8, 8);
+    expect_param(g, "transformer.h.1.mlp.c_fc.bias", 1, 8, 0);
+    expect_param(g, "stage.3.0.0.weight", 2, 8, 8);
+}
+
+#define NO_DECAY_MODEL HEAD "z = layer_norm(linear(x, 8, name = \"fc\"), name = \"ln_f\")\n" \
+    "buffer mask: [8] = ones()\nz = z * mask\n" LOSS
+#define OPTIM(o) "train {\n  optimizer = " o "\n  minimize loss\n}\n"
+
+static void no_decay_groups(void **state)
+{
+    (void)state;
+    IrGraph *g = lower_ok(NO_DECAY_MODEL OPTIM("adamw(weight_decay = 0.1, no_decay = [vectors])"));
+    assert_false(param(g, "fc.weight")->no_decay);
+    assert_true(param(g, "fc.bias")->no_decay);
+    assert_true(param(g, "ln_f.weight")->no_decay);
+    assert_false(param(g, "out.weight")->no_decay);
+    assert_false(param(g, "mask")->no_decay);        /* a buffer is in no group */
+    assert_int_equal(diag_warning_count(), 0);
+    g = lower_ok(NO_DECAY_MODEL OPTIM("sgd(0.1, weight_decay = 0.1, no_decay = [\"*.bias\", \"ln_*\"])"));
+    assert_true(param(g, "fc.bias")->no_decay);
+    assert_true(param(g, "out.bias")->no_decay);
+    assert_true(param(g, "ln_f.weight")->no_decay);
+    assert_false(param(g, "fc.weight")->no_decay);
+    /* '*' crosses dots; a pattern must match the whole name */
+    g = lower_ok(NO_DECAY_MODEL OPTIM("adam(no_decay = [\"*t.w*\", \"fc\"])"));
+    assert_true(param(g, "out.weight")->no_decay);
+    assert_false(param(g, "fc.weight")->no_decay);
+    assert_int_equal(diag_warning_count(), 1);       /* "fc" matches nothing */
+    assert_non_null(strstr(msgs, "t.mp:10:41: warning: no_decay pattern \"fc\" matches no trainable parameter"));
+    g = lower_ok(NO_DECAY_MODEL OPTIM("adamw"));
+    assert_false(param(g, "fc.bias")->no_decay);
+}
+
+static void warmup_styles(void **state)
+{
+    (void)state;
+    IrGraph *g = lower_ok(HEAD "z = x\n" LOSS "train {\n  optimizer = adam\n"
+                          "  lr_schedule = cosine(warmup = 3, warmup_style = \"nanogpt\")\n  minimize loss\n}\n");
+    assert_int_equal(g->train.warmup_style, WARMUP_NANOGPT);
+    assert_int_equal(g->train.sched, SCHED_COSINE);
+    g = lower_ok(HEAD "z = x\n" LOSS "train {\n  optimizer = adam\n"
+                 "  lr_schedule = linear(3, warmup_style = \"torch\")\n  minimize loss\n}\n");
+    assert_int_equal(g->train.warmup_style, WARMUP_TORCH);
+    g = lower_ok(HEAD "z = x\n" LOSS "train {\n  optimizer = adam\n"
+                 "  lr_schedule = linear(warmup = 3)\n  minimize loss\n}\n");
+    assert_int_equal(g->train.warmup_style, WARMUP_TORCH);
+}
+
 /* ---- errors --------------------------------------------------------------------------- */
 
 typedef struct Case {
@@ -590,7 +670,7 @@ static const Case name_errors[] = {
     {HEAD "z = linear(x, 2.5)\n" LOSS TRAIN, "argument 'n' of linear must be an integer, got 2.5"},
     {HEAD "z = linear(x, 4, bias = 1)\n" LOSS TRAIN, "argument 'bias' of linear must be true or false"},
     {HEAD "z = linear(x, 4, name = proj)\n" LOSS TRAIN, "argument 'name' of linear must be a string, e.g. \"proj\""},
-    {HEAD "z = linear(x, 4, name = \"a b\")\n" LOSS TRAIN, "a layer name must be an identifier"},
+    {HEAD "z = linear(x, 4, name = \"a b\")\n" LOSS TRAIN, "got \"a b\": its part 'a b' is neither an identifier nor a number"},
     {HEAD "z = reshape(x, 4)\n" LOSS TRAIN, "argument 'dims' of reshape must be a list"},
     {HEAD "z = relu\n" LOSS TRAIN, "'relu' is an operation, not a value"},
     {HEAD "z = x(3)\n" LOSS TRAIN, "'x' is an input, not an operation"},
@@ -660,6 +740,35 @@ static const Case shape_errors[] = {
      "metric a = accuracy(linear(z, 5, name = \"o\"), y)\n" TRAIN, "'y' is used with 5 classes here but 3 classes before"},
 };
 
+static const Case real_arch_errors[] = {
+    {HEAD "input s: u16[B] window\nz = x\n" LOSS TRAIN, "t.mp:5:17: error: a window input has the shape [B, W] (batch, window length), but 's' has 1 dimension"},
+    {HEAD "input s: u16[B, 2, 3] window\nz = x\n" LOSS TRAIN, "but 's' has 3 dimensions"},
+    {HEAD "input s: u16[B, 1] window\nz = x\n" LOSS TRAIN, "t.mp:5:17: error: a window input needs a window length W >= 2, got 1"},
+    {HEAD "z = u16(x)\n" LOSS TRAIN, "cannot cast to u16"},
+    {HEAD "z = linear(x, 4, name = \"a..b\")\n" LOSS TRAIN, "got \"a..b\": it has an empty part between two dots"},
+    {HEAD "z = linear(x, 4, name = \"a.\")\n" LOSS TRAIN, "got \"a.\": it ends with a dot"},
+    {HEAD "z = linear(x, 4, name = \".a\")\n" LOSS TRAIN, "got \".a\": it starts with a dot"},
+    {HEAD "z = linear(x, 4, name = \"\")\n" LOSS TRAIN, "got \"\": it is empty"},
+    {HEAD "z = linear(x, 4, name = \"a.0x\")\n" LOSS TRAIN, "its part '0x' is neither an identifier nor a number"},
+    {HEAD "z = x\nrepeat 2 as h.0x {\n  z = relu(z)\n}\n" LOSS TRAIN, "t.mp:6:13: error: a repeat's name must be a module path"},
+    {HEAD "param h: [8] = zeros()\nz = x * h\ng = linear(x, 8, name = \"h\")\n" LOSS TRAIN,
+     "t.mp:7:5: error: 'h' would be both a tensor and the module holding 'h.bias'"},
+    {HEAD "buffer out.weight.s: [8] = zeros()\nz = x\n" LOSS TRAIN, "'out.weight' would be both a tensor and the module holding 'out.weight.s'"},
+    {HEAD "buffer s: [8] = zeros()\nbuffer s: [8] = ones()\nz = x\n" LOSS TRAIN, "buffer 's' is defined twice"},
+    {HEAD "buffer s: [8] = zeros()\ns = x\nz = x\n" LOSS TRAIN, "'s' is a buffer and cannot be rebound"},
+    {HEAD "buffer s: [8] = ones()\nz = x * s\nloss = mean(z)\n" TRAIN, "'loss' does not depend on any trainable parameter"},
+    {HEAD "z = x\n" LOSS OPTIM("adamw(no_decay = [biases])"), "t.mp:8:33: error: unknown no_decay pattern 'biases': write a name pattern as a string"},
+    {HEAD "z = x\n" LOSS OPTIM("adamw(no_decay = [3])"), "no_decay lists name patterns, e.g. [\"*.bias\", vectors]"},
+    {HEAD "z = x\n" LOSS OPTIM("adamw(no_decay = vectors)"), "argument 'no_decay' of adamw must be a list"},
+    {HEAD "z = x\n" LOSS OPTIM("sgd(1, no_decay = \"*.bias\")"), "argument 'no_decay' of sgd must be a list"},
+    {HEAD "z = x\n" LOSS "train {\n  optimizer = adam\n  lr_schedule = cosine(warmup = 2, warmup_style = \"nanogtp\")\n  minimize loss\n}\n",
+     "t.mp:9:51: error: unknown warmup_style \"nanogtp\" (did you mean \"nanogpt\"?): expected \"torch\" or \"nanogpt\""},
+    {HEAD "z = x\n" LOSS "train {\n  optimizer = adam\n  lr_schedule = linear(warmup_style = nanogpt)\n  minimize loss\n}\n",
+     "argument 'warmup_style' of linear must be a string"},
+    {HEAD "z = x\n" LOSS "train {\n  optimizer = adam\n  lr_schedule = constant(warmup_style = \"torch\")\n  minimize loss\n}\n",
+     "unknown argument 'warmup_style' of constant"},
+};
+
 static const Case train_errors[] = {
     {HEAD "z = x\n" LOSS, "the model has no train block"},
     {HEAD "z = x\n" LOSS "train {\n  minimize loss\n}\n", "the train block needs an optimizer"},
@@ -701,6 +810,7 @@ static void errors_names(void **state) { (void)state; RUN(name_errors); }
 static void errors_definitions(void **state) { (void)state; RUN(definition_errors); }
 static void errors_shapes(void **state) { (void)state; RUN(shape_errors); }
 static void errors_train(void **state) { (void)state; RUN(train_errors); }
+static void errors_real_arch(void **state) { (void)state; RUN(real_arch_errors); }
 
 /* One mistake, one message; several mistakes, all reported. */
 static void errors_are_counted_once_and_all_reported(void **state)
@@ -744,7 +854,8 @@ int main(void)
         T(spec_model), T(block_naming), T(repeat_naming), T(layers), T(views_and_axes),
         T(overrides), T(constants), T(train_defaults), T(train_settings),
         T(c_keywords_are_fine_names), T(rebinding), T(examples_lower), T(char_transformer_names),
-        T(errors_names), T(errors_definitions), T(errors_shapes), T(errors_train),
+        T(buffers_windows_u16), T(module_paths), T(no_decay_groups), T(warmup_styles),
+        T(errors_names), T(errors_definitions), T(errors_shapes), T(errors_train), T(errors_real_arch),
         T(errors_are_counted_once_and_all_reported), T(expansion_limits),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

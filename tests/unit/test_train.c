@@ -547,7 +547,7 @@ static void test_data_faults(void **st)
                  "missing file", "nope.npy", NULL);
     expect_error(run("--data", D("x", "text.npy"), "--data", D("y", "y.npy"), NULL), 1,
                  "not npy", "text.npy", NULL);
-    expect_error(run(TRAIN_DATA, "--eval", D("x", "ex.npy"), "--eval", D("y", "y_big.npy"), NULL),
+    expect_error(run(TRAIN_DATA, "--eval", D("x", "x.npy"), "--eval", D("y", "y_big.npy"), NULL),
                  1, "eval label", "y_big.npy", "sample 37", NULL);
     expect_error(run(TRAIN_DATA, "--eval", D("x", "ex.npy"), NULL), 1, "eval missing",
                  "--eval y=", NULL);
