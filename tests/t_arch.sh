@@ -66,9 +66,10 @@ for ex in gpt2 llama resnet18; do
 done
 
 # ---- 2. small sizes against the twins --------------------------------------
-# small EXAMPLE 'CONST=VALUE ...': the example with those const lines rewritten
+# small EXAMPLE 'CONST=VALUE ...' [SED]: the example with those const lines
+# rewritten (and the sed expression SED applied)
 small() {
-    local ex=$1 kv args=()
+    local ex=$1 kv args=(-e "${3:-}")
     for kv in $2; do args+=(-e "s/^const ${kv%%=*} *=[^#]*/const ${kv%%=*} = ${kv#*=} /"); done
     sed "${args[@]}" "examples/$ex.mp" >"$W/$ex.mp"
     for kv in $2; do
@@ -77,7 +78,14 @@ small() {
 }
 small gpt2 "B=4 T=16 D=32 H=2 L=2 P=0.0"
 small llama "B=4 T=16 DIM=32 L=2 H=4 KV=2 MULTIPLE_OF=16 HIDDEN=96"
-small resnet18 "B=8 W=4"
+# The small ResNet is chaotic at SGD's lr 0.1 (and 0.01): a ReLU input that
+# changes sign between two roundings changes the gradient at once, so torch's
+# own float32 and float64 runs part by more than 1e-4 after 4 to 7 steps
+# (measured). At lr 1e-4 they agree over 25 steps, and the check of the final
+# parameters (their change from init within 1% of torch's) holds every
+# gradient and the optimizer to account.
+small resnet18 "B=8 W=4" 's/optimizer   = sgd(lr = 0.1,/optimizer   = sgd(lr = 1e-4,/'
+grep -q 'sgd(lr = 1e-4,' "$W/resnet18.mp" || fails+=("examples/resnet18.mp: its optimizer line was not rewritten")
 
 cases=()   # name|model|precision|tol|data
 add() { [ -n "${ONLY:-}" ] && [[ $1 != *$ONLY* ]] && return; cases+=("$1|$W/$2.mp|$3|$4|$5"); }
