@@ -211,7 +211,10 @@ void grad_CONV2D(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx)
 
 /* Activations: from the input x, or from the output y where that is cheaper. */
 void grad_RELU(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx)    { dx[0] = MK(g, n, OP_RELU_GRAD, n->in[0], dy, n->in[0]); }
-void grad_GELU(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx)    { dx[0] = MK(g, n, OP_GELU_GRAD, n->in[0], dy, n->in[0]); }
+void grad_GELU(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx)
+{
+    copy_attrs(dx[0] = MK(g, n, OP_GELU_GRAD, n->in[0], dy, n->in[0]), n);   /* ia[0]: the form */
+}
 void grad_TANH(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx)    { dx[0] = MK(g, n, OP_TANH_GRAD, n->in[0], dy, n); }
 void grad_SIGMOID(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx) { dx[0] = MK(g, n, OP_SIGMOID_GRAD, n->in[0], dy, n); }
 void grad_SILU(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx)    { dx[0] = MK(g, n, OP_SILU_GRAD, n->in[0], dy, n->in[0]); }
@@ -296,7 +299,7 @@ static void norm(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx, IrOp dx_op, IrO
         copy_attrs(dx[0] = MK(g, n, dx_op, x, dy, x, n->in[1]), n);
     if (dx[1])
         copy_attrs(dx[1] = MK(g, n, dw_op, n->in[1], dy, x), n);
-    if (dx[2])
+    if (n->nin > 2 && dx[2])
         dx[2] = MK(g, n, bias_op, n->in[2], dy);
 }
 
@@ -316,7 +319,7 @@ void grad_BATCH_NORM(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx)
 void grad_CROSS_ENTROPY(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx)
 {
     if (dx[0])
-        dx[0] = MK(g, n, OP_CROSS_ENTROPY_GRAD, n->in[0], dy, n->in[0], n->in[1]);
+        copy_attrs(dx[0] = MK(g, n, OP_CROSS_ENTROPY_GRAD, n->in[0], dy, n->in[0], n->in[1]), n);
 }
 
 /* MSE_GRAD is d pred over the broadcast shape; d target is its negation. */
@@ -349,6 +352,50 @@ void grad_ACCURACY(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx)
 {
     diag_error(n->loc, "accuracy is not differentiable; use it as a metric");
     dx[0] = dx[1] = NULL;
+}
+
+/* ---- elementwise, norm and rope additions --------------------------------- */
+
+void grad_ABS(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx) { dx[0] = MK(g, n, OP_ABS_GRAD, n->in[0], dy, n->in[0]); }
+void grad_SIN(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx) { dx[0] = MK(g, n, OP_SIN_GRAD, n->in[0], dy, n->in[0]); }
+void grad_COS(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx) { dx[0] = MK(g, n, OP_COS_GRAD, n->in[0], dy, n->in[0]); }
+
+/* maximum / minimum: dy times a mask over the broadcast shape, 1/2 at ties
+ * (torch). mask(a, b) is 1 where a > b, so minimum's masks swap operands. */
+static void extremum(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx, bool max)
+{
+    for (int i = 0; i < 2; i++) {
+        if (!dx[i])
+            continue;
+        bool first = (i == 0) == max;
+        IrNode *ab[2] = {n->in[first ? 0 : 1], n->in[first ? 1 : 0]};
+        IrNode *m = mk_st(g, n, OP_MAXIMUM_MASK, &n->shape, n->type, 2, ab);
+        dx[i] = elementwise(g, n, i, OP_MUL, dy, m);
+    }
+}
+
+void grad_MAXIMUM(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx) { extremum(g, n, dy, dx, true); }
+void grad_MINIMUM(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx) { extremum(g, n, dy, dx, false); }
+
+void grad_CLAMP(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx)
+{
+    copy_attrs(dx[0] = MK(g, n, OP_CLAMP_GRAD, n->in[0], dy, n->in[0]), n);
+}
+
+void grad_POW(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx)
+{
+    copy_attrs(dx[0] = MK(g, n, OP_POW_GRAD, n->in[0], dy, n->in[0]), n);
+}
+
+/* (x, weight): DX(dy, x, weight) and DW(dy, x) recompute 1/rms from x. */
+void grad_RMS_NORM(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx)
+{
+    norm(g, n, dy, dx, OP_RMS_NORM_DX, OP_RMS_NORM_DW, OP_SUM_TO);
+}
+
+void grad_ROPE(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx)
+{
+    copy_attrs(dx[0] = MK(g, n, OP_ROPE_GRAD, n->in[0], dy), n);
 }
 
 /* ---- the driver ---------------------------------------------------------- */

@@ -51,7 +51,7 @@ static void unary(Emit *e, const IrNode *n, const char *k)
 }
 void emit_c_NEG(Emit *e, const IrNode *n) { unary(e, n, "neg"); }
 void emit_c_RELU(Emit *e, const IrNode *n) { unary(e, n, "relu"); }
-void emit_c_GELU(Emit *e, const IrNode *n) { unary(e, n, "gelu"); }
+void emit_c_GELU(Emit *e, const IrNode *n) { unary(e, n, n->ia[0] ? "gelu_tanh" : "gelu"); }
 void emit_c_TANH(Emit *e, const IrNode *n) { unary(e, n, "tanh"); }
 void emit_c_SIGMOID(Emit *e, const IrNode *n) { unary(e, n, "sigmoid"); }
 void emit_c_SILU(Emit *e, const IrNode *n) { unary(e, n, "silu"); }
@@ -65,7 +65,7 @@ static void unary_grad(Emit *e, const IrNode *n, const char *k)
     em(e, "    mp_k_%s(%s, %s, %s, %lld);\n", k, arg(e, n), arg(e, IN(0)), arg(e, IN(1)), N(n));
 }
 void emit_c_RELU_GRAD(Emit *e, const IrNode *n) { unary_grad(e, n, "relu_grad"); }
-void emit_c_GELU_GRAD(Emit *e, const IrNode *n) { unary_grad(e, n, "gelu_grad"); }
+void emit_c_GELU_GRAD(Emit *e, const IrNode *n) { unary_grad(e, n, n->ia[0] ? "gelu_tanh_grad" : "gelu_grad"); }
 void emit_c_TANH_GRAD(Emit *e, const IrNode *n) { unary_grad(e, n, "tanh_grad"); }
 void emit_c_SIGMOID_GRAD(Emit *e, const IrNode *n) { unary_grad(e, n, "sigmoid_grad"); }
 void emit_c_SILU_GRAD(Emit *e, const IrNode *n) { unary_grad(e, n, "silu_grad"); }
@@ -193,14 +193,14 @@ void emit_c_GLOBAL_AVG_POOL_GRAD(Emit *e, const IrNode *n)
 void emit_c_EMBEDDING(Emit *e, const IrNode *n)
 {
     const IrNode *w = IN(1);
-    em(e, "    mp_k_embedding(%s, %s, %s, %lld, %lld, %lld);\n", arg(e, n), cname(e, IN(0)), arg(e, w),
+    em(e, "    mp_k_embedding(%s, %s, %s, %lld, %lld, %lld);\n", arg(e, n), arg(e, IN(0)), arg(e, w),
        N(IN(0)), emit_dim(w, 0), emit_dim(w, 1));
 }
 
 void emit_c_EMBEDDING_DW(Emit *e, const IrNode *n)
 {
     em(e, "    mp_k_embedding_dw(%s, %s, %s, %lld, %lld, %lld, 0.0f);\n", arg(e, n), arg(e, IN(0)),
-       cname(e, IN(1)), N(IN(1)), emit_dim(n, 0), emit_dim(n, 1));
+       arg(e, IN(1)), N(IN(1)), emit_dim(n, 0), emit_dim(n, 1));
 }
 
 /* ---- reductions and softmax ---------------------------------------------------- */
@@ -244,7 +244,8 @@ void emit_c_LAYER_NORM(Emit *e, const IrNode *n)
 {
     const IrNode *x = IN(0);
     em(e, "    mp_k_layer_norm(%s, %s, %s, %s, %lld, %lld, (float)%.9g);\n", arg(e, n), arg(e, x),
-       arg(e, IN(1)), arg(e, IN(2)), N(x) / emit_dim(x, -1), emit_dim(x, -1), n->fa[0]);
+       arg(e, IN(1)), n->nin > 2 ? arg(e, IN(2)) : "NULL, MP_F32", N(x) / emit_dim(x, -1), emit_dim(x, -1),
+       n->fa[0]);
 }
 
 void emit_c_LAYER_NORM_DX(Emit *e, const IrNode *n)
@@ -291,21 +292,21 @@ void emit_c_BATCH_NORM_DW(Emit *e, const IrNode *n)
 void emit_c_CROSS_ENTROPY(Emit *e, const IrNode *n)
 {
     const IrNode *x = IN(0);
-    em(e, "    mp_k_cross_entropy(%s, %s, %s, %lld, %lld);\n", arg(e, n), arg(e, x), cname(e, IN(1)),
-       N(IN(1)), emit_dim(x, -1));
+    em(e, "    mp_k_cross_entropy(%s, %s, %s, %lld, %lld, %s);\n", arg(e, n), arg(e, x), arg(e, IN(1)),
+       N(IN(1)), emit_dim(x, -1), emit_ce_attrs(e, n));
 }
 
 void emit_c_CROSS_ENTROPY_GRAD(Emit *e, const IrNode *n)
 {
     const IrNode *x = IN(1);
-    em(e, "    mp_k_cross_entropy_grad(%s, %s, %s, %s, %lld, %lld);\n", arg(e, n), arg(e, IN(0)),
-       arg(e, x), cname(e, IN(2)), N(IN(2)), emit_dim(x, -1));
+    em(e, "    mp_k_cross_entropy_grad(%s, %s, %s, %s, %lld, %lld, %s);\n", arg(e, n), arg(e, IN(0)),
+       arg(e, x), arg(e, IN(2)), N(IN(2)), emit_dim(x, -1), emit_ce_attrs(e, n->grad_of));
 }
 
 void emit_c_ACCURACY(Emit *e, const IrNode *n)
 {
     const IrNode *x = IN(0);
-    em(e, "    mp_k_accuracy(%s, %s, %s, %lld, %lld);\n", arg(e, n), arg(e, x), cname(e, IN(1)), N(IN(1)),
+    em(e, "    mp_k_accuracy(%s, %s, %s, %lld, %lld);\n", arg(e, n), arg(e, x), arg(e, IN(1)), N(IN(1)),
        emit_dim(x, -1));
 }
 
@@ -347,3 +348,62 @@ void emit_c_CLIP_GRAD_NORM(Emit *e, const IrNode *n) { (void)e; (void)n; }
 void emit_c_SGD(Emit *e, const IrNode *n) { (void)e; (void)n; }
 void emit_c_ADAM(Emit *e, const IrNode *n) { (void)e; (void)n; }
 void emit_c_ADAMW(Emit *e, const IrNode *n) { (void)e; (void)n; }
+
+/* ---- elementwise, norm and rope additions --------------------------------------------- */
+void emit_c_ABS(Emit *e, const IrNode *n) { unary(e, n, "abs"); }
+void emit_c_SIN(Emit *e, const IrNode *n) { unary(e, n, "sin"); }
+void emit_c_COS(Emit *e, const IrNode *n) { unary(e, n, "cos"); }
+void emit_c_ABS_GRAD(Emit *e, const IrNode *n) { unary_grad(e, n, "abs_grad"); }
+void emit_c_SIN_GRAD(Emit *e, const IrNode *n) { unary_grad(e, n, "sin_grad"); }
+void emit_c_COS_GRAD(Emit *e, const IrNode *n) { unary_grad(e, n, "cos_grad"); }
+void emit_c_MAXIMUM(Emit *e, const IrNode *n) { binary(e, n, "maximum"); }
+void emit_c_MINIMUM(Emit *e, const IrNode *n) { binary(e, n, "minimum"); }
+void emit_c_MAXIMUM_MASK(Emit *e, const IrNode *n) { binary(e, n, "maximum_mask"); }
+
+/* clamp, pow and their gradients: the attributes of the forward node f */
+static void with_attrs(Emit *e, const IrNode *n, const char *k, const IrNode *f, int nattr)
+{
+    em(e, "    mp_k_%s(%s, %s, ", k, arg(e, n), arg(e, IN(0)));
+    if (n->nin > 1)
+        em(e, "%s, ", arg(e, IN(1)));
+    em(e, "%lld", N(n));
+    for (int i = 0; i < nattr; i++)
+        em(e, ", (float)%.9g", f->fa[i]);
+    em(e, ");\n");
+}
+void emit_c_CLAMP(Emit *e, const IrNode *n) { with_attrs(e, n, "clamp", n, 2); }
+void emit_c_CLAMP_GRAD(Emit *e, const IrNode *n) { with_attrs(e, n, "clamp_grad", n->grad_of, 2); }
+void emit_c_POW(Emit *e, const IrNode *n) { with_attrs(e, n, "pow", n, 1); }
+void emit_c_POW_GRAD(Emit *e, const IrNode *n) { with_attrs(e, n, "pow_grad", n->grad_of, 1); }
+
+void emit_c_RMS_NORM(Emit *e, const IrNode *n)
+{
+    const IrNode *x = IN(0);
+    em(e, "    mp_k_rms_norm(%s, %s, %s, %lld, %lld, (float)%.9g);\n", arg(e, n), arg(e, x), arg(e, IN(1)),
+       N(x) / emit_dim(x, -1), emit_dim(x, -1), n->fa[0]);
+}
+
+void emit_c_RMS_NORM_DX(Emit *e, const IrNode *n)
+{
+    const IrNode *x = IN(1);
+    em(e, "    mp_k_rms_norm_dx(%s, %s, %s, %s, %lld, %lld, (float)%.9g);\n", arg(e, n), arg(e, IN(0)),
+       arg(e, x), arg(e, IN(2)), N(x) / emit_dim(x, -1), emit_dim(x, -1), n->grad_of->fa[0]);
+}
+
+void emit_c_RMS_NORM_DW(Emit *e, const IrNode *n)
+{
+    const IrNode *x = IN(1);
+    em(e, "    mp_k_rms_norm_dw(%s, %s, %s, %lld, %lld, (float)%.9g, 0.0f);\n", arg(e, n), arg(e, IN(0)),
+       arg(e, x), N(x) / emit_dim(x, -1), emit_dim(x, -1), n->grad_of->fa[0]);
+}
+
+/* x viewed as [outer, positions, inner] around the position axis */
+static void rope(Emit *e, const IrNode *n, const IrNode *f, float sign)
+{
+    long long o, l, i;
+    emit_around_axis(n, f->ia[0], &o, &l, &i);
+    em(e, "    mp_k_rope(%s, %s, %lld, %lld, %lld, %lld, (float)%.9g, %d, %.1ff);\n", arg(e, n),
+       arg(e, IN(0)), o, l, i, emit_dim(n, -1), f->fa[0], (int)f->ia[1], sign);
+}
+void emit_c_ROPE(Emit *e, const IrNode *n) { rope(e, n, n, 1.0f); }
+void emit_c_ROPE_GRAD(Emit *e, const IrNode *n) { rope(e, n, n->grad_of, -1.0f); }

@@ -195,8 +195,10 @@ void emit_descriptors(Emit *e)
     em(e, "\nstatic MpInput mp_inputs[%d] = {\n", g->ninputs ? g->ninputs : 1);
     for (int i = 0; i < g->ninputs; i++) {
         const IrInput *in = &g->inputs[i];
-        em(e, "    {\"%s\", %s, %d, %s, %lld, NULL, NULL, %d},\n", in->name, mpdt(in->type),
-           in->shape.rank, dims_init(e, &in->shape), (long long)in->classes, in->window ? 1 : 0);
+        /* ..., window, has_ignore, ignore */
+        em(e, "    {\"%s\", %s, %d, %s, %lld, NULL, NULL, %d, %d, (int64_t)%lld},\n", in->name,
+           mpdt(in->type), in->shape.rank, dims_init(e, &in->shape), (long long)in->classes,
+           in->window ? 1 : 0, in->has_ignore, (long long)in->ignore);
     }
     em(e, "};\n\nstatic MpParam mp_params[%d] = {\n", g->nparams ? g->nparams : 1);
     for (int i = 0; i < g->nparams; i++) {
@@ -314,4 +316,13 @@ bool emit_folded_cast(const IrGraph *g, const IrNode *n)
             if (g->nodes[i]->in[j] == n)
                 return false;
     return true;
+}
+
+/* "MP_NO_IGNORE, (float)0.1": cross_entropy's ignored label and label
+ * smoothing (forward node f), the last arguments of both targets' calls */
+const char *emit_ce_attrs(Emit *e, const IrNode *f)
+{
+    const char *ignore = f->ia[0] ? arena_printf(e->a, "(int64_t)%lld", (long long)f->ia[1])
+                                  : "MP_NO_IGNORE";
+    return arena_printf(e->a, "%s, (float)%.9g", ignore, f->fa[0]);
 }

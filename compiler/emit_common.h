@@ -63,4 +63,7 @@ void emit_descriptors(Emit *e);                /* mp_inputs, mp_params, mp_metri
 /* MpModel mp_model = {...}; hooks: its function fields onwards, as C text */
 void emit_model_struct(Emit *e, const char *hooks);
 
+/* cross_entropy's last call arguments: ignored label, label smoothing */
+const char *emit_ce_attrs(Emit *e, const IrNode *f);
+
 #endif

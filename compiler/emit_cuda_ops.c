@@ -34,6 +34,8 @@ static const char *tl(Emit *e, int k, const IrNode *a, const IrNode *b, const Ir
 #define T3(a, b, c) tl(e, 3, a, b, c, NULL)
 #define T4(a, b, c, d) tl(e, 4, a, b, c, d)
 #define C(v) cname(e, v)
+/* "ids, MP_U16": integer data (ids, labels) and its type, a run-time argument */
+#define IDS(v) arena_printf(e->a, "%s, %s", cname(e, v), ty(v))
 
 /* "MpCuDims{2, {128, 784}}" */
 static const char *dims(Emit *e, const IrNode *v)
@@ -69,7 +71,7 @@ static void unary(Emit *e, const IrNode *n, const char *k)
 }
 void emit_cuda_NEG(Emit *e, const IrNode *n) { unary(e, n, "neg"); }
 void emit_cuda_RELU(Emit *e, const IrNode *n) { unary(e, n, "relu"); }
-void emit_cuda_GELU(Emit *e, const IrNode *n) { unary(e, n, "gelu"); }
+void emit_cuda_GELU(Emit *e, const IrNode *n) { unary(e, n, n->ia[0] ? "gelu_tanh" : "gelu"); }
 void emit_cuda_TANH(Emit *e, const IrNode *n) { unary(e, n, "tanh"); }
 void emit_cuda_SIGMOID(Emit *e, const IrNode *n) { unary(e, n, "sigmoid"); }
 void emit_cuda_SILU(Emit *e, const IrNode *n) { unary(e, n, "silu"); }
@@ -83,7 +85,7 @@ static void unary_grad(Emit *e, const IrNode *n, const char *k)
     em(e, "    mp_cu_%s%s(%s, %s, %s, %lld);\n", k, T3(n, IN(0), IN(1)), C(n), C(IN(0)), C(IN(1)), N(n));
 }
 void emit_cuda_RELU_GRAD(Emit *e, const IrNode *n) { unary_grad(e, n, "relu_grad"); }
-void emit_cuda_GELU_GRAD(Emit *e, const IrNode *n) { unary_grad(e, n, "gelu_grad"); }
+void emit_cuda_GELU_GRAD(Emit *e, const IrNode *n) { unary_grad(e, n, n->ia[0] ? "gelu_tanh_grad" : "gelu_grad"); }
 void emit_cuda_TANH_GRAD(Emit *e, const IrNode *n) { unary_grad(e, n, "tanh_grad"); }
 void emit_cuda_SIGMOID_GRAD(Emit *e, const IrNode *n) { unary_grad(e, n, "sigmoid_grad"); }
 void emit_cuda_SILU_GRAD(Emit *e, const IrNode *n) { unary_grad(e, n, "silu_grad"); }
@@ -212,14 +214,14 @@ void emit_cuda_GLOBAL_AVG_POOL_GRAD(Emit *e, const IrNode *n)
 void emit_cuda_EMBEDDING(Emit *e, const IrNode *n)
 {
     const IrNode *w = IN(1);
-    em(e, "    mp_cu_embedding%s(%s, %s, %s, %lld, %lld, %lld);\n", T2(n, w), C(n), C(IN(0)), C(w),
+    em(e, "    mp_cu_embedding%s(%s, %s, %s, %lld, %lld, %lld);\n", T2(n, w), C(n), IDS(IN(0)), C(w),
        N(IN(0)), emit_dim(w, 0), emit_dim(w, 1));
 }
 
 void emit_cuda_EMBEDDING_DW(Emit *e, const IrNode *n)
 {
     em(e, "    mp_cu_embedding_dw%s(%s, %s, %s, %lld, %lld, %lld, 0.0f);\n", T2(n, IN(0)), C(n),
-       C(IN(0)), C(IN(1)), N(IN(1)), emit_dim(n, 0), emit_dim(n, 1));
+       C(IN(0)), IDS(IN(1)), N(IN(1)), emit_dim(n, 0), emit_dim(n, 1));
 }
 
 /* ---- reductions and softmax ------------------------------------------------------------------- */
@@ -262,8 +264,10 @@ void emit_cuda_LOG_SOFTMAX_GRAD(Emit *e, const IrNode *n) { softmax_grad(e, n, "
 void emit_cuda_LAYER_NORM(Emit *e, const IrNode *n)
 {
     const IrNode *x = IN(0);
+    const IrNode *b = n->nin > 2 ? IN(2) : NULL;
     em(e, "    mp_cu_layer_norm%s(%s, %s, %s, %s, %lld, %lld, (float)%.9g);\n",
-       T4(n, x, IN(1), IN(2)), C(n), C(x), C(IN(1)), C(IN(2)), N(x) / emit_dim(x, -1), emit_dim(x, -1), n->fa[0]);
+       T4(n, x, IN(1), b), C(n), C(x), C(IN(1)), b ? C(b) : "NULL", N(x) / emit_dim(x, -1), emit_dim(x, -1),
+       n->fa[0]);
 }
 
 void emit_cuda_LAYER_NORM_DX(Emit *e, const IrNode *n)
@@ -311,21 +315,21 @@ void emit_cuda_BATCH_NORM_DW(Emit *e, const IrNode *n)
 void emit_cuda_CROSS_ENTROPY(Emit *e, const IrNode *n)
 {
     const IrNode *x = IN(0);
-    em(e, "    mp_cu_cross_entropy%s(%s, %s, %s, %lld, %lld);\n", T2(n, x), C(n), C(x), C(IN(1)),
-       N(IN(1)), emit_dim(x, -1));
+    em(e, "    mp_cu_cross_entropy%s(%s, %s, %s, %lld, %lld, %s);\n", T2(n, x), C(n), C(x), IDS(IN(1)),
+       N(IN(1)), emit_dim(x, -1), emit_ce_attrs(e, n));
 }
 
 void emit_cuda_CROSS_ENTROPY_GRAD(Emit *e, const IrNode *n)
 {
     const IrNode *x = IN(1);
-    em(e, "    mp_cu_cross_entropy_grad%s(%s, %s, %s, %s, %lld, %lld);\n", T3(n, IN(0), x), C(n),
-       C(IN(0)), C(x), C(IN(2)), N(IN(2)), emit_dim(x, -1));
+    em(e, "    mp_cu_cross_entropy_grad%s(%s, %s, %s, %s, %lld, %lld, %s);\n", T3(n, IN(0), x), C(n),
+       C(IN(0)), C(x), IDS(IN(2)), N(IN(2)), emit_dim(x, -1), emit_ce_attrs(e, n->grad_of));
 }
 
 void emit_cuda_ACCURACY(Emit *e, const IrNode *n)
 {
     const IrNode *x = IN(0);
-    em(e, "    mp_cu_accuracy%s(%s, %s, %s, %lld, %lld);\n", T2(n, x), C(n), C(x), C(IN(1)), N(IN(1)),
+    em(e, "    mp_cu_accuracy%s(%s, %s, %s, %lld, %lld);\n", T2(n, x), C(n), C(x), IDS(IN(1)), N(IN(1)),
        emit_dim(x, -1));
 }
 
@@ -371,3 +375,62 @@ void emit_cuda_CLIP_GRAD_NORM(Emit *e, const IrNode *n) { (void)e; (void)n; }
 void emit_cuda_SGD(Emit *e, const IrNode *n) { (void)e; (void)n; }
 void emit_cuda_ADAM(Emit *e, const IrNode *n) { (void)e; (void)n; }
 void emit_cuda_ADAMW(Emit *e, const IrNode *n) { (void)e; (void)n; }
+
+/* ---- elementwise, norm and rope additions ------------------------------------------------------ */
+void emit_cuda_ABS(Emit *e, const IrNode *n) { unary(e, n, "abs"); }
+void emit_cuda_SIN(Emit *e, const IrNode *n) { unary(e, n, "sin"); }
+void emit_cuda_COS(Emit *e, const IrNode *n) { unary(e, n, "cos"); }
+void emit_cuda_ABS_GRAD(Emit *e, const IrNode *n) { unary_grad(e, n, "abs_grad"); }
+void emit_cuda_SIN_GRAD(Emit *e, const IrNode *n) { unary_grad(e, n, "sin_grad"); }
+void emit_cuda_COS_GRAD(Emit *e, const IrNode *n) { unary_grad(e, n, "cos_grad"); }
+void emit_cuda_MAXIMUM(Emit *e, const IrNode *n) { binary(e, n, "maximum"); }
+void emit_cuda_MINIMUM(Emit *e, const IrNode *n) { binary(e, n, "minimum"); }
+void emit_cuda_MAXIMUM_MASK(Emit *e, const IrNode *n) { binary(e, n, "maximum_mask"); }
+
+/* clamp, pow and their gradients: the attributes of the forward node f */
+static void with_attrs(Emit *e, const IrNode *n, const char *k, const IrNode *f, int nattr)
+{
+    if (n->nin > 1)
+        em(e, "    mp_cu_%s%s(%s, %s, %s, %lld", k, T3(n, IN(0), IN(1)), C(n), C(IN(0)), C(IN(1)), N(n));
+    else
+        em(e, "    mp_cu_%s%s(%s, %s, %lld", k, T2(n, IN(0)), C(n), C(IN(0)), N(n));
+    for (int i = 0; i < nattr; i++)
+        em(e, ", (float)%.9g", f->fa[i]);
+    em(e, ");\n");
+}
+void emit_cuda_CLAMP(Emit *e, const IrNode *n) { with_attrs(e, n, "clamp", n, 2); }
+void emit_cuda_CLAMP_GRAD(Emit *e, const IrNode *n) { with_attrs(e, n, "clamp_grad", n->grad_of, 2); }
+void emit_cuda_POW(Emit *e, const IrNode *n) { with_attrs(e, n, "pow", n, 1); }
+void emit_cuda_POW_GRAD(Emit *e, const IrNode *n) { with_attrs(e, n, "pow_grad", n->grad_of, 1); }
+
+void emit_cuda_RMS_NORM(Emit *e, const IrNode *n)
+{
+    const IrNode *x = IN(0);
+    em(e, "    mp_cu_rms_norm%s(%s, %s, %s, %lld, %lld, (float)%.9g);\n", T3(n, x, IN(1)), C(n), C(x),
+       C(IN(1)), N(x) / emit_dim(x, -1), emit_dim(x, -1), n->fa[0]);
+}
+
+void emit_cuda_RMS_NORM_DX(Emit *e, const IrNode *n)
+{
+    const IrNode *x = IN(1);
+    em(e, "    mp_cu_rms_norm_dx%s(%s, %s, %s, %s, %lld, %lld, (float)%.9g);\n", T4(n, IN(0), x, IN(2)),
+       C(n), C(IN(0)), C(x), C(IN(2)), N(x) / emit_dim(x, -1), emit_dim(x, -1), n->grad_of->fa[0]);
+}
+
+void emit_cuda_RMS_NORM_DW(Emit *e, const IrNode *n)
+{
+    const IrNode *x = IN(1);
+    em(e, "    mp_cu_rms_norm_dw%s(%s, %s, %s, %lld, %lld, (float)%.9g, 0.0f);\n", T3(n, IN(0), x), C(n),
+       C(IN(0)), C(x), N(x) / emit_dim(x, -1), emit_dim(x, -1), n->grad_of->fa[0]);
+}
+
+/* x viewed as [outer, positions, inner] around the position axis */
+static void rope(Emit *e, const IrNode *n, const IrNode *f, float sign)
+{
+    long long o, l, i;
+    emit_around_axis(n, f->ia[0], &o, &l, &i);
+    em(e, "    mp_cu_rope%s(%s, %s, %lld, %lld, %lld, %lld, (float)%.9g, %d, %.1ff);\n", T2(n, IN(0)),
+       C(n), C(IN(0)), o, l, i, emit_dim(n, -1), f->fa[0], (int)f->ia[1], sign);
+}
+void emit_cuda_ROPE(Emit *e, const IrNode *n) { rope(e, n, n, 1.0f); }
+void emit_cuda_ROPE_GRAD(Emit *e, const IrNode *n) { rope(e, n, n->grad_of, -1.0f); }

@@ -112,6 +112,8 @@ typedef struct IrInput {
     int64_t classes;        /* > 0: class labels, must lie in [0, classes) */
     bool window;            /* `window`: rows are windows of one stream */
     IrNode *node;
+    bool has_ignore;        /* cross_entropy's ignore_index: labels equal to */
+    int64_t ignore;         /* `ignore` are exempt from the range check      */
 } IrInput;
 
 typedef struct IrMetric {

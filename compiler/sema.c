@@ -650,6 +650,11 @@ static const char *signature(Ctx *c, const char *fn, const ArgSpec *spec)
 /* One argument converted to what its slot takes; false after an error. */
 static bool convert_arg(Ctx *c, const char *fn, const ArgSpec *sp, const Expr *e, Val *out)
 {
+    if (sp->need == ARG_ABSENT && sp->kind == A_INT && e->kind == EX_NAME &&
+        strcmp(e->name, "none") == 0) {
+        *out = vnone;          /* `ignore_index = none`: the same as absent */
+        return true;
+    }
     if (sp->kind == A_STR || sp->kind == A_LIST || sp->kind == A_INIT) {
         bool fits = sp->kind == A_INIT ||
                     (sp->kind == A_STR ? e->kind == EX_STR : e->kind == EX_LIST);
@@ -1186,21 +1191,34 @@ static Val lower_embedding(Ctx *c, const Builtin *b, const Expr *x, Args *a)
     return set_classes(c, x, finish(c, node(c, OP_EMBEDDING, x->loc, 2, in)), in[0], vocab);
 }
 
-/* layer_norm(x, eps): weight, bias [D] over the last axis. */
+/* A layer without a bias given bias_init (slot `at`): an error. */
+static bool no_bias_init(const Args *a, int at, const char *fn)
+{
+    if (!a->e[at])
+        return true;
+    diag_error(a->e[at]->loc, "%s has no bias: bias_init does not apply", fn);
+    return false;
+}
+
+/* layer_norm(x, eps, bias): weight [D] and (bias = true) bias [D] over the
+ * last axis. */
 static Val lower_layer_norm(Ctx *c, const Builtin *b, const Expr *x, Args *a)
 {
     IrNode *in = a->v[0].t;
+    bool bias = a->v[2].i != 0;
     LayerArgs la;
     if (!shape_expect_rank(c->g, x->loc, "layer_norm", "an input [..., D]", &in->shape, 1, MP_MAX_RANK) ||
-        !layer_args(c, x, a, 2, init_ones, init_zeros, &la))
+        (!bias && !no_bias_init(a, 5, "layer_norm(bias = false)")) ||
+        !layer_args(c, x, a, 3, init_ones, init_zeros, &la))
         return verr;
     int64_t d = in->shape.d[in->shape.rank - 1];
     Shape s = {1, {d}};
-    IrNode *ins[3] = {in, declare(c, x->loc, pname(c, la.name, "weight"), s, la.w, d, d),
-                      declare(c, x->loc, pname(c, la.name, "bias"), s, la.b, d, d)};
-    if (!ins[1] || !ins[2])
+    IrNode *ins[3] = {in, declare(c, x->loc, pname(c, la.name, "weight"), s, la.w, d, d), NULL};
+    if (bias)
+        ins[2] = declare(c, x->loc, pname(c, la.name, "bias"), s, la.b, d, d);
+    if (!ins[1] || (bias && !ins[2]))
         return verr;
-    IrNode *n = node(c, OP_LAYER_NORM, x->loc, 3, ins);
+    IrNode *n = node(c, OP_LAYER_NORM, x->loc, bias ? 3 : 2, ins);
     if (n)
         n->fa[0] = a->v[1].r;
     return finish(c, n);
@@ -1236,6 +1254,150 @@ static Val lower_batch_norm(Ctx *c, const Builtin *b, const Expr *x, Args *a)
     return finish(c, n);
 }
 
+/* ---- elementwise, norm, rope and loss additions -------------------------------------- */
+
+/* A string argument (slot i) that must be one of `choices`: its index, the
+ * default 0 when absent, -1 after an error. */
+static int choice(Ctx *c, const Args *a, int i, const char *fn, const char *arg,
+                  const char *const *choices, int n)
+{
+    if (!a->e[i])
+        return 0;
+    for (int k = 0; k < n; k++)
+        if (strcmp(a->e[i]->name, choices[k]) == 0)
+            return k;
+    diag_error(a->e[i]->loc, "unknown %s %s \"%s\": expected \"%s\" or \"%s\"", fn, arg,
+               a->e[i]->name, choices[0], choices[1]);
+    return -1;
+}
+
+/* gelu(x, approximate = "none" | "tanh") */
+static Val lower_gelu(Ctx *c, const Builtin *b, const Expr *x, Args *a)
+{
+    static const char *const forms[] = {"none", "tanh"};
+    int form = choice(c, a, 1, "gelu", "approximate", forms, 2);
+    IrNode *n = form < 0 ? NULL : node(c, OP_GELU, x->loc, 1, &a->v[0].t);
+    if (n)
+        n->ia[0] = form;
+    return finish(c, n);
+}
+
+/* maximum / minimum: a number operand becomes a constant (maximum(x, 0)) */
+static Val lower_extremum(Ctx *c, const Builtin *b, const Expr *x, Args *a)
+{
+    if (is_num(a->v[0]) && is_num(a->v[1])) {
+        diag_error(x->loc, "%s needs a tensor operand, got two numbers", b->name);
+        return verr;
+    }
+    for (int i = 0; i < 2; i++)
+        if (is_num(a->v[i]))
+            a->v[i] = const_node(c, a->e[i]->loc, a->v[i].k == V_INT ? (double)a->v[i].i : a->v[i].r);
+    if (a->v[0].k != V_TENSOR || a->v[1].k != V_TENSOR)
+        return verr;
+    return lower_binary(c, b, x, a);
+}
+
+static Val lower_clamp(Ctx *c, const Builtin *b, const Expr *x, Args *a)
+{
+    if (!(a->v[1].r <= a->v[2].r)) {
+        diag_error(a->e[2]->loc, "clamp needs lo <= hi, got lo = %s and hi = %s",
+                   fmt_real(c, a->v[1].r), fmt_real(c, a->v[2].r));
+        return verr;
+    }
+    IrNode *n = node(c, OP_CLAMP, x->loc, 1, &a->v[0].t);
+    if (n)
+        n->fa[0] = a->v[1].r, n->fa[1] = a->v[2].r;
+    return finish(c, n);
+}
+
+static Val lower_pow(Ctx *c, const Builtin *b, const Expr *x, Args *a)
+{
+    IrNode *n = node(c, OP_POW, x->loc, 1, &a->v[0].t);
+    if (n)
+        n->fa[0] = a->v[1].r;
+    return finish(c, n);
+}
+
+/* rope(x, axis, theta, style): axis the position axis, before the last. */
+static Val lower_rope(Ctx *c, const Builtin *b, const Expr *x, Args *a)
+{
+    static const char *const styles[] = {"interleaved", "half"};
+    const Shape *s = &a->v[0].t->shape;
+    int64_t axis;
+    int style = choice(c, a, 3, "rope", "style", styles, 2);
+    if (style < 0 || !norm_axis(c, a->e[1], "rope", s, a->v[1].i, &axis))
+        return verr;
+    if (axis == s->rank - 1) {
+        diag_error(a->e[1]->loc, "rope position axis %lld is the feature axis of %s: the last "
+                   "axis holds the rotated features, the positions lie along another",
+                   (long long)a->v[1].i, shape_str(c->a, s));
+        return verr;
+    }
+    IrNode *n = node(c, OP_ROPE, x->loc, 1, &a->v[0].t);
+    if (n) {
+        n->ia[0] = axis;
+        n->ia[1] = style;
+        n->fa[0] = a->v[2].r;
+    }
+    return finish(c, n);
+}
+
+/* rms_norm(x, eps): weight [D] (ones) over the last axis, as torch.nn.RMSNorm. */
+static Val lower_rms_norm(Ctx *c, const Builtin *b, const Expr *x, Args *a)
+{
+    IrNode *in = a->v[0].t;
+    LayerArgs la;
+    if (!shape_expect_rank(c->g, x->loc, "rms_norm", "an input [..., D]", &in->shape, 1, MP_MAX_RANK) ||
+        !no_bias_init(a, 4, "rms_norm") || !layer_args(c, x, a, 2, init_ones, init_zeros, &la))
+        return verr;
+    int64_t d = in->shape.d[in->shape.rank - 1];
+    IrNode *ins[2] = {in, declare(c, x->loc, pname(c, la.name, "weight"), (Shape){1, {d}}, la.w, d, d)};
+    if (!ins[1])
+        return verr;
+    IrNode *n = node(c, OP_RMS_NORM, x->loc, 2, ins);
+    if (n)
+        n->fa[0] = a->v[1].r;
+    return finish(c, n);
+}
+
+/* The labels' data input learns the ignored value: the trainer's range
+ * check lets it through. One input, one ignored value. */
+static Val set_ignore(Ctx *c, const Expr *at, Val v, IrNode *labels, int64_t ignore)
+{
+    IrInput *in = v.k == V_TENSOR ? input_behind(c, labels) : NULL;
+    if (in && in->has_ignore && in->ignore != ignore) {
+        diag_error(at->loc, "'%s' is used with ignore_index = %lld here but %lld before: one "
+                   "ignored value per input", in->name, (long long)ignore, (long long)in->ignore);
+        return verr;
+    }
+    if (in)
+        in->has_ignore = true, in->ignore = ignore;
+    return v;
+}
+
+/* cross_entropy(logits, labels, ignore_index, label_smoothing), torch's. */
+static Val lower_cross_entropy(Ctx *c, const Builtin *b, const Expr *x, Args *a)
+{
+    double ls = a->v[3].r;
+    bool ignore = a->e[2] && a->v[2].k == V_INT;
+    if (!(ls >= 0 && ls <= 1)) {
+        diag_error(a->e[3]->loc, "label_smoothing must be in [0, 1], got %s", fmt_real(c, ls));
+        return verr;
+    }
+    IrNode *in[2] = {a->v[0].t, a->v[1].t};
+    IrNode *n = node(c, OP_CROSS_ENTROPY, x->loc, 2, in);
+    if (n) {
+        n->ia[0] = ignore;
+        n->ia[1] = ignore ? a->v[2].i : 0;
+        n->fa[0] = ls;
+    }
+    Val v = finish(c, n);
+    const Shape *logits = &in[0]->shape;
+    if (v.k == V_TENSOR)
+        v = set_classes(c, x, v, in[1], logits->d[logits->rank - 1]);
+    return ignore && v.k == V_TENSOR ? set_ignore(c, x, v, in[1], a->v[2].i) : v;
+}
+
 #define T1(n)  {REQ(n, A_TENSOR)}
 #define T2(n, m) {REQ(n, A_TENSOR), REQ(m, A_TENSOR)}
 
@@ -1248,12 +1410,14 @@ static const Builtin builtins[] = {
     {"embedding", OP_EMBEDDING, lower_embedding, true,
      {REQ("ids", A_TENSOR), REQ("vocab", A_INT), REQ("dim", A_INT), LAYER_TAIL}},
     {"layer_norm", OP_LAYER_NORM, lower_layer_norm, true,
+     {REQ("x", A_TENSOR), OPT("eps", A_REAL, 1e-5), OPT("bias", A_BOOL, 1), LAYER_TAIL}},
+    {"rms_norm", OP_RMS_NORM, lower_rms_norm, true,
      {REQ("x", A_TENSOR), OPT("eps", A_REAL, 1e-5), LAYER_TAIL}},
     {"batch_norm", OP_BATCH_NORM, lower_batch_norm, true,
      {REQ("x", A_TENSOR), OPT("momentum", A_REAL, 0.1), OPT("eps", A_REAL, 1e-5), LAYER_TAIL}},
     {"matmul", OP_MATMUL, lower_binary, false, T2("a", "b")},
     {"relu", OP_RELU, lower_unary, false, T1("x")},
-    {"gelu", OP_GELU, lower_unary, false, T1("x")},
+    {"gelu", OP_GELU, lower_gelu, false, {REQ("x", A_TENSOR), ABS("approximate", A_STR)}},
     {"tanh", OP_TANH, lower_unary, false, T1("x")},
     {"sigmoid", OP_SIGMOID, lower_unary, false, T1("x")},
     {"silu", OP_SILU, lower_unary, false, T1("x")},
@@ -1274,11 +1438,22 @@ static const Builtin builtins[] = {
     {"mean", OP_MEAN, lower_axis, false, {REQ("x", A_TENSOR), ABS("axis", A_INT)}},
     {"softmax", OP_SOFTMAX, lower_axis, false, {REQ("x", A_TENSOR), OPT("axis", A_INT, -1)}},
     {"log_softmax", OP_LOG_SOFTMAX, lower_axis, false, {REQ("x", A_TENSOR), OPT("axis", A_INT, -1)}},
-    {"cross_entropy", OP_CROSS_ENTROPY, lower_class_loss, false, T2("logits", "labels")},
+    {"cross_entropy", OP_CROSS_ENTROPY, lower_cross_entropy, false,
+     {REQ("logits", A_TENSOR), REQ("labels", A_TENSOR), ABS("ignore_index", A_INT),
+      OPT("label_smoothing", A_REAL, 0)}},
     {"accuracy", OP_ACCURACY, lower_class_loss, false, T2("logits", "labels")},
     {"mse", OP_MSE, lower_binary, false, T2("pred", "target")},
     {"attention", OP_ATTENTION, lower_attention, false,
      {REQ("q", A_TENSOR), REQ("k", A_TENSOR), REQ("v", A_TENSOR), OPT("causal", A_BOOL, 0)}},
+    {"abs", OP_ABS, lower_unary, false, T1("x")},
+    {"sin", OP_SIN, lower_unary, false, T1("x")},
+    {"cos", OP_COS, lower_unary, false, T1("x")},
+    {"maximum", OP_MAXIMUM, lower_extremum, false, {REQ("a", A_ANY), REQ("b", A_ANY)}},
+    {"minimum", OP_MINIMUM, lower_extremum, false, {REQ("a", A_ANY), REQ("b", A_ANY)}},
+    {"clamp", OP_CLAMP, lower_clamp, false, {REQ("x", A_TENSOR), REQ("lo", A_REAL), REQ("hi", A_REAL)}},
+    {"pow", OP_POW, lower_pow, false, {REQ("x", A_TENSOR), REQ("p", A_REAL)}},
+    {"rope", OP_ROPE, lower_rope, false,
+     {REQ("x", A_TENSOR), REQ("axis", A_INT), OPT("theta", A_REAL, 10000), ABS("style", A_STR)}},
     {"f32", OP_CAST, lower_cast, false, {REQ("x", A_ANY)}},
     {"f16", OP_CAST, lower_cast, false, {REQ("x", A_ANY)}},
     {"bf16", OP_CAST, lower_cast, false, {REQ("x", A_ANY)}},

@@ -453,8 +453,9 @@ bool shape_GLOBAL_AVG_POOL(IrGraph *g, IrNode *n)
 /* (ids i32 [...], weight [vocab, dim]) -> [..., dim], a float */
 bool shape_EMBEDDING(IrGraph *g, IrNode *n)
 {
-    if (n->in[0]->type != DT_I32) {
-        diag_error(n->loc, "embedding needs i32 ids, got %s", n->in[0]->type ? dt_name(n->in[0]->type) : "a float tensor");
+    if (!is_int(n->in[0]->type)) {
+        diag_error(n->loc, "embedding needs integer ids (i32, u16 or u8), got %s",
+                   n->in[0]->type ? dt_name(n->in[0]->type) : "a float tensor");
         return false;
     }
     if (!rank_in(g, n, 0, "ids of rank below 8", 0, MP_MAX_RANK - 1) ||
@@ -525,7 +526,7 @@ static bool eps_ok(IrNode *n, double eps)
 /* (x [..., D], weight [D], bias [D]); fa[0] = eps */
 bool shape_LAYER_NORM(IrGraph *g, IrNode *n)
 {
-    if (!all_float(n) || !rank_in(g, n, 0, "an input [..., D]", 1, MP_MAX_RANK) || !eps_ok(n, n->fa[0]))
+    if (!nin_is(n, 2, 3) || !all_float(n) || !rank_in(g, n, 0, "an input [..., D]", 1, MP_MAX_RANK) || !eps_ok(n, n->fa[0]))
         return false;
     const Shape *x = sh(n, 0);
     return vectors_of(g, n, 1, x->d[x->rank - 1]) && set_shape(g, n, x);
@@ -556,8 +557,9 @@ static bool class_loss(IrGraph *g, IrNode *n)
     if (!float_in(n, 0) || !rank_in(g, n, 0, "logits [..., C]", 1, MP_MAX_RANK))
         return false;
     DType lt = n->in[1]->type;
-    if (lt != DT_I32) {
-        diag_error(n->loc, "%s needs i32 labels, got %s", name_of(n), lt ? dt_name(lt) : "a float tensor");
+    if (!is_int(lt)) {
+        diag_error(n->loc, "%s needs integer labels (i32, u16 or u8), got %s", name_of(n),
+                   lt ? dt_name(lt) : "a float tensor");
         return false;
     }
     Shape want = with_last(sh(n, 0), -1);
@@ -739,3 +741,64 @@ static bool step(IrGraph *g, IrNode *n)
 bool shape_SGD(IrGraph *g, IrNode *n) { return step(g, n); }
 bool shape_ADAM(IrGraph *g, IrNode *n) { return step(g, n); }
 bool shape_ADAMW(IrGraph *g, IrNode *n) { return step(g, n); }
+
+/* ---- elementwise, norm and rope additions ---------------------------------------- */
+
+bool shape_ABS(IrGraph *g, IrNode *n) { return unary(g, n); }
+bool shape_SIN(IrGraph *g, IrNode *n) { return unary(g, n); }
+bool shape_COS(IrGraph *g, IrNode *n) { return unary(g, n); }
+bool shape_MAXIMUM(IrGraph *g, IrNode *n) { return binary(g, n); }
+bool shape_MINIMUM(IrGraph *g, IrNode *n) { return binary(g, n); }
+bool shape_POW(IrGraph *g, IrNode *n) { return unary(g, n); }
+
+/* fa[0] = lo, fa[1] = hi */
+bool shape_CLAMP(IrGraph *g, IrNode *n)
+{
+    if (!(n->fa[0] <= n->fa[1])) {
+        diag_error(n->loc, "clamp needs lo <= hi, got lo = %g and hi = %g", n->fa[0], n->fa[1]);
+        return false;
+    }
+    return unary(g, n);
+}
+
+/* (x [..., D], weight [D]); fa[0] = eps */
+bool shape_RMS_NORM(IrGraph *g, IrNode *n)
+{
+    if (!all_float(n) || !rank_in(g, n, 0, "an input [..., D]", 1, MP_MAX_RANK) || !eps_ok(n, n->fa[0]))
+        return false;
+    const Shape *x = sh(n, 0);
+    return vectors_of(g, n, 1, x->d[x->rank - 1]) && set_shape(g, n, x);
+}
+
+/* x [..., D] with D even; ia[0] = the position axis, not the last; ia[1] =
+ * style (0 interleaved, 1 half); fa[0] = theta > 0 */
+bool shape_ROPE(IrGraph *g, IrNode *n)
+{
+    const Shape *x = sh(n, 0);
+    if (!float_in(n, 0) || !rank_in(g, n, 0, "an input [..., T, ..., D] of rank 2 or more", 2, MP_MAX_RANK))
+        return false;
+    if (x->d[x->rank - 1] % 2 != 0) {
+        diag_error(n->loc, "rope needs an even last axis (pairs of features), got %s", str(g, x));
+        return false;
+    }
+    if (n->ia[0] < 0 || n->ia[0] >= x->rank - 1) {
+        diag_error(n->loc, "rope position axis %lld must be one of the axes before the last of %s",
+                   (long long)n->ia[0], str(g, x));
+        return false;
+    }
+    if (!(n->fa[0] > 0)) {
+        diag_error(n->loc, "rope needs theta > 0, got %g", n->fa[0]);
+        return false;
+    }
+    return set_shape(g, n, x);
+}
+
+bool shape_ABS_GRAD(IrGraph *g, IrNode *n) { return pointwise_grad(g, n); }
+bool shape_SIN_GRAD(IrGraph *g, IrNode *n) { return pointwise_grad(g, n); }
+bool shape_COS_GRAD(IrGraph *g, IrNode *n) { return pointwise_grad(g, n); }
+bool shape_CLAMP_GRAD(IrGraph *g, IrNode *n) { return pointwise_grad(g, n); }
+bool shape_POW_GRAD(IrGraph *g, IrNode *n) { return pointwise_grad(g, n); }
+bool shape_MAXIMUM_MASK(IrGraph *g, IrNode *n) { return broadcast(g, n, sh(n, 0), sh(n, 1)); }
+bool shape_RMS_NORM_DX(IrGraph *g, IrNode *n) { return like_fwd_in(g, n, 0); }
+bool shape_RMS_NORM_DW(IrGraph *g, IrNode *n) { return like_fwd_in(g, n, 1); }
+bool shape_ROPE_GRAD(IrGraph *g, IrNode *n) { return like_fwd_in(g, n, 0); }

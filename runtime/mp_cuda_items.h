@@ -321,25 +321,30 @@ static inline MP_HD void mp_cu_softmax_grad_put(void *dx, int dxdt, const void *
     }
 }
 
-/* Cross-entropy of one row given its max and sum of exp; NaN for a label
- * outside [0, C), as mp_ce_row. */
+/* Cross-entropy of one row given its max, sum of exp and (eps != 0) sum
+ * of x, with label smoothing eps; NaN for a label outside [0, C), as
+ * mp_ce_row. */
 static inline MP_HD double mp_cu_ce_row(const void *x, int xdt, int64_t off, int64_t C,
-                                        int32_t label, float m, double s)
+                                        int64_t label, float m, double s, float eps, double sx)
 {
     if (label < 0 || label >= C)
         return NAN;
-    return (double)m + log(s) - mp_cu_ld(x, xdt, off + label);
+    double lse = (double)m + log(s);
+    if (eps == 0.0f)
+        return lse - mp_cu_ld(x, xdt, off + label);
+    return (1.0 - (double)eps) * (lse - mp_cu_ld(x, xdt, off + label)) +
+           (double)eps * (lse - sx / (double)C);
 }
 
-/* dx = g (softmax(x) - onehot(label)), g = dl / rows */
+/* dx = g (softmax(x) - (1 - eps) onehot(label) - eps / C), g = dl / count */
 static inline MP_HD void mp_cu_ce_grad_put(void *dx, int dxdt, const void *x, int xdt, int64_t off,
-                                           int64_t C, int32_t label, float m, double s, float g,
-                                           int tid, int nt)
+                                           int64_t C, int64_t label, float m, double s, float g,
+                                           float eps, int tid, int nt)
 {
     float inv = (float)(1.0 / s);
     for (int64_t j = tid; j < C; j += nt) {
         float p = expf(mp_cu_ld(x, xdt, off + j) - m) * inv;
-        mp_cu_st(dx, dxdt, off + j, g * (p - (j == label ? 1.0f : 0.0f)));
+        mp_cu_st(dx, dxdt, off + j, g * (p - (j == label ? 1.0f - eps : 0.0f) - eps / (float)C));
     }
 }
 
@@ -630,13 +635,13 @@ static inline MP_HD float mp_cu_col2im_at(const MpCuImg *g, const void *dcol, in
 /* ---- embedding ---------------------------------------------------------- */
 
 /* dw[v, d] = sum of dy[i, d] over the i with ids[i] == v, in order of i. */
-static inline MP_HD float mp_cu_embedding_dw_at(const void *dy, int dydt, const int32_t *ids,
+static inline MP_HD float mp_cu_embedding_dw_at(const void *dy, int dydt, const void *ids, int idt,
                                                 int64_t n, int64_t dim, int64_t e)
 {
     int64_t v = e / dim, d = e % dim;
     float s = 0.0f;
     for (int64_t i = 0; i < n; i++)
-        if (ids[i] == v)
+        if (mp_ld_id(ids, idt, i) == v)
             s += mp_cu_ld(dy, dydt, i * dim + d);
     return s;
 }
@@ -675,6 +680,51 @@ static inline MP_HD double mp_cu_attn_dot(const float *s, const float *dp, int64
     for (int64_t j = tid; j < T && !(causal && j > i); j += nt)
         d += (double)dp[j] * (expf(s[j] - m) * inv);
     return d;
+}
+
+/* ---- rms_norm and rope ------------------------------------------------------ */
+
+/* This thread's share of the sum of x^2 over a row of dim at off. */
+static inline MP_HD double mp_cu_sumsq_part(const void *x, int xdt, int64_t off, int64_t dim,
+                                            int tid, int nt)
+{
+    double s = 0;
+    for (int64_t j = tid; j < dim; j += nt) {
+        float v = mp_cu_ld(x, xdt, off + j);
+        s += (double)v * v;
+    }
+    return s;
+}
+
+/* This thread's share of the sum of a row (cross_entropy's smoothing). */
+static inline MP_HD double mp_cu_row_sum_part(const void *x, int xdt, int64_t off, int64_t len,
+                                              int tid, int nt)
+{
+    double s = 0;
+    for (int64_t j = tid; j < len; j += nt)
+        s += mp_cu_ld(x, xdt, off + j);
+    return s;
+}
+
+/* This thread's share of sum(dy w x) over a row (rms_norm's dx). */
+static inline MP_HD double mp_cu_rms_gx_part(const void *dy, int dydt, const void *x, int xdt,
+                                             const void *w, int wdt, int64_t off, int64_t dim,
+                                             int tid, int nt)
+{
+    double s = 0;
+    for (int64_t j = tid; j < dim; j += nt)
+        s += (double)(mp_cu_ld(dy, dydt, off + j) * mp_cu_ld(w, wdt, j)) * mp_cu_ld(x, xdt, off + j);
+    return s;
+}
+
+/* Element e of rope over x [outer, P, inner] (inner ending in D features). */
+static inline MP_HD float mp_cu_rope_at(const void *x, int xdt, int64_t e, int64_t P, int64_t inner,
+                                        int64_t D, float theta, int half, float sign)
+{
+    int64_t j = e % D, partner;
+    float angle;
+    int first = mp_rope_pair(j, D, half, (e / inner) % P, theta, &partner, &angle);
+    return mp_rope_value(mp_cu_ld(x, xdt, e), mp_cu_ld(x, xdt, e - j + partner), first, angle, sign);
 }
 
 #endif

@@ -16,6 +16,9 @@
  *   mp_cu_matmul, matmul_tn, linear                  (cuBLAS)
  *   mp_cu_conv2d, _dx, _dw                           (im2col + cuBLAS)
  *   pools, global_avg_pool, embedding, layer_norm, batch_norm, attention
+ *   additions (at the end): abs sin cos gelu_tanh (+ _grad), maximum,
+ *   minimum, maximum_mask, clamp, pow (+ _grad), rms_norm (+ _dx, _dw),
+ *   rope; labels and ids of any integer type come with their type (ldt)
  * Shapes that the C program passes as arrays come as MpCuDims values.
  *
  * Each launcher builds a functor (the work of one item: an element, a row,
@@ -438,60 +441,119 @@ static MP_HD void mp_cu_row_stats(const MpCuTeam &t, const void *x, int64_t off,
     *s = t.sum(mp_cu_row_sumexp(x, XT, off, C, 1, *m, t.tid, t.nt));
 }
 
+/* Rows of cross-entropy: part[r] its loss (0 when ignored), part[rows + r]
+ * 1 when counted; eps = label smoothing. */
 template <int XT>
 struct MpCuCeRows {
     double *part;
-    const void *x;
-    const int32_t *labels;
-    int64_t C;
+    const void *x, *labels;
+    int ldt;
+    int64_t rows, C, ignore;
+    float eps;
     MP_HD void operator()(int64_t r, const MpCuTeam &t) const
     {
         float m;
-        double s;
+        double s, sx = 0;
+        int64_t lab = mp_ld_id(labels, ldt, r);
         mp_cu_row_stats<XT>(t, x, r * C, C, &m, &s);
+        if (eps != 0.0f)
+            sx = t.sum(mp_cu_row_sum_part(x, XT, r * C, C, t.tid, t.nt));
+        if (t.tid == 0) {
+            part[r] = lab == ignore ? 0.0 : mp_cu_ce_row(x, XT, r * C, C, lab, m, s, eps, sx);
+            part[rows + r] = lab == ignore ? 0.0 : 1.0;
+        }
+    }
+};
+
+/* y = sum of part[0..n) / sum of part[n..2n), by one block in a fixed order */
+template <int YT>
+struct MpCuFinishCounted {
+    void *y;
+    const double *part;
+    int64_t n;
+    MP_HD void operator()(int64_t row, const MpCuTeam &t) const
+    {
+        double s = 0, c = 0;
+        (void)row;
+        for (int64_t i = t.tid; i < n; i += t.nt) {
+            s += part[i];
+            c += part[n + i];
+        }
+        s = t.sum(s);
+        c = t.sum(c);
         if (t.tid == 0)
-            part[r] = mp_cu_ce_row(x, XT, r * C, C, labels[r], m, s);
+            mp_cu_st(y, YT, 0, (float)(s / c));
     }
 };
 
 template <int LT, int XT>
-static inline void mp_cu_cross_entropy(void *loss, const void *x, const int32_t *labels,
-                                       int64_t rows, int64_t C)
+static inline void mp_cu_cross_entropy(void *loss, const void *x, const void *labels, int ldt,
+                                       int64_t rows, int64_t C, int64_t ignore, float eps)
 {
-    double *part = (double *)mp_cu_ws(rows * (int64_t)sizeof(double));
-    MpCuCeRows<XT> f = {part, x, labels, C};
+    double *part = (double *)mp_cu_ws(2 * rows * (int64_t)sizeof(double));
+    MpCuCeRows<XT> f = {part, x, labels, ldt, rows, C, ignore, eps};
+    MpCuFinishCounted<LT> fin = {loss, part, rows};
     mp_cu_rows("cross_entropy", rows, mp_cu_row_threads(C), f);
-    mp_cu_finish<LT>("cross_entropy", loss, part, rows, (double)rows);
+    mp_cu_rows("cross_entropy", 1, 256, fin);
 }
+
+/* count[0] = the rows whose label is not ignored (one block) */
+struct MpCuCeCount {
+    float *count;
+    const void *labels;
+    int ldt;
+    int64_t rows, ignore;
+    MP_HD void operator()(int64_t row, const MpCuTeam &t) const
+    {
+        double c = 0;
+        (void)row;
+        for (int64_t i = t.tid; i < rows; i += t.nt)
+            c += mp_ld_id(labels, ldt, i) != ignore;
+        c = t.sum(c);
+        if (t.tid == 0)
+            count[0] = (float)c;
+    }
+};
 
 template <int DXT, int DLT, int XT>
 struct MpCuCeGrad {
     void *dx;
-    const void *dl, *x;
-    const int32_t *labels;
-    int64_t rows, C;
+    const void *dl, *x, *labels;
+    int ldt;
+    const float *count;
+    int64_t C, ignore;
+    float eps;
     MP_HD void operator()(int64_t r, const MpCuTeam &t) const
     {
-        float m, g = mp_cu_ld(dl, DLT, 0) / (float)rows;
+        float m, g = mp_cu_ld(dl, DLT, 0) / count[0];
         double s;
+        int64_t lab = mp_ld_id(labels, ldt, r);
         mp_cu_row_stats<XT>(t, x, r * C, C, &m, &s);
-        mp_cu_ce_grad_put(dx, DXT, x, XT, r * C, C, labels[r], m, s, g, t.tid, t.nt);
+        if (lab == ignore)
+            for (int64_t j = t.tid; j < C; j += t.nt)
+                mp_cu_st(dx, DXT, r * C + j, 0.0f);
+        else
+            mp_cu_ce_grad_put(dx, DXT, x, XT, r * C, C, lab, m, s, g, eps, t.tid, t.nt);
     }
 };
 
 template <int DXT, int DLT, int XT>
 static inline void mp_cu_cross_entropy_grad(void *dx, const void *dl, const void *x,
-                                            const int32_t *labels, int64_t rows, int64_t C)
+                                            const void *labels, int ldt, int64_t rows, int64_t C,
+                                            int64_t ignore, float eps)
 {
-    MpCuCeGrad<DXT, DLT, XT> f = {dx, dl, x, labels, rows, C};
+    float *count = (float *)mp_cu_ws((int64_t)sizeof(float));
+    MpCuCeCount c = {count, labels, ldt, rows, ignore};
+    MpCuCeGrad<DXT, DLT, XT> f = {dx, dl, x, labels, ldt, count, C, ignore, eps};
+    mp_cu_rows("cross_entropy_grad", 1, 256, c);
     mp_cu_rows("cross_entropy_grad", rows, mp_cu_row_threads(C), f);
 }
 
 template <int XT>
 struct MpCuAccuracyRows {
     double *part;
-    const void *x;
-    const int32_t *labels;
+    const void *x, *labels;
+    int ldt;
     int64_t C;
     MP_HD void operator()(int64_t r, const MpCuTeam &t) const
     {
@@ -499,16 +561,16 @@ struct MpCuAccuracyRows {
         int64_t at = mp_cu_argmax_part(x, XT, r * C, C, t.tid, t.nt, &v);
         at = t.argmax(v, at);
         if (t.tid == 0)
-            part[r] = at == labels[r] ? 1.0 : 0.0;
+            part[r] = at == mp_ld_id(labels, ldt, r) ? 1.0 : 0.0;
     }
 };
 
 template <int OT, int XT>
-static inline void mp_cu_accuracy(void *out, const void *x, const int32_t *labels, int64_t rows,
+static inline void mp_cu_accuracy(void *out, const void *x, const void *labels, int ldt, int64_t rows,
                                   int64_t C)
 {
     double *part = (double *)mp_cu_ws(rows * (int64_t)sizeof(double));
-    MpCuAccuracyRows<XT> f = {part, x, labels, C};
+    MpCuAccuracyRows<XT> f = {part, x, labels, ldt, C};
     mp_cu_rows("accuracy", rows, mp_cu_row_threads(C), f);
     mp_cu_finish<OT>("accuracy", out, part, rows, (double)rows);
 }
@@ -751,42 +813,43 @@ static inline void mp_cu_avg_pool2d_grad(void *dx, const void *dy, int64_t N, in
 template <int YT, int WT>
 struct MpCuEmbedding {
     void *y;
-    const int32_t *ids;
+    const void *ids;
+    int idt;
     const void *w;
     int64_t vocab, dim;
     MP_HD void operator()(int64_t i) const
     {
-        int64_t id = ids[i / dim];
+        int64_t id = mp_ld_id(ids, idt, i / dim);
         mp_cu_st(y, YT, i, id >= 0 && id < vocab ? mp_cu_ld(w, WT, id * dim + i % dim) : NAN);
     }
 };
 
 template <int YT, int WT>
-static inline void mp_cu_embedding(void *y, const int32_t *ids, const void *w, int64_t n,
+static inline void mp_cu_embedding(void *y, const void *ids, int idt, const void *w, int64_t n,
                                    int64_t vocab, int64_t dim)
 {
-    MpCuEmbedding<YT, WT> f = {y, ids, w, vocab, dim};
+    MpCuEmbedding<YT, WT> f = {y, ids, idt, w, vocab, dim};
     mp_cu_each("embedding", n * dim, f);
 }
 
 template <int DWT, int DYT>
 struct MpCuEmbeddingDw {
     void *dw;
-    const void *dy;
-    const int32_t *ids;
+    const void *dy, *ids;
+    int idt;
     int64_t n, dim;
     float beta;
     MP_HD void operator()(int64_t i) const
     {
-        mp_cu_st_beta(dw, DWT, i, mp_cu_embedding_dw_at(dy, DYT, ids, n, dim, i), beta);
+        mp_cu_st_beta(dw, DWT, i, mp_cu_embedding_dw_at(dy, DYT, ids, idt, n, dim, i), beta);
     }
 };
 
 template <int DWT, int DYT>
-static inline void mp_cu_embedding_dw(void *dw, const void *dy, const int32_t *ids, int64_t n,
+static inline void mp_cu_embedding_dw(void *dw, const void *dy, const void *ids, int idt, int64_t n,
                                       int64_t vocab, int64_t dim, float beta)
 {
-    MpCuEmbeddingDw<DWT, DYT> f = {dw, dy, ids, n, dim, beta};
+    MpCuEmbeddingDw<DWT, DYT> f = {dw, dy, ids, idt, n, dim, beta};
     mp_cu_each("embedding_dw", vocab * dim, f);
 }
 
@@ -1111,5 +1174,184 @@ static inline void mp_cu_attention_bwd(int which, void *d, const void *dy, const
 MP_CU_ATTN_GRAD(attention_dq, 0)
 MP_CU_ATTN_GRAD(attention_dk, 1)
 MP_CU_ATTN_GRAD(attention_dv, 2)
+
+/* ---- elementwise, norm and rope additions ------------------------------------------ */
+
+MP_CU_UNARY(gelu_tanh, mp_gelu_tanh(a))
+MP_CU_UNARY(abs, fabsf(a))
+MP_CU_UNARY(sin, sinf(a))
+MP_CU_UNARY(cos, cosf(a))
+MP_CU_GRAD(gelu_tanh_grad, mp_gelu_tanh_grad)
+MP_CU_GRAD(abs_grad, mp_abs_grad)
+MP_CU_GRAD(sin_grad, mp_sin_grad)
+MP_CU_GRAD(cos_grad, mp_cos_grad)
+MP_CU_BINARY(maximum, mp_maximum(a, b))
+MP_CU_BINARY(minimum, mp_minimum(a, b))
+MP_CU_BINARY(maximum_mask, mp_maximum_mask(a, b))
+
+struct MpCuF_clamp {
+    float lo, hi;
+    MP_HD float operator()(float a) const { return mp_clamp(a, lo, hi); }
+};
+
+struct MpCuF_clamp_grad {
+    float lo, hi;
+    MP_HD float operator()(float g, float v) const { return mp_clamp_grad(g, v, lo, hi); }
+};
+
+struct MpCuF_pow {
+    float p;
+    MP_HD float operator()(float a) const { return powf(a, p); }
+};
+
+struct MpCuF_pow_grad {
+    float p;
+    MP_HD float operator()(float g, float v) const { return mp_pow_grad(g, v, p); }
+};
+
+template <int YT, int XT>
+static inline void mp_cu_clamp(void *y, const void *x, int64_t n, float lo, float hi)
+{
+    MpCuMap1<YT, XT, MpCuF_clamp> f = {y, x, {lo, hi}};
+    mp_cu_each("clamp", n, f);
+}
+
+template <int DXT, int DYT, int XT>
+static inline void mp_cu_clamp_grad(void *dx, const void *dy, const void *x, int64_t n, float lo, float hi)
+{
+    MpCuMap2<DXT, DYT, XT, MpCuF_clamp_grad> f = {dx, dy, x, {lo, hi}};
+    mp_cu_each("clamp_grad", n, f);
+}
+
+template <int YT, int XT>
+static inline void mp_cu_pow(void *y, const void *x, int64_t n, float p)
+{
+    MpCuMap1<YT, XT, MpCuF_pow> f = {y, x, {p}};
+    mp_cu_each("pow", n, f);
+}
+
+template <int DXT, int DYT, int XT>
+static inline void mp_cu_pow_grad(void *dx, const void *dy, const void *x, int64_t n, float p)
+{
+    MpCuMap2<DXT, DYT, XT, MpCuF_pow_grad> f = {dx, dy, x, {p}};
+    mp_cu_each("pow_grad", n, f);
+}
+
+/* rms_norm: a block per row */
+template <int YT, int XT, int WT>
+struct MpCuRmsNorm {
+    void *y;
+    const void *x, *w;
+    int64_t dim;
+    float eps;
+    MP_HD void operator()(int64_t r, const MpCuTeam &t) const
+    {
+        float rs = mp_rms_rstd(t.sum(mp_cu_sumsq_part(x, XT, r * dim, dim, t.tid, t.nt)), dim, eps);
+        for (int64_t j = t.tid; j < dim; j += t.nt)
+            mp_cu_st(y, YT, r * dim + j, mp_cu_ld(x, XT, r * dim + j) * rs * mp_cu_ld(w, WT, j));
+    }
+};
+
+template <int YT, int XT, int WT>
+static inline void mp_cu_rms_norm(void *y, const void *x, const void *w, int64_t rows, int64_t dim,
+                                  float eps)
+{
+    MpCuRmsNorm<YT, XT, WT> f = {y, x, w, dim, eps};
+    mp_cu_rows("rms_norm", rows, mp_cu_row_threads(dim), f);
+}
+
+/* dx = rstd (g - xhat mean(g xhat)), g = dy w, xhat = x rstd */
+template <int DXT, int DYT, int XT, int WT>
+struct MpCuRmsNormDx {
+    void *dx;
+    const void *dy, *x, *w;
+    int64_t dim;
+    float eps;
+    MP_HD void operator()(int64_t r, const MpCuTeam &t) const
+    {
+        int64_t off = r * dim;
+        float rs = mp_rms_rstd(t.sum(mp_cu_sumsq_part(x, XT, off, dim, t.tid, t.nt)), dim, eps);
+        double sgx = t.sum(mp_cu_rms_gx_part(dy, DYT, x, XT, w, WT, off, dim, t.tid, t.nt));
+        float mgx = (float)(sgx * rs / (double)dim);
+        for (int64_t j = t.tid; j < dim; j += t.nt) {
+            float g = mp_cu_ld(dy, DYT, off + j) * mp_cu_ld(w, WT, j);
+            mp_cu_st(dx, DXT, off + j, rs * (g - mp_cu_ld(x, XT, off + j) * rs * mgx));
+        }
+    }
+};
+
+template <int DXT, int DYT, int XT, int WT>
+static inline void mp_cu_rms_norm_dx(void *dx, const void *dy, const void *x, const void *w,
+                                     int64_t rows, int64_t dim, float eps)
+{
+    MpCuRmsNormDx<DXT, DYT, XT, WT> f = {dx, dy, x, w, dim, eps};
+    mp_cu_rows("rms_norm_dx", rows, mp_cu_row_threads(dim), f);
+}
+
+/* Per-row rstd into st, then a block per column sums dy x rstd. */
+template <int XT>
+struct MpCuRmsRows {
+    float *st;
+    const void *x;
+    int64_t dim;
+    float eps;
+    MP_HD void operator()(int64_t r, const MpCuTeam &t) const
+    {
+        float rs = mp_rms_rstd(t.sum(mp_cu_sumsq_part(x, XT, r * dim, dim, t.tid, t.nt)), dim, eps);
+        if (t.tid == 0)
+            st[r] = rs;
+    }
+};
+
+template <int DWT, int DYT, int XT>
+struct MpCuRmsNormDw {
+    void *dw;
+    const void *dy, *x;
+    const float *st;
+    int64_t rows, dim;
+    float beta;
+    MP_HD void operator()(int64_t k, const MpCuTeam &t) const
+    {
+        double s = 0;
+        for (int64_t r = t.tid; r < rows; r += t.nt)
+            s += mp_cu_ld(dy, DYT, r * dim + k) * (mp_cu_ld(x, XT, r * dim + k) * st[r]);
+        s = t.sum(s);
+        if (t.tid == 0)
+            mp_cu_st_beta(dw, DWT, k, (float)s, beta);
+    }
+};
+
+template <int DWT, int DYT, int XT>
+static inline void mp_cu_rms_norm_dw(void *dw, const void *dy, const void *x, int64_t rows,
+                                     int64_t dim, float eps, float beta)
+{
+    float *st = (float *)mp_cu_ws(rows * (int64_t)sizeof(float));
+    MpCuRmsRows<XT> a = {st, x, dim, eps};
+    MpCuRmsNormDw<DWT, DYT, XT> b = {dw, dy, x, st, rows, dim, beta};
+    mp_cu_rows("rms_norm_dw", rows, mp_cu_row_threads(dim), a);
+    mp_cu_rows("rms_norm_dw", dim, mp_cu_row_threads(rows), b);
+}
+
+/* rope: one output element per item, reading its pair partner */
+template <int YT, int XT>
+struct MpCuRope {
+    void *y;
+    const void *x;
+    int64_t P, inner, D;
+    float theta, sign;
+    int half;
+    MP_HD void operator()(int64_t e) const
+    {
+        mp_cu_st(y, YT, e, mp_cu_rope_at(x, XT, e, P, inner, D, theta, half, sign));
+    }
+};
+
+template <int YT, int XT>
+static inline void mp_cu_rope(void *y, const void *x, int64_t outer, int64_t P, int64_t inner,
+                              int64_t D, float theta, int half, float sign)
+{
+    MpCuRope<YT, XT> f = {y, x, P, inner, D, theta, sign, half};
+    mp_cu_each("rope", outer * P * inner, f);
+}
 
 #endif

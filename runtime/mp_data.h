@@ -53,6 +53,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "mp_model.h"
+#include "mp_kernels.h"
 #include "mp_util.h"
 #include "mp_npy.h"
 #include "mp_half.h"
@@ -443,7 +444,8 @@ static inline int64_t mp_first_bad(const MpInput *x, const void *v, int64_t n)
     do {                                                                \
         const T *p = (const T *)v;                                      \
         for (int64_t i = 0; c > 0 && i < n; i++)                        \
-            if ((int64_t)p[i] < 0 || (int64_t)p[i] >= c)                \
+            if (((int64_t)p[i] < 0 || (int64_t)p[i] >= c) &&            \
+                !(x->has_ignore && (int64_t)p[i] == x->ignore))         \
                 return i;                                               \
         return -1;                                                      \
     } while (0)

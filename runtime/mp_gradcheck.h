@@ -38,14 +38,19 @@ static inline void mp_gc_fill_inputs(MpModel *m, uint64_t seed)
             n *= in->shape[d];
         for (int64_t k = 0; k < n; k++) {
             double u = mp_gc_uniform(&seed), v = mp_gc_uniform(&seed);
+            double classes = (double)(in->classes > 0 ? in->classes : 4);
             if (in->dtype == MP_I32)
-                ((int32_t *)in->batch)[k] = (int32_t)(u * (double)(in->classes > 0 ? in->classes : 4));
+                ((int32_t *)in->batch)[k] = (int32_t)(u * classes);
+            else if (in->dtype == MP_U16)
+                ((uint16_t *)in->batch)[k] = (uint16_t)(u * classes);
+            else if (in->dtype == MP_U8 && in->classes > 0)
+                ((uint8_t *)in->batch)[k] = (uint8_t)(u * classes);
             else if (in->dtype == MP_U8)
                 ((uint8_t *)in->batch)[k] = (uint8_t)(u * 256);
             else if (in->dtype == MP_F32)
                 ((float *)in->batch)[k] = (float)(sqrt(-2 * log(u)) * cos(6.283185307179586 * v));
             else {
-                fprintf(stderr, "gradcheck: input '%s': only f32, i32 and u8 inputs are supported\n",
+                fprintf(stderr, "gradcheck: input '%s': only f32, i32, u16 and u8 inputs are supported\n",
                         in->name);
                 exit(2);
             }

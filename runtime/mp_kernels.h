@@ -45,13 +45,27 @@
  * Softmax, losses, metrics
  *   mp_k_softmax(y,ydt, x,xdt, outer,len,inner)   over len; also log_softmax
  *   mp_k_softmax_grad(dx,dxdt, dy,dydt, y,ydt, outer,len,inner); log_softmax_grad
- *   mp_k_cross_entropy(loss,ldt, x,xdt, const int32_t *labels, rows, C)
+ *   mp_k_cross_entropy(loss,ldt, x,xdt, labels,labdt, rows, C, ignore, eps)
  *       mean over rows of logsumexp(x[r]) - x[r, label]; scalar
- *   mp_k_cross_entropy_grad(dx,dxdt, dl,dldt, x,xdt, labels, rows, C)
+ *   mp_k_cross_entropy_grad(dx,dxdt, dl,dldt, x,xdt, labels,labdt, rows, C, ignore, eps)
  *       dl * (softmax(x) - onehot) / rows; dl is a scalar tensor
  *   mp_k_mse(loss,ldt, p,pdt, t,tdt, n)            mean (p - t)^2
  *   mp_k_mse_grad(dx,dxdt, dl,dldt, p,pdt, t,tdt, n)   dl * 2 (p - t) / n
- *   mp_k_accuracy(out,odt, x,xdt, labels, rows, C)  mean(argmax == label)
+ *   mp_k_accuracy(out,odt, x,xdt, labels,labdt, rows, C)  mean(argmax == label)
+ *   labels (and embedding ids) are of any integer type (labdt MP_I32,
+ *   MP_U8, MP_U16). cross_entropy takes (..., ignore, eps) after C: rows
+ *   whose label is `ignore` (MP_NO_IGNORE: none) add nothing and the mean is
+ *   over the others; eps = label_smoothing, as torch
+ * Additions (at the end of the files)
+ *   mp_k_{abs,sin,cos,gelu_tanh}(y,ydt, x,xdt, n); their _grad(dx, dy, x, n)
+ *   mp_k_{maximum,minimum,maximum_mask}(...) as add; maximum_mask(a, b) is
+ *       1 where a > b, 1/2 where a == b, else 0 (maximum's gradient share)
+ *   mp_k_clamp(y,ydt, x,xdt, n, lo, hi); mp_k_clamp_grad(dx, dy, x, n, lo, hi)
+ *   mp_k_pow(y,ydt, x,xdt, n, p); mp_k_pow_grad(dx, dy, x, n, p)
+ *   mp_k_rms_norm(y,ydt, x,xdt, w,wdt, rows, dim, eps), _dx, _dw as layer_norm
+ *   mp_k_rope(y,ydt, x,xdt, outer, P, inner, D, theta, half, sign)
+ *       x viewed as [outer, P, inner] (P the positions, inner ending in the
+ *       D features); sign -1 rotates back (the gradient)
  * Products                                        [mp_kernels_gemm.h]
  *   mp_gemm(ta,tb, M,N,K, alpha, A,adt,lda, B,bdt,ldb, beta, C,cdt,ldc)
  *       C = alpha op(A) op(B) + beta C, f32 accumulation, rounded once
@@ -227,6 +241,19 @@ static inline MP_HD float mp_ld(const void *p, int dt, int64_t i)
     default:      return ((const float *)p)[i];
     }
 }
+
+/* Element i of integer data (ids, labels: MP_I32, MP_U8 or MP_U16). */
+static inline MP_HD int64_t mp_ld_id(const void *p, int dt, int64_t i)
+{
+    switch (dt) {
+    case MP_U8:  return ((const uint8_t *)p)[i];
+    case MP_U16: return ((const uint16_t *)p)[i];
+    default:     return ((const int32_t *)p)[i];
+    }
+}
+
+/* cross_entropy's ignore_index when there is none: no label loads as it. */
+#define MP_NO_IGNORE INT64_MIN
 
 /* f32 -> integer storage: truncation toward zero as a C cast, saturated
  * (NaN -> 0) so that it is never undefined behaviour. */
@@ -943,37 +970,61 @@ static inline void mp_k_log_softmax_grad(void *dx, int dxdt, const void *dy, int
 
 /* ---- losses and metrics ------------------------------------------------- */
 
-/* logsumexp(x[r]) - x[r, label]; NaN for a label outside [0, C) so that a
- * bad label can never pass unnoticed (the runtime checks labels first). */
-static inline double mp_ce_row(const float *v, int64_t C, int32_t label)
+/* (1 - eps)(logsumexp(x[r]) - x[r, label]) + eps (logsumexp(x[r]) - mean(x[r])),
+ * torch's label smoothing (eps = 0: the plain loss); NaN for a label outside
+ * [0, C) so that a bad label can never pass unnoticed (the runtime checks
+ * labels first). */
+static inline double mp_ce_row(const float *v, int64_t C, int64_t label, float eps)
 {
     if (label < 0 || label >= C)
         return NAN;
     float m = mp_row_max(v, C);
-    return (double)m + log(mp_row_sumexp(v, C, m)) - v[label];
+    double lse = (double)m + log(mp_row_sumexp(v, C, m));
+    if (eps == 0.0f)
+        return lse - v[label];
+    double sx = 0;
+    for (int64_t j = 0; j < C; j++)
+        sx += v[j];
+    return (1.0 - (double)eps) * (lse - v[label]) + (double)eps * (lse - sx / (double)C);
+}
+
+/* Rows whose label is not `ignore`: the divisor of the mean. */
+static inline int64_t mp_ce_count(const void *labels, int labdt, int64_t rows, int64_t ignore)
+{
+    int64_t n = 0;
+    for (int64_t r = 0; r < rows; r++)
+        n += mp_ld_id(labels, labdt, r) != ignore;
+    return n;
 }
 
 static inline void mp_k_cross_entropy(void *loss, int ldt, const void *x, int xdt,
-                                      const int32_t *labels, int64_t rows, int64_t C)
+                                      const void *labels, int labdt, int64_t rows, int64_t C,
+                                      int64_t ignore, float eps)
 {
     double *part = (double *)mp_kalloc((size_t)rows * sizeof *part);
     MP_ROWS_LOOP(rows, C, 1, 1,
+                 int64_t lab = mp_ld_id(labels, labdt, row);
                  mp_ld_n(x, xdt, off, 1, C, buf);
-                 part[row] = mp_ce_row(buf, C, labels[row]))
-    mp_st(loss, ldt, 0, (float)(mp_sum_d(part, rows) / (double)rows));
+                 part[row] = lab == ignore ? 0.0 : mp_ce_row(buf, C, lab, eps))
+    double n = (double)mp_ce_count(labels, labdt, rows, ignore);
+    mp_st(loss, ldt, 0, (float)(mp_sum_d(part, rows) / n));
     free(part);
 }
 
+/* dl (softmax(x) - (1 - eps) onehot - eps / C) / count; ignored rows 0 */
 static inline void mp_k_cross_entropy_grad(void *dx, int dxdt, const void *dl, int dldt,
-                                           const void *x, int xdt, const int32_t *labels,
-                                           int64_t rows, int64_t C)
+                                           const void *x, int xdt, const void *labels,
+                                           int labdt, int64_t rows, int64_t C, int64_t ignore,
+                                           float eps)
 {
-    float g = mp_ld(dl, dldt, 0) / (float)rows;
+    float g = mp_ld(dl, dldt, 0) / (float)mp_ce_count(labels, labdt, rows, ignore);
     MP_ROWS_LOOP(rows, C, 1, 1,
+                 int64_t lab = mp_ld_id(labels, labdt, row);
                  mp_ld_n(x, xdt, off, 1, C, buf);
                  mp_row_softmax(buf, C);
                  for (int64_t j = 0; j < C; j++)
-                     buf[j] = g * (buf[j] - (j == labels[row] ? 1.0f : 0.0f));
+                     buf[j] = lab == ignore ? 0.0f
+                            : g * (buf[j] - (j == lab ? 1.0f - eps : 0.0f) - eps / (float)C);
                  mp_st_n(dx, dxdt, off, 1, C, buf))
 }
 
@@ -1007,7 +1058,7 @@ static inline void mp_k_mse_grad(void *dx, int dxdt, const void *dl, int dldt,
 
 /* Fraction of rows whose first maximum is at the label. */
 static inline void mp_k_accuracy(void *out, int odt, const void *x, int xdt,
-                                 const int32_t *labels, int64_t rows, int64_t C)
+                                 const void *labels, int labdt, int64_t rows, int64_t C)
 {
     int64_t hits = 0;
     MP_OMP(parallel reduction(+:hits) if (rows * C > MP_PAR_MIN))
@@ -1020,11 +1071,125 @@ static inline void mp_k_accuracy(void *out, int odt, const void *x, int xdt,
             for (int64_t j = 1; j < C; j++)
                 if (buf[j] > buf[best])
                     best = j;
-            hits += best == labels[r];
+            hits += best == mp_ld_id(labels, labdt, r);
         }
         free(buf);
     }
     mp_st(out, odt, 0, (float)((double)hits / (double)rows));
+}
+
+/* ---- elementwise additions: abs sin cos maximum minimum clamp pow, gelu's
+ * tanh form ------------------------------------------------------------- */
+
+#define MP_GELU_K 0.79788456080286536f   /* sqrt(2/pi) */
+
+/* GPT-2's gelu: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) (llm.c) */
+static inline MP_HD float mp_gelu_tanh(float x)
+{
+    return 0.5f * x * (1.0f + tanhf(MP_GELU_K * (x + 0.044715f * x * x * x)));
+}
+
+static inline MP_HD float mp_gelu_tanh_grad(float dy, float x)
+{
+    float t = tanhf(MP_GELU_K * (x + 0.044715f * x * x * x));
+    float dt = (1.0f - t * t) * MP_GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
+    return dy * (0.5f * (1.0f + t) + 0.5f * x * dt);
+}
+
+/* d|x|/dx = sign(x), 0 at 0 (torch's sgn) */
+static inline MP_HD float mp_abs_grad(float dy, float x)
+{
+    return x > 0.0f ? dy : x < 0.0f ? -dy : 0.0f;
+}
+static inline MP_HD float mp_sin_grad(float dy, float x) { return dy * cosf(x); }
+static inline MP_HD float mp_cos_grad(float dy, float x) { return -dy * sinf(x); }
+
+/* NaN in either operand gives NaN, as torch.maximum / minimum */
+static inline MP_HD float mp_maximum(float a, float b) { return a > b ? a : b >= a ? b : a + b; }
+static inline MP_HD float mp_minimum(float a, float b) { return a < b ? a : b <= a ? b : a + b; }
+
+/* The share of dy that goes to a in maximum(a, b): ties split evenly. */
+static inline MP_HD float mp_maximum_mask(float a, float b)
+{
+    return a > b ? 1.0f : a == b ? 0.5f : 0.0f;
+}
+
+static inline MP_HD float mp_clamp(float x, float lo, float hi) { return x < lo ? lo : x > hi ? hi : x; }
+
+/* torch: the gradient passes where lo <= x <= hi */
+static inline MP_HD float mp_clamp_grad(float dy, float x, float lo, float hi)
+{
+    return x >= lo && x <= hi ? dy : 0.0f;
+}
+
+/* torch: p x^(p-1) dy, and 0 for p = 0 */
+static inline MP_HD float mp_pow_grad(float dy, float x, float p)
+{
+    return p == 0.0f ? 0.0f : dy * p * powf(x, p - 1.0f);
+}
+
+MP_UNARY(gelu_tanh, mp_gelu_tanh(a))
+MP_UNARY(abs, fabsf(a))
+MP_UNARY(sin, sinf(a))
+MP_UNARY(cos, cosf(a))
+MP_GRAD(gelu_tanh_grad, mp_gelu_tanh_grad)
+MP_GRAD(abs_grad, mp_abs_grad)
+MP_GRAD(sin_grad, mp_sin_grad)
+MP_GRAD(cos_grad, mp_cos_grad)
+MP_BINARY(maximum, mp_maximum(t[i], u[i]))
+MP_BINARY(minimum, mp_minimum(t[i], u[i]))
+MP_BINARY(maximum_mask, mp_maximum_mask(t[i], u[i]))
+
+static inline void mp_k_clamp(void *y, int ydt, const void *x, int xdt, int64_t n, float lo, float hi)
+{
+    MP_EW_LOOP(n, x, xdt, y, ydt, t[i] = mp_clamp(t[i], lo, hi))
+}
+
+static inline void mp_k_clamp_grad(void *dx, int dxdt, const void *dy, int dydt, const void *x,
+                                   int xdt, int64_t n, float lo, float hi)
+{
+    MP_EW_LOOP2(n, dy, dydt, x, xdt, dx, dxdt, t[i] = mp_clamp_grad(t[i], u[i], lo, hi))
+}
+
+static inline void mp_k_pow(void *y, int ydt, const void *x, int xdt, int64_t n, float p)
+{
+    MP_EW_LOOP(n, x, xdt, y, ydt, t[i] = powf(t[i], p))
+}
+
+static inline void mp_k_pow_grad(void *dx, int dxdt, const void *dy, int dydt, const void *x,
+                                 int xdt, int64_t n, float p)
+{
+    MP_EW_LOOP2(n, dy, dydt, x, xdt, dx, dxdt, t[i] = mp_pow_grad(t[i], u[i], p))
+}
+
+/* rms_norm and rope, per element (shared with CUDA) */
+
+/* 1/sqrt(mean(v^2) + eps) of v[0..n), the squares summed in double. */
+static inline MP_HD float mp_rms_rstd(double sumsq, int64_t n, float eps)
+{
+    return 1.0f / sqrtf((float)(sumsq / (double)n) + eps);
+}
+
+/* Feature j of D at position pos: its partner in the rotated pair and the
+ * angle pos theta^(-2i/D) of pair i, computed in f32 as llama2.c does.
+ * Interleaved pairs are (2i, 2i+1); half pairs (i, i + D/2). Returns
+ * whether j is the first of its pair. */
+static inline MP_HD int mp_rope_pair(int64_t j, int64_t D, int half, int64_t pos, float theta,
+                                     int64_t *partner, float *angle)
+{
+    int64_t i = half ? j % (D / 2) : j / 2;
+    int first = half ? j < D / 2 : j % 2 == 0;
+    *partner = half ? (first ? j + D / 2 : j - D / 2) : j ^ 1;
+    *angle = (float)pos * (1.0f / powf(theta, (float)(2 * i) / (float)D));
+    return first;
+}
+
+/* The rotated value of feature j (v) whose partner is u; sign -1 rotates
+ * back by the angle (the gradient). */
+static inline MP_HD float mp_rope_value(float v, float u, int first, float angle, float sign)
+{
+    float c = cosf(angle), s = sign * sinf(angle);
+    return first ? v * c - u * s : u * s + v * c;
 }
 
 #endif

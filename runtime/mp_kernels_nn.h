@@ -272,16 +272,16 @@ static inline void mp_k_global_avg_pool_grad(void *dx, int dxdt, const void *dy,
 /* y[i, :] = w[ids[i], :]; an id outside [0, vocab) gives a row of NaN, so
  * that it is caught (--check-numerics, the loss) instead of read out of
  * bounds. The runtime checks ids of inputs declared as class labels. */
-static inline void mp_k_embedding(void *y, int ydt, const int32_t *ids, const void *w,
+static inline void mp_k_embedding(void *y, int ydt, const void *ids, int idt, const void *w,
                                   int wdt, int64_t n, int64_t vocab, int64_t dim)
 {
     MP_OMP(parallel for if (n * dim > MP_PAR_MIN))
     for (int64_t i = 0; i < n; i++)
         for (int64_t c = 0; c < dim; c += MP_CHUNK) {
             float t[MP_CHUNK];
-            int64_t m = mp_min64(dim - c, MP_CHUNK);
-            if (ids[i] >= 0 && ids[i] < vocab)
-                mp_ld_n(w, wdt, ids[i] * dim + c, 1, m, t);
+            int64_t m = mp_min64(dim - c, MP_CHUNK), id = mp_ld_id(ids, idt, i);
+            if (id >= 0 && id < vocab)
+                mp_ld_n(w, wdt, id * dim + c, 1, m, t);
             else
                 for (int64_t j = 0; j < m; j++) t[j] = NAN;
             mp_st_n(y, ydt, i * dim + c, 1, m, t);
@@ -291,7 +291,7 @@ static inline void mp_k_embedding(void *y, int ydt, const int32_t *ids, const vo
 /* dw[vocab, dim] = scatter-add of dy[n, dim] by ids (+ beta dw), summed in
  * f32 in the order of i; ids outside [0, vocab) add nothing. */
 static inline void mp_k_embedding_dw(void *dw, int dwdt, const void *dy, int dydt,
-                                     const int32_t *ids, int64_t n, int64_t vocab,
+                                     const void *ids, int idt, int64_t n, int64_t vocab,
                                      int64_t dim, float beta)
 {
     float *acc = (float *)mp_kzalloc((size_t)(vocab * dim) * sizeof *acc);
@@ -300,9 +300,10 @@ static inline void mp_k_embedding_dw(void *dw, int dwdt, const void *dy, int dyd
         float t[MP_CHUNK];
         int64_t m = mp_min64(dim - c, MP_CHUNK);
         for (int64_t i = 0; i < n; i++) {
-            if (ids[i] < 0 || ids[i] >= vocab)
+            int64_t id = mp_ld_id(ids, idt, i);
+            if (id < 0 || id >= vocab)
                 continue;
-            float *a = acc + ids[i] * dim + c;
+            float *a = acc + id * dim + c;
             mp_ld_n(dy, dydt, i * dim + c, 1, m, t);
             for (int64_t j = 0; j < m; j++) a[j] += t[j];
         }
@@ -603,5 +604,93 @@ static inline void mp_attention_bwd(int which, void *d, int ddt, const void *dy,
 MP_ATTN_GRAD(attention_dq, 0)
 MP_ATTN_GRAD(attention_dk, 1)
 MP_ATTN_GRAD(attention_dv, 2)
+
+/* ---- rms_norm and rope ---------------------------------------------------- */
+
+static inline float mp_rms_row(const float *v, int64_t n, float eps)
+{
+    double ss = 0;
+    for (int64_t i = 0; i < n; i++) ss += (double)v[i] * v[i];
+    return mp_rms_rstd(ss, n, eps);
+}
+
+/* y = x rstd w over the last axis (torch.nn.RMSNorm) */
+static inline void mp_k_rms_norm(void *y, int ydt, const void *x, int xdt, const void *w,
+                                 int wdt, int64_t rows, int64_t dim, float eps)
+{
+    MP_ROWS_LOOP(rows, dim, 1, 2,
+        float *wv = buf + dim, r;
+        mp_ld_n(x, xdt, off, 1, dim, buf);
+        mp_ld_n(w, wdt, 0, 1, dim, wv);
+        r = mp_rms_row(buf, dim, eps);
+        for (int64_t j = 0; j < dim; j++) buf[j] = buf[j] * r * wv[j];
+        mp_st_n(y, ydt, off, 1, dim, buf))
+}
+
+/* dx = rstd (g - xhat mean(g xhat)), g = dy w, xhat = x rstd */
+static inline void mp_k_rms_norm_dx(void *dx, int dxdt, const void *dy, int dydt,
+                                    const void *x, int xdt, const void *w, int wdt,
+                                    int64_t rows, int64_t dim, float eps)
+{
+    MP_ROWS_LOOP(rows, dim, 1, 3,
+        float *g = buf + dim, *wv = buf + 2 * dim, r, mgx;
+        double sgx = 0;
+        mp_ld_n(x, xdt, off, 1, dim, buf);
+        r = mp_rms_row(buf, dim, eps);
+        mp_ld_n(dy, dydt, off, 1, dim, g);
+        mp_ld_n(w, wdt, 0, 1, dim, wv);
+        for (int64_t j = 0; j < dim; j++) {
+            buf[j] *= r;
+            g[j] *= wv[j];
+            sgx += (double)g[j] * buf[j];
+        }
+        mgx = (float)(sgx / (double)dim);
+        for (int64_t j = 0; j < dim; j++) g[j] = r * (g[j] - buf[j] * mgx);
+        mp_st_n(dx, dxdt, off, 1, dim, g))
+}
+
+/* dw[dim] = sum over rows of dy xhat (+ beta dw), rows summed in order */
+static inline void mp_k_rms_norm_dw(void *dw, int dwdt, const void *dy, int dydt,
+                                    const void *x, int xdt, int64_t rows, int64_t dim,
+                                    float eps, float beta)
+{
+    double *acc = (double *)mp_kzalloc((size_t)dim * sizeof *acc);
+    float *v = (float *)mp_kalloc((size_t)(2 * dim) * sizeof *v), *g = v + dim;
+    for (int64_t r = 0; r < rows; r++) {
+        mp_ld_n(x, xdt, r * dim, 1, dim, v);
+        float rs = mp_rms_row(v, dim, eps);
+        mp_ld_n(dy, dydt, r * dim, 1, dim, g);
+        for (int64_t j = 0; j < dim; j++) acc[j] += g[j] * (v[j] * rs);
+    }
+    for (int64_t j = 0; j < dim; j++) v[j] = (float)acc[j];
+    mp_st_beta(dw, dwdt, 0, dim, v, beta);
+    free(acc);
+    free(v);
+}
+
+static inline void mp_k_rope(void *y, int ydt, const void *x, int xdt, int64_t outer, int64_t P,
+                             int64_t inner, int64_t D, float theta, int half, float sign)
+{
+    int64_t rows = outer * P * inner / D;
+    MP_OMP(parallel for if (outer * P * inner > MP_PAR_MIN))
+    for (int64_t r = 0; r < rows; r++) {
+        float in[2 * MP_CHUNK], out[2 * MP_CHUNK], *v = D <= 2 * MP_CHUNK ? in : NULL;
+        float *o = D <= 2 * MP_CHUNK ? out : NULL;
+        if (!v) {
+            v = (float *)mp_kalloc((size_t)(2 * D) * sizeof *v);
+            o = v + D;
+        }
+        int64_t pos = (r * D / inner) % P, partner;
+        mp_ld_n(x, xdt, r * D, 1, D, v);
+        for (int64_t j = 0; j < D; j++) {
+            float angle;
+            int first = mp_rope_pair(j, D, half, pos, theta, &partner, &angle);
+            o[j] = mp_rope_value(v[j], v[partner], first, angle, sign);
+        }
+        mp_st_n(y, ydt, r * D, 1, D, o);
+        if (v != in)
+            free(v);
+    }
+}
 
 #endif

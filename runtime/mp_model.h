@@ -66,6 +66,8 @@ typedef struct MpInput {
     int window;                 /* 1: a window input (LANGUAGE.md `window`): its
                                    data is one 1-D stream, each batch row W
                                    consecutive values of it (shape[1] = W) */
+    int has_ignore;             /* 1: labels equal to `ignore` (cross_entropy's */
+    int64_t ignore;             /* ignore_index) pass the classes check */
 } MpInput;
 
 typedef struct MpParam {

@@ -200,9 +200,9 @@ static void op_cross_entropy(void)
     int64_t R = arg[0], C = arg[1];
     float *x = rdf(0, R * C), *dl = rdf(2, 1), loss, acc, *dx = buf(R * C);
     int32_t *lab = rdi(1, R);
-    mp_k_cross_entropy(&loss, F32, x, F32, lab, R, C);
-    mp_k_cross_entropy_grad(dx, F32, dl, F32, x, F32, lab, R, C);
-    mp_k_accuracy(&acc, F32, x, F32, lab, R, C);
+    mp_k_cross_entropy(&loss, F32, x, F32, lab, MP_I32, R, C, MP_NO_IGNORE, 0.0f);
+    mp_k_cross_entropy_grad(dx, F32, dl, F32, x, F32, lab, MP_I32, R, C, MP_NO_IGNORE, 0.0f);
+    mp_k_accuracy(&acc, F32, x, F32, lab, MP_I32, R, C);
     wrf(0, &loss, 1); wrf(1, dx, R * C); wrf(2, &acc, 1);
 }
 
@@ -255,8 +255,8 @@ static void op_embedding(void)
     int64_t n = arg[0], V = arg[1], D = arg[2];
     int32_t *ids = rdi(0, n);
     float *w = rdf(1, V * D), *dy = rdf(2, n * D), *y = buf(n * D), *dw = buf(V * D);
-    mp_k_embedding(y, F32, ids, w, F32, n, V, D);
-    mp_k_embedding_dw(dw, F32, dy, F32, ids, n, V, D, 0.0f);
+    mp_k_embedding(y, F32, ids, MP_I32, w, F32, n, V, D);
+    mp_k_embedding_dw(dw, F32, dy, F32, ids, MP_I32, n, V, D, 0.0f);
     wrf(0, y, n * D); wrf(1, dw, V * D);
 }
 

@@ -18,10 +18,11 @@ import json
 import sys
 
 FP32_OPS = {"softmax", "log_softmax", "layer_norm", "batch_norm", "exp", "log", "sqrt",
-            "rsqrt", "sum", "mean", "cross_entropy", "mse", "accuracy"}
+            "rsqrt", "sum", "mean", "cross_entropy", "mse", "accuracy", "pow", "rms_norm"}
 LOWP_OPS = {"matmul", "linear", "conv2d", "embedding", "attention"}
 FOLLOW_OPS = {"add", "sub", "mul", "div", "neg", "relu", "gelu", "tanh", "sigmoid", "silu",
-              "dropout", "max_pool2d", "avg_pool2d", "global_avg_pool"}
+              "dropout", "max_pool2d", "avg_pool2d", "global_avg_pool",
+              "abs", "sin", "cos", "maximum", "minimum", "clamp", "rope"}
 VIEW_OPS = {"reshape", "transpose", "flatten"}
 FLOATS = {"f32", "f16", "bf16"}
 LOWP_OF = {"float32": "f32", "mixed_float16": "f16", "mixed_bfloat16": "bf16"}

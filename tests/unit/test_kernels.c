@@ -685,7 +685,7 @@ static void test_softmax_grads_fd(void **state)
 static int32_t *fd_labels;
 static void fwd_ce(Fd *c)
 {
-    mp_k_cross_entropy(c->out, F32, c->in[0], F32, fd_labels, c->d[0], c->d[1]);
+    mp_k_cross_entropy(c->out, F32, c->in[0], F32, fd_labels, MP_I32, c->d[0], c->d[1], MP_NO_IGNORE, 0.0f);
 }
 
 static void fwd_mse(Fd *c) { mp_k_mse(c->out, F32, c->in[0], F32, c->in[1], F32, c->d[0]); }
@@ -706,17 +706,17 @@ static void test_losses(void **state)
     }
     close_to("cross_entropy", 0, c.out[0], want / R, 1e-6, 1e-6);
     float *dx = zvec(R * C);
-    mp_k_cross_entropy_grad(dx, F32, c.w, F32, c.in[0], F32, fd_labels, R, C);
+    mp_k_cross_entropy_grad(dx, F32, c.w, F32, c.in[0], F32, fd_labels, MP_I32, R, C, MP_NO_IGNORE, 0.0f);
     fd_check("cross_entropy_grad", &c, 0, R * C, dx, 1e-2f, 1e-3);
 
     /* accuracy: first maximum wins */
     float acc;
     float xs[6] = {1, 3, 3, 0, 0, 0};
     int32_t lab[2] = {1, 0};
-    mp_k_accuracy(&acc, F32, xs, F32, lab, 2, 3);
+    mp_k_accuracy(&acc, F32, xs, F32, lab, MP_I32, 2, 3);
     assert_true(acc == 1.0f);
     lab[0] = 2;
-    mp_k_accuracy(&acc, F32, xs, F32, lab, 2, 3);
+    mp_k_accuracy(&acc, F32, xs, F32, lab, MP_I32, 2, 3);
     assert_true(acc == 0.5f);
     fd_labels[0] = (int32_t)C;            /* a bad label cannot go unnoticed */
     c.fwd(&c);
@@ -892,7 +892,7 @@ static void test_pools(void **state)
 static int32_t *fd_ids;
 static void fwd_embedding(Fd *c)
 {
-    mp_k_embedding(c->out, F32, fd_ids, c->in[0], F32, c->d[0], c->d[1], c->d[2]);
+    mp_k_embedding(c->out, F32, fd_ids, MP_I32, c->in[0], F32, c->d[0], c->d[1], c->d[2]);
 }
 
 static void test_embedding(void **state)
@@ -907,7 +907,7 @@ static void test_embedding(void **state)
     for (int64_t i = 0; i < n; i++)
         assert_memory_equal(c.out + i * D, c.in[0] + fd_ids[i] * D, D * 4);
     float *dw = zvec(V * D);
-    mp_k_embedding_dw(dw, F32, c.w, F32, fd_ids, n, V, D, 0.0f);
+    mp_k_embedding_dw(dw, F32, c.w, F32, fd_ids, MP_I32, n, V, D, 0.0f);
     fd_check("embedding_dw", &c, 0, V * D, dw, 1e-2f, 1e-3);
     fd_ids[0] = -1;                       /* out of range: NaN row, no gradient */
     c.fwd(&c);
@@ -1095,7 +1095,7 @@ static void run_threaded_kernels(float *out, const float *x, int64_t n, const in
     out += M * N;
     mp_k_sum(out, F32, x, F32, 1, n, 1);
     mp_k_softmax(out + 1, F32, x, F32, n / 1000, 1000, 1);
-    mp_k_cross_entropy(out + 1 + n, F32, x, F32, lab, n / 1000, 1000);
+    mp_k_cross_entropy(out + 1 + n, F32, x, F32, lab, MP_I32, n / 1000, 1000, MP_NO_IGNORE, 0.0f);
     float rm[10] = {0}, rv[10] = {0};
     mp_k_batch_norm(out + 2 + n, F32, x, F32, NULL, F32, NULL, F32, rm, rv, n / 5000, 10, 500,
                     0.1f, 1e-5f, 1);

@@ -82,6 +82,10 @@ static const struct {
     {"exp", CL_FP32}, {"log", CL_FP32}, {"sqrt", CL_FP32}, {"rsqrt", CL_FP32}, {"sum", CL_FP32},
     {"mean", CL_FP32}, {"softmax", CL_FP32}, {"log_softmax", CL_FP32}, {"layer_norm", CL_FP32},
     {"batch_norm", CL_FP32}, {"cross_entropy", CL_FP32}, {"mse", CL_FP32}, {"accuracy", CL_FP32},
+    /* "Additions for real architectures" */
+    {"abs", CL_FOLLOW}, {"sin", CL_FOLLOW}, {"cos", CL_FOLLOW}, {"maximum", CL_FOLLOW},
+    {"minimum", CL_FOLLOW}, {"clamp", CL_FOLLOW}, {"pow", CL_FP32}, {"rms_norm", CL_FP32},
+    {"rope", CL_FOLLOW},
 };
 
 static void classes_match_the_spec(void **state)

@@ -723,7 +723,7 @@ static const Case shape_errors[] = {
     {HEAD "param b: [3] = zeros()\nz = linear(x, 5) + b\n" LOSS TRAIN, "cannot broadcast [4, 5] with [3]"},
     {HEAD "z = reshape(x, [B, 7])\n" LOSS TRAIN, "reshape of [4, 8] (32 elements) to [4, 7] (28 elements): element counts differ"},
     {HEAD "z = conv2d(x, 4, 3)\n" LOSS TRAIN, "conv2d needs NCHW input [N, C, H, W], got [4, 8]"},
-    {HEAD "z = x\nloss = cross_entropy(linear(z, 3), x)\n" TRAIN, "cross_entropy needs i32 labels, got f32"},
+    {HEAD "z = x\nloss = cross_entropy(linear(z, 3), x)\n" TRAIN, "cross_entropy needs integer labels (i32, u16 or u8), got f32"},
     {"model m\ninput x: f32[128, 8]\ninput y: i32[128, 2]\nz = x\nloss = cross_entropy(linear(z, 10), reshape(y, [64, 4]))\n" TRAIN,
      "cross_entropy labels [64, 4] do not match logits [128, 10]"},
     {HEAD "z = y / 2\n" LOSS TRAIN, "'/' needs a float tensor, got i32: cast it first, e.g. f32(y)"},
@@ -735,7 +735,7 @@ static const Case shape_errors[] = {
     {HEAD "z = linear(x, 0)\n" LOSS TRAIN, "linear output size must be >= 1, got 0"},
     {HEAD "z = batch_norm(reshape(x, [4, 2, 4]))\n" LOSS TRAIN, "batch_norm needs an input [N, C, H, W] or [B, C], got [4, 2, 4]"},
     {HEAD "z = attention(x, x, x)\n" LOSS TRAIN, "attention needs q, k, v [B, H, T, D], got [4, 8]"},
-    {HEAD "z = embedding(x, 10, 4)\n" LOSS TRAIN, "embedding needs i32 ids, got f32"},
+    {HEAD "z = embedding(x, 10, 4)\n" LOSS TRAIN, "embedding needs integer ids (i32, u16 or u8), got f32"},
     {"model m\ninput x: f32[4, 8]\ninput y: i32[4]\nz = x\nloss = cross_entropy(linear(z, 3), y)\n"
      "metric a = accuracy(linear(z, 5, name = \"o\"), y)\n" TRAIN, "'y' is used with 5 classes here but 3 classes before"},
 };

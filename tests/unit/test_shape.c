@@ -155,7 +155,7 @@ static void unary_ops_keep_shape(void **state)
 {
     (void)state;
     IrOp ops[] = {OP_NEG, OP_RELU, OP_GELU, OP_TANH, OP_SIGMOID, OP_SILU,
-                  OP_EXP, OP_LOG, OP_SQRT, OP_RSQRT};
+                  OP_EXP, OP_LOG, OP_SQRT, OP_RSQRT, OP_ABS, OP_SIN, OP_COS, OP_POW};
     for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
         expect_shape(mk(ops[i], 1, fl(S(3, L(2), L(3), L(4)))), S(3, L(2), L(3), L(4)));
     IrNode *d = mk(OP_DROPOUT, 1, fl(S(1, L(5))));
@@ -337,8 +337,8 @@ static void embedding(void **state)
     IrNode *e = mk(OP_EMBEDDING, 2, val(DT_I32, S(2, L(16), L(64))), w);
     expect_shape(e, S(3, L(16), L(64), L(64)));
     assert_int_equal(e->type, DT_NONE);   /* a float, typed by the precision pass */
-    expect_error(mk(OP_EMBEDDING, 2, val(DT_F32, S(1, L(16))), w), "embedding needs i32 ids, got f32");
-    expect_error(mk(OP_EMBEDDING, 2, fl(S(1, L(16))), w), "embedding needs i32 ids, got a float tensor");
+    expect_error(mk(OP_EMBEDDING, 2, val(DT_F32, S(1, L(16))), w), "embedding needs integer ids (i32, u16 or u8), got f32");
+    expect_error(mk(OP_EMBEDDING, 2, fl(S(1, L(16))), w), "embedding needs integer ids (i32, u16 or u8), got a float tensor");
     expect_error(mk(OP_EMBEDDING, 2, val(DT_I32, S(8, L(1), L(1), L(1), L(1), L(1), L(1), L(1), L(1))), w),
                  "embedding needs ids of rank below 8");
 }
@@ -409,9 +409,9 @@ static void losses(void **state)
         expect_shape(mk(ops[i], 2, fl(S(3, L(16), L(64), L(65))), val(DT_I32, S(2, L(16), L(64)))), S(0));
     }
     expect_error(mk(OP_CROSS_ENTROPY, 2, fl(S(2, L(128), L(10))), val(DT_F32, S(1, L(128)))),
-                 "cross_entropy needs i32 labels, got f32");
-    expect_error(mk(OP_CROSS_ENTROPY, 2, fl(S(2, L(128), L(10))), val(DT_U8, S(1, L(128)))),
-                 "cross_entropy needs i32 labels, got u8");
+                 "cross_entropy needs integer labels (i32, u16 or u8), got f32");
+    expect_shape(mk(OP_CROSS_ENTROPY, 2, fl(S(2, L(128), L(10))), val(DT_U8, S(1, L(128)))), S(0));
+    expect_shape(mk(OP_ACCURACY, 2, fl(S(2, L(128), L(10))), val(DT_U16, S(1, L(128)))), S(0));
     expect_error(mk(OP_CROSS_ENTROPY, 2, fl(S(2, L(128), L(10))), val(DT_I32, S(1, L(64)))),
                  "cross_entropy labels [64] do not match logits [128, 10]");
     expect_error(mk(OP_ACCURACY, 2, val(DT_I32, S(2, L(128), L(10))), val(DT_I32, S(1, L(128)))),
@@ -602,6 +602,74 @@ static void overflow_is_an_error(void **state)
                  "too many elements");
 }
 
+/* ---- elementwise, norm and rope additions ------------------------------------------- */
+
+static void additions(void **state)
+{
+    (void)state;
+    IrNode *m = mk(OP_MAXIMUM, 2, fl(S(2, L(4), L(1))), fl(S(1, L(6))));
+    expect_shape(m, S(2, L(4), L(6)));
+    expect_error(mk(OP_MINIMUM, 2, fl(S(1, L(4))), fl(S(1, L(6)))), "minimum cannot broadcast [4] with [6]");
+    expect_shape(mk(OP_MAXIMUM_MASK, 2, fl(S(2, L(4), L(1))), fl(S(1, L(6)))), S(2, L(4), L(6)));
+    IrNode *c = mk(OP_CLAMP, 1, fl(S(1, L(5))));
+    c->fa[0] = -1, c->fa[1] = 1;
+    expect_shape(c, S(1, L(5)));
+    c = mk(OP_CLAMP, 1, fl(S(1, L(5))));
+    c->fa[0] = 2, c->fa[1] = 1;
+    expect_error(c, "clamp needs lo <= hi, got lo = 2 and hi = 1");
+
+    IrNode *r = mk(OP_RMS_NORM, 2, fl(S(2, L(3), L(8))), fl(S(1, L(8))));
+    r->fa[0] = 1e-5;
+    expect_shape(r, S(2, L(3), L(8)));
+    r = mk(OP_RMS_NORM, 2, fl(S(2, L(3), L(8))), fl(S(1, L(4))));
+    r->fa[0] = 1e-5;
+    expect_error(r, "rms_norm needs parameters [8] for input [3, 8], got [4]");
+    IrNode *ln = mk(OP_LAYER_NORM, 2, fl(S(2, L(3), L(8))), fl(S(1, L(8))));
+    ln->fa[0] = 1e-5;
+    expect_shape(ln, S(2, L(3), L(8)));
+
+    IrNode *q = mk(OP_ROPE, 1, fl(S(4, L(2), L(5), L(3), L(8))));
+    q->ia[0] = 1, q->fa[0] = 10000;
+    expect_shape(q, S(4, L(2), L(5), L(3), L(8)));
+    q = mk(OP_ROPE, 1, fl(S(3, L(2), L(5), L(7))));
+    q->ia[0] = 1, q->fa[0] = 10000;
+    expect_error(q, "rope needs an even last axis (pairs of features), got [2, 5, 7]");
+    q = mk(OP_ROPE, 1, fl(S(3, L(2), L(5), L(8))));
+    q->ia[0] = 2, q->fa[0] = 10000;
+    expect_error(q, "rope position axis 2 must be one of the axes before the last");
+    q = mk(OP_ROPE, 1, val(DT_I32, S(2, L(5), L(8))));
+    q->ia[0] = 0, q->fa[0] = 10000;
+    expect_error(q, "rope needs a float tensor, got i32");
+}
+
+static void addition_gradients(void **state)
+{
+    (void)state;
+    IrOp pw[] = {OP_ABS_GRAD, OP_SIN_GRAD, OP_COS_GRAD, OP_CLAMP_GRAD, OP_POW_GRAD};
+    for (size_t i = 0; i < sizeof pw / sizeof pw[0]; i++) {
+        expect_shape(mk(pw[i], 2, fl(S(2, L(2), L(3))), fl(S(2, L(2), L(3)))), S(2, L(2), L(3)));
+        expect_error(mk(pw[i], 2, fl(S(2, L(2), L(3))), fl(S(1, L(3)))), "same shape");
+    }
+    IrNode *r = mk(OP_RMS_NORM, 2, fl(S(2, L(4), L(8))), fl(S(1, L(8))));
+    r->fa[0] = 1e-5;
+    expect_shape(r, S(2, L(4), L(8)));
+    IrNode *dx = mk(OP_RMS_NORM_DX, 3, fl(r->shape), r->in[0], r->in[1]);
+    dx->grad_of = r;
+    expect_shape(dx, S(2, L(4), L(8)));
+    IrNode *dw = mk(OP_RMS_NORM_DW, 2, fl(r->shape), r->in[0]);
+    dw->grad_of = r;
+    expect_shape(dw, S(1, L(8)));
+    IrNode *q = mk(OP_ROPE, 1, fl(S(3, L(2), L(5), L(8))));
+    q->ia[0] = 1, q->fa[0] = 10000;
+    expect_shape(q, S(3, L(2), L(5), L(8)));
+    IrNode *qg = mk(OP_ROPE_GRAD, 1, fl(q->shape));
+    qg->grad_of = q;
+    expect_shape(qg, S(3, L(2), L(5), L(8)));
+    qg = mk(OP_ROPE_GRAD, 1, fl(S(1, L(8))));
+    qg->grad_of = q;
+    expect_error(qg, "does not match output");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -623,6 +691,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(backward_rows, setup, teardown),
         cmocka_unit_test_setup_teardown(step_rows, setup, teardown),
         cmocka_unit_test_setup_teardown(overflow_is_an_error, setup, teardown),
+        cmocka_unit_test_setup_teardown(additions, setup, teardown),
+        cmocka_unit_test_setup_teardown(addition_gradients, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
