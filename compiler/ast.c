@@ -61,7 +61,7 @@ static const char *const stmt_keyword[] = {
     [ST_MODEL] = "model", [ST_CONST] = "const", [ST_INPUT] = "input",
     [ST_PARAM] = "param", [ST_ASSIGN] = NULL, [ST_METRIC] = "metric",
     [ST_PRECISION] = "precision", [ST_BLOCK] = "block", [ST_RETURN] = "return",
-    [ST_REPEAT] = "repeat", [ST_TRAIN] = "train", [ST_BUFFER] = "buffer",
+    [ST_REPEAT] = "repeat", [ST_TRAIN] = "train", [ST_BUFFER] = "buffer", [ST_UNPACK] = NULL,
 };
 
 /* What a statement starts with, for messages: its keyword or its target. */
@@ -216,9 +216,11 @@ static void dump_body(FILE *o, const Stmt *s, int indent)
 /* (KEYWORD [NAME] [TYPE] [DIMS] [VALUE] [BODY]) */
 static void dump_stmt(FILE *o, const Stmt *s, int indent)
 {
-    fprintf(o, "(%s", s->kind == ST_ASSIGN ? "=" : stmt_keyword[s->kind]);
-    if (s->kind == ST_BLOCK) {
-        fprintf(o, " %s (", s->name);
+    fprintf(o, "(%s", s->kind == ST_ASSIGN || s->kind == ST_UNPACK ? "=" : stmt_keyword[s->kind]);
+    if (s->kind == ST_BLOCK || s->kind == ST_UNPACK) {
+        if (s->kind == ST_BLOCK)
+            fprintf(o, " %s", s->name);
+        fputs(" (", o);
         for (int i = 0; i < s->nparams; i++)
             fprintf(o, "%s%s", i ? " " : "", s->params[i]);
         fputc(')', o);

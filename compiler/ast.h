@@ -75,6 +75,7 @@ typedef enum {
     ST_REPEAT,    /* repeat count as NAME { body }                */
     ST_TRAIN,     /* train { items }                              */
     ST_BUFFER,    /* buffer NAME: [dims] = value (an EX_CALL init) */
+    ST_UNPACK,    /* a, b, c = value: name = "a", params = the names */
 } StmtKind;
 
 /* One line of a train block: `key = value`, or `minimize NAME` (key is
@@ -100,7 +101,7 @@ struct Stmt {
     SrcLoc window_loc;
     Expr **dims;          /* INPUT, PARAM, BUFFER */
     int ndims;
-    const char **params;  /* BLOCK formal parameter names */
+    const char **params;  /* BLOCK formal parameter names; UNPACK targets */
     SrcLoc *param_locs;
     int nparams;
     Stmt **body;          /* PRECISION, BLOCK, REPEAT */

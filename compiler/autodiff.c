@@ -237,6 +237,46 @@ void grad_TRANSPOSE(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx)
     dx[0] = t;
 }
 
+/* ---- structural ops: chunk, slice, concat, expand, arange ------------------
+ * A slice's gradient is dy placed into zeros (a chunk is the slice of its
+ * part); concat hands each input its slice of dy; expand sums back over
+ * the repeated axes (sum_to); arange is an integer constant. */
+static void slice_grad(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx, int64_t start, int64_t end)
+{
+    IrNode *p = MK(g, n, OP_SLICE_GRAD, n->in[0], dy);
+    p->ia[0] = n->ia[0];
+    p->ia[1] = start;
+    p->ia[2] = end;
+    dx[0] = p;
+}
+
+void grad_CHUNK(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx)
+{
+    int64_t len = n->shape.d[n->ia[0]];
+    slice_grad(g, n, dy, dx, n->ia[2] * len, (n->ia[2] + 1) * len);
+}
+
+void grad_SLICE(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx) { slice_grad(g, n, dy, dx, n->ia[1], n->ia[2]); }
+
+void grad_CONCAT(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx)
+{
+    int64_t at = 0, axis = n->ia[0];
+    for (int i = 0; i < n->nin; i++) {
+        int64_t len = n->in[i]->shape.d[axis];
+        if (dx[i]) {
+            IrNode *s = MK(g, n, OP_SLICE, n->in[i], dy);
+            s->ia[0] = axis;
+            s->ia[1] = at;
+            s->ia[2] = at + len;
+            dx[i] = s;
+        }
+        at += len;
+    }
+}
+
+void grad_EXPAND(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx) { dx[0] = fit(g, n, 0, dy); }
+void grad_ARANGE(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx) { }
+
 void grad_MAX_POOL2D(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx)
 {
     copy_attrs(dx[0] = MK(g, n, OP_MAX_POOL2D_GRAD, n->in[0], dy, n->in[0]), n);
@@ -270,7 +310,7 @@ static void reduction(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx, bool mean)
     const Shape *s = &n->in[0]->shape;
     int64_t axis = n->ia[0];
     int64_t count = axis < 0 ? shape_numel(s) : s->d[axis];
-    IrNode *e = MK(g, n, OP_EXPAND, n->in[0], dy);
+    IrNode *e = MK(g, n, OP_REDUCE_GRAD, n->in[0], dy);
     e->ia[0] = axis;
     e->fa[0] = mean ? 1.0 / (double)count : 1.0;
     dx[0] = e;

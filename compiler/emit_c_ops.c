@@ -96,6 +96,43 @@ void emit_c_TRANSPOSE(Emit *e, const IrNode *n)
        arg(e, x), x->shape.rank, dims_list(e, &x->shape), perm);
 }
 
+/* ---- structural ops: chunk, slice, concat, expand, arange ------------------ */
+static void slice(Emit *e, const IrNode *n)
+{
+    EmitWindow w = emit_window_of(n);
+    em(e, "    mp_k_slice(%s, %s, %lld, %lld, %lld, %lld, %lld);\n", arg(e, n), arg(e, IN(0)), w.outer,
+       w.big, w.inner, w.start, w.len);
+}
+void emit_c_CHUNK(Emit *e, const IrNode *n) { slice(e, n); }
+void emit_c_SLICE(Emit *e, const IrNode *n) { slice(e, n); }
+
+void emit_c_SLICE_GRAD(Emit *e, const IrNode *n)
+{
+    EmitWindow w = emit_window_of(n);
+    em(e, "    mp_k_place(%s, %s, %lld, %lld, %lld, %lld, %lld, 1);\n", arg(e, n), arg(e, IN(0)), w.outer,
+       w.big, w.inner, w.start, w.len);
+}
+
+void emit_c_CONCAT(Emit *e, const IrNode *n)
+{
+    int64_t at = 0;
+    for (int k = 0; k < n->nin; k++) {
+        int64_t len = IN(k)->shape.d[n->ia[0]];
+        EmitWindow w = emit_window(n, n->ia[0], at, len);
+        em(e, "    mp_k_place(%s, %s, %lld, %lld, %lld, %lld, %lld, 0);\n", arg(e, n), arg(e, IN(k)),
+           w.outer, w.big, w.inner, w.start, w.len);
+        at += len;
+    }
+}
+
+void emit_c_EXPAND(Emit *e, const IrNode *n)
+{
+    em(e, "    mp_k_broadcast(%s, %s,\n                   %s, %s);\n", arg(e, n), rank_shape(e, n),
+       arg(e, IN(0)), rank_shape(e, IN(0)));
+}
+
+void emit_c_ARANGE(Emit *e, const IrNode *n) { em(e, "    mp_k_arange(%s, %lld);\n", arg(e, n), N(n)); }
+
 /* ---- products ------------------------------------------------------------- */
 void emit_c_MATMUL(Emit *e, const IrNode *n)
 {
@@ -215,7 +252,7 @@ void emit_c_MEAN(Emit *e, const IrNode *n) { reduce(e, n, "mean", IN(0), n->ia[0
 void emit_c_SOFTMAX(Emit *e, const IrNode *n) { reduce(e, n, "softmax", IN(0), n->ia[0]); }
 void emit_c_LOG_SOFTMAX(Emit *e, const IrNode *n) { reduce(e, n, "log_softmax", IN(0), n->ia[0]); }
 
-void emit_c_EXPAND(Emit *e, const IrNode *n)
+void emit_c_REDUCE_GRAD(Emit *e, const IrNode *n)
 {
     long long o, l, i;
     emit_around_axis(n, n->ia[0], &o, &l, &i);

@@ -251,6 +251,25 @@ void emit_around_axis(const IrNode *x, int64_t axis, long long *outer, long long
         *(i < axis ? outer : i == axis ? len : inner) *= x->shape.d[i];
 }
 
+/* chunk, slice, slice_grad, concat: the window [start, start + len) along
+ * axis ia[0] of `big` (the sliced input, or the output placed into) */
+EmitWindow emit_window(const IrNode *big, int64_t axis, int64_t start, int64_t len)
+{
+    EmitWindow w = {0, 0, 0, (long long)start, (long long)len};
+    emit_around_axis(big, axis, &w.outer, &w.big, &w.inner);
+    return w;
+}
+
+EmitWindow emit_window_of(const IrNode *n)
+{
+    int64_t axis = n->ia[0];
+    if (n->op == OP_CHUNK) {
+        int64_t len = n->shape.d[axis];
+        return emit_window(n->in[0], axis, n->ia[2] * len, len);
+    }
+    return emit_window(n->op == OP_SLICE ? n->in[0] : n, axis, n->ia[1], n->ia[2] - n->ia[1]);
+}
+
 void emit_ncs(const IrNode *x, long long *n0, long long *c, long long *s)
 {
     *n0 = emit_dim(x, 0);

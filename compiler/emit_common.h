@@ -43,6 +43,11 @@ bool emit_folded_cast(const IrGraph *g, const IrNode *n);
 long long emit_dim(const IrNode *v, int i);   /* dimension i, negative from the end */
 /* x viewed as [outer, len, inner] around `axis` (-1: everything) */
 void emit_around_axis(const IrNode *x, int64_t axis, long long *outer, long long *len, long long *inner);
+/* chunk, slice, slice_grad, concat: the big tensor (sliced, or placed
+ * into) as [outer, big, inner] around the axis; the window's start, len */
+typedef struct EmitWindow { long long outer, big, inner, start, len; } EmitWindow;
+EmitWindow emit_window(const IrNode *big, int64_t axis, int64_t start, int64_t len);
+EmitWindow emit_window_of(const IrNode *n);   /* of a chunk, slice, slice_grad */
 /* [N, C, rest]: batch norm and channel sums, NCHW or [B, C] */
 void emit_ncs(const IrNode *x, long long *n0, long long *c, long long *s);
 const char *emit_nchw(Emit *e, const IrNode *x);   /* "N, C, H, W" */

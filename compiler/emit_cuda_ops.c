@@ -116,6 +116,43 @@ void emit_cuda_TRANSPOSE(Emit *e, const IrNode *n)
        x->shape.rank, perm);
 }
 
+/* ---- structural ops: chunk, slice, concat, expand, arange ------------------ */
+static void slice(Emit *e, const IrNode *n)
+{
+    EmitWindow w = emit_window_of(n);
+    em(e, "    mp_cu_slice%s(%s, %s, %lld, %lld, %lld, %lld, %lld);\n", T2(n, IN(0)), C(n), C(IN(0)),
+       w.outer, w.big, w.inner, w.start, w.len);
+}
+void emit_cuda_CHUNK(Emit *e, const IrNode *n) { slice(e, n); }
+void emit_cuda_SLICE(Emit *e, const IrNode *n) { slice(e, n); }
+
+void emit_cuda_SLICE_GRAD(Emit *e, const IrNode *n)
+{
+    EmitWindow w = emit_window_of(n);
+    em(e, "    mp_cu_place%s(%s, %s, %lld, %lld, %lld, %lld, %lld, 1);\n", T2(n, IN(0)), C(n), C(IN(0)),
+       w.outer, w.big, w.inner, w.start, w.len);
+}
+
+void emit_cuda_CONCAT(Emit *e, const IrNode *n)
+{
+    int64_t at = 0;
+    for (int k = 0; k < n->nin; k++) {
+        int64_t len = IN(k)->shape.d[n->ia[0]];
+        EmitWindow w = emit_window(n, n->ia[0], at, len);
+        em(e, "    mp_cu_place%s(%s, %s, %lld, %lld, %lld, %lld, %lld, 0);\n", T2(n, IN(k)), C(n),
+           C(IN(k)), w.outer, w.big, w.inner, w.start, w.len);
+        at += len;
+    }
+}
+
+void emit_cuda_EXPAND(Emit *e, const IrNode *n)
+{
+    em(e, "    mp_cu_broadcast%s(%s, %s, %s, %s);\n", T2(n, IN(0)), C(n), dims(e, n), C(IN(0)),
+       dims(e, IN(0)));
+}
+
+void emit_cuda_ARANGE(Emit *e, const IrNode *n) { em(e, "    mp_cu_arange%s(%s, %lld);\n", T1(n), C(n), N(n)); }
+
 /* ---- products ----------------------------------------------------------------------- */
 void emit_cuda_MATMUL(Emit *e, const IrNode *n)
 {
@@ -236,7 +273,7 @@ void emit_cuda_MEAN(Emit *e, const IrNode *n) { reduce(e, n, "mean", IN(0), n->i
 void emit_cuda_SOFTMAX(Emit *e, const IrNode *n) { reduce(e, n, "softmax", IN(0), n->ia[0]); }
 void emit_cuda_LOG_SOFTMAX(Emit *e, const IrNode *n) { reduce(e, n, "log_softmax", IN(0), n->ia[0]); }
 
-void emit_cuda_EXPAND(Emit *e, const IrNode *n)
+void emit_cuda_REDUCE_GRAD(Emit *e, const IrNode *n)
 {
     long long o, l, i;
     emit_around_axis(n, n->ia[0], &o, &l, &i);

@@ -17,7 +17,8 @@
  *   read as they are. CONST scalars are weakly typed: never cast, and they
  *   never widen a follow operation.
  * - A view or follow operation with no float input keeps its input's
- *   (integer) type. Losses and metrics reduced to a scalar (cross_entropy,
+ *   (integer) type. concat's float operands are cast to the widest of
+ *   their types (one copy kernel, one type). Losses and metrics reduced to a scalar (cross_entropy,
  *   mse, accuracy) store an f32 scalar whatever they compute in, so the
  *   minimised value is f32 unless the user forced some other loss
  *   expression to f16 (then a warning says so).
@@ -200,13 +201,14 @@ static DType widest_float(const IrNode *n)
     return w;
 }
 
-/* The first non-CONST input's type: what an all-integer operation keeps. */
+/* The first non-CONST input's type: what an all-integer operation keeps;
+ * an op with no inputs (arange) keeps the type its shape rule gave it. */
 static DType first_type(const IrNode *n)
 {
     for (int i = 0; i < n->nin; i++)
         if (n->in[i]->op != OP_CONST)
             return n->in[i]->type;
-    return DT_F32;
+    return n->nin == 0 && n->type != DT_NONE ? n->type : DT_F32;
 }
 
 static DType compute_type(const IrGraph *g, const IrNode *n)
@@ -220,7 +222,7 @@ static DType compute_type(const IrGraph *g, const IrNode *n)
     case CL_LOWP:   return g->lowp;
     case CL_FP32:   return DT_F32;
     case CL_FOLLOW: return widest_float(n);
-    case CL_NONE:   return n->in[0]->type;
+    case CL_NONE:   return n->nin > 1 ? widest_float(n) : n->in[0]->type;   /* concat: one type */
     }
     return DT_NONE;
 }
@@ -264,7 +266,8 @@ static void plan_op(IrGraph *g, CastCache *c, IrNode *n)
     decide_class(g, n);
     n->compute = compute_type(g, n);
     MP_ASSERT(n->compute != DT_NONE);
-    bool casts = n->rule == RULE_OVERRIDE || n->cls == CL_LOWP || n->cls == CL_FP32;
+    bool casts = n->rule == RULE_OVERRIDE || n->cls == CL_LOWP || n->cls == CL_FP32 ||
+                 (n->cls == CL_NONE && n->nin > 1);
     for (int i = 0; casts && i < n->nin; i++) {
         IrNode *in = n->in[i];
         if (in->op != OP_CONST && dt_is_float(in->type) && in->type != n->compute)

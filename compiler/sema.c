@@ -106,6 +106,9 @@ typedef struct Ctx {
     const char *target;     /* its target name, or NULL */
     bool target_taken;      /* an unnamed layer already took the target */
     bool in_return;
+    const Expr *unpack;     /* a tuple assignment's chunk(...) call, whose */
+    IrNode **parts;         /* parts lower_chunk leaves here, nparts of them */
+    int nparts;
     Val ret;                /* a block's `return` value */
     bool returned;
     /* repeat copies: redefinitions are allowed across copies only */
@@ -515,7 +518,7 @@ static Val eval_list(Ctx *c, const Expr *e)
 {
     (void)c;
     diag_error(e->loc, "a list [...] is only allowed as an argument of reshape, transpose, "
-               "fp16_ops or fp32_ops");
+               "expand, concat, fp16_ops or fp32_ops");
     return verr;
 }
 
@@ -1000,12 +1003,14 @@ static bool int_list(Ctx *c, const Expr *e, const char *fn, int64_t *out, int *n
     return ok;
 }
 
-static Val lower_reshape(Ctx *c, const Builtin *b, const Expr *x, Args *a)
+/* reshape(x, [dims]), expand(x, [dims]): the shape rule reads n->shape
+ * (-1: reshape infers that axis, expand keeps it). */
+static Val lower_to_shape(Ctx *c, const Builtin *b, const Expr *x, Args *a)
 {
     Shape to = {0};
-    if (!int_list(c, a->e[1], "reshape", to.d, &to.rank))
+    if (!int_list(c, a->e[1], b->name, to.d, &to.rank))
         return verr;
-    IrNode *n = node(c, OP_RESHAPE, x->loc, 1, &a->v[0].t);
+    IrNode *n = node(c, b->op, x->loc, 1, &a->v[0].t);
     if (n)
         n->shape = to;
     return finish(c, n);
@@ -1054,7 +1059,8 @@ static Val lower_attention(Ctx *c, const Builtin *b, const Expr *x, Args *a)
 /* The data input behind a chain of views, or NULL. */
 static IrInput *input_behind(Ctx *c, IrNode *n)
 {
-    while (n->op == OP_RESHAPE || n->op == OP_TRANSPOSE || n->op == OP_FLATTEN)
+    while (n->op == OP_RESHAPE || n->op == OP_TRANSPOSE || n->op == OP_FLATTEN ||
+           n->op == OP_CHUNK || n->op == OP_SLICE || n->op == OP_EXPAND)
         n = n->in[0];
     return n->op == OP_INPUT ? &c->g->inputs[n->ia[0]] : NULL;
 }
@@ -1398,6 +1404,109 @@ static Val lower_cross_entropy(Ctx *c, const Builtin *b, const Expr *x, Args *a)
     return ignore && v.k == V_TENSOR ? set_ignore(c, x, v, in[1], a->v[2].i) : v;
 }
 
+/* ---- structural ops: chunk, slice, concat, expand, arange ------------------ */
+
+/* q, k, v = chunk(x, 3, axis): only as the value of a tuple assignment of
+ * exactly n names (st_unpack); the parts are left in c->parts. */
+static Val lower_chunk(Ctx *c, const Builtin *b, const Expr *x, Args *a)
+{
+    int64_t n = a->v[1].i, axis;
+    if (c->unpack != x) {
+        diag_error(x->loc, "chunk makes several values: bind them with a tuple assignment, "
+                   "e.g. 'q, k, v = chunk(x, 3)'");
+        return verr;
+    }
+    if (n != c->nparts) {
+        diag_error(a->e[1]->loc, "chunk into %lld parts is assigned to %d names", (long long)n,
+                   c->nparts);
+        return verr;
+    }
+    if (!norm_axis(c, a->e[2] ? a->e[2] : x, "chunk", &a->v[0].t->shape, a->v[2].i, &axis))
+        return verr;
+    for (int i = 0; i < c->nparts; i++) {
+        IrNode *p = node(c, OP_CHUNK, x->loc, 1, &a->v[0].t);
+        if (p)
+            p->ia[0] = axis, p->ia[1] = n, p->ia[2] = i;
+        Val v = finish(c, p);
+        if (v.k != V_TENSOR)
+            return verr;
+        c->parts[i] = v.t;
+    }
+    return vtensor(c->parts[0]);
+}
+
+/* An index along an axis of size len, Python's way: negative from the end;
+ * `hi` is the largest allowed (len - 1 for a start, len for an end). */
+static bool py_index(Ctx *c, const Expr *at, const char *what, int64_t v, int64_t len, int64_t hi,
+                     int64_t *out)
+{
+    *out = v < 0 ? v + len : v;
+    if (*out >= 0 && *out <= hi)
+        return true;
+    diag_error(at->loc, "slice %s %lld is out of range for an axis of size %lld (%lld to %lld)", what,
+               (long long)v, (long long)len, (long long)-len, (long long)hi);
+    return false;
+}
+
+/* slice(x, axis, start, end): elements start..end-1 along axis. */
+static Val lower_slice(Ctx *c, const Builtin *b, const Expr *x, Args *a)
+{
+    const Shape *s = &a->v[0].t->shape;
+    int64_t axis, start, end;
+    if (!norm_axis(c, a->e[1], "slice", s, a->v[1].i, &axis))
+        return verr;
+    int64_t len = s->d[axis];
+    if (!py_index(c, a->e[2], "start", a->v[2].i, len, len - 1, &start) ||
+        !py_index(c, a->e[3], "end", a->v[3].i, len, len, &end))
+        return verr;
+    if (start >= end) {
+        diag_error(x->loc, "slice of axis %lld from %lld to %lld is empty (start must come before end)",
+                   (long long)axis, (long long)a->v[2].i, (long long)a->v[3].i);
+        return verr;
+    }
+    IrNode *n = node(c, OP_SLICE, x->loc, 1, &a->v[0].t);
+    if (n)
+        n->ia[0] = axis, n->ia[1] = start, n->ia[2] = end;
+    return finish(c, n);
+}
+
+/* concat([a, b, ...], axis): the list's entries are tensors. */
+static Val lower_concat(Ctx *c, const Builtin *b, const Expr *x, Args *a)
+{
+    const Expr *list = a->e[0];
+    int64_t axis;
+    if (list->nargs == 0) {
+        diag_error(list->loc, "concat needs at least one tensor in its list");
+        return verr;
+    }
+    IrNode **in = arena_alloc(c->a, sizeof *in * (size_t)list->nargs);
+    bool ok = true;
+    for (int i = 0; i < list->nargs; i++) {
+        Val v = eval(c, list->args[i]);
+        if (v.k != V_TENSOR && v.k != V_ERR)
+            diag_error(list->args[i]->loc, "an entry of concat's list must be a tensor, got %s",
+                       describe(c, v));
+        ok = ok && v.k == V_TENSOR;
+        in[i] = v.t;
+    }
+    if (!ok || !norm_axis(c, a->e[1] ? a->e[1] : x, "concat", &in[0]->shape, a->v[1].i, &axis))
+        return verr;
+    IrNode *n = node(c, OP_CONCAT, x->loc, list->nargs, in);
+    if (n)
+        n->ia[0] = axis;
+    return finish(c, n);
+}
+
+static Val lower_arange(Ctx *c, const Builtin *b, const Expr *x, Args *a)
+{
+    if (!positive(c, a->e[0], "arange length", a->v[0].i))
+        return verr;
+    IrNode *n = node(c, OP_ARANGE, x->loc, 0, NULL);
+    if (n)
+        n->ia[0] = a->v[0].i;
+    return finish(c, n);
+}
+
 #define T1(n)  {REQ(n, A_TENSOR)}
 #define T2(n, m) {REQ(n, A_TENSOR), REQ(m, A_TENSOR)}
 
@@ -1428,8 +1537,15 @@ static const Builtin builtins[] = {
     {"flatten", OP_FLATTEN, lower_unary, false, T1("x")},
     {"global_avg_pool", OP_GLOBAL_AVG_POOL, lower_unary, false, T1("x")},
     {"dropout", OP_DROPOUT, lower_dropout, false, {REQ("x", A_TENSOR), REQ("p", A_REAL)}},
-    {"reshape", OP_RESHAPE, lower_reshape, false, {REQ("x", A_TENSOR), REQ("dims", A_LIST)}},
+    {"reshape", OP_RESHAPE, lower_to_shape, false, {REQ("x", A_TENSOR), REQ("dims", A_LIST)}},
     {"transpose", OP_TRANSPOSE, lower_transpose, false, {REQ("x", A_TENSOR), REQ("perm", A_LIST)}},
+    {"chunk", OP_CHUNK, lower_chunk, false,
+     {REQ("x", A_TENSOR), REQ("n", A_INT), OPT("axis", A_INT, -1)}},
+    {"slice", OP_SLICE, lower_slice, false,
+     {REQ("x", A_TENSOR), REQ("axis", A_INT), REQ("start", A_INT), REQ("end", A_INT)}},
+    {"concat", OP_CONCAT, lower_concat, false, {REQ("tensors", A_LIST), OPT("axis", A_INT, 0)}},
+    {"expand", OP_EXPAND, lower_to_shape, false, {REQ("x", A_TENSOR), REQ("dims", A_LIST)}},
+    {"arange", OP_ARANGE, lower_arange, false, {REQ("n", A_INT)}},
     {"max_pool2d", OP_MAX_POOL2D, lower_pool, false,
      {REQ("x", A_TENSOR), REQ("k", A_INT), ABS("stride", A_INT)}},
     {"avg_pool2d", OP_AVG_POOL2D, lower_pool, false,
@@ -1743,7 +1859,7 @@ static Val statement_value(Ctx *c, const Stmt *s, const char *target, DType over
     DType saved = c->override;
     c->target = target;
     c->target_taken = false;
-    c->in_return = target == NULL;
+    c->in_return = s->kind == ST_RETURN;
     if (override)
         c->override = override;
     Val v = eval(c, s->value);
@@ -1774,6 +1890,36 @@ static void st_assign(Ctx *c, const Stmt *s)
     }
     if (may_define(c, s->name, SYM_VALUE, s->name_loc))
         bind(c, s->name, SYM_VALUE, v, s->name_loc);
+}
+
+/* a, b, c = chunk(x, 3): each name bound to its part. Only chunk makes
+ * several values; its parts are named after the targets. */
+static void st_unpack(Ctx *c, const Stmt *s)
+{
+    const Expr *v = s->value;
+    if (v->kind != EX_CALL || strcmp(v->name, "chunk") != 0 || find_block(c, v->name)) {
+        diag_error(v->loc, "a tuple assignment needs chunk(x, n), which makes n values; this "
+                   "expression makes one");
+        return;
+    }
+    IrNode *parts[64];
+    if (s->nparams > (int)(sizeof parts / sizeof parts[0])) {
+        diag_error(s->loc, "a tuple assignment binds at most %d names, got %d",
+                   (int)(sizeof parts / sizeof parts[0]), s->nparams);
+        return;
+    }
+    c->unpack = v;
+    c->parts = parts;
+    c->nparts = s->nparams;
+    Val r = statement_value(c, s, NULL, DT_NONE);
+    c->unpack = NULL;
+    for (int i = 0; i < s->nparams; i++) {
+        Val p = r.k == V_TENSOR ? vtensor(parts[i]) : verr;
+        if (p.k == V_TENSOR)
+            p.t->name = arena_printf(c->a, "%s%s", c->prefix, s->params[i]);
+        if (may_define(c, s->params[i], SYM_VALUE, s->param_locs[i]))
+            bind(c, s->params[i], SYM_VALUE, p, s->param_locs[i]);
+    }
 }
 
 static void st_metric(Ctx *c, const Stmt *s)
@@ -1877,6 +2023,7 @@ static StmtFn *const stmt_of[] = {
     [ST_ASSIGN] = st_assign, [ST_METRIC] = st_metric, [ST_PRECISION] = st_precision,
     [ST_BLOCK] = st_block, [ST_RETURN] = st_return, [ST_REPEAT] = st_repeat, [ST_TRAIN] = st_train,
     [ST_BUFFER] = st_param,
+    [ST_UNPACK] = st_unpack,
 };
 
 static void run_body(Ctx *c, Stmt *const *body, int n)

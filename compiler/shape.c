@@ -428,6 +428,135 @@ bool shape_FLATTEN(IrGraph *g, IrNode *n)
     return set_shape(g, n, &r);
 }
 
+/* ---- structural ops: chunk, slice, concat, expand, arange ------------------
+ * Copies, not views (class none): they pass their input's type through.
+ * Sema normalises axes and bounds and reports the user's mistakes in the
+ * words of the call; these rules check the attributes again. */
+
+/* axis ia[0] of input 0, in [0, rank) */
+static bool axis_in(IrGraph *g, IrNode *n, const Shape *x)
+{
+    if (n->ia[0] >= 0 && n->ia[0] < x->rank)
+        return true;
+    diag_error(n->loc, "%s axis %lld is out of range for %s", name_of(n), (long long)n->ia[0], str(g, x));
+    return false;
+}
+
+/* [start, end) along axis of x: x's shape with that axis end - start long */
+static bool span_of(IrGraph *g, IrNode *n, const Shape *x, int64_t start, int64_t end, Shape *out)
+{
+    if (!axis_in(g, n, x))
+        return false;
+    int64_t len = x->d[n->ia[0]];
+    if (start < 0 || start >= end || end > len) {
+        diag_error(n->loc, "%s [%lld, %lld) along axis %lld is empty or outside 0..%lld of %s",
+                   name_of(n), (long long)start, (long long)end, (long long)n->ia[0],
+                   (long long)len, str(g, x));
+        return false;
+    }
+    *out = *x;
+    out->d[n->ia[0]] = end - start;
+    return true;
+}
+
+/* ia[1] equal parts along axis ia[0]; this node is part ia[2]. */
+bool shape_CHUNK(IrGraph *g, IrNode *n)
+{
+    const Shape *x = sh(n, 0);
+    int64_t parts = n->ia[1], part = n->ia[2];
+    Shape r;
+    if (!axis_in(g, n, x))
+        return false;
+    if (parts < 1 || x->d[n->ia[0]] % parts != 0 || part < 0 || part >= parts) {
+        diag_error(n->loc, "chunk of %s into %lld parts along axis %lld: %lld is not divisible by %lld",
+                   str(g, x), (long long)parts, (long long)n->ia[0], (long long)x->d[n->ia[0]],
+                   (long long)parts);
+        return false;
+    }
+    int64_t len = x->d[n->ia[0]] / parts;
+    if (!span_of(g, n, x, part * len, (part + 1) * len, &r))
+        return false;
+    pass_type(n);
+    return set_shape(g, n, &r);
+}
+
+bool shape_SLICE(IrGraph *g, IrNode *n)
+{
+    Shape r;
+    if (!span_of(g, n, sh(n, 0), n->ia[1], n->ia[2], &r))
+        return false;
+    pass_type(n);
+    return set_shape(g, n, &r);
+}
+
+/* Every input of one rank and type kind; all axes but ia[0] equal. */
+bool shape_CONCAT(IrGraph *g, IrNode *n)
+{
+    if (!nin_is(n, 1, 1 << 20))
+        return false;
+    const Shape *a = sh(n, 0);
+    if (!axis_in(g, n, a))
+        return false;
+    Shape r = *a;
+    r.d[n->ia[0]] = 0;
+    for (int i = 0; i < n->nin; i++) {
+        const Shape *b = sh(n, i);
+        bool fits = b->rank == a->rank;
+        for (int d = 0; fits && d < a->rank; d++)
+            fits = d == n->ia[0] || b->d[d] == a->d[d];
+        if (!fits) {
+            diag_error(n->loc, "concat along axis %lld needs the other axes equal, got %s and %s",
+                       (long long)n->ia[0], str(g, a), str(g, b));
+            return false;
+        }
+        DType ta = n->in[0]->type, tb = n->in[i]->type;
+        if (is_int(ta) != is_int(tb) || (is_int(ta) && ta != tb)) {
+            diag_error(n->loc, "concat needs operands of one type, got %s and %s: cast them first",
+                       dt_name(ta) , dt_name(tb));
+            return false;
+        }
+        if (__builtin_add_overflow(r.d[n->ia[0]], b->d[n->ia[0]], &r.d[n->ia[0]]))
+            r.d[n->ia[0]] = INT64_MAX;   /* too many: set_shape reports it */
+    }
+    pass_type(n);
+    return set_shape(g, n, &r);
+}
+
+/* x to n->shape as torch.expand: x's axes align with the last ones of the
+ * result; each is kept (-1 or its size) or, being 1, repeated. */
+bool shape_EXPAND(IrGraph *g, IrNode *n)
+{
+    const Shape *x = sh(n, 0);
+    Shape to = n->shape;
+    bool ok = to.rank >= x->rank;
+    for (int d = 0; ok && d < to.rank; d++) {
+        int xd = d - (to.rank - x->rank);
+        if (xd < 0)
+            ok = to.d[d] >= 1;
+        else if (to.d[d] == -1)
+            to.d[d] = x->d[xd];
+        else
+            ok = to.d[d] >= 1 && (x->d[xd] == to.d[d] || x->d[xd] == 1);
+    }
+    if (!ok) {
+        diag_error(n->loc, "expand of %s to %s: each axis must keep its size (or -1) or be 1 "
+                   "(repeated); new axes go first", str(g, x), str(g, &n->shape));
+        return false;
+    }
+    pass_type(n);
+    return set_shape(g, n, &to);
+}
+
+bool shape_ARANGE(IrGraph *g, IrNode *n)
+{
+    if (n->ia[0] < 1 || n->ia[0] > INT32_MAX) {
+        diag_error(n->loc, "arange needs a length in 1..%d, got %lld", INT32_MAX, (long long)n->ia[0]);
+        return false;
+    }
+    fix_type(n, DT_I32);
+    return set_shape(g, n, &(Shape){1, {n->ia[0]}});
+}
+
 /* ---- pooling ----------------------------------------------------------------- */
 
 static bool pool(IrGraph *g, IrNode *n)
@@ -623,12 +752,28 @@ bool shape_SUM_TO(IrGraph *g, IrNode *n)
     return set_shape(g, n, &keep);
 }
 
+/* dy of slice / chunk placed into zeros shaped like the forward input;
+ * ia[] = (axis, start, end) as SLICE's. */
+bool shape_SLICE_GRAD(IrGraph *g, IrNode *n)
+{
+    const Shape *x = fwd_in(n, 0);
+    Shape w;
+    if (!x || !span_of(g, n, x, n->ia[1], n->ia[2], &w))
+        return false;
+    if (!shape_eq(&w, sh(n, 0))) {
+        diag_error(n->loc, "slice_grad: gradient %s does not fit the window %s of %s", str(g, sh(n, 0)),
+                   str(g, &w), str(g, x));
+        return false;
+    }
+    return set_shape(g, n, x);
+}
+
 /* dy of sum/mean back to n->shape; ia[0] = the axis reduced, or -1. */
-bool shape_EXPAND(IrGraph *g, IrNode *n)
+bool shape_REDUCE_GRAD(IrGraph *g, IrNode *n)
 {
     Shape to = n->shape, want = {0};
     if (n->ia[0] >= to.rank || n->ia[0] < -1) {
-        diag_error(n->loc, "expand axis %lld is out of range for %s", (long long)n->ia[0], str(g, &to));
+        diag_error(n->loc, "reduce_grad axis %lld is out of range for %s", (long long)n->ia[0], str(g, &to));
         return false;
     }
     if (n->ia[0] >= 0)
@@ -636,7 +781,7 @@ bool shape_EXPAND(IrGraph *g, IrNode *n)
             if (i != n->ia[0])
                 want.d[want.rank++] = to.d[i];
     if (!shape_eq(&want, sh(n, 0))) {
-        diag_error(n->loc, "expand of %s to %s along axis %lld: shapes do not fit", str(g, sh(n, 0)),
+        diag_error(n->loc, "reduce_grad of %s to %s along axis %lld: shapes do not fit", str(g, sh(n, 0)),
                    str(g, &to), (long long)n->ia[0]);
         return false;
     }

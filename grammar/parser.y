@@ -125,6 +125,8 @@ static void add_name(Parser *p, Vec *names, const char *name, SrcLoc at);
 static void plain(const char *name, SrcLoc at);
 static Stmt *named(Parser *p, StmtKind k, SrcLoc loc, const char *name, SrcLoc name_loc);
 static void set_body(Stmt *s, Vec *body);
+static Stmt *unpack(Parser *p, Vec *names, const char *last, SrcLoc last_loc);
+static void set_names(Parser *p, Stmt *s, const Vec *names, const char *what);
 static void set_dims(Stmt *s, Vec *dims);
 static void check_init(Expr *init);
 static void check_item(Parser *p, Vec *items, const TrainItem *it);
@@ -229,14 +231,7 @@ stmt: MODEL NAME                { $$ = named(p, ST_MODEL, @1, $2, @2); }
     | BLOCK NAME '(' opt_names ')' body
         {
             $$ = named(p, ST_BLOCK, @1, $2, @2);
-            Vec *ps = &$4;
-            $$->nparams = ps->n;
-            $$->params = arena_alloc(p->arena, (size_t)ps->n * sizeof(char *));
-            $$->param_locs = arena_alloc(p->arena, (size_t)ps->n * sizeof(SrcLoc));
-            for (int i = 0; i < ps->n; i++) {
-                $$->params[i] = ((Kwarg *)ps->v)[i].key;
-                $$->param_locs[i] = ((Kwarg *)ps->v)[i].key_loc;
-            }
+            set_names(p, $$, &$4, "parameter");
             set_body($$, &$6);
         }
     | RETURN expr               { $$ = new_stmt(p, ST_RETURN, @1); $$->value = $2; }
@@ -252,6 +247,7 @@ stmt: MODEL NAME                { $$ = named(p, ST_MODEL, @1, $2, @2); }
             $$->items = $2.v;
             $$->nitems = $2.n;
         }
+    | names ',' NAME '=' expr   { $$ = unpack(p, &$1, $3, @3); $$->value = $5; }
     ;
 
 /* decl = "param" | "buffer" (a tensor saved with the model, never trained) */
@@ -497,17 +493,42 @@ static Stmt *named(Parser *p, StmtKind k, SrcLoc loc, const char *name, SrcLoc n
     return s;
 }
 
-/* A block's formal parameter: plain, and each once. */
+/* A block's formal parameter or a tuple assignment's target: plain. */
 static void add_name(Parser *p, Vec *names, const char *name, SrcLoc at)
 {
     plain(name, at);
-    for (int i = 0; i < names->n; i++)
-        if (strcmp(((Kwarg *)names->v)[i].key, name) == 0) {
-            diag_error(at, "parameter '%s' is named twice", name);
-            return;
-        }
     Kwarg k = {name, at, NULL};
     vec_push(p->arena, names, &k, sizeof k);
+}
+
+/* s->params from the list, each name once (`what` names them in errors). */
+static void set_names(Parser *p, Stmt *s, const Vec *names, const char *what)
+{
+    const Kwarg *k = names->v;
+    s->params = arena_alloc(p->arena, (size_t)names->n * sizeof(char *));
+    s->param_locs = arena_alloc(p->arena, (size_t)names->n * sizeof(SrcLoc));
+    for (int i = 0; i < names->n; i++) {
+        bool twice = false;
+        for (int j = 0; j < s->nparams && !twice; j++)
+            twice = strcmp(s->params[j], k[i].key) == 0;
+        if (twice) {
+            diag_error(k[i].key_loc, "%s '%s' is named twice", what, k[i].key);
+            continue;
+        }
+        s->params[s->nparams] = k[i].key;
+        s->param_locs[s->nparams++] = k[i].key_loc;
+    }
+}
+
+/* a, b, c = ...: the targets, each plain and once (kept as block
+ * parameters are); the statement is named by, and located at, the first. */
+static Stmt *unpack(Parser *p, Vec *names, const char *last, SrcLoc last_loc)
+{
+    add_name(p, names, last, last_loc);
+    const Kwarg *k = names->v;
+    Stmt *s = named(p, ST_UNPACK, k[0].key_loc, k[0].key, k[0].key_loc);
+    set_names(p, s, names, "target");
+    return s;
 }
 
 static void set_body(Stmt *s, Vec *body)

@@ -139,6 +139,54 @@ static inline MP_HD void mp_cu_bcast_at(const MpBcast *p, int64_t i, int64_t *ao
     *bo = b;
 }
 
+/* ---- structural ops: chunk, slice, concat, expand, arange ------------------ */
+
+/* y[yi] = x[xi]: the stored bits when the types agree, else converted */
+static inline MP_HD void mp_cu_mv(void *y, int ydt, int64_t yi, const void *x, int xdt, int64_t xi)
+{
+    if (ydt != xdt)
+        mp_cu_st(y, ydt, yi, mp_cu_ld(x, xdt, xi));
+    else if (mp_cu_dt_size(ydt) == 4)
+        ((uint32_t *)y)[yi] = ((const uint32_t *)x)[xi];
+    else if (mp_cu_dt_size(ydt) == 2)
+        ((uint16_t *)y)[yi] = ((const uint16_t *)x)[xi];
+    else
+        ((uint8_t *)y)[yi] = ((const uint8_t *)x)[xi];
+}
+
+/* Element i of a window [outer, wlen, inner] -> its index in the big
+ * tensor [outer, blen, inner], the window starting at `start` (slice reads
+ * there, concat writes there) */
+static inline MP_HD int64_t mp_cu_window_at(int64_t i, int64_t blen, int64_t inner, int64_t start,
+                                            int64_t wlen)
+{
+    int64_t k = i % inner, q = i / inner;
+    return ((q / wlen) * blen + start + q % wlen) * inner + k;
+}
+
+/* slice_grad: element i of y [outer, blen, inner] from the window x, 0 outside */
+static inline MP_HD void mp_cu_pad_at(void *y, int ydt, const void *x, int xdt, int64_t i, int64_t blen,
+                                      int64_t inner, int64_t start, int64_t wlen)
+{
+    int64_t k = i % inner, q = i / inner, j = q % blen - start;
+    if (j >= 0 && j < wlen)
+        mp_cu_mv(y, ydt, i, x, xdt, ((q / blen) * wlen + j) * inner + k);
+    else
+        mp_cu_st(y, ydt, i, 0.0f);
+}
+
+/* expand: x's strides over y's dims (0 where x repeats) */
+static inline MpCuView mp_cu_view_broadcast(int yr, const int64_t *ysh, int xr, const int64_t *xsh)
+{
+    int64_t s[MP_MAX_RANK];
+    MpCuView v;
+    v.rank = 0;
+    mp_bcast_strides(yr, xr, xsh, s);
+    for (int d = 0; d < yr; d++)
+        mp_cu_view_push(&v, ysh[d], s[d]);
+    return v;
+}
+
 /* ---- reductions: y[j] = scale * sum_r x[out(j) + red(r)] (+ beta y[j]) ---- */
 
 typedef struct MpCuRed {

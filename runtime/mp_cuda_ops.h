@@ -10,6 +10,8 @@
  *   mp_cu_dropout<Y, X>(y, x, n, p, seed, hdr, micro, node)  (+ _grad)
  *   mp_cu_{add,sub,mul,div}<Y, A, B>(y, ysh, a, ash, b, bsh)  broadcasting
  *   mp_cu_transpose<Y, X>(y, x, xsh, perm)
+ *   mp_cu_slice, place, broadcast<Y, X>; arange<Y>   chunk slice concat
+ *                                           expand arange, slice_grad
  *   mp_cu_{sum,mean}<Y, X>(y, x, outer, len, inner); expand; sum_to;
  *   channel_sum; softmax, log_softmax and their gradients
  *   mp_cu_cross_entropy, _grad, mse, _grad, accuracy
@@ -206,6 +208,76 @@ template <int YT, int XT>
 static inline void mp_cu_transpose(void *y, const void *x, MpCuDims xsh, MpCuDims perm)
 {
     mp_cu_gather<YT, XT>(y, x, mp_cu_view_permute(xsh.rank, xsh.d, perm.d));
+}
+
+/* ---- structural ops: chunk, slice, concat, expand, arange ------------------ */
+
+/* One item of a window [outer, wlen, inner] of the big tensor [outer, blen,
+ * inner]: MP_CU_SLICE reads y's element i from the window of x; MP_CU_PLACE
+ * writes x's element i into the window of y (concat); MP_CU_PAD writes
+ * every element i of y, 0 outside the window (slice_grad). */
+enum { MP_CU_SLICE, MP_CU_PLACE, MP_CU_PAD };
+
+template <int YT, int XT>
+struct MpCuWindow {
+    void *y;
+    const void *x;
+    int64_t blen, inner, start, wlen;
+    int mode;
+    MP_HD void operator()(int64_t i) const
+    {
+        if (mode == MP_CU_SLICE)
+            mp_cu_mv(y, YT, i, x, XT, mp_cu_window_at(i, blen, inner, start, wlen));
+        else if (mode == MP_CU_PLACE)
+            mp_cu_mv(y, YT, mp_cu_window_at(i, blen, inner, start, wlen), x, XT, i);
+        else
+            mp_cu_pad_at(y, YT, x, XT, i, blen, inner, start, wlen);
+    }
+};
+
+template <int YT, int XT>
+static inline void mp_cu_slice(void *y, const void *x, int64_t outer, int64_t xlen, int64_t inner,
+                               int64_t start, int64_t ylen)
+{
+    MpCuWindow<YT, XT> f = {y, x, xlen, inner, start, ylen, MP_CU_SLICE};
+    mp_cu_each("slice", outer * ylen * inner, f);
+}
+
+/* concat: x into its window of y; slice_grad (zero): y all written */
+template <int YT, int XT>
+static inline void mp_cu_place(void *y, const void *x, int64_t outer, int64_t ylen, int64_t inner,
+                               int64_t start, int64_t xlen, int zero)
+{
+    MpCuWindow<YT, XT> f = {y, x, ylen, inner, start, xlen, zero ? MP_CU_PAD : MP_CU_PLACE};
+    mp_cu_each(zero ? "slice_grad" : "concat", outer * (zero ? ylen : xlen) * inner, f);
+}
+
+template <int YT, int XT>
+struct MpCuBroadcast {
+    void *y;
+    const void *x;
+    MpCuView v;
+    MP_HD void operator()(int64_t i) const { mp_cu_mv(y, YT, i, x, XT, mp_cu_view_at(&v, i)); }
+};
+
+template <int YT, int XT>
+static inline void mp_cu_broadcast(void *y, MpCuDims ysh, const void *x, MpCuDims xsh)
+{
+    MpCuBroadcast<YT, XT> f = {y, x, mp_cu_view_broadcast(ysh.rank, ysh.d, xsh.rank, xsh.d)};
+    mp_cu_each("expand", mp_cu_view_numel(&f.v), f);
+}
+
+struct MpCuArange {
+    int32_t *y;
+    MP_HD void operator()(int64_t i) const { y[i] = (int32_t)i; }
+};
+
+template <int YT>
+static inline void mp_cu_arange(void *y, int64_t n)
+{
+    static_assert(YT == MP_I32, "arange makes i32");
+    MpCuArange f = {(int32_t *)y};
+    mp_cu_each("arange", n, f);
 }
 
 /* ---- reductions ------------------------------------------------------------------ */

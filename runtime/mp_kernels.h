@@ -35,10 +35,18 @@
  *   mp_k_{add,sub,mul,div}(y,ydt,yrank,yshape, a,adt,arank,ashape,
  *                          b,bdt,brank,bshape)  NumPy broadcasting, rank <= 8
  *   mp_k_transpose(y,ydt, x,xdt, rank, xshape, perm)  y = x.permute(perm)
+ * Structural copies (the bits when the types agree)
+ *   mp_k_slice(y,ydt, x,xdt, outer,xlen,inner, start,ylen)   slice, chunk
+ *       y[o,j,i] = x[o,start+j,i]
+ *   mp_k_place(y,ydt, x,xdt, outer,ylen,inner, start,xlen, zero)
+ *       y[o,start+j,i] = x[o,j,i]; concat (per operand), slice_grad (zero)
+ *   mp_k_broadcast(y,ydt,yrank,yshape, x,xdt,xrank,xshape)  expand
+ *   mp_k_arange(y,ydt, n)                          y[i] = i
  * Reductions; x viewed as [outer, len, inner], reduced over len
  *   mp_k_sum(y,ydt, x,xdt, outer,len,inner)       y[outer, inner]
  *   mp_k_mean(y,ydt, x,xdt, outer,len,inner)
  *   mp_k_expand(y,ydt, dy,dydt, outer,len,inner, scale)  y[o,l,i] = s*dy[o,i]
+ *       (reduce_grad: the gradient of sum and mean)
  *   mp_k_sum_to(y,ydt,yrank,yshape, dy,dydt,dyrank,dyshape, beta)
  *       dy summed down to y's shape (y broadcasts to dy's)
  *   mp_k_channel_sum(y,ydt, x,xdt, N,C,S, beta)   x[N,C,S] -> y[C]
@@ -105,13 +113,15 @@
  * IR nodes (compiler/ops.def) to calls, where it is not one-to-one:
  *   const        a one-element f32 array, passed with rank 0 to add/sub/...
  *   reshape, flatten: no call (the same buffer); cast: mp_k_cast
+ *   slice, chunk, slice_grad, concat around the axis a: outer = prod(d[:a]),
+ *                inner = prod(d[a+1:]); chunk part k of n: start = k len/n
  *   matmul       [..., M, K] @ [K, N]: batch 1, M = product of the leading
  *                dims; batched [B.., M, K] @ [B.., K, N]: batch = prod(B..),
  *                stride_a = M K, stride_b = K N; ta/tb from ia[0]/ia[1]
  *   matmul_tn    R = product of the leading dims of both inputs
  *   linear       backward as autodiff writes it: dx = matmul(dy, w),
  *                dw = matmul_tn(dy, x), dbias = sum_to(dy)
- *   sum, mean, softmax, log_softmax, expand over axis a of shape d:
+ *   sum, mean, softmax, log_softmax, reduce_grad over axis a of shape d:
  *                outer = prod(d[:a]), len = d[a], inner = prod(d[a+1:]);
  *                over everything: (1, numel, 1)
  *   layer_norm   rows = product of all dims but the last, dim = the last
@@ -703,6 +713,85 @@ static inline void mp_k_transpose(void *y, int ydt, const void *x, int xdt, int 
             mp_ld_n(x, xdt, off + c * sin, sin, m, t);
             mp_st_n(y, ydt, r * len + c, 1, m, t);
         }
+    }
+}
+
+/* ---- structural ops: chunk, slice, concat, expand, arange --------------------
+ * Copies. Where the storage types agree (always, as the compiler plans
+ * these ops) the stored bits are copied, so integer ids of any size pass
+ * exactly; otherwise values are converted through f32. */
+
+static inline MP_HD int mp_dt_bytes(int dt)
+{
+    return dt == MP_F32 || dt == MP_I32 ? 4 : dt == MP_U8 ? 1 : 2;
+}
+
+/* y[yo .. yo+n) = x[xo .. xo+n) */
+static inline void mp_copy_run(void *y, int ydt, int64_t yo, const void *x, int xdt, int64_t xo,
+                               int64_t n)
+{
+    if (ydt == xdt) {
+        size_t es = (size_t)mp_dt_bytes(ydt);
+        memcpy((char *)y + (size_t)yo * es, (const char *)x + (size_t)xo * es, (size_t)n * es);
+        return;
+    }
+    for (int64_t c = 0; c < n; c += MP_CHUNK) {
+        float t[MP_CHUNK];
+        int64_t m = mp_min64(n - c, MP_CHUNK);
+        mp_ld_n(x, xdt, xo + c, 1, m, t);
+        mp_st_n(y, ydt, yo + c, 1, m, t);
+    }
+}
+
+/* slice, chunk: y[o, j, i] = x[o, start + j, i], x [outer, xlen, inner],
+ * y [outer, ylen, inner] */
+static inline void mp_k_slice(void *y, int ydt, const void *x, int xdt, int64_t outer, int64_t xlen,
+                              int64_t inner, int64_t start, int64_t ylen)
+{
+    MP_OMP(parallel for if (outer * ylen * inner > MP_PAR_MIN))
+    for (int64_t o = 0; o < outer; o++)
+        mp_copy_run(y, ydt, o * ylen * inner, x, xdt, (o * xlen + start) * inner, ylen * inner);
+}
+
+/* concat (one call per operand), slice_grad (zero = 1: the rest of y is
+ * zeroed): y[o, start + j, i] = x[o, j, i], x [outer, xlen, inner] */
+static inline void mp_k_place(void *y, int ydt, const void *x, int xdt, int64_t outer, int64_t ylen,
+                              int64_t inner, int64_t start, int64_t xlen, int zero)
+{
+    if (zero)
+        memset(y, 0, (size_t)(outer * ylen * inner) * (size_t)mp_dt_bytes(ydt));
+    MP_OMP(parallel for if (outer * xlen * inner > MP_PAR_MIN))
+    for (int64_t o = 0; o < outer; o++)
+        mp_copy_run(y, ydt, (o * ylen + start) * inner, x, xdt, o * xlen * inner, xlen * inner);
+}
+
+/* expand: y = x broadcast to y's shape (NumPy rules, rank <= 8) */
+static inline void mp_k_broadcast(void *y, int ydt, int yr, const int64_t *ysh, const void *x, int xdt,
+                                  int xr, const int64_t *xsh)
+{
+    MpBcast p = mp_bcast(yr, ysh, xr, xsh, xr, xsh);
+    int64_t len = p.n[p.rank - 1], sx = p.sa[p.rank - 1];
+    MP_OMP(parallel for if (p.rows * len > MP_PAR_MIN))
+    for (int64_t r = 0; r < p.rows; r++) {
+        int64_t xo, unused;
+        mp_bcast_row(&p, r, &xo, &unused);
+        if (sx == 1) {
+            mp_copy_run(y, ydt, r * len, x, xdt, xo, len);
+            continue;
+        }
+        for (int64_t i = 0; i < len; i++)
+            mp_copy_run(y, ydt, r * len + i, x, xdt, xo, 1);
+    }
+}
+
+/* arange: y[i] = i (i32) */
+static inline void mp_k_arange(void *y, int ydt, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) {
+        if (ydt == MP_I32)
+            ((int32_t *)y)[i] = (int32_t)i;
+        else
+            mp_st(y, ydt, i, (float)i);
     }
 }
 

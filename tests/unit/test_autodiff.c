@@ -161,7 +161,7 @@ static void assert_inputs(const IrNode *n, int nin, ...)
 }
 
 /* The gradient of the loss = sum(x) arriving at x: EXPAND(seed). */
-static IrNode *dy_of_sum(IrNode *s) { return bwd(OP_EXPAND, s); }
+static IrNode *dy_of_sum(IrNode *s) { return bwd(OP_REDUCE_GRAD, s); }
 
 /* ---- the seed and the reductions -------------------------------------------- */
 
@@ -177,7 +177,7 @@ static void test_seed_and_sum(void **state)
     assert_ptr_equal(s->grad_of, loss);
     assert_int_equal(s->id, 2);         /* right after the forward nodes */
     IrNode *e = dy_of_sum(loss);
-    assert_node(e, OP_EXPAND, S2(4, 6), DT_F32, DT_F32);
+    assert_node(e, OP_REDUCE_GRAD, S2(4, 6), DT_F32, DT_F32);
     assert_inputs(e, 1, s);
     assert_int_equal(e->ia[0], -1);
     assert_true(e->fa[0] == 1.0);
@@ -193,8 +193,8 @@ static void test_mean_over_axis(void **state)
     IrNode *m = NODE(OP_MEAN, S1(4), DT_F32, w);
     m->ia[0] = 1;
     backward(sum_all(m));
-    IrNode *e = bwd(OP_EXPAND, m);
-    assert_node(e, OP_EXPAND, S2(4, 6), DT_F32, DT_F32);
+    IrNode *e = bwd(OP_REDUCE_GRAD, m);
+    assert_node(e, OP_REDUCE_GRAD, S2(4, 6), DT_F32, DT_F32);
     assert_int_equal(e->ia[0], 1);
     assert_true(e->fa[0] == 1.0 / 6);
     assert_ptr_equal(P(w)->grad, e);
@@ -211,7 +211,7 @@ static void test_loss_f16_gets_f16_seed(void **state)
     IrNode *c = bwd(OP_CAST, loss);
     assert_node(c, OP_CAST, S0, DT_F16, DT_F16);
     assert_inputs(c, 1, g->loss_scale);
-    assert_node(bwd(OP_EXPAND, loss), OP_EXPAND, S1(3), DT_F16, DT_F16);
+    assert_node(bwd(OP_REDUCE_GRAD, loss), OP_REDUCE_GRAD, S1(3), DT_F16, DT_F16);
     assert_node(P(w)->grad, OP_CAST, S1(3), DT_F32, DT_F16);
     assert_ptr_equal(P(w)->grad->grad_of, w16);
 }

@@ -79,6 +79,8 @@ static const struct {
     {"sigmoid", CL_FOLLOW}, {"silu", CL_FOLLOW}, {"dropout", CL_FOLLOW},
     {"max_pool2d", CL_FOLLOW}, {"avg_pool2d", CL_FOLLOW}, {"global_avg_pool", CL_FOLLOW},
     {"reshape", CL_NONE}, {"transpose", CL_NONE}, {"flatten", CL_NONE},
+    {"chunk", CL_NONE}, {"slice", CL_NONE}, {"concat", CL_NONE}, {"expand", CL_NONE},
+    {"arange", CL_NONE},
     {"exp", CL_FP32}, {"log", CL_FP32}, {"sqrt", CL_FP32}, {"rsqrt", CL_FP32}, {"sum", CL_FP32},
     {"mean", CL_FP32}, {"softmax", CL_FP32}, {"log_softmax", CL_FP32}, {"layer_norm", CL_FP32},
     {"batch_norm", CL_FP32}, {"cross_entropy", CL_FP32}, {"mse", CL_FP32}, {"accuracy", CL_FP32},

@@ -467,15 +467,15 @@ static void backward_rows(void **state)
     st = mk(OP_SUM_TO, 1, fl(S(2, L(128), L(512))));
     st->shape = S(1, L(10));
     expect_error(st, "sum_to cannot reduce [128, 512] to [10]");
-    IrNode *ex = mk(OP_EXPAND, 1, fl(S(0)));
+    IrNode *ex = mk(OP_REDUCE_GRAD, 1, fl(S(0)));
     ex->shape = S(2, L(3), L(4));
     ex->ia[0] = -1;
     expect_shape(ex, S(2, L(3), L(4)));
-    ex = mk(OP_EXPAND, 1, fl(S(1, L(4))));
+    ex = mk(OP_REDUCE_GRAD, 1, fl(S(1, L(4))));
     ex->shape = S(2, L(3), L(4));
     ex->ia[0] = 0;
     expect_shape(ex, S(2, L(3), L(4)));
-    ex = mk(OP_EXPAND, 1, fl(S(1, L(3))));
+    ex = mk(OP_REDUCE_GRAD, 1, fl(S(1, L(3))));
     ex->shape = S(2, L(3), L(4));
     ex->ia[0] = 0;
     expect_error(ex, "shapes do not fit");
