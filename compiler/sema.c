@@ -30,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #define SEMA_MAX_NODES  1000000   /* operations in the expanded model */
 #define SEMA_MAX_REPEAT 100000    /* copies one `repeat` may make */
@@ -2373,6 +2374,9 @@ static void warmup_style(Ctx *c, const Expr *e)
             return;
         }
     const char *best = suggest(c, e->name, styles, 2);
+    for (int i = 0; i < 2; i++)
+        if (strcasecmp(e->name, styles[i]) == 0)
+            best = styles[i];              /* "nanoGPT" */
     diag_error(e->loc, "unknown warmup_style \"%s\"%s: expected \"torch\" or \"nanogpt\"", e->name,
                best ? arena_printf(c->a, " (did you mean \"%s\"?)", best) : "");
 }

@@ -10,9 +10,13 @@
  * Also fills what later phases rely on: n->override on the forward nodes of
  * typed assignments and precision regions (and on user casts), n->name on
  * the node holding each statement's value, IrInput.classes for inputs read
- * as class labels or embedding ids, batch-norm running statistics as
- * non-trainable parameters, and the train block's defaults (loss scale
- * dynamic under mixed_float16, none otherwise; adamw weight decay 0.01).
+ * as class labels or embedding ids, batch-norm running statistics and
+ * `buffer`s as non-trainable parameters, IrParam.no_decay from the
+ * optimizer's no_decay patterns, IrInput.window, and the train block's
+ * defaults (loss scale dynamic under mixed_float16, none otherwise; adamw
+ * weight decay 0.01). Names of saved tensors are torch module paths
+ * ("transformer.h.0.mlp.c_fc.weight"): malformed ones, and a name that is
+ * both a tensor and a module, are errors.
  * Expansion is bounded (at most 1,000,000 operations, repeat counts up to
  * 100,000, block calls 64 deep): a model past a bound gets an error. */
 #ifndef MPCC_SEMA_H

@@ -9,7 +9,8 @@
 #   1. every tests/gradcheck model: --gradcheck (host mode: forward and
 #      backward on the "device", gradients brought back);
 #   2. each example (and tests/cuda/emu_options.mp: SGD Nesterov, weight
-#      decay, accumulate 2, clipping, warm-up, dropout, bf16; emu_wide.mp:
+#      decay, accumulate 2, clipping, warm-up, dropout, bf16; emu_buffers.mp:
+#      buffers, no_decay groups, the nanoGPT warm-up; emu_wide.mp:
 #      the split path of reductions, wide products) on synthetic
 #      data with --no-shuffle: the logged loss of every step and the eval
 #      loss and metrics equal the C program's (1e-4 relative in float32,
@@ -19,6 +20,9 @@
 #      also under float32;
 #   3. checkpoints: C saves at step 3, CUDA resumes to 6 and saves, C
 #      resumes to 8: the losses equal one C run of 8 steps;
+#   3b. tests/cuda/emu_buffers.mp: buffers loaded by --init (values the
+#      initialisers would not give) reach the device and come back unchanged
+#      in the checkpoint, the parameters trained; both programs agree;
 #   4. tests/cuda/emu_nan.mp: the loss-scale collapse and --check-numerics
 #      stop at the same step with the same message as the C program;
 #   5. no device: "no CUDA device: ..." and exit 1; device memory too
@@ -110,7 +114,7 @@ data_of() {   # data_of NAME [--data|--eval]: the model's input files
     mnist_cnn*) echo "$o image=$tmp/img4.npy $o label=$tmp/lab4.npy" ;;
     digits_mlp*) echo "$o pixels=$tmp/pix.npy $o label=$tmp/lab128.npy" ;;
     char_transformer*) echo "$o tokens=$tmp/tok.npy $o targets=$tmp/tgt.npy" ;;
-    emu_options*) echo "$o x=$tmp/x12.npy $o y=$tmp/y5.npy" ;;
+    emu_options* | emu_buffers*) echo "$o x=$tmp/x12.npy $o y=$tmp/y5.npy" ;;
     emu_nan*) echo "$o x=$tmp/x4.npy" ;;
     emu_wide*) echo "$o x=$tmp/x8.npy $o y=$tmp/y3.npy" ;;
     esac
@@ -136,7 +140,7 @@ curve() {   # curve NAME STEPS TOL [env]
         bad "$n ($*): the CUDA program's log differs from the C program's: $msg"
     fi
 }
-for n in mnist_mlp mnist_cnn char_transformer emu_options; do curve "$n" 6 2e-3 MP_EMU=graph; done
+for n in mnist_mlp mnist_cnn char_transformer emu_options emu_buffers; do curve "$n" 6 2e-3 MP_EMU=graph; done
 curve digits_mlp 6 1e-4 MP_EMU=graph
 curve emu_wide 4 2e-3 MP_EMU=graph
 for n in mnist_cnn_f32 char_transformer_f32; do curve "$n" 6 1e-4 MP_EMU=graph; done
@@ -168,6 +172,59 @@ ckpt() {
 }
 ckpt mnist_mlp
 ckpt emu_options
+ckpt emu_buffers
+
+# ---- 3b. buffers: loaded by --init, never changed by training -------------------
+buffers_init() {
+    local n=emu_buffers data
+    data=$(data_of $n)
+    [ -x "$tmp/$n.emu" ] && [ -x "$tmp/$n.c.out" ] || return
+    # --init files: the model's tensors after a first run (plain), and the
+    # same with the buffers redrawn (init)
+    # shellcheck disable=SC2086
+    "$tmp/$n.c.out" $data --steps 1 --save "$tmp/$n.first.safetensors" >/dev/null 2>&1 &&
+    "$PY" - "$tmp/$n.first.safetensors" "$tmp/$n.plain.safetensors" "$tmp/$n.init.safetensors" <<'EOF2' || { bad "$n: no --init file"; return; }
+import sys, numpy as np
+sys.path.insert(0, "tests/py")
+import st
+t = {k: v for k, v in st.read(sys.argv[1]).items() if not k.startswith("optimizer.")}
+st.write(sys.argv[2], t)
+r = np.random.RandomState(3)
+t["shift"] = r.randn(12).astype(np.float32)
+t["mix"] = (r.randn(12, 12) * 0.4).astype(np.float32)
+st.write(sys.argv[3], t)
+EOF2
+    # shellcheck disable=SC2086
+    "$tmp/$n.c.out" $data --no-shuffle --steps 5 --init "$tmp/$n.plain.safetensors" --log-every 1 \
+        --log "$tmp/$n.plain.jsonl" >/dev/null 2>&1 || { bad "$n: the C program failed from --init"; return; }
+    local prog
+    for prog in c.out emu; do
+        # shellcheck disable=SC2086
+        "$tmp/$n.$prog" $data --no-shuffle --steps 5 --init "$tmp/$n.init.safetensors" --log-every 1 \
+            --log "$tmp/$n.init.$prog.jsonl" --save "$tmp/$n.after.$prog.safetensors" >/dev/null 2>"$tmp/$n.init.err" ||
+            { bad "$n ($prog) --init:"; cat "$tmp/$n.init.err"; return; }
+    done
+    if msg=$("$PY" - "$tmp/$n.init.safetensors" "$tmp/$n.after.c.out.safetensors" "$tmp/$n.after.emu.safetensors" 2>&1 <<'EOF2'
+import sys, numpy as np
+sys.path.insert(0, "tests/py")
+import st
+init, c, cu = (st.read(p) for p in sys.argv[1:4])
+for b in ("shift", "mix"):
+    for name, t in (("C", c), ("CUDA", cu)):
+        if not np.array_equal(t[b], init[b]):
+            sys.exit(f"{name}: buffer {b} changed (max diff {np.abs(t[b] - init[b]).max()})")
+for p in ("fc.weight", "head.bias"):
+    if np.array_equal(cu[p], init[p]):
+        sys.exit(f"CUDA: parameter {p} was not trained")
+EOF2
+    ) && msg=$(compare "$tmp/$n.init.c.out.jsonl" "$tmp/$n.init.emu.jsonl" 2e-3 2>&1) &&
+       ! compare "$tmp/$n.init.c.out.jsonl" "$tmp/$n.plain.jsonl" 2e-3 >/dev/null 2>&1; then
+        echo "ok   $n: buffers from --init reach both programs, come back unchanged, change the losses"
+    else
+        bad "$n --init: $msg"
+    fi
+}
+buffers_init
 
 # ---- 4. the loss-scale collapse and --check-numerics ---------------------------
 same_error() {   # same_error NAME [args]: both programs exit 1 with one same line

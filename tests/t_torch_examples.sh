@@ -103,10 +103,20 @@ variant mlp_linear          'optimizer = sgd(lr = 0.2)' 'lr_schedule = linear(wa
 variant mlp_clip            'optimizer = adam(lr = 1e-3)' 'clip_grad_norm = 0.5'
 variant mlp_accumulate      'optimizer = sgd(lr = 0.1, momentum = 0.9)' 'accumulate = 2'
 variant mlp_accum_clip      'optimizer = adam(lr = 2e-3)' 'accumulate = 3' 'clip_grad_norm = 0.3' 'lr_schedule = cosine(warmup = 3)'
+# no_decay parameter groups (LANGUAGE.md), and the same runs without them:
+# the negative controls below check that ignoring the flag would be caught
+variant mlp_nodecay_vectors 'optimizer = adamw(lr = 2e-3, weight_decay = 0.5, no_decay = [vectors])'
+variant mlp_decay_vectors   'optimizer = adamw(lr = 2e-3, weight_decay = 0.5)'
+variant mlp_nodecay_glob    'optimizer = sgd(lr = 0.1, momentum = 0.9, weight_decay = 0.05, no_decay = ["h.*"])'
+variant mlp_decay_glob      'optimizer = sgd(lr = 0.1, momentum = 0.9, weight_decay = 0.05)'
+# nanoGPT's warm-up (lr*k/(W+1)) against its get_lr; mlp_cosine_warmup above keeps torch's
+variant mlp_nanogpt_warmup  'optimizer = adamw(lr = 2e-3, weight_decay = 0.1)' 'lr_schedule = cosine(warmup = 5, min = 1e-4, warmup_style = "nanogpt")'
+variant mlp_nanogpt_linear  'optimizer = sgd(lr = 0.1)' 'lr_schedule = linear(warmup = 4, warmup_style = "nanogpt")'
 
 for v in mlp_sgd mlp_sgd_momentum mlp_sgd_nesterov_wd mlp_sgd_wd mlp_adam mlp_adam_keys \
          mlp_adamw mlp_cosine_warmup mlp_cosine mlp_linear_warmup mlp_linear mlp_clip \
-         mlp_accumulate mlp_accum_clip; do
+         mlp_accumulate mlp_accum_clip mlp_nodecay_vectors mlp_nodecay_glob mlp_nanogpt_warmup \
+         mlp_nanogpt_linear; do
     run_case "$v" "$W/$v.mp" float32 40 1e-4 "$MNIST" "$MNIST_E"
 done
 run_case mlp_adam_f16 "$W/mlp_adam.mp" mixed_float16 40 3e-2 "$MNIST" "$MNIST_E"
@@ -117,6 +127,8 @@ run_case mlp_adam_f16_emulated "$W/mlp_adam.mp" mixed_float16 40 1e-4 "$MNIST" "
 run_case mlp_adam_bf16_emulated "$W/mlp_adam.mp" mixed_bfloat16 40 1e-3 "$MNIST" "$MNIST_E"
 run_case example_mnist_mlp_f16_emulated examples/mnist_mlp.mp mixed_float16 30 1e-4 "$MNIST" "$MNIST_E"
 run_case metric_alias tests/models/metric_alias.mp float32 20 1e-4 "$MNIST" "$MNIST_E"
+# buffers: loaded by --init, used in expressions, saved unchanged
+run_case mlp_buffer tests/models/mlp_buffer.mp float32 30 1e-4 "$MNIST" "$MNIST_E"
 # mixed_bfloat16 (8-bit mantissas): against torch float32 within 5%
 run_case mlp_adam_bf16 "$W/mlp_adam.mp" mixed_bfloat16 40 5e-2 "$MNIST" "$MNIST_E"
 run_case char_tf_bf16 tests/models/char_tf.mp mixed_bfloat16 30 5e-2 "$SHAKE" "$SHAKE_E"
@@ -177,6 +189,29 @@ for c in "${cases[@]}"; do
          "--log $out.log.jsonl --ckpt $out.out.safetensors $cmp --report $out.ref.out" >>"$W/check.batch"
 done
 $PY tests/py/ref.py batch "$W/check.batch" || fails+=("some cases differ from PyTorch (above)")
+
+# 4. negative controls: a trainer run checked against the twin of a train
+# block it was NOT given must fail on its per-step losses or lr (tensors and
+# evaluation not compared), or the cases above could not catch the feature
+# being ignored. "RUN|WRONG MODEL" pairs:
+controls=("mlp_nodecay_vectors|$W/mlp_decay_vectors.mp" "mlp_nodecay_glob|$W/mlp_decay_glob.mp"
+          "mlp_nanogpt_warmup|$W/mlp_cosine_warmup.mp")
+: >"$W/control.batch"
+ncontrols=0
+for c in "${controls[@]}"; do
+    name=${c%%|*} out=$W/${c%%|*}
+    [[ " ${cases[*]} " == *" $name|"* ]] && [ ! -e "$out.fail" ] || continue
+    echo "check ${c#*|} $(case_args "$MNIST" "") --steps 40 --init $out.init.safetensors --log $out.log.jsonl" \
+         "--ckpt $out.out.safetensors --tol 1e-4 --ptol 0 --dtype float64 --report $out.control.out" >>"$W/control.batch"
+    ncontrols=$((ncontrols + 1))
+done
+if [ "$ncontrols" -gt 0 ]; then
+    $PY tests/py/ref.py batch "$W/control.batch" >"$W/control.out"
+    sed 's/^/    /' "$W/control.out"
+    got=$(grep -c '^FAIL ' "$W/control.out")
+    [ "$got" -eq "$ncontrols" ] && echo "negative controls: all $ncontrols told apart from the wrong train block" ||
+        fails+=("only $got of $ncontrols negative controls differ from the wrong train block's twin")
+fi
 
 echo
 if [ ${#fails[@]} -gt 0 ]; then

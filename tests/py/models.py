@@ -264,5 +264,21 @@ class MetricAlias(MnistMlp):
             "confidence": (F.softmax(logits, -1) ** 2).sum(1).mean(0)}
 
 
-TWINS.update({"metric_alias": MetricAlias, "cnn_bn": CnnBn, "char_tf": CharTf, "char_transformer": CharTransformer,
+class MlpBuffer(MnistMlp):
+    """tests/models/mlp_buffer.mp: buffers in expressions. They are drawn
+    at random (not the .mp file's initialisers), so the trainer matches only
+    if --init loaded them."""
+    def __init__(self, H=64, **_):
+        super().__init__(H)
+        self.register_buffer("pixel_mean", torch.rand(784) * 0.3)
+        self.register_buffer("pixel_scale", 0.5 + torch.rand(784))
+        self.register_buffer("class_prior", torch.randn(10) * 0.5)
+
+    def forward(self, b):
+        x = (b["image"].to(self.h.weight.dtype) / 255 - self.pixel_mean) * self.pixel_scale
+        logits = self.logits(F.relu(self.h(x))) + self.class_prior
+        return xent(logits, b["label"]), {"accuracy": accuracy(logits, b["label"])}
+
+
+TWINS.update({"mlp_buffer": MlpBuffer, "metric_alias": MetricAlias, "cnn_bn": CnnBn, "char_tf": CharTf, "char_transformer": CharTransformer,
               "mnist_cnn": MnistCnn, "digits_mlp": DigitsMlp})

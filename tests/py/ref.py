@@ -25,10 +25,10 @@ the file order (A = accumulate), each batch j holding samples
 micro-batches, before the update; gradients are the mean over them.
 """
 import argparse
-import fnmatch
 import json
 import math
 import os
+import re
 import sys
 
 import numpy as np
@@ -62,15 +62,34 @@ def model_state(module):
             if not k.endswith("num_batches_tracked") and k not in tied}
 
 
+def nanogpt_get_lr(it, learning_rate, warmup_iters, lr_decay_iters, min_lr):
+    """nanoGPT's train.py get_lr, as it is written there."""
+    # 1) linear warmup for warmup_iters steps
+    if it < warmup_iters:
+        return learning_rate * (it + 1) / (warmup_iters + 1)
+    # 2) if it > lr_decay_iters, return min learning rate
+    if it > lr_decay_iters:
+        return min_lr
+    # 3) in between, use cosine decay down to min learning rate
+    decay_ratio = (it - warmup_iters) / (lr_decay_iters - warmup_iters)
+    assert 0 <= decay_ratio <= 1
+    coeff = 0.5 * (1.0 + math.cos(math.pi * decay_ratio))  # coeff ranges 0..1
+    return min_lr + coeff * (learning_rate - min_lr)
+
+
 def sched_lr(tr, k):
-    """LR of optimizer step k (1-based), mirroring mp_optim.h."""
+    """LR of optimizer step k (1-based), mirroring mp_optim.h; with
+    warmup_style "nanogpt", nanoGPT's get_lr at it = k - 1 (LANGUAGE.md)."""
     name, kw, _ = mpfile.call(tr.get("lr_schedule"), "constant")
     lr = mpfile.call(tr["optimizer"])[1]["lr"]
     if name == "constant":
         return lr
     w, t, lo = kw.get("warmup", 0), tr.get("steps", 1000), kw.get("min", 0)
-    if w > 0 and k <= w:   # nanoGPT's get_lr: lr * (it + 1) / (warmup_iters + 1), it = k - 1
-        return lr * k / (w + 1) if kw.get("warmup_style", "torch") == "nanogpt" else lr * k / w
+    nanogpt = kw.get("warmup_style", "torch") == "nanogpt"
+    if nanogpt and name == "cosine":
+        return nanogpt_get_lr(k - 1, lr, w, t, lo)
+    if w > 0 and k <= w:
+        return lr * k / (w + 1 if nanogpt else w)
     p = min(max((k - 1 - w) / (t - w), 0), 1) if t > w else 1
     if name == "linear":
         return lr * (1 - p)
@@ -78,17 +97,19 @@ def sched_lr(tr, k):
 
 
 def param_groups(kw, named):
-    """The torch parameter groups of the optimizer's no_decay patterns: the
-    decaying parameters, then those matching a pattern (weight decay 0);
-    `vectors` matches every parameter of rank 1 or less (nanoGPT's
-    configure_optimizers rule)."""
+    """The optimizer's no_decay patterns as torch parameter groups: the
+    parameters a pattern matches get weight_decay 0. A pattern is a glob
+    ('*': any run of characters, dots included) or vectors (rank <= 1);
+    mpfile reads the bare word as the string "vectors"."""
     pats = kw.get("no_decay")
     if not pats:
         return [p for _, p in named]
-    def exempt(n, p):
-        return any(p.dim() <= 1 if pat == "vectors" else fnmatch.fnmatchcase(n, pat) for pat in pats)
-    return [{"params": [p for n, p in named if not exempt(n, p)]},
-            {"params": [p for n, p in named if exempt(n, p)], "weight_decay": 0.0}]
+
+    def hit(n, p):
+        return any(p.dim() <= 1 if x == "vectors" else
+                   re.fullmatch(".*".join(map(re.escape, x.split("*"))), n) for x in pats)
+    return [{"params": [p for n, p in named if not hit(n, p)]},
+            {"params": [p for n, p in named if hit(n, p)], "weight_decay": 0.0}]
 
 
 def optimizer(tr, named):
