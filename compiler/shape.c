@@ -512,7 +512,7 @@ bool shape_CONCAT(IrGraph *g, IrNode *n)
         DType ta = n->in[0]->type, tb = n->in[i]->type;
         if (is_int(ta) != is_int(tb) || (is_int(ta) && ta != tb)) {
             diag_error(n->loc, "concat needs operands of one type, got %s and %s: cast them first",
-                       dt_name(ta) , dt_name(tb));
+                       ta ? dt_name(ta) : "float", tb ? dt_name(tb) : "float");
             return false;
         }
         if (__builtin_add_overflow(r.d[n->ia[0]], b->d[n->ia[0]], &r.d[n->ia[0]]))

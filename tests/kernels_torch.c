@@ -260,6 +260,99 @@ static void op_embedding(void)
     wrf(0, y, n * D); wrf(1, dw, V * D);
 }
 
+/* ---- elementwise, norm, rope and loss additions ------------------------------ */
+
+/* y, dx of a unary kernel pair into out[k], out[k+1] */
+#define UNARY_PAIR(k, NAME, x, dy, n)                                          \
+    do {                                                                       \
+        float *y_ = buf(n), *dx_ = buf(n);                                     \
+        mp_k_##NAME(y_, F32, x, F32, n);                                       \
+        mp_k_##NAME##_grad(dx_, F32, dy, F32, x, F32, n);                      \
+        wrf(k, y_, n); wrf(k + 1, dx_, n);                                     \
+    } while (0)
+
+/* maximum (max != 0) or minimum of a, b [N] -> out[k] y, out[k+1] da, out[k+2] db */
+static void extremum(int k, int max, const float *a, const float *b, const float *dy, int64_t n)
+{
+    float *y = buf(n), *ma = buf(n), *mb = buf(n), *da = buf(n), *db = buf(n);
+    int64_t sh[1] = {n};
+    (max ? mp_k_maximum : mp_k_minimum)(y, F32, 1, sh, a, F32, 1, sh, b, F32, 1, sh);
+    mp_k_maximum_mask(ma, F32, 1, sh, max ? a : b, F32, 1, sh, max ? b : a, F32, 1, sh);
+    mp_k_maximum_mask(mb, F32, 1, sh, max ? b : a, F32, 1, sh, max ? a : b, F32, 1, sh);
+    mp_k_mul(da, F32, 1, sh, dy, F32, 1, sh, ma, F32, 1, sh);
+    mp_k_mul(db, F32, 1, sh, dy, F32, 1, sh, mb, F32, 1, sh);
+    wrf(k, y, n); wrf(k + 1, da, n); wrf(k + 2, db, n);
+}
+
+/* elementwise2 N: x, b, dy, xp (> 0) -> abs, sin, cos, gelu_tanh (y, dx),
+ * maximum, minimum (y, dx, db), clamp(-0.5, 0.75), pow(xp, 2.5), pow(x, 3)
+ * (y, dx): 20 files */
+static void op_elementwise2(void)
+{
+    int64_t n = arg[0];
+    float *x = rdf(0, n), *b = rdf(1, n), *dy = rdf(2, n), *xp = rdf(3, n);
+    float *y = buf(n), *dx = buf(n);
+    UNARY_PAIR(0, abs, x, dy, n);
+    UNARY_PAIR(2, sin, x, dy, n);
+    UNARY_PAIR(4, cos, x, dy, n);
+    UNARY_PAIR(6, gelu_tanh, x, dy, n);
+    extremum(8, 1, x, b, dy, n);
+    extremum(11, 0, x, b, dy, n);
+    mp_k_clamp(y, F32, x, F32, n, -0.5f, 0.75f);
+    mp_k_clamp_grad(dx, F32, dy, F32, x, F32, n, -0.5f, 0.75f);
+    wrf(14, y, n); wrf(15, dx, n);
+    mp_k_pow(y, F32, xp, F32, n, 2.5f);
+    mp_k_pow_grad(dx, F32, dy, F32, xp, F32, n, 2.5f);
+    wrf(16, y, n); wrf(17, dx, n);
+    mp_k_pow(y, F32, x, F32, n, 3.0f);
+    mp_k_pow_grad(dx, F32, dy, F32, x, F32, n, 3.0f);
+    wrf(18, y, n); wrf(19, dx, n);
+}
+
+/* rms_norm R D: x, w, dy -> y, dx, dw; then layer_norm without a bias:
+ * y, dx (eps 1e-5) */
+static void op_rms_norm(void)
+{
+    int64_t R = arg[0], D = arg[1];
+    float *x = rdf(0, R * D), *w = rdf(1, D), *dy = rdf(2, R * D);
+    float *y = buf(R * D), *dx = buf(R * D), *dw = buf(D);
+    mp_k_rms_norm(y, F32, x, F32, w, F32, R, D, 1e-5f);
+    mp_k_rms_norm_dx(dx, F32, dy, F32, x, F32, w, F32, R, D, 1e-5f);
+    mp_k_rms_norm_dw(dw, F32, dy, F32, x, F32, R, D, 1e-5f, 0.0f);
+    wrf(0, y, R * D); wrf(1, dx, R * D); wrf(2, dw, D);
+    mp_k_layer_norm(y, F32, x, F32, w, F32, NULL, F32, R, D, 1e-5f);
+    mp_k_layer_norm_dx(dx, F32, dy, F32, x, F32, w, F32, R, D, 1e-5f);
+    wrf(3, y, R * D); wrf(4, dx, R * D);
+}
+
+/* rope B T H D HALF THETA: x [B, T, H, D] (positions along T), dy -> y, dx */
+static void op_rope(void)
+{
+    int64_t B = arg[0], T = arg[1], H = arg[2], D = arg[3], n = B * T * H * D;
+    float *x = rdf(0, n), *dy = rdf(1, n), *y = buf(n), *dx = buf(n);
+    mp_k_rope(y, F32, x, F32, B, T, H * D, D, (float)arg[5], (int)arg[4], 1.0f);
+    mp_k_rope(dx, F32, dy, F32, B, T, H * D, D, (float)arg[5], (int)arg[4], -1.0f);
+    wrf(0, y, n); wrf(1, dx, n);
+}
+
+/* cross_entropy2 R C HAS_IGNORE IGNORE U8: logits, labels (i32; stored as u8
+ * when U8), dl [1], eps [1] -> loss, dx, accuracy */
+static void op_cross_entropy2(void)
+{
+    int64_t R = arg[0], C = arg[1], ignore = arg[2] ? arg[3] : MP_NO_IGNORE;
+    float *x = rdf(0, R * C), *dl = rdf(2, 1), *eps = rdf(3, 1), loss, acc, *dx = buf(R * C);
+    int32_t *lab = rdi(1, R);
+    uint8_t *lab8 = (uint8_t *)malloc((size_t)R);
+    for (int64_t r = 0; r < R; r++)
+        lab8[r] = (uint8_t)lab[r];
+    const void *l = arg[4] ? (const void *)lab8 : (const void *)lab;
+    int ldt = arg[4] ? MP_U8 : MP_I32;
+    mp_k_cross_entropy(&loss, F32, x, F32, l, ldt, R, C, ignore, eps[0]);
+    mp_k_cross_entropy_grad(dx, F32, dl, F32, x, F32, l, ldt, R, C, ignore, eps[0]);
+    mp_k_accuracy(&acc, F32, x, F32, l, ldt, R, C);
+    wrf(0, &loss, 1); wrf(1, dx, R * C); wrf(2, &acc, 1);
+}
+
 static const struct {
     const char *name;
     void (*run)(void);
@@ -271,6 +364,8 @@ static const struct {
     {"softmax", op_softmax, 4}, {"cross_entropy", op_cross_entropy, 2},
     {"mse", op_mse, 1}, {"activations", op_activations, 1},
     {"attention", op_attention, 4}, {"embedding", op_embedding, 3},
+    {"elementwise2", op_elementwise2, 1}, {"rms_norm", op_rms_norm, 2}, {"rope", op_rope, 6},
+    {"cross_entropy2", op_cross_entropy2, 5},
 };
 
 int main(int argc, char **argv)

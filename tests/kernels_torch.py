@@ -302,6 +302,110 @@ def case_embedding(driver, tmp):
     check("embedding y", got[0], y.detach())
     check("embedding dw", got[1], dw)
 
+# ---- elementwise, norm, rope and loss additions ------------------------------
+
+def case_elementwise2(driver, tmp):
+    n = 2000
+    x, dy = f32(n, lo=-3, hi=3), f32(n)
+    b = f32(n, lo=-3, hi=3)
+    b[::7] = x[::7]                            # ties: the gradient is split
+    x[::50] = -0.5                             # clamp's bounds pass the gradient
+    x[1::50] = 0.75
+    xp = f32(n, lo=0.1, hi=3)
+    got = run(driver, tmp, "elementwise2", [n], [x, b, dy, xp], 20)
+    unary = (("abs", torch.abs), ("sin", torch.sin), ("cos", torch.cos),
+             ("gelu tanh", lambda v: F.gelu(v, approximate="tanh")))
+    for i, (name, fn) in enumerate(unary):
+        tx = t(x)
+        y = fn(tx)
+        (dx,) = grads(y, dy, tx)
+        check(name + " y", got[2 * i], y.detach())
+        check(name + " dx", got[2 * i + 1], dx)
+    for k, (name, fn) in ((8, ("maximum", torch.maximum)), (11, ("minimum", torch.minimum))):
+        tx, tb = t(x), t(b)
+        y = fn(tx, tb)
+        dx, db = grads(y, dy, tx, tb)
+        check(name + " y", got[k], y.detach())
+        check(name + " da", got[k + 1], dx)
+        check(name + " db", got[k + 2], db)
+    for k, src, fn, name in ((14, x, lambda v: torch.clamp(v, -0.5, 0.75), "clamp"),
+                             (16, xp, lambda v: torch.pow(v, 2.5), "pow 2.5"),
+                             (18, x, lambda v: torch.pow(v, 3.0), "pow 3")):
+        tx = t(src)
+        y = fn(tx)
+        (dx,) = grads(y, dy, tx)
+        check(name + " y", got[k], y.detach())
+        check(name + " dx", got[k + 1], dx, rtol=1e-5 if k != 16 else 3e-5)
+
+
+def case_rms_norm(driver, tmp):
+    R, D = 12, 40
+    x, w, dy = f32(R, D, lo=-2, hi=2), f32(D, lo=0.5, hi=1.5), f32(R, D)
+    tx, tw = t(x), t(w)
+    # torch.nn.RMSNorm's definition (the module itself is newer than this torch)
+    y = tx * torch.rsqrt(tx.pow(2).mean(-1, keepdim=True) + 1e-5) * tw
+    dx, dw = grads(y, dy, tx, tw)
+    got = run(driver, tmp, "rms_norm", [R, D], [x, w, dy], 5)
+    for name, g, want in zip(("y", "dx", "dw"), got, (y.detach(), dx, dw)):
+        check("rms_norm " + name, g, want)
+    tx, tw = t(x), t(w)
+    y = F.layer_norm(tx, (D,), tw, None, 1e-5)     # LayerNorm(bias=False)
+    (dx,) = grads(y, dy, tx)
+    check("layer_norm no bias y", got[3], y.detach())
+    check("layer_norm no bias dx", got[4], dx)
+
+
+def rope_ref(x, half, theta):
+    """x [B, T, H, D] rotated by position along T, in float64: llama2.c's
+    interleaved pairs or Hugging Face's rotate_half."""
+    T, D = x.shape[1], x.shape[3]
+    inv = 1.0 / theta ** (torch.arange(0, D, 2, dtype=torch.float64) / D)
+    ang = torch.arange(T, dtype=torch.float64)[:, None] * inv[None, :]     # [T, D/2]
+    cos, sin = torch.cos(ang)[None, :, None, :], torch.sin(ang)[None, :, None, :]
+    if half:
+        x1, x2 = x[..., :D // 2], x[..., D // 2:]
+        return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+    x1, x2 = x[..., 0::2], x[..., 1::2]
+    return torch.stack([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1).flatten(-2)
+
+
+def case_rope(driver, tmp):
+    B, T, H, D = 2, 37, 3, 16
+    for half in (0, 1):
+        for theta in (10000, 500):
+            x, dy = f32(B, T, H, D), f32(B, T, H, D)
+            tx = torch.from_numpy(x.astype(np.float64)).requires_grad_(True)
+            y = rope_ref(tx, half, theta)
+            y.backward(torch.from_numpy(dy.astype(np.float64)))
+            got = run(driver, tmp, "rope", [B, T, H, D, half, theta], [x, dy], 2)
+            tag = "rope %s theta %d " % ("half" if half else "interleaved", theta)
+            # the angle p theta^(-2i/D) is an f32 product, as llama2.c's
+            check(tag + "y", got[0], y.detach(), rtol=1e-5, scale_tol=2e-5)
+            check(tag + "dx", got[1], tx.grad, rtol=1e-5, scale_tol=2e-5)
+
+
+def case_cross_entropy2(driver, tmp):
+    R, C = 40, 9
+    for ignore, eps, u8 in ((-100, 0.0, 0), (3, 0.0, 1), (None, 0.1, 0), (0, 0.25, 1), (-1, 0.3, 1)):
+        x = f32(R, C, lo=-4, hi=4)
+        labels = rng.integers(0, C, size=R).astype(np.int32)
+        if ignore is not None and ignore < 0 and not u8:
+            labels[::3] = ignore
+        dl = np.array([0.75], dtype=np.float32)
+        tx = t(x)
+        lab = torch.from_numpy(labels).long()
+        kw = {"label_smoothing": eps}
+        if ignore is not None and not (u8 and ignore < 0):   # u8 never holds a negative
+            kw["ignore_index"] = ignore
+        loss = F.cross_entropy(tx, lab, **kw)
+        (dx,) = grads(loss, dl.reshape(()), tx)
+        args = [R, C, int(ignore is not None), ignore if ignore is not None else 0, u8]
+        got = run(driver, tmp, "cross_entropy2", args, [x, labels, dl, np.float32([eps])], 3)
+        tag = "cross_entropy ignore %s eps %g%s " % (ignore, eps, " u8" if u8 else "")
+        check(tag + "loss", got[0], loss.detach())
+        check(tag + "dx", got[1], dx)
+        check(tag + "accuracy", got[2], (x.argmax(1) == labels).mean())
+
 
 def main():
     if len(sys.argv) not in (2, 3) or sys.argv[2:] not in ([], ["--no-conversions"]):
@@ -312,7 +416,8 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         for case in cases + [case_linear, case_conv2d, case_pools,
                      case_layer_norm, case_batch_norm, case_softmax, case_losses,
-                     case_activations, case_attention, case_embedding]:
+                     case_activations, case_attention, case_embedding,
+                     case_elementwise2, case_rms_norm, case_rope, case_cross_entropy2]:
             case(driver, tmp)
     if failures:
         print("\n%d comparisons failed" % len(failures))

@@ -14,10 +14,11 @@
 #
 # Cases: every optimizer / schedule / clipping / accumulate variant of
 # tests/models/mlp_small.mp, the op zoo, a CNN with batch_norm, a char
-# transformer, metrics, every examples/*.mp, each in float32 and mixed
-# precision; and *_emulated cases, where the MLP twin rounds to f16 / bf16
-# exactly where the precision plan does, so mixed precision is held to
-# 1e-4 (f16) / 1e-3 (bf16) too. ONLY=substring runs the matching cases.
+# transformer, a GPT with chunk/slice/concat/expand/arange, metrics,
+# every examples/*.mp, each in float32 and mixed precision; and
+# *_emulated cases, where the MLP twin rounds to f16 / bf16 exactly where
+# the precision plan does, so mixed precision is held to 1e-4 (f16) /
+# 1e-3 (bf16) too. ONLY=substring runs the matching cases.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 MPCC=${MPCC:-./mpcc}
@@ -141,6 +142,7 @@ for prec in float32 mixed_float16; do
     run_case "zoo_$prec"     tests/models/zoo.mp     $prec 40 $tol "$DIGITS" "$DIGITS_E"
     run_case "cnn_bn_$prec"  tests/models/cnn_bn.mp  $prec 30 $tol "$MNIST"  "$MNIST_E"
     run_case "char_tf_$prec" tests/models/char_tf.mp $prec 30 $tol "$SHAKE"  "$SHAKE_E"
+    run_case "gpt_split_$prec" tests/models/gpt_split.mp $prec 30 $tol "$SHAKE" "$SHAKE_E"
     run_case "example_mnist_mlp_$prec" examples/mnist_mlp.mp $prec 30 $tol "$MNIST" "$MNIST_E"
     run_case "example_mnist_cnn_$prec" examples/mnist_cnn.mp $prec 10 $tol \
         image=mnist_x4,label=mnist_y image=mnist_ex4,label=mnist_ey

@@ -222,6 +222,65 @@ class CharTransformer(nn.Module):
         return xent(logits, b["targets"]), {"accuracy": accuracy(logits, b["targets"])}
 
 
+class SplitAttn(nn.Module):
+    """nanoGPT's CausalSelfAttention: one c_attn, split into q, k, v."""
+    def __init__(self, d, h):
+        super().__init__()
+        self.h = h
+        self.c_attn, self.c_proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = (z.reshape(b, t, self.h, d // self.h).transpose(1, 2) for z in self.c_attn(x).split(d, dim=2))
+        s = q @ k.transpose(-1, -2) / math.sqrt(d // self.h)
+        s = s.masked_fill(torch.ones(t, t, dtype=torch.bool).triu(1), float("-inf"))
+        return self.c_proj((F.softmax(s, -1) @ v).transpose(1, 2).reshape(b, t, d))
+
+
+class GatedMlp(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.c_fc, self.c_proj = nn.Linear(d, 4 * d), nn.Linear(2 * d, d)
+
+    def forward(self, x):
+        a, gate = self.c_fc(x).chunk(2, dim=-1)
+        return self.c_proj(F.gelu(a) * torch.sigmoid(gate))
+
+
+class GptSplitBlock(nn.Module):
+    def __init__(self, d, h):
+        super().__init__()
+        self.ln_1, self.attn, self.ln_2, self.mlp = nn.LayerNorm(d), SplitAttn(d, h), nn.LayerNorm(d), GatedMlp(d)
+
+
+class GptSplit(nn.Module):
+    """tests/models/gpt_split.mp: chunk, slice, concat, expand, arange."""
+    def __init__(self, T=32, V=128, D=32, H=2, L=2, **_):
+        super().__init__()
+        self.shift = nn.Parameter(torch.randn(1, D) * 0.02)
+        self.wte, self.wpe = nn.Embedding(V, D), nn.Embedding(T, D)
+        self.h = nn.ModuleList(GptSplitBlock(D, H) for _ in range(L))
+        self.ln_f = nn.LayerNorm(D)
+        self.lm_head = nn.Linear(D, V)
+
+    def forward(self, b):
+        tok = b["tokens"].long()
+        bs, t = tok.shape
+        x = self.wte(tok) + self.wpe(torch.arange(t))
+        for blk in self.h:
+            x = x + blk.attn(blk.ln_1(x))
+            x = x + blk.mlp(blk.ln_2(x))
+        f = self.ln_f(x)
+        d = f.shape[-1]
+        prev = torch.cat([f[:, 0:1], f[:, 0:-1]], 1)
+        mix = torch.cat([f[..., 0:d // 2], prev[..., -(d // 2):d]], 2)
+        logits = self.lm_head(mix + self.shift.expand(bs, t, -1))
+        return xent(logits, b["targets"]), {"accuracy": accuracy(logits, b["targets"])}
+
+
+TWINS["gpt_split"] = GptSplit
+
+
 class MnistCnn(nn.Module):
     """examples/mnist_cnn.mp."""
     def __init__(self, **_):

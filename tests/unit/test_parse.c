@@ -167,6 +167,19 @@ static void test_statements(void **state)
                "  (minimize loss))\n");
 }
 
+/* a, b, c = value: the targets in order; lists as call arguments */
+static void test_tuple_assignment(void **state)
+{
+    (void)state;
+    check_tree("model m\nq, k, v = chunk(x, 3, axis = -1)\nh = concat([a, b], 1)\n",
+               "(model m)\n"
+               "(= (q k v) (call chunk x 3 axis=(- 1)))\n"
+               "(= h (call concat [a b] 1))\n");
+    check_error("model m\na, b, a = chunk(x, 3)\n", "t.mp:2:7: error: target 'a' is named twice");
+    check_error("model m\na, = chunk(x, 1)\n", "t.mp:2:4: error: expected a name, found '='");
+    check_error("model m\na, b.c = chunk(x, 2)\n", "expected a plain name, found 'b.c'");
+}
+
 static void test_precedence(void **state)
 {
     (void)state;
@@ -591,6 +604,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_whole_model),
         cmocka_unit_test(test_statements),
+        cmocka_unit_test(test_tuple_assignment),
         cmocka_unit_test(test_precedence),
         cmocka_unit_test(test_literals),
         cmocka_unit_test(test_newlines),

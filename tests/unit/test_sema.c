@@ -320,6 +320,63 @@ static void views_and_axes(void **state)
     assert_int_equal(named(g, "z")->shape.d[1], 8);
 }
 
+/* chunk, slice, concat, expand, arange: attributes normalised (axes and
+ * Python indices from the end), parts named after their targets, every
+ * argument by keyword too. */
+static void structural_ops(void **state)
+{
+    (void)state;
+    IrGraph *g = lower_ok("model m\nconst B = 4\ninput x: f32[B, 12]\ninput y: i32[B]\n"
+                          "input seq: i32[B, 9]\n"
+                          "q, k, v = chunk(x = x, n = 3)\n"
+                          "s = slice(q, 1, -3, -1)\n"
+                          "t = slice(x = k, axis = -1, start = 0, end = 4)\n"
+                          "c = concat(tensors = [s, t, v], axis = 1)\n"
+                          "e = expand(reshape(c, [B, 1, 10]), dims = [2, B, 3, -1])\n"
+                          "p = arange(n = 3)\n"
+                          "w = embedding(p, 3, 10, name = \"wpe\")\n"
+                          "ids = slice(seq, 1, 0, -1)\n"
+                          "tok = embedding(ids, 50, 10, name = \"wte\")\n"
+                          "z = flatten(sum(e + w, 0)) + sum(flatten(tok))\n" LOSS TRAIN);
+    for (int i = 0; i < 3; i++) {
+        IrNode *part = named(g, (const char *[]){"q", "k", "v"}[i]);
+        assert_int_equal(part->op, OP_CHUNK);
+        assert_int_equal(part->ia[0], 1);
+        assert_int_equal(part->ia[1], 3);
+        assert_int_equal(part->ia[2], i);
+        assert_int_equal(part->shape.d[1], 4);
+    }
+    IrNode *sl = named(g, "s");
+    assert_int_equal(sl->ia[1], 1);
+    assert_int_equal(sl->ia[2], 3);
+    assert_int_equal(sl->shape.d[1], 2);
+    assert_int_equal(named(g, "t")->ia[0], 1);
+    IrNode *c = named(g, "c");
+    assert_int_equal(c->nin, 3);
+    assert_int_equal(c->shape.d[1], 10);
+    IrNode *e = named(g, "e");
+    assert_int_equal(e->shape.rank, 4);
+    assert_int_equal(e->shape.d[0], 2);
+    assert_int_equal(e->shape.d[2], 3);
+    assert_int_equal(e->shape.d[3], 10);
+    IrNode *p = named(g, "p");
+    assert_int_equal(p->op, OP_ARANGE);
+    assert_int_equal(p->type, DT_I32);
+    assert_int_equal(p->shape.d[0], 3);
+    /* ids sliced from an input keep its class bound; computed ids have none */
+    assert_int_equal(g->inputs[2].classes, 50);
+    /* a block's keyword arguments; chunk inside a block and a repeat */
+    lower_ok(HEAD "block half(t, axis) {\n  a, b = chunk(t, 2, axis)\n  return a * b\n}\n"
+             "h = x\nrepeat 2 as layers {\n  h = concat([half(axis = -1, t = h), half(h, 1)], axis = 1)\n}\n"
+             "z = h\n" LOSS TRAIN);
+    lower_err(HEAD "q, k = chunk(linear(x, 8), 2)\nz = q\n" LOSS TRAIN,
+              "linear declares parameters and needs a name");
+    lower_err(HEAD "z = relu(y = x)\n" LOSS TRAIN, "unknown argument 'y' of relu(x)");
+    lower_err(HEAD "z = arange(3, n = 3)\n" LOSS TRAIN, "argument 'n' of arange is given twice");
+    lower_err(HEAD "z = embedding(slice(y, 0, 0, 2), 3, 8)\nw = embedding(y, 5, 8, name = \"e\")\n" LOSS TRAIN,
+              "'y' is used with 5 classes here but 3 classes before");
+}
+
 /* ---- overrides --------------------------------------------------------------- */
 
 static void overrides(void **state)
@@ -851,7 +908,7 @@ int main(void)
 {
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
     const struct CMUnitTest tests[] = {
-        T(spec_model), T(block_naming), T(repeat_naming), T(layers), T(views_and_axes),
+        T(spec_model), T(block_naming), T(repeat_naming), T(layers), T(views_and_axes), T(structural_ops),
         T(overrides), T(constants), T(train_defaults), T(train_settings),
         T(c_keywords_are_fine_names), T(rebinding), T(examples_lower), T(char_transformer_names),
         T(buffers_windows_u16), T(module_paths), T(no_decay_groups), T(warmup_styles),

@@ -105,6 +105,67 @@ static void expect_error(IrNode *n, const char *text)
         fail_msg("expected an error containing \"%s\", got \"%s\"", text, msgs + start);
 }
 
+/* chunk, slice, concat, expand, arange; rank 8 through each */
+static IrNode *attrs(IrNode *n, int64_t a, int64_t b, int64_t c)
+{
+    n->ia[0] = a, n->ia[1] = b, n->ia[2] = c;
+    return n;
+}
+
+static void structural(void **state)
+{
+    (void)state;
+    IrNode *x = val(DT_U16, S(3, L(2), L(12), L(5)));
+    IrNode *c = attrs(mk(OP_CHUNK, 1, x), 1, 3, 2);
+    expect_shape(c, S(3, L(2), L(4), L(5)));
+    assert_int_equal(c->type, DT_U16);
+    expect_error(attrs(mk(OP_CHUNK, 1, x), 2, 3, 0), "chunk of [2, 12, 5] into 3 parts along axis 2: 5 is not divisible by 3");
+    expect_error(attrs(mk(OP_CHUNK, 1, x), 3, 3, 0), "chunk axis 3 is out of range for [2, 12, 5]");
+    expect_shape(attrs(mk(OP_SLICE, 1, x), 1, 11, 12), S(3, L(2), L(1), L(5)));
+    expect_error(attrs(mk(OP_SLICE, 1, x), 1, 4, 4), "slice [4, 4) along axis 1 is empty or outside 0..12");
+    expect_error(attrs(mk(OP_SLICE, 1, x), 1, 0, 13), "outside 0..12");
+
+    IrNode *in[3] = {fl(S(2, L(3), L(1))), fl(S(2, L(3), L(4))), fl(S(2, L(3), L(2)))};
+    IrNode *cat = attrs(ir_add(g, OP_CONCAT, (SrcLoc){0}, 3, in), 1, 0, 0);
+    expect_shape(cat, S(2, L(3), L(7)));
+    cat = attrs(ir_add(g, OP_CONCAT, (SrcLoc){0}, 3, in), 0, 0, 0);
+    expect_error(cat, "concat along axis 0 needs the other axes equal, got [3, 1] and [3, 4]");
+    IrNode *mixed[2] = {val(DT_I32, S(1, L(3))), val(DT_U8, S(1, L(3)))};
+    expect_error(attrs(ir_add(g, OP_CONCAT, (SrcLoc){0}, 2, mixed), 0, 0, 0),
+                 "concat needs operands of one type, got i32 and u8");
+
+    IrNode *e = mk(OP_EXPAND, 1, fl(S(2, L(1), L(4))));
+    e->shape = S(4, L(2), L(3), L(5), L(-1));
+    expect_shape(e, S(4, L(2), L(3), L(5), L(4)));
+    expect_shape(e, S(4, L(2), L(3), L(5), L(4)));     /* run again: the same */
+    e = mk(OP_EXPAND, 1, fl(S(2, L(2), L(4))));
+    e->shape = S(2, L(3), L(4));
+    expect_error(e, "expand of [2, 4] to [3, 4]");
+    e = mk(OP_EXPAND, 1, fl(S(2, L(1), L(4))));
+    e->shape = S(1, L(4));
+    expect_error(e, "new axes go first");
+
+    IrNode *a = attrs(mk(OP_ARANGE, 0), 7, 0, 0);
+    expect_shape(a, S(1, L(7)));
+    assert_int_equal(a->type, DT_I32);
+    expect_error(attrs(mk(OP_ARANGE, 0), 0, 0, 0), "arange needs a length in 1..");
+
+    /* rank 8: the most a tensor has */
+    Shape r8 = S(8, L(2), L(1), L(3), L(1), L(2), L(1), L(2), L(4));
+    IrNode *big = fl(r8);
+    expect_shape(attrs(mk(OP_SLICE, 1, big), 7, 1, 3), S(8, L(2), L(1), L(3), L(1), L(2), L(1), L(2), L(2)));
+    expect_shape(attrs(mk(OP_CHUNK, 1, big), 0, 2, 1), S(8, L(1), L(1), L(3), L(1), L(2), L(1), L(2), L(4)));
+    e = mk(OP_EXPAND, 1, big);
+    e->shape = S(8, L(2), L(5), L(3), L(5), L(2), L(5), L(2), L(4));
+    expect_shape(e, e->shape);
+    IrNode *sum = mk(OP_ADD, 2, big, fl(S(8, L(1), L(6), L(1), L(7), L(1), L(2), L(1), L(1))));
+    expect_shape(sum, S(8, L(2), L(6), L(3), L(7), L(2), L(2), L(2), L(4)));
+    IrNode *t = mk(OP_TRANSPOSE, 1, big);
+    for (int i = 0; i < 8; i++)
+        t->ia[i] = 7 - i;
+    expect_shape(t, S(8, L(4), L(2), L(1), L(2), L(1), L(3), L(1), L(2)));
+}
+
 /* ---- leaves ------------------------------------------------------------ */
 
 static void leaves(void **state)
@@ -682,6 +743,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(conv2d, setup, teardown),
         cmocka_unit_test_setup_teardown(attention, setup, teardown),
         cmocka_unit_test_setup_teardown(views, setup, teardown),
+        cmocka_unit_test_setup_teardown(structural, setup, teardown),
         cmocka_unit_test_setup_teardown(pooling, setup, teardown),
         cmocka_unit_test_setup_teardown(embedding, setup, teardown),
         cmocka_unit_test_setup_teardown(reductions, setup, teardown),
