@@ -83,7 +83,7 @@ const char *ctype(DType t)
 
 const char *mpdt(DType t)
 {
-    static const char *const names[] = {"0", "MP_F32", "MP_F16", "MP_BF16", "MP_I32", "MP_U8"};
+    static const char *const names[] = {"0", "MP_F32", "MP_F16", "MP_BF16", "MP_I32", "MP_U8", "MP_U16"};
     return names[t];
 }
 
