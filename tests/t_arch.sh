@@ -76,8 +76,15 @@ small() {
         grep -q "^const ${kv%%=*} = ${kv#*=} " "$W/$ex.mp" || fails+=("examples/$ex.mp has no 'const ${kv%%=*}' line")
     done
 }
-small gpt2 "B=4 T=16 D=32 H=2 L=2 P=0.0"
-small llama "B=4 T=16 DIM=32 L=2 H=4 KV=2 MULTIPLE_OF=16 HIDDEN=96"
+# the language models' schedules shortened (warmup 5 of 30 steps) so that the
+# 25 steps see the warm-up, the peak and the cosine decay
+SHORT='s/warmup = 100,/warmup = 5,/; s/^  steps          = 5000$/  steps          = 30/'
+small gpt2 "B=4 T=16 D=32 H=2 L=2 P=0.0" "$SHORT"
+small llama "B=4 T=16 DIM=32 L=2 H=4 KV=2 MULTIPLE_OF=16 HIDDEN=96" "$SHORT"
+for ex in gpt2 llama; do
+    grep -q 'warmup = 5,' "$W/$ex.mp" && grep -q '^  steps          = 30$' "$W/$ex.mp" ||
+        fails+=("examples/$ex.mp: its schedule lines were not rewritten")
+done
 # The small ResNet is chaotic at SGD's lr 0.1 (and 0.01): a ReLU input that
 # changes sign between two roundings changes the gradient at once, so torch's
 # own float32 and float64 runs part by more than 1e-4 after 4 to 7 steps
