@@ -211,7 +211,7 @@ void emit_descriptors(Emit *e)
     em(e, "};\n\nstatic const char *const mp_metric_names[%d] = {", g->nmetrics ? g->nmetrics : 1);
     for (int i = 0; i < g->nmetrics; i++)
         em(e, "%s\"%s\"", i ? ", " : "", g->metrics[i].name);
-    em(e, "};\n");
+    em(e, "%s};\n", g->nmetrics ? "" : "NULL");    /* no metrics: ISO C has no empty braces */
 }
 
 void emit_model_struct(Emit *e, const char *hooks)
