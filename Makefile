@@ -18,7 +18,7 @@ RUNTIME_HDR  := $(wildcard runtime/*.h) runtime/AMALGAMATION runtime/AMALGAMATIO
 UNIT_SRC     := $(wildcard tests/unit/test_*.c)
 UNIT_BIN     := $(UNIT_SRC:tests/unit/%.c=$(B)/tests/%)
 
-TOOLS        := $(B)/idx2npy $(B)/csv2npy
+TOOLS        := $(B)/idx2npy $(B)/csv2npy $(B)/text2bin
 
 # The compiler itself: ./mpcc, or $(B)/mpcc for the sanitizer build.
 MPCC_BIN ?= mpcc
@@ -50,7 +50,7 @@ $(B)/runtime_blob.c: $(B)/embed $(RUNTIME_HDR)
 $(B)/runtime_blob.o: $(B)/runtime_blob.c
 	$(CC) $(CFLAGS) -std=c11 -c -o $@ $<
 
-# Data converters (tools/*2npy.c): IDX and CSV to .npy, built on the runtime.
+# Data converters (tools/*2npy.c, text2bin.c): IDX and CSV to .npy, text to u16 tokens.
 $(TOOLS): $(B)/%: tools/%.c tools/tool_input.h $(RUNTIME_HDR) | $(B)
 	$(CC) $(CPPFLAGS) $(CFLAGS) $(SAN) $(WARN) -o $@ $< -lm
 

@@ -151,9 +151,10 @@ for prec in float32 mixed_float16; do
         pixels=digits_x,label=digits_y pixels=digits_ex,label=digits_ey
     run_case "example_char_transformer_$prec" examples/char_transformer.mp $prec 30 $tol "$SHAKEV" "$SHAKEV_E"
 done
-# every example has a case above
+# every example has a case above, or in t_arch.sh (the real architectures)
 for m in examples/*.mp; do
-    grep -q "run_case \"example_$(basename "$m" .mp)_" "$0" || fails+=("$m: no case in $0")
+    grep -q "run_case \"example_$(basename "$m" .mp)_" "$0" ||
+        grep -q "^add $(basename "$m" .mp)_float32 " tests/t_arch.sh || fails+=("$m: no case in $0 or t_arch.sh")
 done
 
 # 1. every twin's initial parameters, in one Python process

@@ -1,18 +1,21 @@
 /* idx2npy - converts an MNIST-style IDX file (gzip-compressed or plain) into
  * a NumPy .npy file that a generated trainer reads with --data / --eval.
  *
- *   idx2npy [--shape flat|nchw] [--limit N] IN OUT.npy
+ *   idx2npy [--shape flat|nchw] [--limit N] [--pad P] IN OUT.npy
  *
  * Images (magic 0x00000803: count, rows, cols, then count*rows*cols bytes)
  * become u8 [count, rows*cols] (--shape flat, the default) or
  * u8 [count, 1, rows, cols] (--shape nchw, for conv2d). Labels (magic
  * 0x00000801: count, then count bytes) become i32 [count]: class labels are
  * i32 in the language (--shape does not apply to them). --limit N keeps the
- * first N samples. Examples:
+ * first N samples. --pad P surrounds every image with P rows and columns of
+ * zeros on each side (Fashion-MNIST's 28x28 to the 32x32 of a CIFAR network:
+ * --pad 2, like torchvision's transforms.Pad(2)). Examples:
  *
  *   idx2npy ../shared/data/mnist/train-images-idx3-ubyte.gz train_x.npy
  *   idx2npy ../shared/data/mnist/train-labels-idx1-ubyte.gz train_y.npy
  *   idx2npy --shape nchw --limit 1000 t10k-images-idx3-ubyte.gz test_x.npy
+ *   idx2npy --shape nchw --pad 2 fashion-mnist/train-images-idx3-ubyte.gz x32.npy
  *
  * The header must agree with the data exactly (a file too short or too long
  * is refused). Exit status: 0 ok; 1 a bad input or an output that cannot be
@@ -21,12 +24,13 @@
 #include "tool_input.h"
 
 static const char usage[] =
-    "usage: idx2npy [--shape flat|nchw] [--limit N] IN OUT.npy\n"
+    "usage: idx2npy [--shape flat|nchw] [--limit N] [--pad P] IN OUT.npy\n"
     "  IN: IDX images (u8 [N, rows*cols], or [N, 1, rows, cols] with --shape nchw)\n"
     "      or IDX labels (i32 [N]), gzip-compressed or plain\n"
-    "  --limit N   keep only the first N samples\n";
+    "  --limit N   keep only the first N samples\n"
+    "  --pad P     P rows and columns of zeros around every image (28x28 -> 32x32: --pad 2)\n";
 
-typedef struct Opts { const char *in, *out; int nchw; long long limit; } Opts;
+typedef struct Opts { const char *in, *out; int nchw; long long limit, pad; } Opts;
 
 /* 0 ok, 2 bad usage (message printed), 1 for --help (usage printed). */
 static int parse_args(int argc, char **argv, Opts *o)
@@ -38,7 +42,7 @@ static int parse_args(int argc, char **argv, Opts *o)
             fputs(usage, stdout);
             return 1;
         }
-        if ((!strcmp(a, "--shape") || !strcmp(a, "--limit")) && i + 1 >= argc) {
+        if ((!strcmp(a, "--shape") || !strcmp(a, "--limit") || !strcmp(a, "--pad")) && i + 1 >= argc) {
             fprintf(stderr, "idx2npy: %s needs a value\n%s", a, usage);
             return 2;
         }
@@ -52,6 +56,11 @@ static int parse_args(int argc, char **argv, Opts *o)
         } else if (!strcmp(a, "--limit")) {
             if (tool_int(argv[++i], 1, INT64_MAX, &o->limit)) {
                 fprintf(stderr, "idx2npy: --limit needs a positive count, not '%s'\n", argv[i]);
+                return 2;
+            }
+        } else if (!strcmp(a, "--pad")) {
+            if (tool_int(argv[++i], 0, 1 << 12, &o->pad)) {
+                fprintf(stderr, "idx2npy: --pad needs a count of pixels from 0 to 4096, not '%s'\n", argv[i]);
                 return 2;
             }
         } else if (a[0] == '-' && a[1]) {
@@ -117,20 +126,30 @@ static int to_array(const Opts *o, int nd, const int64_t dims[3], int64_t n, con
         a->dtype = MP_I32, a->rank = 1, a->data = v, a->nbytes = n * 4;
         return 0;
     }
-    a->dtype = MP_U8;                 /* images: u8, points into the input */
+    int64_t p = o->pad, rows = dims[1] + 2 * p, cols = dims[2] + 2 * p;
+    a->dtype = MP_U8;                 /* images: u8, points into the input unless padded */
     a->data = (void *)d;
-    a->nbytes = n * dims[1] * dims[2];
+    a->nbytes = n * rows * cols;
+    if (p) {
+        unsigned char *v = (unsigned char *)calloc((size_t)a->nbytes + 1, 1);
+        if (!v)
+            return mp_errf(e, "%s: out of memory", o->out);
+        for (int64_t s = 0; s < n; s++)
+            for (int64_t r = 0; r < dims[1]; r++)
+                memcpy(v + (s * rows + r + p) * cols + p, d + (s * dims[1] + r) * dims[2], (size_t)dims[2]);
+        a->data = v;
+    }
     if (o->nchw) {
-        a->rank = 4, a->shape[1] = 1, a->shape[2] = dims[1], a->shape[3] = dims[2];
+        a->rank = 4, a->shape[1] = 1, a->shape[2] = rows, a->shape[3] = cols;
     } else {
-        a->rank = 2, a->shape[1] = dims[1] * dims[2];
+        a->rank = 2, a->shape[1] = rows * cols;
     }
     return 0;
 }
 
 int main(int argc, char **argv)
 {
-    Opts o = {NULL, NULL, 0, 0};
+    Opts o = {NULL, NULL, 0, 0, 0};
     int rc = parse_args(argc, argv, &o);
     if (rc)
         return rc == 1 ? 0 : 2;

@@ -98,7 +98,7 @@ static int tool_read_input(const char *path, unsigned char **out, size_t *len, M
 }
 
 /* A whole decimal number in [lo, hi] into *v: 0, or -1 if s is not one. */
-static int tool_int(const char *s, long long lo, long long hi, long long *v)
+static MP_UNUSED int tool_int(const char *s, long long lo, long long hi, long long *v)
 {
     char *end;
     errno = 0;

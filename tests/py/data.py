@@ -117,14 +117,13 @@ def prepare(out):
 def random_inputs(model, out, n, seed=0):
     """Random data for every input of a .mp model, n samples each (u8
     0..255, i32 and u16 0..9 so that any label or token range holds, floats
-    normal; a window input gets one stream of n * W values); prints the
-    trainer's --data arguments."""
+    normal; a window input: one stream of n windows' worth of values);
+    prints the trainer's --data arguments."""
     rng = np.random.default_rng(seed)
     os.makedirs(out, exist_ok=True)
     args = []
-    mp = mpfile.read(model)
-    for name, (ty, dims) in mp["inputs"].items():
-        shape = [n * dims[1]] if name in mp["windows"] else [n] + dims[1:]
+    for name, (ty, dims, window) in mpfile.read(model)["inputs"].items():
+        shape = [n * dims[1]] if window else [n] + dims[1:]
         if ty == "u8":
             a = rng.integers(0, 256, shape, dtype=np.uint8)
         elif ty in ("i32", "u16"):

@@ -39,7 +39,7 @@ def _value(text, consts):
 def read(path):
     src = open(path).read()
     lines = [re.sub(r"#.*", "", l).rstrip() for l in src.splitlines()]
-    name, consts, train, inputs, in_train, windows = None, {}, {}, {}, False, []
+    name, consts, train, inputs, in_train = None, {}, {}, {}, False
     for l in lines:
         s = l.strip()
         if not s:
@@ -50,10 +50,9 @@ def read(path):
             k, v = s[6:].split("=", 1)
             consts[k.strip()] = _value(v, consts)
         elif s.startswith("input ") and not in_train:
-            m = re.match(r"input\s+(\w+)\s*:\s*(\w+)\s*\[(.*)\]\s*(window)?$", s)
-            inputs[m.group(1)] = (m.group(2), [_value(d, consts) for d in m.group(3).split(",")])
-            if m.group(4):
-                windows.append(m.group(1))
+            m = re.match(r"input\s+(\w+)\s*:\s*(\w+)\s*\[(.*)\]\s*(window)?", s)
+            inputs[m.group(1)] = (m.group(2), [_value(d, consts) for d in m.group(3).split(",")],
+                                  bool(m.group(4)))
         elif re.match(r"train\s*\{", s):
             in_train = True
         elif in_train and s == "}":
@@ -63,7 +62,7 @@ def read(path):
             train[k.strip()] = _value(v, consts)
         elif in_train and s.startswith("minimize"):
             train["minimize"] = s.split()[1]
-    return {"name": name, "consts": consts, "train": train, "inputs": inputs, "windows": windows}
+    return {"name": name, "consts": consts, "train": train, "inputs": inputs}
 
 
 def call(v, default_name=None):

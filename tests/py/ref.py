@@ -35,24 +35,31 @@ import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
+import arch  # noqa: E402
 import models  # noqa: E402
 import mpfile  # noqa: E402
 import st  # noqa: E402
 
 TORCH_INPUT = {np.dtype("uint8"): torch.uint8, np.dtype("int32"): torch.int32,
+               np.dtype("uint16"): torch.int32,     # torch 1.13 has no uint16: ids widened
                np.dtype("float32"): torch.float32, np.dtype("float16"): torch.float16}
+NP_INPUT = {"u8": "u1", "u16": "<u2", "i32": "<i4", "f32": "<f4", "f16": "<f2"}
+TWINS = {**models.TWINS, **arch.TWINS}
 
 
 def twin(mp):
-    cls = models.TWINS.get(mp["name"])
+    cls = TWINS.get(mp["name"])
     if cls is None:
-        sys.exit(f"ref.py: no PyTorch twin for model '{mp['name']}' in models.py")
+        sys.exit(f"ref.py: no PyTorch twin for model '{mp['name']}' in models.py or arch.py")
     return cls(**mp["consts"])
 
 
 def model_state(module):
-    """The state_dict as the trainer names it: no num_batches_tracked."""
-    return {k: v for k, v in module.state_dict().items() if not k.endswith("num_batches_tracked")}
+    """The state_dict as the trainer names it: no num_batches_tracked, and a
+    tied tensor once, under the name the model file uses (twin.tied)."""
+    tied = getattr(module, "tied", {})
+    return {k: v for k, v in module.state_dict().items()
+            if not k.endswith("num_batches_tracked") and k not in tied}
 
 
 def nanogpt_get_lr(it, learning_rate, warmup_iters, lr_decay_iters, min_lr):
@@ -123,22 +130,50 @@ def optimizer(tr, named):
     sys.exit(f"ref.py: unknown optimizer {name}")
 
 
-def load_data(pairs):
+def load_data(pairs, mp=None):
+    """{input: array}; a raw .bin file holds little-endian values of the
+    input's declared type (a window input's token stream)."""
     out = {}
     for p in pairs or []:
         k, f = p.split("=", 1)
-        out[k] = np.load(f)
+        out[k] = np.fromfile(f, NP_INPUT[mp["inputs"][k][0]]) if f.endswith(".bin") else np.load(f)
     return out
 
 
-def batches(data, bsz):
-    """Batch j of the file order (wrapping round), as torch tensors."""
-    n = min(len(a) for a in data.values()) // bsz
+def windows(mp, data):
+    """The rows of a model whose inputs are window inputs (TRAINER.md): window
+    i of a stream of N values starts at i*(W-1), for the
+    floor((N - W)/(W - 1)) + 1 windows that fit; as {input: [n, W] array}."""
+    if not any(mp["inputs"][k][2] for k in data):
+        return data
+    out = {}
+    for k, a in data.items():
+        w = mp["inputs"][k][1][1]
+        n = (len(a) - w) // (w - 1) + 1
+        out[k] = np.lib.stride_tricks.as_strided(a, (n, w), ((w - 1) * a.strides[0], a.strides[0]))
+    return out
+
+
+def to_torch(a):
+    a = np.ascontiguousarray(a)
+    return torch.from_numpy(a.astype(np.int32) if a.dtype == np.uint16 else a).to(TORCH_INPUT[a.dtype])
+
+
+def batches(data, bsz, mp=None):
+    """Batch j of the file order (wrapping round), as torch tensors, and the
+    number of full batches. Window inputs: rows are windows in order,
+    wrapping round row by row (a batch may span the wrap)."""
+    wins = mp is not None and windows(mp, data) is not data
+    rows = windows(mp, data) if wins else data
+    total = min(len(a) for a in rows.values())
+    n = total // bsz
 
     def get(j):
-        s = (j % n) * bsz
-        return {k: torch.from_numpy(np.ascontiguousarray(a[s:s + bsz])).to(TORCH_INPUT[a.dtype])
-                for k, a in data.items()}
+        if wins:
+            idx = (np.arange(bsz) + j * bsz) % total
+        else:
+            idx = np.arange((j % n) * bsz, (j % n) * bsz + bsz)
+        return {k: to_torch(a[idx]) for k, a in rows.items()}
     return get, n
 
 
@@ -171,7 +206,7 @@ def train_twin(mp, net, data, steps, dtype, log=None, emulate=False):
     opt = optimizer(tr, list(net.named_parameters()))
     base = mpfile.call(tr["optimizer"])[1]["lr"]
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda e: sched_lr(tr, e + 1) / base)
-    get, _ = batches(data, batch_size(mp))
+    get, _ = batches(data, batch_size(mp), mp)
     losses, lrs = [], []
     net.grad_max = {n: 0.0 for n, _ in net.named_parameters()}
     net.train()
@@ -201,19 +236,21 @@ def train_twin(mp, net, data, steps, dtype, log=None, emulate=False):
 
 def evaluate(mp, net, data):
     """Loss and metrics over every sample (TRAINER.md: the last batch may be
-    partial), each batch's means weighted by its samples."""
-    bsz, count = batch_size(mp), len(next(iter(data.values())))
+    partial), each batch's means weighted by its rows; window inputs: over
+    every evaluation window."""
+    rows = windows(mp, data)
+    b, total = batch_size(mp), min(len(a) for a in rows.values())
+    parts = [({k: to_torch(a[s:s + b]) for k, a in rows.items()}, min(b, total - s))
+             for s in range(0, total, b)]
     net.eval()
-    tot = {}
+    tot, w = {}, 0
     with torch.no_grad():
-        for s in range(0, count, bsz):
-            b = {k: torch.from_numpy(np.ascontiguousarray(a[s:s + bsz])).to(TORCH_INPUT[a.dtype])
-                 for k, a in data.items()}
-            rows = min(bsz, count - s)
-            loss, mets = net(b)
+        for batch, rows_in in parts:
+            loss, mets = net(batch)
             for k, v in [("loss", loss)] + list(mets.items()):
-                tot[k] = tot.get(k, 0.0) + float(v) * rows
-    return {k: v / count for k, v in tot.items()}
+                tot[k] = tot.get(k, 0.0) + float(v) * rows_in
+            w += rows_in
+    return {k: v / w for k, v in tot.items()}
 
 
 def rel(a, b):
@@ -277,6 +314,9 @@ def check_load(ckpt, mp, dtype):
     net = twin(mp).to(dtype)
     state = {k: torch.from_numpy(v.copy()).to(dtype) for k, v in ckpt.items()
              if not k.startswith("optimizer.")}
+    for alias, name in getattr(net, "tied", {}).items():   # the tie, as the examples' headers say
+        if name in state:
+            state[alias] = state[name]
     res = net.load_state_dict(state, strict=False)
     bad = [k for k in res.missing_keys if not k.endswith("num_batches_tracked")] + list(res.unexpected_keys)
     return net, bad
@@ -303,7 +343,7 @@ def cmd_check(a):
         net.lowp = {"f16": torch.float16, "bf16": torch.bfloat16}[a.emulate]
     errs = []
     log, evals = read_log(a.log)
-    losses, lrs, opt = train_twin(mp, net, load_data(a.data), a.steps, dtype, log, bool(a.emulate))
+    losses, lrs, opt = train_twin(mp, net, load_data(a.data, mp), a.steps, dtype, log, bool(a.emulate))
     worst = compare_steps(log, losses, lrs, a.tol, errs)
     if worst < a.min_diff:
         errs.append(f"the losses differ from torch by at most {worst:.2e}, less than {a.min_diff}: "
@@ -318,7 +358,7 @@ def cmd_check(a):
     if bad:
         errs.append(f"load_state_dict into torch: mismatched keys {bad}")
     if a.eval:
-        mine = evaluate(mp, loaded, load_data(a.eval))
+        mine = evaluate(mp, loaded, load_data(a.eval, mp))
         if not evals:
             errs.append("the trainer's log has no eval line")
         else:
