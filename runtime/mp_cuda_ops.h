@@ -769,16 +769,32 @@ static inline void mp_cu_embedding(void *y, const int32_t *ids, const void *w, i
     mp_cu_each("embedding", n * dim, f);
 }
 
+/* Step 1 of the weight gradient: a block per id finds its rank. */
+struct MpCuIdRank {
+    const int32_t *ids;
+    int64_t n;
+    int32_t *order, *sorted;
+    MP_HD void operator()(int64_t i, const MpCuTeam &t) const
+    {
+        int64_t r = (int64_t)t.sum(mp_cu_id_rank_part(ids, n, i, t.tid, t.nt));
+        if (t.tid == 0) {
+            order[r] = (int32_t)i;
+            sorted[r] = ids[i];
+        }
+    }
+};
+
+/* Step 2: each element of dw, its id's segment summed. */
 template <int DWT, int DYT>
 struct MpCuEmbeddingDw {
     void *dw;
     const void *dy;
-    const int32_t *ids;
+    const int32_t *order, *sorted;
     int64_t n, dim;
     float beta;
     MP_HD void operator()(int64_t i) const
     {
-        mp_cu_st_beta(dw, DWT, i, mp_cu_embedding_dw_at(dy, DYT, ids, n, dim, i), beta);
+        mp_cu_st_beta(dw, DWT, i, mp_cu_embedding_dw_at(dy, DYT, order, sorted, n, dim, i), beta);
     }
 };
 
@@ -786,7 +802,11 @@ template <int DWT, int DYT>
 static inline void mp_cu_embedding_dw(void *dw, const void *dy, const int32_t *ids, int64_t n,
                                       int64_t vocab, int64_t dim, float beta)
 {
-    MpCuEmbeddingDw<DWT, DYT> f = {dw, dy, ids, n, dim, beta};
+    int32_t *order = (int32_t *)mp_cu_ws(2 * n * (int64_t)sizeof(int32_t));
+    int32_t *sorted = order ? order + n : NULL;
+    MpCuIdRank rank = {ids, n, order, sorted};
+    MpCuEmbeddingDw<DWT, DYT> f = {dw, dy, order, sorted, n, dim, beta};
+    mp_cu_rows("embedding_dw_sort", n, mp_cu_row_threads(n), rank);
     mp_cu_each("embedding_dw", vocab * dim, f);
 }
 
