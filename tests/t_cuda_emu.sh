@@ -22,7 +22,16 @@
 #   4. tests/cuda/emu_nan.mp: the loss-scale collapse and --check-numerics
 #      stop at the same step with the same message as the C program;
 #   5. no device: "no CUDA device: ..." and exit 1; device memory too
-#      small: one line naming the MiB and exit 1.
+#      small: one line naming the MiB and exit 1; MpDevice.bytes (the
+#      figure --dry-run prints) equals the run's one allocation;
+#   6. a graceful first run, each fallback injected (MP_EMU_FAIL): a failed
+#      capture and cuBLAS NOT_SUPPORTED give one note and the C program's
+#      curve; a too-old driver one clear line; a kernel fault names its op
+#      and model line under MP_CUDA_SYNC=1, and points at it without;
+#   7. the stand-in's own checks (threads as fibers, permuted items, device
+#      memory closed to host code, queued streams, capture refusals) each
+#      catch a mutant that passes the old way (tests/cuda/emu_mutants.cu),
+#      and two mutants of a whole program are caught.
 # Skipped (exit 0) only when there is no C++ compiler.
 set -u
 cd "$(dirname "$0")/.."
@@ -204,6 +213,15 @@ if [ -x "$tmp/mnist_mlp.emu" ]; then
     rc=$?
     [ $rc -eq 1 ] && [ "$(wc -l <"$tmp/oom")" -eq 1 ] && grep -q "cannot allocate .* MiB of device memory" "$tmp/oom" \
         && echo "ok   out of device memory: $(cat "$tmp/oom")" || bad "out of device memory: exit $rc, $(cat "$tmp/oom")"
+    # MpDevice.bytes (--dry-run's figure) is the allocation a run makes
+    for env in MP_CUDA_DATA=1 MP_CUDA_DATA=0; do
+        # shellcheck disable=SC2086
+        env MP_CUDA_VERBOSE=1 $env "$tmp/mnist_mlp.emu" $d --steps 1 >/dev/null 2>"$tmp/verbose"
+        got=$(sed -n 's/.* \([0-9.]*\) MiB of device memory in one allocation (--dry-run.s figure \([0-9.]*\);.*/\1 \2/p' "$tmp/verbose")
+        set -- $got
+        [ -n "$got" ] && [ "$1" = "$2" ] && echo "ok   $env: --dry-run's device memory is the run's: $1 MiB" \
+            || bad "$env: --dry-run's device memory differs from the run's: $(cat "$tmp/verbose")"
+    done
 fi
 # ---- 6. a graceful first run: each fallback, injected into the stand-in ---------
 fallback() {   # fallback NAME NOTE ENV...: the note once, then the C program's curve
