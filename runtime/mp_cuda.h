@@ -9,7 +9,9 @@
  *                                     per row; team.tid / team.nt is the
  *                                     thread's share, team.sum / max /
  *                                     argmax reduce over the block in a
- *                                     fixed order (deterministic)
+ *                                     fixed order (deterministic),
+ *                                     team.sum_lanes over the block's warps
+ *                                     lane by lane (a block of 32 columns)
  *   mp_cu_one(name, f)                f() on one thread (scalars, decisions)
  * so that the functors, where all the arithmetic is, also run on the CPU:
  * compiled with -DMP_CU_EMU (tests/cuda/mp_cuda_emu.h stands in for the
@@ -251,6 +253,21 @@ static __device__ T mp_cu_block_reduce(T v, T none, Op op)
 }
 
 static __device__ double mp_cu_block_sum(double v) { return mp_cu_block_reduce(v, 0.0, MpCuAdd()); }
+
+/* Every thread gets the sum of the values its lane brought in each warp,
+ * warps in order (a block of columns: lane l sums column l's rows). */
+static __device__ double mp_cu_block_sum_lanes(double v)
+{
+    __shared__ double sh[32][32];
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    __syncthreads();
+    sh[w][lane] = v;
+    __syncthreads();
+    double s = 0.0;
+    for (int i = 0; i < nw; i++)
+        s += sh[i][lane];
+    return s;
+}
 static __device__ float mp_cu_block_max(float v) { return mp_cu_block_reduce(v, -INFINITY, MpCuMax()); }
 
 static __device__ __forceinline__ int64_t mp_cu_warp_argmax(float *v, int64_t at)
@@ -355,6 +372,15 @@ struct MpCuEmuMax {
 static void mp_cu_emu_sum(MpEmuBlock *b) { b->rd = mp_cu_emu_tree(b->d.data(), b->nt, 0.0, MpCuEmuAdd()); }
 static void mp_cu_emu_max(MpEmuBlock *b) { b->rf = mp_cu_emu_tree(b->f.data(), b->nt, -INFINITY, MpCuEmuMax()); }
 static void mp_cu_emu_arg(MpEmuBlock *b) { b->ra = mp_cu_emu_tree_arg(b->f.data(), b->a.data(), b->nt, &b->rf); }
+static void mp_cu_emu_lanes(MpEmuBlock *b)
+{
+    for (int l = 0; l < 32; l++) {
+        double s = 0.0;
+        for (int w = 0; w < b->nt / 32; w++)
+            s += b->d[(size_t)(w * 32 + l)];
+        b->rl[l] = s;
+    }
+}
 #endif
 
 /* A row's threads: this thread's share and the block-wide reductions. In
@@ -376,6 +402,21 @@ typedef struct MpCuTeam {
         emu->d[(size_t)tid] = v;
         mp_emu_barrier(emu, 1, mp_cu_emu_sum);
         return emu->rd;
+#else
+        return v;
+#endif
+    }
+    /* the sum over warps of lane tid % 32's values (see mp_cu_block_sum_lanes) */
+    MP_HD double sum_lanes(double v) const
+    {
+#ifdef __CUDA_ARCH__
+        return mp_cu_block_sum_lanes(v);
+#elif defined(MP_CU_EMU)
+        if (!emu)
+            return v;
+        emu->d[(size_t)tid] = v;
+        mp_emu_barrier(emu, 4, mp_cu_emu_lanes);
+        return emu->rl[tid % 32];
 #else
         return v;
 #endif

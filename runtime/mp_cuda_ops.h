@@ -885,7 +885,7 @@ static inline void mp_cu_layer_norm_dx(void *dx, const void *dy, const void *x, 
     mp_cu_rows("layer_norm_dx", rows, mp_cu_row_threads(dim), f);
 }
 
-/* Per-row (mean, rstd) into st, then a block per column sums dy * xhat. */
+/* Per-row (mean, rstd) into st, then a block per 32 columns sums dy * xhat. */
 template <int XT>
 struct MpCuRowStats {
     float *st;
@@ -904,6 +904,10 @@ struct MpCuRowStats {
     }
 };
 
+/* dw of 32 columns per block: lane l of every warp reads column 32 g + l
+ * (a warp reads 32 neighbours of one row: coalesced), warp w rows w, w +
+ * warps...; the warps' sums of each lane added in order. One thread (the
+ * old stand-in) does each column in turn. */
 template <int DWT, int DYT, int XT>
 struct MpCuLayerNormDw {
     void *dw;
@@ -911,11 +915,17 @@ struct MpCuLayerNormDw {
     const float *st;
     int64_t rows, dim;
     float beta;
-    MP_HD void operator()(int64_t k, const MpCuTeam &t) const
+    MP_HD void operator()(int64_t g, const MpCuTeam &t) const
     {
-        double s = t.sum(mp_cu_ln_dw_part(dy, DYT, x, XT, st, rows, dim, k, t.tid, t.nt));
-        if (t.tid == 0)
-            mp_cu_st_beta(dw, DWT, k, (float)s, beta);
+        int lanes = t.nt >= 32 ? 32 : 1;
+        for (int c = t.tid % lanes; c < 32; c += lanes) {
+            int64_t k = g * 32 + c;
+            double s = k < dim ? mp_cu_ln_dw_part(dy, DYT, x, XT, st, rows, dim, k, t.tid / lanes,
+                                                  t.nt / lanes) : 0.0;
+            s = t.sum_lanes(s);
+            if (t.tid < lanes && k < dim)
+                mp_cu_st_beta(dw, DWT, k, (float)s, beta);
+        }
     }
 };
 
@@ -926,8 +936,11 @@ static inline void mp_cu_layer_norm_dw(void *dw, const void *dy, const void *x, 
     float *st = (float *)mp_cu_ws(rows * 2 * (int64_t)sizeof(float));
     MpCuRowStats<XT> a = {st, x, dim, eps};
     MpCuLayerNormDw<DWT, DYT, XT> b = {dw, dy, x, st, rows, dim, beta};
+    int warps = 1;                 /* about 16 rows per warp, up to 32 warps */
+    while (warps < 32 && warps * 16 < rows)
+        warps *= 2;
     mp_cu_rows("layer_norm_dw", rows, mp_cu_row_threads(dim), a);
-    mp_cu_rows("layer_norm_dw", dim, mp_cu_row_threads(rows), b);
+    mp_cu_rows("layer_norm_dw", (dim + 31) / 32, 32 * warps, b);
 }
 
 /* Batch norm over x [N, C, S]: channel c is the set; the running statistics

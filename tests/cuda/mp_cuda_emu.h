@@ -453,7 +453,7 @@ struct MpEmuBlock {
     std::vector<float> f;
     std::vector<int64_t> a;
     void (*combine)(MpEmuBlock *);
-    double rd;
+    double rd, rl[32];
     float rf;
     int64_t ra;
 };
