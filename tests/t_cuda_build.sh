@@ -9,6 +9,7 @@
 #      program's (one memory plan, memplan.c, for both targets);
 #   2. tests/cuda/blas_abi.cu: the cuBLAS types and values that
 #      runtime/mp_cublas.h declares for itself equal the real headers';
+#      plain nvcc embeds PTX (nvcc 13: sm_75 code and compute_75 PTX);
 #      tests/cuda/half_check.cu: mp_half.h's f16 / bf16 conversions equal
 #      cuda_fp16.h / cuda_bf16.h's, all 65536 patterns (host side: no GPU);
 #   3. the built mnist_mlp program: --help and usage errors need no GPU
@@ -96,6 +97,17 @@ echo "ok   arena offsets and sizes: the CUDA programs use the C programs' memory
 # ---- 2. cuBLAS's ABI as mp_cublas.h declares it ----------------------------
 if ! "$NVCC" -c -Iruntime tests/cuda/blas_abi.cu -o "$tmp/abi.o" >"$tmp/abi.log" 2>&1; then
     bad "runtime/mp_cublas.h disagrees with cuBLAS's headers:"; head -n 20 "$tmp/abi.log"
+fi
+
+# ---- 2a. plain `nvcc train.cu` runs on every GPU nvcc supports: its default
+# embeds PTX (compute_75 with nvcc 13), which the driver compiles for newer GPUs
+if [ -f "$tmp/mnist_mlp.cu" ]; then
+    if (cd "$tmp" && "$NVCC" -dryrun mnist_mlp.cu -o x 2>&1) | grep -q "kind=ptx"; then
+        echo "ok   plain nvcc embeds PTX: $( (cd "$tmp" && "$NVCC" -dryrun mnist_mlp.cu -o x 2>&1) |
+            grep -o 'kind=[a-z]*,sm=[0-9]*' | sort -u | tr '\n' ' ')"
+    else
+        bad "plain nvcc embeds no PTX: the program would not run on GPUs newer than its default arch"
+    fi
 fi
 
 # ---- 2b. f16 / bf16 conversions: runtime/mp_half.h as CUDA's own -------------
