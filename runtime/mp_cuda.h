@@ -680,6 +680,8 @@ static inline int mp_cu_open(MpErr *e)
                        "program was built with CUDA %d.%d (update the driver, or build with an "
                        "older CUDA toolkit)", drv / 1000, drv % 1000 / 10, CUDART_VERSION / 1000,
                        CUDART_VERSION % 1000 / 10);
+    if (rc == cudaErrorInsufficientDriver)   /* and no driver version: none loaded */
+        return mp_errf(e, "no CUDA device: no NVIDIA driver is loaded (%s)", cudaGetErrorString(rc));
     if (rc != cudaSuccess || n < 1)
         return mp_errf(e, "no CUDA device: %s", rc != cudaSuccess ? cudaGetErrorString(rc)
                        : "the driver sees none");

@@ -246,6 +246,7 @@ if [ -x "$tmp/mnist_mlp.emu" ]; then
             && echo "ok   $*: $(cat "$tmp/f.err")" || bad "$*: exit $rc, $(head -c 300 "$tmp/f.err")"
     }
     fails_with "error: the NVIDIA driver is too old for this program: it runs CUDA 12.2, the program was built with CUDA 13.0" MP_EMU_FAIL=driver
+    fails_with "error: no CUDA device: no NVIDIA driver is loaded" MP_EMU_FAIL=nodriver
     fails_with "^error: CUDA: kernel 'cross_entropy' of op cross_entropy at mnist_mlp.mp:[0-9]+ .*: an illegal memory access" \
         MP_EMU_FAIL=kernel:cross_entropy MP_CUDA_SYNC=1
     fails_with "^error: CUDA: the GPU: an illegal memory access was encountered \\(run with MP_CUDA_SYNC=1" \

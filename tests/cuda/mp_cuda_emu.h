@@ -31,6 +31,7 @@
  * Faults to inject (tests of the program's fallbacks):
  *   MP_EMU_NO_DEVICE=1      no device (cudaErrorNoDevice)
  *   MP_EMU_FAIL=driver      the driver is older than the runtime
+ *   MP_EMU_FAIL=nodriver    no driver at all (as CUDA: "insufficient driver")
  *   MP_EMU_FAIL=capture     the first launch while capturing fails
  *   MP_EMU_FAIL=blas        cuBLAS answers NOT_SUPPORTED to every product
  *   MP_EMU_FAIL=kernel:NAME kernel NAME faults (illegal address, sticky)
@@ -248,7 +249,7 @@ static inline cudaError_t mp_emu_refuse(void)
 static inline cudaError_t cudaGetDeviceCount(int *n)
 {
     *n = 0;
-    if (mp_emu_fail("driver"))
+    if (mp_emu_fail("driver") || mp_emu_fail("nodriver"))
         return cudaErrorInsufficientDriver;
     if (mp_emu_env("MP_EMU_NO_DEVICE") && *mp_emu_env("MP_EMU_NO_DEVICE") == '1')
         return cudaErrorNoDevice;
@@ -257,7 +258,7 @@ static inline cudaError_t cudaGetDeviceCount(int *n)
 }
 static inline cudaError_t cudaDriverGetVersion(int *v)
 {
-    *v = mp_emu_fail("driver") ? 12020 : 13000;
+    *v = mp_emu_fail("driver") ? 12020 : mp_emu_fail("nodriver") ? 0 : 13000;
     return cudaSuccess;
 }
 static inline cudaError_t cudaSetDevice(int d) { return d == 0 ? cudaSuccess : cudaErrorInvalidDevice; }
