@@ -13,7 +13,10 @@
 #   3. checkpoints: GPU -> CPU -> GPU continue as one C run;
 #   4. compute-sanitizer: memcheck on every example (graphs and eager),
 #      racecheck, synccheck and initcheck on mnist_cnn and char_transformer:
-#      "ERROR SUMMARY: 0 errors" each.
+#      "ERROR SUMMARY: 0 errors" each;
+#   5. GPT-2 small (GPT2=path, default examples/gpt2.mp, when it exists):
+#      the device memory it needs, 2 steps as the C program's (5e-2), then
+#      GPT2_STEPS steps for speed (see the section for its parameters).
 # Writes bench/out/check/. Takes about 6 minutes on an H200 with 16 cores.
 set -u
 cd "$(dirname "$0")/.."
@@ -146,4 +149,41 @@ if [ -x "$SAN" ]; then
 else
     bad "compute-sanitizer not found"
 fi
+
+# ---- 5. GPT-2 small: its device memory, 2 steps as the C program's, then speed ----------
+# GPT2=path (default examples/gpt2.mp: 12 layers, width 768, T 1024, batch 8),
+# GPT2_T (1024), GPT2_VOCAB (50257), GPT2_DATA: the --data arguments (default:
+# random int32 tokens=..., targets=... of GPT2_T ids each), GPT2_STEPS (50).
+gpt2_check() {
+    local mp=${GPT2:-examples/gpt2.mp} T=${GPT2_T:-1024} V=${GPT2_VOCAB:-50257} steps=${GPT2_STEPS:-50}
+    [ -f "$mp" ] || { echo "skip GPT-2: $mp does not exist (GPT2=path)"; return; }
+    build "$mp" gpt2 | tee -a "$out/builds"
+    [ -x "$out/gpt2.gpu" ] || return
+    "$PY" -c "
+import numpy as np
+r = np.random.RandomState(3)
+np.save('$out/gpt2_tok.npy', r.randint(0, $V, (256, $T)).astype(np.int32))
+np.save('$out/gpt2_tgt.npy', r.randint(0, $V, (256, $T)).astype(np.int32))"
+    local d=${GPT2_DATA:-"--data tokens=$out/gpt2_tok.npy --data targets=$out/gpt2_tgt.npy"}
+    if "$out/gpt2.gpu" --help 2>&1 | grep -q -- --dry-run; then
+        # shellcheck disable=SC2086
+        "$out/gpt2.gpu" $d --dry-run 2>&1 | tee "$out/gpt2.dry"
+    fi
+    # shellcheck disable=SC2086
+    "$out/gpt2.cpu" $d --no-shuffle --steps 2 --log-every 1 --log "$out/gpt2.cpu.jsonl" >/dev/null 2>&1 &&
+    MP_CUDA_VERBOSE=1 "$out/gpt2.gpu" $d --no-shuffle --steps 2 --log-every 1 --log "$out/gpt2.gpu.jsonl" \
+        >/dev/null 2>"$out/gpt2.err" || { bad "GPT-2: a run failed:"; cat "$out/gpt2.err"; return; }
+    grep "^cuda:" "$out/gpt2.err"
+    if msg=$(compare "$out/gpt2.cpu.jsonl" "$out/gpt2.gpu.jsonl" 5e-2 2>&1); then
+        echo "ok   GPT-2: 2 steps as the C program's, $msg"
+    else
+        bad "GPT-2: $msg"
+    fi
+    # shellcheck disable=SC2086
+    "$out/gpt2.gpu" $d --steps "$steps" --log-every 10 >"$out/gpt2.speed" 2>&1 ||
+        { bad "GPT-2: $steps steps failed:"; tail -n 5 "$out/gpt2.speed"; return; }
+    echo "GPT-2 on the GPU (samples/s of T=$T tokens):"
+    tail -n 3 "$out/gpt2.speed"
+}
+gpt2_check
 exit $fail

@@ -44,10 +44,13 @@ static void header(Emit *e)
        prec_policy_name(g->train.policy));
     em(e, " *     mpcc %s -o %s.cu\n", src, g->model);
     em(e, " *\n"
-          " * Build:   nvcc -O3 -arch=sm_90 %s.cu -o train    (H100/H200; sm_80 for A100)\n"
-          " *          plain `nvcc %s.cu` works too (no link flags: cuBLAS is loaded at run\n"
-          " *          time from libcublas.so.13 or .12; set MP_CUBLAS=path to choose one)\n"
+          " * Build:   nvcc -O3 -arch=native %s.cu -o train   (for the GPU of this machine)\n"
+          " *          plain `nvcc %s.cu` works too, on every supported GPU (its PTX is\n"
+          " *          compiled by the driver at the first run); no link flags: cuBLAS is\n"
+          " *          loaded at run time from libcublas.so.13 or .12 (MP_CUBLAS=path)\n"
           " * Run:     ./train --help     (the same options as the C program)\n"
+          " * Trouble: MP_CUDA_SYNC=1 ./train ... names a failing kernel's op and line;\n"
+          " *          with compute-sanitizer ./train ... it shows the bad access\n"
           " */\n",
        g->model, g->model);
     /* the runtime is a library of static functions, a model uses some */
@@ -161,9 +164,16 @@ static void after(Emit *e, const IrNode *n)
             em(e, "    mp_cu_out(r, %d, %s, %s);\n", m + 1, cname(e, n), mpdt(n->type));
 }
 
+/* The op and line MP_CUDA_SYNC=1 names when one of its kernels fails. */
+static void at(Emit *e, const IrNode *n)
+{
+    em(e, "    mp_cu_at(\"%s\", \"%s\");\n", op_info[n->op].name, where(e, n));
+}
+
 static void node(Emit *e, const IrNode *n, int *line)
 {
     emit_source_line(e, n, line, "\n");
+    at(e, n);
     if (!emit_folded_cast(e->g, n))
         emit_fns[n->op](e, n);
     after(e, n);
@@ -172,6 +182,7 @@ static void node(Emit *e, const IrNode *n, int *line)
 static void cast_node(Emit *e, const IrNode *n, int *line)
 {
     emit_source_line(e, n, line, "");
+    at(e, n);
     emit_fns[n->op](e, n);
 }
 

@@ -34,7 +34,9 @@ enum {
     MP_BLAS_DEFAULT_MATH = 0,                           /* cublasMath_t: no TF32 */
     MP_BLAS_TF32_TENSOR_OP_MATH = 3,
     MP_BLAS_DISALLOW_REDUCED_PRECISION_REDUCTION = 16,  /* split-K sums stay f32 */
-    MP_BLAS_STATUS_SUCCESS = 0,
+    MP_BLAS_STATUS_SUCCESS = 0,                         /* cublasStatus_t */
+    MP_BLAS_STATUS_ARCH_MISMATCH = 8,
+    MP_BLAS_STATUS_NOT_SUPPORTED = 15,
 };
 
 struct CUstream_st;                                     /* cudaStream_t */

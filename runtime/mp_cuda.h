@@ -9,7 +9,9 @@
  *                                     per row; team.tid / team.nt is the
  *                                     thread's share, team.sum / max /
  *                                     argmax reduce over the block in a
- *                                     fixed order (deterministic)
+ *                                     fixed order (deterministic),
+ *                                     team.sum_lanes over the block's warps
+ *                                     lane by lane (a block of 32 columns)
  *   mp_cu_one(name, f)                f() on one thread (scalars, decisions)
  * so that the functors, where all the arithmetic is, also run on the CPU:
  * compiled with -DMP_CU_EMU (tests/cuda/mp_cuda_emu.h stands in for the
@@ -130,6 +132,12 @@ typedef struct MpCu {
     cudaEvent_t copied[2], done[2];
     MpOrder snap;                  /* data order after step snap_step (a sync) */
     int64_t snap_step;
+    int sync;                      /* MP_CUDA_SYNC=1: a wait after every launch */
+    int warm;                      /* a step has run eagerly: graphs may be captured */
+    int capturing;                 /* errors are noted, not fatal: eager steps then */
+    char capture_err[160];         /* the first error while capturing */
+    int blas_off;                  /* cuBLAS refused a product: the built-in one */
+    const char *op, *where;        /* the model's op being launched, its source line */
 } MpCu;
 
 static MpCu mp_cu;
@@ -142,10 +150,46 @@ static inline void mp_cu_die(const char *what, const char *why)
     exit(1);
 }
 
+/* While a step is captured an error ends nothing: it is kept, the capture
+ * is dropped and steps run eagerly (mp_cu_capture). */
+static inline int mp_cu_captured_err(const char *what, const char *why)
+{
+    if (!mp_cu.capturing)
+        return 0;
+    if (!mp_cu.capture_err[0])
+        snprintf(mp_cu.capture_err, sizeof mp_cu.capture_err, "%s: %s", what, why);
+    return 1;
+}
+
 static inline void mp_cu_ok(cudaError_t rc, const char *what)
 {
-    if (rc != cudaSuccess)
+    if (rc != cudaSuccess && !mp_cu_captured_err(what, cudaGetErrorString(rc)))
         mp_cu_die(what, cudaGetErrorString(rc));
+}
+
+/* The generated code names each op before launching its kernels, so that
+ * MP_CUDA_SYNC=1 can say which one of the model's lines failed. */
+static inline void mp_cu_at(const char *op, const char *where)
+{
+    mp_cu.op = op;
+    mp_cu.where = where;
+}
+
+/* After a launch: a launch error, or with MP_CUDA_SYNC=1 the kernel's own
+ * fault, named with the model's op and line. */
+static inline void mp_cu_launched(const char *name)
+{
+    cudaError_t rc = cudaGetLastError();
+    if (rc == cudaSuccess && mp_cu.sync && !mp_cu.capturing)
+        rc = cudaStreamSynchronize(mp_cu.st);
+    if (rc == cudaSuccess || mp_cu_captured_err(name, cudaGetErrorString(rc)))
+        return;
+    if (mp_cu.op) {
+        fprintf(stderr, "error: CUDA: kernel '%s' of op %s at %s: %s\n", name, mp_cu.op,
+                mp_cu.where ? mp_cu.where : "?", cudaGetErrorString(rc));
+        exit(1);
+    }
+    mp_cu_die(name, cudaGetErrorString(rc));
 }
 
 /* Blocks for a grid-stride loop over n items. */
@@ -211,6 +255,21 @@ static __device__ T mp_cu_block_reduce(T v, T none, Op op)
 }
 
 static __device__ double mp_cu_block_sum(double v) { return mp_cu_block_reduce(v, 0.0, MpCuAdd()); }
+
+/* Every thread gets the sum of the values its lane brought in each warp,
+ * warps in order (a block of columns: lane l sums column l's rows). */
+static __device__ double mp_cu_block_sum_lanes(double v)
+{
+    __shared__ double sh[32][32];
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    __syncthreads();
+    sh[w][lane] = v;
+    __syncthreads();
+    double s = 0.0;
+    for (int i = 0; i < nw; i++)
+        s += sh[i][lane];
+    return s;
+}
 static __device__ float mp_cu_block_max(float v) { return mp_cu_block_reduce(v, -INFINITY, MpCuMax()); }
 
 static __device__ __forceinline__ int64_t mp_cu_warp_argmax(float *v, int64_t at)
@@ -248,15 +307,118 @@ static __device__ int64_t mp_cu_block_argmax(float v, int64_t at)
 }
 #endif
 
-/* A row's threads: this thread's share and the block-wide reductions (on
- * the CPU one "thread" does the whole row: the reductions are identities). */
+#ifdef MP_CU_EMU
+/* The GPU's reduction tree (mp_cu_block_reduce) over the values the
+ * stand-in's threads brought: shuffle-down within each warp of 32, the
+ * warps' results through warp 0, so the stand-in's sums are the GPU's. */
+template <class T, class Op>
+static inline T mp_cu_emu_warp(T *x, Op op)
+{
+    /* lane l takes lane l + o's value; only lanes below o feed lane 0 later */
+    for (int o = 16; o > 0; o >>= 1)
+        for (int l = 0; l < o; l++)
+            x[l] = op(x[l], x[l + o]);
+    return x[0];
+}
+
+template <class T, class Op>
+static inline T mp_cu_emu_tree(const T *v, int nt, T none, Op op)
+{
+    T sh[32], x[32];
+    int nw = nt / 32;
+    for (int w = 0; w < nw; w++) {
+        memcpy(x, v + 32 * w, sizeof x);
+        sh[w] = mp_cu_emu_warp(x, op);
+    }
+    for (int l = 0; l < 32; l++)
+        x[l] = l < nw ? sh[l] : none;
+    return mp_cu_emu_warp(x, op);
+}
+
+/* mp_cu_warp_argmax and mp_cu_block_argmax's order. */
+static inline int64_t mp_cu_emu_warp_arg(float *x, int64_t *at)
+{
+    for (int o = 16; o > 0; o >>= 1)
+        for (int l = 0; l < o; l++)
+            at[l] = mp_cu_argmax_pick(x[l], at[l], x[l + o], at[l + o], &x[l]);
+    return at[0];
+}
+
+static inline int64_t mp_cu_emu_tree_arg(const float *v, const int64_t *at, int nt, float *best)
+{
+    float shv[32], x[32];
+    int64_t shi[32], a[32];
+    int nw = nt / 32;
+    for (int w = 0; w < nw; w++) {
+        memcpy(x, v + 32 * w, sizeof x);
+        memcpy(a, at + 32 * w, sizeof a);
+        shi[w] = mp_cu_emu_warp_arg(x, a);
+        shv[w] = x[0];
+    }
+    for (int l = 0; l < 32; l++) {
+        x[l] = l < nw ? shv[l] : -INFINITY;
+        a[l] = l < nw ? shi[l] : -1;
+    }
+    int64_t r = mp_cu_emu_warp_arg(x, a);
+    *best = x[0];
+    return r;
+}
+
+struct MpCuEmuAdd {
+    double operator()(double a, double b) const { return a + b; }
+};
+struct MpCuEmuMax {
+    float operator()(float a, float b) const { return b > a ? b : a; }
+};
+
+static void mp_cu_emu_sum(MpEmuBlock *b) { b->rd = mp_cu_emu_tree(b->d.data(), b->nt, 0.0, MpCuEmuAdd()); }
+static void mp_cu_emu_max(MpEmuBlock *b) { b->rf = mp_cu_emu_tree(b->f.data(), b->nt, -INFINITY, MpCuEmuMax()); }
+static void mp_cu_emu_arg(MpEmuBlock *b) { b->ra = mp_cu_emu_tree_arg(b->f.data(), b->a.data(), b->nt, &b->rf); }
+static void mp_cu_emu_lanes(MpEmuBlock *b)
+{
+    for (int l = 0; l < 32; l++) {
+        double s = 0.0;
+        for (int w = 0; w < b->nt / 32; w++)
+            s += b->d[(size_t)(w * 32 + l)];
+        b->rl[l] = s;
+    }
+}
+#endif
+
+/* A row's threads: this thread's share and the block-wide reductions. In
+ * the stand-in each thread is a fiber and a reduction a barrier (emu NULL
+ * with MP_EMU_SERIAL=1: one thread, the reductions identities). */
 typedef struct MpCuTeam {
     int tid, nt;
+#ifdef MP_CU_EMU
+    MpEmuBlock *emu;
+#endif
 #ifdef __cplusplus
     MP_HD double sum(double v) const
     {
 #ifdef __CUDA_ARCH__
         return mp_cu_block_sum(v);
+#elif defined(MP_CU_EMU)
+        if (!emu)
+            return v;
+        emu->d[(size_t)tid] = v;
+        mp_emu_barrier(emu, 1, mp_cu_emu_sum);
+        return emu->rd;
+#else
+        return v;
+#endif
+    }
+    /* the sum over warps of lane tid % 32's values (see mp_cu_block_sum_lanes) */
+    MP_HD double sum_lanes(double v) const
+    {
+#ifdef __CUDA_ARCH__
+        return mp_cu_block_sum_lanes(v);
+#elif defined(MP_CU_EMU)
+        if (!emu)
+            return v;
+        emu->d[(size_t)tid] = v;
+        mp_emu_barrier(emu, 4, mp_cu_emu_lanes);
+        return emu->rl[tid % 32];
 #else
         return v;
 #endif
@@ -265,6 +427,12 @@ typedef struct MpCuTeam {
     {
 #ifdef __CUDA_ARCH__
         return mp_cu_block_max(v);
+#elif defined(MP_CU_EMU)
+        if (!emu)
+            return v;
+        emu->f[(size_t)tid] = v;
+        mp_emu_barrier(emu, 2, mp_cu_emu_max);
+        return emu->rf;
 #else
         return v;
 #endif
@@ -273,6 +441,13 @@ typedef struct MpCuTeam {
     {
 #ifdef __CUDA_ARCH__
         return mp_cu_block_argmax(v, at);
+#elif defined(MP_CU_EMU)
+        if (!emu)
+            return at;
+        emu->f[(size_t)tid] = v;
+        emu->a[(size_t)tid] = at;
+        mp_emu_barrier(emu, 3, mp_cu_emu_arg);
+        return emu->ra;
 #else
         (void)v;
         return at;
@@ -303,13 +478,6 @@ static __global__ void mp_cu_k_rows(int64_t rows, F f)
 template <class F>
 static __global__ void mp_cu_k_one(F f) { f(); }
 
-static inline void mp_cu_launched(const char *name)
-{
-    cudaError_t rc = cudaGetLastError();
-    if (rc != cudaSuccess)
-        mp_cu_die(name, cudaGetErrorString(rc));
-}
-
 template <class F>
 static inline void mp_cu_each(const char *name, int64_t n, F f)
 {
@@ -337,34 +505,46 @@ static inline void mp_cu_one(const char *name, F f)
     mp_cu_launched(name);
 }
 #else
-/* The CPU stand-in (tests/cuda/mp_cuda_emu.h): the same functors, as loops;
- * mp_cu_emu_run runs the work now, or records it while a graph is captured. */
+/* The CPU stand-in (tests/cuda/mp_cuda_emu.h): the same functors on the
+ * host, queued on the stream (or recorded while a graph is captured); the
+ * grid of a GPU launch, items in a permuted order, rows' threads as fibers. */
 template <class F>
 static inline void mp_cu_each(const char *name, int64_t n, F f)
 {
-    (void)name;
-    if (!mp_cu.measure && n > 0)
-        mp_cu_emu_run([=]() { for (int64_t i = 0; i < n; i++) f(i); });
+    if (mp_cu.measure || n <= 0)
+        return;
+    mp_cu_emu_run(mp_cu.st, name, [=]() {
+        int64_t i, stride;
+        mp_emu_order(n, &i, &stride);
+        for (int64_t k = 0; k < n; k++, i = i + stride >= n ? i + stride - n : i + stride)
+            f(i);
+    });
+    mp_cu_launched(name);
 }
 
 template <class F>
 static inline void mp_cu_rows(const char *name, int64_t rows, int threads, F f)
 {
-    (void)name;
-    (void)threads;
-    if (!mp_cu.measure && rows > 0)
-        mp_cu_emu_run([=]() {
-            MpCuTeam t = {0, 1};
-            for (int64_t r = 0; r < rows; r++) f(r, t);
+    if (mp_cu.measure || rows <= 0)
+        return;
+    int nb = mp_cu_blocks(rows, 1);
+    mp_cu_emu_run(mp_cu.st, name, [=]() {
+        mp_emu_rows(name, nb, threads, [&](int b, int tid, int nt, MpEmuBlock *blk) {
+            MpCuTeam t = {tid, nt, blk};
+            for (int64_t r = b; r < rows; r += nb)
+                f(r, t);
         });
+    });
+    mp_cu_launched(name);
 }
 
 template <class F>
 static inline void mp_cu_one(const char *name, F f)
 {
-    (void)name;
-    if (!mp_cu.measure)
-        mp_cu_emu_run([=]() { f(); });
+    if (mp_cu.measure)
+        return;
+    mp_cu_emu_run(mp_cu.st, name, [=]() { f(); });
+    mp_cu_launched(name);
 }
 #endif
 
@@ -390,8 +570,9 @@ struct MpCuGemmF {
 
 static inline void mp_cu_blas_ok(MpBlasStatus s, const char *what)
 {
-    if (s != MP_BLAS_STATUS_SUCCESS)
-        mp_cu_die(what, mp_cu.blas.status_string ? mp_cu.blas.status_string(s) : "failed");
+    const char *why = mp_cu.blas.status_string ? mp_cu.blas.status_string(s) : "failed";
+    if (s != MP_BLAS_STATUS_SUCCESS && !mp_cu_captured_err(what, why))
+        mp_cu_die(what, why);
 }
 
 #ifdef MP_CU_EMU
@@ -414,33 +595,50 @@ static inline void mp_cu_emu_gemm(const MpBlasArgs *a, float alpha, float beta)
 }
 #endif
 
-/* The one entry point for products: C = alpha op(A) op(B) + beta C. */
+/* One product handed to cuBLAS: its status. */
+static inline MpBlasStatus mp_cu_blas_gemm(const MpBlasArgs *a, float alpha, float beta)
+{
+#ifdef MP_CU_EMU
+    if (mp_emu_fail("blas"))
+        return MP_BLAS_STATUS_NOT_SUPPORTED;
+    MpBlasArgs c = *a;
+    mp_cu_emu_run(mp_cu.st, "gemm", [=]() { mp_cu_emu_gemm(&c, alpha, beta); });
+    return MP_BLAS_STATUS_SUCCESS;
+#else
+    if (a->batch == 1)
+        return mp_cu.blas.gemm(mp_cu.handle, a->opa, a->opb, a->m, a->n, a->k, &alpha, a->A, a->atype,
+                               a->lda, a->B, a->btype, a->ldb, &beta, a->C, a->ctype, a->ldc,
+                               MP_BLAS_COMPUTE_32F, MP_BLAS_GEMM_DEFAULT);
+    return mp_cu.blas.gemm_batched(mp_cu.handle, a->opa, a->opb, a->m, a->n, a->k, &alpha, a->A,
+                                   a->atype, a->lda, a->sa, a->B, a->btype, a->ldb, a->sb, &beta,
+                                   a->C, a->ctype, a->ldc, a->sc, a->batch, MP_BLAS_COMPUTE_32F,
+                                   MP_BLAS_GEMM_DEFAULT);
+#endif
+}
+
+/* The one entry point for products: C = alpha op(A) op(B) + beta C. When
+ * cuBLAS cannot do them on this GPU (NOT_SUPPORTED, ARCH_MISMATCH) every
+ * product from then on is the built-in one, after one note. */
 static inline void mp_cu_gemm(const MpCuGemm *g)
 {
     if (mp_cu.measure || g->M <= 0 || g->N <= 0 || g->batch <= 0)
         return;
-    if (!mp_blas_can(g)) {
-        MpCuGemmF f = {*g};
-        mp_cu_each("gemm", g->batch * g->M * g->N, f);
-        return;
+    if (!mp_cu.blas_off && mp_blas_can(g)) {
+        MpBlasArgs a = mp_blas_args(g);
+        MpBlasStatus s = mp_cu_blas_gemm(&a, g->alpha, g->beta);
+        if (s == MP_BLAS_STATUS_SUCCESS)
+            return;
+        if (s != MP_BLAS_STATUS_NOT_SUPPORTED && s != MP_BLAS_STATUS_ARCH_MISMATCH) {
+            mp_cu_blas_ok(s, a.batch == 1 ? "cublasGemmEx" : "cublasGemmStridedBatchedEx");
+            return;
+        }
+        fprintf(stderr, "note: cuBLAS cannot run this program's products on this GPU (%s); the "
+                "built-in product is used instead (slower)\n",
+                s == MP_BLAS_STATUS_ARCH_MISMATCH ? "ARCH_MISMATCH" : "NOT_SUPPORTED");
+        mp_cu.blas_off = 1;
     }
-    MpBlasArgs a = mp_blas_args(g);
-    float alpha = g->alpha, beta = g->beta;
-#ifdef MP_CU_EMU
-    mp_cu_emu_run([=]() { mp_cu_emu_gemm(&a, alpha, beta); });
-#else
-    if (a.batch == 1)
-        mp_cu_blas_ok(mp_cu.blas.gemm(mp_cu.handle, a.opa, a.opb, a.m, a.n, a.k, &alpha, a.A,
-                                      a.atype, a.lda, a.B, a.btype, a.ldb, &beta, a.C, a.ctype,
-                                      a.ldc, MP_BLAS_COMPUTE_32F, MP_BLAS_GEMM_DEFAULT),
-                      "cublasGemmEx");
-    else
-        mp_cu_blas_ok(mp_cu.blas.gemm_batched(mp_cu.handle, a.opa, a.opb, a.m, a.n, a.k, &alpha,
-                                              a.A, a.atype, a.lda, a.sa, a.B, a.btype, a.ldb,
-                                              a.sb, &beta, a.C, a.ctype, a.ldc, a.sc, a.batch,
-                                              MP_BLAS_COMPUTE_32F, MP_BLAS_GEMM_DEFAULT),
-                      "cublasGemmStridedBatchedEx");
-#endif
+    MpCuGemmF f = {*g};
+    mp_cu_each("gemm", g->batch * g->M * g->N, f);
 }
 
 static inline MpCuGemm mp_cu_gemm_of(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha,
@@ -477,8 +675,15 @@ static inline int mp_cu_blas_open(MpErr *e)
 /* The GPU, streams, cuBLAS: 0, or -1 with e set ("no CUDA device: ..."). */
 static inline int mp_cu_open(MpErr *e)
 {
-    int n = 0;
+    int n = 0, drv = 0;
     cudaError_t rc = cudaGetDeviceCount(&n);
+    if (rc == cudaErrorInsufficientDriver && cudaDriverGetVersion(&drv) == cudaSuccess && drv > 0)
+        return mp_errf(e, "the NVIDIA driver is too old for this program: it runs CUDA %d.%d, the "
+                       "program was built with CUDA %d.%d (update the driver, or build with an "
+                       "older CUDA toolkit)", drv / 1000, drv % 1000 / 10, CUDART_VERSION / 1000,
+                       CUDART_VERSION % 1000 / 10);
+    if (rc == cudaErrorInsufficientDriver)   /* and no driver version: none loaded */
+        return mp_errf(e, "no CUDA device: no NVIDIA driver is loaded (%s)", cudaGetErrorString(rc));
     if (rc != cudaSuccess || n < 1)
         return mp_errf(e, "no CUDA device: %s", rc != cudaSuccess ? cudaGetErrorString(rc)
                        : "the driver sees none");
@@ -489,6 +694,8 @@ static inline int mp_cu_open(MpErr *e)
         return mp_errf(e, "no CUDA device: device %d: %s", d, cudaGetErrorString(rc));
     mp_cu.sms = prop.multiProcessorCount;
     snprintf(mp_cu.device, sizeof mp_cu.device, "%s", prop.name);
+    const char *sync = getenv("MP_CUDA_SYNC");
+    mp_cu.sync = sync && *sync == '1';
     if ((rc = cudaStreamCreateWithFlags(&mp_cu.st, cudaStreamNonBlocking)) != cudaSuccess
         || (rc = cudaStreamCreateWithFlags(&mp_cu.cp, cudaStreamNonBlocking)) != cudaSuccess)
         return mp_errf(e, "CUDA: cannot create a stream: %s", cudaGetErrorString(rc));

@@ -682,15 +682,39 @@ static inline MP_HD float mp_cu_col2im_at(const MpCuImg *g, const void *dcol, in
 
 /* ---- embedding ---------------------------------------------------------- */
 
-/* dw[v, d] = sum of dy[i, d] over the i with ids[i] == v, in order of i. */
-static inline MP_HD float mp_cu_embedding_dw_at(const void *dy, int dydt, const void *ids, int idt,
-                                                int64_t n, int64_t dim, int64_t e)
+/* The ids sorted once (stable: equal ids keep their order of i), as
+ * order[k] (the position) and sorted[k] (its id): dw[v, d] is then the sum
+ * of dy[order[k], d] over v's segment of sorted, in order of k, which is
+ * the order of i: the C program's sum, without scanning every id per output
+ * and without atomics. Part of the rank of id i: the ids before it. Ids of
+ * any integer type (idt), loaded with mp_ld_id. */
+static inline MP_HD double mp_cu_id_rank_part(const void *ids, int idt, int64_t n, int64_t i, int tid,
+                                              int nt)
 {
-    int64_t v = e / dim, d = e % dim;
+    int64_t v = mp_ld_id(ids, idt, i);
+    double c = 0;
+    for (int64_t j = tid; j < n; j += nt) {
+        int64_t u = mp_ld_id(ids, idt, j);
+        c += u < v || (u == v && j < i);
+    }
+    return c;
+}
+
+static inline MP_HD float mp_cu_embedding_dw_at(const void *dy, int dydt, const int32_t *order,
+                                                const int32_t *sorted, int64_t n, int64_t dim,
+                                                int64_t e)
+{
+    int64_t v = e / dim, d = e % dim, lo = 0, hi = n;
+    while (lo < hi) {                             /* v's segment starts at lo */
+        int64_t mid = (lo + hi) / 2;
+        if (sorted[mid] < v)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
     float s = 0.0f;
-    for (int64_t i = 0; i < n; i++)
-        if (mp_ld_id(ids, idt, i) == v)
-            s += mp_cu_ld(dy, dydt, i * dim + d);
+    for (int64_t k = lo; k < n && sorted[k] == v; k++)
+        s += mp_cu_ld(dy, dydt, order[k] * dim + d);
     return s;
 }
 

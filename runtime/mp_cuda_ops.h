@@ -904,16 +904,33 @@ static inline void mp_cu_embedding(void *y, const void *ids, int idt, const void
     mp_cu_each("embedding", n * dim, f);
 }
 
+/* Step 1 of the weight gradient: a block per id finds its rank. */
+struct MpCuIdRank {
+    const void *ids;
+    int idt;
+    int64_t n;
+    int32_t *order, *sorted;
+    MP_HD void operator()(int64_t i, const MpCuTeam &t) const
+    {
+        int64_t r = (int64_t)t.sum(mp_cu_id_rank_part(ids, idt, n, i, t.tid, t.nt));
+        if (t.tid == 0) {
+            order[r] = (int32_t)i;
+            sorted[r] = (int32_t)mp_ld_id(ids, idt, i);
+        }
+    }
+};
+
+/* Step 2: each element of dw, its id's segment summed. */
 template <int DWT, int DYT>
 struct MpCuEmbeddingDw {
     void *dw;
-    const void *dy, *ids;
-    int idt;
+    const void *dy;
+    const int32_t *order, *sorted;
     int64_t n, dim;
     float beta;
     MP_HD void operator()(int64_t i) const
     {
-        mp_cu_st_beta(dw, DWT, i, mp_cu_embedding_dw_at(dy, DYT, ids, idt, n, dim, i), beta);
+        mp_cu_st_beta(dw, DWT, i, mp_cu_embedding_dw_at(dy, DYT, order, sorted, n, dim, i), beta);
     }
 };
 
@@ -921,7 +938,11 @@ template <int DWT, int DYT>
 static inline void mp_cu_embedding_dw(void *dw, const void *dy, const void *ids, int idt, int64_t n,
                                       int64_t vocab, int64_t dim, float beta)
 {
-    MpCuEmbeddingDw<DWT, DYT> f = {dw, dy, ids, idt, n, dim, beta};
+    int32_t *order = (int32_t *)mp_cu_ws(2 * n * (int64_t)sizeof(int32_t));
+    int32_t *sorted = order ? order + n : NULL;
+    MpCuIdRank rank = {ids, idt, n, order, sorted};
+    MpCuEmbeddingDw<DWT, DYT> f = {dw, dy, order, sorted, n, dim, beta};
+    mp_cu_rows("embedding_dw_sort", n, mp_cu_row_threads(n), rank);
     mp_cu_each("embedding_dw", vocab * dim, f);
 }
 
@@ -1000,7 +1021,7 @@ static inline void mp_cu_layer_norm_dx(void *dx, const void *dy, const void *x, 
     mp_cu_rows("layer_norm_dx", rows, mp_cu_row_threads(dim), f);
 }
 
-/* Per-row (mean, rstd) into st, then a block per column sums dy * xhat. */
+/* Per-row (mean, rstd) into st, then a block per 32 columns sums dy * xhat. */
 template <int XT>
 struct MpCuRowStats {
     float *st;
@@ -1019,6 +1040,10 @@ struct MpCuRowStats {
     }
 };
 
+/* dw of 32 columns per block: lane l of every warp reads column 32 g + l
+ * (a warp reads 32 neighbours of one row: coalesced), warp w rows w, w +
+ * warps...; the warps' sums of each lane added in order. One thread (the
+ * old stand-in) does each column in turn. */
 template <int DWT, int DYT, int XT>
 struct MpCuLayerNormDw {
     void *dw;
@@ -1026,11 +1051,17 @@ struct MpCuLayerNormDw {
     const float *st;
     int64_t rows, dim;
     float beta;
-    MP_HD void operator()(int64_t k, const MpCuTeam &t) const
+    MP_HD void operator()(int64_t g, const MpCuTeam &t) const
     {
-        double s = t.sum(mp_cu_ln_dw_part(dy, DYT, x, XT, st, rows, dim, k, t.tid, t.nt));
-        if (t.tid == 0)
-            mp_cu_st_beta(dw, DWT, k, (float)s, beta);
+        int lanes = t.nt >= 32 ? 32 : 1;
+        for (int c = t.tid % lanes; c < 32; c += lanes) {
+            int64_t k = g * 32 + c;
+            double s = k < dim ? mp_cu_ln_dw_part(dy, DYT, x, XT, st, rows, dim, k, t.tid / lanes,
+                                                  t.nt / lanes) : 0.0;
+            s = t.sum_lanes(s);
+            if (t.tid < lanes && k < dim)
+                mp_cu_st_beta(dw, DWT, k, (float)s, beta);
+        }
     }
 };
 
@@ -1041,8 +1072,11 @@ static inline void mp_cu_layer_norm_dw(void *dw, const void *dy, const void *x, 
     float *st = (float *)mp_cu_ws(rows * 2 * (int64_t)sizeof(float));
     MpCuRowStats<XT> a = {st, x, dim, eps};
     MpCuLayerNormDw<DWT, DYT, XT> b = {dw, dy, x, st, rows, dim, beta};
+    int warps = 1;                 /* about 16 rows per warp, up to 32 warps */
+    while (warps < 32 && warps * 16 < rows)
+        warps *= 2;
     mp_cu_rows("layer_norm_dw", rows, mp_cu_row_threads(dim), a);
-    mp_cu_rows("layer_norm_dw", dim, mp_cu_row_threads(rows), b);
+    mp_cu_rows("layer_norm_dw", (dim + 31) / 32, 32 * warps, b);
 }
 
 /* Batch norm over x [N, C, S]: channel c is the set; the running statistics

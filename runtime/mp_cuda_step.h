@@ -38,7 +38,9 @@
  * back to look for inf/NaN. Slow, for tests and debugging.
  *
  * Environment: MP_CUDA_GRAPH=0 launches the step's kernels one by one
- * instead of replaying a graph; MP_CUDA_TF32=1 lets float32 products use
+ * instead of replaying a graph (the first step always runs so: a warm-up
+ * before capture); MP_CUDA_SYNC=1 does too and waits after every launch,
+ * so that a failing kernel is named with the model's op and line; MP_CUDA_TF32=1 lets float32 products use
  * TF32; MP_CUDA_DEVICE=n picks a GPU; MP_CUBLAS=path picks libcublas;
  * MP_CUDA_VERBOSE=1 prints the GPU and the device memory used at start;
  * MP_CUDA_DATA=0 gathers every batch on the host (see mp_cu_plan_data). */
@@ -281,25 +283,31 @@ static inline void mp_cu_step_body(int s)
     mp_cu_rows("update", mp_cu.ntiles, 256, up);
 }
 
-/* Captures slot s's step as a graph; 0, or -1 (then steps run eagerly). */
+/* Captures slot s's step as a graph; 0, or -1 (then steps run eagerly).
+ * Any error while capturing (a launch, cuBLAS, a call the capture refuses)
+ * ends the capture, and the program goes on with eager steps after one note. */
 static inline int mp_cu_capture(int s)
 {
     cudaGraph_t g = NULL;
-    if (cudaStreamBeginCapture(mp_cu.st, cudaStreamCaptureModeRelaxed) != cudaSuccess)
-        return -1;
-    mp_cu_step_body(s);
-    cudaError_t rc = cudaStreamEndCapture(mp_cu.st, &g);
-    if (rc == cudaSuccess)
-        rc = cudaGraphInstantiate(&mp_cu.exec[s], g, 0);
-    if (g)
-        cudaGraphDestroy(g);
-    if (rc != cudaSuccess) {
-        cudaGetLastError();
-        fprintf(stderr, "note: CUDA graph capture failed (%s); the step's kernels are launched "
-                "one by one\n", cudaGetErrorString(rc));
-        return -1;
+    cudaError_t rc = cudaStreamBeginCapture(mp_cu.st, cudaStreamCaptureModeRelaxed);
+    if (rc == cudaSuccess) {
+        mp_cu.capturing = 1;
+        mp_cu.capture_err[0] = 0;
+        mp_cu_step_body(s);
+        rc = cudaStreamEndCapture(mp_cu.st, &g);
+        mp_cu.capturing = 0;
+        if (rc == cudaSuccess && !mp_cu.capture_err[0])
+            rc = cudaGraphInstantiate(&mp_cu.exec[s], g, 0);
+        if (g)
+            cudaGraphDestroy(g);
     }
-    return 0;
+    cudaGetLastError();            /* the capture's error is not the next launch's */
+    if (rc == cudaSuccess && !mp_cu.capture_err[0])
+        return 0;
+    mp_cu.exec[s] = NULL;
+    fprintf(stderr, "note: CUDA graph capture failed (%s); the step's kernels are launched "
+            "one by one\n", mp_cu.capture_err[0] ? mp_cu.capture_err : cudaGetErrorString(rc));
+    return -1;
 }
 
 /* ---- start ---------------------------------------------------------------------------- */
@@ -413,7 +421,17 @@ static inline void mp_cu_d2h(void *dst, const void *src, int64_t bytes)
                  "copy from the device");
 }
 
-static inline void mp_cu_wait(void) { mp_cu_ok(cudaStreamSynchronize(mp_cu.st), "the GPU"); }
+/* Waits for the GPU; a kernel's fault shows here, hence the hint. */
+static inline void mp_cu_wait(void)
+{
+    cudaError_t rc = cudaStreamSynchronize(mp_cu.st);
+    if (rc != cudaSuccess && !mp_cu.sync) {
+        fprintf(stderr, "error: CUDA: the GPU: %s (run with MP_CUDA_SYNC=1 to find the kernel)\n",
+                cudaGetErrorString(rc));
+        exit(1);
+    }
+    mp_cu_ok(rc, "the GPU");
+}
 
 /* --predict: the chosen value copied back as the eager forward pass makes
  * it (mp_cu_forward waits for the copy). */
@@ -445,6 +463,8 @@ static inline void mp_cu_push(MpTrainer *t, MpCuTile *tiles)
     mp_cu_wait();
 }
 
+static int64_t mp_cu_bytes(const MpTrainer *t);
+
 /* Pinned stages, events, graphs: what device-mode steps need. */
 static inline int mp_cu_start_steps(MpErr *e)
 {
@@ -463,19 +483,17 @@ static inline int mp_cu_start_steps(MpErr *e)
     memset(mp_cu.stage[0], 0, (size_t)mp_cu.slot_bytes);
     memset(mp_cu.stage[1], 0, (size_t)mp_cu.slot_bytes);
     const char *g = getenv("MP_CUDA_GRAPH");
-    mp_cu.graphs = !(g && *g == '0');
-    for (int s = 0; s < 2 && mp_cu.graphs; s++)
-        if (mp_cu_capture(s))
-            mp_cu.graphs = 0;
+    mp_cu.graphs = !(g && *g == '0') && !mp_cu.sync;   /* captured after a warm-up step */
     mp_cu.snap = mp_cu.t->order;
     mp_cu.snap_step = mp_cu.t->step;
     const char *v = getenv("MP_CUDA_VERBOSE");
     if (v && *v == '1')
-        fprintf(stderr, "cuda: %s, %d SMs; %.1f MiB of device memory in one allocation (arena "
-                "%.1f, workspace %.1f); training set %s; steps %s\n", mp_cu.device, mp_cu.sms,
-                (double)mp_cu.mem_bytes / (1 << 20), (double)mp_cu.model->arena_bytes / (1 << 20),
+        fprintf(stderr, "cuda: %s, %d SMs; %.1f MiB of device memory in one allocation "
+                "(--dry-run's figure %.1f; arena %.1f, workspace %.1f); training set %s; steps %s\n",
+                mp_cu.device, mp_cu.sms, (double)mp_cu.mem_bytes / (1 << 20),
+                (double)mp_cu_bytes(mp_cu.t) / (1 << 20), (double)mp_cu.model->arena_bytes / (1 << 20),
                 (double)mp_cu.ws_need / (1 << 20), mp_cu.data ? "on the device" : "gathered on the host",
-                mp_cu.graphs ? "as CUDA graphs" : "launched one by one");
+                mp_cu.graphs ? "as CUDA graphs after one eager step" : "launched one by one");
     return 0;
 }
 
@@ -488,6 +506,13 @@ static inline int mp_cu_host_mode(MpTrainer *t, MpErr *e)
     return 0;
 }
 
+/* The unscale pass's parts: from sizes only, so its sums are deterministic. */
+static inline int mp_cu_nparts(const MpTrainer *t)
+{
+    int n = (int)mp_min64((t->total + 4095) / 4096, 1024);
+    return n < 1 ? 1 : n;
+}
+
 static int mp_cu_start(MpTrainer *t, int host, MpErr *e)
 {
     mp_cu.t = t;
@@ -498,8 +523,7 @@ static int mp_cu_start(MpTrainer *t, int host, MpErr *e)
         return 1;
     mp_cu_measure();
     mp_cu_plan_data(t, host);
-    mp_cu.nparts = (int)mp_min64((t->total + 4095) / 4096, 1024);   /* sizes only: deterministic */
-    mp_cu.nparts = mp_cu.nparts < 1 ? 1 : mp_cu.nparts;
+    mp_cu.nparts = mp_cu_nparts(t);
     MpCuTile *tiles = mp_cu_tiles(&mp_cu.ntiles);
     if (!tiles)
         return mp_errf(e, "out of memory");
@@ -622,6 +646,11 @@ static int mp_cu_step(MpTrainer *t, int64_t k, int need, MpStepOut *out, MpErr *
     int s = (int)(k & 1);
     unsigned char *stage = mp_cu.stage[s];
     MpCuHdr h = {k, mp_sched_lr(&t->cfg, t->cfg.lr, k)};
+    /* the first step runs eagerly (cuBLAS and the kernels load), then each
+     * slot's step is captured once */
+    if (mp_cu.graphs && mp_cu.warm && !mp_cu.exec[s] && mp_cu_capture(s))
+        mp_cu.graphs = 0;
+    mp_cu.warm = 1;
     mp_cu_ok(cudaEventSynchronize(mp_cu.copied[s]), "input copy");
     memcpy(stage, &h, sizeof h);
     for (int64_t u = 0; u < t->cfg.accumulate; u++) {
@@ -636,7 +665,7 @@ static int mp_cu_step(MpTrainer *t, int64_t k, int need, MpStepOut *out, MpErr *
                              mp_cu.cp), "input copy");
     mp_cu_ok(cudaEventRecord(mp_cu.copied[s], mp_cu.cp), "input copy");
     mp_cu_ok(cudaStreamWaitEvent(mp_cu.st, mp_cu.copied[s], 0), "step");
-    if (mp_cu.graphs)
+    if (mp_cu.graphs && mp_cu.exec[s])
         mp_cu_ok(cudaGraphLaunch(mp_cu.exec[s], mp_cu.st), "step (graph launch)");
     else
         mp_cu_step_body(s);
@@ -646,20 +675,28 @@ static int mp_cu_step(MpTrainer *t, int64_t k, int need, MpStepOut *out, MpErr *
     return need ? mp_cu_sync(t, k, h.lr, out, e) : 0;
 }
 
-/* --dry-run: the bytes mp_cu_start would allocate, counted on the host
- * without a GPU (measure mode, then the layout with no memory), the
- * training set left out: mp_cu_plan_data moves it only when it fits. */
+/* MpDevice.bytes (--dry-run): the one allocation mp_cu_start would make,
+ * worked out without a GPU (the launchers' measure mode and the layout);
+ * the training set counted in when it is loaded, at most 16 GiB and not
+ * MP_CUDA_DATA=0 (a run also leaves it on the host when it takes more than
+ * a quarter of the free memory, which only the GPU knows). */
 static int64_t mp_cu_bytes(const MpTrainer *t)
 {
-    int64_t ntiles = 0;
+    MpCu keep = mp_cu;
+    int64_t data = 0, bytes;
+    const char *env = getenv("MP_CUDA_DATA");
     mp_cu.t = (MpTrainer *)t;
+    mp_cu.host = 0;
+    mp_cu.data = NULL;
     mp_cu_measure();
-    mp_cu_plan_data(mp_cu.t, 1);
-    mp_cu.nparts = (int)mp_min64((t->total + 4095) / 4096, 1024);
-    mp_cu.nparts = mp_cu.nparts < 1 ? 1 : mp_cu.nparts;
-    free(mp_cu_tiles(&ntiles));
-    mp_cu.ntiles = ntiles;
-    return mp_cu_layout(NULL);
+    mp_cu_plan_data(mp_cu.t, 1);   /* the slots' layout only */
+    mp_cu.nparts = mp_cu_nparts(t);
+    free(mp_cu_tiles(&mp_cu.ntiles));
+    bytes = mp_cu_layout(NULL);
+    for (int i = 0; i < t->m->ninputs && t->data.arr && !(env && *env == '0'); i++)
+        data += mp_cu_round_up(t->data.arr[i].nbytes);
+    mp_cu = keep;
+    return bytes + (data <= ((int64_t)16 << 30) ? data : 0);
 }
 
 static const MpDevice mp_cu_device = {mp_cu_start, mp_cu_step, mp_cu_pull, mp_cu_bytes};

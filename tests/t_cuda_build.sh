@@ -2,12 +2,16 @@
 # t_cuda_build.sh - the CUDA target builds with nvcc exactly as a user
 # builds it, and fails cleanly where there is no GPU (CI has none):
 #   1. every example and every tests/gradcheck model: `mpcc M.mp -o M.cu`,
-#      then plain `nvcc M.cu` (no flags) with no warning at all;
-#      mnist_mlp also with the recommended `nvcc -O3 -arch=sm_90`;
+#      then plain `nvcc M.cu` (only -Xptxas -v added) with no warning at
+#      all, and ptxas's report: no kernel with a stack frame, a spill or
+#      more than 128 registers; mnist_mlp also with `nvcc -O3 -arch=sm_90`;
 #      every value's arena offset, and the arena's size, equal the C
 #      program's (one memory plan, memplan.c, for both targets);
 #   2. tests/cuda/blas_abi.cu: the cuBLAS types and values that
 #      runtime/mp_cublas.h declares for itself equal the real headers';
+#      plain nvcc embeds PTX (nvcc 13: sm_75 code and compute_75 PTX);
+#      tests/cuda/half_check.cu: mp_half.h's f16 / bf16 conversions equal
+#      cuda_fp16.h / cuda_bf16.h's, all 65536 patterns (host side: no GPU);
 #   3. the built mnist_mlp program: --help and usage errors need no GPU
 #      (exit 0 and 2); with data and no GPU it exits 1 with one line
 #      "error: no CUDA device: ..."; with a GPU it trains 3 steps instead.
@@ -42,16 +46,30 @@ build() {   # build MODEL.mp NAME [nvcc flags...]: prints "ok NAME" or the failu
     if grep -qi "warning" "$tmp/$name.log"; then
         echo "FAIL $name: nvcc $* warns"; head -n 30 "$tmp/$name.log"; return
     fi
-    echo "ok   $name (nvcc $*)"
+    local k
+    if ! k=$(ptxas_ok "$tmp/$name.log"); then
+        echo "FAIL $name (nvcc $*): ptxas: $k"; return
+    fi
+    echo "ok   $name (nvcc $*; ptxas: $k)"
 }
-export -f build
+# ptxas -v's report: no stack frame, no spill, at most 128 registers in
+# every kernel (a spill or a stack means local memory on every call).
+ptxas_ok() {
+    awk '/Compiling entry function/ { fn = $0; sub(/.*function ./, "", fn); sub(/. for .*/, "", fn); n++ }
+         /bytes stack frame/ { if ($1 + 0 > 0 || $5 + 0 > 0 || $9 + 0 > 0) { print "stack or spill in " fn ": " $0; bad = 1 } }
+         /Used [0-9]+ registers/ { for (i = 1; i <= NF; i++) if ($i == "Used") r = $(i + 1) + 0;
+                                   if (r > most) most = r; if (r > 128) { print fn " uses " r " registers"; bad = 1 } }
+         END { if (!n) { print "no ptxas report"; exit 1 }
+               if (!bad) print n " kernels, at most " most " registers, no spill, no stack"; exit bad }' "$1"
+}
+export -f build ptxas_ok
 export MPCC NVCC tmp
 start=$(date +%s)
 {
     for f in examples/*.mp tests/gradcheck/*.mp; do
-        echo "$f $(basename "$f" .mp)"
+        echo "$f $(basename "$f" .mp) -Xptxas -v"
     done
-    echo "examples/mnist_mlp.mp mnist_mlp_sm90 -O3 -arch=sm_90"
+    echo "examples/mnist_mlp.mp mnist_mlp_sm90 -O3 -arch=sm_90 -Xptxas -v"
 } | xargs -P "${NVCC_JOBS:-2}" -L 1 bash -c 'build "$@"' _ >"$tmp/builds" 2>&1
 cat "$tmp/builds"
 grep -q "^FAIL" "$tmp/builds" && fail=1
@@ -79,6 +97,24 @@ echo "ok   arena offsets and sizes: the CUDA programs use the C programs' memory
 # ---- 2. cuBLAS's ABI as mp_cublas.h declares it ----------------------------
 if ! "$NVCC" -c -Iruntime tests/cuda/blas_abi.cu -o "$tmp/abi.o" >"$tmp/abi.log" 2>&1; then
     bad "runtime/mp_cublas.h disagrees with cuBLAS's headers:"; head -n 20 "$tmp/abi.log"
+fi
+
+# ---- 2a. plain `nvcc train.cu` runs on every GPU nvcc supports: its default
+# embeds PTX (compute_75 with nvcc 13), which the driver compiles for newer GPUs
+if [ -f "$tmp/mnist_mlp.cu" ]; then
+    if (cd "$tmp" && "$NVCC" -dryrun mnist_mlp.cu -o x 2>&1) | grep -q "kind=ptx"; then
+        echo "ok   plain nvcc embeds PTX: $( (cd "$tmp" && "$NVCC" -dryrun mnist_mlp.cu -o x 2>&1) |
+            grep -o 'kind=[a-z]*,sm=[0-9]*' | sort -u | tr '\n' ' ')"
+    else
+        bad "plain nvcc embeds no PTX: the program would not run on GPUs newer than its default arch"
+    fi
+fi
+
+# ---- 2b. f16 / bf16 conversions: runtime/mp_half.h as CUDA's own -------------
+if "$NVCC" -Iruntime tests/cuda/half_check.cu -o "$tmp/half_check" >"$tmp/half.log" 2>&1; then
+    "$tmp/half_check" || bad "runtime/mp_half.h rounds differently from cuda_fp16.h / cuda_bf16.h"
+else
+    bad "tests/cuda/half_check.cu does not build:"; head -n 20 "$tmp/half.log"
 fi
 
 # ---- 3. the program without (or with) a GPU --------------------------------

@@ -28,7 +28,16 @@
 #   4. tests/cuda/emu_nan.mp: the loss-scale collapse and --check-numerics
 #      stop at the same step with the same message as the C program;
 #   5. no device: "no CUDA device: ..." and exit 1; device memory too
-#      small: one line naming the MiB and exit 1.
+#      small: one line naming the MiB and exit 1; MpDevice.bytes (the
+#      figure --dry-run prints) equals the run's one allocation;
+#   6. a graceful first run, each fallback injected (MP_EMU_FAIL): a failed
+#      capture and cuBLAS NOT_SUPPORTED give one note and the C program's
+#      curve; a too-old driver one clear line; a kernel fault names its op
+#      and model line under MP_CUDA_SYNC=1, and points at it without;
+#   7. the stand-in's own checks (threads as fibers, permuted items, device
+#      memory closed to host code, queued streams, capture refusals) each
+#      catch a mutant that passes the old way (tests/cuda/emu_mutants.cu),
+#      and two mutants of a whole program are caught.
 # Skipped (exit 0) only when there is no C++ compiler.
 set -u
 cd "$(dirname "$0")/.."
@@ -271,6 +280,86 @@ if [ -x "$tmp/mnist_mlp.emu" ]; then
     rc=$?
     [ $rc -eq 1 ] && [ "$(wc -l <"$tmp/oom")" -eq 1 ] && grep -q "cannot allocate .* MiB of device memory" "$tmp/oom" \
         && echo "ok   out of device memory: $(cat "$tmp/oom")" || bad "out of device memory: exit $rc, $(cat "$tmp/oom")"
+    # MpDevice.bytes (--dry-run's figure) is the allocation a run makes
+    for env in MP_CUDA_DATA=1 MP_CUDA_DATA=0; do
+        # shellcheck disable=SC2086
+        env MP_CUDA_VERBOSE=1 $env "$tmp/mnist_mlp.emu" $d --steps 1 >/dev/null 2>"$tmp/verbose"
+        got=$(sed -n 's/.* \([0-9.]*\) MiB of device memory in one allocation (--dry-run.s figure \([0-9.]*\);.*/\1 \2/p' "$tmp/verbose")
+        set -- $got
+        [ -n "$got" ] && [ "$1" = "$2" ] && echo "ok   $env: --dry-run's device memory is the run's: $1 MiB" \
+            || bad "$env: --dry-run's device memory differs from the run's: $(cat "$tmp/verbose")"
+    done
 fi
+# ---- 6. a graceful first run: each fallback, injected into the stand-in ---------
+fallback() {   # fallback NAME NOTE ENV...: the note once, then the C program's curve
+    local n=$1 note=$2
+    shift 2
+    curve "$n" 4 2e-3 "$@"
+    local k
+    k=$(grep -c "^note: $note" "$tmp/$n.emu.log")
+    [ "$k" = 1 ] && echo "ok   $n ($*): one note: $(grep "^note: " "$tmp/$n.emu.log")" \
+        || bad "$n ($*): expected one note '$note', got $k: $(head -c 300 "$tmp/$n.emu.log")"
+}
+if [ -x "$tmp/mnist_mlp.emu" ]; then
+    fallback mnist_mlp "CUDA graph capture failed" MP_EMU_FAIL=capture
+    fallback mnist_mlp "cuBLAS cannot run" MP_EMU_FAIL=blas
+    fails_with() {   # fails_with REGEX ENV...: exit 1 with that one line
+        local re=$1
+        shift
+        # shellcheck disable=SC2046
+        env "$@" "$tmp/mnist_mlp.emu" $(data_of mnist_mlp) --steps 3 >/dev/null 2>"$tmp/f.err"
+        local rc=$?
+        [ $rc -eq 1 ] && [ "$(wc -l <"$tmp/f.err")" -eq 1 ] && grep -Eq "$re" "$tmp/f.err" \
+            && echo "ok   $*: $(cat "$tmp/f.err")" || bad "$*: exit $rc, $(head -c 300 "$tmp/f.err")"
+    }
+    fails_with "error: the NVIDIA driver is too old for this program: it runs CUDA 12.2, the program was built with CUDA 13.0" MP_EMU_FAIL=driver
+    fails_with "error: no CUDA device: no NVIDIA driver is loaded" MP_EMU_FAIL=nodriver
+    fails_with "^error: CUDA: kernel 'cross_entropy' of op cross_entropy at mnist_mlp.mp:[0-9]+ .*: an illegal memory access" \
+        MP_EMU_FAIL=kernel:cross_entropy MP_CUDA_SYNC=1
+    fails_with "^error: CUDA: the GPU: an illegal memory access was encountered \\(run with MP_CUDA_SYNC=1" \
+        MP_EMU_FAIL=kernel:cross_entropy
+fi
+
+# ---- 7. the stand-in's checking modes catch their bug classes ---------------------
+# tests/cuda/emu_mutants.cu: a mutant per mode, passing the old way, caught now
+if "$CXX" -std=c++17 -O1 -x c++ -DMP_CU_EMU -include tests/cuda/mp_cuda_emu.h -Iruntime \
+        tests/cuda/emu_mutants.cu -o "$tmp/mutants" -lm -ldl >"$tmp/mutants.log" 2>&1; then
+    "$tmp/mutants" >"$tmp/mutants.out" 2>&1 || bad "the stand-in misses a mutant:"
+    cat "$tmp/mutants.out"
+else
+    bad "tests/cuda/emu_mutants.cu does not build:"; head -n 20 "$tmp/mutants.log"
+fi
+# and in a whole program: cross_entropy's row sum taken from one thread's share
+# (passes with one thread per row), the compute stream not waiting for the
+# step's input copy (passes when streams run at once)
+mutant() {   # mutant NAME SED: the program built with the mutation
+    sed "$2" "$tmp/mnist_mlp.cu" >"$tmp/$1.cu"
+    cmp -s "$tmp/mnist_mlp.cu" "$tmp/$1.cu" && { bad "mutant $1: the mutation did not apply"; return 1; }
+    "$CXX" -std=c++17 -O1 -x c++ -DMP_CU_EMU -include tests/cuda/mp_cuda_emu.h "$tmp/$1.cu" \
+        -o "$tmp/$1.emu" -lm 2>"$tmp/$1.err" || { bad "mutant $1 does not build"; return 1; }
+    cp "$tmp/mnist_mlp.c.out" "$tmp/$1.c.out"
+}
+caught() {   # caught NAME WHAT: the mutant's curve must differ from the C program's
+    local was=$fail
+    fail=0
+    curve "$1" 3 2e-3 >"$tmp/$1.caught"
+    if [ $fail = 1 ]; then
+        echo "ok   mutant $1 ($2) caught: $(sed 's/^FAIL: //' "$tmp/$1.caught" | cut -c 1-150)"
+        fail=$was
+    else
+        bad "mutant $1 ($2) not caught"
+    fi
+}
+if [ -x "$tmp/mnist_mlp.emu" ]; then
+    m1='s/\*s = t\.sum(mp_cu_row_sumexp(/*s = (mp_cu_row_sumexp(/'
+    m2='/cudaStreamWaitEvent(mp_cu\.st, mp_cu\.copied\[s\]/d'
+    if mutant mnist_mlp_m1 "$m1" && mutant mnist_mlp_m2 "$m2"; then
+        curve mnist_mlp_m1 3 2e-3 MP_EMU_SERIAL=1     # the old way: not seen
+        curve mnist_mlp_m2 3 2e-3 MP_EMU_SERIAL=1
+        caught mnist_mlp_m1 "a thread's partial row sum"
+        caught mnist_mlp_m2 "no wait for the input copy"
+    fi
+fi
+
 echo "t_cuda_emu: $(( $(date +%s) - start ))s"
 exit $fail

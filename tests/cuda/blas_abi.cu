@@ -18,6 +18,8 @@ static_assert(SAME(MP_BLAS_DEFAULT_MATH, CUBLAS_DEFAULT_MATH)
               && SAME(MP_BLAS_TF32_TENSOR_OP_MATH, CUBLAS_TF32_TENSOR_OP_MATH)
               && SAME(MP_BLAS_DISALLOW_REDUCED_PRECISION_REDUCTION, CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION), "cublasMath_t");
 static_assert(SAME(MP_BLAS_STATUS_SUCCESS, CUBLAS_STATUS_SUCCESS), "cublasStatus_t");
+static_assert(SAME(MP_BLAS_STATUS_ARCH_MISMATCH, CUBLAS_STATUS_ARCH_MISMATCH), "cublasStatus_t");
+static_assert(SAME(MP_BLAS_STATUS_NOT_SUPPORTED, CUBLAS_STATUS_NOT_SUPPORTED), "cublasStatus_t");
 /* enums travel as int, the handle as a pointer, strides as long long */
 static_assert(sizeof(cublasOperation_t) == sizeof(int) && sizeof(cudaDataType) == sizeof(int)
               && sizeof(cublasComputeType_t) == sizeof(int) && sizeof(cublasGemmAlgo_t) == sizeof(int)

@@ -1,66 +1,267 @@
 /* mp_cuda_emu.h - a stand-in for the CUDA runtime, so that a generated
  * train.cu runs on the CPU for mpcc's tests (no GPU in CI):
  *     g++ -std=c++17 -x c++ -DMP_CU_EMU -include tests/cuda/mp_cuda_emu.h train.cu
- * The program's functors then run as host loops (runtime/mp_cuda.h) and its
+ * The program's functors run on the host (runtime/mp_cuda.h) and its
  * products through the C runtime's mp_gemm, reached through the same
- * column-major arguments cuBLAS would get (mp_cu_emu_gemm). Streams and
- * events are in order by construction; a captured graph is the list of the
- * work launched while capturing, replayed by cudaGraphLaunch, so values the
- * capture baked in stay baked in, as on a GPU. Device memory is filled with
- * 0xFF (NaN as f32, f16 and bf16) so that a read before a write shows.
- * MP_EMU_NO_DEVICE=1 makes cudaGetDeviceCount fail as without a driver. */
+ * column-major arguments cuBLAS would get (mp_cu_emu_gemm).
+ *
+ * It is built so that the bugs a GPU would show cannot hide in it:
+ *   rows    a `mp_cu_rows` block runs its real thread count as fibers
+ *           (ucontext), in a shuffled order between barriers; every team
+ *           reduction is a barrier all threads must reach, combined in the
+ *           GPU's shuffle-tree order (mp_cu_block_reduce), so the sums are
+ *           the GPU's and a thread that takes its own share for the whole
+ *           row is wrong here as there;
+ *   each    `mp_cu_each` items run in a permuted order (a stride coprime
+ *           to n), so an item that reads another item's result is wrong;
+ *   memory  device memory is PROT_NONE outside kernels and copies: host
+ *           code that touches it dies with one line naming the address;
+ *   streams every stream is a queue run at the latest point its events
+ *           and synchronizations allow (copies on the copy stream included);
+ *           a pinned stage is poisoned (0xFF) once its copy has run; a
+ *           pageable copy is synchronous, as CUDA makes it;
+ *   capture what CUDA refuses while a stream is captured (synchronizing,
+ *           cudaMalloc, pageable copies) fails and invalidates the capture;
+ *           a captured graph is the list of the work launched, replayed by
+ *           cudaGraphLaunch, so values the capture baked in stay baked in.
+ * Device memory starts as 0xFF (NaN as f32, f16 and bf16): a read before
+ * a write shows. MP_EMU_SERIAL=1 runs the old way (items in order, one
+ * thread per row): the mutation tests use it to show what it hides.
+ *
+ * Faults to inject (tests of the program's fallbacks):
+ *   MP_EMU_NO_DEVICE=1      no device (cudaErrorNoDevice)
+ *   MP_EMU_FAIL=driver      the driver is older than the runtime
+ *   MP_EMU_FAIL=nodriver    no driver at all (as CUDA: "insufficient driver")
+ *   MP_EMU_FAIL=capture     the first launch while capturing fails
+ *   MP_EMU_FAIL=blas        cuBLAS answers NOT_SUPPORTED to every product
+ *   MP_EMU_FAIL=kernel:NAME kernel NAME faults (illegal address, sticky)
+ *   MP_EMU_NO_GRAPH=1       stream capture is refused at its start
+ *   MP_EMU_MEM_LIMIT=bytes  a larger cudaMalloc fails */
 #ifndef MP_CUDA_EMU_H
 #define MP_CUDA_EMU_H
 
+#include <csignal>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <functional>
+#include <string>
 #include <vector>
+#include <sys/mman.h>
+#include <ucontext.h>
+#include <unistd.h>
 
 #define __device__
 #define __host__
+#define CUDART_VERSION 13000
 
 typedef int cudaError_t;
-enum { cudaSuccess = 0, cudaErrorMemoryAllocation = 2, cudaErrorInsufficientDriver = 35 };
+enum {
+    cudaSuccess = 0,
+    cudaErrorMemoryAllocation = 2,
+    cudaErrorInsufficientDriver = 35,
+    cudaErrorNoDevice = 100,
+    cudaErrorInvalidDevice = 101,
+    cudaErrorIllegalAddress = 700,
+    cudaErrorStreamCaptureUnsupported = 900,
+    cudaErrorStreamCaptureInvalidated = 901,
+};
 enum cudaMemcpyKind { cudaMemcpyHostToDevice = 1, cudaMemcpyDeviceToHost = 2 };
 enum cudaStreamCaptureMode { cudaStreamCaptureModeRelaxed = 2 };
 #define cudaStreamNonBlocking 1
 #define cudaEventDisableTiming 2
 #define cudaHostAllocDefault 0
 
-typedef std::vector<std::function<void()>> MpEmuWork;
-typedef struct MpEmuStream { int id; } *cudaStream_t;
-typedef int cudaEvent_t;
+/* ---- the stand-in's state ------------------------------------------------------ */
+
+typedef std::function<void()> MpEmuFn;
+struct MpEmuEvent;
+struct MpEmuItem {
+    MpEmuFn f;                     /* work, or */
+    struct MpEmuStream *on;        /* a wait: until stream `on` has run `seq` items */
+    int64_t seq;
+    std::string name;              /* the kernel's name (fault injection) */
+};
+typedef struct MpEmuStream {
+    std::deque<MpEmuItem> q;
+    int64_t pushed, done;
+} *cudaStream_t;
+typedef struct MpEmuEvent {
+    MpEmuStream *s;
+    int64_t seq;
+} *cudaEvent_t;
+typedef std::vector<MpEmuItem> MpEmuWork;
 typedef MpEmuWork *cudaGraph_t;
 typedef MpEmuWork *cudaGraphExec_t;
 struct cudaDeviceProp { int multiProcessorCount; char name[256]; };
 
-static MpEmuWork *mp_emu_rec;              /* the graph being captured */
+struct MpEmuRange { char *p; size_t n; };
+static struct {
+    std::vector<MpEmuRange> dev, pinned;
+    MpEmuStream *capturing;        /* the stream being captured, or NULL */
+    MpEmuWork *rec;                /* its graph */
+    cudaError_t capture_err;       /* set by a refused call: capture invalidated */
+    cudaError_t sticky;            /* a kernel fault: every later call fails */
+    cudaError_t last;              /* for cudaGetLastError */
+    int open;                      /* device memory readable (in a kernel or copy) */
+    uint64_t launches;
+} mp_emu;
 
-static inline void mp_cu_emu_run(std::function<void()> f)
+static inline const char *mp_emu_env(const char *k)
 {
-    if (mp_emu_rec)
-        mp_emu_rec->push_back(f);
-    else
-        f();
+    const char *v = getenv(k);
+    return v && *v ? v : NULL;
+}
+
+static inline int mp_emu_fail(const char *what)
+{
+    const char *f = mp_emu_env("MP_EMU_FAIL");
+    return f && !strcmp(f, what);
+}
+
+static inline int mp_emu_serial(void)
+{
+    const char *s = mp_emu_env("MP_EMU_SERIAL");
+    return s && *s == '1';
 }
 
 static inline const char *cudaGetErrorString(cudaError_t e)
 {
-    return e == cudaErrorInsufficientDriver ? "CUDA driver version is insufficient for CUDA runtime version"
-         : e == cudaErrorMemoryAllocation ? "out of memory" : e ? "emulated error" : "no error";
+    switch (e) {
+    case cudaSuccess: return "no error";
+    case cudaErrorMemoryAllocation: return "out of memory";
+    case cudaErrorInsufficientDriver: return "CUDA driver version is insufficient for CUDA runtime version";
+    case cudaErrorNoDevice: return "no CUDA-capable device is detected";
+    case cudaErrorInvalidDevice: return "invalid device ordinal";
+    case cudaErrorIllegalAddress: return "an illegal memory access was encountered";
+    case cudaErrorStreamCaptureUnsupported: return "operation not permitted when stream is capturing";
+    case cudaErrorStreamCaptureInvalidated: return "operation failed due to a previous error during capture";
+    default: return "emulated error";
+    }
 }
+
+/* ---- device memory: readable only inside kernels and copies --------------------- */
+
+static inline int mp_emu_in(const std::vector<MpEmuRange> &v, const void *p, size_t n)
+{
+    for (const MpEmuRange &r : v)
+        if ((const char *)p >= r.p && (const char *)p + n <= r.p + r.n)
+            return 1;
+    return 0;
+}
+
+static inline void mp_emu_protect(int open)
+{
+    if (mp_emu.open == open)
+        return;
+    mp_emu.open = open;
+    for (const MpEmuRange &r : mp_emu.dev)
+        mprotect(r.p, r.n, open ? PROT_READ | PROT_WRITE : PROT_NONE);
+}
+
+static void mp_emu_segv(int sig, siginfo_t *si, void *uc)
+{
+    (void)uc;
+    char msg[200];
+    if (mp_emu_in(mp_emu.dev, si->si_addr, 1)) {
+        int n = snprintf(msg, sizeof msg, "mp_cuda_emu: host code touched device memory at %p "
+                         "outside a kernel or copy\n", si->si_addr);
+        if (write(2, msg, (size_t)n) < 0)
+            _exit(70);
+        _exit(70);
+    }
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+/* ---- streams: queues run as late as their events allow ----------------------------- */
+
+static inline void mp_emu_flush(MpEmuStream *s, int64_t upto);
+
+static inline void mp_emu_exec(MpEmuItem &it)
+{
+    if (it.on) {
+        mp_emu_flush(it.on, it.seq);
+        return;
+    }
+    if (mp_emu.sticky)
+        return;                    /* after a fault the GPU does nothing */
+    const char *k = mp_emu_env("MP_EMU_FAIL");
+    if (k && !strncmp(k, "kernel:", 7) && it.name == k + 7) {
+        mp_emu.sticky = cudaErrorIllegalAddress;
+        return;
+    }
+    mp_emu_protect(1);
+    it.f();
+}
+
+/* Runs stream s's work up to its item `upto`; device memory is readable
+ * meanwhile, and closed again when the outermost flush ends. */
+static inline void mp_emu_flush(MpEmuStream *s, int64_t upto)
+{
+    int was = mp_emu.open;
+    while (s->done < upto && !s->q.empty()) {
+        MpEmuItem it = s->q.front();
+        s->q.pop_front();
+        s->done++;
+        mp_emu_exec(it);
+    }
+    mp_emu_protect(was);
+}
+
+static inline void mp_emu_push(MpEmuStream *s, MpEmuItem it)
+{
+    s->q.push_back(it);
+    s->pushed++;
+    if (mp_emu_serial())           /* the old way: streams run at once */
+        mp_emu_flush(s, s->pushed);
+}
+
+/* Work for stream s: recorded into the graph while s is captured. */
+static inline void mp_cu_emu_run(cudaStream_t s, const char *name, MpEmuFn f)
+{
+    MpEmuItem it = {f, NULL, 0, name ? name : ""};
+    mp_emu.launches++;
+    if (s == mp_emu.capturing) {
+        if (mp_emu_fail("capture") && !mp_emu.capture_err) {
+            mp_emu.capture_err = mp_emu.last = cudaErrorStreamCaptureUnsupported;
+            return;
+        }
+        mp_emu.rec->push_back(it);
+    } else {
+        mp_emu_push(s, it);
+    }
+}
+
+/* A call CUDA refuses while capturing: the capture is invalidated. */
+static inline cudaError_t mp_emu_refuse(void)
+{
+    if (!mp_emu.capturing)
+        return cudaSuccess;
+    mp_emu.capture_err = cudaErrorStreamCaptureUnsupported;
+    return cudaErrorStreamCaptureUnsupported;
+}
+
+/* ---- the device ---------------------------------------------------------------------- */
 
 static inline cudaError_t cudaGetDeviceCount(int *n)
 {
-    const char *no = getenv("MP_EMU_NO_DEVICE");
-    *n = no && *no == '1' ? 0 : 1;
-    return *n ? cudaSuccess : cudaErrorInsufficientDriver;
+    *n = 0;
+    if (mp_emu_fail("driver") || mp_emu_fail("nodriver"))
+        return cudaErrorInsufficientDriver;
+    if (mp_emu_env("MP_EMU_NO_DEVICE") && *mp_emu_env("MP_EMU_NO_DEVICE") == '1')
+        return cudaErrorNoDevice;
+    *n = 1;
+    return cudaSuccess;
 }
-
-static inline cudaError_t cudaSetDevice(int d) { return d == 0 ? cudaSuccess : 101; }
+static inline cudaError_t cudaDriverGetVersion(int *v)
+{
+    *v = mp_emu_fail("driver") ? 12020 : mp_emu_fail("nodriver") ? 0 : 13000;
+    return cudaSuccess;
+}
+static inline cudaError_t cudaSetDevice(int d) { return d == 0 ? cudaSuccess : cudaErrorInvalidDevice; }
 static inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int)
 {
     memset(p, 0, sizeof *p);
@@ -68,7 +269,12 @@ static inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int)
     snprintf(p->name, sizeof p->name, "emulated");
     return cudaSuccess;
 }
-static inline cudaError_t cudaGetLastError(void) { return cudaSuccess; }
+static inline cudaError_t cudaGetLastError(void)
+{
+    cudaError_t e = mp_emu.sticky ? mp_emu.sticky : mp_emu.last;
+    mp_emu.last = cudaSuccess;
+    return e;
+}
 static inline cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total_b)
 {
     *free_b = *total_b = (size_t)1 << 34;
@@ -77,40 +283,117 @@ static inline cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total_b)
 
 static inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned)
 {
-    *s = new MpEmuStream{1};
+    *s = new MpEmuStream();
     return cudaSuccess;
 }
-static inline cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
-static inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned) { *e = 1; return cudaSuccess; }
-static inline cudaError_t cudaEventRecord(cudaEvent_t, cudaStream_t) { return cudaSuccess; }
-static inline cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
-static inline cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned) { return cudaSuccess; }
+static inline cudaError_t cudaStreamSynchronize(cudaStream_t s)
+{
+    if (mp_emu_refuse())
+        return cudaErrorStreamCaptureUnsupported;
+    mp_emu_flush(s, s->pushed);
+    return mp_emu.sticky;
+}
+static inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned)
+{
+    *e = new MpEmuEvent();
+    return cudaSuccess;
+}
+static inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s)
+{
+    if (s == mp_emu.capturing)     /* the program records no event while capturing */
+        return mp_emu.capture_err = cudaErrorStreamCaptureUnsupported;
+    e->s = s;
+    e->seq = s->pushed;
+    return mp_emu.sticky;
+}
+static inline cudaError_t cudaEventSynchronize(cudaEvent_t e)
+{
+    if (mp_emu_refuse())
+        return cudaErrorStreamCaptureUnsupported;
+    if (e->s)
+        mp_emu_flush(e->s, e->seq);
+    return mp_emu.sticky;
+}
+static inline cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned)
+{
+    if (s == mp_emu.capturing)
+        return mp_emu.capture_err = cudaErrorStreamCaptureUnsupported;
+    if (e->s)
+        mp_emu_push(s, MpEmuItem{MpEmuFn(), e->s, e->seq, ""});
+    return mp_emu.sticky;
+}
 
 static inline cudaError_t cudaMalloc(void **p, size_t n)
 {
-    const char *lim = getenv("MP_EMU_MEM_LIMIT");
-    if (lim && *lim && n > (size_t)strtoull(lim, NULL, 10))
+    if (mp_emu_refuse())
+        return cudaErrorStreamCaptureUnsupported;
+    const char *lim = mp_emu_env("MP_EMU_MEM_LIMIT");
+    if (lim && n > (size_t)strtoull(lim, NULL, 10))
         return cudaErrorMemoryAllocation;
-    *p = malloc(n ? n : 1);
-    if (!*p)
+    size_t page = (size_t)sysconf(_SC_PAGESIZE), len = (n + page - 1) / page * page;
+    void *m = mmap(NULL, len ? len : page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED)
         return cudaErrorMemoryAllocation;
-    memset(*p, 0xFF, n);
+    memset(m, 0xFF, n);
+    if (mp_emu.dev.empty()) {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_sigaction = mp_emu_segv;
+        sa.sa_flags = SA_SIGINFO;
+        sigaction(SIGSEGV, &sa, NULL);
+    }
+    mp_emu.dev.push_back(MpEmuRange{(char *)m, len ? len : page});
+    if (!mp_emu.open)
+        mprotect(m, len ? len : page, PROT_NONE);
+    *p = m;
     return cudaSuccess;
 }
 static inline cudaError_t cudaHostAlloc(void **p, size_t n, unsigned)
 {
+    if (mp_emu_refuse())
+        return cudaErrorStreamCaptureUnsupported;
     *p = malloc(n ? n : 1);
-    return *p ? cudaSuccess : cudaErrorMemoryAllocation;
-}
-static inline cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t)
-{
-    mp_cu_emu_run([=]() { memset(p, v, n); });
+    if (!*p)
+        return cudaErrorMemoryAllocation;
+    mp_emu.pinned.push_back(MpEmuRange{(char *)*p, n});
     return cudaSuccess;
 }
-static inline cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, cudaMemcpyKind, cudaStream_t)
+static inline cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s)
 {
-    mp_cu_emu_run([=]() { memcpy(d, s, n); });
-    return cudaSuccess;
+    mp_cu_emu_run(s, "memset", [=]() { memset(p, v, n); });
+    return mp_emu.sticky;
+}
+
+/* Pinned memory: a queued copy, the host side poisoned once an upload has
+ * run (the host must not count on a stage keeping what it wrote). Pageable:
+ * the source taken now (upload) or the copy waited for (download), as CUDA
+ * does; refused while capturing. */
+static inline cudaError_t cudaMemcpyAsync(void *d, const void *src, size_t n, cudaMemcpyKind k, cudaStream_t s)
+{
+    const void *host = k == cudaMemcpyHostToDevice ? src : d;
+    const void *dev = k == cudaMemcpyHostToDevice ? d : src;
+    if (!mp_emu_in(mp_emu.dev, dev, n) || mp_emu_in(mp_emu.dev, host, 1)) {
+        fprintf(stderr, "mp_cuda_emu: cudaMemcpyAsync of %zu bytes: the device side %p is not "
+                "device memory, or the host side %p is\n", n, dev, host);
+        _exit(70);
+    }
+    if (mp_emu_in(mp_emu.pinned, host, n)) {
+        if (k == cudaMemcpyHostToDevice)
+            mp_cu_emu_run(s, "copy", [=]() { memcpy(d, src, n); memset((void *)src, 0xFF, n); });
+        else
+            mp_cu_emu_run(s, "copy", [=]() { memcpy(d, src, n); });
+        return mp_emu.sticky;
+    }
+    if (mp_emu_refuse())
+        return cudaErrorStreamCaptureUnsupported;
+    if (k == cudaMemcpyHostToDevice) {
+        std::vector<char> copy((const char *)src, (const char *)src + n);
+        mp_cu_emu_run(s, "copy", [=]() { memcpy(d, copy.data(), n); });
+    } else {
+        mp_cu_emu_run(s, "copy", [=]() { memcpy(d, src, n); });
+        mp_emu_flush(s, s->pushed);
+    }
+    return mp_emu.sticky;
 }
 
 template <class T>
@@ -120,18 +403,28 @@ static inline cudaError_t cudaGetSymbolAddress(void **p, T &sym)
     return cudaSuccess;
 }
 
-static inline cudaError_t cudaStreamBeginCapture(cudaStream_t, cudaStreamCaptureMode)
+/* ---- graphs -------------------------------------------------------------------------- */
+
+static inline cudaError_t cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptureMode)
 {
-    const char *g = getenv("MP_EMU_NO_GRAPH");
+    const char *g = mp_emu_env("MP_EMU_NO_GRAPH");
     if (g && *g == '1')
-        return 900;
-    mp_emu_rec = new MpEmuWork();
+        return cudaErrorStreamCaptureUnsupported;
+    mp_emu.capturing = s;
+    mp_emu.rec = new MpEmuWork();
+    mp_emu.capture_err = cudaSuccess;
     return cudaSuccess;
 }
 static inline cudaError_t cudaStreamEndCapture(cudaStream_t, cudaGraph_t *g)
 {
-    *g = mp_emu_rec;
-    mp_emu_rec = NULL;
+    *g = mp_emu.rec;
+    mp_emu.rec = NULL;
+    mp_emu.capturing = NULL;
+    if (mp_emu.capture_err) {
+        delete *g;
+        *g = NULL;
+        return cudaErrorStreamCaptureInvalidated;
+    }
     return cudaSuccess;
 }
 static inline cudaError_t cudaGraphInstantiate(cudaGraphExec_t *e, cudaGraph_t g, unsigned long long)
@@ -144,11 +437,235 @@ static inline cudaError_t cudaGraphDestroy(cudaGraph_t g)
     delete g;
     return cudaSuccess;
 }
-static inline cudaError_t cudaGraphLaunch(cudaGraphExec_t e, cudaStream_t)
+static inline cudaError_t cudaGraphLaunch(cudaGraphExec_t e, cudaStream_t s)
 {
-    for (auto &f : *e)
-        f();
-    return cudaSuccess;
+    for (const MpEmuItem &it : *e)
+        mp_emu_push(s, it);
+    return mp_emu.sticky;
+}
+
+/* ---- a block's threads as fibers ------------------------------------------------------ */
+
+/* One block: its threads, the values they bring to the reduction they all
+ * wait at, and the combination (the GPU's tree) the last one triggers. */
+struct MpEmuBlock {
+    int nt, kind;
+    std::vector<double> d;
+    std::vector<float> f;
+    std::vector<int64_t> a;
+    void (*combine)(MpEmuBlock *);
+    double rd, rl[32];
+    float rf;
+    int64_t ra;
+};
+
+/* Fibers: on x86-64 a switch of six registers and the FP control words
+ * (no system call: blocks of 256 threads switch often); elsewhere ucontext. */
+struct MpEmuFiber {
+#if defined(__x86_64__)
+    void *sp;
+#else
+    ucontext_t ctx;
+#endif
+    int tid, state;                /* 0 runnable, 1 at a barrier, 2 done */
+    int kind;
+};
+
+static struct {
+#if defined(__x86_64__)
+    void *sched;
+#else
+    ucontext_t sched;
+#endif
+    std::vector<MpEmuFiber> fib;
+    std::vector<char *> stacks;
+    MpEmuFiber *cur;
+    const std::function<void(int, MpEmuBlock *)> *body;
+    MpEmuBlock *blk;
+} mp_emu_f;
+
+#define MP_EMU_STACK (64 << 10)
+
+#if defined(__x86_64__)
+/* mp_emu_switch(&save, to): saves this context's stack pointer in save
+ * and continues the one whose stack pointer is `to`. */
+extern "C" void mp_emu_switch(void **save, void *to);
+__asm__(".text\n"
+        ".globl mp_emu_switch\n"
+        ".type mp_emu_switch,@function\n"
+        "mp_emu_switch:\n"
+        "    pushq %rbp\n    pushq %rbx\n    pushq %r12\n    pushq %r13\n    pushq %r14\n    pushq %r15\n"
+        "    subq $8, %rsp\n    stmxcsr (%rsp)\n    fnstcw 4(%rsp)\n"
+        "    movq %rsp, (%rdi)\n    movq %rsi, %rsp\n"
+        "    ldmxcsr (%rsp)\n    fldcw 4(%rsp)\n    addq $8, %rsp\n"
+        "    popq %r15\n    popq %r14\n    popq %r13\n    popq %r12\n    popq %rbx\n    popq %rbp\n"
+        "    ret\n"
+        ".size mp_emu_switch, .-mp_emu_switch\n");
+#endif
+
+static void mp_emu_fiber_main(void)
+{
+    MpEmuFiber *me = mp_emu_f.cur;
+    (*mp_emu_f.body)(me->tid, mp_emu_f.blk);
+    me->state = 2;
+#if defined(__x86_64__)
+    mp_emu_switch(&me->sp, mp_emu_f.sched);   /* never comes back */
+    abort();
+#endif                             /* ucontext: uc_link, back to the scheduler */
+}
+
+static inline void mp_emu_fiber_init(MpEmuFiber *fb, char *stack)
+{
+#if defined(__x86_64__)
+    uint64_t *top = (uint64_t *)((uintptr_t)(stack + MP_EMU_STACK) & ~(uintptr_t)15);
+    uint64_t *sp = top - 2;        /* [top-2]: where mp_emu_switch returns to */
+    sp[1] = 0;
+    sp[0] = (uint64_t)(uintptr_t)mp_emu_fiber_main;
+    sp -= 6;                       /* rbp rbx r12..r15 */
+    memset(sp, 0, 6 * sizeof *sp);
+    sp -= 1;                       /* mxcsr, x87 control word: the caller's */
+    uint32_t csr;
+    uint16_t cw;
+    __asm__ volatile("stmxcsr %0" : "=m"(csr));
+    __asm__ volatile("fnstcw %0" : "=m"(cw));
+    memcpy((char *)sp, &csr, 4);
+    memcpy((char *)sp + 4, &cw, 2);
+    fb->sp = sp;
+#else
+    getcontext(&fb->ctx);
+    fb->ctx.uc_stack.ss_sp = stack;
+    fb->ctx.uc_stack.ss_size = MP_EMU_STACK;
+    fb->ctx.uc_link = &mp_emu_f.sched;
+    makecontext(&fb->ctx, mp_emu_fiber_main, 0);
+#endif
+}
+
+static inline void mp_emu_to_fiber(MpEmuFiber *fb)
+{
+    mp_emu_f.cur = fb;
+#if defined(__x86_64__)
+    mp_emu_switch(&mp_emu_f.sched, fb->sp);
+#else
+    swapcontext(&mp_emu_f.sched, &fb->ctx);
+#endif
+}
+
+/* Called by a thread at a team reduction: wait for the whole block. */
+static inline void mp_emu_barrier(MpEmuBlock *b, int kind, void (*combine)(MpEmuBlock *))
+{
+    MpEmuFiber *me = mp_emu_f.cur;
+    me->state = 1;
+    me->kind = kind;
+    b->combine = combine;
+#if defined(__x86_64__)
+    mp_emu_switch(&me->sp, mp_emu_f.sched);
+#else
+    swapcontext(&me->ctx, &mp_emu_f.sched);
+#endif
+}
+
+static inline void mp_emu_die(const char *name, const char *why)
+{
+    fprintf(stderr, "mp_cuda_emu: kernel '%s': %s\n", name, why);
+    _exit(70);
+}
+
+/* Runs body(tid, block) for every thread of one block of nt threads. */
+static inline void mp_emu_block(const char *name, int nt, const std::function<void(int, MpEmuBlock *)> &body)
+{
+    static uint64_t turn;
+    MpEmuBlock b;
+    b.nt = nt;
+    b.d.assign((size_t)nt, 0.0);
+    b.f.assign((size_t)nt, 0.0f);
+    b.a.assign((size_t)nt, 0);
+    while (mp_emu_f.stacks.size() < (size_t)nt)
+        mp_emu_f.stacks.push_back((char *)malloc(MP_EMU_STACK));
+    mp_emu_f.fib.resize((size_t)nt);
+    mp_emu_f.body = &body;
+    mp_emu_f.blk = &b;
+    for (int i = 0; i < nt; i++) {
+        MpEmuFiber &fb = mp_emu_f.fib[(size_t)i];
+        fb.tid = i;
+        fb.state = 0;
+        mp_emu_fiber_init(&fb, mp_emu_f.stacks[(size_t)i]);
+    }
+    for (;;) {
+        /* one round: every runnable thread up to its next barrier, in an
+         * order that changes from round to round */
+        int stride = nt > 2 ? 7 : 1, start = (int)(turn++ % (uint64_t)nt);
+        while (nt > 2 && nt % stride == 0)
+            stride += 2;
+        for (int k = 0, i = start; k < nt; k++, i = (i + stride) % nt) {
+            MpEmuFiber &fb = mp_emu_f.fib[(size_t)i];
+            if (fb.state != 0)
+                continue;
+            mp_emu_to_fiber(&fb);
+        }
+        int waiting = 0, done = 0, kind = -1;
+        for (const MpEmuFiber &fb : mp_emu_f.fib) {
+            waiting += fb.state == 1;
+            done += fb.state == 2;
+            if (fb.state == 1 && kind >= 0 && fb.kind != kind)
+                mp_emu_die(name, "the threads of a block wait at different reductions");
+            if (fb.state == 1)
+                kind = fb.kind;
+        }
+        if (done == nt)
+            return;
+        if (done)
+            mp_emu_die(name, "some threads of a block left while others wait at a reduction "
+                       "(a reduction under a condition: a deadlock on a GPU)");
+        b.combine(&b);
+        for (MpEmuFiber &fb : mp_emu_f.fib)
+            fb.state = 0;
+    }
+}
+
+/* Blocks of a `rows` kernel (nb of them, nt threads each), in a permuted
+ * order; MP_EMU_SERIAL=1: one thread per block, reductions the identity. */
+static inline void mp_emu_rows(const char *name, int nb, int nt,
+                               const std::function<void(int, int, int, MpEmuBlock *)> &body)
+{
+    if (mp_emu_serial()) {
+        for (int b = 0; b < nb; b++)
+            body(b, 0, 1, NULL);
+        return;
+    }
+    if (nt < 32 || nt > 1024 || nt % 32)
+        mp_emu_die(name, "a block's threads must be a multiple of 32, up to 1024");
+    int step = nb > 2 ? 5 : 1;
+    while (nb > 2 && nb % step == 0)
+        step += 2;
+    for (int k = 0, b = nb - 1; k < nb; k++, b = (b + step) % nb)
+        mp_emu_block(name, nt, [&](int tid, MpEmuBlock *blk) { body(b, tid, nt, blk); });
+}
+
+/* The order of n items of an `each` kernel: i = (start + k * stride) mod n,
+ * stride coprime to n and changing from launch to launch. */
+static inline void mp_emu_order(int64_t n, int64_t *start, int64_t *stride)
+{
+    static const int64_t primes[] = {7919, 104729, 1299709, 15485863, 179424673};
+    static uint64_t turn;
+    *start = 0;
+    *stride = 1;
+    if (mp_emu_serial() || n < 2)
+        return;
+    *start = (int64_t)(turn * 2654435761u % (uint64_t)n);
+    *stride = n - 1;               /* coprime to n: backwards */
+    for (int k = 0; k < 5; k++) {
+        int64_t p = primes[(turn + (uint64_t)k) % 5] % n, a = p, b = n;
+        while (b) {
+            int64_t t = a % b;
+            a = b;
+            b = t;
+        }
+        if (p > 1 && a == 1) {
+            *stride = p;
+            break;
+        }
+    }
+    turn++;
 }
 
 #endif

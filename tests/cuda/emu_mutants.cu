@@ -1,0 +1,232 @@
+/* emu_mutants.cu - each checking mode of the CPU stand-in
+ * (tests/cuda/mp_cuda_emu.h) catches the class of GPU bug it is for: a
+ * deliberately broken functor or call next to its correct twin, run once
+ * the old way (MP_EMU_SERIAL=1: items in order, one thread per row,
+ * streams at once), where the mutant passes, and once as the stand-in
+ * runs now, where it must fail. Built by tests/t_cuda_emu.sh:
+ *     g++ -std=c++17 -x c++ -DMP_CU_EMU -include tests/cuda/mp_cuda_emu.h \
+ *         -Iruntime tests/cuda/emu_mutants.cu
+ * Exit 0 when every mode catches its mutant, 1 otherwise. */
+#include "mp_kernels_gemm.h"   /* the stand-in's products */
+#include "mp_cuda.h"
+#include <sys/wait.h>
+
+static int fails;
+
+static void check(int ok, const char *what)
+{
+    printf("%s %s\n", ok ? "ok  " : "FAIL", what);
+    fails += !ok;
+}
+
+static void serial(int on)
+{
+    if (on)
+        setenv("MP_EMU_SERIAL", "1", 1);
+    else
+        unsetenv("MP_EMU_SERIAL");
+}
+
+/* Device buffer of n floats, and a host copy of one back. */
+static float *dev(int64_t n)
+{
+    float *p;
+    mp_cu_ok(cudaMalloc((void **)&p, (size_t)n * sizeof *p), "cudaMalloc");
+    return p;
+}
+
+static std::vector<float> back(const float *d, int64_t n)
+{
+    std::vector<float> h((size_t)n);
+    mp_cu_ok(cudaMemcpyAsync(h.data(), d, (size_t)n * sizeof(float), cudaMemcpyDeviceToHost, mp_cu.st), "copy");
+    mp_cu_ok(cudaStreamSynchronize(mp_cu.st), "sync");
+    return h;
+}
+
+/* ---- rows: a thread's partial sum taken for the row's ------------------------ */
+
+struct RowSum {
+    const float *x;
+    float *y;
+    int64_t len;
+    int mutant;                    /* 1: no team.sum */
+    MP_HD void operator()(int64_t r, const MpCuTeam &t) const
+    {
+        double s = 0;
+        for (int64_t j = t.tid; j < len; j += t.nt)
+            s += x[r * len + j];
+        if (!mutant)
+            s = t.sum(s);
+        if (t.tid == 0)
+            y[r] = (float)s;
+    }
+};
+
+struct Fill {
+    float *x;
+    MP_HD void operator()(int64_t i) const { x[i] = (float)(i % 7) + 1.0f; }
+};
+
+static int rows_right(int mutant)
+{
+    const int64_t R = 5, L = 300;
+    float *x = dev(R * L), *y = dev(R);
+    mp_cu_each("fill", R * L, Fill{x});
+    mp_cu_rows("rowsum", R, mp_cu_row_threads(L), RowSum{x, y, L, mutant});
+    std::vector<float> h = back(y, R);
+    for (int64_t r = 0; r < R; r++) {
+        double want = 0;
+        for (int64_t j = 0; j < L; j++)
+            want += (double)((r * L + j) % 7) + 1.0;
+        if (h[(size_t)r] != (float)want)
+            return 0;
+    }
+    return 1;
+}
+
+/* ---- rows: a reduction only some threads reach (a GPU deadlocks) ------------- */
+
+struct Divergent {
+    float *y;
+    MP_HD void operator()(int64_t r, const MpCuTeam &t) const
+    {
+        if (t.tid < 32)
+            y[r] = (float)t.sum(1.0);
+    }
+};
+
+/* ---- each: an item that reads another item's result ----------------------------- */
+
+struct Count {
+    float *y;
+    int mutant;                    /* 1: y[i] = y[i-1] + 1, a scan as if in order */
+    MP_HD void operator()(int64_t i) const { y[i] = mutant && i ? y[i - 1] + 1.0f : (float)i; }
+};
+
+static int each_right(int mutant)
+{
+    const int64_t n = 1000;
+    float *y = dev(n);
+    mp_cu_each("count", n, Count{y, mutant});
+    std::vector<float> h = back(y, n);
+    for (int64_t i = 0; i < n; i++)
+        if (h[(size_t)i] != (float)i)
+            return 0;
+    return 1;
+}
+
+/* ---- host code reading device memory outside a kernel ---------------------------- */
+
+/* Runs f in a child: its exit status, its stderr's first line in msg. */
+template <class F>
+static int child(F f, char *msg, size_t cap)
+{
+    int fd[2];
+    if (pipe(fd))
+        return -1;
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(fd[1], 2);
+        close(fd[0]);
+        f();
+        _exit(0);
+    }
+    close(fd[1]);
+    ssize_t n = read(fd[0], msg, cap - 1);
+    msg[n > 0 ? n : 0] = 0;
+    close(fd[0]);
+    int st = 0;
+    waitpid(pid, &st, 0);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* ---- streams: a kernel that does not wait for its input's copy ------------------- */
+
+struct Take {
+    const float *src;
+    float *out;
+    MP_HD void operator()() const { out[0] = src[0]; }
+};
+
+/* What a kernel on the compute stream sees of a value copied on the copy
+ * stream, with or without waiting for the copy's event. */
+static float staged(int wait, float *stage_after)
+{
+    float *stage, *slot = dev(1), *out = dev(1);
+    cudaEvent_t copied;
+    mp_cu_ok(cudaHostAlloc((void **)&stage, sizeof(float), cudaHostAllocDefault), "pinned");
+    mp_cu_ok(cudaEventCreateWithFlags(&copied, cudaEventDisableTiming), "event");
+    mp_cu_memset(slot, sizeof(float));
+    mp_cu_ok(cudaStreamSynchronize(mp_cu.st), "sync");
+    *stage = 42.0f;
+    mp_cu_ok(cudaMemcpyAsync(slot, stage, sizeof(float), cudaMemcpyHostToDevice, mp_cu.cp), "copy");
+    mp_cu_ok(cudaEventRecord(copied, mp_cu.cp), "record");
+    if (wait)
+        mp_cu_ok(cudaStreamWaitEvent(mp_cu.st, copied, 0), "wait");
+    mp_cu_one("take", Take{slot, out});
+    float v = back(out, 1)[0];
+    mp_cu_ok(cudaEventSynchronize(copied), "event sync");
+    *stage_after = *stage;
+    return v;
+}
+
+int main(void)
+{
+    mp_cu_ok(cudaStreamCreateWithFlags(&mp_cu.st, cudaStreamNonBlocking), "stream");
+    mp_cu_ok(cudaStreamCreateWithFlags(&mp_cu.cp, cudaStreamNonBlocking), "stream");
+    mp_cu.sms = 2;
+    char msg[512];
+
+    serial(1);
+    check(rows_right(0) && rows_right(1), "rows, the old way: the right sum and the mutant's both pass");
+    serial(0);
+    check(rows_right(0), "rows, threads as fibers: the right sum passes");
+    check(!rows_right(1), "rows, threads as fibers: a thread's partial sum as the row's is caught");
+    int rc = child([] {
+        float *y = dev(4);
+        mp_cu_rows("divergent", 4, 64, Divergent{y});
+        cudaStreamSynchronize(mp_cu.st);
+    }, msg, sizeof msg);
+    check(rc == 70 && strstr(msg, "some threads of a block left"), "rows: a reduction under a condition is caught");
+
+    serial(1);
+    check(each_right(0) && each_right(1), "each, the old way: the right items and the mutant's both pass");
+    serial(0);
+    check(each_right(0), "each, permuted: the right items pass");
+    check(!each_right(1), "each, permuted: an item reading another item's result is caught");
+
+    float *d = dev(16);
+    mp_cu_memset(d, 16 * sizeof(float));
+    mp_cu_ok(cudaStreamSynchronize(mp_cu.st), "sync");
+    rc = child([d] { volatile float v = d[3]; (void)v; }, msg, sizeof msg);
+    check(rc == 70 && strstr(msg, "host code touched device memory"),
+          "memory: host code reading device memory outside a kernel is caught");
+    check(back(d, 16)[3] == 0.0f, "memory: copies and kernels still reach it");
+
+    cudaGraph_t g = NULL;
+    float *pinned, pageable[4] = {0};
+    void *p = NULL;
+    mp_cu_ok(cudaHostAlloc((void **)&pinned, 4 * sizeof(float), cudaHostAllocDefault), "pinned");
+    mp_cu_ok(cudaStreamBeginCapture(mp_cu.st, cudaStreamCaptureModeRelaxed), "capture");
+    int ok = cudaMemcpyAsync(d, pinned, 16, cudaMemcpyHostToDevice, mp_cu.st) == cudaSuccess;
+    ok &= cudaStreamSynchronize(mp_cu.st) == cudaErrorStreamCaptureUnsupported;
+    ok &= cudaMalloc(&p, 64) == cudaErrorStreamCaptureUnsupported;
+    ok &= cudaMemcpyAsync(d, pageable, 16, cudaMemcpyHostToDevice, mp_cu.st) == cudaErrorStreamCaptureUnsupported;
+    ok &= cudaStreamEndCapture(mp_cu.st, &g) == cudaErrorStreamCaptureInvalidated && !g;
+    check(ok, "capture: a sync, cudaMalloc, a pageable copy are refused and invalidate the capture");
+    mp_cu_ok(cudaStreamBeginCapture(mp_cu.st, cudaStreamCaptureModeRelaxed), "capture");
+    mp_cu_memset(d, 16);
+    check(cudaStreamEndCapture(mp_cu.st, &g) == cudaSuccess && g, "capture: kernels and pinned copies are fine");
+
+    float after = 0;
+    serial(1);
+    check(staged(0, &after) == 42.0f, "streams, the old way: a kernel not waiting for its input's copy passes");
+    serial(0);
+    check(staged(1, &after) == 42.0f, "streams, queued: a kernel waiting for the copy's event gets its input");
+    uint32_t bits;
+    memcpy(&bits, &after, 4);
+    check(bits == 0xFFFFFFFFu, "streams: a stage is poisoned once its copy has run");
+    check(staged(0, &after) != 42.0f, "streams, queued: a kernel not waiting for its input's copy is caught");
+    return fails ? 1 : 0;
+}
