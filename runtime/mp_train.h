@@ -621,7 +621,7 @@ static inline int mp_save_export(MpTrainer *t, const char *path, MpErr *e)
 {
     if (t->m->device && t->m->device->pull(t, e))
         return 1;
-    return mp_export(t, path, e);
+    return mp_params_finite(t, path, e) || mp_export(t, path, e);
 }
 
 /* A checkpoint of the trainer's buffers, brought back from the device first. */

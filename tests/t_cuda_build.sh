@@ -53,10 +53,15 @@ build() {   # build MODEL.mp NAME [nvcc flags...]: prints "ok NAME" or the failu
     echo "ok   $name (nvcc $*; ptxas: $k)"
 }
 # ptxas -v's report: no stack frame, no spill, at most 128 registers in
-# every kernel (a spill or a stack means local memory on every call).
+# every kernel (a spill or a stack means local memory on every call). One
+# exception: rope takes sinf and cosf of one angle, and CUDA's slow-path
+# range reduction for them (|angle| > 105615, past any position) keeps a
+# 7-word table in a frame of at most 32 bytes, which ptxas puts in registers
+# or not by its own heuristics; the fast path never touches it.
 ptxas_ok() {
     awk '/Compiling entry function/ { fn = $0; sub(/.*function ./, "", fn); sub(/. for .*/, "", fn); n++ }
-         /bytes stack frame/ { if ($1 + 0 > 0 || $5 + 0 > 0 || $9 + 0 > 0) { print "stack or spill in " fn ": " $0; bad = 1 } }
+         /bytes stack frame/ { trig = fn ~ /MpCuRope/ && $1 + 0 <= 32
+                               if (($1 + 0 > 0 && !trig) || $5 + 0 > 0 || $9 + 0 > 0) { print "stack or spill in " fn ": " $0; bad = 1 } }
          /Used [0-9]+ registers/ { for (i = 1; i <= NF; i++) if ($i == "Used") r = $(i + 1) + 0;
                                    if (r > most) most = r; if (r > 128) { print fn " uses " r " registers"; bad = 1 } }
          END { if (!n) { print "no ptxas report"; exit 1 }
