@@ -693,7 +693,7 @@ static int64_t mp_cu_bytes(const MpTrainer *t)
     mp_cu.nparts = mp_cu_nparts(t);
     free(mp_cu_tiles(&mp_cu.ntiles));
     bytes = mp_cu_layout(NULL);
-    for (int i = 0; i < t->m->ninputs && t->data.arr && !(env && *env == '0'); i++)
+    for (int i = 0; i < t->m->ninputs && t->data.arr && !t->data.window && !(env && *env == '0'); i++)
         data += mp_cu_round_up(t->data.arr[i].nbytes);
     mp_cu = keep;
     return bytes + (data <= ((int64_t)16 << 30) ? data : 0);

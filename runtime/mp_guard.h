@@ -148,9 +148,8 @@ static MP_UNUSED int mp_dry_run(const MpTrainer *t, int64_t steps, MpErr *e)
     if (m->device && m->device->bytes) {
         printf("device memory:\n");
         mp_mem_line("total", m->device->bytes(t));
-        mp_mem_line("+ training data", mp_data_bytes(&t->data));
-        printf("  (the training data goes to the device too when it takes at most a quarter of "
-               "its free memory)\n");
+        printf("  (the training set included: it stays on the host instead with MP_CUDA_DATA=0,\n"
+               "   for window streams, or when it takes more than a quarter of the free memory)\n");
     }
     return fflush(stdout) || ferror(stdout) ? mp_errf(e, "cannot write standard output") : 0;
 }

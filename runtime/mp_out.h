@@ -10,7 +10,8 @@
  *     inputs is refused, except the one input the output may replace
  *     (`--save` may name the `--resume` file);
  *   - before the first step, the folder that will hold it exists and is
- *     writable (mp_out_check), so a bad path fails in the first second.
+ *     writable (mp_out_check; a folder output, --tensorboard, may be made
+ *     with its missing parents), so a bad path fails in the first second.
  * A file is written whole to a temporary file beside its target, named
  * `.NAME.mpcc-tmp` (one name per target, so a killed write leaves at most
  * one), fsync'ed and renamed into place; the next write to the same target
@@ -129,6 +130,37 @@ static MP_UNUSED int mp_out_folder_ok_(const char *opt, const char *path, const 
     return rc;
 }
 
+/* A folder output that does not exist yet is made with its missing parents
+ * (mkdir -p): its nearest existing ancestor must be a writable folder. */
+static MP_UNUSED int mp_out_ancestor_ok_(const char *opt, const char *path, const char *target,
+                                         MpErr *e)
+{
+    char *dir = mp_out_strdup_(target, strlen(target));
+    struct stat st;
+    int rc = 0;
+    if (!dir)
+        return mp_errf(e, "%s '%s': out of memory", opt, path);
+    for (;;) {
+        size_t n = strlen(dir);
+        while (n > 1 && dir[n - 1] == '/')
+            dir[--n] = 0;
+        char *slash = strrchr(dir, '/');
+        if (!slash) {
+            dir[0] = '.', dir[1] = 0;
+            break;
+        }
+        slash[slash == dir] = 0;                /* "/x" -> "/" */
+        if (stat(dir, &st) == 0 || errno != ENOENT || slash == dir)
+            break;
+    }
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
+        rc = mp_errf(e, "%s '%s': '%s' is not a folder", opt, path, dir);
+    else if (access(dir, W_OK | X_OK) != 0)
+        rc = mp_errf(e, "%s '%s': its folder '%s' is not writable", opt, path, dir);
+    free(dir);
+    return rc;
+}
+
 /* Checks output path of option opt before a run: 0, or -1 with e saying
  * why it is refused. in[0..nin): the run's inputs; the one whose option is
  * `except` may be the same file. dir: the output is a folder (created when
@@ -142,8 +174,8 @@ static MP_UNUSED int mp_out_check(const char *opt, const char *path, const MpOut
     if (!target)
         return -1;
     if (stat(target, &st) != 0) {
-        rc = errno == ENOENT ? mp_out_folder_ok_(opt, path, target, e)
-                             : mp_errf(e, "%s '%s': %s", opt, path, strerror(errno));
+        rc = errno != ENOENT ? mp_errf(e, "%s '%s': %s", opt, path, strerror(errno))
+           : dir ? mp_out_ancestor_ok_(opt, path, target, e) : mp_out_folder_ok_(opt, path, target, e);
     } else if (dir ? !S_ISDIR(st.st_mode) : !S_ISREG(st.st_mode)) {
         rc = mp_errf(e, "%s '%s': is %s, not a %s", opt, path,
                      S_ISREG(st.st_mode) ? "a file" : mp_out_kind_(st.st_mode),

@@ -59,7 +59,8 @@ $PY tests/py/watch.py tty "$W/mlp" "${DATA[@]}" --steps 40 --log-every 10 || bad
 touch "$W/file"
 "$W/mlp" "${DATA[@]}" --steps 2 --tensorboard "$W/file/tb" 2>"$W/err"
 rc=$?
-[ $rc = 1 ] && grep -q "file/tb\|$W/file" "$W/err" || bad "--tensorboard under a file: exit $rc, $(cat "$W/err")"
+# a refused output path is a usage error (TRAINER.md, Outputs): exit 2
+[ $rc = 2 ] && grep -q "file/tb\|$W/file" "$W/err" || bad "--tensorboard under a file: exit $rc, $(cat "$W/err")"
 
 [ $fail = 0 ] && echo "PASS: t_watch" || echo "FAIL: t_watch"
 exit $fail
