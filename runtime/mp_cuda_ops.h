@@ -1065,18 +1065,27 @@ struct MpCuLayerNormDw {
     }
 };
 
+/* The column pass of a norm's weight gradient from per-row (mean, rstd) in
+ * st: layer_norm's, and rms_norm's with mean 0. */
+template <int DWT, int DYT, int XT>
+static inline void mp_cu_norm_dw_cols(const char *name, void *dw, const void *dy, const void *x,
+                                      const float *st, int64_t rows, int64_t dim, float beta)
+{
+    MpCuLayerNormDw<DWT, DYT, XT> b = {dw, dy, x, st, rows, dim, beta};
+    int warps = 1;                 /* about 16 rows per warp, up to 32 warps */
+    while (warps < 32 && warps * 16 < rows)
+        warps *= 2;
+    mp_cu_rows(name, (dim + 31) / 32, 32 * warps, b);
+}
+
 template <int DWT, int DYT, int XT>
 static inline void mp_cu_layer_norm_dw(void *dw, const void *dy, const void *x, int64_t rows,
                                        int64_t dim, float eps, float beta)
 {
     float *st = (float *)mp_cu_ws(rows * 2 * (int64_t)sizeof(float));
     MpCuRowStats<XT> a = {st, x, dim, eps};
-    MpCuLayerNormDw<DWT, DYT, XT> b = {dw, dy, x, st, rows, dim, beta};
-    int warps = 1;                 /* about 16 rows per warp, up to 32 warps */
-    while (warps < 32 && warps * 16 < rows)
-        warps *= 2;
     mp_cu_rows("layer_norm_dw", rows, mp_cu_row_threads(dim), a);
-    mp_cu_rows("layer_norm_dw", (dim + 31) / 32, 32 * warps, b);
+    mp_cu_norm_dw_cols<DWT, DYT, XT>("layer_norm_dw", dw, dy, x, st, rows, dim, beta);
 }
 
 /* Batch norm over x [N, C, S]: channel c is the set; the running statistics
@@ -1394,7 +1403,8 @@ static inline void mp_cu_rms_norm_dx(void *dx, const void *dy, const void *x, co
     mp_cu_rows("rms_norm_dx", rows, mp_cu_row_threads(dim), f);
 }
 
-/* Per-row rstd into st, then a block per column sums dy x rstd. */
+/* Per-row (0, rstd) into st, then layer_norm's coalesced column pass
+ * (x - 0) * rstd = x * rstd. */
 template <int XT>
 struct MpCuRmsRows {
     float *st;
@@ -1404,26 +1414,10 @@ struct MpCuRmsRows {
     MP_HD void operator()(int64_t r, const MpCuTeam &t) const
     {
         float rs = mp_rms_rstd(t.sum(mp_cu_sumsq_part(x, XT, r * dim, dim, t.tid, t.nt)), dim, eps);
-        if (t.tid == 0)
-            st[r] = rs;
-    }
-};
-
-template <int DWT, int DYT, int XT>
-struct MpCuRmsNormDw {
-    void *dw;
-    const void *dy, *x;
-    const float *st;
-    int64_t rows, dim;
-    float beta;
-    MP_HD void operator()(int64_t k, const MpCuTeam &t) const
-    {
-        double s = 0;
-        for (int64_t r = t.tid; r < rows; r += t.nt)
-            s += mp_cu_ld(dy, DYT, r * dim + k) * (mp_cu_ld(x, XT, r * dim + k) * st[r]);
-        s = t.sum(s);
-        if (t.tid == 0)
-            mp_cu_st_beta(dw, DWT, k, (float)s, beta);
+        if (t.tid == 0) {
+            st[2 * r] = 0.0f;
+            st[2 * r + 1] = rs;
+        }
     }
 };
 
@@ -1431,11 +1425,10 @@ template <int DWT, int DYT, int XT>
 static inline void mp_cu_rms_norm_dw(void *dw, const void *dy, const void *x, int64_t rows,
                                      int64_t dim, float eps, float beta)
 {
-    float *st = (float *)mp_cu_ws(rows * (int64_t)sizeof(float));
+    float *st = (float *)mp_cu_ws(rows * 2 * (int64_t)sizeof(float));
     MpCuRmsRows<XT> a = {st, x, dim, eps};
-    MpCuRmsNormDw<DWT, DYT, XT> b = {dw, dy, x, st, rows, dim, beta};
     mp_cu_rows("rms_norm_dw", rows, mp_cu_row_threads(dim), a);
-    mp_cu_rows("rms_norm_dw", dim, mp_cu_row_threads(rows), b);
+    mp_cu_norm_dw_cols<DWT, DYT, XT>("rms_norm_dw", dw, dy, x, st, rows, dim, beta);
 }
 
 /* rope: one output element per item, reading its pair partner */
