@@ -1,0 +1,77 @@
+"""vs_common.py - what bench/vs_torch.py (Debian's python3 with torch) and
+bench/vs_jax.py (the JAX virtual environment) share, numpy only: the
+command line, the batches in file order, the timed loop and the result.
+
+Both runners train the twin of a .mp model from the same --init file on
+the same batches as the generated trainer run with --no-shuffle (batch j
+is rows j*B .. j*B+B-1, wrapping round), time every step with
+time.perf_counter (the batch gather included, as in the trainer's step),
+and write one JSON object:
+  {"framework", "mode", "model", "params", "loss1", "step_ms": [...]}
+where loss1 is the loss of the first step (before its update) and step_ms
+the times of the steps after the warm-up ones."""
+import argparse
+import json
+import os
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "py"))
+import mpfile  # noqa: E402
+import st  # noqa: E402
+
+
+def parse_args(modes):
+    p = argparse.ArgumentParser()
+    p.add_argument("model", help="the .mp file")
+    p.add_argument("--mode", choices=modes, default=modes[0])
+    p.add_argument("--data", action="append", default=[], help="NAME=FILE.npy")
+    p.add_argument("--init", required=True, help="initial parameters (safetensors)")
+    p.add_argument("--steps", type=int, default=60, help="timed steps")
+    p.add_argument("--warmup", type=int, default=10, help="untimed steps before them")
+    p.add_argument("--out", required=True, help="the result (JSON)")
+    a = p.parse_args()
+    a.mp = mpfile.read(a.model)
+    a.arrays = {k: np.load(f, mmap_mode="r") for k, f in (d.split("=", 1) for d in a.data)}
+    a.params = st.read(a.init)
+    return a
+
+
+def batch_size(mp):
+    return next(iter(mp["inputs"].values()))[1][0]
+
+
+def batches(arrays, bsz):
+    """get(j): batch j of the file order as numpy arrays (the trainer's --no-shuffle)."""
+    n = min(len(x) for x in arrays.values()) // bsz
+
+    def get(j):
+        lo = (j % n) * bsz
+        return {k: np.array(x[lo:lo + bsz]) for k, x in arrays.items()}
+    return get
+
+
+def timed(a, step):
+    """Runs step(j) -> loss (a float for j == 0, else anything) for the
+    warm-up and timed steps; returns (loss of the first step, timed ms)."""
+    ms, loss1 = [], None
+    for j in range(a.warmup + a.steps):
+        t0 = time.perf_counter()
+        loss = step(j)
+        t1 = time.perf_counter()
+        if j == 0:
+            loss1 = float(loss)
+        if j >= a.warmup:
+            ms.append(1e3 * (t1 - t0))
+    return loss1, ms
+
+
+def write(a, framework, nparams, loss1, ms):
+    res = {"framework": framework, "mode": a.mode, "model": a.mp["name"], "params": int(nparams),
+           "loss1": loss1, "step_ms": ms}
+    with open(a.out, "w") as f:
+        json.dump(res, f)
+    print(f"{framework} {a.mode} {a.mp['name']}: {nparams} parameters, first loss {loss1:.6f}, "
+          f"median {np.median(ms):.2f} ms/step over {len(ms)} steps")

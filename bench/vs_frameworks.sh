@@ -1,0 +1,168 @@
+#!/usr/bin/env bash
+# vs_frameworks.sh - the CPU benchmark of issue 12: mpcc's generated C
+# trainer against PyTorch eager and JAX jit, in one run, same threads, same
+# shapes, same optimizer, same data, same initial parameters. Not in CI.
+#
+#   bench/vs_frameworks.sh      THREADS=2 STEPS=60 WARMUP=10 by default
+#
+# Models: bench/mnist_mlp2.mp (784-512-512-10, batch 128, Adam 1e-3, MNIST)
+# and examples/char_transformer.mp (batch 16 x 64 characters, AdamW 1e-3 with
+# weight decay 0.1, cosine schedule with warm-up, clipping at 1.0, tiny
+# shakespeare), each as its train block says. Columns: mpcc float32,
+# mixed_float16, mixed_bfloat16 (the C target, built as its header's
+# "Faster" line says: cc -O3 -march=native -fopenmp), PyTorch eager float32
+# and torch.autocast('cpu', bfloat16) (TORCH_BF16=0 leaves it out), JAX jit
+# float32 with optax (JAX=0 leaves it out).
+#
+# Every framework starts from the same parameters (the PyTorch twin's
+# init, written once, read by the trainer's --init and by the JAX twin)
+# and takes the batches in file order (the trainer's --no-shuffle); the run
+# stops with exit 1, writing nothing, if the float32 runs disagree on the
+# parameter count or on the first step's loss by more than TOL (5e-4).
+# Per-step times: WARMUP steps left out, the median of the next STEPS.
+# mpcc's come from its own log (--log-every 1: batch / samples_per_s);
+# PyTorch's and JAX's from time.perf_counter around each step (batch
+# gather included, and for JAX block_until_ready on the new parameters).
+#
+# Threads: every process runs under `taskset -c 0-(THREADS-1)` (when the
+# machine has more CPUs than THREADS) with OMP_NUM_THREADS,
+# OPENBLAS_NUM_THREADS and MKL_NUM_THREADS = THREADS: mpcc's OpenMP loops
+# and PyTorch (torch.set_num_threads(THREADS) too) follow the variables;
+# XLA's CPU client has no thread-count flag that current JAX accepts
+# (unknown XLA_FLAGS abort it) and sizes its pool from the CPUs the process
+# may use, so taskset is what holds it to THREADS. OMP_WAIT_POLICY is
+# passive unless set: on a shared machine spinning OpenMP threads lose
+# whole scheduler ticks (PyTorch measured 186 against 19 ms/step here).
+#
+# JAX and optax come from PyPI into a virtual environment under CACHE
+# ($XDG_CACHE_HOME or ~/.cache, /mpcc-bench/venv), made once and reused.
+# PyTorch is the system's python3 (Debian's python3-torch).
+#
+# PROFILE=1 (default) also runs `perf record` on the float32 trainers (60
+# steps each) and puts the top 10 symbols in the results. The table, the
+# machine (CPU, threads, versions, date, load average at the start) and
+# the profiles go between the vs_frameworks markers of bench/RESULTS.md;
+# the work files under bench/out/vs/ (ignored by git).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. tests/py/lib.sh
+THREADS=${THREADS:-2}
+STEPS=${STEPS:-60}
+WARMUP=${WARMUP:-10}
+TOL=${TOL:-5e-4}
+JAX=${JAX:-1}
+TORCH_BF16=${TORCH_BF16:-1}
+PROFILE=${PROFILE:-1}
+CACHE=${CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/mpcc-bench}
+W=bench/out/vs
+RES=$W/results
+LOAD=$(cut -d' ' -f1-3 /proc/loadavg)
+START=$(date -u '+%Y-%m-%d %H:%M UTC')
+rm -rf "$RES" "$W/profile"
+mkdir -p "$W/data" "$RES" "$W/profile"
+die() { echo "vs_frameworks.sh: $*" >&2; exit 2; }
+
+export OMP_NUM_THREADS=$THREADS OPENBLAS_NUM_THREADS=$THREADS MKL_NUM_THREADS=$THREADS
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
+PIN=()
+if [ "$(nproc --all)" -gt "$THREADS" ]; then
+    command -v taskset >/dev/null || die "taskset (util-linux) is needed to hold JAX to $THREADS CPUs"
+    PIN=(taskset -c "0-$((THREADS - 1))")
+fi
+
+# ---- JAX: a virtual environment, made once ----------------------------------
+VPY=$CACHE/venv/bin/python
+if [ "$JAX" = 1 ] && ! "$VPY" -c 'import jax, optax' 2>/dev/null; then
+    echo "installing jax and optax from PyPI into $CACHE/venv (once)" >&2
+    mkdir -p "$CACHE"
+    rm -rf "$CACHE/venv"
+    $PY -m venv "$CACHE/venv" >"$CACHE/install.log" 2>&1 ||
+        die "python3 -m venv failed (Debian: apt-get install python3-venv); see $CACHE/install.log"
+    if ! "$VPY" -m pip install --timeout 30 --retries 2 jax optax >>"$CACHE/install.log" 2>&1; then
+        rm -rf "$CACHE/venv"
+        tail -n 3 "$CACHE/install.log" >&2
+        die "could not install jax and optax from PyPI (no network, or a proxy in the way?): see $CACHE/install.log; JAX=0 runs without JAX"
+    fi
+fi
+
+# ---- the compiler, the data, the common initial parameters -----------------
+[ -x "$MPCC" ] || nice make -j2 mpcc >/dev/null || die "make failed"
+mnist_npy "$W/data" >/dev/null
+[ -e "$W/data/shake_y.npy" ] || $PY - "$W/data" <<'PYEOF'
+import os, sys
+import numpy as np
+sys.path.insert(0, "tests/py")
+import data
+x, y = data.shakespeare_vocab(64, 16384, stride=64)    # 16384 windows of 64 characters, back to back
+np.save(os.path.join(sys.argv[1], "shake_x.npy"), x)
+np.save(os.path.join(sys.argv[1], "shake_y.npy"), y)
+PYEOF
+MODELS=(bench/mnist_mlp2.mp examples/char_transformer.mp)
+declare -A DATA=(
+    [mnist_mlp2]="--data image=$W/data/train_x.npy --data label=$W/data/train_y.npy"
+    [char_transformer]="--data tokens=$W/data/shake_x.npy --data targets=$W/data/shake_y.npy")
+
+# count of the parameters in mpcc's plan
+plan_params() {
+    "$MPCC" "$1" --dump-plan=json | $PY -c 'import json, sys, math
+print(sum(math.prod(p["shape"]) for p in json.load(sys.stdin)["params"]))'
+}
+
+results=()
+for model in "${MODELS[@]}"; do
+    name=$(basename "$model" .mp)
+    init=$W/$name.init.safetensors
+    $PY bench/vs_torch.py "$model" --init-out "$init" --seed 0 >/dev/null
+    batch=$($PY -c 'import sys; sys.path.insert(0, "tests/py"); import mpfile
+print(next(iter(mpfile.read(sys.argv[1])["inputs"].values()))[1][0])' "$model")
+    nparams=$(plan_params "$model")
+    # shellcheck disable=SC2086
+    read -r -a data <<<"${DATA[$name]}"
+    for prec in float32 mixed_float16 mixed_bfloat16; do
+        bin=$W/${name}_$prec
+        build_trainer "$model" "$bin" --precision $prec -- -O3 -march=native -fopenmp || exit 1
+        rm -f "$bin.jsonl"
+        "${PIN[@]}" "$bin" "${data[@]}" --no-shuffle --init "$init" --steps $((WARMUP + STEPS)) \
+            --log-every 1 --log "$bin.jsonl" >"$bin.run.out" 2>&1 ||
+            { tail -n 3 "$bin.run.out"; die "the $prec trainer of $model failed"; }
+        $PY bench/vs_report.py mpcc "$bin.jsonl" --mode $prec --model "$name" --batch "$batch" \
+            --warmup "$WARMUP" --params "$nparams" --out "$RES/${name}_mpcc_$prec.json"
+        results+=("$RES/${name}_mpcc_$prec.json")
+        if [ "$PROFILE" = 1 ] && [ $prec = float32 ]; then
+            perf record -q -o "$W/profile/$name.data" -F 999 -- "${PIN[@]}" "$bin" "${data[@]}" --no-shuffle \
+                --init "$init" --steps 60 --log-every 1000 >/dev/null 2>&1 ||
+                die "perf record failed on $bin (perf_event_paranoid? PROFILE=0 runs without it)"
+            perf report -i "$W/profile/$name.data" --stdio --no-children --sort symbol \
+                >"$W/profile/$name.report" 2>/dev/null || die "perf report failed on $W/profile/$name.data"
+            grep '%' "$W/profile/$name.report" | grep -v '^#' | sed -n 's/[ -]*$//; 1,10p' \
+                >"$W/profile/mpcc $name float32, 60 steps.txt"
+        fi
+    done
+    common=("$model" "${data[@]}" --init "$init" --steps "$STEPS" --warmup "$WARMUP")
+    modes=(float32)
+    [ "$TORCH_BF16" = 1 ] && modes+=(autocast_bf16)
+    for mode in "${modes[@]}"; do
+        "${PIN[@]}" $PY -W ignore bench/vs_torch.py "${common[@]}" --mode $mode --out "$RES/${name}_torch_$mode.json"
+        results+=("$RES/${name}_torch_$mode.json")
+    done
+    if [ "$JAX" = 1 ]; then
+        "${PIN[@]}" "$VPY" bench/vs_jax.py "${common[@]}" --out "$RES/${name}_jax.json"
+        results+=("$RES/${name}_jax.json")
+    fi
+done
+
+# ---- the machine, and the table --------------------------------------------
+jaxv=none
+[ "$JAX" = 1 ] && jaxv=$("$VPY" -c 'import jax, jaxlib, optax; print(f"jax {jax.__version__}, jaxlib {jaxlib.__version__}, optax {optax.__version__}")')
+cat >"$W/meta.txt" <<EOF
+Run of \`bench/vs_frameworks.sh\` (THREADS=$THREADS STEPS=$STEPS WARMUP=$WARMUP), $START, mpcc at $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- compiler runtime || echo ' + uncommitted changes').
+
+- CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(nproc --all) CPUs; $(grep -qw avx512_bf16 /proc/cpuinfo && echo 'AVX512_BF16' || echo 'no AVX512_BF16'), $(grep -qw avx512f /proc/cpuinfo && echo 'AVX-512' || echo 'no AVX-512'), $(grep -qw avx2 /proc/cpuinfo && echo 'AVX2' || echo 'no AVX2')
+- threads: $THREADS (${PIN[*]:-no taskset: the machine has $THREADS CPUs}; OMP_NUM_THREADS=OPENBLAS_NUM_THREADS=MKL_NUM_THREADS=$THREADS, OMP_WAIT_POLICY=$OMP_WAIT_POLICY)
+- load average at the start: $LOAD
+- $(cc --version | head -n 1); trainers built with \`cc -O3 -march=native -fopenmp\` (mpcc's own kernels)
+- PyTorch $($PY -c 'import torch; print(torch.__version__)') (eager), Python $($PY -c 'import platform; print(platform.python_version())'); $jaxv
+- time per step: median of $STEPS steps after $WARMUP warm-up steps; "speed vs X" is X's median time over this row's (above 1: faster than X)
+EOF
+$PY bench/vs_report.py write "${results[@]}" --meta "$W/meta.txt" --profile "$W/profile" \
+    --results bench/RESULTS.md --tol "$TOL"
