@@ -28,14 +28,19 @@
 # machine has more CPUs than THREADS) with OMP_NUM_THREADS,
 # OPENBLAS_NUM_THREADS and MKL_NUM_THREADS = THREADS: mpcc's OpenMP loops
 # and PyTorch (torch.set_num_threads(THREADS) too) follow the variables;
-# XLA's CPU client has no thread-count flag that current JAX accepts
-# (unknown XLA_FLAGS abort it) and sizes its pool from the CPUs the process
-# may use, so taskset is what holds it to THREADS. OMP_WAIT_POLICY is
+# XLA's CPU client sizes its thread pool from the CPUs the process may run
+# on (its affinity mask; jax-ml/jax#1539), so taskset is what holds it to
+# THREADS. XLA_FLAGS has no thread count: `--xla_cpu_multi_thread_eigen=false`
+# makes its Eigen products single-threaded (1 thread, not THREADS), and
+# `intra_op_parallelism_threads` is TensorFlow's, not XLA's (XLA stops with
+# "Unknown flag in XLA_FLAGS" on --intra_op_parallelism_threads=2, and the
+# form without dashes is not read at all). OMP_WAIT_POLICY is
 # passive unless set: on a shared machine spinning OpenMP threads lose
 # whole scheduler ticks (PyTorch measured 186 against 19 ms/step here).
 #
 # JAX and optax come from PyPI into a virtual environment under CACHE
-# ($XDG_CACHE_HOME or ~/.cache, /mpcc-bench/venv), made once and reused.
+# ($XDG_CACHE_HOME or ~/.cache, /mpcc-bench/venv), made once and reused
+# (JAX_PKGS pins versions; remove the folder to reinstall).
 # PyTorch is the system's python3 (Debian's python3-torch).
 #
 # PROFILE=1 (default) also runs `perf record` on the float32 trainers (60
@@ -53,6 +58,7 @@ TOL=${TOL:-5e-4}
 JAX=${JAX:-1}
 TORCH_BF16=${TORCH_BF16:-1}
 PROFILE=${PROFILE:-1}
+JAX_PKGS=${JAX_PKGS:-jax optax}     # e.g. "jax==0.10.2 optax==0.2.8" to pin them
 CACHE=${CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/mpcc-bench}
 W=bench/out/vs
 RES=$W/results
@@ -78,7 +84,8 @@ if [ "$JAX" = 1 ] && ! "$VPY" -c 'import jax, optax' 2>/dev/null; then
     rm -rf "$CACHE/venv"
     $PY -m venv "$CACHE/venv" >"$CACHE/install.log" 2>&1 ||
         die "python3 -m venv failed (Debian: apt-get install python3-venv); see $CACHE/install.log"
-    if ! "$VPY" -m pip install --timeout 30 --retries 2 jax optax >>"$CACHE/install.log" 2>&1; then
+    # shellcheck disable=SC2086
+    if ! "$VPY" -m pip install --timeout 30 --retries 2 $JAX_PKGS >>"$CACHE/install.log" 2>&1; then
         rm -rf "$CACHE/venv"
         tail -n 3 "$CACHE/install.log" >&2
         die "could not install jax and optax from PyPI (no network, or a proxy in the way?): see $CACHE/install.log; JAX=0 runs without JAX"
@@ -116,7 +123,6 @@ for model in "${MODELS[@]}"; do
     batch=$($PY -c 'import sys; sys.path.insert(0, "tests/py"); import mpfile
 print(next(iter(mpfile.read(sys.argv[1])["inputs"].values()))[1][0])' "$model")
     nparams=$(plan_params "$model")
-    # shellcheck disable=SC2086
     read -r -a data <<<"${DATA[$name]}"
     for prec in float32 mixed_float16 mixed_bfloat16; do
         bin=$W/${name}_$prec
@@ -142,7 +148,7 @@ print(next(iter(mpfile.read(sys.argv[1])["inputs"].values()))[1][0])' "$model")
     modes=(float32)
     [ "$TORCH_BF16" = 1 ] && modes+=(autocast_bf16)
     for mode in "${modes[@]}"; do
-        "${PIN[@]}" $PY -W ignore bench/vs_torch.py "${common[@]}" --mode $mode --out "$RES/${name}_torch_$mode.json"
+        "${PIN[@]}" "$PY" -W ignore bench/vs_torch.py "${common[@]}" --mode "$mode" --out "$RES/${name}_torch_$mode.json"
         results+=("$RES/${name}_torch_$mode.json")
     done
     if [ "$JAX" = 1 ]; then
@@ -155,7 +161,14 @@ done
 jaxv=none
 [ "$JAX" = 1 ] && jaxv=$("$VPY" -c 'import jax, jaxlib, optax; print(f"jax {jax.__version__}, jaxlib {jaxlib.__version__}, optax {optax.__version__}")')
 cat >"$W/meta.txt" <<EOF
-Run of \`bench/vs_frameworks.sh\` (THREADS=$THREADS STEPS=$STEPS WARMUP=$WARMUP), $START, mpcc at $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- compiler runtime || echo ' + uncommitted changes').
+# CPU: mpcc against PyTorch eager and JAX jit (issue 12)
+
+\`THREADS=$THREADS STEPS=$STEPS WARMUP=$WARMUP bench/vs_frameworks.sh\` (the script's header says how
+it measures): the MLP of \`bench/mnist_mlp2.mp\` on MNIST and \`examples/char_transformer.mp\` on tiny
+shakespeare, each trained as its train block says, from the same initial parameters on the same
+batches in every framework.
+
+Run of $START, mpcc at $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- compiler runtime || echo ' + uncommitted changes').
 
 - CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(nproc --all) CPUs; $(grep -qw avx512_bf16 /proc/cpuinfo && echo 'AVX512_BF16' || echo 'no AVX512_BF16'), $(grep -qw avx512f /proc/cpuinfo && echo 'AVX-512' || echo 'no AVX-512'), $(grep -qw avx2 /proc/cpuinfo && echo 'AVX2' || echo 'no AVX2')
 - threads: $THREADS (${PIN[*]:-no taskset: the machine has $THREADS CPUs}; OMP_NUM_THREADS=OPENBLAS_NUM_THREADS=MKL_NUM_THREADS=$THREADS, OMP_WAIT_POLICY=$OMP_WAIT_POLICY)
