@@ -7,9 +7,11 @@ the same batches as the generated trainer run with --no-shuffle (batch j
 is rows j*B .. j*B+B-1, wrapping round), time every step with
 time.perf_counter (the batch gather included, as in the trainer's step),
 and write one JSON object:
-  {"framework", "mode", "model", "params", "loss1", "step_ms": [...]}
-where loss1 is the loss of the first step (before its update) and step_ms
-the times of the steps after the warm-up ones."""
+  {"framework", "mode", "model", "params", "loss1", "loss_last", "steps",
+   "step_ms": [...]}
+where loss1 and loss_last are the losses of the first and the last step
+(each before its update), steps the count of steps, and step_ms the times
+of the steps after the warm-up ones."""
 import argparse
 import json
 import os
@@ -54,24 +56,28 @@ def batches(arrays, bsz):
 
 
 def timed(a, step):
-    """Runs step(j) -> loss (a float for j == 0, else anything) for the
-    warm-up and timed steps; returns (loss of the first step, timed ms)."""
-    ms, loss1 = [], None
-    for j in range(a.warmup + a.steps):
+    """Runs step(j) -> loss (a scalar the runner's framework can turn into
+    a float) for the warm-up and timed steps; returns the losses of the
+    first and the last step (read after the clock stops) and the timed ms."""
+    ms, losses = [], []
+    n = a.warmup + a.steps
+    for j in range(n):
         t0 = time.perf_counter()
         loss = step(j)
         t1 = time.perf_counter()
-        if j == 0:
-            loss1 = float(loss)
+        if j in (0, n - 1):
+            losses.append(float(loss))
         if j >= a.warmup:
             ms.append(1e3 * (t1 - t0))
-    return loss1, ms
+    return losses[0], losses[-1], ms
 
 
-def write(a, framework, nparams, loss1, ms):
+def write(a, framework, nparams, losses, ms):
+    """losses: of the first and the last step"""
     res = {"framework": framework, "mode": a.mode, "model": a.mp["name"], "params": int(nparams),
-           "loss1": loss1, "step_ms": ms}
+           "loss1": losses[0], "loss_last": losses[1], "steps": a.warmup + a.steps, "step_ms": ms}
     with open(a.out, "w") as f:
         json.dump(res, f)
-    print(f"{framework} {a.mode} {a.mp['name']}: {nparams} parameters, first loss {loss1:.6f}, "
+    print(f"{framework} {a.mode} {a.mp['name']}: {nparams} parameters, losses {losses[0]:.6f} (first), "
+          f"{losses[1]:.6f} (step {a.warmup + a.steps}), "
           f"median {np.median(ms):.2f} ms/step over {len(ms)} steps")

@@ -11,7 +11,8 @@ The twins: examples/char_transformer.mp is tests/py/models.py's
 CharTransformer (the one the reference tests hold to 1e-4 of the trainer);
 bench/mnist_mlp2.mp is MnistMlp2 below. The optimizer, schedule and
 clipping come from the train block through tests/py/ref.py, as in the
-reference tests. Threads: torch.set_num_threads(OMP_NUM_THREADS)."""
+reference tests. Both compute the models' `metric accuracy` in the forward
+pass, as the trainer's step does. Threads: torch.set_num_threads(OMP_NUM_THREADS)."""
 import os
 import sys
 
@@ -37,7 +38,7 @@ class MnistMlp2(nn.Module):
     def forward(self, b):
         x = b["image"].to(torch.float32) / 255
         logits = self.logits(F.relu(self.h2(F.relu(self.h1(x)))))
-        return models.xent(logits, b["label"]), {}
+        return models.xent(logits, b["label"]), {"accuracy": models.accuracy(logits, b["label"])}
 
 
 ref.TWINS["mnist_mlp2"] = MnistMlp2
@@ -73,9 +74,9 @@ def train(a):
             torch.nn.utils.clip_grad_norm_(net.parameters(), clip)
         opt.step()
         sched.step()
-        return loss.item() if j == 0 else loss
-    loss1, ms = vs_common.timed(a, step)
-    vs_common.write(a, f"torch {torch.__version__}", sum(p.numel() for p in net.parameters()), loss1, ms)
+        return loss.detach()
+    loss1, last, ms = vs_common.timed(a, step)
+    vs_common.write(a, f"torch {torch.__version__}", sum(p.numel() for p in net.parameters()), (loss1, last), ms)
 
 
 def main():
