@@ -7,12 +7,13 @@
         its log line (the trainer's clock between consecutive log lines),
         for the steps after the first W
     vs_report.py write RESULT.json ... --meta META.txt --profile DIR
-                 --results RESULTS.md [--tol 5e-4]
+                 --results RESULTS.md [--tol 5e-4] [--last-tol MODEL=TOL ...]
         merges the rounds of each framework and mode (their step times
-        together), checks that the frameworks' float32 runs are the same training
-        (equal parameter counts; first-step losses within --tol of each
-        other, last-step losses within --last-tol relative), prints the table and puts it, with META.txt and the
-        profiles (DIR/*.txt), between the vs_frameworks markers of
+        together), checks that the frameworks' float32 runs are the same
+        training (equal parameter counts; first-step losses within --tol of
+        each other, last-step losses within the model's --last-tol
+        relative, 1e-2 for a model not named), prints the table and puts
+        it, with META.txt and the profiles (DIR/*.txt), between the vs_frameworks markers of
         RESULTS.md (appended when the markers are not there yet).
         Exit status 1 when the check fails (RESULTS.md is then untouched).
 """
@@ -116,7 +117,8 @@ def cmd_write(a):
     by_model, errs = merge(a.results, a.tol)
     md = []
     for model, rs in by_model.items():
-        errs += [f"{model}: {e}" for e in check(rs, a.tol, a.last_tol)]
+        last_tol = float(dict(t.split("=", 1) for t in a.last_tol).get(model, 1e-2))
+        errs += [f"{model}: {e}" for e in check(rs, a.tol, last_tol)]
         md += table(model, rs) + [""]
     print("\n".join(md))
     if errs:
@@ -155,7 +157,7 @@ def main():
     w.add_argument("--profile", required=True)
     w.add_argument("--results", dest="results_md", required=True)
     w.add_argument("--tol", type=float, default=5e-4)
-    w.add_argument("--last-tol", type=float, default=1e-2)
+    w.add_argument("--last-tol", action="append", default=[], help="MODEL=relative tolerance")
     a = p.parse_args()
     if a.cmd == "mpcc":
         cmd_mpcc(a)
