@@ -3,7 +3,7 @@
 # trainer against PyTorch eager and JAX jit, in one run, same threads, same
 # shapes, same optimizer, same data, same initial parameters. Not in CI.
 #
-#   bench/vs_frameworks.sh      THREADS=2 STEPS=60 WARMUP=10 by default
+#   bench/vs_frameworks.sh      THREADS=2 STEPS=60 WARMUP=10 ROUNDS=1 by default
 #
 # Models: bench/mnist_mlp2.mp (784-512-512-10, batch 128, Adam 1e-3, MNIST)
 # and examples/char_transformer.mp (batch 16 x 64 characters, AdamW 1e-3 with
@@ -34,17 +34,18 @@
 # PyTorch's and JAX's from time.perf_counter around each step (batch
 # gather included, and for JAX block_until_ready on the new parameters).
 #
-# Threads: every process runs under `taskset -c 0-(THREADS-1)` (when the
-# machine has more CPUs than THREADS) with OMP_NUM_THREADS,
+# Threads: every process runs under `taskset -c CPUS`, THREADS CPUs on
+# distinct cores (when the machine has more than THREADS) with OMP_NUM_THREADS,
 # OPENBLAS_NUM_THREADS and MKL_NUM_THREADS = THREADS: mpcc's OpenMP loops
 # and PyTorch (torch.set_num_threads(THREADS) too) follow the variables;
 # XLA's CPU client sizes its thread pool from the CPUs the process may run
 # on (its affinity mask; jax-ml/jax#1539), so taskset is what holds it to
-# THREADS. XLA_FLAGS has no thread count: `--xla_cpu_multi_thread_eigen=false`
-# makes its Eigen products single-threaded (1 thread, not THREADS), and
-# `intra_op_parallelism_threads` is TensorFlow's, not XLA's (XLA stops with
-# "Unknown flag in XLA_FLAGS" on --intra_op_parallelism_threads=2, and the
-# form without dashes is not read at all). OMP_WAIT_POLICY is
+# THREADS. XLA_FLAGS has no thread count: the flags often quoted for one,
+# `--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=2`, turn
+# Eigen's multi-threading off (not to THREADS threads), and the second is a
+# TensorFlow option, not an XLA flag (XLA stops with "Unknown flag in
+# XLA_FLAGS" on --intra_op_parallelism_threads=2; without the dashes it is
+# not read at all). OMP_WAIT_POLICY is
 # passive unless set: on a shared machine spinning OpenMP threads lose
 # whole scheduler ticks (PyTorch measured 186 against 19 ms/step here).
 #
@@ -82,10 +83,29 @@ die() { echo "vs_frameworks.sh: $*" >&2; exit 2; }
 
 export OMP_NUM_THREADS=$THREADS OPENBLAS_NUM_THREADS=$THREADS MKL_NUM_THREADS=$THREADS
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
+# THREADS of the CPUs this process may use, on distinct cores where it can
+# (hyperthread siblings share one core), or nothing when that is all of them
+CPUS=$($PY - "$THREADS" <<'PYEOF'
+import os, sys
+n, allowed = int(sys.argv[1]), sorted(os.sched_getaffinity(0))
+seen, pick = set(), []
+for c in allowed:
+    t = f"/sys/devices/system/cpu/cpu{c}/topology/"
+    try:
+        core = (open(t + "physical_package_id").read(), open(t + "core_id").read())
+    except OSError:
+        core = c
+    if core not in seen:
+        seen.add(core)
+        pick.append(c)
+pick = (pick + [c for c in allowed if c not in pick])[:n]
+print("" if len(allowed) <= n else ",".join(map(str, pick)))
+PYEOF
+)
 PIN=()
-if [ "$(nproc --all)" -gt "$THREADS" ]; then
+if [ -n "$CPUS" ]; then
     command -v taskset >/dev/null || die "taskset (util-linux) is needed to hold JAX to $THREADS CPUs"
-    PIN=(taskset -c "0-$((THREADS - 1))")
+    PIN=(taskset -c "$CPUS")
 fi
 
 # ---- JAX: a virtual environment, made once ----------------------------------
@@ -195,7 +215,7 @@ batches in every framework.
 Run of $START, mpcc at $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- compiler runtime || echo ' + uncommitted changes').
 
 - CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(nproc --all) CPUs; $(grep -qw avx512_bf16 /proc/cpuinfo && echo 'AVX512_BF16' || echo 'no AVX512_BF16'), $(grep -qw avx512f /proc/cpuinfo && echo 'AVX-512' || echo 'no AVX-512'), $(grep -qw avx2 /proc/cpuinfo && echo 'AVX2' || echo 'no AVX2')
-- threads: $THREADS (${PIN[*]:-no taskset: the machine has $THREADS CPUs}; OMP_NUM_THREADS=OPENBLAS_NUM_THREADS=MKL_NUM_THREADS=$THREADS, OMP_WAIT_POLICY=$OMP_WAIT_POLICY)
+- threads: $THREADS (${PIN[*]:-no taskset: this process may use only $THREADS CPUs}; OMP_NUM_THREADS=OPENBLAS_NUM_THREADS=MKL_NUM_THREADS=$THREADS, OMP_WAIT_POLICY=$OMP_WAIT_POLICY)
 - load average at the start: $LOAD
 - $(cc --version | head -n 1); trainers built with \`cc -O3 -march=native -fopenmp\` (mpcc's own kernels)
 - PyTorch $($PY -c 'import torch; print(torch.__version__)') (eager), Python $($PY -c 'import platform; print(platform.python_version())'); $jaxv
