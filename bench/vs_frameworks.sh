@@ -216,7 +216,7 @@ Run of $START, mpcc at $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- c
 
 - CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(nproc --all) CPUs; $(grep -qw avx512_bf16 /proc/cpuinfo && echo 'AVX512_BF16' || echo 'no AVX512_BF16'), $(grep -qw avx512f /proc/cpuinfo && echo 'AVX-512' || echo 'no AVX-512'), $(grep -qw avx2 /proc/cpuinfo && echo 'AVX2' || echo 'no AVX2')
 - threads: $THREADS (${PIN[*]:-no taskset: this process may use only $THREADS CPUs}; OMP_NUM_THREADS=OPENBLAS_NUM_THREADS=MKL_NUM_THREADS=$THREADS, OMP_WAIT_POLICY=$OMP_WAIT_POLICY)
-- load average at the start: $LOAD
+- load average at the start: $LOAD$(awk -v n="$(nproc)" '$1 > n / 2 { printf "; more than half of the %d CPUs were busy with other work before this run began: its times are disturbed (rerun on a quiet machine)", n }' <<<"$LOAD")
 - $(cc --version | head -n 1); trainers built with \`cc -O3 -march=native -fopenmp\` (mpcc's own kernels)
 - PyTorch $($PY -c 'import torch; print(torch.__version__)') (eager), Python $($PY -c 'import platform; print(platform.python_version())'); $jaxv
 - time per step: median of $ROUNDS x $STEPS steps (each run's first $WARMUP steps left out); "speed vs X" is X's median time over this row's (above 1: faster than X)
