@@ -45,9 +45,12 @@
 # Eigen's multi-threading off (not to THREADS threads), and the second is a
 # TensorFlow option, not an XLA flag (XLA stops with "Unknown flag in
 # XLA_FLAGS" on --intra_op_parallelism_threads=2; without the dashes it is
-# not read at all). OMP_WAIT_POLICY is
-# passive unless set: on a shared machine spinning OpenMP threads lose
-# whole scheduler ticks (PyTorch measured 186 against 19 ms/step here).
+# not read at all). OMP_WAIT_POLICY, unless set, is libgomp's default (spin
+# a while, then sleep) on a quiet machine and passive when the load
+# average at the start is above half the CPUs: there spinning OpenMP
+# threads lose whole scheduler ticks (at load 9 on 2 CPUs PyTorch's MLP
+# took 186 against 19 ms/step; at load 24 mpcc's transformer 941 against
+# 195 ms/step).
 #
 # JAX and optax come from PyPI into a virtual environment under CACHE
 # ($XDG_CACHE_HOME or ~/.cache, /mpcc-bench/venv), made once and reused
@@ -76,13 +79,14 @@ CACHE=${CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/mpcc-bench}
 W=bench/out/vs
 RES=$W/results
 LOAD=$(cut -d' ' -f1-3 /proc/loadavg)
+BUSY=$(awk -v n="$(nproc)" '{ print ($1 > n / 2) }' <<<"$LOAD")   # 1: over half the CPUs busy
 START=$(date -u '+%Y-%m-%d %H:%M UTC')
 rm -rf "$RES" "$W/profile"
 mkdir -p "$W/data" "$RES" "$W/profile"
 die() { echo "vs_frameworks.sh: $*" >&2; exit 2; }
 
 export OMP_NUM_THREADS=$THREADS OPENBLAS_NUM_THREADS=$THREADS MKL_NUM_THREADS=$THREADS
-export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
+if [ "$BUSY" = 1 ]; then export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}; fi
 # THREADS of the CPUs this process may use, on distinct cores where it can
 # (hyperthread siblings share one core), or nothing when that is all of them
 CPUS=$($PY - "$THREADS" <<'PYEOF'
@@ -215,8 +219,8 @@ batches in every framework.
 Run of $START, mpcc at $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- compiler runtime || echo ' + uncommitted changes').
 
 - CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(nproc --all) CPUs; $(grep -qw avx512_bf16 /proc/cpuinfo && echo 'AVX512_BF16' || echo 'no AVX512_BF16'), $(grep -qw avx512f /proc/cpuinfo && echo 'AVX-512' || echo 'no AVX-512'), $(grep -qw avx2 /proc/cpuinfo && echo 'AVX2' || echo 'no AVX2')
-- threads: $THREADS (${PIN[*]:-no taskset: this process may use only $THREADS CPUs}; OMP_NUM_THREADS=OPENBLAS_NUM_THREADS=MKL_NUM_THREADS=$THREADS, OMP_WAIT_POLICY=$OMP_WAIT_POLICY)
-- load average at the start: $LOAD$(awk -v n="$(nproc)" '$1 > n / 2 { printf "; more than half of the %d CPUs were busy with other work before this run began: its times are disturbed (rerun on a quiet machine)", n }' <<<"$LOAD")
+- threads: $THREADS (${PIN[*]:-no taskset: this process may use only $THREADS CPUs}; OMP_NUM_THREADS=OPENBLAS_NUM_THREADS=MKL_NUM_THREADS=$THREADS, OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-unset (libgomp: spin a while, then sleep)})
+- load average at the start: $LOAD$([ "$BUSY" = 0 ] || echo "; more than half of the $(nproc) CPUs were busy with other work before this run began: its times are disturbed (rerun on a quiet machine)")
 - $(cc --version | head -n 1); trainers built with \`cc -O3 -march=native -fopenmp\` (mpcc's own kernels)
 - PyTorch $($PY -c 'import torch; print(torch.__version__)') (eager), Python $($PY -c 'import platform; print(platform.python_version())'); $jaxv
 - time per step: median of $ROUNDS x $STEPS steps (each run's first $WARMUP steps left out); "speed vs X" is X's median time over this row's (above 1: faster than X)
