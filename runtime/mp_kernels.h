@@ -193,6 +193,41 @@ static inline void mp_f32_to_f16_f16c(const float *s, uint16_t *d, int64_t n)
                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
     for (int64_t i = n8; i < n; i++) d[i] = mp_f32_to_f16(s[i]);
 }
+
+/* n contiguous bf16 <-> f32, 8 at a time, with mp_half.h's rounding (to
+ * nearest even) and NaN quieting, in integer AVX2. */
+MP_AVX2 static inline void mp_bf16_to_f32_avx2(const uint16_t *s, float *d, int64_t n)
+{
+    int64_t n8 = n / 8 * 8;
+    const __m256i abs = _mm256_set1_epi32(0x7fffffff), inf = _mm256_set1_epi32(0x7f800000);
+    for (int64_t i = 0; i < n8; i += 8) {
+        __m256i u = _mm256_slli_epi32(
+            _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(s + i))), 16);
+        __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, abs), inf);
+        u = _mm256_or_si256(u, _mm256_and_si256(nan, _mm256_set1_epi32(0x00400000)));
+        _mm256_storeu_ps(d + i, _mm256_castsi256_ps(u));
+    }
+    for (int64_t i = n8; i < n; i++) d[i] = mp_bf16_to_f32(s[i]);
+}
+
+MP_AVX2 static inline void mp_f32_to_bf16_avx2(const float *s, uint16_t *d, int64_t n)
+{
+    int64_t n8 = n / 8 * 8;
+    const __m256i abs = _mm256_set1_epi32(0x7fffffff), inf = _mm256_set1_epi32(0x7f800000);
+    const __m256i one = _mm256_set1_epi32(1);
+    for (int64_t i = 0; i < n8; i += 8) {
+        __m256i x = _mm256_castps_si256(_mm256_loadu_ps(s + i));
+        __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(x, abs), inf);
+        __m256i odd = _mm256_and_si256(_mm256_srli_epi32(x, 16), one);
+        __m256i r = _mm256_srli_epi32(
+            _mm256_add_epi32(_mm256_add_epi32(x, _mm256_set1_epi32(0x7fff)), odd), 16);
+        __m256i q = _mm256_or_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(0x40));
+        r = _mm256_blendv_epi8(r, q, nan);
+        __m256i p = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08);
+        _mm_storeu_si128((__m128i *)(d + i), _mm256_castsi256_si128(p));
+    }
+    for (int64_t i = n8; i < n; i++) d[i] = mp_f32_to_bf16(s[i]);
+}
 #endif
 
 /* Loops over fewer elements than this run on one thread: a parallel
@@ -333,6 +368,12 @@ static inline void mp_ld_n(const void *p, int dt, int64_t off, int64_t stride,
     }
     case MP_BF16: {
         const uint16_t *s = (const uint16_t *)p + off;
+#ifdef MP_X86
+        if (stride == 1 && n >= 8 && mp_cpu_has(MP_CPU_AVX2_FMA)) {
+            mp_bf16_to_f32_avx2(s, dst, n);
+            break;
+        }
+#endif
         for (i = 0; i < n; i++) dst[i] = mp_bf16_to_f32(s[i * stride]);
         break;
     }
@@ -369,6 +410,12 @@ static inline void mp_st_n(void *p, int dt, int64_t off, int64_t stride,
     }
     case MP_BF16: {
         uint16_t *d = (uint16_t *)p + off;
+#ifdef MP_X86
+        if (stride == 1 && n >= 8 && mp_cpu_has(MP_CPU_AVX2_FMA)) {
+            mp_f32_to_bf16_avx2(src, d, n);
+            break;
+        }
+#endif
         for (i = 0; i < n; i++) d[i * stride] = mp_f32_to_bf16(src[i]);
         break;
     }

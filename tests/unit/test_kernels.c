@@ -162,7 +162,14 @@ static void test_bulk_conversion(void **state)
         for (int64_t i = 0; i < n; i++) assert_int_equal(h2[i], mp_f32_to_f16(f[i]));
         mp_st_n(h2, MP_BF16, 0, 1, n, f);
         for (int64_t i = 0; i < n; i++) assert_int_equal(h2[i], mp_f32_to_bf16(f[i]));
+        for (int64_t i = 0; i < n; i++)   /* bf16 ties, either way, and NaNs */
+            f[i] = mp_bits_f32(((uint32_t)i << 16) | (uint32_t)(0x7fff + (round & 3)));
+        mp_st_n(h2, MP_BF16, 0, 1, n, f);
+        for (int64_t i = 0; i < n; i++) assert_int_equal(h2[i], mp_f32_to_bf16(f[i]));
     }
+    mp_ld_n(h, MP_BF16, 0, 1, n, f);   /* every bf16 */
+    for (int64_t i = 0; i < n; i++)
+        assert_int_equal(mp_f32_bits(f[i]), mp_f32_bits(mp_bf16_to_f32(h[i])));
     free(h); free(h2); free(f);
 }
 
