@@ -74,6 +74,28 @@ static inline int mp_cpu_level(void)
 static inline int mp_cpu_level(void) { return MP_CPU_PORTABLE; }
 #endif
 
+/* The scalar functions are written with fmaf, which the C library makes
+ * a call (13 ns here, software on old x86). x86 builds without -mfma
+ * therefore also compile each of them for the FMA instruction (MP_SCALAR)
+ * and take that version where the CPU has FMA, whatever MP_CPU says: both
+ * are the exact fused operation, so the bits are the same. -mfma builds,
+ * other CPUs and the GPU inline fmaf themselves. */
+#if defined(MP_X86) && !defined(__FMA__)
+#define MP_SCALAR(NAME)                                                        \
+    __attribute__((always_inline)) static inline float NAME##_body(float x);   \
+    __attribute__((target("fma"))) static inline float NAME##_fma(float x)     \
+    {                                                                          \
+        return NAME##_body(x);                                                 \
+    }                                                                          \
+    static inline float NAME(float x)                                          \
+    {                                                                          \
+        return __builtin_cpu_supports("fma") ? NAME##_fma(x) : NAME##_body(x); \
+    }                                                                          \
+    static inline float NAME##_body(float x)
+#else
+#define MP_SCALAR(NAME) static inline MP_HD float NAME(float x)
+#endif
+
 /* ---- coefficients (tools/fit_vmath.py), highest degree first ----------- */
 
 /* Horner's scheme, p = ((c_n x + c_n-1) x + ...) + c_0, every step one FMA,
@@ -133,7 +155,7 @@ static inline MP_HD float mp_copysign_bits(float r, float x)
  * RNE), r = x - n ln2 in two FMA steps, exp(r) = 1 + r q(r), and 2^n is
  * applied as 2^h 2^(n-h), h = floor(n/2), so that neither factor leaves the
  * normal range and only the last product rounds. */
-static inline MP_HD float mp_expf_p(float x)
+MP_SCALAR(mp_expf_p)
 {
     if (!(x == x))
         return x + x;
@@ -154,7 +176,7 @@ static inline MP_HD float mp_expf_p(float x)
 /* erf(x). Max error against libm's erf (double), measured as for exp:
  * 1.10 ulp, 7.8e-8 relative. |x| <= 1: x + x P(x^2); 1 < |x|: 1 - exp(-x^2) Q(|x| - 2.5) with
  * |x| clamped to 4 (erf rounds to 1 beyond 3.92), sign copied from x. */
-static inline MP_HD float mp_erff_p(float x)
+MP_SCALAR(mp_erff_p)
 {
     float a = mp_copysign_bits(x, 0.0f);
     if (a <= 1.0f) {
@@ -171,7 +193,7 @@ static inline MP_HD float mp_erff_p(float x)
  * 1.37 ulp, 1.5e-7 relative (just past the branch point, where
  * 2 / (e + 1) cancels against 1). |x| < 0.625: x + x t P(t), t = x^2; else 1 - 2 / (exp(2|x|) + 1)
  * with x's sign (exp overflows to inf for large |x|, giving 1). */
-static inline MP_HD float mp_tanhf_p(float x)
+MP_SCALAR(mp_tanhf_p)
 {
     float a = mp_copysign_bits(x, 0.0f);
     if (a < 0.625f) {   /* the sign copied too: tanh(-0) = -0 */
