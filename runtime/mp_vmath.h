@@ -8,7 +8,8 @@
  * perform the same IEEE operations in the same order, every product that
  * feeds a sum is an explicit fused multiply-add (fmaf / _mm256_fmadd_ps) and
  * there is no bare `a * b + c`, so the compiler's -ffp-contract has nothing
- * to fuse and both paths give bit-identical results on every float
+ * to fuse and both paths give bit-identical results on every float (a NaN
+ * gives a NaN on both, its sign not guaranteed: compilers may commute x * y)
  * (tests/unit/test_vmath.c checks all 2^32 inputs). Coefficients: near-
  * minimax fits printed by tools/fit_vmath.py. Errors against glibc's libm,
  * measured over every float by test_vmath, are stated at each function.

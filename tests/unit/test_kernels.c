@@ -11,6 +11,9 @@
  *   MP_CPU, the program runs itself once per path this CPU has.
  * tests/t_kernels_torch.sh compares a representative set with PyTorch and
  * builds this file again with -fopenmp -march=native and with CBLAS. */
+#ifndef _POSIX_C_SOURCE
+#define _POSIX_C_SOURCE 200809L   /* setenv, fork: run_paths */
+#endif
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
