@@ -10,7 +10,8 @@
  * there is no bare `a * b + c`, so the compiler's -ffp-contract has nothing
  * to fuse and both paths give bit-identical results on every float (a NaN
  * gives a NaN on both, its sign not guaranteed: compilers may commute x * y)
- * (tests/unit/test_vmath.c checks all 2^32 inputs). Coefficients: near-
+ * (tests/unit/test_vmath.c checks a strided sweep of all 2^32 bit patterns
+ * and every float near the branch points and limits). Coefficients: near-
  * minimax fits printed by tools/fit_vmath.py. Errors against glibc's libm,
  * measured over every float by test_vmath, are stated at each function.
  *
