@@ -13,7 +13,7 @@
  * (tests/unit/test_vmath.c checks a strided sweep of all 2^32 bit patterns
  * and every float near the branch points and limits). Coefficients: near-
  * minimax fits printed by tools/fit_vmath.py. Errors against glibc's libm,
- * measured over every float by test_vmath, are stated at each function.
+ * measured by test_vmath (VMATH_FULL=1), are stated at each function.
  *
  * Dispatch: mp_cpu_level() is MP_CPU_AVX2 where the CPU has AVX2, FMA and
  * F16C, else MP_CPU_PORTABLE; the environment variable MP_CPU=portable or
