@@ -327,7 +327,7 @@ static inline MP_HD double mp_cu_row_sumexp(const void *x, int xdt, int64_t off,
 {
     double s = 0;
     for (int64_t l = tid; l < len; l += nt)
-        s += expf(mp_cu_ld(x, xdt, off + l * stride) - m);
+        s += mp_expf_p(mp_cu_ld(x, xdt, off + l * stride) - m);
     return s;
 }
 
@@ -339,7 +339,7 @@ static inline MP_HD void mp_cu_softmax_put(void *y, int ydt, const void *x, int 
     float inv = (float)(1.0 / s), lse = m + (float)log(s);
     for (int64_t l = tid; l < len; l += nt) {
         float v = mp_cu_ld(x, xdt, off + l * stride);
-        mp_cu_st(y, ydt, off + l * stride, log_ ? v - lse : expf(v - m) * inv);
+        mp_cu_st(y, ydt, off + l * stride, log_ ? v - lse : mp_expf_p(v - m) * inv);
     }
 }
 
@@ -365,7 +365,7 @@ static inline MP_HD void mp_cu_softmax_grad_put(void *dx, int dxdt, const void *
     float fs = (float)s;
     for (int64_t l = tid; l < len; l += nt) {
         float g = mp_cu_ld(dy, dydt, off + l * stride), v = mp_cu_ld(y, ydt, off + l * stride);
-        mp_cu_st(dx, dxdt, off + l * stride, log_ ? g - expf(v) * fs : v * (g - fs));
+        mp_cu_st(dx, dxdt, off + l * stride, log_ ? g - mp_expf_p(v) * fs : v * (g - fs));
     }
 }
 
@@ -391,7 +391,7 @@ static inline MP_HD void mp_cu_ce_grad_put(void *dx, int dxdt, const void *x, in
 {
     float inv = (float)(1.0 / s);
     for (int64_t j = tid; j < C; j += nt) {
-        float p = expf(mp_cu_ld(x, xdt, off + j) - m) * inv;
+        float p = mp_expf_p(mp_cu_ld(x, xdt, off + j) - m) * inv;
         mp_cu_st(dx, dxdt, off + j, g * (p - (j == label ? 1.0f - eps : 0.0f) - eps / (float)C));
     }
 }

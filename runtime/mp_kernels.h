@@ -148,6 +148,7 @@
 #include <string.h>
 #include "mp_model.h"
 #include "mp_half.h"
+#include "mp_vmath.h"
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -161,27 +162,15 @@ static inline int mp_nthreads(void) { return 1; }
 static inline int mp_thread(void) { return 0; }
 #endif
 
-/* x86 with GCC or Clang: code for newer instruction sets (AVX2+FMA in the
- * GEMM micro-kernel, F16C for f16 conversion) is compiled through target
- * attributes whatever -march says, and used when the CPU has them, so a
- * plain `cc -O2 train.c` runs fast on a modern CPU and still runs on an
- * old one. The results are the same either way (F16C rounds to nearest
- * even and quiets NaNs exactly as mp_half.h does). */
-#if !defined(__CUDACC__) && (defined(__GNUC__) || defined(__clang__)) && \
-    (defined(__x86_64__) || defined(__i386__))
-#define MP_X86 1
-#include <immintrin.h>
+/* x86 (MP_X86, mp_cpu_level and the MP_CPU variable): mp_vmath.h. F16C
+ * conversions round to nearest even and quiet NaNs exactly as mp_half.h
+ * does, so the results are the same on every path. */
+#ifdef MP_X86
 enum { MP_CPU_AVX2_FMA, MP_CPU_F16C };
-/* F16C is taken to come with AVX2 (every x86 CPU with AVX2 has it); the
- * libgcc/compiler-rt constructor has filled the CPU model before main. */
 static inline int mp_cpu_has(int what)
 {
     (void)what;
-#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
-    return 1;
-#else
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-#endif
+    return mp_cpu_level() >= MP_CPU_AVX2;
 }
 
 /* n contiguous f16 <-> f32, 8 at a time. */
@@ -203,6 +192,41 @@ static inline void mp_f32_to_f16_f16c(const float *s, uint16_t *d, int64_t n)
                          _mm256_cvtps_ph(_mm256_loadu_ps(s + i),
                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
     for (int64_t i = n8; i < n; i++) d[i] = mp_f32_to_f16(s[i]);
+}
+
+/* n contiguous bf16 <-> f32, 8 at a time, with mp_half.h's rounding (to
+ * nearest even) and NaN quieting, in integer AVX2. */
+MP_AVX2 static inline void mp_bf16_to_f32_avx2(const uint16_t *s, float *d, int64_t n)
+{
+    int64_t n8 = n / 8 * 8;
+    const __m256i abs = _mm256_set1_epi32(0x7fffffff), inf = _mm256_set1_epi32(0x7f800000);
+    for (int64_t i = 0; i < n8; i += 8) {
+        __m256i u = _mm256_slli_epi32(
+            _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(s + i))), 16);
+        __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, abs), inf);
+        u = _mm256_or_si256(u, _mm256_and_si256(nan, _mm256_set1_epi32(0x00400000)));
+        _mm256_storeu_ps(d + i, _mm256_castsi256_ps(u));
+    }
+    for (int64_t i = n8; i < n; i++) d[i] = mp_bf16_to_f32(s[i]);
+}
+
+MP_AVX2 static inline void mp_f32_to_bf16_avx2(const float *s, uint16_t *d, int64_t n)
+{
+    int64_t n8 = n / 8 * 8;
+    const __m256i abs = _mm256_set1_epi32(0x7fffffff), inf = _mm256_set1_epi32(0x7f800000);
+    const __m256i one = _mm256_set1_epi32(1);
+    for (int64_t i = 0; i < n8; i += 8) {
+        __m256i x = _mm256_castps_si256(_mm256_loadu_ps(s + i));
+        __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(x, abs), inf);
+        __m256i odd = _mm256_and_si256(_mm256_srli_epi32(x, 16), one);
+        __m256i r = _mm256_srli_epi32(
+            _mm256_add_epi32(_mm256_add_epi32(x, _mm256_set1_epi32(0x7fff)), odd), 16);
+        __m256i q = _mm256_or_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(0x40));
+        r = _mm256_blendv_epi8(r, q, nan);
+        __m256i p = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08);
+        _mm_storeu_si128((__m128i *)(d + i), _mm256_castsi256_si128(p));
+    }
+    for (int64_t i = n8; i < n; i++) d[i] = mp_f32_to_bf16(s[i]);
 }
 #endif
 
@@ -344,6 +368,12 @@ static inline void mp_ld_n(const void *p, int dt, int64_t off, int64_t stride,
     }
     case MP_BF16: {
         const uint16_t *s = (const uint16_t *)p + off;
+#ifdef MP_X86
+        if (stride == 1 && n >= 8 && mp_cpu_has(MP_CPU_AVX2_FMA)) {
+            mp_bf16_to_f32_avx2(s, dst, n);
+            break;
+        }
+#endif
         for (i = 0; i < n; i++) dst[i] = mp_bf16_to_f32(s[i * stride]);
         break;
     }
@@ -380,6 +410,12 @@ static inline void mp_st_n(void *p, int dt, int64_t off, int64_t stride,
     }
     case MP_BF16: {
         uint16_t *d = (uint16_t *)p + off;
+#ifdef MP_X86
+        if (stride == 1 && n >= 8 && mp_cpu_has(MP_CPU_AVX2_FMA)) {
+            mp_f32_to_bf16_avx2(src, d, n);
+            break;
+        }
+#endif
         for (i = 0; i < n; i++) d[i * stride] = mp_f32_to_bf16(src[i]);
         break;
     }
@@ -406,30 +442,12 @@ static inline void mp_st_beta(void *p, int dt, int64_t off, int64_t n,
 
 /* ---- per-element math (shared with CUDA) --------------------------------- */
 
-#define MP_SQRT1_2 0.70710678118654752f     /* 1/sqrt(2) */
-#define MP_INV_SQRT_2PI 0.39894228040143268f /* 1/sqrt(2 pi) */
-
 static inline MP_HD float mp_relu(float x) { return x < 0.0f ? 0.0f : x; }
-static inline MP_HD float mp_gelu(float x) { return 0.5f * x * (1.0f + erff(x * MP_SQRT1_2)); }
-static inline MP_HD float mp_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
-static inline MP_HD float mp_silu(float x) { return x * mp_sigmoid(x); }
 static inline MP_HD float mp_rsqrt(float x) { return 1.0f / sqrtf(x); }
+/* gelu, sigmoid, silu and their gradients: mp_vmath.h */
 
 /* d relu / dx: 0 at x = 0, as torch's threshold_backward. */
 static inline MP_HD float mp_relu_grad(float dy, float x) { return x > 0.0f ? dy : 0.0f; }
-
-static inline MP_HD float mp_gelu_grad(float dy, float x)
-{
-    float cdf = 0.5f * (1.0f + erff(x * MP_SQRT1_2));
-    float pdf = MP_INV_SQRT_2PI * expf(-0.5f * x * x);
-    return dy * (cdf + x * pdf);
-}
-
-static inline MP_HD float mp_silu_grad(float dy, float x)
-{
-    float s = mp_sigmoid(x);
-    return dy * s * (1.0f + x * (1.0f - s));
-}
 
 static inline MP_HD float mp_tanh_grad(float dy, float y) { return dy * (1.0f - y * y); }
 static inline MP_HD float mp_sigmoid_grad(float dy, float y) { return dy * y * (1.0f - y); }
@@ -468,28 +486,25 @@ static inline MP_HD float mp_dropout_u(uint64_t key, int64_t i)
 /* ---- elementwise kernels ----------------------------------------------- */
 
 /* The loops every elementwise kernel shares: chunks of MP_CHUNK loaded to
- * f32 (t from X, and u from U in the two-input form), the body computing
- * t[i], t stored to Y. */
-#define MP_EW_LOOP(n, X, XDT, Y, YDT, ...)                                     \
-    MP_OMP(parallel for if ((n) > MP_PAR_MIN))                                 \
-    for (int64_t c_ = 0; c_ < (n); c_ += MP_CHUNK) {                           \
-        float t[MP_CHUNK];                                                     \
-        int64_t m_ = mp_min64((n) - c_, MP_CHUNK);                             \
-        mp_ld_n(X, XDT, c_, 1, m_, t);                                         \
-        for (int64_t i = 0; i < m_; i++) { __VA_ARGS__; }                      \
-        mp_st_n(Y, YDT, c_, 1, m_, t);                                         \
-    }
-
-#define MP_EW_LOOP2(n, X, XDT, U, UDT, Y, YDT, ...)                            \
+ * f32 (t from X, and u from U in the two-input form), BODY run once per
+ * chunk of m_ values, t stored to Y. MP_EW_LOOP's body computes t[i]. */
+#define MP_EW_CHUNKS(n, X, XDT, U, UDT, Y, YDT, BODY)                          \
     MP_OMP(parallel for if ((n) > MP_PAR_MIN))                                 \
     for (int64_t c_ = 0; c_ < (n); c_ += MP_CHUNK) {                           \
         float t[MP_CHUNK], u[MP_CHUNK];                                        \
         int64_t m_ = mp_min64((n) - c_, MP_CHUNK);                             \
         mp_ld_n(X, XDT, c_, 1, m_, t);                                         \
-        mp_ld_n(U, UDT, c_, 1, m_, u);                                         \
-        for (int64_t i = 0; i < m_; i++) { __VA_ARGS__; }                      \
+        if (U)                                                                 \
+            mp_ld_n(U, UDT, c_, 1, m_, u);                                     \
+        BODY;                                                                  \
         mp_st_n(Y, YDT, c_, 1, m_, t);                                         \
     }
+#define MP_EW_LOOP(n, X, XDT, Y, YDT, ...)                                     \
+    MP_EW_CHUNKS(n, X, XDT, (const void *)NULL, MP_F32, Y, YDT,                \
+                 for (int64_t i = 0; i < m_; i++) { __VA_ARGS__; })
+#define MP_EW_LOOP2(n, X, XDT, U, UDT, Y, YDT, ...)                            \
+    MP_EW_CHUNKS(n, X, XDT, U, UDT, Y, YDT,                                    \
+                 for (int64_t i = 0; i < m_; i++) { __VA_ARGS__; })
 
 /* y = f(x) */
 #define MP_UNARY(NAME, EXPR)                                                   \
@@ -498,6 +513,22 @@ static inline MP_HD float mp_dropout_u(uint64_t key, int64_t i)
     {                                                                          \
         MP_EW_LOOP(n, x, xdt, y, ydt,                                          \
                    float a = t[i]; t[i] = (EXPR))                              \
+    }
+
+/* y = f(x) by an array function of mp_vmath.h (AVX2 where the CPU has it) */
+#define MP_UNARY_V(NAME, VFN)                                                  \
+    static inline void mp_k_##NAME(void *y, int ydt, const void *x, int xdt,   \
+                                   int64_t n)                                  \
+    {                                                                          \
+        MP_EW_CHUNKS(n, x, xdt, (const void *)NULL, MP_F32, y, ydt, VFN(t, m_)) \
+    }
+
+/* dx = f(dy, x), likewise */
+#define MP_GRAD_V(NAME, VFN)                                                   \
+    static inline void mp_k_##NAME(void *dx, int dxdt, const void *dy,         \
+                                   int dydt, const void *v, int vdt, int64_t n)\
+    {                                                                          \
+        MP_EW_CHUNKS(n, dy, dydt, v, vdt, dx, dxdt, VFN(t, u, m_))             \
     }
 
 /* dx = f(dy, v) where v is the forward's input or output */
@@ -510,19 +541,19 @@ static inline MP_HD float mp_dropout_u(uint64_t key, int64_t i)
 
 MP_UNARY(neg, -a)
 MP_UNARY(relu, mp_relu(a))
-MP_UNARY(gelu, mp_gelu(a))
-MP_UNARY(tanh, tanhf(a))
-MP_UNARY(sigmoid, mp_sigmoid(a))
-MP_UNARY(silu, mp_silu(a))
-MP_UNARY(exp, expf(a))
+MP_UNARY_V(gelu, mp_vgelu)
+MP_UNARY_V(tanh, mp_vtanh)
+MP_UNARY_V(sigmoid, mp_vsigmoid)
+MP_UNARY_V(silu, mp_vsilu)
+MP_UNARY_V(exp, mp_vexp)
 MP_UNARY(log, logf(a))
 MP_UNARY(sqrt, sqrtf(a))
 MP_UNARY(rsqrt, mp_rsqrt(a))
 MP_UNARY(cast, a)
 
 MP_GRAD(relu_grad, mp_relu_grad)
-MP_GRAD(gelu_grad, mp_gelu_grad)
-MP_GRAD(silu_grad, mp_silu_grad)
+MP_GRAD_V(gelu_grad, mp_vgelu_grad)
+MP_GRAD_V(silu_grad, mp_vsilu_grad)
 MP_GRAD(tanh_grad, mp_tanh_grad)
 MP_GRAD(sigmoid_grad, mp_sigmoid_grad)
 MP_GRAD(sqrt_grad, mp_sqrt_grad)
@@ -975,8 +1006,13 @@ static inline float mp_row_max(const float *v, int64_t n)
 static inline double mp_row_sumexp(const float *v, int64_t n, float m)
 {
     double s = 0;
-    for (int64_t i = 0; i < n; i++)
-        s += expf(v[i] - m);
+    for (int64_t c = 0; c < n; c += MP_CHUNK) {
+        float e[MP_CHUNK];
+        int64_t k = mp_min64(n - c, MP_CHUNK);
+        for (int64_t i = 0; i < k; i++) e[i] = v[c + i] - m;
+        mp_vexp(e, k);
+        for (int64_t i = 0; i < k; i++) s += e[i];
+    }
     return s;
 }
 
@@ -984,9 +1020,12 @@ static inline double mp_row_sumexp(const float *v, int64_t n, float m)
 static inline void mp_row_softmax(float *v, int64_t n)
 {
     float m = mp_row_max(v, n);
-    float inv = (float)(1.0 / mp_row_sumexp(v, n, m));
-    for (int64_t i = 0; i < n; i++)
-        v[i] = expf(v[i] - m) * inv;
+    double s = 0;
+    for (int64_t i = 0; i < n; i++) v[i] -= m;
+    mp_vexp(v, n);
+    for (int64_t i = 0; i < n; i++) s += v[i];
+    float inv = (float)(1.0 / s);
+    for (int64_t i = 0; i < n; i++) v[i] *= inv;
 }
 
 static inline void mp_row_log_softmax(float *v, int64_t n)
@@ -1031,8 +1070,13 @@ static inline void mp_row_log_softmax_grad(float *dy, const float *y, int64_t n)
     double s = 0;
     for (int64_t i = 0; i < n; i++)
         s += dy[i];
-    for (int64_t i = 0; i < n; i++)
-        dy[i] -= expf(y[i]) * (float)s;
+    for (int64_t c = 0; c < n; c += MP_CHUNK) {
+        float e[MP_CHUNK];
+        int64_t k = mp_min64(n - c, MP_CHUNK);
+        memcpy(e, y + c, (size_t)k * sizeof *e);
+        mp_vexp(e, k);
+        for (int64_t i = 0; i < k; i++) dy[c + i] -= e[i] * (float)s;
+    }
 }
 
 static inline void mp_k_softmax_grad(void *dx, int dxdt, const void *dy, int dydt,
@@ -1170,21 +1214,6 @@ static inline void mp_k_accuracy(void *out, int odt, const void *x, int xdt,
 /* ---- elementwise additions: abs sin cos maximum minimum clamp pow, gelu's
  * tanh form ------------------------------------------------------------- */
 
-#define MP_GELU_K 0.79788456080286536f   /* sqrt(2/pi) */
-
-/* GPT-2's gelu: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) (llm.c) */
-static inline MP_HD float mp_gelu_tanh(float x)
-{
-    return 0.5f * x * (1.0f + tanhf(MP_GELU_K * (x + 0.044715f * x * x * x)));
-}
-
-static inline MP_HD float mp_gelu_tanh_grad(float dy, float x)
-{
-    float t = tanhf(MP_GELU_K * (x + 0.044715f * x * x * x));
-    float dt = (1.0f - t * t) * MP_GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
-    return dy * (0.5f * (1.0f + t) + 0.5f * x * dt);
-}
-
 /* d|x|/dx = sign(x), 0 at 0 (torch's sgn) */
 static inline MP_HD float mp_abs_grad(float dy, float x)
 {
@@ -1217,11 +1246,11 @@ static inline MP_HD float mp_pow_grad(float dy, float x, float p)
     return p == 0.0f ? 0.0f : dy * p * powf(x, p - 1.0f);
 }
 
-MP_UNARY(gelu_tanh, mp_gelu_tanh(a))
+MP_UNARY_V(gelu_tanh, mp_vgelu_tanh)
 MP_UNARY(abs, fabsf(a))
 MP_UNARY(sin, sinf(a))
 MP_UNARY(cos, cosf(a))
-MP_GRAD(gelu_tanh_grad, mp_gelu_tanh_grad)
+MP_GRAD_V(gelu_tanh_grad, mp_vgelu_tanh_grad)
 MP_GRAD(abs_grad, mp_abs_grad)
 MP_GRAD(sin_grad, mp_sin_grad)
 MP_GRAD(cos_grad, mp_cos_grad)

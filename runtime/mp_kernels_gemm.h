@@ -17,8 +17,15 @@
  * inner loop. Panels are zero-padded to MR and NR, so the micro-kernel has
  * no edge cases. The micro-kernel is 6x16 in AVX2+FMA intrinsics on any
  * x86 CPU that has them (chosen at run time, so a plain `cc -O2` build
- * gets it too), else 6x8 in GCC/Clang vector extensions or plain C.
- * -DMP_GEMM_PORTABLE leaves the AVX2 kernel out (tests use it). With
+ * gets it too; MP_CPU=portable|avx2 forces the choice, mp_vmath.h), else
+ * 6x8 in GCC/Clang vector extensions or plain C.
+ * -DMP_GEMM_PORTABLE leaves the AVX2 kernel out (tests use it).
+ * Order of the sum, the same on every path: each element of C is one
+ * chain over k ascending within a KC block, and the blocks' partial sums
+ * are added to the f32 tile in order of k. Paths differ only in rounding:
+ * the AVX2 kernel fuses each multiply-add, the portable one fuses where
+ * the compiler contracts `c + a * b` (-march with FMA), else rounds twice;
+ * test_kernels checks both against a double reference. With
  * -fopenmp, products above ~8 MFLOP run on all threads (one parallel
  * region each); each element's sum has the same order on any number.
  *

@@ -7,8 +7,13 @@
  * - forward kernels against naive double-precision loops written here.
  * - every backward kernel against central finite differences of its
  *   forward kernel, in f32, on small random shapes.
+ * - every path of the CPU dispatch (mp_vmath.h's MP_CPU): run without
+ *   MP_CPU, the program runs itself once per path this CPU has.
  * tests/t_kernels_torch.sh compares a representative set with PyTorch and
  * builds this file again with -fopenmp -march=native and with CBLAS. */
+#ifndef _POSIX_C_SOURCE
+#define _POSIX_C_SOURCE 200809L   /* setenv, fork: run_paths */
+#endif
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -18,6 +23,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include "mp_kernels.h"
 #include "mp_kernels_gemm.h"
 #include "mp_kernels_nn.h"
@@ -158,7 +165,14 @@ static void test_bulk_conversion(void **state)
         for (int64_t i = 0; i < n; i++) assert_int_equal(h2[i], mp_f32_to_f16(f[i]));
         mp_st_n(h2, MP_BF16, 0, 1, n, f);
         for (int64_t i = 0; i < n; i++) assert_int_equal(h2[i], mp_f32_to_bf16(f[i]));
+        for (int64_t i = 0; i < n; i++)   /* bf16 ties, either way, and NaNs */
+            f[i] = mp_bits_f32(((uint32_t)i << 16) | (uint32_t)(0x7fff + (round & 3)));
+        mp_st_n(h2, MP_BF16, 0, 1, n, f);
+        for (int64_t i = 0; i < n; i++) assert_int_equal(h2[i], mp_f32_to_bf16(f[i]));
     }
+    mp_ld_n(h, MP_BF16, 0, 1, n, f);   /* every bf16 */
+    for (int64_t i = 0; i < n; i++)
+        assert_int_equal(mp_f32_bits(f[i]), mp_f32_bits(mp_bf16_to_f32(h[i])));
     free(h); free(h2); free(f);
 }
 
@@ -239,6 +253,26 @@ static void test_gemm_alpha_beta(void **state)
         gemm_case(t & 1, t >> 1, 8, 9, 70, MP_F16, MP_F16, MP_F16, 1.0f, 1.0f, 0);
         gemm_case(t & 1, t >> 1, 4, 5, 0, F32, F32, F32, 1.0f, 0.5f, 0);
     }
+}
+
+/* The sizes of the micro-kernels' edges (1, 7, 17, 129) in every
+ * combination, both transposes and low-precision operands: the test that
+ * MP_CPU=portable and avx2 both run. */
+static void test_gemm_paths(void **state)
+{
+    (void)state;
+    static const int64_t sz[] = {1, 7, 17, 129};
+    static const int types[][3] = {
+        {F32, F32, F32}, {MP_F16, MP_F16, F32}, {MP_BF16, MP_BF16, F32},
+        {MP_F16, F32, MP_F16}, {F32, MP_BF16, MP_BF16}};
+    uint64_t rng = rng_state;   /* the later tests keep their data */
+    int n = 0;
+    for (int m = 0; m < 4; m++)
+        for (int k = 0; k < 4; k++)
+            for (int j = 0; j < 4; j++, n++)
+                gemm_case(n & 1, (n >> 1) & 1, sz[m], sz[j], sz[k], types[n % 5][0],
+                          types[n % 5][1], types[n % 5][2], 1.0f, n % 3 ? 0.0f : 1.0f, 0);
+    rng_state = rng;
 }
 
 /* A product large enough for several tiles and passes. */
@@ -1205,13 +1239,37 @@ static void test_cross_entropy_all_ignored(void **state)
         assert_true(dx[i] == 0.0f);
 }
 
-int main(void)
+/* This program again with MP_CPU set to each path the CPU has. */
+static int run_paths(char **argv)
 {
+    const char *paths[] = {"portable", "avx2"};
+    int fail = 0;
+    for (int p = 0; p <= mp_cpu_level() && p < 2; p++) {
+        printf("== MP_CPU=%s\n", paths[p]);
+        fflush(stdout);
+        pid_t pid = fork();
+        if (pid == 0) {
+            setenv("MP_CPU", paths[p], 1);
+            execv("/proc/self/exe", argv);
+            perror(argv[0]);
+            _exit(127);
+        }
+        int st;
+        if (pid < 0 || waitpid(pid, &st, 0) < 0 || !WIFEXITED(st) || WEXITSTATUS(st))
+            fail = 1;
+    }
+    return fail;
+}
+
+int main(int argc, char **argv)
+{
+    (void)argc;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bulk_conversion),
         cmocka_unit_test(test_gemm_sizes),
         cmocka_unit_test(test_gemm_types),
         cmocka_unit_test(test_gemm_alpha_beta),
+        cmocka_unit_test(test_gemm_paths),
         cmocka_unit_test(test_gemm_large),
         cmocka_unit_test(test_linear_matmul),
         cmocka_unit_test(test_matmul_tn_fd),
@@ -1238,5 +1296,7 @@ int main(void)
         cmocka_unit_test(test_rope_inverse),
         cmocka_unit_test(test_cross_entropy_all_ignored),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    if (getenv("MP_CPU"))
+        return cmocka_run_group_tests(tests, NULL, NULL);
+    return run_paths(argv);
 }
