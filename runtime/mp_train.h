@@ -638,7 +638,9 @@ static inline int mp_log_eval(MpLog *l, const MpTrainer *t, double loss, const d
  * of the progress line? (Only then does a device step wait for the device.) */
 static inline int mp_log_due(const MpLog *l, int logged)
 {
-    return logged || (l->tty && mp_now() - l->last_draw > 0.1);
+    /* several ranks wait at the same steps (the CPU stand-in of the CUDA
+     * program runs a rank's device work only when the host waits for it) */
+    return logged || (mp_dist.size == 1 && l->tty && mp_now() - l->last_draw > 0.1);
 }
 
 /* The weights for PyTorch, brought back from the device first (rank 0). */
@@ -736,7 +738,7 @@ static inline int mp_check_outputs(const MpOpts *o, MpErr *e)
  * after the same step. */
 static inline int mp_stop_agreed(void)
 {
-    double v[2] = {mp_stop_signal == SIGTERM, mp_stop_signal == SIGINT};
+    double v[2] = {mp_stop_signal == SIGTERM ? 1.0 : 0.0, mp_stop_signal == SIGINT ? 1.0 : 0.0};
     if (mp_dist.size == 1)
         return mp_stop_signal;
     mp_dist_sum_f64(v, 2);

@@ -155,4 +155,16 @@ stop_run() {   # stop_run ranks: signal the ranks (Open MPI's mpirun, signalled
 }
 stop_run ranks
 
+echo "== 7. the CUDA program on 2 ranks (CPU stand-in, stand-in NCCL over MPI) = the C program"
+CXX=mpicxx EMU_FLAGS=-DMP_USE_MPI emu_trainer tests/models/dp_mlp.mp "$tmp/cu" --precision mixed_float16
+case $? in
+0)  mpi 2 "$tmp/hdp" "${D[@]}" --log "$tmp/hc.jsonl" --save "$tmp/hc.st" 2>/dev/null || bad "C, f16, 2 ranks failed"
+    mpi 2 "$tmp/cu" "${D[@]}" --log "$tmp/hcu.jsonl" --save "$tmp/hcu.st" 2>"$tmp/hcu.err" ||
+        bad "the CUDA program on 2 ranks failed: $(tail -n 3 "$tmp/hcu.err")"
+    same_run "CUDA program, 2 ranks" "$tmp/hc.jsonl" "$tmp/hcu.jsonl" "$tmp/hc.st" "$tmp/hcu.st"
+    mpi 2 "$tmp/cu" "${H[@]}" --log "$tmp/hbcu.jsonl" --save "$tmp/hbcu.st" 2>/dev/null || bad "CUDA, overflow run failed"
+    same_run "CUDA program, overflow on rank 1" "$tmp/hn.jsonl" "$tmp/hbcu.jsonl" "$tmp/hn.st" "$tmp/hbcu.st" ;;
+1)  fail=1 ;;
+esac
+
 exit $fail
