@@ -5,12 +5,14 @@
         relative, loss_scale, skipped and lr equal, grad_norm within 1e-5
         relative (its sum of squares runs over differently rounded sums);
         eval lines: loss and metrics equal to the last digit
-    dp.py ckpt ONE.safetensors N.safetensors [REL]
+    dp.py ckpt ONE.safetensors N.safetensors [REL [SUFFIX,...]]
         the same tensors; each within REL of the largest magnitude of its
         one-process values (max |a - b| <= REL * max |a|); metadata equal
         but for 'ranks', 'source' (the reference is compiled from a copy
         with accumulate N x A) and 'bn_batches_tracked' (each rank counts
-        its own A forwards a step, the batch-norm statistics it keeps)
+        its own A forwards a step, the batch-norm statistics it keeps);
+        tensors whose names end in one of the SUFFIXes are left out
+        (running_mean,running_var: each rank's own, rank 0's saved)
 Exit 1 listing the differences."""
 import json
 import os
@@ -51,9 +53,12 @@ def log(a, b, rel):
     return errs, f"{len(sa)} steps, {len(ea)} evaluations"
 
 
-def ckpt(a, b, rel):
+def ckpt(a, b, rel, skip=()):
     ta, ma = st.read(a, with_meta=True)
     tb, mb = st.read(b, with_meta=True)
+    for t in (ta, tb):
+        for k in [k for k in t if k.endswith(tuple(skip))]:
+            del t[k]
     errs = [f"tensor '{k}' only in one" for k in sorted(set(ta) ^ set(tb))]
     worst = 0.0
     for k in sorted(set(ta) & set(tb)):
@@ -71,7 +76,9 @@ def ckpt(a, b, rel):
 
 if __name__ == "__main__":
     rel = float(sys.argv[4]) if len(sys.argv) > 4 else 1e-6
-    errs, what = {"ckpt": ckpt, "log": log}[sys.argv[1]](sys.argv[2], sys.argv[3], rel)
+    skip = tuple(sys.argv[5].split(",")) if len(sys.argv) > 5 and sys.argv[1] == "ckpt" else ()
+    errs, what = (ckpt(sys.argv[2], sys.argv[3], rel, skip) if sys.argv[1] == "ckpt"
+                  else log(sys.argv[2], sys.argv[3], rel))
     for e in errs[:20]:
         print("DIFF:", e)
     print(f"{sys.argv[1]} {os.path.basename(sys.argv[2])} vs {os.path.basename(sys.argv[3])}: "
