@@ -34,7 +34,7 @@ wall() {   # wall N STEPS: seconds of one run
     echo "$t1 - $t0" | bc -l
 }
 
-echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg), $(nproc) cores"
+echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg), $(getconf _NPROCESSORS_ONLN) cores"
 echo
 echo "| ranks | samples/s | speed-up |"
 echo "| --- | --- | --- |"
