@@ -40,6 +40,13 @@
  * (mp_stop ends the loop after a step, with a checkpoint), the non-finite
  * loss and parameter checks, the schedule warning and --dry-run.
  *
+ * Data parallel (mp_dist.h, `mpirun -np N` of the -DMP_USE_MPI build): a
+ * step is N x accumulate micro-batches, this rank's those of index rank,
+ * rank + N, ...; mp_reduce_step sums the gradients (and gathers the micro
+ * losses) before the unscale pass; the stop flag is agreed before each
+ * step (mp_stop_agreed); rank 0 alone checks and writes outputs and prints
+ * log lines; an error is printed as "rank R: ..." and ends every rank.
+ *
  * Exit status: 0 done, 1 run-time error (one line on stderr), 2 usage,
  * 130 / 143 stopped by SIGINT / SIGTERM (after saving). */
 #ifndef MP_TRAIN_H
