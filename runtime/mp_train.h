@@ -852,6 +852,8 @@ static inline int mp_run(MpTrainer *t, const MpOpts *o, MpLog *l, MpErr *e)
     if (l->total > 0 && t->step > l->total)
         return mp_errf(e, "%s: the checkpoint is at step %lld, past --steps %lld",
                        o->resume, (long long)t->step, (long long)l->total);
+    if (o->resume && l->total > t->step && mp_ckpt_ranks_ok(t, o->resume, e))
+        return 1;
     int writer = mp_dist_writer();      /* rank 0: files, reports, log lines */
     if (writer)
         mp_warn_horizon(t, l->total);
