@@ -45,11 +45,13 @@ static void header(Emit *e)
           " * Faster:  cc -O3 -march=native -fopenmp %s.c -lm\n"
           " * BLAS:    cc -O3 -march=native -fopenmp -DMP_USE_CBLAS %s.c -lopenblas -lm\n"
           " *          (f16/bf16 operands are rounded first, so results keep their semantics)\n"
+          " * MPI:     mpicc -O3 -DMP_USE_MPI %s.c -lm, then mpirun -np N ./a.out ...\n"
+          " *          (data parallel on N processes: README, \"Training on several processes\")\n"
           " * Threads: OMP_NUM_THREADS=N; on a machine shared with other work, also\n"
           " *          OMP_WAIT_POLICY=passive (spinning threads lose whole scheduler ticks)\n"
           " * Run:     ./a.out --help\n"
           " */\n",
-       g->model, g->model, g->model);
+       g->model, g->model, g->model, g->model);
 }
 
 static void declare_values(Emit *e)

@@ -48,11 +48,15 @@ static void header(Emit *e)
           " *          plain `nvcc %s.cu` works too, on every supported GPU (its PTX is\n"
           " *          compiled by the driver at the first run); no link flags: cuBLAS is\n"
           " *          loaded at run time from libcublas.so.13 or .12 (MP_CUBLAS=path)\n"
+          " * MPI:     nvcc -O3 -arch=native -ccbin mpicxx -DMP_USE_MPI %s.cu -o train, then\n"
+          " *          mpirun -np N ./train ...: one GPU per rank, gradients summed by NCCL\n"
+          " *          (loaded at run time from libnccl.so.2, MP_NCCL=path; README,\n"
+          " *          \"Training on several processes\")\n"
           " * Run:     ./train --help     (the same options as the C program)\n"
           " * Trouble: MP_CUDA_SYNC=1 ./train ... names a failing kernel's op and line;\n"
           " *          with compute-sanitizer ./train ... it shows the bad access\n"
           " */\n",
-       g->model, g->model);
+       g->model, g->model, g->model);
     /* the runtime is a library of static functions, a model uses some */
     em(e, "#pragma nv_diag_suppress 177 /* declared but never referenced */\n"
           "#pragma nv_diag_suppress 550 /* set but never used */\n");

@@ -15,7 +15,10 @@
  *   state before this epoch's shuffle: 4 x 16 hex digits), data_epoch,
  *   data_position (batches used in that epoch), data_samples,
  *   bn_batches_tracked (training forwards so far; absent in older files:
- *   step x accumulate).
+ *   step x accumulate), ranks (the processes of a data-parallel run,
+ *   mp_dist.h; absent for one process). --resume refuses to train on with
+ *   another count (the data order of a step depends on it); --steps 0
+ *   (evaluate, export, predict) takes a checkpoint of any count.
  * Loading checks every name, type and shape and refuses a mismatch, a
  * non-finite value, an unexpected tensor or an unreadable number by name.
  * --init reads only the parameters, converting F16, BF16 and F64 to f32
@@ -35,6 +38,7 @@
 #include "mp_safetensors.h"
 #include "mp_optim.h"
 #include "mp_data.h"
+#include "mp_dist.h"
 
 typedef struct MpTrainer {
     MpModel *m;
@@ -56,6 +60,8 @@ typedef struct MpTrainer {
     int64_t bn_batches;         /* training forwards so far: batch norm's
                                    num_batches_tracked (PyTorch's count) */
     double loss_total;          /* sum of the step losses of this run (host) */
+    double *micro_loss;         /* the step's N x A micro-batch losses (mp_dist.h) */
+    int64_t ckpt_ranks;         /* --resume: the processes of the run that wrote it */
 } MpTrainer;
 
 static inline const char *mp_opt_name(int opt)
@@ -65,7 +71,7 @@ static inline const char *mp_opt_name(int opt)
 
 /* ---- writing ------------------------------------------------------------ */
 
-enum { MP_CKPT_NMETA = 20 };
+enum { MP_CKPT_NMETA = 21 };
 
 static inline int mp_ckpt_meta(const MpTrainer *t, const char **k, const char **v,
                                char (*buf)[72])
@@ -93,6 +99,8 @@ static inline int mp_ckpt_meta(const MpTrainer *t, const char **k, const char **
     MP_META_F("data_position", "%" PRId64, t->order.pos);
     MP_META_F("data_samples", "%" PRId64, t->order.samples);
     MP_META_F("bn_batches_tracked", "%" PRId64, t->bn_batches);
+    if (mp_dist.size > 1)
+        MP_META_F("ranks", "%d", mp_dist.size);
 #undef MP_META_F
 #undef MP_META_S
     return n;
@@ -334,11 +342,24 @@ static inline int mp_meta_rng(const MpStFile *f, const char *file, MpRng *r, MpE
     return mp_errf(e, "%s: metadata 'data_rng' = '%s' is not 64 hex digits", file, s);
 }
 
+/* A data-parallel checkpoint continues training exactly only on as many
+ * processes (evaluating, exporting or predicting from it works on any). */
+static inline int mp_ckpt_ranks_ok(const MpTrainer *t, const char *file, MpErr *e)
+{
+    if (t->ckpt_ranks == mp_dist.size)
+        return 0;
+    return mp_errf(e, "%s: written by a run on %lld process%s, this run has %d: resume it with "
+                   "mpirun -np %lld (the data order of a step depends on the count)", file,
+                   (long long)t->ckpt_ranks, t->ckpt_ranks == 1 ? "" : "es", mp_dist.size,
+                   (long long)t->ckpt_ranks);
+}
+
 /* The counters and the data order. */
 static inline int mp_ckpt_counters(MpTrainer *t, const MpStFile *f, const char *file, MpErr *e)
 {
     const char *s, *model, *opt;
     int64_t seed = 0, epoch = 0, pos = 0, samples = 0;
+    t->ckpt_ranks = 1;
     MpRng rng = {{0, 0, 0, 0}};
     char *end;
     if (mp_meta_str(f, file, "model", &model, e) || mp_meta_str(f, file, "optimizer", &opt, e))
@@ -358,7 +379,8 @@ static inline int mp_ckpt_counters(MpTrainer *t, const MpStFile *f, const char *
         || mp_meta_i64(f, file, "data_epoch", &epoch, e)
         || mp_meta_i64(f, file, "data_position", &pos, e)
         || mp_meta_i64(f, file, "data_samples", &samples, e)
-        || mp_meta_rng(f, file, &rng, e) || mp_meta_str(f, file, "loss_scale", &s, e))
+        || mp_meta_rng(f, file, &rng, e) || mp_meta_str(f, file, "loss_scale", &s, e)
+        || (mp_st_meta(f, "ranks") && mp_meta_i64(f, file, "ranks", &t->ckpt_ranks, e)))
         return 1;
     t->ls.scale = strtod(s, &end);
     if (end == s || *end || !(t->ls.scale >= 1))

@@ -46,6 +46,8 @@
 #include "mp_util.h"
 #include "mp_ckpt.h"
 #include "mp_cublas.h"
+#include "mp_nccl.h"
+#include "mp_dist.h"
 #include "mp_cuda_items.h"
 
 #define MP_CU_ALIGN 256
@@ -137,6 +139,8 @@ typedef struct MpCu {
     int capturing;                 /* errors are noted, not fatal: eager steps then */
     char capture_err[160];         /* the first error while capturing */
     int blas_off;                  /* cuBLAS refused a product: the built-in one */
+    MpNccl nccl;                   /* data parallel, more than one rank: */
+    MpNcclComm comm;               /* the gradients summed over the ranks */
     const char *op, *where;        /* the model's op being launched, its source line */
 } MpCu;
 
@@ -688,7 +692,7 @@ static inline int mp_cu_open(MpErr *e)
         return mp_errf(e, "no CUDA device: %s", rc != cudaSuccess ? cudaGetErrorString(rc)
                        : "the driver sees none");
     const char *dev = getenv("MP_CUDA_DEVICE");
-    int d = dev && *dev ? atoi(dev) : 0;
+    int d = dev && *dev ? atoi(dev) : mp_dist.local % n;   /* data parallel: a GPU per rank */
     cudaDeviceProp prop;
     if ((rc = cudaSetDevice(d)) != cudaSuccess || (rc = cudaGetDeviceProperties(&prop, d)) != cudaSuccess)
         return mp_errf(e, "no CUDA device: device %d: %s", d, cudaGetErrorString(rc));

@@ -90,7 +90,9 @@ static inline void mp_cu_loss_seed(float *y, const MpCuRun *r)
  * kept before the arena's bytes are reused by later nodes. */
 static inline void mp_cu_out(const MpCuRun *r, int i, const void *src, int dt)
 {
-    MpCuNote f = {r->graph ? mp_cu.state : NULL, mp_cu.outs, i, dt, r->micro == 0, src};
+    /* a step's first micro-batch on this rank is micro-batch `rank` of the
+     * step's N x A (mp_dist.h) */
+    MpCuNote f = {r->graph ? mp_cu.state : NULL, mp_cu.outs, i, dt, r->micro == mp_dist.rank, src};
     if (!r->graph || i == 0)
         mp_cu_one("loss", f);
 }
@@ -257,7 +259,21 @@ static inline void mp_cu_gather_slot(int s)
         }
 }
 
-/* Everything of one optimizer step, on the compute stream, inputs in slot s. */
+/* Data parallel: buf[0..n) summed over the ranks, on the compute stream. */
+static inline void mp_cu_nccl_sum(void *buf, int64_t n, int type)
+{
+    if (!mp_cu.comm || mp_cu.measure)
+        return;
+    int rc = mp_cu.nccl.all_reduce(buf, buf, (size_t)n, type, MP_NCCL_SUM, mp_cu.comm, mp_cu.st);
+    if (rc != MP_NCCL_SUCCESS && !mp_cu_captured_err("ncclAllReduce", mp_cu.nccl.error_string(rc)))
+        mp_cu_die("ncclAllReduce", mp_cu.nccl.error_string(rc));
+}
+
+/* Everything of one optimizer step, on the compute stream, inputs in slot s.
+ * With N ranks, this rank's micro-batch u of A is the step's u N + rank
+ * (mp_dist.h), and the gradients and the loss are summed over the ranks
+ * before the unscale pass; the loss seed and the mean use N A (MpCuState's
+ * cfg.accumulate, mp_cu_push). */
 static inline void mp_cu_step_body(int s)
 {
     MpTrainer *t = mp_cu.t;
@@ -268,11 +284,13 @@ static inline void mp_cu_step_body(int s)
     mp_cu_memset(mp_cu.grads, t->total * (int64_t)sizeof(float));
     mp_cu.model->cast_params(&r);
     for (int64_t u = 0; u < t->cfg.accumulate; u++) {
-        r.micro = u;
+        r.micro = u * mp_dist.size + mp_dist.rank;
         r.in = mp_cu.in[s] + mp_cu.in_base + u * mp_cu.model->in_bytes;
         mp_cu.model->forward(&r);
         mp_cu.model->backward(&r);
     }
+    mp_cu_nccl_sum(mp_cu.grads, t->total, MP_NCCL_FLOAT32);
+    mp_cu_nccl_sum(&mp_cu.state->loss_sum, 1, MP_NCCL_FLOAT64);
     MpCuUnscale un = {mp_cu.grads, t->total, (t->total + mp_cu.nparts - 1) / mp_cu.nparts,
                       mp_cu.state, mp_cu.part};
     MpCuDecide de = {mp_cu.state, r.hdr, mp_cu.part, mp_cu.nparts};
@@ -450,6 +468,7 @@ static inline void mp_cu_push(MpTrainer *t, MpCuTile *tiles)
     memset(&s, 0, sizeof s);
     s.ls = t->ls;
     s.cfg = t->cfg;
+    s.cfg.accumulate = t->cfg.accumulate * mp_dist.size;   /* micro-batches of a step, all ranks */
     s.floor_skips = t->floor_skips;
     s.updates = t->updates;
     s.coef = 1.0f;
@@ -513,6 +532,27 @@ static inline int mp_cu_nparts(const MpTrainer *t)
     return n < 1 ? 1 : n;
 }
 
+/* Data parallel on more than one rank: NCCL loaded, rank 0's id to every
+ * rank (MPI), the communicator joined on this rank's GPU. */
+static inline int mp_cu_nccl_open(MpErr *e)
+{
+    char msg[512];
+    MpNcclId id;
+    int rc;
+    if (mp_dist.size == 1)
+        return 0;
+    if (mp_nccl_load(&mp_cu.nccl, msg, sizeof msg))
+        return mp_errf(e, "%s", msg);
+    memset(&id, 0, sizeof id);
+    if (mp_dist.rank == 0 && (rc = mp_cu.nccl.get_unique_id(&id)) != MP_NCCL_SUCCESS)
+        return mp_errf(e, "NCCL: ncclGetUniqueId: %s", mp_cu.nccl.error_string(rc));
+    mp_dist_bcast(&id, (int64_t)sizeof id);
+    if ((rc = mp_cu.nccl.comm_init_rank(&mp_cu.comm, mp_dist.size, id, mp_dist.rank)) != MP_NCCL_SUCCESS)
+        return mp_errf(e, "NCCL: rank %d of %d cannot join (ncclCommInitRank): %s", mp_dist.rank,
+                       mp_dist.size, mp_cu.nccl.error_string(rc));
+    return 0;
+}
+
 static int mp_cu_start(MpTrainer *t, int host, MpErr *e)
 {
     mp_cu.t = t;
@@ -546,7 +586,7 @@ static int mp_cu_start(MpTrainer *t, int host, MpErr *e)
         mp_cu_h2d(mp_cu.data[i], t->data.arr[i].data, t->data.arr[i].nbytes);
     mp_cu_wait();
     mp_cu.started = 1;
-    return host ? mp_cu_host_mode(t, e) : mp_cu_start_steps(e);
+    return host ? mp_cu_host_mode(t, e) : mp_cu_nccl_open(e) || mp_cu_start_steps(e);
 }
 
 /* ---- pull, collapse -------------------------------------------------------------------------- */
@@ -578,30 +618,15 @@ static int mp_cu_pull(MpTrainer *t, MpErr *e)
  * on the host side (from the data order at the last read) and report. */
 static inline int mp_cu_collapse(MpTrainer *t, int64_t k0, MpErr *e)
 {
-    MpModel *m = t->m;
-    int64_t acc = t->cfg.accumulate;
+    int64_t acc = t->cfg.accumulate * mp_dist.size;
+    MpRun run;
     if (mp_cu_pull(t, e) || mp_cu_host_mode(t, e))
         return 1;
     mp_order_restore(&t->order, &mp_cu.snap.start, mp_cu.snap.epoch, mp_cu.snap.pos);
     for (int64_t j = mp_cu.snap_step + 1; j < k0; j++)
         for (int64_t u = 0; u < acc; u++)
             mp_order_next(&t->order);
-    memset(t->grads, 0, (size_t)t->total * sizeof(float));
-    m->cast_params();
-    for (int64_t u = 0; u < acc; u++) {
-        MpRun run;
-        int64_t *idx = t->step_idx + u * m->batch;
-        memcpy(idx, mp_order_next(&t->order), (size_t)m->batch * sizeof *idx);
-        mp_fill_batch(m, &t->data, idx);
-        memset(&run, 0, sizeof run);
-        run.training = 1;
-        run.seed_grad = (float)(t->ls.scale / (double)acc);
-        run.seed = t->seed;
-        run.step = k0;
-        run.micro = u;
-        m->forward(&run);
-        m->backward(&run);
-    }
+    mp_micro_batches(t, k0, (float)t->ls.scale, 0, 0, &run);   /* step k0's gradients */
     return mp_collapse(t, k0, e);
 }
 
@@ -653,12 +678,14 @@ static int mp_cu_step(MpTrainer *t, int64_t k, int need, MpStepOut *out, MpErr *
     mp_cu.warm = 1;
     mp_cu_ok(cudaEventSynchronize(mp_cu.copied[s]), "input copy");
     memcpy(stage, &h, sizeof h);
-    for (int64_t u = 0; u < t->cfg.accumulate; u++) {
-        int64_t *idx = t->step_idx + u * m->batch;
+    for (int64_t u = 0; u < t->cfg.accumulate * mp_dist.size; u++) {   /* every rank's */
+        int64_t *idx = t->step_idx + u * m->batch, a = u / mp_dist.size;   /* a: this rank's */
         memcpy(idx, mp_order_next(&t->order), (size_t)m->batch * sizeof *idx);
-        memcpy(stage + MP_CU_HDR + u * m->batch * (int64_t)sizeof *idx, idx, (size_t)m->batch * sizeof *idx);
+        if (u % mp_dist.size != mp_dist.rank)
+            continue;
+        memcpy(stage + MP_CU_HDR + a * m->batch * (int64_t)sizeof *idx, idx, (size_t)m->batch * sizeof *idx);
         if (!mp_cu.data)
-            mp_cu_gather_batch(t, stage + mp_cu.in_base + u * mp_cu.model->in_bytes, idx);
+            mp_cu_gather_batch(t, stage + mp_cu.in_base + a * mp_cu.model->in_bytes, idx);
     }
     mp_cu_ok(cudaStreamWaitEvent(mp_cu.cp, mp_cu.done[s], 0), "input copy");
     mp_cu_ok(cudaMemcpyAsync(mp_cu.in[s], stage, (size_t)mp_cu.copy_bytes, cudaMemcpyHostToDevice,

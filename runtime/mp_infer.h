@@ -35,6 +35,7 @@
 #include "mp_safetensors.h"
 #include "mp_data.h"
 #include "mp_ckpt.h"
+#include "mp_dist.h"
 
 /* Batch j of set d (rows first .. first + real - 1, real <= B) into the
  * batch buffers, padded with the last real sample; run set up for it. */
@@ -57,35 +58,60 @@ static inline int64_t mp_infer_batches(const MpTrainer *t, const MpDataSet *d)
     return (d->samples + t->m->batch - 1) / t->m->batch;
 }
 
-/* Mean loss and metrics over every sample of the --eval set. */
+/* Data parallel (mp_dist.h): the batch-norm running statistics (the
+ * parameters that are not trained) are each rank's own; rank 0's, the ones
+ * its checkpoints hold, to every rank before they evaluate together. The
+ * CUDA program keeps them on the device: each rank evaluates with its own. */
+static inline void mp_share_buffers(MpTrainer *t)
+{
+    for (int i = 0; mp_dist.size > 1 && !t->m->device && i < t->m->nparams; i++)
+        if (!t->m->params[i].trainable)
+            mp_dist_bcast(t->params + t->offset[i], t->m->params[i].numel * (int64_t)sizeof(float));
+}
+
+/* Mean loss and metrics over every sample of the --eval set. Batch b runs
+ * on rank b % N; its loss and metrics, weighted by its real rows, go into
+ * row b of sums (zeros elsewhere), summed over ranks (x + 0 is exact) and
+ * then in batch order: the same numbers as one process. */
 static inline int mp_evaluate(MpTrainer *t, double *loss, double *metric, MpErr *e)
 {
     MpModel *m = t->m;
+    int64_t nb = mp_infer_batches(t, &t->eval), w = 1 + m->nmetrics;
     float *mv = (float *)calloc((size_t)m->nmetrics + 1, sizeof(float));
     int64_t *idx = (int64_t *)malloc((size_t)m->batch * sizeof(int64_t));
-    if (!mv || !idx) {
+    double *sums = (double *)calloc((size_t)(nb * w) + 1, sizeof(double));
+    if (!mv || !idx || !sums) {
         free(mv);
         free(idx);
+        free(sums);
         return mp_errf(e, "out of memory for evaluation");
     }
-    *loss = 0;
-    for (int j = 0; j < m->nmetrics; j++)
-        metric[j] = 0;
+    mp_share_buffers(t);
     m->cast_params();
-    for (int64_t b = 0; b < mp_infer_batches(t, &t->eval); b++) {
+    for (int64_t b = mp_dist.rank; b < nb; b += mp_dist.size) {
         MpRun run;
         mp_infer_batch(t, &t->eval, b, idx, &run);
         run.metrics = mv;
         m->forward(&run);
-        *loss += (double)run.loss * (double)run.rows;
+        sums[b * w] = (double)run.loss * (double)run.rows;
         for (int j = 0; j < m->nmetrics; j++)
-            metric[j] += (double)mv[j] * (double)run.rows;
+            sums[b * w + 1 + j] = (double)mv[j] * (double)run.rows;
+    }
+    mp_dist_sum_f64(sums, nb * w);
+    *loss = 0;
+    for (int j = 0; j < m->nmetrics; j++)
+        metric[j] = 0;
+    for (int64_t b = 0; b < nb; b++) {
+        *loss += sums[b * w];
+        for (int j = 0; j < m->nmetrics; j++)
+            metric[j] += sums[b * w + 1 + j];
     }
     *loss /= (double)t->eval.samples;
     for (int j = 0; j < m->nmetrics; j++)
         metric[j] /= (double)t->eval.samples;
     free(mv);
     free(idx);
+    free(sums);
     return 0;
 }
 

@@ -40,6 +40,13 @@
  * (mp_stop ends the loop after a step, with a checkpoint), the non-finite
  * loss and parameter checks, the schedule warning and --dry-run.
  *
+ * Data parallel (mp_dist.h, `mpirun -np N` of the -DMP_USE_MPI build): a
+ * step is N x accumulate micro-batches, this rank's those of index rank,
+ * rank + N, ...; mp_reduce_step sums the gradients (and gathers the micro
+ * losses) before the unscale pass; the stop flag is agreed before each
+ * step (mp_stop_agreed); rank 0 alone checks and writes outputs and prints
+ * log lines; an error is printed as "rank R: ..." and ends every rank.
+ *
  * Exit status: 0 done, 1 run-time error (one line on stderr), 2 usage,
  * 130 / 143 stopped by SIGINT / SIGTERM (after saving). */
 #ifndef MP_TRAIN_H
@@ -55,6 +62,7 @@
 #include <unistd.h>
 #include "mp_model.h"
 #include "mp_util.h"
+#include "mp_dist.h"
 #include "mp_optim.h"
 #include "mp_data.h"
 #include "mp_ckpt.h"
@@ -281,9 +289,10 @@ static inline int mp_alloc(MpTrainer *t, MpErr *e)
     for (int i = 0; i < m->ninputs; i++)
         if (!(m->inputs[i].batch = calloc((size_t)(m->batch * mp_sample_bytes(&m->inputs[i])) + 1, 1)))
             return mp_errf(e, "out of memory for the batch of input '%s'", m->inputs[i].name);
-    int64_t acc = t->cfg.accumulate > 0 ? t->cfg.accumulate : 1;
+    int64_t acc = (t->cfg.accumulate > 0 ? t->cfg.accumulate : 1) * mp_dist.size;
     t->step_idx = (int64_t *)calloc((size_t)(acc * m->batch) + 1, sizeof(int64_t));
-    return t->step_idx ? 0 : mp_errf(e, "out of memory");
+    t->micro_loss = (double *)calloc((size_t)acc + 1, sizeof(double));
+    return t->step_idx && t->micro_loss ? 0 : mp_errf(e, "out of memory");
 }
 
 static inline void mp_free(MpTrainer *t)
@@ -300,6 +309,7 @@ static inline void mp_free(MpTrainer *t)
     free(t->slot[0]);
     free(t->slot[1]);
     free(t->step_idx);
+    free(t->micro_loss);
     free(t->order.perm);
     mp_data_free(&t->data);
     mp_data_free(&t->eval);
@@ -372,21 +382,25 @@ static inline int mp_numerics_error(int64_t k, const MpRun *r, const char *why, 
                    r->bad_where ? r->bad_where : "?");
 }
 
-/* Forward + backward of every micro-batch of step k, from t->step_idx when
- * replay is set, else from the data order. Returns 1 when check stopped
- * at a non-finite value (*run says where). */
+/* Forward + backward of this rank's micro-batches of step k (mp_dist.h:
+ * u = rank, rank + N, ... of the step's N x A), from t->step_idx when
+ * replay is set, else from the data order; each one's loss into
+ * t->micro_loss[u] (the other slots 0). Returns 1 when check stopped at a
+ * non-finite value (*run says where). */
 static inline int mp_micro_batches(MpTrainer *t, int64_t k, float scale, int check,
-                                   int replay, double *loss, MpRun *run)
+                                   int replay, MpRun *run)
 {
     MpModel *m = t->m;
-    int64_t acc = t->cfg.accumulate;
-    *loss = 0;
+    int64_t acc = t->cfg.accumulate * mp_dist.size;
+    memset(t->micro_loss, 0, (size_t)acc * sizeof(double));
     memset(t->grads, 0, (size_t)t->total * sizeof(float));
     m->cast_params();
     for (int64_t u = 0; u < acc; u++) {
         int64_t *idx = t->step_idx + u * m->batch;
         if (!replay)
             memcpy(idx, mp_order_next(&t->order), (size_t)m->batch * sizeof *idx);
+        if (u % mp_dist.size != mp_dist.rank)
+            continue;
         mp_fill_batch(m, &t->data, idx);
         memset(run, 0, sizeof *run);
         run->training = 1;
@@ -397,13 +411,26 @@ static inline int mp_micro_batches(MpTrainer *t, int64_t k, float scale, int che
         run->check = check;
         if (m->forward(run) && check)
             return 1;
-        *loss += run->loss;
+        t->micro_loss[u] = run->loss;
         run->check = replay;
         if (m->backward(run) && replay)
             return 1;
     }
-    *loss /= (double)acc;
     return 0;
+}
+
+/* Every rank's gradients summed into each rank's, and the step's loss: the
+ * mean of its micro-batch losses, added in micro-batch order (the same
+ * number as one process's). */
+static inline double mp_reduce_step(MpTrainer *t)
+{
+    int64_t acc = t->cfg.accumulate * mp_dist.size;
+    double loss = 0;
+    mp_dist_sum_f64(t->micro_loss, acc);
+    mp_dist_sum_f32(t->grads, t->total);
+    for (int64_t u = 0; u < acc; u++)
+        loss += t->micro_loss[u];
+    return loss / (double)acc;
 }
 
 /* The collapse stop: which gradients, then a replay with checks. */
@@ -420,8 +447,7 @@ static inline int mp_collapse(MpTrainer *t, int64_t k, MpErr *e)
             len += (size_t)snprintf(names + len, sizeof names - len, "%s%s", shown > 1 ? ", " : "", p->name);
     }
     MpRun run;
-    double loss;
-    int found = mp_micro_batches(t, k, (float)t->ls.scale, 1, 1, &loss, &run);
+    int found = mp_micro_batches(t, k, (float)t->ls.scale, 1, 1, &run);
     return mp_errf(e, "step %lld: %d steps in a row skipped at loss scale %g: the gradients of "
                    "%s are not finite; %s '%s' at %s", (long long)k, MP_COLLAPSE_STEPS,
                    t->ls.scale, names[0] ? names : "(none)",
@@ -441,8 +467,9 @@ static inline int mp_step(MpTrainer *t, int64_t k, int check, int need, MpStepOu
     out->known = 1;
     out->scale = t->ls.scale;
     out->lr = mp_sched_lr(&t->cfg, t->cfg.lr, k);
-    if (mp_micro_batches(t, k, (float)out->scale, check, 0, &loss, &run))
+    if (mp_micro_batches(t, k, (float)out->scale, check, 0, &run))
         return mp_numerics_error(k, &run, "--check-numerics", e);
+    loss = mp_reduce_step(t);
     out->loss = (float)loss;
     if (mp_loss_stop(t, k, k, out->loss, e))
         return 1;
@@ -532,7 +559,7 @@ static inline void mp_log_draw(MpLog *l, const MpTrainer *t, int64_t k, const Mp
     fprintf(stderr, "\r\033[Kstep %lld/%lld  loss %s  scale %g  %.0f samples/s  %s left",
             (long long)k, (long long)l->total, loss, s->scale,
             (now - l->t0) > 0 ? (double)((k - l->first + 1) * t->m->batch
-                                         * t->cfg.accumulate) / (now - l->t0) : 0, eta);
+                                         * t->cfg.accumulate * mp_dist.size) / (now - l->t0) : 0, eta);
     l->last_draw = now;
     l->drawn = 1;
 }
@@ -553,8 +580,11 @@ static inline int mp_log_step(MpLog *l, const MpTrainer *t, int64_t k, const MpS
                               int logged, MpErr *e)
 {
     double now = mp_now(), dt = now - l->last_time;
-    double sps = dt > 0 ? (double)((k - l->last_step) * t->m->batch * t->cfg.accumulate) / dt : 0;
+    double sps = dt > 0 ? (double)((k - l->last_step) * t->m->batch * t->cfg.accumulate
+                                   * mp_dist.size) / dt : 0;
     char loss[32], gn[32], avg[32];
+    if (!mp_dist_writer())
+        return 0;
     if (logged) {
         l->loss_avg = (s->loss_total - l->last_total) / (double)(k - l->last_step);
         mp_fmt_f32(loss, sizeof loss, s->loss);
@@ -584,6 +614,8 @@ static inline int mp_log_eval(MpLog *l, const MpTrainer *t, double loss, const d
     const MpModel *m = t->m;
     char v[32], tag[160];
     size_t at = 0;
+    if (!mp_dist_writer())
+        return 0;
     mp_fmt_f32(v, sizeof v, loss);
     fprintf(stderr, "%sstep %lld eval: loss %s", l->drawn ? "\r\033[K" : "", (long long)t->step, v);
     at += (size_t)snprintf(l->eval, sizeof l->eval, "eval loss %s", v);
@@ -613,20 +645,27 @@ static inline int mp_log_eval(MpLog *l, const MpTrainer *t, double loss, const d
  * of the progress line? (Only then does a device step wait for the device.) */
 static inline int mp_log_due(const MpLog *l, int logged)
 {
-    return logged || (l->tty && mp_now() - l->last_draw > 0.1);
+    /* several ranks wait at the same steps (the CPU stand-in of the CUDA
+     * program runs a rank's device work only when the host waits for it) */
+    return logged || (mp_dist.size == 1 && l->tty && mp_now() - l->last_draw > 0.1);
 }
 
-/* The weights for PyTorch, brought back from the device first. */
+/* The weights for PyTorch, brought back from the device first (rank 0). */
 static inline int mp_save_export(MpTrainer *t, const char *path, MpErr *e)
 {
+    if (!mp_dist_writer())
+        return 0;
     if (t->m->device && t->m->device->pull(t, e))
         return 1;
     return mp_params_finite(t, path, e) || mp_export(t, path, e);
 }
 
-/* A checkpoint of the trainer's buffers, brought back from the device first. */
+/* A checkpoint of the trainer's buffers, brought back from the device first
+ * (rank 0). */
 static inline int mp_save(MpTrainer *t, const char *path, MpErr *e)
 {
+    if (!mp_dist_writer())
+        return 0;
     if (t->m->device && t->m->device->pull(t, e))
         return 1;
     return mp_params_finite(t, path, e) || mp_ckpt_save(t, path, e);
@@ -701,16 +740,29 @@ static inline int mp_check_outputs(const MpOpts *o, MpErr *e)
     return rc;
 }
 
+/* The signal that stops the run before its next step, or 0: with several
+ * ranks, the one every rank agrees on (SIGTERM first), so that all stop
+ * after the same step. */
+static inline int mp_stop_agreed(void)
+{
+    double v[2] = {mp_stop_signal == SIGTERM ? 1.0 : 0.0, mp_stop_signal == SIGINT ? 1.0 : 0.0};
+    if (mp_dist.size == 1)
+        return mp_stop_signal;
+    mp_dist_sum_f64(v, 2);
+    return v[0] > 0 ? SIGTERM : v[1] > 0 ? SIGINT : 0;
+}
+
 /* A signal arrived: the step in progress is done; save, flush, say where. */
-static inline int mp_stop(MpTrainer *t, const MpOpts *o, MpLog *l, MpErr *e)
+static inline int mp_stop(MpTrainer *t, const MpOpts *o, MpLog *l, int sig, MpErr *e)
 {
     if (l->drawn)
         fprintf(stderr, "\n");
     l->drawn = 0;
     if ((o->save && mp_save(t, o->save, e)) || mp_log_io(l, e))
         return 1;
-    l->stopped = mp_stop_signal;
-    fprintf(stderr, "stopped by %s after step %lld of %lld: %s%s%s\n", mp_signal_name(l->stopped),
+    l->stopped = sig;
+    if (mp_dist_writer())
+        fprintf(stderr, "stopped by %s after step %lld of %lld: %s%s%s\n", mp_signal_name(l->stopped),
             (long long)t->step, (long long)l->total,
             o->save ? "checkpoint written to " : "no --save given, nothing saved",
             o->save ? o->save : "", o->save ? " (continue with --resume)" : "");
@@ -734,9 +786,9 @@ static inline int mp_train(MpTrainer *t, const MpOpts *o, MpLog *l, MpErr *e)
     int64_t steps = l->total, log_every = o->log_every > 0 ? o->log_every : 100;
     for (int64_t k = t->step + 1; k <= steps; k++) {
         MpStepOut s = {0};
-        int logged = k % log_every == 0 || k == steps;
-        if (mp_stop_signal)
-            return mp_stop(t, o, l, e);
+        int logged = k % log_every == 0 || k == steps, sig = mp_stop_agreed();
+        if (sig)
+            return mp_stop(t, o, l, sig, e);
         if (mp_step(t, k, (int)o->check_numerics, mp_log_due(l, logged), &s, e)
             || (s.known && mp_loss_stop(t, l->last_step + 1, k, s.loss, e)))
             return 1;
@@ -752,7 +804,8 @@ static inline int mp_train(MpTrainer *t, const MpOpts *o, MpLog *l, MpErr *e)
     if (l->drawn)                               /* keep the last progress line */
         fprintf(stderr, "\n");
     l->drawn = 0;
-    mp_report_skipped(t);
+    if (mp_dist_writer())
+        mp_report_skipped(t);
     return (t->eval.n && mp_eval_and_log(t, l, e)) || (o->save && mp_save(t, o->save, e))
         || (o->export_ && mp_save_export(t, o->export_, e));
 }
@@ -799,18 +852,20 @@ static inline int mp_run(MpTrainer *t, const MpOpts *o, MpLog *l, MpErr *e)
     if (l->total > 0 && t->step > l->total)
         return mp_errf(e, "%s: the checkpoint is at step %lld, past --steps %lld",
                        o->resume, (long long)t->step, (long long)l->total);
-    mp_warn_horizon(t, l->total);
-    if (o->dry_run)
-        return mp_dry_run(t, l->total, e);
-    if (o->predict.n)
-        return mp_run_predict(t, o, e);
-    if (o->log && !(l->jsonl = mp_out_append(o->log, !o->resume, e)))
+    if (o->resume && l->total > t->step && mp_ckpt_ranks_ok(t, o->resume, e))
         return 1;
-    if (o->tensorboard && mp_tb_open(&l->tb, o->tensorboard, e))
+    int writer = mp_dist_writer();      /* rank 0: files, reports, log lines */
+    if (writer)
+        mp_warn_horizon(t, l->total);
+    if (o->dry_run || o->predict.n)
+        return !writer ? 0 : o->dry_run ? mp_dry_run(t, l->total, e) : mp_run_predict(t, o, e);
+    if (writer && o->log && !(l->jsonl = mp_out_append(o->log, !o->resume, e)))
+        return 1;
+    if (writer && o->tensorboard && mp_tb_open(&l->tb, o->tensorboard, e))
         return 1;
     l->loss_avg = NAN;
     l->path = o->log;
-    l->tty = isatty(2);
+    l->tty = writer && isatty(2);
     l->first = t->step + 1;
     l->last_step = t->step;
     l->t0 = l->last_time = mp_now();
@@ -820,7 +875,7 @@ static inline int mp_run(MpTrainer *t, const MpOpts *o, MpLog *l, MpErr *e)
     MpErr later;                /* after an error, the first one is reported */
     if (mp_tb_close(&l->tb, rc ? &later : e) && !rc)
         rc = 1;
-    if (!rc)
+    if (!rc && writer)
         mp_summary(l, t, o);
     return rc;
 }
@@ -836,23 +891,28 @@ int mp_main(int argc, char **argv, MpModel *m)
     memset(&l, 0, sizeof l);
     e.msg[0] = 0;
     t.m = m;
+    mp_dist_init(&argc, &argv);
     int rc = mp_parse_args(argc, argv, &o, &e);
-    if (!rc && !o.help && !o.gradcheck)
+    if (!rc && !o.help && !o.gradcheck && mp_dist_writer())
         rc = mp_check_outputs(&o, &e);
-    if (!rc && o.help)
-        mp_usage(stdout, prog, m);
-    else if (!rc) {
+    if (!rc && o.help) {
+        if (mp_dist_writer())
+            mp_usage(stdout, prog, m);
+    } else if (!rc) {
         mp_catch_signals();
         rc = (o.gradcheck ? mp_gradcheck_run(&t, &o, &e) : mp_run(&t, &o, &l, &e)) ? 1
            : l.stopped ? 128 + l.stopped : 0;
     }
+    char who[32] = "";                  /* several ranks: which one says it */
+    if (mp_dist.size > 1)
+        snprintf(who, sizeof who, "rank %d: ", mp_dist.rank);
     if (rc && !l.stopped)
-        fprintf(stderr, "%s%s: error: %s\n", l.drawn ? "\n" : "", prog, e.msg);
+        fprintf(stderr, "%s%s%s: error: %s\n", l.drawn ? "\n" : "", who, prog, e.msg);
     mp_free(&t);
     free(o.data.v);
     free(o.eval.v);
     free(o.predict.v);
-    return rc;
+    return mp_dist_exit(rc, l.stopped != 0);
 }
 
 #endif

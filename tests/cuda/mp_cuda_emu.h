@@ -668,4 +668,60 @@ static inline void mp_emu_order(int64_t n, int64_t *start, int64_t *stride)
     turn++;
 }
 
+/* ---- a stand-in NCCL (runtime/mp_nccl.h), for the data-parallel program ------------- */
+#ifdef MP_USE_MPI
+#include <mpi.h>
+
+/* Its communicator is MPI's, duplicated (as NCCL's is its own): the
+ * host's MPI calls and the streams' reductions never match each other.
+ * ncclAllReduce is work on the stream (recorded while it is captured), so
+ * the sum happens when the stand-in runs the stream, as on a GPU. */
+struct MpEmuNcclComm { MPI_Comm c; };
+
+template <class Id> static inline int mp_emu_nccl_get_unique_id(Id *id)
+{
+    memset(id, 0, sizeof *id);
+    snprintf((char *)id, sizeof *id, "mp_cuda_emu nccl");
+    return 0;
+}
+
+template <class Id> static inline int mp_emu_nccl_comm_init_rank(void **comm, int n, Id id, int rank)
+{
+    int size = 0, me = -1;
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    MPI_Comm_rank(MPI_COMM_WORLD, &me);
+    if (strcmp((const char *)&id, "mp_cuda_emu nccl") || n != size || rank != me)
+        return 4;                  /* ncclInvalidArgument */
+    MpEmuNcclComm *c = new MpEmuNcclComm;
+    MPI_Comm_dup(MPI_COMM_WORLD, &c->c);
+    *comm = c;
+    return 0;
+}
+
+static inline int mp_emu_nccl_all_reduce(const void *send, void *recv, size_t n, int type, int op,
+                                         void *comm, void *stream)
+{
+    if ((type != 7 && type != 8) || op != 0 || !comm || n > (size_t)INT32_MAX)
+        return 4;
+    MPI_Comm c = ((MpEmuNcclComm *)comm)->c;
+    mp_cu_emu_run((cudaStream_t)stream, "ncclAllReduce", [=]() {
+        MPI_Allreduce(send == recv ? MPI_IN_PLACE : send, recv, (int)n,
+                      type == 7 ? MPI_FLOAT : MPI_DOUBLE, MPI_SUM, c);
+    });
+    return 0;
+}
+
+static inline int mp_emu_nccl_comm_destroy(void *comm)
+{
+    MPI_Comm_free(&((MpEmuNcclComm *)comm)->c);
+    delete (MpEmuNcclComm *)comm;
+    return 0;
+}
+
+static inline const char *mp_emu_nccl_error_string(int rc)
+{
+    return rc == 0 ? "no error" : rc == 4 ? "invalid argument" : "unhandled error";
+}
+#endif
+
 #endif

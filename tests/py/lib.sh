@@ -7,7 +7,8 @@
 #       Prints what failed and returns 1 on failure.
 #   emu_trainer MODEL.mp OUT [mpcc options...]
 #       the CUDA program built for the CPU stand-in (tests/cuda/mp_cuda_emu.h)
-#       as OUT (OUT.cu its source); returns 2 after printing SKIP when there
+#       as OUT (OUT.cu its source), with $CXX and $EMU_FLAGS (the data-parallel
+#       build: CXX=mpicxx EMU_FLAGS=-DMP_USE_MPI); returns 2 after printing SKIP when there
 #       is no C++ compiler, 1 (saying what failed) when it does not build.
 #   mnist_npy DIR   the full MNIST as DIR/{train,test}_{x,y}.npy (u8 images
 #       [N, 784], i32 labels), with build/idx2npy when it is built, else
@@ -45,7 +46,7 @@ emu_trainer() {
     local cxx=${CXX:-$(command -v g++ || command -v c++ || command -v clang++ || true)}
     [ -n "$cxx" ] || { echo "SKIP: no C++ compiler (g++): the CUDA program cannot run on the CPU here"; return 2; }
     "$MPCC" "$model" "$@" -o "$out.cu" 2>"$out.build" &&
-        nice "$cxx" -std=c++17 -O1 -x c++ -DMP_CU_EMU -include tests/cuda/mp_cuda_emu.h \
+        nice "$cxx" -std=c++17 -O1 -x c++ -DMP_CU_EMU ${EMU_FLAGS:-} -include tests/cuda/mp_cuda_emu.h \
             "$out.cu" -o "$out" -lm 2>>"$out.build" ||
         { echo "the CUDA program of $model does not build for the CPU:"; head -n 20 "$out.build"; return 1; }
 }
