@@ -10,8 +10,9 @@
  *                                     thread's share, team.sum / max /
  *                                     argmax reduce over the block in a
  *                                     fixed order (deterministic),
- *                                     team.sum_lanes over the block's warps
- *                                     lane by lane (a block of 32 columns)
+ *                                     team.sum_cols over the block's warps
+ *                                     lane by lane (a block of columns);
+ *                                     sums are compensated f32 (MpAcc)
  *   mp_cu_one(name, f)                f() on one thread (scalars, decisions)
  * so that the functors, where all the arithmetic is, also run on the CPU:
  * compiled with -DMP_CU_EMU (tests/cuda/mp_cuda_emu.h stands in for the
@@ -84,7 +85,10 @@ typedef struct MpCuModel {
     int (*backward)(MpCuRun *r);
 } MpCuModel;
 
-/* Device-side state of the optimizer step and loss scaling. */
+/* Device-side state of the optimizer step and loss scaling. Its doubles
+ * (and MpScaler's, mp_optim.h's factors) are scalars, worked on by one
+ * thread a few times per step as the C program does, for torch parity:
+ * the only double arithmetic the device does outside attention. */
 typedef struct MpCuState {
     MpScaler ls;                   /* mp_optim.h's state machine, on the device */
     MpTrainCfg cfg;
@@ -117,7 +121,7 @@ typedef struct MpCu {
     int64_t mem_bytes;
     unsigned char *arena, *ws, *blas_ws, *in[3];   /* in[2]: evaluation, eager */
     float *params, *grads, *slot[2], *outs;
-    double *part;                  /* the unscale pass's partial sums */
+    MpAcc *part;                   /* the unscale pass's partial sums (two each) */
     int nparts;
     MpCuState *state;
     MpCuTile *tiles;
@@ -230,9 +234,24 @@ static inline void mp_cu_memset(void *p, int64_t bytes)
 
 /* ---- block-wide reductions (blockDim a multiple of 32, up to 1024) -------- */
 
+/* Sums are compensated f32 sums (MpAcc, mp_cuda_items.h): each thread's
+ * share added with TwoSum, the shares joined with TwoSum in the tree below,
+ * so no device reduction runs in double (1/64 rate on consumer GPUs). The
+ * double tree is attention's alone (its kernels are being rewritten). */
 #ifdef __CUDA_ARCH__
 struct MpCuAdd { __device__ double operator()(double a, double b) const { return a + b; } };
+struct MpCuJoin { __device__ MpAcc operator()(MpAcc a, MpAcc b) const { return mp_acc_join(a, b); } };
+struct MpCuCount { __device__ long long operator()(long long a, long long b) const { return a + b; } };
 struct MpCuMax { __device__ float operator()(float a, float b) const { return b > a ? b : a; } };
+
+static __device__ __forceinline__ float mp_cu_shfl_down(float v, int o) { return __shfl_down_sync(0xffffffffu, v, o); }
+static __device__ __forceinline__ double mp_cu_shfl_down(double v, int o) { return __shfl_down_sync(0xffffffffu, v, o); }
+static __device__ __forceinline__ long long mp_cu_shfl_down(long long v, int o) { return __shfl_down_sync(0xffffffffu, v, o); }
+static __device__ __forceinline__ MpAcc mp_cu_shfl_down(MpAcc v, int o)
+{
+    MpAcc r = {__shfl_down_sync(0xffffffffu, v.s, o), __shfl_down_sync(0xffffffffu, v.c, o)};
+    return r;
+}
 
 /* Every thread of the block gets op over all threads' v, combined in a
  * fixed order (so sums are deterministic); idle lanes bring `none`. */
@@ -242,7 +261,7 @@ static __device__ T mp_cu_block_reduce(T v, T none, Op op)
     __shared__ T sh[32];
     int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
     for (int o = 16; o > 0; o >>= 1)
-        v = op(v, __shfl_down_sync(0xffffffffu, v, o));
+        v = op(v, mp_cu_shfl_down(v, o));
     __syncthreads();
     if (lane == 0)
         sh[w] = v;
@@ -250,7 +269,7 @@ static __device__ T mp_cu_block_reduce(T v, T none, Op op)
     if (w == 0) {
         v = lane < nw ? sh[lane] : none;
         for (int o = 16; o > 0; o >>= 1)
-            v = op(v, __shfl_down_sync(0xffffffffu, v, o));
+            v = op(v, mp_cu_shfl_down(v, o));
         if (lane == 0)
             sh[0] = v;
     }
@@ -259,19 +278,26 @@ static __device__ T mp_cu_block_reduce(T v, T none, Op op)
 }
 
 static __device__ double mp_cu_block_sum(double v) { return mp_cu_block_reduce(v, 0.0, MpCuAdd()); }
+static __device__ MpAcc mp_cu_block_acc(MpAcc v) { return mp_cu_block_reduce(v, mp_acc_zero(), MpCuJoin()); }
+static __device__ long long mp_cu_block_count(long long v) { return mp_cu_block_reduce(v, 0ll, MpCuCount()); }
 
-/* Every thread gets the sum of the values its lane brought in each warp,
- * warps in order (a block of columns: lane l sums column l's rows). */
-static __device__ double mp_cu_block_sum_lanes(double v)
+/* Every thread gets the sum over its group of `width` lanes (lanes g width
+ * ... g width + width - 1, g = lane / width) of the values those lanes
+ * brought in every warp: lane by lane in order, each lane's warps in order,
+ * one compensated sum. A block of columns: lane l reads column l of the
+ * rows its warp takes, and width lanes make one output (width 1: a column
+ * each; batch norm's S columns a channel). */
+static __device__ MpAcc mp_cu_block_sum_cols(MpAcc v, int width)
 {
-    __shared__ double sh[32][32];
-    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    __shared__ MpAcc sh[32][32];
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5, l0 = lane / width * width;
     __syncthreads();
     sh[w][lane] = v;
     __syncthreads();
-    double s = 0.0;
-    for (int i = 0; i < nw; i++)
-        s += sh[i][lane];
+    MpAcc s = mp_acc_zero();
+    for (int l = l0; l < l0 + width && l < 32; l++)
+        for (int i = 0; i < nw; i++)
+            s = mp_acc_join(s, sh[i][l]);
     return s;
 }
 static __device__ float mp_cu_block_max(float v) { return mp_cu_block_reduce(v, -INFINITY, MpCuMax()); }
@@ -371,20 +397,49 @@ static inline int64_t mp_cu_emu_tree_arg(const float *v, const int64_t *at, int 
 struct MpCuEmuAdd {
     double operator()(double a, double b) const { return a + b; }
 };
+struct MpCuEmuJoin {
+    MpAcc operator()(MpAcc a, MpAcc b) const { return mp_acc_join(a, b); }
+};
+struct MpCuEmuCount {
+    int64_t operator()(int64_t a, int64_t b) const { return a + b; }
+};
 struct MpCuEmuMax {
     float operator()(float a, float b) const { return b > a ? b : a; }
 };
 
+/* The stand-in's compensated sums: thread i's MpAcc is (as[i], ac[i]). */
+static inline std::vector<MpAcc> mp_cu_emu_accs(const MpEmuBlock *b)
+{
+    std::vector<MpAcc> v((size_t)b->nt);
+    for (int i = 0; i < b->nt; i++)
+        v[(size_t)i] = MpAcc{b->as[(size_t)i], b->ac[(size_t)i]};
+    return v;
+}
+
 static void mp_cu_emu_sum(MpEmuBlock *b) { b->rd = mp_cu_emu_tree(b->d.data(), b->nt, 0.0, MpCuEmuAdd()); }
+static void mp_cu_emu_acc(MpEmuBlock *b)
+{
+    MpAcc r = mp_cu_emu_tree(mp_cu_emu_accs(b).data(), b->nt, mp_acc_zero(), MpCuEmuJoin());
+    b->rs[0] = r.s;
+    b->rc[0] = r.c;
+}
+static void mp_cu_emu_count(MpEmuBlock *b) { b->ra = mp_cu_emu_tree(b->a.data(), b->nt, (int64_t)0, MpCuEmuCount()); }
 static void mp_cu_emu_max(MpEmuBlock *b) { b->rf = mp_cu_emu_tree(b->f.data(), b->nt, -INFINITY, MpCuEmuMax()); }
 static void mp_cu_emu_arg(MpEmuBlock *b) { b->ra = mp_cu_emu_tree_arg(b->f.data(), b->a.data(), b->nt, &b->rf); }
-static void mp_cu_emu_lanes(MpEmuBlock *b)
+
+/* mp_cu_block_sum_cols' order: group by group, lane by lane, warps in order */
+static void mp_cu_emu_cols(MpEmuBlock *b)
 {
-    for (int l = 0; l < 32; l++) {
-        double s = 0.0;
-        for (int w = 0; w < b->nt / 32; w++)
-            s += b->d[(size_t)(w * 32 + l)];
-        b->rl[l] = s;
+    std::vector<MpAcc> v = mp_cu_emu_accs(b);
+    for (int g0 = 0; g0 < 32; g0 += b->width) {
+        MpAcc s = mp_acc_zero();
+        for (int l = g0; l < g0 + b->width && l < 32; l++)
+            for (int w = 0; w < b->nt / 32; w++)
+                s = mp_acc_join(s, v[(size_t)(w * 32 + l)]);
+        for (int l = g0; l < g0 + b->width && l < 32; l++) {
+            b->rs[l] = s.s;
+            b->rc[l] = s.c;
+        }
     }
 }
 #endif
@@ -398,6 +453,7 @@ typedef struct MpCuTeam {
     MpEmuBlock *emu;
 #endif
 #ifdef __cplusplus
+    /* attention's sums (double; its rewrite drops them), nothing else's */
     MP_HD double sum(double v) const
     {
 #ifdef __CUDA_ARCH__
@@ -412,18 +468,53 @@ typedef struct MpCuTeam {
         return v;
 #endif
     }
-    /* the sum over warps of lane tid % 32's values (see mp_cu_block_sum_lanes) */
-    MP_HD double sum_lanes(double v) const
+    /* the compensated sum of every thread's v (mp_cu_block_acc) */
+    MP_HD MpAcc sum(MpAcc v) const
     {
 #ifdef __CUDA_ARCH__
-        return mp_cu_block_sum_lanes(v);
+        return mp_cu_block_acc(v);
 #elif defined(MP_CU_EMU)
         if (!emu)
             return v;
-        emu->d[(size_t)tid] = v;
-        mp_emu_barrier(emu, 4, mp_cu_emu_lanes);
-        return emu->rl[tid % 32];
+        emu->as[(size_t)tid] = v.s;
+        emu->ac[(size_t)tid] = v.c;
+        mp_emu_barrier(emu, 5, mp_cu_emu_acc);
+        return MpAcc{emu->rs[0], emu->rc[0]};
 #else
+        return v;
+#endif
+    }
+    /* an exact count: the sum of every thread's v */
+    MP_HD int64_t count(int64_t v) const
+    {
+#ifdef __CUDA_ARCH__
+        return (int64_t)mp_cu_block_count((long long)v);
+#elif defined(MP_CU_EMU)
+        if (!emu)
+            return v;
+        emu->a[(size_t)tid] = v;
+        mp_emu_barrier(emu, 6, mp_cu_emu_count);
+        return emu->ra;
+#else
+        return v;
+#endif
+    }
+    /* the sum over the thread's group of `width` lanes, every warp's (see
+     * mp_cu_block_sum_cols); width the same in every thread */
+    MP_HD MpAcc sum_cols(MpAcc v, int width) const
+    {
+#ifdef __CUDA_ARCH__
+        return mp_cu_block_sum_cols(v, width);
+#elif defined(MP_CU_EMU)
+        if (!emu)
+            return v;
+        emu->as[(size_t)tid] = v.s;
+        emu->ac[(size_t)tid] = v.c;
+        emu->width = width;
+        mp_emu_barrier(emu, 4, mp_cu_emu_cols);
+        return MpAcc{emu->rs[tid % 32], emu->rc[tid % 32]};
+#else
+        (void)width;
         return v;
 #endif
     }

@@ -11,8 +11,10 @@
  * share as (tid, nt) - the elements tid, tid + nt, ... - and returns a
  * partial result that the kernel combines; on the CPU, (0, 1) is the whole.
  *
- * Rules as mp_kernels.h: load the storage type, compute in f32 (sums of many
- * terms in double), store once in the storage type. Loads and stores use
+ * Rules as mp_kernels.h: load the storage type, compute in f32, store once
+ * in the storage type. Sums of many terms, which the C program adds in
+ * double, are compensated f32 sums here (MpAcc: double runs at 1/64 rate on
+ * consumer GPUs); their error stays below the f32 rounding of the result. Loads and stores use
  * the GPU's converters on the device (same results as mp_half.h's for every
  * non-NaN value) and mp_ld / mp_st elsewhere. */
 #ifndef MP_CUDA_ITEMS_H
@@ -28,6 +30,57 @@
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
 #endif
+
+/* ---- compensated sums ---------------------------------------------------- */
+
+/* A sum in f32 with its rounding error carried along (Knuth's TwoSum per
+ * addition, the errors summed in c: the compensated sum of Neumaier/Ogita-
+ * Rump-Oishi's Sum2): s + c is the sum with an error of about one f32
+ * rounding of the result plus n * 2^-48 * sum|terms|, where a plain f32 sum
+ * has n * 2^-24 * sum|terms|. Branch-free, so every lane of a warp runs it
+ * in step; two partial sums join with the same TwoSum (mp_acc_join), which
+ * makes the block's tree of mp_cu_block_reduce compensated too. */
+typedef struct MpAcc {
+    float s, c;
+} MpAcc;
+
+/* a + b and a - b rounded once each: on the GPU never fused with a product
+ * into an FMA (which would break TwoSum's exact error), as on the CPU. */
+#ifdef __CUDA_ARCH__
+#define MP_ACC_ADD(a, b) __fadd_rn((a), (b))
+#define MP_ACC_SUB(a, b) __fsub_rn((a), (b))
+#else
+#define MP_ACC_ADD(a, b) ((a) + (b))
+#define MP_ACC_SUB(a, b) ((a) - (b))
+#endif
+
+static inline MP_HD MpAcc mp_acc_zero(void)
+{
+    MpAcc a = {0.0f, 0.0f};
+    return a;
+}
+
+/* a.s + v exactly as a rounded sum t and its error (TwoSum), error into c */
+static inline MP_HD void mp_acc_add(MpAcc *a, float v)
+{
+    float t = MP_ACC_ADD(a->s, v), bv = MP_ACC_SUB(t, a->s);
+    float err = MP_ACC_ADD(MP_ACC_SUB(a->s, MP_ACC_SUB(t, bv)), MP_ACC_SUB(v, bv));
+    a->s = t;
+    a->c = MP_ACC_ADD(a->c, err);
+}
+
+/* The sum of two compensated sums (a tree's combine): TwoSum of the two
+ * sums, their corrections added. */
+static inline MP_HD MpAcc mp_acc_join(MpAcc a, MpAcc b)
+{
+    mp_acc_add(&a, b.s);
+    a.c = MP_ACC_ADD(a.c, b.c);
+    return a;
+}
+
+/* The sum, rounded once to f32. Once s is inf or NaN it stays so (as a
+ * plain sum would) and c, made of inf - inf, means nothing. */
+static inline MP_HD float mp_acc_get(MpAcc a) { return isfinite(a.s) ? MP_ACC_ADD(a.s, a.c) : a.s; }
 
 /* ---- storage -------------------------------------------------------------- */
 
@@ -192,10 +245,10 @@ static inline MpCuView mp_cu_view_broadcast(int yr, const int64_t *ysh, int xr, 
 typedef struct MpCuRed {
     MpCuView out, red;
     int64_t nout, nred;
-    double scale;
+    float scale;
 } MpCuRed;
 
-static inline MpCuRed mp_cu_red_make(double scale)
+static inline MpCuRed mp_cu_red_make(float scale)
 {
     MpCuRed r;
     memset(&r, 0, sizeof r);
@@ -210,7 +263,7 @@ static inline void mp_cu_red_done(MpCuRed *r)
 }
 
 /* x [outer, len, inner] reduced over len: sum, mean, global_avg_pool. */
-static inline MpCuRed mp_cu_red_axis(int64_t outer, int64_t len, int64_t inner, double scale)
+static inline MpCuRed mp_cu_red_axis(int64_t outer, int64_t len, int64_t inner, float scale)
 {
     MpCuRed r = mp_cu_red_make(scale);
     mp_cu_view_push(&r.out, outer, len * inner);
@@ -223,7 +276,7 @@ static inline MpCuRed mp_cu_red_axis(int64_t outer, int64_t len, int64_t inner, 
 /* x [N, C, S] -> y [C]: conv and batch-norm bias gradients. */
 static inline MpCuRed mp_cu_red_channels(int64_t N, int64_t C, int64_t S)
 {
-    MpCuRed r = mp_cu_red_make(1.0);
+    MpCuRed r = mp_cu_red_make(1.0f);
     mp_cu_view_push(&r.out, C, S);
     mp_cu_view_push(&r.red, N, C * S);
     mp_cu_view_push(&r.red, S, 1);
@@ -234,7 +287,7 @@ static inline MpCuRed mp_cu_red_channels(int64_t N, int64_t C, int64_t S)
 /* dy summed down to y's shape (y broadcasts to dy's): sum_to. */
 static inline MpCuRed mp_cu_red_sum_to(int yr, const int64_t *ysh, int dyr, const int64_t *dysh)
 {
-    MpCuRed r = mp_cu_red_make(1.0);
+    MpCuRed r = mp_cu_red_make(1.0f);
     int64_t st[MP_MAX_RANK], s = 1;
     for (int d = dyr - 1; d >= 0; d--) {
         st[d] = s;
@@ -260,17 +313,17 @@ static inline MP_HD int64_t mp_cu_red_items(const MpCuRed *r)
     return runs ? (r->nred + MP_CHUNK - 1) / MP_CHUNK : r->nred;
 }
 
-/* The part (items i0, i0 + step, ... < i1) of output j's sum, in double. */
-static inline MP_HD double mp_cu_red_range(const MpCuRed *r, const void *x, int xdt, int64_t j,
-                                           int64_t i0, int64_t i1, int64_t step)
+/* The part (items i0, i0 + step, ... < i1) of output j's sum, compensated. */
+static inline MP_HD MpAcc mp_cu_red_range(const MpCuRed *r, const void *x, int xdt, int64_t j,
+                                          int64_t i0, int64_t i1, int64_t step)
 {
     int64_t base = mp_cu_view_at(&r->out, j), n = mp_cu_red_items(r);
-    double s = 0;
+    MpAcc s = mp_acc_zero();
     if (i1 > n)
         i1 = n;
     if (n == r->nred) {
         for (int64_t k = i0; k < i1; k += step)
-            s += mp_cu_ld(x, xdt, base + mp_cu_view_at(&r->red, k));
+            mp_acc_add(&s, mp_cu_ld(x, xdt, base + mp_cu_view_at(&r->red, k)));
         return s;
     }
     for (int64_t c = i0; c < i1; c += step) {
@@ -278,21 +331,21 @@ static inline MP_HD double mp_cu_red_range(const MpCuRed *r, const void *x, int 
         float part = 0.0f;
         for (int64_t k = c * MP_CHUNK; k < end; k++)
             part += mp_cu_ld(x, xdt, base + k);
-        s += part;
+        mp_acc_add(&s, part);
     }
     return s;
 }
 
-static inline MP_HD double mp_cu_red_part(const MpCuRed *r, const void *x, int xdt, int64_t j,
+static inline MP_HD MpAcc mp_cu_red_part(const MpCuRed *r, const void *x, int xdt, int64_t j,
                                           int64_t i0, int64_t step)
 {
     return mp_cu_red_range(r, x, xdt, j, i0, r->nred, step);
 }
 
 static inline MP_HD void mp_cu_red_store(const MpCuRed *r, void *y, int ydt, int64_t j,
-                                         double sum, float beta)
+                                         MpAcc sum, float beta)
 {
-    mp_cu_st_beta(y, ydt, j, (float)(sum * r->scale), beta);
+    mp_cu_st_beta(y, ydt, j, mp_acc_get(sum) * r->scale, beta);
 }
 
 /* Gradient of sum / mean: y[o, l, i] = scale * dy[o, i]; element e of y. */
@@ -322,6 +375,8 @@ static inline MP_HD float mp_cu_row_max(const void *x, int xdt, int64_t off, int
     return m;
 }
 
+/* attention's (in double: its kernels are being rewritten); softmax's is
+ * mp_cu_sumexp_part */
 static inline MP_HD double mp_cu_row_sumexp(const void *x, int xdt, int64_t off, int64_t len,
                                             int64_t stride, float m, int tid, int nt)
 {
@@ -331,12 +386,22 @@ static inline MP_HD double mp_cu_row_sumexp(const void *x, int xdt, int64_t off,
     return s;
 }
 
+/* This thread's share of the row's sum of exp(x - m), compensated. */
+static inline MP_HD MpAcc mp_cu_sumexp_part(const void *x, int xdt, int64_t off, int64_t len,
+                                            int64_t stride, float m, int tid, int nt)
+{
+    MpAcc s = mp_acc_zero();
+    for (int64_t l = tid; l < len; l += nt)
+        mp_acc_add(&s, expf(mp_cu_ld(x, xdt, off + l * stride) - m));
+    return s;
+}
+
 /* y = softmax (or log_softmax) of the row, given its max m and sum of exp s */
 static inline MP_HD void mp_cu_softmax_put(void *y, int ydt, const void *x, int xdt, int64_t off,
-                                           int64_t len, int64_t stride, float m, double s,
+                                           int64_t len, int64_t stride, float m, float s,
                                            int log_, int tid, int nt)
 {
-    float inv = (float)(1.0 / s), lse = m + (float)log(s);
+    float inv = 1.0f / s, lse = m + logf(s);
     for (int64_t l = tid; l < len; l += nt) {
         float v = mp_cu_ld(x, xdt, off + l * stride);
         mp_cu_st(y, ydt, off + l * stride, log_ ? v - lse : mp_expf_p(v - m) * inv);
@@ -344,14 +409,14 @@ static inline MP_HD void mp_cu_softmax_put(void *y, int ydt, const void *x, int 
 }
 
 /* The row's sum for the softmax gradients: sum(dy * y), or sum(dy) (log). */
-static inline MP_HD double mp_cu_softmax_grad_sum(const void *dy, int dydt, const void *y,
-                                                  int ydt, int64_t off, int64_t len,
-                                                  int64_t stride, int log_, int tid, int nt)
+static inline MP_HD MpAcc mp_cu_softmax_grad_sum(const void *dy, int dydt, const void *y,
+                                                 int ydt, int64_t off, int64_t len,
+                                                 int64_t stride, int log_, int tid, int nt)
 {
-    double s = 0;
+    MpAcc s = mp_acc_zero();
     for (int64_t l = tid; l < len; l += nt) {
         float g = mp_cu_ld(dy, dydt, off + l * stride);
-        s += log_ ? (double)g : (double)g * mp_cu_ld(y, ydt, off + l * stride);
+        mp_acc_add(&s, log_ ? g : g * mp_cu_ld(y, ydt, off + l * stride));
     }
     return s;
 }
@@ -359,10 +424,9 @@ static inline MP_HD double mp_cu_softmax_grad_sum(const void *dy, int dydt, cons
 /* dx = y (dy - s), or dy - exp(y) s (log) */
 static inline MP_HD void mp_cu_softmax_grad_put(void *dx, int dxdt, const void *dy, int dydt,
                                                 const void *y, int ydt, int64_t off, int64_t len,
-                                                int64_t stride, double s, int log_, int tid,
+                                                int64_t stride, float fs, int log_, int tid,
                                                 int nt)
 {
-    float fs = (float)s;
     for (int64_t l = tid; l < len; l += nt) {
         float g = mp_cu_ld(dy, dydt, off + l * stride), v = mp_cu_ld(y, ydt, off + l * stride);
         mp_cu_st(dx, dxdt, off + l * stride, log_ ? g - mp_expf_p(v) * fs : v * (g - fs));
@@ -372,24 +436,23 @@ static inline MP_HD void mp_cu_softmax_grad_put(void *dx, int dxdt, const void *
 /* Cross-entropy of one row given its max, sum of exp and (eps != 0) sum
  * of x, with label smoothing eps; NaN for a label outside [0, C), as
  * mp_ce_row. */
-static inline MP_HD double mp_cu_ce_row(const void *x, int xdt, int64_t off, int64_t C,
-                                        int64_t label, float m, double s, float eps, double sx)
+static inline MP_HD float mp_cu_ce_row(const void *x, int xdt, int64_t off, int64_t C,
+                                       int64_t label, float m, float s, float eps, float sx)
 {
     if (label < 0 || label >= C)
         return NAN;
-    double lse = (double)m + log(s);
+    float lse = m + logf(s);
     if (eps == 0.0f)
         return lse - mp_cu_ld(x, xdt, off + label);
-    return (1.0 - (double)eps) * (lse - mp_cu_ld(x, xdt, off + label)) +
-           (double)eps * (lse - sx / (double)C);
+    return (1.0f - eps) * (lse - mp_cu_ld(x, xdt, off + label)) + eps * (lse - sx / (float)C);
 }
 
 /* dx = g (softmax(x) - (1 - eps) onehot(label) - eps / C), g = dl / count */
 static inline MP_HD void mp_cu_ce_grad_put(void *dx, int dxdt, const void *x, int xdt, int64_t off,
-                                           int64_t C, int64_t label, float m, double s, float g,
+                                           int64_t C, int64_t label, float m, float s, float g,
                                            float eps, int tid, int nt)
 {
-    float inv = (float)(1.0 / s);
+    float inv = 1.0f / s;
     for (int64_t j = tid; j < C; j += nt) {
         float p = mp_expf_p(mp_cu_ld(x, xdt, off + j) - m) * inv;
         mp_cu_st(dx, dxdt, off + j, g * (p - (j == label ? 1.0f - eps : 0.0f) - eps / (float)C));
@@ -422,15 +485,16 @@ static inline MP_HD int64_t mp_cu_argmax_pick(float va, int64_t ia, float vb, in
     return b_wins ? ib : ia;
 }
 
-/* Chunk w (MP_CHUNK elements) of the squared error, in double as mp_k_mse. */
-static inline MP_HD double mp_cu_mse_chunk(const void *p, int pdt, const void *t, int tdt,
-                                           int64_t n, int64_t w)
+/* Chunk w (MP_CHUNK elements) of the squared error, compensated (mp_k_mse
+ * sums in double). */
+static inline MP_HD MpAcc mp_cu_mse_chunk(const void *p, int pdt, const void *t, int tdt,
+                                          int64_t n, int64_t w)
 {
-    double s = 0;
+    MpAcc s = mp_acc_zero();
     int64_t end = (w + 1) * MP_CHUNK < n ? (w + 1) * MP_CHUNK : n;
     for (int64_t i = w * MP_CHUNK; i < end; i++) {
         float a = mp_cu_ld(p, pdt, i), b = mp_cu_ld(t, tdt, i);
-        s += (double)(a - b) * (a - b);
+        mp_acc_add(&s, (a - b) * (a - b));
     }
     return s;
 }
@@ -449,13 +513,14 @@ static inline MP_HD int64_t mp_cu_norm_at(const MpCuNorm *g, int64_t base, int64
     return base + (e / g->inner) * g->outer + e % g->inner;
 }
 
-static inline MP_HD double mp_cu_norm_sum(const MpCuNorm *g, const void *x, int xdt, int64_t base,
-                                          double shift, int tid, int nt, int squares)
+/* This thread's share of the sum of x - shift (or of its squares). */
+static inline MP_HD MpAcc mp_cu_norm_sum(const MpCuNorm *g, const void *x, int xdt, int64_t base,
+                                         float shift, int tid, int nt, int squares)
 {
-    double s = 0;
+    MpAcc s = mp_acc_zero();
     for (int64_t e = tid; e < g->count; e += nt) {
-        double v = mp_cu_ld(x, xdt, mp_cu_norm_at(g, base, e)) - shift;
-        s += squares ? v * v : v;
+        float v = mp_cu_ld(x, xdt, mp_cu_norm_at(g, base, e)) - shift;
+        mp_acc_add(&s, squares ? v * v : v);
     }
     return s;
 }
@@ -466,35 +531,44 @@ static inline MP_HD void mp_cu_norm_grad_sums(const MpCuNorm *g, const void *dy,
                                               const void *x, int xdt, const void *w, int wdt,
                                               int w_per_elem, int64_t wi, int64_t base,
                                               float mean, float rstd, int tid, int nt,
-                                              double *s1, double *s2)
+                                              MpAcc *s1, MpAcc *s2)
 {
-    double a = 0, b = 0;
+    MpAcc a = mp_acc_zero(), b = mp_acc_zero();
     for (int64_t e = tid; e < g->count; e += nt) {
         int64_t at = mp_cu_norm_at(g, base, e);
         float wv = w ? mp_cu_ld(w, wdt, w_per_elem ? e : wi) : 1.0f;
         float gy = mp_cu_ld(dy, dydt, at) * wv;
         float xh = (mp_cu_ld(x, xdt, at) - mean) * rstd;
-        a += gy;
-        b += (double)gy * xh;
+        mp_acc_add(&a, gy);
+        mp_acc_add(&b, gy * xh);
     }
     *s1 = a;
     *s2 = b;
+}
+
+/* dx at element `at` = rstd (gy - m1 - xhat m2), gy = dy wv, given the
+ * means m1 of gy and m2 of gy xhat */
+static inline MP_HD void mp_cu_norm_dx_at(void *dx, int dxdt, const void *dy, int dydt, const void *x,
+                                          int xdt, int64_t at, float wv, float mean, float rstd,
+                                          float m1, float m2)
+{
+    float gy = mp_cu_ld(dy, dydt, at) * wv;
+    float xh = (mp_cu_ld(x, xdt, at) - mean) * rstd;
+    mp_cu_st(dx, dxdt, at, rstd * (gy - m1 - xh * m2));
 }
 
 /* dx = rstd (dy*w - mean(dy*w) - xhat mean(dy*w*xhat)) */
 static inline MP_HD void mp_cu_norm_grad_put(const MpCuNorm *g, void *dx, int dxdt, const void *dy,
                                              int dydt, const void *x, int xdt, const void *w,
                                              int wdt, int w_per_elem, int64_t wi, int64_t base,
-                                             float mean, float rstd, double s1, double s2, int tid,
+                                             float mean, float rstd, float s1, float s2, int tid,
                                              int nt)
 {
-    float m1 = (float)(s1 / (double)g->count), m2 = (float)(s2 / (double)g->count);
+    float m1 = s1 / (float)g->count, m2 = s2 / (float)g->count;
     for (int64_t e = tid; e < g->count; e += nt) {
         int64_t at = mp_cu_norm_at(g, base, e);
         float wv = w ? mp_cu_ld(w, wdt, w_per_elem ? e : wi) : 1.0f;
-        float gy = mp_cu_ld(dy, dydt, at) * wv;
-        float xh = (mp_cu_ld(x, xdt, at) - mean) * rstd;
-        mp_cu_st(dx, dxdt, at, rstd * (gy - m1 - xh * m2));
+        mp_cu_norm_dx_at(dx, dxdt, dy, dydt, x, xdt, at, wv, mean, rstd, m1, m2);
     }
 }
 
@@ -520,38 +594,58 @@ static inline MP_HD void mp_cu_norm_put(const MpCuNorm *g, void *y, int ydt, con
 
 /* mean and 1/sqrt(var + eps) from the sums (var biased, as torch), rounded
  * as mp_moments does */
-static inline MP_HD void mp_cu_norm_stats(double sum, double sq_dev, int64_t count, float eps,
+static inline MP_HD void mp_cu_norm_stats(float sum, float sq_dev, int64_t count, float eps,
                                           float *mean, float *rstd)
 {
-    *mean = (float)(sum / (double)count);
-    *rstd = 1.0f / sqrtf((float)(sq_dev / (double)count) + eps);
+    *mean = sum / (float)count;
+    *rstd = 1.0f / sqrtf(sq_dev / (float)count + eps);
 }
 
 /* sum of dy * xhat over the set's elements (tid, tid + nt, ...): batch
  * norm's weight gradient, products in f32 as mp_k_batch_norm_dw */
-static inline MP_HD double mp_cu_norm_dw_part(const MpCuNorm *g, const void *dy, int dydt,
-                                              const void *x, int xdt, int64_t base, float mean,
-                                              float rstd, int tid, int nt)
+static inline MP_HD MpAcc mp_cu_norm_dw_part(const MpCuNorm *g, const void *dy, int dydt,
+                                             const void *x, int xdt, int64_t base, float mean,
+                                             float rstd, int tid, int nt)
 {
-    double s = 0;
+    MpAcc s = mp_acc_zero();
     for (int64_t e = tid; e < g->count; e += nt) {
         int64_t at = mp_cu_norm_at(g, base, e);
-        s += mp_cu_ld(dy, dydt, at) * ((mp_cu_ld(x, xdt, at) - mean) * rstd);
+        mp_acc_add(&s, mp_cu_ld(dy, dydt, at) * ((mp_cu_ld(x, xdt, at) - mean) * rstd));
     }
     return s;
 }
 
 /* dw[k] = sum over the set's elements of dy * xhat: layer norm's column k
  * (over rows, with per-row stats st[2r], st[2r+1]); rows r0, r0 + step... */
-static inline MP_HD double mp_cu_ln_dw_part(const void *dy, int dydt, const void *x, int xdt,
-                                            const float *st, int64_t rows, int64_t dim, int64_t k,
-                                            int64_t r0, int64_t step)
+static inline MP_HD MpAcc mp_cu_ln_dw_part(const void *dy, int dydt, const void *x, int xdt,
+                                           const float *st, int64_t rows, int64_t dim, int64_t k,
+                                           int64_t r0, int64_t step)
 {
-    double s = 0;
+    MpAcc s = mp_acc_zero();
     for (int64_t r = r0; r < rows; r += step) {
         int64_t at = r * dim + k;
         float xh = (mp_cu_ld(x, xdt, at) - st[2 * r]) * st[2 * r + 1];
-        s += mp_cu_ld(dy, dydt, at) * xh;
+        mp_acc_add(&s, mp_cu_ld(dy, dydt, at) * xh);
+    }
+    return s;
+}
+
+/* Column k of x [rows, W] down rows r0, r0 + step, ... < r1, compensated:
+ * the sum of x - mean (MP_COL_SUM), of (x - mean)^2 (MP_COL_SQ), of dy wv
+ * (MP_COL_GY) or of dy wv (x - mean) rstd (MP_COL_GX; wv = 1: batch norm's
+ * weight gradient), as mp_cu_norm_grad_sums and mp_cu_norm_dw_part. */
+enum { MP_COL_SUM, MP_COL_SQ, MP_COL_GY, MP_COL_GX };
+
+static inline MP_HD MpAcc mp_cu_col_part(int kind, const void *dy, int dydt, const void *x, int xdt,
+                                         int64_t W, int64_t k, int64_t r0, int64_t r1, int64_t step,
+                                         float mean, float rstd, float wv)
+{
+    MpAcc s = mp_acc_zero();
+    for (int64_t r = r0; r < r1; r += step) {
+        float v = mp_cu_ld(x, xdt, r * W + k) - mean;
+        float gy = kind >= MP_COL_GY ? mp_cu_ld(dy, dydt, r * W + k) * wv : 0.0f;
+        mp_acc_add(&s, kind == MP_COL_SUM ? v : kind == MP_COL_SQ ? v * v
+                       : kind == MP_COL_GY ? gy : gy * (v * rstd));
     }
     return s;
 }
@@ -595,11 +689,11 @@ static inline MP_HD float mp_cu_pool_avg(const MpCuImg *g, const void *x, int xd
 {
     int64_t ow = e % g->OW, oh = e / g->OW % g->OH, nc = e / (g->OW * g->OH);
     int64_t base = nc * g->H * g->W + oh * g->stride * g->W + ow * g->stride;
-    double s = 0;
+    MpAcc s = mp_acc_zero();
     for (int64_t i = 0; i < g->k; i++)
         for (int64_t j = 0; j < g->k; j++)
-            s += mp_cu_ld(x, xdt, base + i * g->W + j);
-    return (float)(s * (1.0 / (double)(g->k * g->k)));
+            mp_acc_add(&s, mp_cu_ld(x, xdt, base + i * g->W + j));
+    return mp_acc_get(s) * (1.0f / (float)(g->k * g->k));
 }
 
 /* The outputs whose windows cover input (ih, iw), along one axis: [lo, hi]. */
@@ -688,11 +782,11 @@ static inline MP_HD float mp_cu_col2im_at(const MpCuImg *g, const void *dcol, in
  * the order of i: the C program's sum, without scanning every id per output
  * and without atomics. Part of the rank of id i: the ids before it. Ids of
  * any integer type (idt), loaded with mp_ld_id. */
-static inline MP_HD double mp_cu_id_rank_part(const void *ids, int idt, int64_t n, int64_t i, int tid,
-                                              int nt)
+static inline MP_HD int64_t mp_cu_id_rank_part(const void *ids, int idt, int64_t n, int64_t i, int tid,
+                                               int nt)
 {
     int64_t v = mp_ld_id(ids, idt, i);
-    double c = 0;
+    int64_t c = 0;
     for (int64_t j = tid; j < n; j += nt) {
         int64_t u = mp_ld_id(ids, idt, j);
         c += u < v || (u == v && j < i);
@@ -757,35 +851,41 @@ static inline MP_HD double mp_cu_attn_dot(const float *s, const float *dp, int64
 /* ---- rms_norm and rope ------------------------------------------------------ */
 
 /* This thread's share of the sum of x^2 over a row of dim at off. */
-static inline MP_HD double mp_cu_sumsq_part(const void *x, int xdt, int64_t off, int64_t dim,
-                                            int tid, int nt)
+static inline MP_HD MpAcc mp_cu_sumsq_part(const void *x, int xdt, int64_t off, int64_t dim,
+                                           int tid, int nt)
 {
-    double s = 0;
+    MpAcc s = mp_acc_zero();
     for (int64_t j = tid; j < dim; j += nt) {
         float v = mp_cu_ld(x, xdt, off + j);
-        s += (double)v * v;
+        mp_acc_add(&s, v * v);
     }
     return s;
 }
 
-/* This thread's share of the sum of a row (cross_entropy's smoothing). */
-static inline MP_HD double mp_cu_row_sum_part(const void *x, int xdt, int64_t off, int64_t len,
-                                              int tid, int nt)
+/* 1/sqrt(mean of squares + eps) from their sum (mp_rms_rstd, in f32) */
+static inline MP_HD float mp_cu_rms_rstd(MpAcc sumsq, int64_t n, float eps)
 {
-    double s = 0;
+    return 1.0f / sqrtf(mp_acc_get(sumsq) / (float)n + eps);
+}
+
+/* This thread's share of the sum of a row (cross_entropy's smoothing). */
+static inline MP_HD MpAcc mp_cu_row_sum_part(const void *x, int xdt, int64_t off, int64_t len,
+                                             int tid, int nt)
+{
+    MpAcc s = mp_acc_zero();
     for (int64_t j = tid; j < len; j += nt)
-        s += mp_cu_ld(x, xdt, off + j);
+        mp_acc_add(&s, mp_cu_ld(x, xdt, off + j));
     return s;
 }
 
 /* This thread's share of sum(dy w x) over a row (rms_norm's dx). */
-static inline MP_HD double mp_cu_rms_gx_part(const void *dy, int dydt, const void *x, int xdt,
-                                             const void *w, int wdt, int64_t off, int64_t dim,
-                                             int tid, int nt)
+static inline MP_HD MpAcc mp_cu_rms_gx_part(const void *dy, int dydt, const void *x, int xdt,
+                                            const void *w, int wdt, int64_t off, int64_t dim,
+                                            int tid, int nt)
 {
-    double s = 0;
+    MpAcc s = mp_acc_zero();
     for (int64_t j = tid; j < dim; j += nt)
-        s += (double)(mp_cu_ld(dy, dydt, off + j) * mp_cu_ld(w, wdt, j)) * mp_cu_ld(x, xdt, off + j);
+        mp_acc_add(&s, (mp_cu_ld(dy, dydt, off + j) * mp_cu_ld(w, wdt, j)) * mp_cu_ld(x, xdt, off + j));
     return s;
 }
 

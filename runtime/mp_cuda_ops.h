@@ -295,7 +295,7 @@ struct MpCuReduce {
     }
     MP_HD void operator()(int64_t j, const MpCuTeam &t) const
     {
-        double s = t.sum(mp_cu_red_part(&r, x, XT, j, t.tid, t.nt));
+        MpAcc s = t.sum(mp_cu_red_part(&r, x, XT, j, t.tid, t.nt));
         if (t.tid == 0)
             mp_cu_red_store(&r, y, YT, j, s, beta);
     }
@@ -306,7 +306,7 @@ struct MpCuReduce {
  * then each output's slices added in order. */
 template <int XT>
 struct MpCuReduceSlice {
-    double *part;
+    MpAcc *part;
     const void *x;
     MpCuRed r;
     int64_t per;
@@ -320,26 +320,192 @@ struct MpCuReduceSlice {
 template <int YT>
 struct MpCuReduceJoin {
     void *y;
-    const double *part;
+    const MpAcc *part;
     MpCuRed r;
     int64_t split;
     float beta;
     MP_HD void operator()(int64_t j) const
     {
-        double s = 0;
+        MpAcc s = mp_acc_zero();
         for (int64_t k = 0; k < split; k++)
-            s += part[k * r.nout + j];
+            s = mp_acc_join(s, part[k * r.nout + j]);
         mp_cu_red_store(&r, y, YT, j, s, beta);
     }
 };
+
+/* ---- channel sums read down columns ----------------------------------------------------- */
+
+/* x [N, C, S] with S < 32 seen as rows [N, C S]: a block takes G = 32 / S
+ * whole channels (columns b G S ... b G S + G S - 1), lane l of every warp
+ * column b G S + l, warp w rows r0 + w, r0 + w + warps, ...: a warp reads
+ * neighbouring addresses of one row (coalesced), where a block per channel
+ * reads S values every C S. team.sum_cols(v, S) then adds a channel's S
+ * lanes over the warps in a fixed order (deterministic, no atomics). One
+ * thread (the serial stand-in) takes every channel of the block in turn. */
+typedef struct MpCuChan {
+    int64_t N, C, S, G;            /* G channels per block */
+    int64_t r0, r1;                /* the rows this block sums */
+} MpCuChan;
+
+static inline MpCuChan mp_cu_chan(int64_t N, int64_t C, int64_t S)
+{
+    MpCuChan h = {N, C, S, 32 / S, 0, N};
+    return h;
+}
+
+/* The block's threads for rows of n: about 16 rows per warp, up to 32 warps. */
+static inline int mp_cu_col_threads(int64_t n)
+{
+    int warps = 1;
+    while (warps < 32 && warps * 16 < n)
+        warps *= 2;
+    return 32 * warps;
+}
+
+/* The channels of block b this thread sums: [*g0, *g1] (lanes: its lane's) */
+static MP_HD void mp_cu_chan_mine(const MpCuTeam &t, const MpCuChan *h, int *g0, int *g1)
+{
+    *g0 = t.nt >= 32 ? t.tid % 32 / (int)h->S : 0;
+    *g1 = t.nt >= 32 ? *g0 : (int)h->G - 1;
+}
+
+/* Channel b G + g is one of block b's and exists. */
+static MP_HD int mp_cu_chan_ok(const MpCuChan *h, int64_t b, int g)
+{
+    return g < h->G && b * h->G + g < h->C;
+}
+
+/* The thread that writes channel b G + g's results: its first lane's (the
+ * one thread, alone). */
+static MP_HD int mp_cu_chan_lead(const MpCuTeam &t, const MpCuChan *h, int64_t b, int g)
+{
+    return mp_cu_chan_ok(h, b, g) && (t.nt < 32 || (t.tid < 32 && t.tid % h->S == 0));
+}
+
+/* The columns of channel b G + g this thread reads, [*k0, *k1) of a row's
+ * C S, down rows *r, *r + *step, ... < h->r1 (none when the channel is not
+ * the thread's or does not exist). */
+static MP_HD void mp_cu_chan_cols(const MpCuTeam &t, const MpCuChan *h, int64_t b, int g, int64_t *k0,
+                                  int64_t *k1, int64_t *r, int64_t *step)
+{
+    int lanes = t.nt >= 32 ? 32 : 1, S = (int)h->S;
+    int l0 = lanes == 32 ? t.tid % 32 : g * S, l1 = lanes == 32 ? l0 + 1 : l0 + S;
+    if (l0 / S != g || !mp_cu_chan_ok(h, b, g))
+        l1 = l0;
+    *k0 = b * h->G * S + l0;
+    *k1 = b * h->G * S + l1;
+    *r = h->r0 + t.tid / lanes;
+    *step = t.nt / lanes;
+}
+
+/* Channel b G + g's sum (mp_cu_col_part's kind) over rows r0..r1, every
+ * thread of the block taking part (the team's sum_cols). */
+template <int DYT, int XT>
+static MP_HD MpAcc mp_cu_chan_sum_of(const MpCuTeam &t, const MpCuChan *h, int64_t b, int g,
+                                     int kind, const void *dy, const void *x, float mean, float rstd,
+                                     float wv)
+{
+    int64_t k0, k1, r, step;
+    MpAcc s = mp_acc_zero();
+    mp_cu_chan_cols(t, h, b, g, &k0, &k1, &r, &step);
+    for (int64_t k = k0; k < k1; k++)
+        s = mp_acc_join(s, mp_cu_col_part(kind, dy, DYT, x, XT, h->C * h->S, k, r, h->r1, step, mean,
+                                          rstd, wv));
+    return t.sum_cols(s, (int)h->S);
+}
+
+/* Channel b G + g's mean and 1/std, as mp_cu_norm_moments; *q the sum of
+ * the squared deviations. */
+template <int XT>
+static MP_HD void mp_cu_chan_moments(const MpCuTeam &t, const MpCuChan *h, int64_t b, int g,
+                                     const void *x, float eps, float *mean, float *rstd, float *q)
+{
+    int64_t n = h->N * h->S;
+    float s = mp_acc_get(mp_cu_chan_sum_of<XT, XT>(t, h, b, g, MP_COL_SUM, NULL, x, 0.0f, 0.0f, 1.0f));
+    *q = mp_acc_get(mp_cu_chan_sum_of<XT, XT>(t, h, b, g, MP_COL_SQ, NULL, x, s / (float)n, 0.0f, 1.0f));
+    mp_cu_norm_stats(s, *q, n, eps, mean, rstd);
+}
+
+/* Channel sums of x, rows cut in slices of `per`: block b takes channel
+ * group b % groups over slice b / groups; one slice: y directly (r's scale
+ * and beta), else slice k's sums into part[k C + c] for MpCuReduceJoin. */
+template <int YT, int XT>
+struct MpCuChanSum {
+    void *y;
+    MpAcc *part;
+    const void *x;
+    MpCuRed r;
+    MpCuChan h;
+    int64_t groups, per;
+    float beta;
+    MP_HD void operator()(int64_t b, const MpCuTeam &t) const
+    {
+        MpCuChan s = h;
+        int64_t k = b / groups, gb = b % groups;
+        s.r0 = k * per;
+        s.r1 = s.r0 + per < h.N ? s.r0 + per : h.N;
+        int g0, g1;
+        mp_cu_chan_mine(t, &s, &g0, &g1);
+        for (int g = g0; g <= g1; g++) {
+            MpAcc v = mp_cu_chan_sum_of<XT, XT>(t, &s, gb, g, MP_COL_SUM, NULL, x, 0.0f, 0.0f, 1.0f);
+            int64_t c = gb * s.G + g;
+            if (!mp_cu_chan_lead(t, &s, gb, g))
+                continue;
+            if (part)
+                part[k * h.C + c] = v;
+            else
+                mp_cu_red_store(&r, y, YT, c, v, beta);
+        }
+    }
+};
+
+/* How many slices: a function of N only, so results are the same on every GPU. */
+static inline int64_t mp_cu_chan_slices(int64_t N)
+{
+    int64_t k = N / 1024;
+    return k < 1 ? 1 : k > 64 ? 64 : k;
+}
+
+/* A reduction that is channel sums of x [N, C, S]: one output dim (C, S),
+ * the reduced dims (N, C S) and, for S > 1, (S, 1). */
+static inline int mp_cu_red_chan(const MpCuRed *r, int64_t *N, int64_t *C, int64_t *S)
+{
+    if (r->out.rank != 1)
+        return 0;
+    *C = r->out.n[0];
+    *S = r->out.s[0];
+    *N = r->red.n[0];
+    if (r->red.rank == 1)
+        return *S == 1 && r->red.s[0] == *C;
+    return r->red.rank == 2 && r->red.s[0] == *C * *S && r->red.n[1] == *S && r->red.s[1] == 1;
+}
+
+template <int YT, int XT>
+static inline void mp_cu_chan_sums(void *y, const void *x, MpCuRed r, int64_t N, int64_t C,
+                                   int64_t S, float beta)
+{
+    MpCuChan h = mp_cu_chan(N, C, S);
+    int64_t groups = (C + h.G - 1) / h.G, split = mp_cu_chan_slices(N), per = (N + split - 1) / split;
+    MpAcc *part = split > 1 ? (MpAcc *)mp_cu_ws(split * C * (int64_t)sizeof(MpAcc)) : NULL;
+    MpCuChanSum<YT, XT> a = {y, part, x, r, h, groups, per, beta};
+    mp_cu_rows("channel_sum", groups * split, mp_cu_col_threads(per), a);
+    if (split > 1) {
+        MpCuReduceJoin<YT> j = {y, part, r, split, beta};
+        mp_cu_each("channel_sum", C, j);
+    }
+}
 
 /* The way of summing depends on the sizes only, so results do not change
  * from one GPU to another. */
 template <int YT, int XT>
 static inline void mp_cu_reduce(void *y, const void *x, MpCuRed r, float beta)
 {
-    int64_t items = mp_cu_red_items(&r);
+    int64_t items = mp_cu_red_items(&r), N, C, S;
     MpCuReduce<YT, XT> f = {y, x, r, beta};
+    if (items >= 64 && mp_cu_red_chan(&r, &N, &C, &S) && S < 32) {
+        mp_cu_chan_sums<YT, XT>(y, x, r, N, C, S, beta);   /* columns: coalesced */
+        return;
+    }
     if (items >= 64 && r.nout <= 2048) {
         mp_cu_rows("reduce", r.nout, 256, f);       /* long sums: a block each */
         return;
@@ -349,7 +515,7 @@ static inline void mp_cu_reduce(void *y, const void *x, MpCuRed r, float beta)
         return;
     }
     int64_t split = items / 256 < 64 ? items / 256 : 64, per = (items + split - 1) / split;
-    double *part = (double *)mp_cu_ws(split * r.nout * (int64_t)sizeof(double));
+    MpAcc *part = (MpAcc *)mp_cu_ws(split * r.nout * (int64_t)sizeof(MpAcc));
     MpCuReduceSlice<XT> a = {part, x, r, per};
     MpCuReduceJoin<YT> b = {y, part, r, split, beta};
     mp_cu_each("reduce", split * r.nout, a);
@@ -359,19 +525,19 @@ static inline void mp_cu_reduce(void *y, const void *x, MpCuRed r, float beta)
 template <int YT, int XT>
 static inline void mp_cu_sum(void *y, const void *x, int64_t outer, int64_t len, int64_t inner)
 {
-    mp_cu_reduce<YT, XT>(y, x, mp_cu_red_axis(outer, len, inner, 1.0), 0.0f);
+    mp_cu_reduce<YT, XT>(y, x, mp_cu_red_axis(outer, len, inner, 1.0f), 0.0f);
 }
 
 template <int YT, int XT>
 static inline void mp_cu_mean(void *y, const void *x, int64_t outer, int64_t len, int64_t inner)
 {
-    mp_cu_reduce<YT, XT>(y, x, mp_cu_red_axis(outer, len, inner, 1.0 / (double)len), 0.0f);
+    mp_cu_reduce<YT, XT>(y, x, mp_cu_red_axis(outer, len, inner, 1.0f / (float)len), 0.0f);
 }
 
 template <int YT, int XT>
 static inline void mp_cu_global_avg_pool(void *y, const void *x, int64_t N, int64_t C, int64_t S)
 {
-    mp_cu_reduce<YT, XT>(y, x, mp_cu_red_axis(N * C, S, 1, 1.0 / (double)S), 0.0f);
+    mp_cu_reduce<YT, XT>(y, x, mp_cu_red_axis(N * C, S, 1, 1.0f / (float)S), 0.0f);
 }
 
 template <int YT, int XT>
@@ -426,7 +592,7 @@ struct MpCuSoftmax {
     {
         int64_t off = mp_cu_row_off(row, len, inner);
         float m = t.max(mp_cu_row_max(x, XT, off, len, inner, t.tid, t.nt));
-        double s = t.sum(mp_cu_row_sumexp(x, XT, off, len, inner, m, t.tid, t.nt));
+        float s = mp_acc_get(t.sum(mp_cu_sumexp_part(x, XT, off, len, inner, m, t.tid, t.nt)));
         mp_cu_softmax_put(y, YT, x, XT, off, len, inner, m, s, log_, t.tid, t.nt);
     }
 };
@@ -455,7 +621,8 @@ struct MpCuSoftmaxGrad {
     MP_HD void operator()(int64_t row, const MpCuTeam &t) const
     {
         int64_t off = mp_cu_row_off(row, len, inner);
-        double s = t.sum(mp_cu_softmax_grad_sum(dy, DYT, y, YT, off, len, inner, log_, t.tid, t.nt));
+        float s = mp_acc_get(t.sum(mp_cu_softmax_grad_sum(dy, DYT, y, YT, off, len, inner, log_, t.tid,
+                                                          t.nt)));
         mp_cu_softmax_grad_put(dx, DXT, dy, DYT, y, YT, off, len, inner, s, log_, t.tid, t.nt);
     }
 };
@@ -478,83 +645,75 @@ static inline void mp_cu_log_softmax_grad(void *dx, const void *dy, const void *
 
 /* ---- losses and metrics ------------------------------------------------------------ */
 
-/* y = sum of part[0..n) / div, by one block in a fixed order. */
+/* The parts of a loss or metric: compensated sums (one per row or chunk),
+ * in the workspace; joined by one block in a fixed order. */
+static MP_HD MpAcc mp_cu_parts_sum(const MpCuTeam &t, const MpAcc *part, int64_t n)
+{
+    MpAcc s = mp_acc_zero();
+    for (int64_t i = t.tid; i < n; i += t.nt)
+        s = mp_acc_join(s, part[i]);
+    return t.sum(s);
+}
+
+/* y = the sum of part[0..n) / div (div 0: / the sum of part[n..2n)) */
 template <int YT>
 struct MpCuFinish {
     void *y;
-    const double *part;
+    const MpAcc *part;
     int64_t n;
-    double div;
+    float div;
     MP_HD void operator()(int64_t row, const MpCuTeam &t) const
     {
-        double s = 0;
         (void)row;
-        for (int64_t i = t.tid; i < n; i += t.nt)
-            s += part[i];
-        s = t.sum(s);
+        float s = mp_acc_get(mp_cu_parts_sum(t, part, n));
+        float d = div != 0.0f ? div : mp_acc_get(mp_cu_parts_sum(t, part + n, n));
         if (t.tid == 0)
-            mp_cu_st(y, YT, 0, (float)(s / div));
+            mp_cu_st(y, YT, 0, s / d);
     }
 };
 
 template <int YT>
-static inline void mp_cu_finish(const char *name, void *y, const double *part, int64_t n, double div)
+static inline void mp_cu_finish(const char *name, void *y, const MpAcc *part, int64_t n, float div)
 {
     MpCuFinish<YT> f = {y, part, n, div};
     mp_cu_rows(name, 1, 256, f);
 }
 
+static MP_HD MpAcc mp_cu_acc_of(float v)
+{
+    MpAcc a = {v, 0.0f};
+    return a;
+}
+
 /* Row r's max and sum of exp (block-wide). */
 template <int XT>
 static MP_HD void mp_cu_row_stats(const MpCuTeam &t, const void *x, int64_t off, int64_t C, float *m,
-                                  double *s)
+                                  float *s)
 {
     *m = t.max(mp_cu_row_max(x, XT, off, C, 1, t.tid, t.nt));
-    *s = t.sum(mp_cu_row_sumexp(x, XT, off, C, 1, *m, t.tid, t.nt));
+    *s = mp_acc_get(t.sum(mp_cu_sumexp_part(x, XT, off, C, 1, *m, t.tid, t.nt)));
 }
 
 /* Rows of cross-entropy: part[r] its loss (0 when ignored), part[rows + r]
  * 1 when counted; eps = label smoothing. */
 template <int XT>
 struct MpCuCeRows {
-    double *part;
+    MpAcc *part;
     const void *x, *labels;
     int ldt;
     int64_t rows, C, ignore;
     float eps;
     MP_HD void operator()(int64_t r, const MpCuTeam &t) const
     {
-        float m;
-        double s, sx = 0;
+        float m, s, sx = 0.0f;
         int64_t lab = mp_ld_id(labels, ldt, r);
         mp_cu_row_stats<XT>(t, x, r * C, C, &m, &s);
         if (eps != 0.0f)
-            sx = t.sum(mp_cu_row_sum_part(x, XT, r * C, C, t.tid, t.nt));
+            sx = mp_acc_get(t.sum(mp_cu_row_sum_part(x, XT, r * C, C, t.tid, t.nt)));
         if (t.tid == 0) {
-            part[r] = lab == ignore ? 0.0 : mp_cu_ce_row(x, XT, r * C, C, lab, m, s, eps, sx);
-            part[rows + r] = lab == ignore ? 0.0 : 1.0;
+            part[r] = mp_cu_acc_of(lab == ignore ? 0.0f : mp_cu_ce_row(x, XT, r * C, C, lab, m, s, eps, sx));
+            part[rows + r] = mp_cu_acc_of(lab == ignore ? 0.0f : 1.0f);
         }
-    }
-};
-
-/* y = sum of part[0..n) / sum of part[n..2n), by one block in a fixed order */
-template <int YT>
-struct MpCuFinishCounted {
-    void *y;
-    const double *part;
-    int64_t n;
-    MP_HD void operator()(int64_t row, const MpCuTeam &t) const
-    {
-        double s = 0, c = 0;
-        (void)row;
-        for (int64_t i = t.tid; i < n; i += t.nt) {
-            s += part[i];
-            c += part[n + i];
-        }
-        s = t.sum(s);
-        c = t.sum(c);
-        if (t.tid == 0)
-            mp_cu_st(y, YT, 0, (float)(s / c));
     }
 };
 
@@ -562,11 +721,10 @@ template <int LT, int XT>
 static inline void mp_cu_cross_entropy(void *loss, const void *x, const void *labels, int ldt,
                                        int64_t rows, int64_t C, int64_t ignore, float eps)
 {
-    double *part = (double *)mp_cu_ws(2 * rows * (int64_t)sizeof(double));
+    MpAcc *part = (MpAcc *)mp_cu_ws(2 * rows * (int64_t)sizeof(MpAcc));
     MpCuCeRows<XT> f = {part, x, labels, ldt, rows, C, ignore, eps};
-    MpCuFinishCounted<LT> fin = {loss, part, rows};
     mp_cu_rows("cross_entropy", rows, mp_cu_row_threads(C), f);
-    mp_cu_rows("cross_entropy", 1, 256, fin);
+    mp_cu_finish<LT>("cross_entropy", loss, part, rows, 0.0f);
 }
 
 /* count[0] = the rows whose label is not ignored (one block) */
@@ -577,11 +735,11 @@ struct MpCuCeCount {
     int64_t rows, ignore;
     MP_HD void operator()(int64_t row, const MpCuTeam &t) const
     {
-        double c = 0;
+        int64_t c = 0;
         (void)row;
         for (int64_t i = t.tid; i < rows; i += t.nt)
             c += mp_ld_id(labels, ldt, i) != ignore;
-        c = t.sum(c);
+        c = t.count(c);
         if (t.tid == 0)
             count[0] = (float)c;
     }
@@ -597,8 +755,7 @@ struct MpCuCeGrad {
     float eps;
     MP_HD void operator()(int64_t r, const MpCuTeam &t) const
     {
-        float m, g = mp_cu_ld(dl, DLT, 0) / count[0];
-        double s;
+        float m, s, g = mp_cu_ld(dl, DLT, 0) / count[0];
         int64_t lab = mp_ld_id(labels, ldt, r);
         mp_cu_row_stats<XT>(t, x, r * C, C, &m, &s);
         if (lab == ignore)
@@ -623,7 +780,7 @@ static inline void mp_cu_cross_entropy_grad(void *dx, const void *dl, const void
 
 template <int XT>
 struct MpCuAccuracyRows {
-    double *part;
+    MpAcc *part;
     const void *x, *labels;
     int ldt;
     int64_t C;
@@ -633,7 +790,7 @@ struct MpCuAccuracyRows {
         int64_t at = mp_cu_argmax_part(x, XT, r * C, C, t.tid, t.nt, &v);
         at = t.argmax(v, at);
         if (t.tid == 0)
-            part[r] = at == mp_ld_id(labels, ldt, r) ? 1.0 : 0.0;
+            part[r] = mp_cu_acc_of(at == mp_ld_id(labels, ldt, r) ? 1.0f : 0.0f);
     }
 };
 
@@ -641,15 +798,15 @@ template <int OT, int XT>
 static inline void mp_cu_accuracy(void *out, const void *x, const void *labels, int ldt, int64_t rows,
                                   int64_t C)
 {
-    double *part = (double *)mp_cu_ws(rows * (int64_t)sizeof(double));
+    MpAcc *part = (MpAcc *)mp_cu_ws(rows * (int64_t)sizeof(MpAcc));
     MpCuAccuracyRows<XT> f = {part, x, labels, ldt, C};
     mp_cu_rows("accuracy", rows, mp_cu_row_threads(C), f);
-    mp_cu_finish<OT>("accuracy", out, part, rows, (double)rows);
+    mp_cu_finish<OT>("accuracy", out, part, rows, (float)rows);
 }
 
 template <int PT, int TT>
 struct MpCuMseChunks {
-    double *part;
+    MpAcc *part;
     const void *p, *t;
     int64_t n;
     MP_HD void operator()(int64_t w) const { part[w] = mp_cu_mse_chunk(p, PT, t, TT, n, w); }
@@ -659,10 +816,10 @@ template <int LT, int PT, int TT>
 static inline void mp_cu_mse(void *loss, const void *pred, const void *target, int64_t n)
 {
     int64_t nc = (n + MP_CHUNK - 1) / MP_CHUNK;
-    double *part = (double *)mp_cu_ws(nc * (int64_t)sizeof(double));
+    MpAcc *part = (MpAcc *)mp_cu_ws(nc * (int64_t)sizeof(MpAcc));
     MpCuMseChunks<PT, TT> f = {part, pred, target, n};
     mp_cu_each("mse", nc, f);
-    mp_cu_finish<LT>("mse", loss, part, nc, (double)n);
+    mp_cu_finish<LT>("mse", loss, part, nc, (float)n);
 }
 
 template <int DXT, int DLT, int PT, int TT>
@@ -912,7 +1069,7 @@ struct MpCuIdRank {
     int32_t *order, *sorted;
     MP_HD void operator()(int64_t i, const MpCuTeam &t) const
     {
-        int64_t r = (int64_t)t.sum(mp_cu_id_rank_part(ids, idt, n, i, t.tid, t.nt));
+        int64_t r = t.count(mp_cu_id_rank_part(ids, idt, n, i, t.tid, t.nt));
         if (t.tid == 0) {
             order[r] = (int32_t)i;
             sorted[r] = (int32_t)mp_ld_id(ids, idt, i);
@@ -951,10 +1108,10 @@ static inline void mp_cu_embedding_dw(void *dw, const void *dy, const void *ids,
 /* Mean and 1/std of one set: the mean, then the squared deviations from it. */
 template <int XT>
 static MP_HD void mp_cu_norm_moments(const MpCuTeam &t, const MpCuNorm *g, const void *x,
-                                     int64_t base, float eps, float *mean, float *rstd, double *sq)
+                                     int64_t base, float eps, float *mean, float *rstd, float *sq)
 {
-    double s = t.sum(mp_cu_norm_sum(g, x, XT, base, 0.0, t.tid, t.nt, 0));
-    double q = t.sum(mp_cu_norm_sum(g, x, XT, base, s / (double)g->count, t.tid, t.nt, 1));
+    float s = mp_acc_get(t.sum(mp_cu_norm_sum(g, x, XT, base, 0.0f, t.tid, t.nt, 0)));
+    float q = mp_acc_get(t.sum(mp_cu_norm_sum(g, x, XT, base, s / (float)g->count, t.tid, t.nt, 1)));
     mp_cu_norm_stats(s, q, g->count, eps, mean, rstd);
     if (sq)
         *sq = q;
@@ -967,13 +1124,12 @@ static MP_HD void mp_cu_norm_dx(const MpCuTeam &t, const MpCuNorm *g, void *dx, 
                                 int64_t base, float eps)
 {
     float mean, rstd;
-    double s1, s2;
+    MpAcc s1, s2;
     mp_cu_norm_moments<XT>(t, g, x, base, eps, &mean, &rstd, NULL);
     mp_cu_norm_grad_sums(g, dy, DYT, x, XT, w, WT, w_per_elem, wi, base, mean, rstd, t.tid, t.nt,
                          &s1, &s2);
-    s1 = t.sum(s1);
-    s2 = t.sum(s2);
-    mp_cu_norm_grad_put(g, dx, DXT, dy, DYT, x, XT, w, WT, w_per_elem, wi, base, mean, rstd, s1, s2,
+    float m1 = mp_acc_get(t.sum(s1)), m2 = mp_acc_get(t.sum(s2));
+    mp_cu_norm_grad_put(g, dx, DXT, dy, DYT, x, XT, w, WT, w_per_elem, wi, base, mean, rstd, m1, m2,
                         t.tid, t.nt);
 }
 
@@ -1056,11 +1212,11 @@ struct MpCuLayerNormDw {
         int lanes = t.nt >= 32 ? 32 : 1;
         for (int c = t.tid % lanes; c < 32; c += lanes) {
             int64_t k = g * 32 + c;
-            double s = k < dim ? mp_cu_ln_dw_part(dy, DYT, x, XT, st, rows, dim, k, t.tid / lanes,
-                                                  t.nt / lanes) : 0.0;
-            s = t.sum_lanes(s);
+            MpAcc s = k < dim ? mp_cu_ln_dw_part(dy, DYT, x, XT, st, rows, dim, k, t.tid / lanes,
+                                                 t.nt / lanes) : mp_acc_zero();
+            s = t.sum_cols(s, 1);
             if (t.tid < lanes && k < dim)
-                mp_cu_st_beta(dw, DWT, k, (float)s, beta);
+                mp_cu_st_beta(dw, DWT, k, mp_acc_get(s), beta);
         }
     }
 };
@@ -1072,10 +1228,7 @@ static inline void mp_cu_norm_dw_cols(const char *name, void *dw, const void *dy
                                       const float *st, int64_t rows, int64_t dim, float beta)
 {
     MpCuLayerNormDw<DWT, DYT, XT> b = {dw, dy, x, st, rows, dim, beta};
-    int warps = 1;                 /* about 16 rows per warp, up to 32 warps */
-    while (warps < 32 && warps * 16 < rows)
-        warps *= 2;
-    mp_cu_rows(name, (dim + 31) / 32, 32 * warps, b);
+    mp_cu_rows(name, (dim + 31) / 32, mp_cu_col_threads(rows), b);
 }
 
 template <int DWT, int DYT, int XT>
@@ -1086,6 +1239,16 @@ static inline void mp_cu_layer_norm_dw(void *dw, const void *dy, const void *x, 
     MpCuRowStats<XT> a = {st, x, dim, eps};
     mp_cu_rows("layer_norm_dw", rows, mp_cu_row_threads(dim), a);
     mp_cu_norm_dw_cols<DWT, DYT, XT>("layer_norm_dw", dw, dy, x, st, rows, dim, beta);
+}
+
+/* The running statistics after a training step: unbiased variance, as
+ * torch (q the sum of squared deviations of count values). */
+static MP_HD void mp_cu_bn_running(float *rmean, float *rvar, float mean, float q, int64_t count,
+                                   float momentum)
+{
+    float unbiased = count > 1 ? q / (float)(count - 1) : q / (float)count;
+    *rmean = (1.0f - momentum) * *rmean + momentum * mean;
+    *rvar = (1.0f - momentum) * *rvar + momentum * unbiased;
 }
 
 /* Batch norm over x [N, C, S]: channel c is the set; the running statistics
@@ -1101,16 +1264,11 @@ struct MpCuBatchNorm {
     MP_HD void operator()(int64_t c, const MpCuTeam &t) const
     {
         MpCuNorm g = {N * S, S, C * S};
-        float mean, rstd;
-        double q;
+        float mean, rstd, q;
         if (training) {
             mp_cu_norm_moments<XT>(t, &g, x, c * S, eps, &mean, &rstd, &q);
-            if (t.tid == 0) {
-                double var = q / (double)g.count;
-                double unbiased = g.count > 1 ? var * (double)g.count / (double)(g.count - 1) : var;
-                rmean[c] = (1.0f - momentum) * rmean[c] + momentum * mean;
-                rvar[c] = (1.0f - momentum) * rvar[c] + momentum * (float)unbiased;
-            }
+            if (t.tid == 0)
+                mp_cu_bn_running(rmean + c, rvar + c, mean, q, g.count, momentum);
         } else {
             mean = rmean[c];
             rstd = 1.0f / sqrtf(rvar[c] + eps);
@@ -1119,11 +1277,53 @@ struct MpCuBatchNorm {
     }
 };
 
+/* The same for S < 32, read and written down columns (MpCuChan): a block
+ * per G channels, each lane its column's rows. */
+template <int YT, int XT, int WT, int BT>
+struct MpCuBatchNormCols {
+    void *y;
+    const void *x, *w, *b;
+    float *rmean, *rvar;
+    MpCuChan h;
+    float momentum, eps;
+    int training;
+    MP_HD void operator()(int64_t blk, const MpCuTeam &t) const
+    {
+        int g0, g1;
+        mp_cu_chan_mine(t, &h, &g0, &g1);
+        for (int g = g0; g <= g1; g++) {
+            int64_t c = blk * h.G + g, k0, k1, r, step, W = h.C * h.S;
+            float mean = 0.0f, rstd = 1.0f, q;
+            if (training) {
+                mp_cu_chan_moments<XT>(t, &h, blk, g, x, eps, &mean, &rstd, &q);
+                if (mp_cu_chan_lead(t, &h, blk, g))
+                    mp_cu_bn_running(rmean + c, rvar + c, mean, q, h.N * h.S, momentum);
+            } else if (mp_cu_chan_ok(&h, blk, g)) {
+                mean = rmean[c];
+                rstd = 1.0f / sqrtf(rvar[c] + eps);
+            }
+            mp_cu_chan_cols(t, &h, blk, g, &k0, &k1, &r, &step);
+            if (k0 == k1)
+                continue;
+            float sc = rstd * (w ? mp_cu_ld(w, WT, c) : 1.0f), sh = b ? mp_cu_ld(b, BT, c) : 0.0f;
+            for (int64_t k = k0; k < k1; k++)
+                for (int64_t i = r; i < h.N; i += step)
+                    mp_cu_st(y, YT, i * W + k, (mp_cu_ld(x, XT, i * W + k) - mean) * sc + sh);
+        }
+    }
+};
+
 template <int YT, int XT, int WT, int BT>
 static inline void mp_cu_batch_norm(void *y, const void *x, const void *w, const void *b,
                                     float *rmean, float *rvar, int64_t N, int64_t C, int64_t S,
                                     float momentum, float eps, int training)
 {
+    if (S < 32) {
+        MpCuBatchNormCols<YT, XT, WT, BT> f = {y, x, w, b, rmean, rvar, mp_cu_chan(N, C, S), momentum,
+                                               eps, training};
+        mp_cu_rows("batch_norm", (C + f.h.G - 1) / f.h.G, mp_cu_col_threads(N), f);
+        return;
+    }
     MpCuBatchNorm<YT, XT, WT, BT> f = {y, x, w, b, rmean, rvar, N, C, S, momentum, eps, training};
     mp_cu_rows("batch_norm", C, 256, f);
 }
@@ -1141,10 +1341,43 @@ struct MpCuBatchNormDx {
     }
 };
 
+/* The same for S < 32 down columns: the moments, the two sums of the
+ * gradient (mp_cu_norm_dx's), then dx, each lane its column's rows. */
+template <int DXT, int DYT, int XT, int WT>
+struct MpCuBatchNormDxCols {
+    void *dx;
+    const void *dy, *x, *w;
+    MpCuChan h;
+    float eps;
+    MP_HD void operator()(int64_t blk, const MpCuTeam &t) const
+    {
+        int g0, g1;
+        mp_cu_chan_mine(t, &h, &g0, &g1);
+        for (int g = g0; g <= g1; g++) {
+            int64_t c = blk * h.G + g, k0, k1, r, step, W = h.C * h.S, n = h.N * h.S;
+            float mean, rstd, q, wv = w && mp_cu_chan_ok(&h, blk, g) ? mp_cu_ld(w, WT, c) : 1.0f;
+            mp_cu_chan_moments<XT>(t, &h, blk, g, x, eps, &mean, &rstd, &q);
+            float m1 = mp_acc_get(mp_cu_chan_sum_of<DYT, XT>(t, &h, blk, g, MP_COL_GY, dy, x, mean, rstd, wv));
+            float m2 = mp_acc_get(mp_cu_chan_sum_of<DYT, XT>(t, &h, blk, g, MP_COL_GX, dy, x, mean, rstd, wv));
+            m1 /= (float)n;
+            m2 /= (float)n;
+            mp_cu_chan_cols(t, &h, blk, g, &k0, &k1, &r, &step);
+            for (int64_t k = k0; k < k1; k++)
+                for (int64_t i = r; i < h.N; i += step)
+                    mp_cu_norm_dx_at(dx, DXT, dy, DYT, x, XT, i * W + k, wv, mean, rstd, m1, m2);
+        }
+    }
+};
+
 template <int DXT, int DYT, int XT, int WT>
 static inline void mp_cu_batch_norm_dx(void *dx, const void *dy, const void *x, const void *w,
                                        int64_t N, int64_t C, int64_t S, float eps)
 {
+    if (S < 32) {
+        MpCuBatchNormDxCols<DXT, DYT, XT, WT> f = {dx, dy, x, w, mp_cu_chan(N, C, S), eps};
+        mp_cu_rows("batch_norm_dx", (C + f.h.G - 1) / f.h.G, mp_cu_col_threads(N), f);
+        return;
+    }
     MpCuBatchNormDx<DXT, DYT, XT, WT> f = {dx, dy, x, w, N, C, S, eps};
     mp_cu_rows("batch_norm_dx", C, 256, f);
 }
@@ -1160,9 +1393,31 @@ struct MpCuBatchNormDw {
         MpCuNorm g = {N * S, S, C * S};
         float mean, rstd;
         mp_cu_norm_moments<XT>(t, &g, x, c * S, eps, &mean, &rstd, NULL);
-        double s = t.sum(mp_cu_norm_dw_part(&g, dy, DYT, x, XT, c * S, mean, rstd, t.tid, t.nt));
+        MpAcc s = t.sum(mp_cu_norm_dw_part(&g, dy, DYT, x, XT, c * S, mean, rstd, t.tid, t.nt));
         if (t.tid == 0)
-            mp_cu_st_beta(dw, DWT, c, (float)s, beta);
+            mp_cu_st_beta(dw, DWT, c, mp_acc_get(s), beta);
+    }
+};
+
+/* The same for S < 32, read down columns (MpCuChan): a block per G
+ * channels; their mean, squared deviations and dy xhat in three passes. */
+template <int DWT, int DYT, int XT>
+struct MpCuBatchNormDwCols {
+    void *dw;
+    const void *dy, *x;
+    MpCuChan h;
+    float eps, beta;
+    MP_HD void operator()(int64_t b, const MpCuTeam &t) const
+    {
+        int g0, g1;
+        mp_cu_chan_mine(t, &h, &g0, &g1);
+        for (int g = g0; g <= g1; g++) {
+            float mean, rstd, q;
+            mp_cu_chan_moments<XT>(t, &h, b, g, x, eps, &mean, &rstd, &q);
+            MpAcc d = mp_cu_chan_sum_of<DYT, XT>(t, &h, b, g, MP_COL_GX, dy, x, mean, rstd, 1.0f);
+            if (mp_cu_chan_lead(t, &h, b, g))
+                mp_cu_st_beta(dw, DWT, b * h.G + g, mp_acc_get(d), beta);
+        }
     }
 };
 
@@ -1170,6 +1425,11 @@ template <int DWT, int DYT, int XT>
 static inline void mp_cu_batch_norm_dw(void *dw, const void *dy, const void *x, int64_t N,
                                        int64_t C, int64_t S, float eps, float beta)
 {
+    if (S < 32) {
+        MpCuBatchNormDwCols<DWT, DYT, XT> f = {dw, dy, x, mp_cu_chan(N, C, S), eps, beta};
+        mp_cu_rows("batch_norm_dw", (C + f.h.G - 1) / f.h.G, mp_cu_col_threads(N), f);
+        return;
+    }
     MpCuBatchNormDw<DWT, DYT, XT> f = {dw, dy, x, N, C, S, eps, beta};
     mp_cu_rows("batch_norm_dw", C, 256, f);
 }
@@ -1361,7 +1621,7 @@ struct MpCuRmsNorm {
     float eps;
     MP_HD void operator()(int64_t r, const MpCuTeam &t) const
     {
-        float rs = mp_rms_rstd(t.sum(mp_cu_sumsq_part(x, XT, r * dim, dim, t.tid, t.nt)), dim, eps);
+        float rs = mp_cu_rms_rstd(t.sum(mp_cu_sumsq_part(x, XT, r * dim, dim, t.tid, t.nt)), dim, eps);
         for (int64_t j = t.tid; j < dim; j += t.nt)
             mp_cu_st(y, YT, r * dim + j, mp_cu_ld(x, XT, r * dim + j) * rs * mp_cu_ld(w, WT, j));
     }
@@ -1385,9 +1645,9 @@ struct MpCuRmsNormDx {
     MP_HD void operator()(int64_t r, const MpCuTeam &t) const
     {
         int64_t off = r * dim;
-        float rs = mp_rms_rstd(t.sum(mp_cu_sumsq_part(x, XT, off, dim, t.tid, t.nt)), dim, eps);
-        double sgx = t.sum(mp_cu_rms_gx_part(dy, DYT, x, XT, w, WT, off, dim, t.tid, t.nt));
-        float mgx = (float)(sgx * rs / (double)dim);
+        float rs = mp_cu_rms_rstd(t.sum(mp_cu_sumsq_part(x, XT, off, dim, t.tid, t.nt)), dim, eps);
+        float sgx = mp_acc_get(t.sum(mp_cu_rms_gx_part(dy, DYT, x, XT, w, WT, off, dim, t.tid, t.nt)));
+        float mgx = sgx * rs / (float)dim;
         for (int64_t j = t.tid; j < dim; j += t.nt) {
             float g = mp_cu_ld(dy, DYT, off + j) * mp_cu_ld(w, WT, j);
             mp_cu_st(dx, DXT, off + j, rs * (g - mp_cu_ld(x, XT, off + j) * rs * mgx));
@@ -1413,7 +1673,7 @@ struct MpCuRmsRows {
     float eps;
     MP_HD void operator()(int64_t r, const MpCuTeam &t) const
     {
-        float rs = mp_rms_rstd(t.sum(mp_cu_sumsq_part(x, XT, r * dim, dim, t.tid, t.nt)), dim, eps);
+        float rs = mp_cu_rms_rstd(t.sum(mp_cu_sumsq_part(x, XT, r * dim, dim, t.tid, t.nt)), dim, eps);
         if (t.tid == 0) {
             st[2 * r] = 0.0f;
             st[2 * r + 1] = rs;

@@ -122,28 +122,40 @@ static inline int mp_cu_nonfinite(const void *buf, int64_t n, int dt)
 
 /* ---- the step's own kernels ------------------------------------------------------ */
 
-/* g *= 1/S over part b of the flat buffer; its sum of squares into part[b]. */
+/* The sums of squares are compensated f32 sums (MpAcc), twice: of v^2,
+ * and of (v 2^-80)^2, which no finite f32 v overflows (the C program's
+ * double does not either): that one says whether the gradients are finite
+ * and gives the norm when v^2's sum overflows f32 (|v| above 1.8e19). */
+#define MP_CU_NORM_SHRINK 0x1p-80f
+
+/* g *= 1/S over part b of the flat buffer; its sums of squares into
+ * part[2b] (of v^2) and part[2b + 1] (of (v 2^-80)^2). */
 struct MpCuUnscale {
     float *g;
     int64_t n, per;                /* per: elements of each part */
     const MpCuState *s;
-    double *part;
+    MpAcc *part;
     MP_HD void operator()(int64_t b, const MpCuTeam &t) const
     {
         float inv = (float)(1.0 / s->ls.scale);
         int64_t end = (b + 1) * per < n ? (b + 1) * per : n;
-        double acc = 0;
+        MpAcc sq = mp_acc_zero(), small = mp_acc_zero();
         for (int64_t i = b * per + t.tid; i < end; i += t.nt) {
-            float v = g[i];
+            float v = g[i], u;
             if (inv != 1.0f) {
                 v *= inv;
                 g[i] = v;
             }
-            acc += (double)v * v;
+            u = v * MP_CU_NORM_SHRINK;
+            mp_acc_add(&sq, v * v);
+            mp_acc_add(&small, u * u);
         }
-        acc = t.sum(acc);
-        if (t.tid == 0)
-            part[b] = acc;
+        sq = t.sum(sq);
+        small = t.sum(small);
+        if (t.tid == 0) {
+            part[2 * b] = sq;
+            part[2 * b + 1] = small;
+        }
     }
 };
 
@@ -151,23 +163,26 @@ struct MpCuUnscale {
 struct MpCuDecide {
     MpCuState *s;
     const MpCuHdr *h;
-    const double *part;
+    const MpAcc *part;
     int nparts;
     MP_HD void operator()() const
     {
-        double ss = 0;
-        for (int i = 0; i < nparts; i++)
-            ss += part[i];
+        MpAcc a = mp_acc_zero(), b = mp_acc_zero();
+        for (int i = 0; i < nparts; i++) {
+            a = mp_acc_join(a, part[2 * i]);
+            b = mp_acc_join(b, part[2 * i + 1]);
+        }
+        float ss = mp_acc_get(a), small = mp_acc_get(b);
         s->loss = (float)(s->loss_sum / (double)s->cfg.accumulate);
         s->loss_total += (double)s->loss;
-        s->grad_norm = sqrt(ss);
+        s->grad_norm = isfinite(ss) ? (double)sqrtf(ss) : (double)sqrtf(small) / (double)MP_CU_NORM_SHRINK;
         s->scale_used = s->ls.scale;
         s->step = h->step;
         s->taken = 0;
         if (s->halted_at)
             return;
         int at_floor = mp_scaler_at_floor(&s->ls);
-        s->taken = mp_scaler_update(&s->ls, isfinite(ss));
+        s->taken = mp_scaler_update(&s->ls, isfinite(small));
         if (!s->taken) {
             s->floor_skips = at_floor ? s->floor_skips + 1 : 0;
             if (s->floor_skips >= MP_COLLAPSE_STEPS)
@@ -386,7 +401,7 @@ static inline int64_t mp_cu_layout(unsigned char *mem)
     MP_CU_CUT(mp_cu.ws, unsigned char *, mp_cu.ws_need);
     MP_CU_CUT(mp_cu.blas_ws, unsigned char *, MP_CU_BLAS_WS);
     MP_CU_CUT(mp_cu.outs, float *, (1 + t->m->nmetrics) * (int64_t)sizeof(float));
-    MP_CU_CUT(mp_cu.part, double *, mp_cu.nparts * (int64_t)sizeof(double));
+    MP_CU_CUT(mp_cu.part, MpAcc *, 2 * mp_cu.nparts * (int64_t)sizeof(MpAcc));
     MP_CU_CUT(mp_cu.state, MpCuState *, (int64_t)sizeof(MpCuState));
     MP_CU_CUT(mp_cu.tiles, MpCuTile *, mp_cu.ntiles * (int64_t)sizeof(MpCuTile));
     for (int i = 0; mp_cu.data && i < t->m->ninputs; i++)

@@ -10,8 +10,13 @@
 #      backward on the "device", gradients brought back);
 #   2. each example (and tests/cuda/emu_options.mp: SGD Nesterov, weight
 #      decay, accumulate 2, clipping, warm-up, dropout, bf16; emu_buffers.mp:
-#      buffers, no_decay groups, the nanoGPT warm-up; emu_wide.mp:
-#      the split path of reductions, wide products; emu_additions.mp: rope,
+#      buffers, no_decay groups, the nanoGPT warm-up; emu_wide.mp: wide
+#      bias gradients, wide products; emu_columns.mp (also under float32):
+#      channel sums read down columns (batch_norm and its gradients, bias
+#      gradients), their row slices, the split path of reductions, and the
+#      trained parameters equal the C program's (a batch_norm weight
+#      gradient 0.1% off is caught there);
+#      emu_additions.mp: rope,
 #      rms_norm and the other additions, ignored targets; emu_split.mp:
 #      chunk, slice, concat, expand, arange, integer ids among them) on synthetic
 #      data with --no-shuffle: the logged loss of every step and the eval
@@ -84,6 +89,8 @@ start=$(date +%s)
         echo "emu_build examples/$n.mp ${n}_f32 --precision float32"
         echo "c_build examples/$n.mp ${n}_f32 --precision float32"
     done
+    echo "emu_build tests/cuda/emu_columns.mp emu_columns_f32 --precision float32"
+    echo "c_build tests/cuda/emu_columns.mp emu_columns_f32 --precision float32"
 } | xargs -P 2 -L 1 bash -c '"$@"' _ >"$tmp/builds" 2>&1
 cat "$tmp/builds"
 grep -q "^FAIL" "$tmp/builds" && fail=1
@@ -131,7 +138,7 @@ data_of() {   # data_of NAME [--data|--eval]: the model's input files
     char_transformer*) echo "$o tokens=$tmp/tok.npy $o targets=$tmp/tgt.npy" ;;
     emu_options* | emu_buffers*) echo "$o x=$tmp/x12.npy $o y=$tmp/y5.npy" ;;
     emu_nan*) echo "$o x=$tmp/x4.npy" ;;
-    emu_wide*) echo "$o x=$tmp/x8.npy $o y=$tmp/y3.npy" ;;
+    emu_wide* | emu_columns*) echo "$o x=$tmp/x8.npy $o y=$tmp/y3.npy" ;;
     emu_additions*) echo "$o tokens=$tmp/tok16.npy $o targets=$tmp/tgt16.npy" ;;
     emu_split*) echo "$o tokens=$tmp/tok.npy $o targets=$tmp/tgt.npy" ;;
     esac
@@ -160,9 +167,44 @@ curve() {   # curve NAME STEPS TOL [env]
 for n in mnist_mlp mnist_cnn char_transformer emu_options emu_buffers; do curve "$n" 6 2e-3 MP_EMU=graph; done
 curve digits_mlp 6 1e-4 MP_EMU=graph
 curve emu_wide 4 2e-3 MP_EMU=graph
+curve emu_columns 4 2e-3 MP_EMU=graph
 curve emu_additions 6 2e-3 MP_EMU=graph
 curve emu_split 6 2e-3 MP_EMU=graph
 for n in mnist_cnn_f32 char_transformer_f32; do curve "$n" 6 1e-4 MP_EMU=graph; done
+curve emu_columns_f32 4 1e-4 MP_EMU=graph
+
+# The trained parameters of emu_columns under float32 (SGD: a gradient off
+# by a factor moves them, where Adam's steps would not see it) equal the C
+# program's within 1e-5 relative (of the larger magnitude, at least 1e-2;
+# they come out within 8e-7); exit 1 with the worst tensor otherwise.
+params() {   # params NAME: 0 when the two programs' parameters agree
+    local n=$1 data
+    data="$(data_of "$n") $(data_of "$n" --eval)"
+    # shellcheck disable=SC2086
+    "$tmp/$n.c.out" $data --no-shuffle --steps 4 --save "$tmp/$n.c.st" >/dev/null 2>&1 &&
+    MP_EMU=graph "$tmp/$n.emu" $data --no-shuffle --steps 4 --save "$tmp/$n.emu.st" >/dev/null 2>&1 &&
+    "$PY" - "$tmp/$n.c.st" "$tmp/$n.emu.st" <<'EOF2'
+import sys, numpy as np
+sys.path.insert(0, "tests/py")
+import st
+a, b = st.read(sys.argv[1]), st.read(sys.argv[2])
+worst, at = 0.0, "-"
+for k in sorted(a):
+    if not k.startswith("optimizer."):
+        x, y = a[k].astype(np.float64), b[k].astype(np.float64)
+        d = float(np.max(np.abs(x - y) / np.maximum(np.maximum(np.abs(x), np.abs(y)), 1e-2)))
+        worst, at = max((worst, at), (d, k))
+print("parameters within %.2e relative (worst: %s)" % (worst, at))
+sys.exit(worst > 1e-5)
+EOF2
+}
+if [ -x "$tmp/emu_columns_f32.emu" ] && [ -x "$tmp/emu_columns_f32.c.out" ]; then
+    if msg=$(params emu_columns_f32 2>&1); then
+        echo "ok   emu_columns_f32: $msg"
+    else
+        bad "emu_columns_f32: the CUDA program's parameters differ from the C program's: $msg"
+    fi
+fi
 curve mnist_cnn 4 2e-3 MP_EMU_NO_GRAPH=1
 curve emu_options 8 2e-3 MP_EMU_NO_GRAPH=1
 curve mnist_mlp 6 2e-3 MP_CUDA_DATA=0
@@ -351,13 +393,32 @@ caught() {   # caught NAME WHAT: the mutant's curve must differ from the C progr
     fi
 }
 if [ -x "$tmp/mnist_mlp.emu" ]; then
-    m1='s/\*s = t\.sum(mp_cu_row_sumexp(/*s = (mp_cu_row_sumexp(/'
+    m1='s/\*s = mp_acc_get(t\.sum(mp_cu_sumexp_part(/*s = mp_acc_get((mp_cu_sumexp_part(/'
     m2='/cudaStreamWaitEvent(mp_cu\.st, mp_cu\.copied\[s\]/d'
     if mutant mnist_mlp_m1 "$m1" && mutant mnist_mlp_m2 "$m2"; then
         curve mnist_mlp_m1 3 2e-3 MP_EMU_SERIAL=1     # the old way: not seen
         curve mnist_mlp_m2 3 2e-3 MP_EMU_SERIAL=1
         caught mnist_mlp_m1 "a thread's partial row sum"
         caught mnist_mlp_m2 "no wait for the input copy"
+    fi
+fi
+# batch_norm's weight gradient read down columns 0.1% off: the loss curve
+# cannot tell (5e-6 relative), the trained parameters do (4e-5 to 5e-5)
+if [ -x "$tmp/emu_columns_f32.emu" ]; then
+    n=emu_columns_f32
+    sed 's/MP_COL_GX, dy, x, mean, rstd, 1\.0f);/MP_COL_GX, dy, x, mean, rstd * 1.001f, 1.0f);/' "$tmp/$n.cu" >"$tmp/${n}_m.cu"
+    if cmp -s "$tmp/$n.cu" "$tmp/${n}_m.cu"; then
+        bad "mutant ${n}_m: the mutation did not apply"
+    elif ! "$CXX" -std=c++17 -O1 -x c++ -DMP_CU_EMU -include tests/cuda/mp_cuda_emu.h "$tmp/${n}_m.cu" \
+            -o "$tmp/${n}_m.emu" -lm 2>"$tmp/${n}_m.err"; then
+        bad "mutant ${n}_m does not build"
+    else
+        cp "$tmp/$n.c.out" "$tmp/${n}_m.c.out"
+        if msg=$(params "${n}_m" 2>&1); then
+            bad "mutant ${n}_m (batch_norm dw 0.1% off) not caught: $msg"
+        else
+            echo "ok   mutant ${n}_m (batch_norm dw 0.1% off) caught: $msg"
+        fi
     fi
 fi
 

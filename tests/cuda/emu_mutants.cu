@@ -9,6 +9,7 @@
  * Exit 0 when every mode catches its mutant, 1 otherwise. */
 #include "mp_kernels_gemm.h"   /* the stand-in's products */
 #include "mp_cuda.h"
+#include "mp_cuda_ops.h"
 #include <sys/wait.h>
 
 static int fails;
@@ -52,13 +53,13 @@ struct RowSum {
     int mutant;                    /* 1: no team.sum */
     MP_HD void operator()(int64_t r, const MpCuTeam &t) const
     {
-        double s = 0;
+        MpAcc s = mp_acc_zero();
         for (int64_t j = t.tid; j < len; j += t.nt)
-            s += x[r * len + j];
+            mp_acc_add(&s, x[r * len + j]);
         if (!mutant)
             s = t.sum(s);
         if (t.tid == 0)
-            y[r] = (float)s;
+            y[r] = mp_acc_get(s);
     }
 };
 
@@ -94,6 +95,136 @@ struct Divergent {
             y[r] = (float)t.sum(1.0);
     }
 };
+
+/* ---- compensated f32 sums (MpAcc) on adversarial input ------------------------ */
+
+/* 1e7 values of mixed magnitude (10^-3 .. 10^3, both signs: the sum is a
+ * few hundred times smaller than the sum of magnitudes), summed by one
+ * block of 1024 threads as the device sums: each thread its share with
+ * mp_acc_add, the shares joined in the GPU's tree (team.sum). Tolerance:
+ * 2 f32 roundings of the exact sum plus 2^-40 of the sum of magnitudes
+ * (tighter than a compensated sum's worst case, one rounding plus about
+ * n eps^2 = 2^-34 of the magnitudes for n ~1e4 terms per thread, which
+ * random signs never reach: the result comes out correctly rounded here,
+ * 0.45 of the tolerance). A plain f32 share per thread, or a tree that
+ * drops the corrections, is off by 7-8x the tolerance on this input. */
+#define ACC_N 10000000
+static std::vector<float> acc_x;
+static double acc_ref, acc_abs;
+
+static void acc_data(void)
+{
+    uint64_t r = 88172645463325252ull;
+    acc_x.resize(ACC_N);
+    acc_ref = acc_abs = 0;
+    for (int64_t i = 0; i < ACC_N; i++) {
+        r ^= r << 13;
+        r ^= r >> 7;
+        r ^= r << 17;
+        double u = (double)(r >> 11) / 9007199254740992.0;       /* [0, 1) */
+        float v = (float)((r & 1 ? -1.0 : 1.0) * pow(10.0, 6.0 * u - 3.0));
+        acc_x[(size_t)i] = v;
+        acc_ref += (double)v;            /* double over 1e7 terms of <= 1e3: */
+        acc_abs += fabs((double)v);      /* off by < 1e7 * 2^-53 * 1e10: 1e-2 x tol */
+    }
+}
+
+static int acc_close(double got, const char *what)
+{
+    double tol = 2.0 * 0x1p-24 * fabs(acc_ref) + 0x1p-40 * acc_abs, err = fabs(got - acc_ref);
+    printf("     %s: sum %.9g, exact %.9g, error %.3g, tolerance %.3g\n", what, got, acc_ref, err, tol);
+    return err <= tol;
+}
+
+struct AccSum {
+    const float *x;
+    float *y;
+    int64_t n;
+    int mutant;                    /* 1: each thread's share a plain f32 sum */
+    MP_HD void operator()(int64_t r, const MpCuTeam &t) const
+    {
+        MpAcc s = mp_acc_zero();
+        float plain = 0.0f;
+        (void)r;
+        for (int64_t i = t.tid; i < n; i += t.nt) {
+            mp_acc_add(&s, x[i]);
+            plain += x[i];
+        }
+        if (mutant)
+            s = MpAcc{plain, 0.0f};
+        s = t.sum(s);
+        if (t.tid == 0)
+            y[0] = mp_acc_get(s);
+    }
+};
+
+static float *acc_dev(void)
+{
+    float *x = dev(ACC_N);
+    mp_cu_ok(cudaMemcpyAsync(x, acc_x.data(), ACC_N * sizeof(float), cudaMemcpyHostToDevice, mp_cu.st), "copy");
+    return x;
+}
+
+static int acc_block(int mutant)
+{
+    float *x = acc_dev(), *y = dev(1);
+    mp_cu_rows("accsum", 1, 1024, AccSum{x, y, ACC_N, mutant});
+    return acc_close(back(y, 1)[0], mutant ? "plain f32 per thread" : "compensated, one block");
+}
+
+/* The tree alone: the 1024 threads' compensated shares joined in the GPU's
+ * order by mp_acc_join, or by a join that drops the corrections (mutant). */
+struct DropJoin {
+    MpAcc operator()(MpAcc a, MpAcc b) const { return MpAcc{a.s + b.s, 0.0f}; }
+};
+
+static int acc_tree(int mutant)
+{
+    std::vector<MpAcc> v(1024, mp_acc_zero());
+    for (int64_t i = 0; i < ACC_N; i++)
+        mp_acc_add(&v[(size_t)(i % 1024)], acc_x[(size_t)i]);
+    MpAcc r = mutant ? mp_cu_emu_tree(v.data(), 1024, mp_acc_zero(), DropJoin())
+                     : mp_cu_emu_tree(v.data(), 1024, mp_acc_zero(), MpCuEmuJoin());
+    return acc_close(mp_acc_get(r), mutant ? "tree dropping the corrections" : "compensated tree");
+}
+
+/* The reductions the programs use: channel sums of x [N, C, S] read down
+ * columns (S < 32: two levels, row slices then their join) and a whole sum
+ * (a block per output), each output against its exact sum. */
+static int acc_ops(void)
+{
+    const int64_t N = ACC_N / 6, C = 2, S = 3;    /* 64 slices of rows */
+    float *x = acc_dev(), *y = dev(C), *z = dev(1);
+    mp_cu_channel_sum<MP_F32, MP_F32>(y, x, N, C, S, 0.0f);
+    mp_cu_sum<MP_F32, MP_F32>(z, x, 1, N * C * S, 1);
+    std::vector<float> h = back(y, C);
+    float whole = back(z, 1)[0];
+    int ok = 1;
+    for (int64_t c = 0; c < C; c++) {
+        double ref = 0, abs_ = 0;
+        for (int64_t n = 0; n < N; n++)
+            for (int64_t k = 0; k < S; k++) {
+                double v = acc_x[(size_t)((n * C + c) * S + k)];
+                ref += v;
+                abs_ += fabs(v);
+            }
+        double err = fabs(h[(size_t)c] - ref), tol = 2.0 * 0x1p-24 * fabs(ref) + 0x1p-40 * abs_;
+        printf("     channel_sum [%lld, %lld, %lld] channel %lld: error %.3g, tolerance %.3g\n",
+               (long long)N, (long long)C, (long long)S, (long long)c, err, tol);
+        ok &= err <= tol;
+    }
+    /* sum: chunks of MP_CHUNK summed in plain f32 first, as the C program's
+     * mp_sum_n: their rounding (512 * 2^-24 of each chunk's magnitudes at
+     * most) comes on top */
+    double ref = 0, abs_ = 0;
+    for (int64_t i = 0; i < N * C * S; i++) {
+        ref += acc_x[(size_t)i];
+        abs_ += fabs((double)acc_x[(size_t)i]);
+    }
+    double err = fabs(whole - ref), tol = 2.0 * 0x1p-24 * fabs(ref) + MP_CHUNK * 0x1p-24 * abs_;
+    printf("     sum over %lld: error %.3g, tolerance %.3g\n", (long long)(N * C * S), err, tol);
+    return ok && err <= tol;
+}
 
 /* ---- each: an item that reads another item's result ----------------------------- */
 
@@ -189,6 +320,18 @@ int main(void)
         cudaStreamSynchronize(mp_cu.st);
     }, msg, sizeof msg);
     check(rc == 70 && strstr(msg, "some threads of a block left"), "rows: a reduction under a condition is caught");
+
+    mp_cu.ws = (unsigned char *)dev(1 << 16);
+    acc_data();
+    check(acc_block(0), "sums: 1e7 values of mixed magnitude, compensated per thread and in the tree, "
+                        "within 2 roundings of the exact sum");
+    check(!acc_block(1), "sums: a thread's share summed in plain f32 is caught");
+    check(acc_tree(0), "sums: the GPU's tree of compensated shares is within tolerance");
+    check(!acc_tree(1), "sums: a tree join that drops the corrections is caught");
+    check(acc_ops(), "sums: channel_sum read down columns (two levels) and sum, against exact sums");
+    serial(1);
+    check(acc_ops(), "sums: the same with one thread per block (the serial stand-in)");
+    serial(0);
 
     serial(1);
     check(each_right(0) && each_right(1), "each, the old way: the right items and the mutant's both pass");

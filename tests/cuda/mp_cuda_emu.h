@@ -453,9 +453,11 @@ struct MpEmuBlock {
     std::vector<double> d;
     std::vector<float> f;
     std::vector<int64_t> a;
+    std::vector<float> as, ac;     /* a compensated sum (MpAcc's s, c) per thread */
+    int width;                     /* team.sum_cols: lanes per group */
     void (*combine)(MpEmuBlock *);
-    double rd, rl[32];
-    float rf;
+    double rd;
+    float rf, rs[32], rc[32];      /* MpAcc results: [0] a sum's, [lane] sum_cols' */
     int64_t ra;
 };
 
@@ -579,6 +581,9 @@ static inline void mp_emu_block(const char *name, int nt, const std::function<vo
     b.d.assign((size_t)nt, 0.0);
     b.f.assign((size_t)nt, 0.0f);
     b.a.assign((size_t)nt, 0);
+    b.as.assign((size_t)nt, 0.0f);
+    b.ac.assign((size_t)nt, 0.0f);
+    b.width = 1;
     while (mp_emu_f.stacks.size() < (size_t)nt)
         mp_emu_f.stacks.push_back((char *)malloc(MP_EMU_STACK));
     mp_emu_f.fib.resize((size_t)nt);
