@@ -1176,40 +1176,41 @@ static inline void mp_cu_batch_norm_dw(void *dw, const void *dy, const void *x, 
 
 /* ---- attention: q, y [BH, T, D], k, v [BH, Tk, D] (as mp_kernels_nn.h):
  * S = scale q k^T (f32), P = softmax (causal: j <= i), rounded to cdt;
- * y = P v. Backward, one op for the three gradients, from one
- * recomputation of S: dv = P^T dy; dS = P (dP - rowsum(dP P)) scale
- * rounded to cdt with dP = dy v^T; dq = dS k; dk = dS^T q; written to
- * g [BH, T + 2Tk, D] (per head dq, dk, dv). Scores live in f32 [BH, T, Tk]
- * work space, products are batched GEMMs ------------------------------------ */
+ * y = P v. Backward, one op for the three gradients from one product
+ * q k^T: P from S, dv = P^T dy; then dS = P (dP - rowsum(dP P)) scale
+ * rounded to cdt with dP = dy v^T, over P's buffer; dq = dS k; dk = dS^T q;
+ * written to g [BH, T + 2Tk, D] (per head dq, dk, dv). Scores and dP live
+ * in f32 [BH, T, Tk] work space; products are batched GEMMs ---------------- */
 
-/* Row r (head r / T, query i = r % T) of the probabilities, and with dP
- * of dS too. */
+/* Row r (head r / T, query i = r % T) of the probabilities, or of dS. */
 struct MpCuAttnRow {
-    void *p, *ds;
+    void *p;
     int pdt;
-    const float *s, *dp;           /* dp NULL: the probabilities only */
+    const float *s, *dp;           /* dp NULL: the probabilities */
     int64_t T, Tk;
     int causal;
     float scale;
     MP_HD void operator()(int64_t r, const MpCuTeam &t) const
     {
-        int64_t i = r % T, len = causal ? i + 1 : Tk, at = r * Tk * mp_cu_dt_size(pdt);
+        int64_t i = r % T, len = causal ? i + 1 : Tk;
         const float *row = s + r * Tk;
+        void *out = (char *)p + r * Tk * mp_cu_dt_size(pdt);
         float m = t.max(mp_cu_row_max(row, MP_F32, 0, len, 1, t.tid, t.nt));
         double sum = t.sum(mp_cu_row_sumexp(row, MP_F32, 0, len, 1, m, t.tid, t.nt));
-        mp_cu_attn_row((char *)p + at, pdt, row, Tk, i, causal, m, sum, t.tid, t.nt);
-        if (!dp)
+        if (!dp) {
+            mp_cu_attn_row(out, pdt, row, Tk, i, causal, m, sum, t.tid, t.nt);
             return;
+        }
         double dot = t.sum(mp_cu_attn_dot(row, dp + r * Tk, Tk, i, causal, m, sum, t.tid, t.nt));
-        mp_cu_attn_ds_row((char *)ds + at, pdt, row, dp + r * Tk, Tk, i, causal, m, sum, dot,
-                          scale, t.tid, t.nt);
+        mp_cu_attn_ds_row(out, pdt, row, dp + r * Tk, Tk, i, causal, m, sum, dot, scale, t.tid,
+                          t.nt);
     }
 };
 
-/* Work space of the attention ops: scores and dP in f32, P and dS in cdt. */
+/* Work space of the attention ops: scores and dP in f32, P then dS in cdt. */
 typedef struct MpCuAttn {
     float *s, *dp;
-    void *p, *ds;
+    void *p;
     int64_t BH, T, Tk, D;
     float scale;
 } MpCuAttn;
@@ -1217,12 +1218,11 @@ typedef struct MpCuAttn {
 static inline MpCuAttn mp_cu_attn_ws(int64_t BH, int64_t T, int64_t Tk, int64_t D, int cdt)
 {
     MpCuAttn a;
-    int64_t n = BH * T * Tk, f = mp_cu_round_up(n * 4), h = mp_cu_round_up(n * mp_cu_dt_size(cdt));
-    unsigned char *ws = mp_cu_ws(2 * f + 2 * h);
+    int64_t n = BH * T * Tk, f = mp_cu_round_up(n * 4);
+    unsigned char *ws = mp_cu_ws(2 * f + n * mp_cu_dt_size(cdt));
     a.s = (float *)ws;
     a.dp = ws ? (float *)(ws + f) : NULL;
     a.p = ws ? ws + 2 * f : NULL;
-    a.ds = ws ? ws + 2 * f + h : NULL;
     a.BH = BH;
     a.T = T;
     a.Tk = Tk;
@@ -1245,17 +1245,11 @@ static inline void mp_cu_attn_gemm(const MpCuAttn *a, int ta, int tb, int64_t M,
     mp_cu_gemm(&g);
 }
 
-/* scores, then P (dy NULL) or P and dS */
-template <int QT, int KT, int DYT, int VT>
-static inline void mp_cu_attn_rows(const MpCuAttn *a, const void *q, const void *k, const void *dy,
-                                   const void *v, int causal, int cdt)
+/* P (dp NULL) or dS into a->p, from the scores */
+static inline void mp_cu_attn_rows(const MpCuAttn *a, const float *dp, int causal, int cdt)
 {
-    int64_t T = a->T, Tk = a->Tk;
-    MpCuAttnRow f = {a->p, a->ds, cdt, a->s, dy ? a->dp : NULL, T, Tk, causal, a->scale};
-    mp_cu_attn_gemm(a, 0, 1, T, Tk, a->D, a->scale, q, QT, k, KT, a->s, MP_F32, T * Tk);
-    if (dy)
-        mp_cu_attn_gemm(a, 0, 1, T, Tk, a->D, 1.0f, dy, DYT, v, VT, a->dp, MP_F32, T * Tk);
-    mp_cu_rows(dy ? "attention_grad" : "attention", a->BH * T, mp_cu_row_threads(Tk), f);
+    MpCuAttnRow f = {a->p, cdt, a->s, dp, a->T, a->Tk, causal, a->scale};
+    mp_cu_rows(dp ? "attention_grad" : "attention", a->BH * a->T, mp_cu_row_threads(a->Tk), f);
 }
 
 template <int YT, int QT, int KT, int VT>
@@ -1264,7 +1258,8 @@ static inline void mp_cu_attention(void *y, const void *q, const void *k, const 
                                    int cdt)
 {
     MpCuAttn a = mp_cu_attn_ws(BH, T, Tk, D, cdt);
-    mp_cu_attn_rows<QT, KT, MP_F32, VT>(&a, q, k, NULL, v, causal, cdt);
+    mp_cu_attn_gemm(&a, 0, 1, T, Tk, D, a.scale, q, QT, k, KT, a.s, MP_F32, T * Tk);
+    mp_cu_attn_rows(&a, NULL, causal, cdt);
     mp_cu_attn_gemm(&a, 0, 0, T, D, Tk, 1.0f, a.p, cdt, v, VT, y, YT, T * D);   /* P v */
 }
 
@@ -1276,11 +1271,14 @@ static inline void mp_cu_attention_grad(void *g, const void *dy, const void *q, 
     MpCuAttn a = mp_cu_attn_ws(BH, T, Tk, D, cdt);
     int64_t sg = (T + 2 * Tk) * D, es = mp_cu_dt_size(GT);
     unsigned char *g8 = (unsigned char *)g;
-    mp_cu_attn_rows<QT, KT, DYT, VT>(&a, q, k, dy, v, causal, cdt);
-    mp_cu_attn_gemm(&a, 0, 0, T, D, Tk, 1.0f, a.ds, cdt, k, KT, g8, GT, sg);               /* dq */
-    mp_cu_attn_gemm(&a, 1, 0, Tk, D, T, 1.0f, a.ds, cdt, q, QT, g8 + T * D * es, GT, sg);  /* dk */
-    mp_cu_attn_gemm(&a, 1, 0, Tk, D, T, 1.0f, a.p, cdt, dy, DYT,                            /* dv */
-                    g8 + (T + Tk) * D * es, GT, sg);
+    mp_cu_attn_gemm(&a, 0, 1, T, Tk, D, a.scale, q, QT, k, KT, a.s, MP_F32, T * Tk);
+    mp_cu_attn_gemm(&a, 0, 1, T, Tk, D, 1.0f, dy, DYT, v, VT, a.dp, MP_F32, T * Tk);
+    mp_cu_attn_rows(&a, NULL, causal, cdt);
+    mp_cu_attn_gemm(&a, 1, 0, Tk, D, T, 1.0f, a.p, cdt, dy, DYT, g8 + (T + Tk) * D * es, GT,
+                    sg);                                                            /* dv */
+    mp_cu_attn_rows(&a, a.dp, causal, cdt);
+    mp_cu_attn_gemm(&a, 0, 0, T, D, Tk, 1.0f, a.p, cdt, k, KT, g8, GT, sg);              /* dq */
+    mp_cu_attn_gemm(&a, 1, 0, Tk, D, T, 1.0f, a.p, cdt, q, QT, g8 + T * D * es, GT, sg); /* dk */
 }
 
 /* ---- elementwise, norm and rope additions ------------------------------------------ */
