@@ -503,14 +503,17 @@ static inline void mp_k_batch_norm_dw(void *dw, int dwdt, const void *dy, int dy
  * under 64 KB) against key tiles of MP_ATTN_TK; the query tile's scores
  * are the only score buffer (never T x T), so the probabilities are
  * normalised before they are rounded with each score computed once per
- * pass. Causal: key tiles past a query tile's last row are skipped. Each
- * sum runs in a fixed order (over d for a score, over query rows for dk
- * and dv), so results do not depend on the tile sizes or the threads.
+ * pass. Causal: key tiles past a query tile's last row are skipped, and
+ * the masked corner of the diagonal tile holds zeros. Each sum runs in a
+ * fixed order (over d for a score; over keys for y and dq; over the rows
+ * of a query tile, then tile after tile, for dk and dv): the same bits
+ * whatever the number of threads.
  * Work items: (head, query tile) forward; heads backward (a head's dk and
  * dv accumulate over its query tiles in f32). k and v of the head are
- * loaded once per item as f32, row-major and transposed, so that every
- * inner loop runs over contiguous floats (the compiler's vector loops). */
+ * loaded once per item as f32, row-major and transposed, so that the inner
+ * loops run over MP_ATTN_VW contiguous floats held in registers. */
 #define MP_ATTN_TK 64
+#define MP_ATTN_VW 16
 
 typedef struct MpAttn {
     const void *q, *k, *v;
@@ -524,7 +527,7 @@ typedef struct MpAttnWs {
     float *kr, *vr;         /* k, v of the head [T', D] */
     float *kt, *vt;         /* their transposes [D, T'] */
     float *qf, *dyf, *acc;  /* the query tile's q, dy and y or dq [tq, D] */
-    float *s, *dp;          /* its P and dP then dS [tq, T'] */
+    float *s, *dp;          /* its P then Pr, and dP then dS [tq, T'] */
     float *dk, *dv;         /* the head's dk, dv accumulators [T', D] (backward) */
 } MpAttnWs;
 
@@ -570,44 +573,87 @@ static inline void mp_attn_load_kv(const MpAttn *a, int64_t h, MpAttnWs *w)
 /* Keys a query row i sees: i + 1 (causal) or all T'. */
 static inline int64_t mp_attn_len(const MpAttn *a, int64_t i) { return a->causal ? i + 1 : a->Tk; }
 
-/* out[r, j] = alpha x[r] . y[j] (f32, summed over d in order) for the rows
- * r < nq of a query tile at row i0 and the keys j each row sees; yt = y^T
- * [D, T'], out of row stride T'. Key tiles outer, rows inner: a key tile of
- * yt stays in the L1 cache across the rows. */
+/* o[j] = alpha x . y[j] for j0 <= j < j1, yt = y^T of row stride ld; the
+ * sum over d in order, MP_ATTN_VW keys at a time in registers. */
+static inline void mp_attn_dots_row(float *o, const float *x, const float *yt, int64_t ld,
+                                    int64_t D, int64_t j0, int64_t j1, float alpha)
+{
+    int64_t j = j0;
+    for (; j + MP_ATTN_VW <= j1; j += MP_ATTN_VW) {
+        float acc[MP_ATTN_VW] = {0};
+        for (int64_t d = 0; d < D; d++) {
+            const float xd = x[d], *y = yt + d * ld + j;
+            for (int u = 0; u < MP_ATTN_VW; u++) acc[u] += xd * y[u];
+        }
+        for (int u = 0; u < MP_ATTN_VW; u++) o[j + u] = acc[u] * alpha;
+    }
+    for (; j < j1; j++) {
+        float acc = 0.0f;
+        for (int64_t d = 0; d < D; d++) acc += x[d] * yt[d * ld + j];
+        o[j] = acc * alpha;
+    }
+}
+
+/* out[r, j] = alpha x[r] . y[j] for the rows r < nq of the query tile at
+ * row i0 and the keys j each row sees (out of row stride T'). Key tiles
+ * outer, rows inner: a key tile of yt stays in the L1 cache. */
 static inline void mp_attn_dots(const MpAttn *a, float *out, const float *x, const float *yt,
                                 int64_t i0, int64_t nq, float alpha)
 {
-    int64_t Tk = a->Tk, D = a->D, nk = mp_attn_len(a, i0 + nq - 1);
+    int64_t nk = mp_attn_len(a, i0 + nq - 1);
     for (int64_t j0 = 0; j0 < nk; j0 += MP_ATTN_TK)
         for (int64_t r = 0; r < nq; r++) {
             int64_t j1 = mp_attn_len(a, i0 + r);
             j1 = j1 < j0 + MP_ATTN_TK ? j1 : j0 + MP_ATTN_TK;
-            float *o = out + r * Tk;
-            const float *xr = x + r * D;
-            for (int64_t j = j0; j < j1; j++) o[j] = 0.0f;
-            for (int64_t d = 0; d < D; d++) {
-                const float xd = xr[d], *y = yt + d * Tk;
-                for (int64_t j = j0; j < j1; j++) o[j] += xd * y[j];
-            }
-            for (int64_t j = j0; j < j1; j++) o[j] *= alpha;
+            if (j1 > j0)
+                mp_attn_dots_row(out + r * a->Tk, x + r * a->D, yt, a->Tk, a->D, j0, j1, alpha);
         }
 }
 
-/* acc[0..D) += p y (f32): the products' inner loop. */
-static inline void mp_attn_axpy(float *acc, float p, const float *y, int64_t D)
+/* o[0..D) (+)= sum over t < n of w[t sw] Y[t] (rows of D floats), the sum
+ * over t in order, MP_ATTN_VW columns at a time in registers. */
+static inline void mp_attn_wsum(float *o, const float *w, int64_t sw, int64_t n, const float *Y,
+                                int64_t D, int add)
 {
-    for (int64_t d = 0; d < D; d++) acc[d] += p * y[d];
+    int64_t d = 0;
+    for (; d + MP_ATTN_VW <= D; d += MP_ATTN_VW) {
+        float acc[MP_ATTN_VW] = {0};
+        for (int64_t t = 0; t < n; t++) {
+            const float wt = w[t * sw], *y = Y + t * D + d;
+            for (int u = 0; u < MP_ATTN_VW; u++) acc[u] += wt * y[u];
+        }
+        for (int u = 0; u < MP_ATTN_VW; u++) o[d + u] = add ? o[d + u] + acc[u] : acc[u];
+    }
+    for (; d < D; d++) {
+        float acc = 0.0f;
+        for (int64_t t = 0; t < n; t++) acc += w[t * sw] * Y[t * D + d];
+        o[d] = add ? o[d] + acc : acc;
+    }
 }
 
 /* P of the query tile [i0, i0 + nq) of the loaded head into w->s (f32):
- * q rows loaded as f32, scores, then each row's softmax over its keys. */
-static inline void mp_attn_probs(const MpAttn *a, MpAttnWs *w, int64_t h, int64_t i0, int64_t nq)
+ * q rows loaded as f32, scores, each row's softmax over its keys, zeros
+ * past them up to the tile's nk keys (returned). */
+static inline int64_t mp_attn_probs(const MpAttn *a, MpAttnWs *w, int64_t h, int64_t i0,
+                                    int64_t nq)
 {
-    int64_t D = a->D;
+    int64_t D = a->D, nk = mp_attn_len(a, i0 + nq - 1);
     mp_ld_n(a->q, a->qdt, (h * a->T + i0) * D, 1, nq * D, w->qf);
     mp_attn_dots(a, w->s, w->qf, w->kt, i0, nq, a->scale);
+    for (int64_t r = 0; r < nq; r++) {
+        float *p = w->s + r * a->Tk;
+        int64_t n = mp_attn_len(a, i0 + r);
+        mp_row_softmax(p, n);
+        for (int64_t j = n; j < nk; j++) p[j] = 0.0f;
+    }
+    return nk;
+}
+
+/* v rounded to cdt, in place, for the first n of each of nq rows */
+static inline void mp_attn_round(float *v, int64_t nq, int64_t ld, int64_t n, float mul, int cdt)
+{
     for (int64_t r = 0; r < nq; r++)
-        mp_row_softmax(w->s + r * a->Tk, mp_attn_len(a, i0 + r));
+        for (int64_t j = 0; j < n; j++) v[r * ld + j] = mp_round(v[r * ld + j] * mul, cdt);
 }
 
 static inline void mp_k_attention(void *y, int ydt, const void *q, int qdt, const void *k,
@@ -625,14 +671,10 @@ static inline void mp_k_attention(void *y, int ydt, const void *q, int qdt, cons
             int64_t h = it / ntiles, i0 = it % ntiles * a.tq, nq = T - i0 < a.tq ? T - i0 : a.tq;
             if (h != loaded)
                 mp_attn_load_kv(&a, h, &w), loaded = h;
-            mp_attn_probs(&a, &w, h, i0, nq);
-            for (int64_t r = 0; r < nq; r++) {
-                const float *p = w.s + r * Tk;
-                float *o = w.acc + r * D;
-                for (int64_t d = 0; d < D; d++) o[d] = 0.0f;
-                for (int64_t j = 0, n = mp_attn_len(&a, i0 + r); j < n; j++)
-                    mp_attn_axpy(o, mp_round(p[j], cdt), w.vr + j * D, D);
-            }
+            int64_t nk = mp_attn_probs(&a, &w, h, i0, nq);
+            mp_attn_round(w.s, nq, Tk, nk, 1.0f, cdt);
+            for (int64_t r = 0; r < nq; r++)
+                mp_attn_wsum(w.acc + r * D, w.s + r * Tk, 1, nk, w.vr, D, 0);
             mp_st_n(y, ydt, (h * T + i0) * D, 1, nq * D, w.acc);
         }
         free(w.kr);
@@ -644,23 +686,22 @@ static inline void mp_k_attention(void *y, int ydt, const void *q, int qdt, cons
 static inline void mp_attn_grad_tile(const MpAttn *a, MpAttnWs *w, void *g, int gdt, int64_t gq,
                                      const void *dy, int dydt, int64_t h, int64_t i0, int64_t nq)
 {
-    int64_t Tk = a->Tk, D = a->D;
-    mp_attn_probs(a, w, h, i0, nq);
+    int64_t Tk = a->Tk, D = a->D, nk = mp_attn_probs(a, w, h, i0, nq);
     mp_ld_n(dy, dydt, (h * a->T + i0) * D, 1, nq * D, w->dyf);
     mp_attn_dots(a, w->dp, w->dyf, w->vt, i0, nq, 1.0f);
     for (int64_t r = 0; r < nq; r++) {
         int64_t n = mp_attn_len(a, i0 + r);
-        const float *p = w->s + r * Tk, *dyr = w->dyf + r * D, *qr = w->qf + r * D;
-        float *ds = w->dp + r * Tk, *o = w->acc + r * D;
-        for (int64_t j = 0; j < n; j++)
-            mp_attn_axpy(w->dv + j * D, mp_round(p[j], a->cdt), dyr, D);
-        mp_row_softmax_grad(ds, p, n);
-        for (int64_t d = 0; d < D; d++) o[d] = 0.0f;
-        for (int64_t j = 0; j < n; j++) {
-            float dsj = mp_round(ds[j] * a->scale, a->cdt);
-            mp_attn_axpy(o, dsj, w->kr + j * D, D);
-            mp_attn_axpy(w->dk + j * D, dsj, qr, D);
-        }
+        float *ds = w->dp + r * Tk;
+        mp_row_softmax_grad(ds, w->s + r * Tk, n);
+        for (int64_t j = n; j < nk; j++) ds[j] = 0.0f;
+    }
+    mp_attn_round(w->dp, nq, Tk, nk, a->scale, a->cdt);     /* dS */
+    mp_attn_round(w->s, nq, Tk, nk, 1.0f, a->cdt);          /* Pr */
+    for (int64_t r = 0; r < nq; r++)
+        mp_attn_wsum(w->acc + r * D, w->dp + r * Tk, 1, nk, w->kr, D, 0);
+    for (int64_t j = 0; j < nk; j++) {
+        mp_attn_wsum(w->dv + j * D, w->s + j, Tk, nq, w->dyf, D, 1);
+        mp_attn_wsum(w->dk + j * D, w->dp + j, Tk, nq, w->qf, D, 1);
     }
     mp_st_n(g, gdt, gq + i0 * D, 1, nq * D, w->acc);
 }
