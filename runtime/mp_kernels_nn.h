@@ -573,25 +573,31 @@ static inline void mp_attn_load_kv(const MpAttn *a, int64_t h, MpAttnWs *w)
 /* Keys a query row i sees: i + 1 (causal) or all T'. */
 static inline int64_t mp_attn_len(const MpAttn *a, int64_t i) { return a->causal ? i + 1 : a->Tk; }
 
-/* o[j] = alpha x . y[j] for j0 <= j < j1, yt = y^T of row stride ld; the
- * sum over d in order, MP_ATTN_VW keys at a time in registers. */
+/* o[j .. j + w) = alpha x . y[j + u], yt = y^T of row stride ld: w keys
+ * (a constant after inlining) in registers, each sum over d in order. */
+static inline void mp_attn_dots_w(float *o, const float *x, const float *yt, int64_t ld,
+                                  int64_t D, int64_t j, float alpha, const int w)
+{
+    float acc[4 * MP_ATTN_VW] = {0};
+    for (int64_t d = 0; d < D; d++) {
+        const float xd = x[d], *y = yt + d * ld + j;
+        for (int u = 0; u < w; u++) acc[u] += xd * y[u];
+    }
+    for (int u = 0; u < w; u++) o[j + u] = acc[u] * alpha;
+}
+
+/* o[j] = alpha x . y[j] for j0 <= j < j1: four vectors of keys at a time
+ * (independent chains of products), then one, then one key. */
 static inline void mp_attn_dots_row(float *o, const float *x, const float *yt, int64_t ld,
                                     int64_t D, int64_t j0, int64_t j1, float alpha)
 {
     int64_t j = j0;
-    for (; j + MP_ATTN_VW <= j1; j += MP_ATTN_VW) {
-        float acc[MP_ATTN_VW] = {0};
-        for (int64_t d = 0; d < D; d++) {
-            const float xd = x[d], *y = yt + d * ld + j;
-            for (int u = 0; u < MP_ATTN_VW; u++) acc[u] += xd * y[u];
-        }
-        for (int u = 0; u < MP_ATTN_VW; u++) o[j + u] = acc[u] * alpha;
-    }
-    for (; j < j1; j++) {
-        float acc = 0.0f;
-        for (int64_t d = 0; d < D; d++) acc += x[d] * yt[d * ld + j];
-        o[j] = acc * alpha;
-    }
+    for (; j + 4 * MP_ATTN_VW <= j1; j += 4 * MP_ATTN_VW)
+        mp_attn_dots_w(o, x, yt, ld, D, j, alpha, 4 * MP_ATTN_VW);
+    for (; j + MP_ATTN_VW <= j1; j += MP_ATTN_VW)
+        mp_attn_dots_w(o, x, yt, ld, D, j, alpha, MP_ATTN_VW);
+    for (; j < j1; j++)
+        mp_attn_dots_w(o, x, yt, ld, D, j, alpha, 1);
 }
 
 /* out[r, j] = alpha x[r] . y[j] for the rows r < nq of the query tile at
@@ -610,25 +616,32 @@ static inline void mp_attn_dots(const MpAttn *a, float *out, const float *x, con
         }
 }
 
-/* o[0..D) (+)= sum over t < n of w[t sw] Y[t] (rows of D floats), the sum
- * over t in order, MP_ATTN_VW columns at a time in registers. */
-static inline void mp_attn_wsum(float *o, const float *w, int64_t sw, int64_t n, const float *Y,
+/* o[d .. d + w) (+)= sum over t < n of wt[t sw] Y[t, d + u] (rows of D
+ * floats): w columns (a constant after inlining) in registers, each sum
+ * over t in order. */
+static inline void mp_attn_wsum_w(float *o, const float *wt, int64_t sw, int64_t n,
+                                  const float *Y, int64_t D, int64_t d, int add, const int w)
+{
+    float acc[4 * MP_ATTN_VW] = {0};
+    for (int64_t t = 0; t < n; t++) {
+        const float c = wt[t * sw], *y = Y + t * D + d;
+        for (int u = 0; u < w; u++) acc[u] += c * y[u];
+    }
+    for (int u = 0; u < w; u++) o[d + u] = add ? o[d + u] + acc[u] : acc[u];
+}
+
+/* o[0..D) (+)= sum over t < n of wt[t sw] Y[t]: four vectors of columns
+ * at a time, then one, then one column. */
+static inline void mp_attn_wsum(float *o, const float *wt, int64_t sw, int64_t n, const float *Y,
                                 int64_t D, int add)
 {
     int64_t d = 0;
-    for (; d + MP_ATTN_VW <= D; d += MP_ATTN_VW) {
-        float acc[MP_ATTN_VW] = {0};
-        for (int64_t t = 0; t < n; t++) {
-            const float wt = w[t * sw], *y = Y + t * D + d;
-            for (int u = 0; u < MP_ATTN_VW; u++) acc[u] += wt * y[u];
-        }
-        for (int u = 0; u < MP_ATTN_VW; u++) o[d + u] = add ? o[d + u] + acc[u] : acc[u];
-    }
-    for (; d < D; d++) {
-        float acc = 0.0f;
-        for (int64_t t = 0; t < n; t++) acc += w[t * sw] * Y[t * D + d];
-        o[d] = add ? o[d] + acc : acc;
-    }
+    for (; d + 4 * MP_ATTN_VW <= D; d += 4 * MP_ATTN_VW)
+        mp_attn_wsum_w(o, wt, sw, n, Y, D, d, add, 4 * MP_ATTN_VW);
+    for (; d + MP_ATTN_VW <= D; d += MP_ATTN_VW)
+        mp_attn_wsum_w(o, wt, sw, n, Y, D, d, add, MP_ATTN_VW);
+    for (; d < D; d++)
+        mp_attn_wsum_w(o, wt, sw, n, Y, D, d, add, 1);
 }
 
 /* P of the query tile [i0, i0 + nq) of the loaded head into w->s (f32):
