@@ -16,9 +16,11 @@
  *   "Backward"), except the ADDs summing a value's contributions, which
  *   compute in the gradient's own type (f32 for a master weight);
  *   shape and type of the value whose gradient it is: grad_of's output or
- *   one of its inputs. The only other shape is an elementwise product
+ *   one of its inputs. The only other shapes: an elementwise product
  *   taken over the broadcast shape before SUM_TO reduces it, typed like
- *   grad_of's output so that the reduction reads unrounded terms.
+ *   grad_of's output so that the reduction reads unrounded terms; and
+ *   attention's one ATTENTION_GRAD node with the SLICEs that take dq, dk
+ *   and dv out of it (grad_ATTENTION).
  * Shapes are set here from the forward shapes; ad_check() also holds them
  * against the shape rules of shape.c. */
 #include "autodiff.h"
@@ -376,14 +378,34 @@ void grad_MSE(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx)
         dx[1] = fit(g, n, 1, part(g, n, 1, &over, OP_NEG, d, NULL));
 }
 
+/* The type of attention's one backward node: q, k and v's type, or f32
+ * when they differ, so that each gradient is rounded once, to its input's. */
+static DType attention_grad_type(const IrNode *n)
+{
+    DType t = n->in[0]->type;
+    return n->in[1]->type == t && n->in[2]->type == t ? t : DT_F32;
+}
+
+/* One ATTENTION_GRAD node derives dq, dk and dv from one recomputation of
+ * the probabilities (ops.def); each wanted gradient is its SLICE along
+ * axis 2, cast to its input's type where that differs. */
 void grad_ATTENTION(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx)
 {
-    static const IrOp ops[3] = {OP_ATTENTION_DQ, OP_ATTENTION_DK, OP_ATTENTION_DV};
+    Shape s = n->in[0]->shape;
+    int64_t tq = s.d[2], tk = n->in[1]->shape.d[2];
+    s.d[2] = tq + 2 * tk;
+    IrNode *in[4] = {dy, n->in[0], n->in[1], n->in[2]};
+    IrNode *all = mk_st(g, n, OP_ATTENTION_GRAD, &s, attention_grad_type(n), 4, in);
+    all->ia[0] = n->ia[0];
+    const int64_t start[4] = {0, tq, tq + tk, tq + 2 * tk};
     for (int i = 0; i < 3; i++) {
         if (!dx[i])
             continue;
-        dx[i] = MK(g, n, ops[i], n->in[i], dy, n->in[0], n->in[1], n->in[2]);
-        dx[i]->ia[0] = n->ia[0];
+        IrNode *p = mk_st(g, n, OP_SLICE, &n->in[i]->shape, all->type, 1, &all);
+        p->ia[0] = 2;
+        p->ia[1] = start[i];
+        p->ia[2] = start[i + 1];
+        dx[i] = fit(g, n, i, p);
     }
 }
 
@@ -593,6 +615,8 @@ static bool shape_type_ok(const IrNode *n)
     const IrNode *f = n->grad_of;
     if (is_value(f, &n->shape, n->type))
         return true;
+    if (f->op == OP_ATTENTION && (n->op == OP_ATTENTION_GRAD || n->op == OP_SLICE))
+        return n->type == attention_grad_type(f);   /* checked against the rule */
     for (int i = 0; i < f->nin; i++)
         if (is_value(f->in[i], &n->shape, n->type))
             return true;

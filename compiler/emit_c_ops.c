@@ -359,20 +359,21 @@ void emit_c_MSE_GRAD(Emit *e, const IrNode *n)
        arg(e, IN(2)), N(n));
 }
 
-/* ---- attention: q, k, v, y [B, H, T, D] seen as [B*H, T, D] ------------------------- */
-static void attention(Emit *e, const IrNode *n, const char *k, const IrNode *q, const IrNode *f)
+/* ---- attention: q, y [B, H, T, D], k, v [B, H, T', D] seen as [B*H, T, D] ----------- */
+/* mp_k_attention(y, q, k, v, BH, T, T', D, causal, cdt) and
+ * mp_k_attention_grad(g, dy, q, k, v, ...): the same tail of arguments. */
+static void attention(Emit *e, const IrNode *n, const char *k, const IrNode *f)
 {
+    const IrNode *q = f->in[0];
     long long t = emit_dim(q, -2), d = emit_dim(q, -1);
     em(e, "    mp_k_%s(%s, ", k, arg(e, n));
     for (int i = 0; i < n->nin; i++)
         em(e, "%s, ", arg(e, IN(i)));
-    em(e, "\n                   %lld, %lld, %lld, %d, %s);\n", N(q) / (t * d), t, d, (int)f->ia[0],
-       mpdt(f->compute));
+    em(e, "\n                   %lld, %lld, %lld, %lld, %d, %s);\n", N(q) / (t * d), t,
+       emit_dim(f->in[1], -2), d, (int)f->ia[0], mpdt(f->compute));
 }
-void emit_c_ATTENTION(Emit *e, const IrNode *n) { attention(e, n, "attention", IN(0), n); }
-void emit_c_ATTENTION_DQ(Emit *e, const IrNode *n) { attention(e, n, "attention_dq", IN(1), n->grad_of); }
-void emit_c_ATTENTION_DK(Emit *e, const IrNode *n) { attention(e, n, "attention_dk", IN(1), n->grad_of); }
-void emit_c_ATTENTION_DV(Emit *e, const IrNode *n) { attention(e, n, "attention_dv", IN(1), n->grad_of); }
+void emit_c_ATTENTION(Emit *e, const IrNode *n) { attention(e, n, "attention", n); }
+void emit_c_ATTENTION_GRAD(Emit *e, const IrNode *n) { attention(e, n, "attention_grad", n->grad_of); }
 
 /* ---- loss scaling and the optimizer ---------------------------------------------------- */
 /* The backward pass starts from d(loss) = S / accumulate, set by the runtime. */

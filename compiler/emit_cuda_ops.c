@@ -382,24 +382,22 @@ void emit_cuda_MSE_GRAD(Emit *e, const IrNode *n)
        C(IN(1)), C(IN(2)), N(n));
 }
 
-/* ---- attention: q, k, v, y [B, H, T, D] seen as [B*H, T, D] ------------------------------------ */
-static void attention(Emit *e, const IrNode *n, const char *k, const IrNode *q, const IrNode *f)
+/* ---- attention: q, y [B, H, T, D], k, v [B, H, T', D] seen as [B*H, T, D] ---------------------- */
+static void attention(Emit *e, const IrNode *n, const char *k, const IrNode *f)
 {
+    const IrNode *q = f->in[0];
     long long t = emit_dim(q, -2), d = emit_dim(q, -1);
-    const IrNode *a[5] = {n, IN(0), IN(1), IN(2), n->nin > 3 ? IN(3) : NULL};
-    em(e, "    mp_cu_%s<%s", k, ty(a[0]));
-    for (int i = 1; i <= n->nin; i++)
-        em(e, ", %s", ty(a[i]));
+    em(e, "    mp_cu_%s<%s", k, ty(n));
+    for (int i = 0; i < n->nin; i++)
+        em(e, ", %s", ty(IN(i)));
     em(e, ">(%s, ", C(n));
     for (int i = 0; i < n->nin; i++)
         em(e, "%s, ", C(IN(i)));
-    em(e, "\n                   %lld, %lld, %lld, %d, %s);\n", N(q) / (t * d), t, d, (int)f->ia[0],
-       mpdt(f->compute));
+    em(e, "\n                   %lld, %lld, %lld, %lld, %d, %s);\n", N(q) / (t * d), t,
+       emit_dim(f->in[1], -2), d, (int)f->ia[0], mpdt(f->compute));
 }
-void emit_cuda_ATTENTION(Emit *e, const IrNode *n) { attention(e, n, "attention", IN(0), n); }
-void emit_cuda_ATTENTION_DQ(Emit *e, const IrNode *n) { attention(e, n, "attention_dq", IN(1), n->grad_of); }
-void emit_cuda_ATTENTION_DK(Emit *e, const IrNode *n) { attention(e, n, "attention_dk", IN(1), n->grad_of); }
-void emit_cuda_ATTENTION_DV(Emit *e, const IrNode *n) { attention(e, n, "attention_dv", IN(1), n->grad_of); }
+void emit_cuda_ATTENTION(Emit *e, const IrNode *n) { attention(e, n, "attention", n); }
+void emit_cuda_ATTENTION_GRAD(Emit *e, const IrNode *n) { attention(e, n, "attention_grad", n->grad_of); }
 
 /* ---- loss scaling and the optimizer ----------------------------------------------------------- */
 /* d(loss) = S / accumulate: from the device's loss-scale state in a step. */

@@ -826,9 +826,17 @@ bool shape_LAYER_NORM_DX(IrGraph *g, IrNode *n) { return like_fwd_in(g, n, 0); }
 bool shape_LAYER_NORM_DW(IrGraph *g, IrNode *n) { return like_fwd_in(g, n, 1); }
 bool shape_BATCH_NORM_DX(IrGraph *g, IrNode *n) { return like_fwd_in(g, n, 0); }
 bool shape_BATCH_NORM_DW(IrGraph *g, IrNode *n) { return like_fwd_in(g, n, 1); }
-bool shape_ATTENTION_DQ(IrGraph *g, IrNode *n) { return like_fwd_in(g, n, 0); }
-bool shape_ATTENTION_DK(IrGraph *g, IrNode *n) { return like_fwd_in(g, n, 1); }
-bool shape_ATTENTION_DV(IrGraph *g, IrNode *n) { return like_fwd_in(g, n, 2); }
+
+/* dq, dk, dv of one head side by side along axis 2: [B, H, T + 2T', D]. */
+bool shape_ATTENTION_GRAD(IrGraph *g, IrNode *n)
+{
+    const Shape *k = fwd_in(n, 1);
+    if (!k || !like_fwd_in(g, n, 0))
+        return false;
+    Shape r = n->shape;
+    r.d[2] += 2 * k->d[2];
+    return set_shape(g, n, &r);
+}
 
 /* dy over all axes but 1 -> [C] (conv and batch-norm bias gradients). */
 bool shape_CHANNEL_SUM(IrGraph *g, IrNode *n)

@@ -1434,121 +1434,112 @@ static inline void mp_cu_batch_norm_dw(void *dw, const void *dy, const void *x, 
     mp_cu_rows("batch_norm_dw", C, 256, f);
 }
 
-/* ---- attention: q, k, v [BH, T, D]; scores recomputed by each op (as
- * mp_kernels_nn.h): S = scale q k^T (f32), P = softmax (causal: j <= i),
- * rounded to cdt; y = P v; dv = P^T dy; dS = P (dP - rowsum(dP P)) scale
- * rounded to cdt with dP = dy v^T; dq = dS k; dk = dS^T q ----------------------------------- */
+/* ---- attention: q, y [BH, T, D], k, v [BH, Tk, D] (as mp_kernels_nn.h):
+ * S = scale q k^T (f32), P = softmax (causal: j <= i), rounded to cdt;
+ * y = P v. Backward, one op for the three gradients from one product
+ * q k^T: P from S, dv = P^T dy; then dS = P (dP - rowsum(dP P)) scale
+ * rounded to cdt with dP = dy v^T, over P's buffer; dq = dS k; dk = dS^T q;
+ * written to g [BH, T + 2Tk, D] (per head dq, dk, dv). Scores and dP live
+ * in f32 [BH, T, Tk] work space; products are batched GEMMs ---------------- */
 
 /* Row r (head r / T, query i = r % T) of the probabilities, or of dS. */
 struct MpCuAttnRow {
     void *p;
     int pdt;
     const float *s, *dp;           /* dp NULL: the probabilities */
-    int64_t T;
+    int64_t T, Tk;
     int causal;
     float scale;
     MP_HD void operator()(int64_t r, const MpCuTeam &t) const
     {
-        int64_t i = r % T, len = causal ? i + 1 : T;
-        const float *row = s + r * T;
-        void *out = (char *)p + r * T * mp_cu_dt_size(pdt);
+        int64_t i = r % T, len = causal ? i + 1 : Tk;
+        const float *row = s + r * Tk;
+        void *out = (char *)p + r * Tk * mp_cu_dt_size(pdt);
         float m = t.max(mp_cu_row_max(row, MP_F32, 0, len, 1, t.tid, t.nt));
         double sum = t.sum(mp_cu_row_sumexp(row, MP_F32, 0, len, 1, m, t.tid, t.nt));
         if (!dp) {
-            mp_cu_attn_row(out, pdt, row, T, i, causal, m, sum, t.tid, t.nt);
+            mp_cu_attn_row(out, pdt, row, Tk, i, causal, m, sum, t.tid, t.nt);
             return;
         }
-        double dot = t.sum(mp_cu_attn_dot(row, dp + r * T, T, i, causal, m, sum, t.tid, t.nt));
-        mp_cu_attn_ds_row(out, pdt, row, dp + r * T, T, i, causal, m, sum, dot, scale, t.tid, t.nt);
+        double dot = t.sum(mp_cu_attn_dot(row, dp + r * Tk, Tk, i, causal, m, sum, t.tid, t.nt));
+        mp_cu_attn_ds_row(out, pdt, row, dp + r * Tk, Tk, i, causal, m, sum, dot, scale, t.tid,
+                          t.nt);
     }
 };
 
-/* Workspace of the attention ops: scores and dP in f32, P or dS in cdt. */
+/* Work space of the attention ops: scores and dP in f32, P then dS in cdt. */
 typedef struct MpCuAttn {
     float *s, *dp;
     void *p;
-    int64_t BH, T, D;
+    int64_t BH, T, Tk, D;
     float scale;
 } MpCuAttn;
 
-static inline MpCuAttn mp_cu_attn_ws(int64_t BH, int64_t T, int64_t D, int cdt)
+static inline MpCuAttn mp_cu_attn_ws(int64_t BH, int64_t T, int64_t Tk, int64_t D, int cdt)
 {
     MpCuAttn a;
-    int64_t n = BH * T * T, f = mp_cu_round_up(n * 4);
+    int64_t n = BH * T * Tk, f = mp_cu_round_up(n * 4);
     unsigned char *ws = mp_cu_ws(2 * f + n * mp_cu_dt_size(cdt));
     a.s = (float *)ws;
     a.dp = ws ? (float *)(ws + f) : NULL;
     a.p = ws ? ws + 2 * f : NULL;
     a.BH = BH;
     a.T = T;
+    a.Tk = Tk;
     a.D = D;
     a.scale = 1.0f / sqrtf((float)D);
     return a;
 }
 
-/* C[h] = alpha op(A[h]) op(B[h]) over the heads, of [T or D] matrices */
+/* C[h] = alpha op(A[h]) op(B[h]) over the heads; C[h] at h sc */
 static inline void mp_cu_attn_gemm(const MpCuAttn *a, int ta, int tb, int64_t M, int64_t N,
                                    int64_t K, float alpha, const void *A, int adt, const void *B,
-                                   int bdt, void *C, int cdt)
+                                   int bdt, void *C, int cdt, int64_t sc)
 {
     MpCuGemm g = mp_cu_gemm_of(ta, tb, M, N, K, alpha, A, adt, ta ? M : K, B, bdt, tb ? K : N, 0.0f,
                                C, cdt, N);
     g.batch = a->BH;
     g.sa = M * K;
     g.sb = K * N;
-    g.sc = M * N;
+    g.sc = sc;
     mp_cu_gemm(&g);
 }
 
-/* scores, then P (dy NULL) or dS into a->p */
-template <int QT, int KT, int DYT, int VT>
-static inline void mp_cu_attn_rows(const MpCuAttn *a, const void *q, const void *k, const void *dy,
-                                   const void *v, int causal, int cdt)
+/* P (dp NULL) or dS into a->p, from the scores */
+static inline void mp_cu_attn_rows(const MpCuAttn *a, const float *dp, int causal, int cdt)
 {
-    MpCuAttnRow f = {a->p, cdt, a->s, dy ? a->dp : NULL, a->T, causal, a->scale};
-    mp_cu_attn_gemm(a, 0, 1, a->T, a->T, a->D, a->scale, q, QT, k, KT, a->s, MP_F32);
-    if (dy)
-        mp_cu_attn_gemm(a, 0, 1, a->T, a->T, a->D, 1.0f, dy, DYT, v, VT, a->dp, MP_F32);
-    mp_cu_rows(dy ? "attention_grad" : "attention", a->BH * a->T, mp_cu_row_threads(a->T), f);
+    MpCuAttnRow f = {a->p, cdt, a->s, dp, a->T, a->Tk, causal, a->scale};
+    mp_cu_rows(dp ? "attention_grad" : "attention", a->BH * a->T, mp_cu_row_threads(a->Tk), f);
 }
 
 template <int YT, int QT, int KT, int VT>
 static inline void mp_cu_attention(void *y, const void *q, const void *k, const void *v,
-                                   int64_t BH, int64_t T, int64_t D, int causal, int cdt)
+                                   int64_t BH, int64_t T, int64_t Tk, int64_t D, int causal,
+                                   int cdt)
 {
-    MpCuAttn a = mp_cu_attn_ws(BH, T, D, cdt);
-    mp_cu_attn_rows<QT, KT, MP_F32, VT>(&a, q, k, NULL, v, causal, cdt);
-    mp_cu_attn_gemm(&a, 0, 0, T, D, T, 1.0f, a.p, cdt, v, VT, y, YT);           /* P v */
+    MpCuAttn a = mp_cu_attn_ws(BH, T, Tk, D, cdt);
+    mp_cu_attn_gemm(&a, 0, 1, T, Tk, D, a.scale, q, QT, k, KT, a.s, MP_F32, T * Tk);
+    mp_cu_attn_rows(&a, NULL, causal, cdt);
+    mp_cu_attn_gemm(&a, 0, 0, T, D, Tk, 1.0f, a.p, cdt, v, VT, y, YT, T * D);   /* P v */
 }
 
-/* dv = P^T dy (which 2), dq = dS k (0), dk = dS^T q (1) */
-template <int DT, int DYT, int QT, int KT, int VT>
-static inline void mp_cu_attention_bwd(int which, void *d, const void *dy, const void *q,
-                                       const void *k, const void *v, int64_t BH, int64_t T,
-                                       int64_t D, int causal, int cdt)
+template <int GT, int DYT, int QT, int KT, int VT>
+static inline void mp_cu_attention_grad(void *g, const void *dy, const void *q, const void *k,
+                                        const void *v, int64_t BH, int64_t T, int64_t Tk,
+                                        int64_t D, int causal, int cdt)
 {
-    MpCuAttn a = mp_cu_attn_ws(BH, T, D, cdt);
-    mp_cu_attn_rows<QT, KT, DYT, VT>(&a, q, k, which == 2 ? NULL : dy, v, causal, cdt);
-    if (which == 2)
-        mp_cu_attn_gemm(&a, 1, 0, T, D, T, 1.0f, a.p, cdt, dy, DYT, d, DT);
-    else if (which == 0)
-        mp_cu_attn_gemm(&a, 0, 0, T, D, T, 1.0f, a.p, cdt, k, KT, d, DT);
-    else
-        mp_cu_attn_gemm(&a, 1, 0, T, D, T, 1.0f, a.p, cdt, q, QT, d, DT);
+    MpCuAttn a = mp_cu_attn_ws(BH, T, Tk, D, cdt);
+    int64_t sg = (T + 2 * Tk) * D, es = mp_cu_dt_size(GT);
+    unsigned char *g8 = (unsigned char *)g;
+    mp_cu_attn_gemm(&a, 0, 1, T, Tk, D, a.scale, q, QT, k, KT, a.s, MP_F32, T * Tk);
+    mp_cu_attn_gemm(&a, 0, 1, T, Tk, D, 1.0f, dy, DYT, v, VT, a.dp, MP_F32, T * Tk);
+    mp_cu_attn_rows(&a, NULL, causal, cdt);
+    mp_cu_attn_gemm(&a, 1, 0, Tk, D, T, 1.0f, a.p, cdt, dy, DYT, g8 + (T + Tk) * D * es, GT,
+                    sg);                                                            /* dv */
+    mp_cu_attn_rows(&a, a.dp, causal, cdt);
+    mp_cu_attn_gemm(&a, 0, 0, T, D, Tk, 1.0f, a.p, cdt, k, KT, g8, GT, sg);              /* dq */
+    mp_cu_attn_gemm(&a, 1, 0, Tk, D, T, 1.0f, a.p, cdt, q, QT, g8 + T * D * es, GT, sg); /* dk */
 }
-
-#define MP_CU_ATTN_GRAD(NAME, WHICH)                                           \
-    template <int DT, int DYT, int QT, int KT, int VT>                         \
-    static inline void mp_cu_##NAME(void *d, const void *dy, const void *q, const void *k, \
-                                    const void *v, int64_t BH, int64_t T, int64_t D,       \
-                                    int causal, int cdt)                       \
-    {                                                                          \
-        mp_cu_attention_bwd<DT, DYT, QT, KT, VT>(WHICH, d, dy, q, k, v, BH, T, D, causal, cdt); \
-    }
-
-MP_CU_ATTN_GRAD(attention_dq, 0)
-MP_CU_ATTN_GRAD(attention_dk, 1)
-MP_CU_ATTN_GRAD(attention_dv, 2)
 
 /* ---- elementwise, norm and rope additions ------------------------------------------ */
 

@@ -103,12 +103,13 @@
  *                   N,C,S, momentum, eps, training)    x[N,C,S] (S = H*W or 1)
  *   mp_k_batch_norm_dx(dx,dxdt, dy,dydt, x,xdt, w,wdt, N,C,S, eps)
  *   mp_k_batch_norm_dw(dw,dwdt, dy,dydt, x,xdt, N,C,S, eps, beta)
- *   mp_k_attention(y,ydt, q,qdt, k,kdt, v,vdt, BH,T,D, causal, cdt)
- *   mp_k_attention_{dq,dk,dv}(d,ddt, dy,dydt, q,qdt, k,kdt, v,vdt,
- *                             BH,T,D, causal, cdt)
- *       q, k, v, y [BH, T, D]; cdt = the op's compute type (probabilities
- *       are rounded to it before the product with v); each backward kernel
- *       recomputes the probabilities from q, k, v (nothing is stored)
+ *   mp_k_attention(y,ydt, q,qdt, k,kdt, v,vdt, BH,T,Tk,D, causal, cdt)
+ *   mp_k_attention_grad(g,gdt, dy,dydt, q,qdt, k,kdt, v,vdt,
+ *                       BH,T,Tk,D, causal, cdt)
+ *       q, y [BH, T, D], k, v [BH, Tk, D]; cdt = the op's compute type
+ *       (probabilities are rounded to it before the product with v);
+ *       g [BH, T + 2Tk, D] holds dq, dk, dv of each head, from one
+ *       recomputation of the probabilities (nothing is kept from forward)
  *
  * IR nodes (compiler/ops.def) to calls, where it is not one-to-one:
  *   const        a one-element f32 array, passed with rank 0 to add/sub/...

@@ -488,122 +488,261 @@ static inline void mp_k_batch_norm_dw(void *dw, int dwdt, const void *dy, int dy
 
 /* ---- attention ---------------------------------------------------------- */
 
-/* Per (batch, head), with q, k, v, y [T, D]:
+/* Per (batch, head), with q, y [T, D] and k, v [T', D]:
  *   S = q k^T / sqrt(D)         f32 accumulation, never rounded
  *   P = softmax(S) per row      f32; causal: S[i, j] = -inf for j > i
  *   Pr = P rounded to cdt       the lowp operand of the second product
  *   y = Pr v                    f32 accumulation, rounded to y's type
- * Backward, each kernel recomputing what it needs from q, k, v (nothing is
- * kept from the forward pass):
+ * Backward: one kernel for the three gradients (ATTENTION_GRAD, ops.def),
+ * from one recomputation of P per query tile (nothing is kept from the
+ * forward pass):
  *   dv = Pr^T dy
  *   dP = dy v^T (f32), dS = P (dP - rowsum(dP P)) / sqrt(D), rounded to cdt
- *   dq = dS k,   dk = dS^T q
- * Heads run in parallel, each on its own T x T buffers. */
+ *   dq = dS k,   dk = dS^T q    f32 accumulation, each rounded once
+ * Tiles: a query tile of tq rows (mp_attn_tq: its f32 scores [tq, T'] stay
+ * under 64 KB) against key tiles of MP_ATTN_TK; the query tile's scores
+ * are the only score buffer (never T x T), so the probabilities are
+ * normalised before they are rounded with each score computed once per
+ * pass. Causal: key tiles past a query tile's last row are skipped, and
+ * the masked corner of the diagonal tile holds zeros. Each sum runs in a
+ * fixed order (over d for a score; over keys for y and dq; over the rows
+ * of a query tile, then tile after tile, for dk and dv): the same bits
+ * whatever the number of threads.
+ * Work items: (head, query tile) forward; heads backward (a head's dk and
+ * dv accumulate over its query tiles in f32). k and v of the head are
+ * loaded once per item as f32, row-major and transposed, so that the inner
+ * loops run over MP_ATTN_VW contiguous floats held in registers. */
+#define MP_ATTN_TK 64
+#define MP_ATTN_VW 16
+
 typedef struct MpAttn {
     const void *q, *k, *v;
     int qdt, kdt, vdt, cdt, causal;
-    int64_t T, D;
+    int64_t T, Tk, D, tq;
     float scale;
 } MpAttn;
 
-/* P (f32) and Pr (rounded) of head h. */
-static inline void mp_attn_probs(const MpAttn *a, int64_t h, float *P, float *Pr)
+/* Per-thread work space (f32). */
+typedef struct MpAttnWs {
+    float *kr, *vr;         /* k, v of the head [T', D] */
+    float *kt, *vt;         /* their transposes [D, T'] */
+    float *qf, *dyf, *acc;  /* the query tile's q, dy and y or dq [tq, D] */
+    float *s, *dp;          /* its P then Pr, and dP then dS [tq, T'] */
+    float *dk, *dv;         /* the head's dk, dv accumulators [T', D] (backward) */
+} MpAttnWs;
+
+static inline int64_t mp_attn_tq(int64_t Tk)
 {
-    int64_t T = a->T, D = a->D, off = h * T * D;
-    mp_gemm(0, 1, T, T, D, a->scale, mp_at(a->q, a->qdt, off), a->qdt, D,
-            mp_at(a->k, a->kdt, off), a->kdt, D, 0.0f, P, MP_F32, T);
-    for (int64_t i = 0; i < T; i++) {
-        float *r = P + i * T;
-        if (a->causal)
-            for (int64_t j = i + 1; j < T; j++) r[j] = -INFINITY;
-        mp_row_softmax(r, T);
-        for (int64_t j = 0; j < T; j++) Pr[i * T + j] = mp_round(r[j], a->cdt);
-    }
+    int64_t t = 16384 / (Tk > 0 ? Tk : 1);
+    return t < 4 ? 4 : t > 32 ? 32 : t;
 }
 
-/* The loop over heads, each thread with NBUF T x T f32 buffers at buf
- * (P = buf, Pr = the next one). */
-#define MP_HEADS_LOOP(BH, T, NBUF, ...)                                        \
-    MP_OMP(parallel if ((BH) > 1))                                             \
-    {                                                                          \
-        float *buf = (float *)mp_kalloc((size_t)((NBUF) * (T) * (T)) * sizeof(float)); \
-        float *P = buf, *Pr = buf + (T) * (T);                                 \
-        MP_OMP(for schedule(dynamic))                                          \
-        for (int64_t h = 0; h < (BH); h++) {                                   \
-            __VA_ARGS__;                                                       \
-        }                                                                      \
-        free(buf);                                                             \
-    }
-
 static inline MpAttn mp_attn(const void *q, int qdt, const void *k, int kdt, const void *v,
-                             int vdt, int64_t T, int64_t D, int causal, int cdt)
+                             int vdt, int64_t T, int64_t Tk, int64_t D, int causal, int cdt)
 {
-    MpAttn a = {q, k, v, qdt, kdt, vdt, cdt, causal, T, D, 1.0f / sqrtf((float)D)};
+    MpAttn a = {q, k, v, qdt, kdt, vdt, cdt, causal, T, Tk, D, mp_attn_tq(Tk),
+                1.0f / sqrtf((float)D)};
     return a;
+}
+
+static inline MpAttnWs mp_attn_ws(const MpAttn *a, int bwd)
+{
+    int64_t kd = a->Tk * a->D, qd = a->tq * a->D, qk = a->tq * a->Tk;
+    float *f = (float *)mp_kalloc((size_t)((4 + 2 * bwd) * kd + 3 * qd + 2 * qk) * sizeof *f);
+    MpAttnWs w;
+    w.kr = f, w.vr = f + kd, w.kt = f + 2 * kd, w.vt = f + 3 * kd;
+    w.qf = f + 4 * kd, w.dyf = w.qf + qd, w.acc = w.dyf + qd;
+    w.s = w.acc + qd, w.dp = w.s + qk;
+    w.dk = w.dp + qk, w.dv = w.dk + bwd * kd;
+    return w;
+}
+
+/* k and v of head h as f32, row-major and transposed. */
+static inline void mp_attn_load_kv(const MpAttn *a, int64_t h, MpAttnWs *w)
+{
+    int64_t Tk = a->Tk, D = a->D, n = Tk * D;
+    mp_ld_n(a->k, a->kdt, h * n, 1, n, w->kr);
+    mp_ld_n(a->v, a->vdt, h * n, 1, n, w->vr);
+    for (int64_t j = 0; j < Tk; j++)
+        for (int64_t d = 0; d < D; d++) {
+            w->kt[d * Tk + j] = w->kr[j * D + d];
+            w->vt[d * Tk + j] = w->vr[j * D + d];
+        }
+}
+
+/* Keys a query row i sees: i + 1 (causal) or all T'. */
+static inline int64_t mp_attn_len(const MpAttn *a, int64_t i) { return a->causal ? i + 1 : a->Tk; }
+
+/* o[j .. j + w) = alpha x . y[j + u], yt = y^T of row stride ld: w keys
+ * (a constant after inlining) in registers, each sum over d in order. */
+static inline void mp_attn_dots_w(float *o, const float *x, const float *yt, int64_t ld,
+                                  int64_t D, int64_t j, float alpha, const int w)
+{
+    float acc[4 * MP_ATTN_VW] = {0};
+    for (int64_t d = 0; d < D; d++) {
+        const float xd = x[d], *y = yt + d * ld + j;
+        for (int u = 0; u < w; u++) acc[u] += xd * y[u];
+    }
+    for (int u = 0; u < w; u++) o[j + u] = acc[u] * alpha;
+}
+
+/* o[j] = alpha x . y[j] for j0 <= j < j1: four vectors of keys at a time
+ * (independent chains of products), then one, then one key. */
+static inline void mp_attn_dots_row(float *o, const float *x, const float *yt, int64_t ld,
+                                    int64_t D, int64_t j0, int64_t j1, float alpha)
+{
+    int64_t j = j0;
+    for (; j + 4 * MP_ATTN_VW <= j1; j += 4 * MP_ATTN_VW)
+        mp_attn_dots_w(o, x, yt, ld, D, j, alpha, 4 * MP_ATTN_VW);
+    for (; j + MP_ATTN_VW <= j1; j += MP_ATTN_VW)
+        mp_attn_dots_w(o, x, yt, ld, D, j, alpha, MP_ATTN_VW);
+    for (; j < j1; j++)
+        mp_attn_dots_w(o, x, yt, ld, D, j, alpha, 1);
+}
+
+/* out[r, j] = alpha x[r] . y[j] for the rows r < nq of the query tile at
+ * row i0 and the keys j each row sees (out of row stride T'). Key tiles
+ * outer, rows inner: a key tile of yt stays in the L1 cache. */
+static inline void mp_attn_dots(const MpAttn *a, float *out, const float *x, const float *yt,
+                                int64_t i0, int64_t nq, float alpha)
+{
+    int64_t nk = mp_attn_len(a, i0 + nq - 1);
+    for (int64_t j0 = 0; j0 < nk; j0 += MP_ATTN_TK)
+        for (int64_t r = 0; r < nq; r++) {
+            int64_t j1 = mp_attn_len(a, i0 + r);
+            j1 = j1 < j0 + MP_ATTN_TK ? j1 : j0 + MP_ATTN_TK;
+            if (j1 > j0)
+                mp_attn_dots_row(out + r * a->Tk, x + r * a->D, yt, a->Tk, a->D, j0, j1, alpha);
+        }
+}
+
+/* o[d .. d + w) (+)= sum over t < n of wt[t sw] Y[t, d + u] (rows of D
+ * floats): w columns (a constant after inlining) in registers, each sum
+ * over t in order. */
+static inline void mp_attn_wsum_w(float *o, const float *wt, int64_t sw, int64_t n,
+                                  const float *Y, int64_t D, int64_t d, int add, const int w)
+{
+    float acc[4 * MP_ATTN_VW] = {0};
+    for (int64_t t = 0; t < n; t++) {
+        const float c = wt[t * sw], *y = Y + t * D + d;
+        for (int u = 0; u < w; u++) acc[u] += c * y[u];
+    }
+    for (int u = 0; u < w; u++) o[d + u] = add ? o[d + u] + acc[u] : acc[u];
+}
+
+/* o[0..D) (+)= sum over t < n of wt[t sw] Y[t]: four vectors of columns
+ * at a time, then one, then one column. */
+static inline void mp_attn_wsum(float *o, const float *wt, int64_t sw, int64_t n, const float *Y,
+                                int64_t D, int add)
+{
+    int64_t d = 0;
+    for (; d + 4 * MP_ATTN_VW <= D; d += 4 * MP_ATTN_VW)
+        mp_attn_wsum_w(o, wt, sw, n, Y, D, d, add, 4 * MP_ATTN_VW);
+    for (; d + MP_ATTN_VW <= D; d += MP_ATTN_VW)
+        mp_attn_wsum_w(o, wt, sw, n, Y, D, d, add, MP_ATTN_VW);
+    for (; d < D; d++)
+        mp_attn_wsum_w(o, wt, sw, n, Y, D, d, add, 1);
+}
+
+/* P of the query tile [i0, i0 + nq) of the loaded head into w->s (f32):
+ * q rows loaded as f32, scores, each row's softmax over its keys, zeros
+ * past them up to the tile's nk keys (returned). */
+static inline int64_t mp_attn_probs(const MpAttn *a, MpAttnWs *w, int64_t h, int64_t i0,
+                                    int64_t nq)
+{
+    int64_t D = a->D, nk = mp_attn_len(a, i0 + nq - 1);
+    mp_ld_n(a->q, a->qdt, (h * a->T + i0) * D, 1, nq * D, w->qf);
+    mp_attn_dots(a, w->s, w->qf, w->kt, i0, nq, a->scale);
+    for (int64_t r = 0; r < nq; r++) {
+        float *p = w->s + r * a->Tk;
+        int64_t n = mp_attn_len(a, i0 + r);
+        mp_row_softmax(p, n);
+        for (int64_t j = n; j < nk; j++) p[j] = 0.0f;
+    }
+    return nk;
+}
+
+/* v rounded to cdt, in place, for the first n of each of nq rows */
+static inline void mp_attn_round(float *v, int64_t nq, int64_t ld, int64_t n, float mul, int cdt)
+{
+    for (int64_t r = 0; r < nq; r++)
+        for (int64_t j = 0; j < n; j++) v[r * ld + j] = mp_round(v[r * ld + j] * mul, cdt);
 }
 
 static inline void mp_k_attention(void *y, int ydt, const void *q, int qdt, const void *k,
                                   int kdt, const void *v, int vdt, int64_t BH, int64_t T,
-                                  int64_t D, int causal, int cdt)
+                                  int64_t Tk, int64_t D, int causal, int cdt)
 {
-    MpAttn a = mp_attn(q, qdt, k, kdt, v, vdt, T, D, causal, cdt);
-    MP_HEADS_LOOP(BH, T, 2,
-        mp_attn_probs(&a, h, P, Pr);
-        mp_gemm(0, 0, T, D, T, 1.0f, Pr, MP_F32, T, mp_at(v, vdt, h * T * D), vdt, D,
-                0.0f, (void *)mp_at(y, ydt, h * T * D), ydt, D))
-}
-
-/* dS of head h (rounded to cdt), from P and dy. */
-static inline void mp_attn_ds(const MpAttn *a, int64_t h, const void *dy, int dydt,
-                              const float *P, float *dS)
-{
-    int64_t T = a->T, D = a->D, off = h * T * D;
-    mp_gemm(0, 1, T, T, D, 1.0f, mp_at(dy, dydt, off), dydt, D, mp_at(a->v, a->vdt, off),
-            a->vdt, D, 0.0f, dS, MP_F32, T);
-    for (int64_t i = 0; i < T; i++) {
-        mp_row_softmax_grad(dS + i * T, P + i * T, T);
-        for (int64_t j = 0; j < T; j++)
-            dS[i * T + j] = mp_round(dS[i * T + j] * a->scale, a->cdt);
-    }
-}
-
-/* which: 0 dq, 1 dk, 2 dv. */
-static inline void mp_attention_bwd(int which, void *d, int ddt, const void *dy, int dydt,
-                                    const MpAttn *a, int64_t BH)
-{
-    int64_t T = a->T, D = a->D;
-    MP_HEADS_LOOP(BH, T, 3,
-        float *dS = buf + 2 * T * T;
-        int64_t off = h * T * D;
-        void *out = (void *)mp_at(d, ddt, off);
-        mp_attn_probs(a, h, P, Pr);
-        if (which == 2) {
-            mp_gemm(1, 0, T, D, T, 1.0f, Pr, MP_F32, T, mp_at(dy, dydt, off), dydt, D,
-                    0.0f, out, ddt, D);
-            continue;
+    MpAttn a = mp_attn(q, qdt, k, kdt, v, vdt, T, Tk, D, causal, cdt);
+    int64_t ntiles = (T + a.tq - 1) / a.tq;
+    MP_OMP(parallel if (BH * ntiles > 1))
+    {
+        MpAttnWs w = mp_attn_ws(&a, 0);
+        int64_t loaded = -1;
+        MP_OMP(for schedule(dynamic))
+        for (int64_t it = 0; it < BH * ntiles; it++) {
+            int64_t h = it / ntiles, i0 = it % ntiles * a.tq, nq = T - i0 < a.tq ? T - i0 : a.tq;
+            if (h != loaded)
+                mp_attn_load_kv(&a, h, &w), loaded = h;
+            int64_t nk = mp_attn_probs(&a, &w, h, i0, nq);
+            mp_attn_round(w.s, nq, Tk, nk, 1.0f, cdt);
+            for (int64_t r = 0; r < nq; r++)
+                mp_attn_wsum(w.acc + r * D, w.s + r * Tk, 1, nk, w.vr, D, 0);
+            mp_st_n(y, ydt, (h * T + i0) * D, 1, nq * D, w.acc);
         }
-        mp_attn_ds(a, h, dy, dydt, P, dS);
-        if (which == 0)
-            mp_gemm(0, 0, T, D, T, 1.0f, dS, MP_F32, T, mp_at(a->k, a->kdt, off), a->kdt,
-                    D, 0.0f, out, ddt, D);
-        else
-            mp_gemm(1, 0, T, D, T, 1.0f, dS, MP_F32, T, mp_at(a->q, a->qdt, off), a->qdt,
-                    D, 0.0f, out, ddt, D))
+        free(w.kr);
+    }
 }
 
-#define MP_ATTN_GRAD(NAME, WHICH)                                              \
-    static inline void mp_k_##NAME(void *d, int ddt, const void *dy, int dydt,  \
-                                   const void *q, int qdt, const void *k, int kdt, \
-                                   const void *v, int vdt, int64_t BH, int64_t T,  \
-                                   int64_t D, int causal, int cdt)             \
-    {                                                                          \
-        MpAttn a = mp_attn(q, qdt, k, kdt, v, vdt, T, D, causal, cdt);         \
-        mp_attention_bwd(WHICH, d, ddt, dy, dydt, &a, BH);                     \
+/* One query tile's share of head h's gradients: dv and dk accumulate in
+ * w, dq of the tile is stored to g at gq. */
+static inline void mp_attn_grad_tile(const MpAttn *a, MpAttnWs *w, void *g, int gdt, int64_t gq,
+                                     const void *dy, int dydt, int64_t h, int64_t i0, int64_t nq)
+{
+    int64_t Tk = a->Tk, D = a->D, nk = mp_attn_probs(a, w, h, i0, nq);
+    mp_ld_n(dy, dydt, (h * a->T + i0) * D, 1, nq * D, w->dyf);
+    mp_attn_dots(a, w->dp, w->dyf, w->vt, i0, nq, 1.0f);
+    for (int64_t r = 0; r < nq; r++) {
+        int64_t n = mp_attn_len(a, i0 + r);
+        float *ds = w->dp + r * Tk;
+        mp_row_softmax_grad(ds, w->s + r * Tk, n);
+        for (int64_t j = n; j < nk; j++) ds[j] = 0.0f;
     }
+    mp_attn_round(w->dp, nq, Tk, nk, a->scale, a->cdt);     /* dS */
+    mp_attn_round(w->s, nq, Tk, nk, 1.0f, a->cdt);          /* Pr */
+    for (int64_t r = 0; r < nq; r++)
+        mp_attn_wsum(w->acc + r * D, w->dp + r * Tk, 1, nk, w->kr, D, 0);
+    for (int64_t j = 0; j < nk; j++) {
+        mp_attn_wsum(w->dv + j * D, w->s + j, Tk, nq, w->dyf, D, 1);
+        mp_attn_wsum(w->dk + j * D, w->dp + j, Tk, nq, w->qf, D, 1);
+    }
+    mp_st_n(g, gdt, gq + i0 * D, 1, nq * D, w->acc);
+}
 
-MP_ATTN_GRAD(attention_dq, 0)
-MP_ATTN_GRAD(attention_dk, 1)
-MP_ATTN_GRAD(attention_dv, 2)
+/* g [BH, T + 2T', D]: per head dq [T, D], dk [T', D], dv [T', D]. */
+static inline void mp_k_attention_grad(void *g, int gdt, const void *dy, int dydt, const void *q,
+                                       int qdt, const void *k, int kdt, const void *v, int vdt,
+                                       int64_t BH, int64_t T, int64_t Tk, int64_t D, int causal,
+                                       int cdt)
+{
+    MpAttn a = mp_attn(q, qdt, k, kdt, v, vdt, T, Tk, D, causal, cdt);
+    MP_OMP(parallel if (BH > 1))
+    {
+        MpAttnWs w = mp_attn_ws(&a, 1);
+        MP_OMP(for schedule(dynamic))
+        for (int64_t h = 0; h < BH; h++) {
+            int64_t gq = h * (T + 2 * Tk) * D, kd = Tk * D;
+            mp_attn_load_kv(&a, h, &w);
+            memset(w.dk, 0, (size_t)(2 * kd) * sizeof *w.dk);
+            for (int64_t i0 = 0; i0 < T; i0 += a.tq)
+                mp_attn_grad_tile(&a, &w, g, gdt, gq, dy, dydt, h, i0,
+                                  T - i0 < a.tq ? T - i0 : a.tq);
+            mp_st_n(g, gdt, gq + T * D, 1, kd, w.dk);
+            mp_st_n(g, gdt, gq + T * D + kd, 1, kd, w.dv);
+        }
+        free(w.kr);
+    }
+}
 
 /* ---- rms_norm and rope ---------------------------------------------------- */
 

@@ -235,18 +235,21 @@ static void op_activations(void)
     wrf(6, y, n); wrf(7, dx, n);
 }
 
-/* attention BH T D CAUSAL: q, k, v, dy -> y, dq, dk, dv */
+/* attention BH T TK D CAUSAL: q [BH,T,D], k, v [BH,TK,D], dy -> y, dq, dk, dv
+ * (the one gradient kernel's [BH, T + 2TK, D] taken apart per head) */
 static void op_attention(void)
 {
-    int64_t BH = arg[0], T = arg[1], D = arg[2], n = BH * T * D;
-    int c = (int)arg[3];
-    float *q = rdf(0, n), *k = rdf(1, n), *v = rdf(2, n), *dy = rdf(3, n);
-    float *y = buf(n), *dq = buf(n), *dk = buf(n), *dv = buf(n);
-    mp_k_attention(y, F32, q, F32, k, F32, v, F32, BH, T, D, c, F32);
-    mp_k_attention_dq(dq, F32, dy, F32, q, F32, k, F32, v, F32, BH, T, D, c, F32);
-    mp_k_attention_dk(dk, F32, dy, F32, q, F32, k, F32, v, F32, BH, T, D, c, F32);
-    mp_k_attention_dv(dv, F32, dy, F32, q, F32, k, F32, v, F32, BH, T, D, c, F32);
-    wrf(0, y, n); wrf(1, dq, n); wrf(2, dk, n); wrf(3, dv, n);
+    int64_t BH = arg[0], T = arg[1], Tk = arg[2], D = arg[3], n = BH * T * D, nk = BH * Tk * D;
+    int c = (int)arg[4];
+    float *q = rdf(0, n), *k = rdf(1, nk), *v = rdf(2, nk), *dy = rdf(3, n);
+    float *y = buf(n), *g = buf(n + 2 * nk), *d[3] = {buf(n), buf(nk), buf(nk)};
+    mp_k_attention(y, F32, q, F32, k, F32, v, F32, BH, T, Tk, D, c, F32);
+    mp_k_attention_grad(g, F32, dy, F32, q, F32, k, F32, v, F32, BH, T, Tk, D, c, F32);
+    const int64_t len[3] = {T * D, Tk * D, Tk * D};
+    for (int64_t h = 0, at = 0; h < BH; h++)
+        for (int i = 0; i < 3; at += len[i++])
+            memcpy(d[i] + h * len[i], g + at, (size_t)len[i] * sizeof *g);
+    wrf(0, y, n); wrf(1, d[0], n); wrf(2, d[1], nk); wrf(3, d[2], nk);
 }
 
 /* embedding N V D: ids (i32), w, dy -> y, dw */
@@ -363,7 +366,7 @@ static const struct {
     {"layer_norm", op_layer_norm, 2}, {"batch_norm", op_batch_norm, 3},
     {"softmax", op_softmax, 4}, {"cross_entropy", op_cross_entropy, 2},
     {"mse", op_mse, 1}, {"activations", op_activations, 1},
-    {"attention", op_attention, 4}, {"embedding", op_embedding, 3},
+    {"attention", op_attention, 5}, {"embedding", op_embedding, 3},
     {"elementwise2", op_elementwise2, 1}, {"rms_norm", op_rms_norm, 2}, {"rope", op_rope, 6},
     {"cross_entropy2", op_cross_entropy2, 5},
 };

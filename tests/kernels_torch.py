@@ -276,19 +276,22 @@ def case_activations(driver, tmp):
 
 
 def case_attention(driver, tmp):
-    B, H, T, D = 2, 3, 9, 8
-    for causal in (0, 1):
-        q, k, v, dy = f32(B, H, T, D), f32(B, H, T, D), f32(B, H, T, D), f32(B, H, T, D)
-        tq, tk, tv = t(q), t(k), t(v)
-        s = tq @ tk.transpose(-1, -2) / np.sqrt(D)
-        if causal:
-            s = s.masked_fill(torch.triu(torch.ones(T, T, dtype=torch.bool), 1), -np.inf)
-        y = F.softmax(s, dim=-1) @ tv
-        dq, dk, dv = grads(y, dy, tq, tk, tv)
-        got = run(driver, tmp, "attention", [B * H, T, D, causal], [q, k, v, dy], 4)
-        tag = "attention%s " % (" causal" if causal else "")
-        for name, g, want in zip(("y", "dq", "dk", "dv"), got, (y.detach(), dq, dk, dv)):
-            check(tag + name, g, want)
+    # (B, H, T, T', D): one tile; T past a query tile (32) and a key tile (64),
+    # a multiple of neither, at D 16 and 64; cross attention (T != T')
+    for B, H, T, Tk, D in ((2, 3, 9, 9, 8), (1, 2, 100, 100, 16), (2, 1, 70, 70, 64),
+                           (1, 2, 33, 80, 64)):
+        for causal in ((0, 1) if T == Tk else (0,)):
+            q, k, v, dy = f32(B, H, T, D), f32(B, H, Tk, D), f32(B, H, Tk, D), f32(B, H, T, D)
+            tq, tk, tv = t(q), t(k), t(v)
+            s = tq @ tk.transpose(-1, -2) / np.sqrt(D)
+            if causal:
+                s = s.masked_fill(torch.triu(torch.ones(T, T, dtype=torch.bool), 1), -np.inf)
+            y = F.softmax(s, dim=-1) @ tv
+            dq, dk, dv = grads(y, dy, tq, tk, tv)
+            got = run(driver, tmp, "attention", [B * H, T, Tk, D, causal], [q, k, v, dy], 4)
+            tag = "attention T %d T' %d D %d%s " % (T, Tk, D, " causal" if causal else "")
+            for name, g, want in zip(("y", "dq", "dk", "dv"), got, (y.detach(), dq, dk, dv)):
+                check(tag + name, g, want)
 
 
 def case_embedding(driver, tmp):

@@ -744,6 +744,17 @@ static void test_mse_trainable_broadcast_target(void **state)
     assert_inputs(P(u)->grad, 1, neg);
 }
 
+/* The i-th SLICE of attention y's one gradient node (in the order made). */
+static IrNode *attn_slice(const IrNode *y, int i)
+{
+    for (int j = 0; j < g->nnodes; j++)
+        if (g->nodes[j]->op == OP_SLICE && g->nodes[j]->grad_of == y && i-- == 0)
+            return g->nodes[j];
+    return NULL;
+}
+
+/* One ATTENTION_GRAD node [B, H, T + 2T', D]; dq and dv its slices along
+ * axis 2 (k, an input, wants none). */
 static void test_attention(void **state)
 {
     (void)state;
@@ -754,15 +765,38 @@ static void test_attention(void **state)
     y->ia[0] = 1;
     IrNode *y32 = cast(y, DT_F32);
     backward(sum_all(y32));
-    IrNode *dy = bwd(OP_CAST, y32);
-    IrNode *dq = bwd(OP_ATTENTION_DQ, y), *dv = bwd(OP_ATTENTION_DV, y);
-    assert_int_equal(count_bwd(OP_ATTENTION_DK, y), 0);
-    assert_node(dq, OP_ATTENTION_DQ, S4(2, 2, 5, 4), DT_F16, DT_F16);
-    assert_inputs(dq, 4, dy, q16, k, v16);
-    assert_node(dv, OP_ATTENTION_DV, S4(2, 2, 5, 4), DT_F16, DT_F16);
-    assert_inputs(dv, 4, dy, q16, k, v16);
-    assert_true(dq->ia[0] == 1 && dv->ia[0] == 1);
+    IrNode *dy = bwd(OP_CAST, y32), *all = bwd(OP_ATTENTION_GRAD, y);
+    assert_node(all, OP_ATTENTION_GRAD, S4(2, 2, 15, 4), DT_F16, DT_F16);
+    assert_inputs(all, 4, dy, q16, k, v16);
+    assert_true(all->ia[0] == 1);
+    assert_int_equal(count_bwd(OP_SLICE, y), 2);
+    IrNode *dq = attn_slice(y, 0), *dv = attn_slice(y, 1);
+    assert_node(dq, OP_SLICE, S4(2, 2, 5, 4), DT_F16, DT_F16);
+    assert_node(dv, OP_SLICE, S4(2, 2, 5, 4), DT_F16, DT_F16);
+    assert_inputs(dq, 1, all);
+    assert_true(dq->ia[0] == 2 && dq->ia[1] == 0 && dq->ia[2] == 5);
+    assert_true(dv->ia[0] == 2 && dv->ia[1] == 10 && dv->ia[2] == 15);
     assert_node(P(q)->grad, OP_CAST, S4(2, 2, 5, 4), DT_F32, DT_F16);
+}
+
+/* q, k, v of different types and lengths: the gradient node is f32, each
+ * slice cast once to its input's type. */
+static void test_attention_cross(void **state)
+{
+    (void)state;
+    IrNode *q = param("q", S4(1, 2, 3, 4)), *k = param("k", S4(1, 2, 6, 4));
+    IrNode *v = param("v", S4(1, 2, 6, 4)), *k16 = cast(k, DT_F16);
+    IrNode *y = NODE(OP_ATTENTION, S4(1, 2, 3, 4), DT_F32, q, k16, v);
+    backward(sum_all(y));
+    IrNode *all = bwd(OP_ATTENTION_GRAD, y);
+    assert_node(all, OP_ATTENTION_GRAD, S4(1, 2, 15, 4), DT_F32, DT_F32);
+    assert_int_equal(count_bwd(OP_SLICE, y), 3);
+    IrNode *dk = attn_slice(y, 1), *dv = attn_slice(y, 2);
+    assert_node(dk, OP_SLICE, S4(1, 2, 6, 4), DT_F32, DT_F32);
+    assert_true(dk->ia[1] == 3 && dk->ia[2] == 9 && dv->ia[1] == 9 && dv->ia[2] == 15);
+    assert_node(bwd(OP_CAST, y), OP_CAST, S4(1, 2, 6, 4), DT_F16, DT_F32);
+    assert_inputs(bwd(OP_CAST, y), 1, dk);
+    assert_ptr_equal(P(v)->grad, dv);
 }
 
 /* ---- what gets no gradient ------------------------------------------------------------ */
@@ -992,6 +1026,7 @@ int main(void)
         T(test_mse_target_data),
         T(test_mse_trainable_broadcast_target),
         T(test_attention),
+        T(test_attention_cross),
         T(test_only_loss_dependencies),
         T(test_integer_values_have_no_gradient),
         T(test_accuracy_in_the_loss_is_an_error),

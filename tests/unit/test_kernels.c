@@ -1088,77 +1088,103 @@ static void test_batch_norm(void **state)
 
 /* ---- attention ---------------------------------------------------------- */
 
-/* d = {BH, T, D, causal}; in = q, k, v */
+/* d = {BH, T, Tk, D, causal}; in = q [BH, T, D], k, v [BH, Tk, D] */
 static void fwd_attention(Fd *c)
 {
     mp_k_attention(c->out, F32, c->in[0], F32, c->in[1], F32, c->in[2], F32, c->d[0],
-                   c->d[1], c->d[2], (int)c->d[3], F32);
+                   c->d[1], c->d[2], c->d[3], (int)c->d[4], F32);
 }
 
 /* softmax(q k^T / sqrt(D)) v in double, probabilities rounded to cdt. */
 static void attention_ref(double *y, const float *q, const float *k, const float *v,
-                          int64_t BH, int64_t T, int64_t D, int causal, int cdt)
+                          const int64_t *d, int cdt)
 {
-    double *p = malloc(T * sizeof *p);
+    int64_t BH = d[0], T = d[1], Tk = d[2], D = d[3], causal = d[4];
+    double *p = malloc(Tk * sizeof *p);
     for (int64_t h = 0; h < BH; h++)
         for (int64_t i = 0; i < T; i++) {
             const float *qi = q + (h * T + i) * D;
             double m = -INFINITY, s = 0;
-            for (int64_t j = 0; j < T; j++) {
+            for (int64_t j = 0; j < Tk; j++) {
                 double dot = 0;
-                for (int64_t e = 0; e < D; e++) dot += (double)qi[e] * k[(h * T + j) * D + e];
+                for (int64_t e = 0; e < D; e++) dot += (double)qi[e] * k[(h * Tk + j) * D + e];
                 p[j] = causal && j > i ? -INFINITY : dot / sqrt((double)D);
                 m = fmax(m, p[j]);
             }
-            for (int64_t j = 0; j < T; j++) s += p[j] = exp(p[j] - m);
+            for (int64_t j = 0; j < Tk; j++) s += p[j] = exp(p[j] - m);
             for (int64_t e = 0; e < D; e++) {
                 double acc = 0;
-                for (int64_t j = 0; j < T; j++)
-                    acc += mp_round((float)(p[j] / s), cdt) * (double)v[(h * T + j) * D + e];
+                for (int64_t j = 0; j < Tk; j++)
+                    acc += mp_round((float)(p[j] / s), cdt) * (double)v[(h * Tk + j) * D + e];
                 y[(h * T + i) * D + e] = acc;
             }
         }
     free(p);
 }
 
+/* The f16 and bf16 variants of the forward against the reference. */
+static void attention_lowp(Fd *c, double *ref, int64_t nq, int64_t nk)
+{
+    const int64_t *d = c->d;
+    uint16_t *qh = to_dt(c->in[0], nq, MP_F16), *kh = to_dt(c->in[1], nk, MP_F16),
+             *vh = to_dt(c->in[2], nk, MP_F16), *yh = malloc(nq * 2);
+    /* f16: inputs and probabilities rounded to f16, output rounded once */
+    mp_k_attention(yh, MP_F16, qh, MP_F16, kh, MP_F16, vh, MP_F16, d[0], d[1], d[2], d[3],
+                   (int)d[4], MP_F16);
+    attention_ref(ref, c->in[0], c->in[1], c->in[2], d, MP_F16);
+    for (int64_t i = 0; i < nq; i++)
+        close_to("attention f16", i, mp_f16_to_f32(yh[i]), mp_round((float)ref[i], MP_F16),
+                 2e-4, 1e-3);
+    /* probabilities rounded to the compute type (bf16), output kept f32 */
+    float *yb = zvec(nq);
+    mp_k_attention(yb, F32, c->in[0], F32, c->in[1], F32, c->in[2], F32, d[0], d[1], d[2], d[3],
+                   (int)d[4], MP_BF16);
+    attention_ref(ref, c->in[0], c->in[1], c->in[2], d, MP_BF16);
+    for (int64_t i = 0; i < nq; i++) close_to("attention bf16 P", i, yb[i], ref[i], 1e-6, 1e-5);
+    free(yb); free(qh); free(kh); free(vh); free(yh);
+}
+
+/* One attention_grad call, its [BH, T + 2Tk, D] parts against finite
+ * differences of the forward. */
+static void attention_grads(Fd *c, int64_t nq, int64_t nk)
+{
+    int64_t BH = c->d[0], T = c->d[1], Tk = c->d[2], D = c->d[3];
+    float *all = zvec(BH * (T + 2 * Tk) * D), *g[3] = {zvec(nq), zvec(nk), zvec(nk)};
+    mp_k_attention_grad(all, F32, c->w, F32, c->in[0], F32, c->in[1], F32, c->in[2], F32, BH,
+                        T, Tk, D, (int)c->d[4], F32);
+    for (int64_t h = 0; h < BH; h++) {
+        const float *at = all + h * (T + 2 * Tk) * D;
+        memcpy(g[0] + h * T * D, at, T * D * sizeof(float));
+        memcpy(g[1] + h * Tk * D, at + T * D, Tk * D * sizeof(float));
+        memcpy(g[2] + h * Tk * D, at + (T + Tk) * D, Tk * D * sizeof(float));
+    }
+    fd_check("attention dq", c, 0, nq, g[0], 1e-2f, 2e-3);
+    fd_check("attention dk", c, 1, nk, g[1], 1e-2f, 2e-3);
+    fd_check("attention dv", c, 2, nk, g[2], 1e-2f, 2e-3);
+    for (int i = 0; i < 3; i++) free(g[i]);
+    free(all);
+}
+
+/* Small heads; T past a query tile (32) and a key tile (64), a multiple of
+ * neither; cross attention (Tk != T) at D = 64. */
 static void test_attention(void **state)
 {
     (void)state;
-    int64_t BH = 3, T = 5, D = 4, n = BH * T * D;
-    for (int causal = 0; causal < 2; causal++) {
-        Fd c = {{fvec(n, -1, 1), fvec(n, -1, 1), fvec(n, -1, 1)}, {BH, T, D, causal}};
-        fd_setup(&c, n, fwd_attention);
+    static const int64_t cases[][5] = {{3, 5, 5, 4, 0},    {3, 5, 5, 4, 1},
+                                       {1, 70, 70, 16, 0}, {1, 70, 70, 16, 1},
+                                       {2, 9, 70, 64, 0}};
+    for (size_t t = 0; t < sizeof cases / sizeof cases[0]; t++) {
+        const int64_t *d = cases[t];
+        int64_t nq = d[0] * d[1] * d[3], nk = d[0] * d[2] * d[3];
+        Fd c = {{fvec(nq, -1, 1), fvec(nk, -1, 1), fvec(nk, -1, 1)}, {d[0], d[1], d[2], d[3], d[4]}};
+        fd_setup(&c, nq, fwd_attention);
         c.fwd(&c);
-        double *ref = malloc(n * sizeof *ref);
-        attention_ref(ref, c.in[0], c.in[1], c.in[2], BH, T, D, causal, F32);
-        for (int64_t i = 0; i < n; i++) close_to("attention", i, c.out[i], ref[i], 1e-6, 1e-5);
-        /* f16: inputs and probabilities rounded to f16, output rounded once */
-        uint16_t *qh = to_dt(c.in[0], n, MP_F16), *kh = to_dt(c.in[1], n, MP_F16),
-                 *vh = to_dt(c.in[2], n, MP_F16), *yh = malloc(n * 2);
-        mp_k_attention(yh, MP_F16, qh, MP_F16, kh, MP_F16, vh, MP_F16, BH, T, D, causal, MP_F16);
-        attention_ref(ref, c.in[0], c.in[1], c.in[2], BH, T, D, causal, MP_F16);
-        for (int64_t i = 0; i < n; i++)
-            close_to("attention f16", i, mp_f16_to_f32(yh[i]), mp_round((float)ref[i], MP_F16),
-                     2e-4, 1e-3);
-        /* probabilities rounded to the compute type (bf16), output kept f32 */
-        float *yb = zvec(n);
-        mp_k_attention(yb, F32, c.in[0], F32, c.in[1], F32, c.in[2], F32, BH, T, D, causal,
-                       MP_BF16);
-        attention_ref(ref, c.in[0], c.in[1], c.in[2], BH, T, D, causal, MP_BF16);
-        for (int64_t i = 0; i < n; i++) close_to("attention bf16 P", i, yb[i], ref[i], 1e-6, 1e-5);
-        free(yb);
-        float *g[3] = {zvec(n), zvec(n), zvec(n)};
-        mp_k_attention_dq(g[0], F32, c.w, F32, c.in[0], F32, c.in[1], F32, c.in[2], F32, BH,
-                          T, D, causal, F32);
-        mp_k_attention_dk(g[1], F32, c.w, F32, c.in[0], F32, c.in[1], F32, c.in[2], F32, BH,
-                          T, D, causal, F32);
-        mp_k_attention_dv(g[2], F32, c.w, F32, c.in[0], F32, c.in[1], F32, c.in[2], F32, BH,
-                          T, D, causal, F32);
-        fd_check("attention_dq", &c, 0, n, g[0], 1e-2f, 2e-3);
-        fd_check("attention_dk", &c, 1, n, g[1], 1e-2f, 2e-3);
-        fd_check("attention_dv", &c, 2, n, g[2], 1e-2f, 2e-3);
-        for (int i = 0; i < 3; i++) free(g[i]);
-        free(ref); free(qh); free(kh); free(vh); free(yh); fd_free(&c);
+        double *ref = malloc(nq * sizeof *ref);
+        attention_ref(ref, c.in[0], c.in[1], c.in[2], d, F32);
+        for (int64_t i = 0; i < nq; i++) close_to("attention", i, c.out[i], ref[i], 1e-6, 1e-5);
+        attention_lowp(&c, ref, nq, nk);
+        attention_grads(&c, nq, nk);
+        free(ref); fd_free(&c);
     }
 }
 
