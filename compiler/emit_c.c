@@ -107,8 +107,8 @@ static void setup_fn(Emit *e)
 static void node(Emit *e, const IrNode *n, int *line)
 {
     emit_source_line(e, n, line, "\n");
-    int p = emit_grad_param(e->g, n);
-    if (emit_folded_cast(e->g, n)) {
+    int p = emit_grad_param(e, n);
+    if (emit_folded_cast(e, n)) {
         em(e, "    mp_k_acc(mp_params[%d].grad, %s, %s, 1.0f, %lld); /* f32(x) */\n", p,
            cname(e, n->in[0]), mpdt(n->in[0]->type), (long long)shape_numel(&n->shape));
         return;

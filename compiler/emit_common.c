@@ -245,23 +245,26 @@ const char *emit_real_rows(Emit *e, const char *run, long long n)
     return arena_printf(e->a, "mp_real_rows(%s, %lld, %lld)", run, n, (long long)e->g->batch);
 }
 
-/* mp_values: name, type, shape and the inputs each depends on. */
+/* mp_values: name, type, shape and the inputs each depends on (a mask of
+ * input indices, bit 63 for any beyond, propagated along the graph once). */
 static void values_table(Emit *e)
 {
     const IrGraph *g = e->g;
     emit_value(e, g->nodes[0]);
+    unsigned long long *in = arena_alloc(e->a, sizeof *in * (size_t)(g->nnodes + 1));
+    for (int i = 0; i < g->nnodes; i++) {
+        const IrNode *n = g->nodes[i];
+        if (e->mp->kind[i] == BUF_INPUT)
+            in[i] = 1ull << (n->ia[0] < 63 ? n->ia[0] : 63);
+        for (int j = 0; j < n->nin; j++)
+            in[i] |= in[n->in[j]->id];
+    }
     em(e, "\nstatic const MpValue mp_values[%d] = {\n", e->nvalues ? e->nvalues : 1);
     for (int i = 0; i < g->nnodes; i++) {
         const IrNode *n = g->nodes[i];
-        if (e->value_ix[i] < 0)
-            continue;
-        bool *need = needed_by(e, n);
-        unsigned long long in = 0;
-        for (int j = 0; j <= i; j++)
-            if (need[j] && e->mp->kind[j] == BUF_INPUT)
-                in |= 1ull << (g->nodes[j]->ia[0] < 63 ? g->nodes[j]->ia[0] : 63);
-        em(e, "    {\"%s\", %s, %d, %s, 0x%llxull},\n", n->name, mpdt(n->type), n->shape.rank,
-           dims_init(e, &n->shape), in);
+        if (e->value_ix[i] >= 0)
+            em(e, "    {\"%s\", %s, %d, %s, 0x%llxull},\n", n->name, mpdt(n->type), n->shape.rank,
+               dims_init(e, &n->shape), in[i]);
     }
     em(e, "};\n");
 }
@@ -397,23 +400,35 @@ void emit_pass(Emit *e, EmitPass pass, EmitNodeFn *node, const char *training)
     }
 }
 
-int emit_grad_param(const IrGraph *g, const IrNode *n)
+/* Per node id: the parameter whose gradient it is (or -1), and whether a
+ * later node of the step reads it; made once, so each query is O(1). */
+static void grad_tables(Emit *e)
 {
-    for (int p = 0; p < g->nparams; p++)
-        if (g->params[p].grad == n)
-            return p;
-    return -1;
+    const IrGraph *g = e->g;
+    e->grad_param = arena_alloc(e->a, sizeof *e->grad_param * (size_t)(g->nnodes + 1));
+    e->read_in_step = arena_alloc(e->a, sizeof *e->read_in_step * (size_t)(g->nnodes + 1));
+    for (int i = 0; i < g->nnodes; i++)
+        e->grad_param[i] = -1;
+    for (int p = g->nparams - 1; p >= 0; p--)   /* the first parameter wins */
+        if (g->params[p].grad)
+            e->grad_param[g->params[p].grad->id] = p;
+    for (int i = 0; i < g->nnodes; i++)
+        for (int j = 0; j < g->nodes[i]->nin && g->nodes[i]->phase != PH_OPTIMIZER; j++)
+            e->read_in_step[g->nodes[i]->in[j]->id] = true;
 }
 
-bool emit_folded_cast(const IrGraph *g, const IrNode *n)
+int emit_grad_param(Emit *e, const IrNode *n)
 {
-    if (n->op != OP_CAST || n->phase != PH_BACKWARD || emit_grad_param(g, n) < 0)
+    if (!e->grad_param)
+        grad_tables(e);
+    return e->grad_param[n->id];
+}
+
+bool emit_folded_cast(Emit *e, const IrNode *n)
+{
+    if (n->op != OP_CAST || n->phase != PH_BACKWARD || emit_grad_param(e, n) < 0)
         return false;
-    for (int i = n->id + 1; i < g->nnodes; i++)
-        for (int j = 0; j < g->nodes[i]->nin && g->nodes[i]->phase != PH_OPTIMIZER; j++)
-            if (g->nodes[i]->in[j] == n)
-                return false;
-    return true;
+    return !e->read_in_step[n->id];
 }
 
 /* "MP_NO_IGNORE, (float)0.1": cross_entropy's ignored label and label

@@ -17,6 +17,8 @@ typedef struct Emit {
     const char **names;        /* per node id: its C identifier */
     int *value_ix;             /* per node id: index in mp_values, or -1 */
     int nvalues;
+    int *grad_param;           /* per node id: emit_grad_param(), made lazily */
+    bool *read_in_step;        /* per node id: a non-optimizer node reads it */
 } Emit;
 
 typedef void EmitFn(Emit *e, const IrNode *n);
@@ -35,11 +37,11 @@ const char *dims_init(Emit *e, const Shape *s); /* "{128, 784}" */
 const char *dims_list(Emit *e, const Shape *s); /* "128, 784" */
 bool *needed_by(Emit *e, const IrNode *root); /* per node id: root depends on it */
 /* The parameter whose gradient n is, or -1. */
-int emit_grad_param(const IrGraph *g, const IrNode *n);
+int emit_grad_param(Emit *e, const IrNode *n);
 /* A cast of a lowp gradient to f32 that only the optimizer reads: both
  * targets add its source straight into the f32 gradient buffer (the
  * widening is exact), so the f32 copy is never written. */
-bool emit_folded_cast(const IrGraph *g, const IrNode *n);
+bool emit_folded_cast(Emit *e, const IrNode *n);
 
 /* Sizes of a node's tensors as the kernels of both targets take them. */
 long long emit_dim(const IrNode *v, int i);   /* dimension i, negative from the end */

@@ -142,8 +142,8 @@ static void inputs_fn(Emit *e, const int64_t *off)
 static void after(Emit *e, const IrNode *n)
 {
     const IrGraph *g = e->g;
-    int p = emit_grad_param(g, n);
-    if (emit_folded_cast(e->g, n)) {
+    int p = emit_grad_param(e, n);
+    if (emit_folded_cast(e, n)) {
         em(e, "    mp_cu_acc_grad<%s>(mp_cu_grad(%d), %s, %lld); /* f32(x) */\n", mpdt(n->in[0]->type),
            p, cname(e, n->in[0]), (long long)shape_numel(&n->shape));
         return;
@@ -174,7 +174,7 @@ static void node(Emit *e, const IrNode *n, int *line)
 {
     emit_source_line(e, n, line, "\n");
     at(e, n);
-    if (!emit_folded_cast(e->g, n))
+    if (!emit_folded_cast(e, n))
         emit_fns[n->op](e, n);
     after(e, n);
 }
