@@ -6,6 +6,7 @@
 
 #include <ctype.h>
 #include <stdarg.h>
+#include <stdlib.h>
 #include <string.h>
 
 void emit_begin(Emit *e, FILE *out, const IrGraph *g)
@@ -205,21 +206,33 @@ static bool is_value(Emit *e, const IrNode *n)
     return !(n->op == OP_CAST && n->in[0]->name && !strcmp(n->in[0]->name, n->name));
 }
 
+static const IrGraph *sort_graph;   /* qsort has no context argument */
+
+static int by_name_then_id(const void *pa, const void *pb)
+{
+    int a = *(const int *)pa, b = *(const int *)pb;
+    int c = strcmp(sort_graph->nodes[a]->name, sort_graph->nodes[b]->name);
+    return c ? c : a - b;
+}
+
+/* Each name's first node is its value: the candidates sorted by (name, id),
+ * so a model of n nodes takes O(n log n). */
 static void find_values(Emit *e)
 {
     const IrGraph *g = e->g;
     e->value_ix = arena_alloc(e->a, sizeof *e->value_ix * (size_t)(g->nnodes + 1));
-    for (int i = 0; i < g->nnodes; i++) {
-        const IrNode *n = g->nodes[i];
-        e->value_ix[i] = -1;
-        if (!is_value(e, n))
-            continue;
-        bool seen = false;
-        for (int j = 0; j < i && !seen; j++)
-            seen = e->value_ix[j] >= 0 && !strcmp(g->nodes[j]->name, n->name);
-        if (!seen)
-            e->value_ix[i] = e->nvalues++;
-    }
+    int *cand = arena_alloc(e->a, sizeof *cand * (size_t)(g->nnodes + 1));
+    bool *first = arena_alloc(e->a, sizeof *first * (size_t)(g->nnodes + 1));
+    int nc = 0;
+    for (int i = 0; i < g->nnodes; i++)
+        if (is_value(e, g->nodes[i]))
+            cand[nc++] = i;
+    sort_graph = g;
+    qsort(cand, (size_t)nc, sizeof *cand, by_name_then_id);
+    for (int k = 0; k < nc; k++)
+        first[cand[k]] = k == 0 || strcmp(g->nodes[cand[k - 1]]->name, g->nodes[cand[k]]->name);
+    for (int i = 0; i < g->nnodes; i++)
+        e->value_ix[i] = first[i] ? e->nvalues++ : -1;
 }
 
 int emit_value(Emit *e, const IrNode *n)
