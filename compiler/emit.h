@@ -9,8 +9,10 @@
 
 #define MPCC_VERSION "0.1.0"
 
-bool emit_c(FILE *out, const IrGraph *g);
-bool emit_cuda(FILE *out, const IrGraph *g);
+/* loops: isomorphic `repeat` copies run as a loop over one body function
+ * (emit_loop.c); false (--no-loop) writes every copy out, as mpcc did before. */
+bool emit_c(FILE *out, const IrGraph *g, bool loops);
+bool emit_cuda(FILE *out, const IrGraph *g, bool loops);
 
 /* The model name made safe as a C identifier: names that are C or CUDA
  * keywords or library names (int, half, main, printf) are mangled here, in

@@ -18,6 +18,7 @@
 #include "ops.h"
 #include "prec.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 /* ---- the per-op emitters (see emit_common.h for the helpers) ---------- */
@@ -62,7 +63,7 @@ static void declare_values(Emit *e)
     em(e, "static unsigned char *mp_arena;\n");
     for (int i = 0; i < g->nnodes; i++) {
         const IrNode *n = g->nodes[i];
-        if (e->mp->kind[i] == BUF_NONE)
+        if (e->mp->kind[i] == BUF_NONE || !emit_declared(e, n))
             continue;
         if (e->mp->kind[i] == BUF_CONST) {
             em(e, "static float %s[1] = {%.9g}; /* constant */\n", cname(e, n), n->fa[0]);
@@ -82,6 +83,8 @@ static void setup_fn(Emit *e)
     for (int i = 0; i < g->nnodes; i++) {
         const IrNode *n = g->nodes[i];
         const char *c = ctype(n->type);
+        if (!emit_declared(e, n))
+            continue;
         switch (e->mp->kind[i]) {
         case BUF_ARENA:
             em(e, "    %s = (%s *)(mp_arena + %lld);\n", cname(e, n), c, (long long)e->mp->offset[i]);
@@ -109,19 +112,19 @@ static void node(Emit *e, const IrNode *n, int *line)
     emit_source_line(e, n, line, "\n");
     int p = emit_grad_param(e, n);
     if (emit_folded_cast(e, n)) {
-        em(e, "    mp_k_acc(mp_params[%d].grad, %s, %s, 1.0f, %lld); /* f32(x) */\n", p,
+        em(e, "    mp_k_acc(%s, %s, %s, 1.0f, %lld); /* f32(x) */\n", emit_pgrad(e, p),
            cname(e, n->in[0]), mpdt(n->in[0]->type), (long long)shape_numel(&n->shape));
         return;
     }
     emit_fns[n->op](e, n);
     if (e->mp->kind[n->id] == BUF_ARENA && dt_is_float(n->type))
-        em(e, "    MP_CHECK(%s, %lld, %s, \"%s\", \"%s\");\n", cname(e, n),
-           (long long)shape_numel(&n->shape), mpdt(n->type), op_info[n->op].name, where(e, n));
+        em(e, "    MP_CHECK(%s, %lld, %s, \"%s\", %s);\n", cname(e, n),
+           (long long)shape_numel(&n->shape), mpdt(n->type), op_info[n->op].name, emit_where_arg(e, n));
     if (p >= 0)
-        em(e, "    mp_accumulate_grad(mp_params[%d].grad, %s, %lld);\n", p, cname(e, n),
+        em(e, "    mp_accumulate_grad(%s, %s, %lld);\n", emit_pgrad(e, p), cname(e, n),
            (long long)shape_numel(&n->shape));
     if (emit_value(e, n) >= 0)
-        em(e, "    MP_KEEP(%d, %s, %lld);\n", emit_value(e, n), cname(e, n),
+        em(e, "    MP_KEEP(%s, %s, %lld);\n", emit_value_arg(e, emit_value(e, n)), cname(e, n),
            (long long)(shape_numel(&n->shape) * dt_size(n->type)));
 }
 
@@ -158,10 +161,24 @@ static void backward_fn(Emit *e)
     em(e, "    return 0;\n}\n");
 }
 
-bool emit_c(FILE *out, const IrGraph *g)
+/* int64_t -> pointer, for the repeat loops' tables (emit_common.h) */
+static const char at_fn[] =
+    "\nstatic void *mp_loop_at(int64_t at)\n{\n"
+    "    switch (at & 3) {\n"
+    "    case 0: return mp_arena + (at >> 2);\n"
+    "    case 1: return mp_params[at >> 2].value;\n"
+    "    default: return mp_params[at >> 2].grad;\n"
+    "    }\n}\n";
+
+bool emit_c(FILE *out, const IrGraph *g, bool loops)
 {
     Emit e;
     emit_begin(&e, out, g);
+    e.loops = loops;
+    e.loop_params = "MpRun *run";
+    e.loop_args = "run";
+    e.loop_cast_args = "NULL";
+    e.grad_fmt = "mp_params[%d].grad";
     header(&e);
     /* The runtime is a library: a model uses some of its functions. */
     em(&e, "\n#if defined(__clang__)\n#pragma clang diagnostic push\n"
@@ -171,11 +188,23 @@ bool emit_c(FILE *out, const IrGraph *g)
     em(&e, "\n/* forward declarations: the descriptors come last */\n");
     em(&e, "static MpInput mp_inputs[%d];\nstatic MpParam mp_params[%d];\n", g->ninputs ? g->ninputs : 1,
        g->nparams ? g->nparams : 1);
-    declare_values(&e);
-    setup_fn(&e);
+    /* the functions first, into a buffer: they say which values need names */
+    char *fns = NULL;
+    size_t nfns = 0;
+    FILE *file = e.out;
+    e.out = open_memstream(&fns, &nfns);
+    MP_ASSERT(e.out != NULL);
+    emit_loops_begin(&e);
     cast_params_fn(&e);
     forward_fn(&e);
     backward_fn(&e);
+    fclose(e.out);
+    e.out = file;
+    declare_values(&e);
+    setup_fn(&e);
+    emit_loops_end(&e, at_fn);
+    fwrite(fns, 1, nfns, e.out);
+    free(fns);
     emit_descriptors(&e);
     emit_model_struct(&e, arena_printf(e.a, "model_setup, model_cast_params, model_forward, "
                                        "model_backward, NULL, %lld", (long long)e.mp->arena_bytes));

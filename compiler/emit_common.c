@@ -56,6 +56,11 @@ static void append_ident(char *buf, size_t cap, const char *name)
 
 const char *cname(Emit *e, const IrNode *n)
 {
+    return loop_name(e, n, emit_base_name(e, n));
+}
+
+const char *emit_base_name(Emit *e, const IrNode *n)
+{
     if (e->names[n->id])
         return e->names[n->id];
     char buf[96];
@@ -386,31 +391,6 @@ void emit_source_line(Emit *e, const IrNode *n, int *line, const char *lead)
         return;
     *line = n->loc.line;
     em(e, "%s    /* %s */\n", lead, source_comment(e, n));
-}
-
-void emit_pass(Emit *e, EmitPass pass, EmitNodeFn *node, const char *training)
-{
-    const IrGraph *g = e->g;
-    bool *for_loss = needed_by(e, g->loss);
-    int line = -1;
-    for (int i = 0; i < g->nnodes; i++) {
-        const IrNode *n = g->nodes[i];
-        BufKind k = e->mp->kind[i];
-        if (pass != PASS_FORWARD) {
-            if (pass == PASS_CAST_PARAMS ? n->hoisted : n->phase == PH_BACKWARD)
-                node(e, n, &line);
-            continue;
-        }
-        if (n->phase != PH_FORWARD || n->hoisted || k == BUF_PARAM || k == BUF_INPUT || k == BUF_CONST)
-            continue;
-        if (for_loss[i]) {
-            node(e, n, &line);
-            continue;
-        }
-        em(e, "    if (!%s) {", training);  /* metrics: evaluation only */
-        node(e, n, &line);
-        em(e, "    }\n");
-    }
 }
 
 /* Per node id: the parameter whose gradient it is (or -1), and whether a

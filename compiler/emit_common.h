@@ -8,6 +8,8 @@
 #include <stdbool.h>
 #include <stdio.h>
 
+typedef struct LoopBody LoopBody;
+
 typedef struct Emit {
     FILE *out;
     const IrGraph *g;
@@ -19,6 +21,19 @@ typedef struct Emit {
     int nvalues;
     int *grad_param;           /* per node id: emit_grad_param(), made lazily */
     bool *read_in_step;        /* per node id: a non-optimizer node reads it */
+    /* repeat loops (emit_loop.c) */
+    bool loops;                /* run isomorphic repeat copies as loops */
+    const char *loop_params;   /* a body function's first parameter: "MpRun *run" */
+    const char *loop_args;     /* ... and what the pass passes: "run" */
+    const char *loop_cast_args;/* ... what cast_params passes ("NULL": it has no run) */
+    const char *grad_fmt;      /* a parameter's gradient: "mp_params[%d].grad" */
+    LoopBody *body;            /* while a body is rendered */
+    bool *global;              /* per node id: named outside loop bodies */
+    bool *looped;              /* per node id: run by a loop */
+    FILE *fns;                 /* the body functions and their tables */
+    char *fns_text;
+    size_t fns_len;
+    int nloops;
 } Emit;
 
 typedef void EmitFn(Emit *e, const IrNode *n);
@@ -28,6 +43,7 @@ bool emit_end(Emit *e);                       /* false on a write error */
 void em(Emit *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 const char *cname(Emit *e, const IrNode *n);  /* v7_h, v31_d_h_weight */
+const char *emit_base_name(Emit *e, const IrNode *n);  /* the same, never a loop's slot */
 const char *ctype(DType t);                   /* float, uint16_t, int32_t, uint8_t */
 const char *mpdt(DType t);                    /* MP_F32 ... */
 const char *describe(Emit *e, const IrNode *n);     /* "h: linear, model.mp:9" */
@@ -59,10 +75,29 @@ const char *emit_nchw(Emit *e, const IrNode *x);   /* "N, C, H, W" */
 /* The nodes one generated function runs, in order, each given to `node`:
  * PASS_CAST_PARAMS the hoisted casts (the parameters' working copies);
  * PASS_FORWARD the forward nodes that compute, those that only metrics need
- * wrapped in `if (!TRAINING) { }`; PASS_BACKWARD the backward nodes. */
+ * wrapped in `if (!TRAINING) { }`; PASS_BACKWARD the backward nodes. With
+ * e->loops, isomorphic repeat copies become a loop over a body function
+ * (emit_loop.c). */
 typedef enum { PASS_CAST_PARAMS, PASS_FORWARD, PASS_BACKWARD } EmitPass;
 typedef void EmitNodeFn(Emit *e, const IrNode *n, int *line);
 void emit_pass(Emit *e, EmitPass pass, EmitNodeFn *node, const char *training);
+
+/* ---- repeat loops (emit_loop.c) ----------------------------------------
+ * A target renders its pass functions between emit_loops_begin() and
+ * emit_loops_end() into a buffer, declares the values emit_declared()
+ * names (a value only loop bodies use lives in their tables, not in a
+ * variable of its own), then calls emit_loops_end() with its mp_loop_at()
+ * (int64_t -> void *: arena offset << 2, parameter << 2 | 1, its
+ * gradient << 2 | 2), which writes the body functions, then writes the
+ * pass functions. What a node's code names goes through these, so that
+ * a body can take it from its copy's tables: */
+const char *loop_name(Emit *e, const IrNode *n, const char *name); /* cname() */
+const char *emit_pgrad(Emit *e, int p);                   /* a parameter's gradient buffer */
+const char *emit_where_arg(Emit *e, const IrNode *n);     /* "\"model.mp:9 (h)\"" or w[3] */
+const char *emit_value_arg(Emit *e, int ix);              /* an mp_values index */
+void emit_loops_begin(Emit *e);
+bool emit_declared(Emit *e, const IrNode *n);
+void emit_loops_end(Emit *e, const char *at_fn);
 /* The model's source line as a comment, when it is not *line already. */
 void emit_source_line(Emit *e, const IrNode *n, int *line, const char *lead);
 

@@ -22,6 +22,7 @@
 #include "ops.h"
 #include "prec.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #define OP(id, name, nin, cls, kind) EmitFn emit_cuda_##id;
@@ -80,7 +81,7 @@ static void declare_values(Emit *e)
        (long long)e->mp->arena_bytes, (long long)e->mp->naive_bytes);
     for (int i = 0; i < g->nnodes; i++) {
         const IrNode *n = g->nodes[i];
-        if (e->mp->kind[i] == BUF_NONE)
+        if (e->mp->kind[i] == BUF_NONE || !emit_declared(e, n))
             continue;
         if (e->mp->kind[i] == BUF_CONST) {
             em(e, "static __device__ float %s_dev[1] = {%.9g}; /* constant */\n", cname(e, n), n->fa[0]);
@@ -98,9 +99,13 @@ static void bind_fn(Emit *e)
     em(e, "\n/* Points every value at its place: memplan's offsets in the arena, the\n"
           " * runtime's flat parameter buffer, the constants. */\n");
     em(e, "static void model_bind(unsigned char *arena)\n{\n");
+    if (e->nloops)
+        em(e, "    mp_loop_arena = arena;\n");
     for (int i = 0; i < g->nnodes; i++) {
         const IrNode *n = g->nodes[i];
         const char *c = ctype(n->type);
+        if (!emit_declared(e, n))
+            continue;
         switch (e->mp->kind[i]) {
         case BUF_ARENA:
             em(e, "    %s = (%s *)(arena + %lld);\n", cname(e, n), c, (long long)e->mp->offset[i]);
@@ -129,6 +134,8 @@ static void inputs_fn(Emit *e, const int64_t *off)
     em(e, "\nstatic void model_inputs(const MpCuRun *r)\n{\n");
     for (int i = 0; i < g->nnodes; i++) {
         const IrNode *n = g->nodes[i];
+        if (!emit_declared(e, n))
+            continue;
         if (e->mp->kind[i] == BUF_INPUT)
             em(e, "    %s = (%s *)(r->in + %lld);\n", cname(e, n), ctype(n->type), (long long)off[n->ia[0]]);
         else if (e->mp->kind[i] == BUF_ALIAS && e->mp->kind[e->mp->root[i]] == BUF_INPUT)
@@ -144,18 +151,18 @@ static void after(Emit *e, const IrNode *n)
     const IrGraph *g = e->g;
     int p = emit_grad_param(e, n);
     if (emit_folded_cast(e, n)) {
-        em(e, "    mp_cu_acc_grad<%s>(mp_cu_grad(%d), %s, %lld); /* f32(x) */\n", mpdt(n->in[0]->type),
-           p, cname(e, n->in[0]), (long long)shape_numel(&n->shape));
+        em(e, "    mp_cu_acc_grad<%s>(%s, %s, %lld); /* f32(x) */\n", mpdt(n->in[0]->type),
+           emit_pgrad(e, p), cname(e, n->in[0]), (long long)shape_numel(&n->shape));
         return;
     }
     if (e->mp->kind[n->id] == BUF_ARENA && dt_is_float(n->type))
-        em(e, "    MP_CU_CHECK(%s, %lld, %s, \"%s\", \"%s\");\n", cname(e, n),
-           (long long)shape_numel(&n->shape), mpdt(n->type), op_info[n->op].name, where(e, n));
+        em(e, "    MP_CU_CHECK(%s, %lld, %s, \"%s\", %s);\n", cname(e, n),
+           (long long)shape_numel(&n->shape), mpdt(n->type), op_info[n->op].name, emit_where_arg(e, n));
     if (p >= 0)
-        em(e, "    mp_cu_acc_grad<%s>(mp_cu_grad(%d), %s, %lld);\n", mpdt(n->type), p, cname(e, n),
+        em(e, "    mp_cu_acc_grad<%s>(%s, %s, %lld);\n", mpdt(n->type), emit_pgrad(e, p), cname(e, n),
            (long long)shape_numel(&n->shape));
     if (emit_value(e, n) >= 0)
-        em(e, "    mp_cu_keep(r, %d, %s, %lld);\n", emit_value(e, n), cname(e, n),
+        em(e, "    mp_cu_keep(r, %s, %s, %lld);\n", emit_value_arg(e, emit_value(e, n)), cname(e, n),
            (long long)(shape_numel(&n->shape) * dt_size(n->type)));
     if (n == g->loss)
         em(e, "    mp_cu_out(r, 0, %s, %s);\n", cname(e, n), mpdt(n->type));
@@ -167,7 +174,7 @@ static void after(Emit *e, const IrNode *n)
 /* The op and line MP_CUDA_SYNC=1 names when one of its kernels fails. */
 static void at(Emit *e, const IrNode *n)
 {
-    em(e, "    mp_cu_at(\"%s\", \"%s\");\n", op_info[n->op].name, where(e, n));
+    em(e, "    mp_cu_at(\"%s\", %s);\n", op_info[n->op].name, emit_where_arg(e, n));
 }
 
 static void node(Emit *e, const IrNode *n, int *line)
@@ -221,22 +228,51 @@ static void model_desc(Emit *e, const int64_t *off, int64_t in_bytes)
        (long long)e->mp->arena_bytes, (long long)in_bytes);
 }
 
-bool emit_cuda(FILE *out, const IrGraph *g)
+/* int64_t -> device pointer, for the repeat loops' tables (emit_common.h) */
+static const char at_fn[] =
+    "\nstatic unsigned char *mp_loop_arena;   /* model_bind()'s arena */\n"
+    "\nstatic void *mp_loop_at(int64_t at)\n{\n"
+    "    switch (at & 3) {\n"
+    "    case 0: return mp_loop_arena + (at >> 2);\n"
+    "    case 1: return mp_cu_param((int)(at >> 2));\n"
+    "    default: return mp_cu_grad((int)(at >> 2));\n"
+    "    }\n}\n";
+
+bool emit_cuda(FILE *out, const IrGraph *g, bool loops)
 {
     Emit e;
     int64_t in_bytes;
     emit_begin(&e, out, g);
+    e.loops = loops;
+    e.loop_params = "MpCuRun *r";
+    e.loop_args = "r";
+    e.loop_cast_args = "r";
+    e.grad_fmt = "mp_cu_grad(%d)";
     header(&e);
     emit_runtime(&e, mp_runtime_count, mp_runtime_names, mp_runtime_texts);
     emit_runtime(&e, mp_cuda_runtime_count, mp_cuda_runtime_names, mp_cuda_runtime_texts);
     emit_descriptors(&e);
     int64_t *off = input_offsets(&e, &in_bytes);
-    declare_values(&e);
-    bind_fn(&e);
-    inputs_fn(&e, off);
+    /* the functions first, into a buffer: they say which values need names */
+    char *fns = NULL;
+    size_t nfns = 0;
+    FILE *file = e.out;
+    e.out = open_memstream(&fns, &nfns);
+    MP_ASSERT(e.out != NULL);
+    emit_loops_begin(&e);
     cast_params_fn(&e);
     forward_fn(&e);
     backward_fn(&e);
+    fclose(e.out);
+    e.out = file;
+    declare_values(&e);
+    if (e.nloops)
+        em(&e, "%s", at_fn);
+    bind_fn(&e);
+    inputs_fn(&e, off);
+    emit_loops_end(&e, "");
+    fwrite(fns, 1, nfns, e.out);
+    free(fns);
     model_desc(&e, off, in_bytes);
     emit_model_struct(&e, "NULL, mp_cu_cast_params, mp_cu_forward, mp_cu_backward, &mp_cu_device, 0");
     em(&e, "\nint main(int argc, char **argv)\n{\n    mp_cu.model = &mp_cu_model_desc;\n"

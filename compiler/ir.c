@@ -116,6 +116,8 @@ static IrNode *insert(IrGraph *g, IrNode *anchor, bool after, IrOp op, SrcLoc lo
         g->pend_cap = cap;
     }
     n->id = -1;
+    n->rep = anchor->rep;
+    n->copy = anchor->copy;
     g->pend[g->npend] = n;
     g->pend_anchor[g->npend++] = after ? -anchor->id - 1 : anchor->id;
     return n;
