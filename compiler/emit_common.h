@@ -29,7 +29,6 @@ typedef struct Emit {
     const char *grad_fmt;      /* a parameter's gradient: "mp_params[%d].grad" */
     LoopBody *body;            /* while a body is rendered */
     bool *global;              /* per node id: named outside loop bodies */
-    bool *looped;              /* per node id: run by a loop */
     FILE *fns;                 /* the body functions and their tables */
     char *fns_text;
     size_t fns_len;

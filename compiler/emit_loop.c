@@ -35,6 +35,8 @@ typedef struct LoopSlot {
 
 struct LoopBody {
     bool canon;                /* rendering to compare (placeholders), not to emit */
+    const bool *same;          /* per slot, in order: a where string every copy shares,
+                                  written into the body (emit_loop) */
     LoopSlot *slots;
     int nslots, cap, nat, nw;
 };
@@ -52,8 +54,10 @@ static LoopSlot *slot(Emit *e, char kind, const IrNode *n, long long v, const ch
         b->slots = arena_grow(e->a, b->slots, (size_t)b->nslots, (size_t)cap, sizeof *b->slots);
         b->cap = cap;
     }
-    LoopSlot *s = &b->slots[b->nslots++];
-    *s = (LoopSlot){kind, n, v, str, kind == 'w' ? b->nw++ : b->nat++};
+    LoopSlot *s = &b->slots[b->nslots];
+    bool same = b->same && b->same[b->nslots];
+    b->nslots++;
+    *s = (LoopSlot){kind, n, v, str, same ? -1 : kind == 'w' ? b->nw++ : b->nat++};
     return s;
 }
 
@@ -102,6 +106,8 @@ const char *emit_where_arg(Emit *e, const IrNode *n)
     if (!e->body)
         return arena_printf(e->a, "\"%s\"", w);
     LoopSlot *s = slot(e, 'w', NULL, 0, w);
+    if (s->ix < 0)
+        return arena_printf(e->a, "\"%s\"", w);
     return arena_printf(e->a, e->body->canon ? "#w%d" : "w[%d]", s->ix);
 }
 
@@ -176,7 +182,15 @@ static void emit_loop(Emit *e, const Item *items, Run *runs, int a, int b, EmitN
                       const char *training, EmitPass pass)
 {
     int id = e->nloops++;
-    LoopBody real = {0};
+    /* where strings all the copies share go into the body, not the table */
+    int ns = runs[a].body.nslots;
+    bool *same = arena_alloc(e->a, sizeof *same * (size_t)(ns + 1));
+    for (int s = 0; s < ns; s++) {
+        same[s] = runs[a].body.slots[s].kind == 'w';
+        for (int r = a + 1; r < b && same[s]; r++)
+            same[s] = !strcmp(runs[r].body.slots[s].str, runs[a].body.slots[s].str);
+    }
+    LoopBody real = {.same = same};
     char *text = render(e, items, runs[a].from, runs[a].to, node, training, &real);
     FILE *f = e->fns;
     const IrNode *first = items[runs[a].from].n;
@@ -196,7 +210,7 @@ static void emit_loop(Emit *e, const Item *items, Run *runs, int a, int b, EmitN
     for (int r = a; r < b; r++) {
         fprintf(f, "    {");
         for (int s = 0, k = 0; s < runs[r].body.nslots; s++)
-            if (runs[r].body.slots[s].kind == 'w')
+            if (runs[r].body.slots[s].kind == 'w' && !same[s])
                 fprintf(f, "%s\"%s\"", k++ ? ", " : "", runs[r].body.slots[s].str);
         fprintf(f, "%s},\n", real.nw ? "" : "NULL");
     }
@@ -214,9 +228,6 @@ static void emit_loop(Emit *e, const Item *items, Run *runs, int a, int b, EmitN
                                    : "        if (mp_loop%d(%s, mp_loop%d_at[l], mp_loop%d_w[l]))\n"
                                      "            return 1;\n",
        id, pass == PASS_CAST_PARAMS ? e->loop_cast_args : e->loop_args, id, id);
-    for (int r = a; r < b; r++)
-        for (int i = runs[r].from; i < runs[r].to; i++)
-            e->looped[items[i].n->id] = true;
 }
 
 /* Items [from, to), all of one repeat: loops where runs repeat. */
@@ -283,14 +294,13 @@ void emit_pass(Emit *e, EmitPass pass, EmitNodeFn *node, const char *training)
 void emit_loops_begin(Emit *e)
 {
     e->global = arena_alloc(e->a, sizeof *e->global * (size_t)(e->g->nnodes + 1));
-    e->looped = arena_alloc(e->a, sizeof *e->looped * (size_t)(e->g->nnodes + 1));
     e->fns = open_memstream(&e->fns_text, &e->fns_len);
     MP_ASSERT(e->fns != NULL);
 }
 
 bool emit_declared(Emit *e, const IrNode *n)
 {
-    return !e->looped || !e->looped[n->id] || e->global[n->id];
+    return !e->nloops || !n->rep || e->global[n->id];
 }
 
 void emit_loops_end(Emit *e, const char *at_fn)

@@ -1,7 +1,9 @@
 /* memplan.c - liveness-based arena layout (see memplan.h). */
 #include "memplan.h"
 
+#include <limits.h>
 #include <stdlib.h>
+#include <string.h>
 
 int64_t memplan_bytes(const IrNode *n) { return shape_numel(&n->shape) * dt_size(n->type); }
 
@@ -32,23 +34,103 @@ static int by_size_desc(const void *pa, const void *pb)
     return a->node - b->node;      /* deterministic */
 }
 
+/* The placed buffers, sorted by offset, in blocks of at most BLOCK: each
+ * block knows the earliest start and latest end of its buffers' live ranges,
+ * so a search skips whole blocks that are never live with the buffer being
+ * placed, and an insertion moves at most one block's entries. (The order
+ * and the search are those of one sorted array: the result is the same.) */
+#define BLOCK 64
+
+typedef struct Block {
+    int n;
+    int first, last;               /* min first, max last of its buffers */
+    Buf b[BLOCK];
+    int64_t off[BLOCK];
+} Block;
+
+typedef struct Placed {
+    Arena *a;
+    Block **blk;
+    int nblk, cap;
+} Placed;
+
 /* Lowest aligned offset where `b` overlaps in address no placed buffer that
- * overlaps it in time. placed[] is kept sorted by offset. */
-static int64_t place(const Buf *b, const Buf *placed, const int64_t *off, int np)
+ * overlaps it in time: the placed buffers in offset order, a gap before the
+ * next one live with b that is big enough ends the search. */
+static int64_t place(const Buf *b, const Placed *pl)
 {
     int64_t at = 0;
-    for (int i = 0; i < np; i++) {
-        const Buf *p = &placed[i];
-        if (p->last < b->first || b->last < p->first)
-            continue;              /* never live together */
-        if (off[i] >= at + b->size)
-            break;                 /* fits in the gap before p */
-        int64_t end = off[i] + p->size;
-        end = (end + MEMPLAN_ALIGN - 1) / MEMPLAN_ALIGN * MEMPLAN_ALIGN;
-        if (end > at)
-            at = end;
+    for (int k = 0; k < pl->nblk; k++) {
+        const Block *bk = pl->blk[k];
+        if (bk->last < b->first || b->last < bk->first)
+            continue;              /* none of them live together with b */
+        for (int i = 0; i < bk->n; i++) {
+            const Buf *p = &bk->b[i];
+            if (p->last < b->first || b->last < p->first)
+                continue;          /* never live together */
+            if (bk->off[i] >= at + b->size)
+                return at;         /* fits in the gap before p */
+            int64_t end = bk->off[i] + p->size;
+            end = (end + MEMPLAN_ALIGN - 1) / MEMPLAN_ALIGN * MEMPLAN_ALIGN;
+            if (end > at)
+                at = end;
+        }
     }
     return at;
+}
+
+static void summarize(Block *bk)
+{
+    bk->first = INT_MAX;
+    bk->last = INT_MIN;
+    for (int i = 0; i < bk->n; i++) {
+        if (bk->b[i].first < bk->first)
+            bk->first = bk->b[i].first;
+        if (bk->b[i].last > bk->last)
+            bk->last = bk->b[i].last;
+    }
+}
+
+/* b at offset `at`, after the placed buffers at offsets <= at. */
+static void insert(Placed *pl, const Buf *b, int64_t at)
+{
+    if (pl->nblk == 0 || pl->nblk == pl->cap) {
+        int cap = pl->cap ? pl->cap * 2 : 16;
+        pl->blk = arena_grow(pl->a, pl->blk, (size_t)pl->nblk, (size_t)cap, sizeof *pl->blk);
+        pl->cap = cap;
+        if (pl->nblk == 0)
+            pl->blk[pl->nblk++] = arena_alloc(pl->a, sizeof(Block));
+    }
+    int k = 0;
+    while (k < pl->nblk - 1 && (pl->blk[k]->n == 0 || pl->blk[k]->off[pl->blk[k]->n - 1] <= at))
+        k++;
+    Block *bk = pl->blk[k];
+    if (bk->n == BLOCK) {          /* split it in two halves */
+        Block *hi = arena_alloc(pl->a, sizeof(Block));
+        hi->n = BLOCK / 2;
+        memcpy(hi->b, bk->b + BLOCK / 2, sizeof *hi->b * (BLOCK / 2));
+        memcpy(hi->off, bk->off + BLOCK / 2, sizeof *hi->off * (BLOCK / 2));
+        bk->n = BLOCK / 2;
+        summarize(bk);
+        summarize(hi);
+        memmove(&pl->blk[k + 2], &pl->blk[k + 1], sizeof *pl->blk * (size_t)(pl->nblk - k - 1));
+        pl->blk[k + 1] = hi;
+        pl->nblk++;
+        if (bk->off[bk->n - 1] <= at)
+            bk = hi;
+    }
+    int pos = bk->n;
+    while (pos > 0 && bk->off[pos - 1] > at) {
+        bk->b[pos] = bk->b[pos - 1];
+        bk->off[pos] = bk->off[pos - 1];
+        pos--;
+    }
+    bk->b[pos] = *b;
+    bk->off[pos] = at;
+    if (bk->n++ == 0 || b->first < bk->first)
+        bk->first = b->first;
+    if (bk->n == 1 || b->last > bk->last)
+        bk->last = b->last;
 }
 
 MemPlan *memplan_build(Arena *a, const IrGraph *g)
@@ -93,19 +175,10 @@ MemPlan *memplan_build(Arena *a, const IrGraph *g)
     }
     qsort(bufs, (size_t)nb, sizeof *bufs, by_size_desc);
 
-    /* placed[] sorted by offset, with the offsets alongside. */
-    Buf *placed = arena_alloc(a, sizeof *placed * (size_t)(nb + 1));
-    int64_t *poff = arena_alloc(a, sizeof *poff * (size_t)(nb + 1));
+    Placed placed = {a, NULL, 0, 0};
     for (int k = 0; k < nb; k++) {
-        int64_t at = place(&bufs[k], placed, poff, k);
-        int pos = k;
-        while (pos > 0 && poff[pos - 1] > at) {
-            placed[pos] = placed[pos - 1];
-            poff[pos] = poff[pos - 1];
-            pos--;
-        }
-        placed[pos] = bufs[k];
-        poff[pos] = at;
+        int64_t at = place(&bufs[k], &placed);
+        insert(&placed, &bufs[k], at);
         mp->offset[bufs[k].node] = at;
         if (at + bufs[k].size > mp->arena_bytes)
             mp->arena_bytes = at + bufs[k].size;
