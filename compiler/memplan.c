@@ -39,13 +39,13 @@ static int by_size_desc(const void *pa, const void *pb)
  * so a search skips whole blocks that are never live with the buffer being
  * placed, and an insertion moves at most one block's entries. (The order
  * and the search are those of one sorted array: the result is the same.) */
-#define BLOCK 64
+#define BLOCK 1024
 
 typedef struct Block {
     int n;
     int first, last;               /* min first, max last of its buffers */
-    Buf b[BLOCK];
-    int64_t off[BLOCK];
+    int bfirst[BLOCK], blast[BLOCK];   /* each buffer's live range, */
+    int64_t off[BLOCK], end[BLOCK];    /* offset and aligned end */
 } Block;
 
 typedef struct Placed {
@@ -65,15 +65,12 @@ static int64_t place(const Buf *b, const Placed *pl)
         if (bk->last < b->first || b->last < bk->first)
             continue;              /* none of them live together with b */
         for (int i = 0; i < bk->n; i++) {
-            const Buf *p = &bk->b[i];
-            if (p->last < b->first || b->last < p->first)
+            if (bk->blast[i] < b->first || b->last < bk->bfirst[i])
                 continue;          /* never live together */
             if (bk->off[i] >= at + b->size)
-                return at;         /* fits in the gap before p */
-            int64_t end = bk->off[i] + p->size;
-            end = (end + MEMPLAN_ALIGN - 1) / MEMPLAN_ALIGN * MEMPLAN_ALIGN;
-            if (end > at)
-                at = end;
+                return at;         /* fits in the gap before it */
+            if (bk->end[i] > at)
+                at = bk->end[i];
         }
     }
     return at;
@@ -84,10 +81,10 @@ static void summarize(Block *bk)
     bk->first = INT_MAX;
     bk->last = INT_MIN;
     for (int i = 0; i < bk->n; i++) {
-        if (bk->b[i].first < bk->first)
-            bk->first = bk->b[i].first;
-        if (bk->b[i].last > bk->last)
-            bk->last = bk->b[i].last;
+        if (bk->bfirst[i] < bk->first)
+            bk->first = bk->bfirst[i];
+        if (bk->blast[i] > bk->last)
+            bk->last = bk->blast[i];
     }
 }
 
@@ -108,8 +105,10 @@ static void insert(Placed *pl, const Buf *b, int64_t at)
     if (bk->n == BLOCK) {          /* split it in two halves */
         Block *hi = arena_alloc(pl->a, sizeof(Block));
         hi->n = BLOCK / 2;
-        memcpy(hi->b, bk->b + BLOCK / 2, sizeof *hi->b * (BLOCK / 2));
+        memcpy(hi->bfirst, bk->bfirst + BLOCK / 2, sizeof *hi->bfirst * (BLOCK / 2));
+        memcpy(hi->blast, bk->blast + BLOCK / 2, sizeof *hi->blast * (BLOCK / 2));
         memcpy(hi->off, bk->off + BLOCK / 2, sizeof *hi->off * (BLOCK / 2));
+        memcpy(hi->end, bk->end + BLOCK / 2, sizeof *hi->end * (BLOCK / 2));
         bk->n = BLOCK / 2;
         summarize(bk);
         summarize(hi);
@@ -120,13 +119,17 @@ static void insert(Placed *pl, const Buf *b, int64_t at)
             bk = hi;
     }
     int pos = bk->n;
-    while (pos > 0 && bk->off[pos - 1] > at) {
-        bk->b[pos] = bk->b[pos - 1];
-        bk->off[pos] = bk->off[pos - 1];
+    while (pos > 0 && bk->off[pos - 1] > at)
         pos--;
-    }
-    bk->b[pos] = *b;
+    int move = bk->n - pos;
+    memmove(bk->bfirst + pos + 1, bk->bfirst + pos, sizeof *bk->bfirst * (size_t)move);
+    memmove(bk->blast + pos + 1, bk->blast + pos, sizeof *bk->blast * (size_t)move);
+    memmove(bk->off + pos + 1, bk->off + pos, sizeof *bk->off * (size_t)move);
+    memmove(bk->end + pos + 1, bk->end + pos, sizeof *bk->end * (size_t)move);
+    bk->bfirst[pos] = b->first;
+    bk->blast[pos] = b->last;
     bk->off[pos] = at;
+    bk->end[pos] = (at + b->size + MEMPLAN_ALIGN - 1) / MEMPLAN_ALIGN * MEMPLAN_ALIGN;
     if (bk->n++ == 0 || b->first < bk->first)
         bk->first = b->first;
     if (bk->n == 1 || b->last > bk->last)
