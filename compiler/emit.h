@@ -20,10 +20,14 @@ bool emit_cuda(FILE *out, const IrGraph *g, bool loops);
 const char *emit_c_name(Arena *a, const char *model_name);
 
 /* The embedded runtime (build/runtime_blob.c): runtime/AMALGAMATION, and
- * the CUDA program's own files, runtime/AMALGAMATION_CUDA. */
+ * the CUDA program's own files, runtime/AMALGAMATION_CUDA; the programs'
+ * skeletons, templates/. */
 extern const int mp_runtime_count;
 extern const char *const mp_runtime_names[];
 extern const char *const mp_runtime_texts[];
+extern const int mp_template_count;          /* templates/ */
+extern const char *const mp_template_names[];
+extern const char *const mp_template_texts[];
 extern const int mp_cuda_runtime_count;
 extern const char *const mp_cuda_runtime_names[];
 extern const char *const mp_cuda_runtime_texts[];

@@ -199,6 +199,60 @@ void emit_runtime(Emit *e, int count, const char *const *names, const char *cons
     }
 }
 
+/* ---- the skeleton: templates/ -------------------------------------------- */
+
+static void fill(Emit *e, const EmitSlot *slots, int nslots, const char *name, size_t len)
+{
+    for (int i = 0; i < nslots; i++)
+        if (strlen(slots[i].name) == len && !strncmp(slots[i].name, name, len)) {
+            if (slots[i].fn)
+                slots[i].fn(e);
+            else
+                em(e, "%s", slots[i].text);
+            return;
+        }
+    fprintf(stderr, "mpcc: internal error: template slot '%.*s' has no filler\n", (int)len, name);
+    MP_ASSERT(!"template slot without filler");
+}
+
+void emit_template(Emit *e, const char *name, const EmitSlot *slots, int nslots)
+{
+    const char *t = NULL;
+    for (int i = 0; i < mp_template_count && !t; i++)
+        if (!strcmp(mp_template_names[i], name))
+            t = mp_template_texts[i];
+    MP_ASSERT(t != NULL);
+    while (*t) {
+        const char *nl = strchr(t, '\n');
+        size_t len = nl ? (size_t)(nl - t) + 1 : strlen(t);
+        const char *end = t + len - (nl ? 1 : 0);       /* the line without its newline */
+        if (!strncmp(t, "@@#", 3)) {
+            t += len;
+            continue;
+        }
+        if (end - t > 4 && !strncmp(t, "@@", 2) && !strncmp(end - 2, "@@", 2) &&
+            !memchr(t + 2, '@', (size_t)(end - t) - 4)) {   /* a slot alone on its line */
+            fill(e, slots, nslots, t + 2, (size_t)(end - t) - 4);
+            t += len;
+            continue;
+        }
+        const char *p = t, *stop = t + len;             /* slots inside the line */
+        for (;;) {
+            const char *at = strstr(p, "@@");
+            if (!at || at >= end) {
+                fwrite(p, 1, (size_t)(stop - p), e->out);
+                break;
+            }
+            const char *close = strstr(at + 2, "@@");
+            MP_ASSERT(close && close < end);
+            fwrite(p, 1, (size_t)(at - p), e->out);
+            fill(e, slots, nslots, at + 2, (size_t)(close - at - 2));
+            p = close + 2;
+        }
+        t = stop;
+    }
+}
+
 /* ---- named values (--predict) ---------------------------------------- */
 
 static bool is_value(Emit *e, const IrNode *n)

@@ -82,21 +82,21 @@ typedef void EmitNodeFn(Emit *e, const IrNode *n, int *line);
 void emit_pass(Emit *e, EmitPass pass, EmitNodeFn *node, const char *training);
 
 /* ---- repeat loops (emit_loop.c) ----------------------------------------
- * A target renders its pass functions between emit_loops_begin() and
- * emit_loops_end() into a buffer, declares the values emit_declared()
- * names (a value only loop bodies use lives in their tables, not in a
- * variable of its own), then calls emit_loops_end() with its mp_loop_at()
- * (int64_t -> void *: arena offset << 2, parameter << 2 | 1, its
- * gradient << 2 | 2), which writes the body functions, then writes the
- * pass functions. What a node's code names goes through these, so that
+ * emit_model_code() writes the model's functions: passes() (the target's
+ * cast_params / forward / backward functions, each made with emit_pass)
+ * is rendered first, into a buffer, so that decls() can declare only the
+ * values that code names (emit_declared: a value that only loop bodies use
+ * lives in their tables, not in a variable of its own); then come at_fn
+ * (the target's mp_loop_at(): int64_t -> pointer, arena offset << 2,
+ * parameter << 2 | 1, its gradient << 2 | 2) and the loop bodies, then the
+ * buffered functions. What a node's code names goes through these, so that
  * a body can take it from its copy's tables: */
 const char *loop_name(Emit *e, const IrNode *n, const char *name); /* cname() */
 const char *emit_pgrad(Emit *e, int p);                   /* a parameter's gradient buffer */
 const char *emit_where_arg(Emit *e, const IrNode *n);     /* "\"model.mp:9 (h)\"" or w[3] */
 const char *emit_value_arg(Emit *e, int ix);              /* an mp_values index */
-void emit_loops_begin(Emit *e);
 bool emit_declared(Emit *e, const IrNode *n);
-void emit_loops_end(Emit *e, const char *at_fn);
+void emit_model_code(Emit *e, void (*passes)(Emit *), void (*decls)(Emit *), const char *at_fn);
 /* The model's source line as a comment, when it is not *line already. */
 void emit_source_line(Emit *e, const IrNode *n, int *line, const char *lead);
 
@@ -110,6 +110,19 @@ int emit_output(Emit *e);
 /* The rows (elements) of loss/metric input x the kernel averages over:
  * "mp_real_rows(RUN, n, B)", fewer in a padded evaluation batch. */
 const char *emit_real_rows(Emit *e, const char *run, long long n);
+
+/* The skeleton of a generated program: templates/NAME (train.c.in,
+ * train.cu.in, embedded at build time) with its slots filled. The template
+ * language: `@@NAME@@` is replaced by slot NAME's text, or what its fn
+ * writes; a slot alone on its line replaces the line, its newline too; a
+ * line starting `@@#` is the template's own comment and is dropped. A slot
+ * the template names but the emitter lacks is an internal error. */
+typedef struct EmitSlot {
+    const char *name;
+    const char *text;               /* or NULL: */
+    void (*fn)(Emit *e);
+} EmitSlot;
+void emit_template(Emit *e, const char *name, const EmitSlot *slots, int nslots);
 
 /* Parts of the generated program that both targets write alike. */
 void emit_runtime(Emit *e, int count, const char *const *names, const char *const *texts);

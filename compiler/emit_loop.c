@@ -291,7 +291,7 @@ void emit_pass(Emit *e, EmitPass pass, EmitNodeFn *node, const char *training)
 
 /* ---- the parts of the program around the loops ---------------------------- */
 
-void emit_loops_begin(Emit *e)
+static void loops_begin(Emit *e)
 {
     e->global = arena_alloc(e->a, sizeof *e->global * (size_t)(e->g->nnodes + 1));
     e->fns = open_memstream(&e->fns_text, &e->fns_len);
@@ -303,7 +303,7 @@ bool emit_declared(Emit *e, const IrNode *n)
     return !e->nloops || !n->rep || e->global[n->id];
 }
 
-void emit_loops_end(Emit *e, const char *at_fn)
+static void emit_loops_end(Emit *e, const char *at_fn)
 {
     fclose(e->fns);
     e->fns = NULL;
@@ -316,4 +316,21 @@ void emit_loops_end(Emit *e, const char *at_fn)
     }
     free(e->fns_text);
     e->fns_text = NULL;
+}
+
+void emit_model_code(Emit *e, void (*passes)(Emit *), void (*decls)(Emit *), const char *at_fn)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *file = e->out;
+    e->out = open_memstream(&text, &len);
+    MP_ASSERT(e->out != NULL);
+    loops_begin(e);
+    passes(e);
+    fclose(e->out);
+    e->out = file;
+    decls(e);
+    emit_loops_end(e, at_fn);
+    fwrite(text, 1, len, e->out);
+    free(text);
 }
