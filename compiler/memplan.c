@@ -37,13 +37,20 @@ static int by_size_desc(const void *pa, const void *pb)
 /* The placed buffers, sorted by offset, in blocks of at most BLOCK: each
  * block knows the earliest start and latest end of its buffers' live ranges,
  * so a search skips whole blocks that are never live with the buffer being
- * placed, and an insertion moves at most one block's entries. (The order
- * and the search are those of one sorted array: the result is the same.) */
-#define BLOCK 1024
+ * placed, and an insertion moves at most one block's entries. A block whose
+ * buffers are all live with it (the stack of activations a deep model keeps
+ * for its backward pass) and holds no gap it fits in is passed in one step:
+ * the search would end past its reach. (The order and the search are those
+ * of one sorted array: the result is the same; the search returns the lowest
+ * aligned offset free of every buffer live with it, however it walks.) */
+#define BLOCK 128
 
 typedef struct Block {
     int n;
     int first, last;               /* min first, max last of its buffers */
+    int all_first, all_last;       /* max first, min last: all live in between */
+    int64_t reach, gap;            /* max aligned end; the widest gap between a
+                                      buffer and those before it in the block */
     int bfirst[BLOCK], blast[BLOCK];   /* each buffer's live range, */
     int64_t off[BLOCK], end[BLOCK];    /* offset and aligned end */
 } Block;
@@ -64,6 +71,12 @@ static int64_t place(const Buf *b, const Placed *pl)
         const Block *bk = pl->blk[k];
         if (bk->last < b->first || b->last < bk->first)
             continue;              /* none of them live together with b */
+        if (bk->all_first <= b->last && b->first <= bk->all_last && bk->off[0] < at + b->size &&
+            bk->gap < b->size) {   /* all live with b, no gap b fits in */
+            if (bk->reach > at)
+                at = bk->reach;
+            continue;
+        }
         for (int i = 0; i < bk->n; i++) {
             if (bk->blast[i] < b->first || b->last < bk->bfirst[i])
                 continue;          /* never live together */
@@ -78,13 +91,22 @@ static int64_t place(const Buf *b, const Placed *pl)
 
 static void summarize(Block *bk)
 {
-    bk->first = INT_MAX;
-    bk->last = INT_MIN;
+    bk->first = bk->all_last = INT_MAX;
+    bk->last = bk->all_first = INT_MIN;
+    bk->reach = bk->gap = 0;
     for (int i = 0; i < bk->n; i++) {
         if (bk->bfirst[i] < bk->first)
             bk->first = bk->bfirst[i];
         if (bk->blast[i] > bk->last)
             bk->last = bk->blast[i];
+        if (bk->bfirst[i] > bk->all_first)
+            bk->all_first = bk->bfirst[i];
+        if (bk->blast[i] < bk->all_last)
+            bk->all_last = bk->blast[i];
+        if (i > 0 && bk->off[i] - bk->reach > bk->gap)
+            bk->gap = bk->off[i] - bk->reach;
+        if (bk->end[i] > bk->reach)
+            bk->reach = bk->end[i];
     }
 }
 
@@ -130,10 +152,8 @@ static void insert(Placed *pl, const Buf *b, int64_t at)
     bk->blast[pos] = b->last;
     bk->off[pos] = at;
     bk->end[pos] = (at + b->size + MEMPLAN_ALIGN - 1) / MEMPLAN_ALIGN * MEMPLAN_ALIGN;
-    if (bk->n++ == 0 || b->first < bk->first)
-        bk->first = b->first;
-    if (bk->n == 1 || b->last > bk->last)
-        bk->last = b->last;
+    bk->n++;
+    summarize(bk);
 }
 
 MemPlan *memplan_build(Arena *a, const IrGraph *g)
