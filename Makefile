@@ -44,9 +44,12 @@ $(B)/lexer.o: $(B)/lexer.c $(B)/parser.h compiler/*.h
 # The runtime, embedded as text: emit_*.c paste it into generated programs.
 $(B)/embed: tools/embed.c | $(B)
 	$(CC) -O2 -std=c11 -Wall -Werror -o $@ $<
-$(B)/runtime_blob.c: $(B)/embed $(RUNTIME_HDR)
+# The skeletons of the generated programs (templates/*.in) go into the same
+# file, a third table.
+$(B)/runtime_blob.c: $(B)/embed $(RUNTIME_HDR) $(wildcard templates/*.in)
 	{ $(B)/embed runtime $$(cat runtime/AMALGAMATION) && \
-	  $(B)/embed -p mp_cuda_runtime runtime $$(cat runtime/AMALGAMATION_CUDA); } > $@
+	  $(B)/embed -p mp_cuda_runtime runtime $$(cat runtime/AMALGAMATION_CUDA) && \
+	  $(B)/embed -p mp_template templates train.c.in train.cu.in; } > $@
 $(B)/runtime_blob.o: $(B)/runtime_blob.c
 	$(CC) $(CFLAGS) -std=c11 -c -o $@ $<
 

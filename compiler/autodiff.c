@@ -579,9 +579,17 @@ void ad_backward(IrGraph *g)
     IrNode *s = seed(g);
     if (ad.wanted[loss->id])    /* a loss typed f16 gets d loss in f16 */
         ad.grad[loss->id] = loss->type == DT_F32 ? s : MK(g, loss, OP_CAST, loss, s);
-    for (int i = ad.nfwd - 1; i >= 0; i--)
+    for (int i = ad.nfwd - 1; i >= 0; i--) {
+        int from = g->nnodes;
         if (ad.grad[i] && !join_chunk(&ad, g->nodes[i]))
             differentiate(&ad, g->nodes[i]);
+        /* the backward of a repeat copy's node belongs to that copy, sums
+         * into the gradients of its inputs included (emit_loop.c) */
+        for (int k = from; k < g->nnodes; k++) {
+            g->nodes[k]->rep = g->nodes[i]->rep;
+            g->nodes[k]->copy = g->nodes[i]->copy;
+        }
+    }
     for (int i = 0; i < g->nparams; i++) {
         IrParam *p = &g->params[i];
         p->grad = ad.wanted[p->node->id] ? ad.grad[p->node->id] : NULL;

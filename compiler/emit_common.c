@@ -6,6 +6,7 @@
 
 #include <ctype.h>
 #include <stdarg.h>
+#include <stdlib.h>
 #include <string.h>
 
 void emit_begin(Emit *e, FILE *out, const IrGraph *g)
@@ -54,6 +55,11 @@ static void append_ident(char *buf, size_t cap, const char *name)
 }
 
 const char *cname(Emit *e, const IrNode *n)
+{
+    return loop_name(e, n, emit_base_name(e, n));
+}
+
+const char *emit_base_name(Emit *e, const IrNode *n)
 {
     if (e->names[n->id])
         return e->names[n->id];
@@ -193,6 +199,60 @@ void emit_runtime(Emit *e, int count, const char *const *names, const char *cons
     }
 }
 
+/* ---- the skeleton: templates/ -------------------------------------------- */
+
+static void fill(Emit *e, const EmitSlot *slots, int nslots, const char *name, size_t len)
+{
+    for (int i = 0; i < nslots; i++)
+        if (strlen(slots[i].name) == len && !strncmp(slots[i].name, name, len)) {
+            if (slots[i].fn)
+                slots[i].fn(e);
+            else
+                em(e, "%s", slots[i].text);
+            return;
+        }
+    fprintf(stderr, "mpcc: internal error: template slot '%.*s' has no filler\n", (int)len, name);
+    MP_ASSERT(!"template slot without filler");
+}
+
+void emit_template(Emit *e, const char *name, const EmitSlot *slots, int nslots)
+{
+    const char *t = NULL;
+    for (int i = 0; i < mp_template_count && !t; i++)
+        if (!strcmp(mp_template_names[i], name))
+            t = mp_template_texts[i];
+    MP_ASSERT(t != NULL);
+    while (*t) {
+        const char *nl = strchr(t, '\n');
+        size_t len = nl ? (size_t)(nl - t) + 1 : strlen(t);
+        const char *end = t + len - (nl ? 1 : 0);       /* the line without its newline */
+        if (!strncmp(t, "@@#", 3)) {
+            t += len;
+            continue;
+        }
+        if (end - t > 4 && !strncmp(t, "@@", 2) && !strncmp(end - 2, "@@", 2) &&
+            !memchr(t + 2, '@', (size_t)(end - t) - 4)) {   /* a slot alone on its line */
+            fill(e, slots, nslots, t + 2, (size_t)(end - t) - 4);
+            t += len;
+            continue;
+        }
+        const char *p = t, *stop = t + len;             /* slots inside the line */
+        for (;;) {
+            const char *at = strstr(p, "@@");
+            if (!at || at >= end) {
+                fwrite(p, 1, (size_t)(stop - p), e->out);
+                break;
+            }
+            const char *close = strstr(at + 2, "@@");
+            MP_ASSERT(close && close < end);
+            fwrite(p, 1, (size_t)(at - p), e->out);
+            fill(e, slots, nslots, at + 2, (size_t)(close - at - 2));
+            p = close + 2;
+        }
+        t = stop;
+    }
+}
+
 /* ---- named values (--predict) ---------------------------------------- */
 
 static bool is_value(Emit *e, const IrNode *n)
@@ -205,21 +265,33 @@ static bool is_value(Emit *e, const IrNode *n)
     return !(n->op == OP_CAST && n->in[0]->name && !strcmp(n->in[0]->name, n->name));
 }
 
+static const IrGraph *sort_graph;   /* qsort has no context argument */
+
+static int by_name_then_id(const void *pa, const void *pb)
+{
+    int a = *(const int *)pa, b = *(const int *)pb;
+    int c = strcmp(sort_graph->nodes[a]->name, sort_graph->nodes[b]->name);
+    return c ? c : a - b;
+}
+
+/* Each name's first node is its value: the candidates sorted by (name, id),
+ * so a model of n nodes takes O(n log n). */
 static void find_values(Emit *e)
 {
     const IrGraph *g = e->g;
     e->value_ix = arena_alloc(e->a, sizeof *e->value_ix * (size_t)(g->nnodes + 1));
-    for (int i = 0; i < g->nnodes; i++) {
-        const IrNode *n = g->nodes[i];
-        e->value_ix[i] = -1;
-        if (!is_value(e, n))
-            continue;
-        bool seen = false;
-        for (int j = 0; j < i && !seen; j++)
-            seen = e->value_ix[j] >= 0 && !strcmp(g->nodes[j]->name, n->name);
-        if (!seen)
-            e->value_ix[i] = e->nvalues++;
-    }
+    int *cand = arena_alloc(e->a, sizeof *cand * (size_t)(g->nnodes + 1));
+    bool *first = arena_alloc(e->a, sizeof *first * (size_t)(g->nnodes + 1));
+    int nc = 0;
+    for (int i = 0; i < g->nnodes; i++)
+        if (is_value(e, g->nodes[i]))
+            cand[nc++] = i;
+    sort_graph = g;
+    qsort(cand, (size_t)nc, sizeof *cand, by_name_then_id);
+    for (int k = 0; k < nc; k++)
+        first[cand[k]] = k == 0 || strcmp(g->nodes[cand[k - 1]]->name, g->nodes[cand[k]]->name);
+    for (int i = 0; i < g->nnodes; i++)
+        e->value_ix[i] = first[i] ? e->nvalues++ : -1;
 }
 
 int emit_value(Emit *e, const IrNode *n)
@@ -245,23 +317,26 @@ const char *emit_real_rows(Emit *e, const char *run, long long n)
     return arena_printf(e->a, "mp_real_rows(%s, %lld, %lld)", run, n, (long long)e->g->batch);
 }
 
-/* mp_values: name, type, shape and the inputs each depends on. */
+/* mp_values: name, type, shape and the inputs each depends on (a mask of
+ * input indices, bit 63 for any beyond, propagated along the graph once). */
 static void values_table(Emit *e)
 {
     const IrGraph *g = e->g;
     emit_value(e, g->nodes[0]);
+    unsigned long long *in = arena_alloc(e->a, sizeof *in * (size_t)(g->nnodes + 1));
+    for (int i = 0; i < g->nnodes; i++) {
+        const IrNode *n = g->nodes[i];
+        if (e->mp->kind[i] == BUF_INPUT)
+            in[i] = 1ull << (n->ia[0] < 63 ? n->ia[0] : 63);
+        for (int j = 0; j < n->nin; j++)
+            in[i] |= in[n->in[j]->id];
+    }
     em(e, "\nstatic const MpValue mp_values[%d] = {\n", e->nvalues ? e->nvalues : 1);
     for (int i = 0; i < g->nnodes; i++) {
         const IrNode *n = g->nodes[i];
-        if (e->value_ix[i] < 0)
-            continue;
-        bool *need = needed_by(e, n);
-        unsigned long long in = 0;
-        for (int j = 0; j <= i; j++)
-            if (need[j] && e->mp->kind[j] == BUF_INPUT)
-                in |= 1ull << (g->nodes[j]->ia[0] < 63 ? g->nodes[j]->ia[0] : 63);
-        em(e, "    {\"%s\", %s, %d, %s, 0x%llxull},\n", n->name, mpdt(n->type), n->shape.rank,
-           dims_init(e, &n->shape), in);
+        if (e->value_ix[i] >= 0)
+            em(e, "    {\"%s\", %s, %d, %s, 0x%llxull},\n", n->name, mpdt(n->type), n->shape.rank,
+               dims_init(e, &n->shape), in[i]);
     }
     em(e, "};\n");
 }
@@ -372,48 +447,35 @@ void emit_source_line(Emit *e, const IrNode *n, int *line, const char *lead)
     em(e, "%s    /* %s */\n", lead, source_comment(e, n));
 }
 
-void emit_pass(Emit *e, EmitPass pass, EmitNodeFn *node, const char *training)
+/* Per node id: the parameter whose gradient it is (or -1), and whether a
+ * later node of the step reads it; made once, so each query is O(1). */
+static void grad_tables(Emit *e)
 {
     const IrGraph *g = e->g;
-    bool *for_loss = needed_by(e, g->loss);
-    int line = -1;
-    for (int i = 0; i < g->nnodes; i++) {
-        const IrNode *n = g->nodes[i];
-        BufKind k = e->mp->kind[i];
-        if (pass != PASS_FORWARD) {
-            if (pass == PASS_CAST_PARAMS ? n->hoisted : n->phase == PH_BACKWARD)
-                node(e, n, &line);
-            continue;
-        }
-        if (n->phase != PH_FORWARD || n->hoisted || k == BUF_PARAM || k == BUF_INPUT || k == BUF_CONST)
-            continue;
-        if (for_loss[i]) {
-            node(e, n, &line);
-            continue;
-        }
-        em(e, "    if (!%s) {", training);  /* metrics: evaluation only */
-        node(e, n, &line);
-        em(e, "    }\n");
-    }
-}
-
-int emit_grad_param(const IrGraph *g, const IrNode *n)
-{
-    for (int p = 0; p < g->nparams; p++)
-        if (g->params[p].grad == n)
-            return p;
-    return -1;
-}
-
-bool emit_folded_cast(const IrGraph *g, const IrNode *n)
-{
-    if (n->op != OP_CAST || n->phase != PH_BACKWARD || emit_grad_param(g, n) < 0)
-        return false;
-    for (int i = n->id + 1; i < g->nnodes; i++)
+    e->grad_param = arena_alloc(e->a, sizeof *e->grad_param * (size_t)(g->nnodes + 1));
+    e->read_in_step = arena_alloc(e->a, sizeof *e->read_in_step * (size_t)(g->nnodes + 1));
+    for (int i = 0; i < g->nnodes; i++)
+        e->grad_param[i] = -1;
+    for (int p = g->nparams - 1; p >= 0; p--)   /* the first parameter wins */
+        if (g->params[p].grad)
+            e->grad_param[g->params[p].grad->id] = p;
+    for (int i = 0; i < g->nnodes; i++)
         for (int j = 0; j < g->nodes[i]->nin && g->nodes[i]->phase != PH_OPTIMIZER; j++)
-            if (g->nodes[i]->in[j] == n)
-                return false;
-    return true;
+            e->read_in_step[g->nodes[i]->in[j]->id] = true;
+}
+
+int emit_grad_param(Emit *e, const IrNode *n)
+{
+    if (!e->grad_param)
+        grad_tables(e);
+    return e->grad_param[n->id];
+}
+
+bool emit_folded_cast(Emit *e, const IrNode *n)
+{
+    if (n->op != OP_CAST || n->phase != PH_BACKWARD || emit_grad_param(e, n) < 0)
+        return false;
+    return !e->read_in_step[n->id];
 }
 
 /* "MP_NO_IGNORE, (float)0.1": cross_entropy's ignored label and label

@@ -8,6 +8,8 @@
 #include <stdbool.h>
 #include <stdio.h>
 
+typedef struct LoopBody LoopBody;
+
 typedef struct Emit {
     FILE *out;
     const IrGraph *g;
@@ -17,6 +19,20 @@ typedef struct Emit {
     const char **names;        /* per node id: its C identifier */
     int *value_ix;             /* per node id: index in mp_values, or -1 */
     int nvalues;
+    int *grad_param;           /* per node id: emit_grad_param(), made lazily */
+    bool *read_in_step;        /* per node id: a non-optimizer node reads it */
+    /* repeat loops (emit_loop.c) */
+    bool loops;                /* run isomorphic repeat copies as loops */
+    const char *loop_params;   /* a body function's first parameter: "MpRun *run" */
+    const char *loop_args;     /* ... and what the pass passes: "run" */
+    const char *loop_cast_args;/* ... what cast_params passes ("NULL": it has no run) */
+    const char *grad_fmt;      /* a parameter's gradient: "mp_params[%d].grad" */
+    LoopBody *body;            /* while a body is rendered */
+    bool *global;              /* per node id: named outside loop bodies */
+    FILE *fns;                 /* the body functions and their tables */
+    char *fns_text;
+    size_t fns_len;
+    int nloops;
 } Emit;
 
 typedef void EmitFn(Emit *e, const IrNode *n);
@@ -26,6 +42,7 @@ bool emit_end(Emit *e);                       /* false on a write error */
 void em(Emit *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 const char *cname(Emit *e, const IrNode *n);  /* v7_h, v31_d_h_weight */
+const char *emit_base_name(Emit *e, const IrNode *n);  /* the same, never a loop's slot */
 const char *ctype(DType t);                   /* float, uint16_t, int32_t, uint8_t */
 const char *mpdt(DType t);                    /* MP_F32 ... */
 const char *describe(Emit *e, const IrNode *n);     /* "h: linear, model.mp:9" */
@@ -35,11 +52,11 @@ const char *dims_init(Emit *e, const Shape *s); /* "{128, 784}" */
 const char *dims_list(Emit *e, const Shape *s); /* "128, 784" */
 bool *needed_by(Emit *e, const IrNode *root); /* per node id: root depends on it */
 /* The parameter whose gradient n is, or -1. */
-int emit_grad_param(const IrGraph *g, const IrNode *n);
+int emit_grad_param(Emit *e, const IrNode *n);
 /* A cast of a lowp gradient to f32 that only the optimizer reads: both
  * targets add its source straight into the f32 gradient buffer (the
  * widening is exact), so the f32 copy is never written. */
-bool emit_folded_cast(const IrGraph *g, const IrNode *n);
+bool emit_folded_cast(Emit *e, const IrNode *n);
 
 /* Sizes of a node's tensors as the kernels of both targets take them. */
 long long emit_dim(const IrNode *v, int i);   /* dimension i, negative from the end */
@@ -57,10 +74,29 @@ const char *emit_nchw(Emit *e, const IrNode *x);   /* "N, C, H, W" */
 /* The nodes one generated function runs, in order, each given to `node`:
  * PASS_CAST_PARAMS the hoisted casts (the parameters' working copies);
  * PASS_FORWARD the forward nodes that compute, those that only metrics need
- * wrapped in `if (!TRAINING) { }`; PASS_BACKWARD the backward nodes. */
+ * wrapped in `if (!TRAINING) { }`; PASS_BACKWARD the backward nodes. With
+ * e->loops, isomorphic repeat copies become a loop over a body function
+ * (emit_loop.c). */
 typedef enum { PASS_CAST_PARAMS, PASS_FORWARD, PASS_BACKWARD } EmitPass;
 typedef void EmitNodeFn(Emit *e, const IrNode *n, int *line);
 void emit_pass(Emit *e, EmitPass pass, EmitNodeFn *node, const char *training);
+
+/* ---- repeat loops (emit_loop.c) ----------------------------------------
+ * emit_model_code() writes the model's functions: passes() (the target's
+ * cast_params / forward / backward functions, each made with emit_pass)
+ * is rendered first, into a buffer, so that decls() can declare only the
+ * values that code names (emit_declared: a value that only loop bodies use
+ * lives in their tables, not in a variable of its own); then come at_fn
+ * (the target's mp_loop_at(): int64_t -> pointer, arena offset << 2,
+ * parameter << 2 | 1, its gradient << 2 | 2) and the loop bodies, then the
+ * buffered functions. What a node's code names goes through these, so that
+ * a body can take it from its copy's tables: */
+const char *loop_name(Emit *e, const IrNode *n, const char *name); /* cname() */
+const char *emit_pgrad(Emit *e, int p);                   /* a parameter's gradient buffer */
+const char *emit_where_arg(Emit *e, const IrNode *n);     /* "\"model.mp:9 (h)\"" or w[3] */
+const char *emit_value_arg(Emit *e, int ix);              /* an mp_values index */
+bool emit_declared(Emit *e, const IrNode *n);
+void emit_model_code(Emit *e, void (*passes)(Emit *), void (*decls)(Emit *), const char *at_fn);
 /* The model's source line as a comment, when it is not *line already. */
 void emit_source_line(Emit *e, const IrNode *n, int *line, const char *lead);
 
@@ -74,6 +110,19 @@ int emit_output(Emit *e);
 /* The rows (elements) of loss/metric input x the kernel averages over:
  * "mp_real_rows(RUN, n, B)", fewer in a padded evaluation batch. */
 const char *emit_real_rows(Emit *e, const char *run, long long n);
+
+/* The skeleton of a generated program: templates/NAME (train.c.in,
+ * train.cu.in, embedded at build time) with its slots filled. The template
+ * language: `@@NAME@@` is replaced by slot NAME's text, or what its fn
+ * writes; a slot alone on its line replaces the line, its newline too; a
+ * line starting `@@#` is the template's own comment and is dropped. A slot
+ * the template names but the emitter lacks is an internal error. */
+typedef struct EmitSlot {
+    const char *name;
+    const char *text;               /* or NULL: */
+    void (*fn)(Emit *e);
+} EmitSlot;
+void emit_template(Emit *e, const char *name, const EmitSlot *slots, int nslots);
 
 /* Parts of the generated program that both targets write alike. */
 void emit_runtime(Emit *e, int count, const char *const *names, const char *const *texts);

@@ -103,22 +103,74 @@ IrNode *ir_add2(IrGraph *g, IrOp op, SrcLoc loc, IrNode *a, IrNode *b)
     return ir_add(g, op, loc, 2, in);
 }
 
+static IrNode *insert(IrGraph *g, IrNode *anchor, bool after, IrOp op, SrcLoc loc, int nin,
+                      IrNode *const *in)
+{
+    IrNode *n = new_node(g, op, loc, nin, in);
+    MP_ASSERT(anchor->id >= 0 && anchor->id < g->nnodes && g->nodes[anchor->id] == anchor);
+    if (g->npend == g->pend_cap) {
+        int cap = g->pend_cap ? g->pend_cap * 2 : 64;
+        g->pend = arena_grow(g->arena, g->pend, (size_t)g->npend, (size_t)cap, sizeof *g->pend);
+        g->pend_anchor = arena_grow(g->arena, g->pend_anchor, (size_t)g->npend, (size_t)cap,
+                                    sizeof *g->pend_anchor);
+        g->pend_cap = cap;
+    }
+    n->id = -1;
+    n->rep = anchor->rep;
+    n->copy = anchor->copy;
+    g->pend[g->npend] = n;
+    g->pend_anchor[g->npend++] = after ? -anchor->id - 1 : anchor->id;
+    return n;
+}
+
 IrNode *ir_insert_before(IrGraph *g, IrNode *before, IrOp op, SrcLoc loc, int nin,
                          IrNode *const *in)
 {
-    IrNode *n = new_node(g, op, loc, nin, in);
-    reserve(g, 1);
-    int at = before->id;
-    MP_ASSERT(at >= 0 && at < g->nnodes && g->nodes[at] == before);
-    memmove(&g->nodes[at + 1], &g->nodes[at], sizeof *g->nodes * (size_t)(g->nnodes - at));
-    g->nodes[at] = n;
-    g->nnodes++;
-    ir_renumber(g);
-    return n;
+    return insert(g, before, false, op, loc, nin, in);
+}
+
+IrNode *ir_insert_after(IrGraph *g, IrNode *after, IrOp op, SrcLoc loc, int nin,
+                        IrNode *const *in)
+{
+    return insert(g, after, true, op, loc, nin, in);
+}
+
+/* Place the pending insertions: a stable counting sort of them by slot
+ * (2 per node: before it, after it), merged with the nodes. */
+static void place_pending(IrGraph *g)
+{
+    int n = g->nnodes, k = g->npend;
+    int *start = arena_alloc(g->arena, sizeof *start * (size_t)(2 * n + 1));
+    for (int i = 0; i < k; i++) {
+        int a = g->pend_anchor[i], slot = a >= 0 ? 2 * a : 2 * (-a - 1) + 1;
+        start[slot + 1]++;
+    }
+    for (int s = 0; s < 2 * n; s++)
+        start[s + 1] += start[s];
+    IrNode **sorted = arena_alloc(g->arena, sizeof *sorted * (size_t)k);
+    for (int i = 0; i < k; i++) {
+        int a = g->pend_anchor[i], slot = a >= 0 ? 2 * a : 2 * (-a - 1) + 1;
+        sorted[start[slot]++] = g->pend[i];
+    }
+    /* start[s] is now the end of slot s */
+    IrNode **old = arena_alloc(g->arena, sizeof *old * (size_t)n);
+    memcpy(old, g->nodes, sizeof *old * (size_t)n);
+    reserve(g, k);
+    int out = 0, from = 0;
+    for (int s = 0; s < 2 * n; s++) {
+        if (s % 2 == 1)
+            g->nodes[out++] = old[s / 2];
+        while (from < start[s])
+            g->nodes[out++] = sorted[from++];
+    }
+    g->nnodes = out;
+    g->npend = 0;
 }
 
 void ir_renumber(IrGraph *g)
 {
+    if (g->npend)
+        place_pending(g);
     for (int i = 0; i < g->nnodes; i++)
         g->nodes[i]->id = i;
 }

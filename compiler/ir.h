@@ -76,6 +76,10 @@ struct IrNode {
     bool hoisted;           /* CAST of a parameter: done once per optimizer
                                step, not per micro-batch */
     bool attention_part;    /* reserved for target-specific fusion */
+    int rep, copy;          /* made by copy `copy` of the model's rep-th
+                               outermost `repeat` (1-based; 0: none); casts
+                               take their anchor's, backward nodes their
+                               grad_of's: the emitters' loops (emit_loop.c) */
 };
 
 /* ---- the model's declarations ---------------------------------------- */
@@ -165,6 +169,11 @@ typedef struct IrGraph {
     int64_t batch;          /* the first dimension of the inputs */
     DType lowp;             /* set by prec.c from train.policy */
     IrNode *loss_scale;     /* OP_LOSS_SCALE, the seed of the backward pass */
+    /* insertions not yet placed in nodes[] (ir_insert_before/after): each
+     * goes before (or after) its anchor node, in insertion order */
+    IrNode **pend;
+    int *pend_anchor;       /* anchor's id; -(id + 1) when after it */
+    int npend, pend_cap;
 } IrGraph;
 
 IrGraph *ir_new(Arena *a);
@@ -172,9 +181,15 @@ IrGraph *ir_new(Arena *a);
 IrNode  *ir_add(IrGraph *g, IrOp op, SrcLoc loc, int nin, IrNode *const *in);
 IrNode  *ir_add1(IrGraph *g, IrOp op, SrcLoc loc, IrNode *a);
 IrNode  *ir_add2(IrGraph *g, IrOp op, SrcLoc loc, IrNode *a, IrNode *b);
-/* Insert a node just before `before` (prec.c: casts). */
+/* Insert a node just before `before` / just after `after` and the nodes
+ * inserted after it earlier (prec.c: casts). The insertion is deferred: the
+ * node joins g->nodes, and ids are renumbered, at the next ir_renumber(), so
+ * inserting k nodes into n costs O(n + k), not O(n k). Until then the new
+ * node has id -1 and the other nodes keep theirs. */
 IrNode  *ir_insert_before(IrGraph *g, IrNode *before, IrOp op, SrcLoc loc,
                           int nin, IrNode *const *in);
+IrNode  *ir_insert_after(IrGraph *g, IrNode *after, IrOp op, SrcLoc loc,
+                         int nin, IrNode *const *in);
 void     ir_renumber(IrGraph *g);
 IrParam *ir_add_param(IrGraph *g, const char *name, SrcLoc loc, Shape shape);
 IrInput *ir_add_input(IrGraph *g, const char *name, SrcLoc loc, DType t, Shape shape);

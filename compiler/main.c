@@ -1,7 +1,7 @@
 /* main.c - mpcc's command line (TRAINER.md "mpcc's command line").
  *
  *   mpcc MODEL.mp [-o FILE] [--target cuda|c] [--precision POLICY]
- *                 [--dump-plan[=text|json|dot]] [--version] [--help]
+ *                 [--dump-plan[=text|json|dot]] [--no-loop] [--version] [--help]
  *
  * Runs the phases of docs/DESIGN.md in order and stops after the first
  * phase that reported errors. The output file is written by
@@ -35,6 +35,8 @@ static const char usage[] =
     "                          train block)\n"
     "  --dump-plan[=FORMAT]    print the precision plan: text (default), json or dot;\n"
     "                          no program is written unless -o is given too\n"
+    "  --no-loop               write every copy of a repeat out in full, instead of\n"
+    "                          one function per body called in a loop (for tests)\n"
     "  --version               print mpcc's version\n"
     "  --help                  print this help\n"
     "\n"
@@ -45,6 +47,7 @@ typedef struct Options {
     const char *input, *output;
     bool target_c, dump;
     bool dump_ast;              /* hidden developer flag: print the tree, stop */
+    bool no_loop;               /* --no-loop: repeat copies written out in full */
     PlanFormat fmt;
     int policy;                 /* -1: the train block decides */
 } Options;
@@ -108,6 +111,8 @@ static int parse_args(int argc, char **argv, Options *o)
             }
         } else if (strcmp(a, "--dump-ast") == 0) {
             o->dump_ast = true;
+        } else if (strcmp(a, "--no-loop") == 0) {
+            o->no_loop = true;
         } else if (a[0] == '-' && a[1] != 0) {
             diag_usage("unknown option '%s' (see mpcc --help)", a);
             return EXIT_USAGE;
@@ -137,7 +142,7 @@ static int write_program(const Options *o, const IrGraph *g)
         diag_usage("%s", e.msg);
         return EXIT_USAGE;
     }
-    if (!(o->target_c ? emit_c(out.f, g) : emit_cuda(out.f, g))) {
+    if (!(o->target_c ? emit_c(out.f, g, !o->no_loop) : emit_cuda(out.f, g, !o->no_loop))) {
         mp_out_abort(&out);
         diag_usage("cannot write '%s'", o->output);
         return EXIT_USAGE;

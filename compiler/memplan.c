@@ -1,7 +1,9 @@
 /* memplan.c - liveness-based arena layout (see memplan.h). */
 #include "memplan.h"
 
+#include <limits.h>
 #include <stdlib.h>
+#include <string.h>
 
 int64_t memplan_bytes(const IrNode *n) { return shape_numel(&n->shape) * dt_size(n->type); }
 
@@ -32,23 +34,126 @@ static int by_size_desc(const void *pa, const void *pb)
     return a->node - b->node;      /* deterministic */
 }
 
+/* The placed buffers, sorted by offset, in blocks of at most BLOCK: each
+ * block knows the earliest start and latest end of its buffers' live ranges,
+ * so a search skips whole blocks that are never live with the buffer being
+ * placed, and an insertion moves at most one block's entries. A block whose
+ * buffers are all live with it (the stack of activations a deep model keeps
+ * for its backward pass) and holds no gap it fits in is passed in one step:
+ * the search would end past its reach. (The order and the search are those
+ * of one sorted array: the result is the same; the search returns the lowest
+ * aligned offset free of every buffer live with it, however it walks.) */
+#define BLOCK 128
+
+typedef struct Block {
+    int n;
+    int first, last;               /* min first, max last of its buffers */
+    int all_first, all_last;       /* max first, min last: all live in between */
+    int64_t reach, gap;            /* max aligned end; the widest gap between a
+                                      buffer and those before it in the block */
+    int bfirst[BLOCK], blast[BLOCK];   /* each buffer's live range, */
+    int64_t off[BLOCK], end[BLOCK];    /* offset and aligned end */
+} Block;
+
+typedef struct Placed {
+    Arena *a;
+    Block **blk;
+    int nblk, cap;
+} Placed;
+
 /* Lowest aligned offset where `b` overlaps in address no placed buffer that
- * overlaps it in time. placed[] is kept sorted by offset. */
-static int64_t place(const Buf *b, const Buf *placed, const int64_t *off, int np)
+ * overlaps it in time: the placed buffers in offset order, a gap before the
+ * next one live with b that is big enough ends the search. */
+static int64_t place(const Buf *b, const Placed *pl)
 {
     int64_t at = 0;
-    for (int i = 0; i < np; i++) {
-        const Buf *p = &placed[i];
-        if (p->last < b->first || b->last < p->first)
-            continue;              /* never live together */
-        if (off[i] >= at + b->size)
-            break;                 /* fits in the gap before p */
-        int64_t end = off[i] + p->size;
-        end = (end + MEMPLAN_ALIGN - 1) / MEMPLAN_ALIGN * MEMPLAN_ALIGN;
-        if (end > at)
-            at = end;
+    for (int k = 0; k < pl->nblk; k++) {
+        const Block *bk = pl->blk[k];
+        if (bk->last < b->first || b->last < bk->first)
+            continue;              /* none of them live together with b */
+        if (bk->all_first <= b->last && b->first <= bk->all_last && bk->off[0] < at + b->size &&
+            bk->gap < b->size) {   /* all live with b, no gap b fits in */
+            if (bk->reach > at)
+                at = bk->reach;
+            continue;
+        }
+        for (int i = 0; i < bk->n; i++) {
+            if (bk->blast[i] < b->first || b->last < bk->bfirst[i])
+                continue;          /* never live together */
+            if (bk->off[i] >= at + b->size)
+                return at;         /* fits in the gap before it */
+            if (bk->end[i] > at)
+                at = bk->end[i];
+        }
     }
     return at;
+}
+
+static void summarize(Block *bk)
+{
+    bk->first = bk->all_last = INT_MAX;
+    bk->last = bk->all_first = INT_MIN;
+    bk->reach = bk->gap = 0;
+    for (int i = 0; i < bk->n; i++) {
+        if (bk->bfirst[i] < bk->first)
+            bk->first = bk->bfirst[i];
+        if (bk->blast[i] > bk->last)
+            bk->last = bk->blast[i];
+        if (bk->bfirst[i] > bk->all_first)
+            bk->all_first = bk->bfirst[i];
+        if (bk->blast[i] < bk->all_last)
+            bk->all_last = bk->blast[i];
+        if (i > 0 && bk->off[i] - bk->reach > bk->gap)
+            bk->gap = bk->off[i] - bk->reach;
+        if (bk->end[i] > bk->reach)
+            bk->reach = bk->end[i];
+    }
+}
+
+/* b at offset `at`, after the placed buffers at offsets <= at. */
+static void insert(Placed *pl, const Buf *b, int64_t at)
+{
+    if (pl->nblk == 0 || pl->nblk == pl->cap) {
+        int cap = pl->cap ? pl->cap * 2 : 16;
+        pl->blk = arena_grow(pl->a, pl->blk, (size_t)pl->nblk, (size_t)cap, sizeof *pl->blk);
+        pl->cap = cap;
+        if (pl->nblk == 0)
+            pl->blk[pl->nblk++] = arena_alloc(pl->a, sizeof(Block));
+    }
+    int k = 0;
+    while (k < pl->nblk - 1 && (pl->blk[k]->n == 0 || pl->blk[k]->off[pl->blk[k]->n - 1] <= at))
+        k++;
+    Block *bk = pl->blk[k];
+    if (bk->n == BLOCK) {          /* split it in two halves */
+        Block *hi = arena_alloc(pl->a, sizeof(Block));
+        hi->n = BLOCK / 2;
+        memcpy(hi->bfirst, bk->bfirst + BLOCK / 2, sizeof *hi->bfirst * (BLOCK / 2));
+        memcpy(hi->blast, bk->blast + BLOCK / 2, sizeof *hi->blast * (BLOCK / 2));
+        memcpy(hi->off, bk->off + BLOCK / 2, sizeof *hi->off * (BLOCK / 2));
+        memcpy(hi->end, bk->end + BLOCK / 2, sizeof *hi->end * (BLOCK / 2));
+        bk->n = BLOCK / 2;
+        summarize(bk);
+        summarize(hi);
+        memmove(&pl->blk[k + 2], &pl->blk[k + 1], sizeof *pl->blk * (size_t)(pl->nblk - k - 1));
+        pl->blk[k + 1] = hi;
+        pl->nblk++;
+        if (bk->off[bk->n - 1] <= at)
+            bk = hi;
+    }
+    int pos = bk->n;
+    while (pos > 0 && bk->off[pos - 1] > at)
+        pos--;
+    int move = bk->n - pos;
+    memmove(bk->bfirst + pos + 1, bk->bfirst + pos, sizeof *bk->bfirst * (size_t)move);
+    memmove(bk->blast + pos + 1, bk->blast + pos, sizeof *bk->blast * (size_t)move);
+    memmove(bk->off + pos + 1, bk->off + pos, sizeof *bk->off * (size_t)move);
+    memmove(bk->end + pos + 1, bk->end + pos, sizeof *bk->end * (size_t)move);
+    bk->bfirst[pos] = b->first;
+    bk->blast[pos] = b->last;
+    bk->off[pos] = at;
+    bk->end[pos] = (at + b->size + MEMPLAN_ALIGN - 1) / MEMPLAN_ALIGN * MEMPLAN_ALIGN;
+    bk->n++;
+    summarize(bk);
 }
 
 MemPlan *memplan_build(Arena *a, const IrGraph *g)
@@ -93,19 +198,10 @@ MemPlan *memplan_build(Arena *a, const IrGraph *g)
     }
     qsort(bufs, (size_t)nb, sizeof *bufs, by_size_desc);
 
-    /* placed[] sorted by offset, with the offsets alongside. */
-    Buf *placed = arena_alloc(a, sizeof *placed * (size_t)(nb + 1));
-    int64_t *poff = arena_alloc(a, sizeof *poff * (size_t)(nb + 1));
+    Placed placed = {a, NULL, 0, 0};
     for (int k = 0; k < nb; k++) {
-        int64_t at = place(&bufs[k], placed, poff, k);
-        int pos = k;
-        while (pos > 0 && poff[pos - 1] > at) {
-            placed[pos] = placed[pos - 1];
-            poff[pos] = poff[pos - 1];
-            pos--;
-        }
-        placed[pos] = bufs[k];
-        poff[pos] = at;
+        int64_t at = place(&bufs[k], &placed);
+        insert(&placed, &bufs[k], at);
         mp->offset[bufs[k].node] = at;
         if (at + bufs[k].size > mp->arena_bytes)
             mp->arena_bytes = at + bufs[k].size;

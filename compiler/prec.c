@@ -87,14 +87,24 @@ bool prec_is_lowp(DType t) { return t == DT_F16 || t == DT_BF16; }
 
 /* ---- the cast cache: one cast per (value, type) ------------------------ */
 
+/* (value, type) -> its CAST node: an open-addressing hash table, so a
+ * model of n nodes is planned in O(n). */
 typedef struct CastCache {
-    IrNode **src, **cast;
-    int n, cap;
+    IrNode **src, **cast;          /* slots; src NULL = empty */
+    int n, cap;                    /* cap: a power of two, or 0 */
 } CastCache;
+
+static unsigned slot_of(const CastCache *c, const IrNode *src, DType t)
+{
+    uintptr_t h = ((uintptr_t)src >> 4) * 0x9E3779B97F4A7C15ull + (uintptr_t)t;
+    return (unsigned)(h ^ (h >> 29)) & (unsigned)(c->cap - 1);
+}
 
 static IrNode *cache_find(const CastCache *c, const IrNode *src, DType t)
 {
-    for (int i = 0; i < c->n; i++)
+    if (!c->cap)
+        return NULL;
+    for (unsigned i = slot_of(c, src, t); c->src[i]; i = (i + 1) & (unsigned)(c->cap - 1))
         if (c->src[i] == src && c->cast[i]->type == t)
             return c->cast[i];
     return NULL;
@@ -102,38 +112,41 @@ static IrNode *cache_find(const CastCache *c, const IrNode *src, DType t)
 
 static void cache_put(IrGraph *g, CastCache *c, IrNode *src, IrNode *cast)
 {
-    if (c->n == c->cap) {
-        int cap = c->cap ? c->cap * 2 : 32;
-        c->src = arena_grow(g->arena, c->src, (size_t)c->n, (size_t)cap, sizeof *c->src);
-        c->cast = arena_grow(g->arena, c->cast, (size_t)c->n, (size_t)cap, sizeof *c->cast);
-        c->cap = cap;
+    if (2 * (c->n + 1) > c->cap) {             /* keep it at most half full */
+        CastCache big = {0};
+        big.cap = c->cap ? c->cap * 2 : 64;
+        big.src = arena_alloc(g->arena, sizeof *big.src * (size_t)big.cap);
+        big.cast = arena_alloc(g->arena, sizeof *big.cast * (size_t)big.cap);
+        for (int i = 0; i < c->cap; i++)
+            if (c->src[i])
+                cache_put(g, &big, c->src[i], c->cast[i]);
+        *c = big;
     }
-    c->src[c->n] = src;
-    c->cast[c->n] = cast;
+    unsigned i = slot_of(c, src, cast->type);
+    while (c->src[i])
+        i = (i + 1) & (unsigned)(c->cap - 1);
+    c->src[i] = src;
+    c->cast[i] = cast;
     c->n++;
 }
 
-/* Where a new cast of `src` goes: parameters' casts right after the
- * parameter and its earlier casts; any other value's before its consumer. */
-static IrNode *cast_position(IrGraph *g, IrNode *src, IrNode *consumer)
+/* A new cast of `src` goes before its consumer; a parameter's goes right
+ * after the parameter and its earlier casts (ir_insert_after). */
+static IrNode *insert_cast(IrGraph *g, IrNode *src, IrNode *consumer)
 {
-    if (src->op != OP_PARAM)
-        return consumer;
-    int at = src->id + 1;
-    while (at < g->nnodes && g->nodes[at]->op == OP_CAST && g->nodes[at]->in[0] == src)
-        at++;
-    MP_ASSERT(at < g->nnodes);
-    return g->nodes[at];
+    if (src->op == OP_PARAM)
+        return ir_insert_after(g, src, OP_CAST, consumer->loc, 1, &src);
+    return ir_insert_before(g, consumer, OP_CAST, consumer->loc, 1, &src);
 }
 
 /* The value `src` in type t, as read by `consumer`: a cached cast or a new
- * one. Renumbers the graph when it inserts. */
+ * one (placed in g->nodes at the next ir_renumber()). */
 static IrNode *cast_to(IrGraph *g, CastCache *c, IrNode *src, DType t, IrNode *consumer)
 {
     IrNode *k = cache_find(c, src, t);
     if (k)
         return k;
-    k = ir_insert_before(g, cast_position(g, src, consumer), OP_CAST, consumer->loc, 1, &src);
+    k = insert_cast(g, src, consumer);
     k->phase = src->op == OP_PARAM ? PH_FORWARD : consumer->phase;
     k->name = src->name;
     k->shape = src->shape;

@@ -114,6 +114,8 @@ typedef struct Ctx {
     bool returned;
     /* repeat copies: redefinitions are allowed across copies only */
     int iter, repeat_base, next_iter;
+    int nrepeats;       /* outermost repeats expanded so far (IrNode.rep) */
+    bool in_repeat;
     int depth;              /* nested block calls */
     Scope frames[SEMA_MAX_DEPTH + 1];   /* a block call's scope at each depth,
                                            its table reused by the next call
@@ -1970,6 +1972,16 @@ static void st_return(Ctx *c, const Stmt *s)
     c->returned = true;
 }
 
+/* The nodes of one copy of an outermost repeat, [from, nnodes), carry its
+ * number and the copy's, so that the emitters can run copies as a loop. */
+static void tag_copy(Ctx *c, bool outer, int from, int copy)
+{
+    for (int k = from; outer && k < c->g->nnodes; k++) {
+        c->g->nodes[k]->rep = c->nrepeats;
+        c->g->nodes[k]->copy = copy;
+    }
+}
+
 static void st_repeat(Ctx *c, const Stmt *s)
 {
     int64_t n;
@@ -1984,11 +1996,16 @@ static void st_repeat(Ctx *c, const Stmt *s)
     const char *prefix = c->prefix;
     int iter = c->iter, base = c->repeat_base;
     c->repeat_base = c->next_iter + 1;
+    bool outer = !c->in_repeat;
+    if (outer)
+        c->nrepeats++;
+    c->in_repeat = true;
     for (int64_t i = 0; i < n && !c->stop && !diag_too_many(); i++) {
         int errs = diag_error_count(), before = c->g->nnodes;
         c->iter = ++c->next_iter;
         c->prefix = arena_printf(c->a, "%s%s.%lld.", prefix, s->name, (long long)i);
         run_body(c, s->body, s->nbody);
+        tag_copy(c, outer, before, (int)i);
         if (diag_error_count() > errs)
             break;                 /* each copy would say the same */
         /* every copy makes as many nodes as the first: refuse a repeat too
@@ -2005,6 +2022,7 @@ static void st_repeat(Ctx *c, const Stmt *s)
     c->prefix = prefix;
     c->iter = iter;
     c->repeat_base = base;
+    c->in_repeat = !outer;
 }
 
 static void st_train(Ctx *c, const Stmt *s)
