@@ -18,6 +18,8 @@
  * made by emit_cuda_<OP> in emit_cuda_ops.c, one per row of ops.def. */
 #include "emit.h"
 #include "emit_common.h"
+#include "emit_fused.h"
+#include "fuse.h"
 #include "memplan.h"
 #include "ops.h"
 #include "prec.h"
@@ -172,7 +174,13 @@ static void at(Emit *e, const IrNode *n)
 
 static void node(Emit *e, const IrNode *n, int *line)
 {
+    if (n->fused && fuse_last(e->g, n) != n)
+        return;                     /* written with its group's last node */
     emit_source_line(e, n, line, "\n");
+    if (n->fused) {
+        emit_fused_cuda(e, n, after);
+        return;
+    }
     at(e, n);
     if (!emit_folded_cast(e->g, n))
         emit_fns[n->op](e, n);
@@ -234,6 +242,7 @@ bool emit_cuda(FILE *out, const IrGraph *g)
     declare_values(&e);
     bind_fn(&e);
     inputs_fn(&e, off);
+    emit_fused_cuda_functors(&e);
     cast_params_fn(&e);
     forward_fn(&e);
     backward_fn(&e);

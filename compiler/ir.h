@@ -76,6 +76,11 @@ struct IrNode {
     bool hoisted;           /* CAST of a parameter: done once per optimizer
                                step, not per micro-batch */
     bool attention_part;    /* reserved for target-specific fusion */
+    int fused;              /* fuse.c: fusion group (1, 2, ...), 0 = none;
+                               a group runs as one pass where its last
+                               node stands */
+    bool fused_internal;    /* in a group and read only there: kept in a
+                               register, never stored */
 };
 
 /* ---- the model's declarations ---------------------------------------- */
