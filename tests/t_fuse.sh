@@ -10,7 +10,7 @@
 #   2. the CUDA program on the CPU stand-in (tests/cuda/mp_cuda_emu.h), fused
 #      and unfused, for a mixed_float16 MLP and the float32 zoo: identical
 #      checkpoints;
-#   3. MPCC_NO_FUSE=1 makes the default no fusion, --fuse wins over it;
+#   3. fusion is the default; MPCC_NO_FUSE=1 makes it off, --fuse wins;
 #      the plan's groups (text column, json key, dot clusters) appear only
 #      with fusion.
 # The plan of the groups is a golden file: tests/fuse/chains.{txt,json}
@@ -55,7 +55,7 @@ grep -q "^FAIL" "$tmp/builds" && fail=1
 run_pair() {   # run_pair MODEL.mp NAME STEPS: fused vs unfused C programs
     local mp=$1 n=$2 steps=$3 v data rc
     [ -x "$tmp/$n.fuse" ] && [ -x "$tmp/$n.no-fuse" ] || return
-    "$MPCC" "$mp" --dump-plan=json >"$tmp/$n.plan.json" 2>/dev/null || { bad "$n: no plan"; return; }
+    "$MPCC" "$mp" --fuse --dump-plan=json >"$tmp/$n.plan.json" 2>/dev/null || { bad "$n: no plan"; return; }
     mkdir -p "$tmp/$n" && "$PY" tests/py/synth_data.py "$tmp/$n.plan.json" "$mp" "$tmp/$n" 2 >"$tmp/$n.args"
     data=$(cat "$tmp/$n.args")
     for v in fuse no-fuse; do
@@ -123,11 +123,13 @@ MPCC_NO_FUSE=1 "$MPCC" "$mp" --dump-plan=json | grep -q '"fused"' && bad "MPCC_N
 MPCC_NO_FUSE=1 "$MPCC" "$mp" --fuse --dump-plan=json | grep -q '"fused"' || bad "--fuse does not win over MPCC_NO_FUSE=1"
 MPCC_NO_FUSE=0 "$MPCC" "$mp" --dump-plan=json | grep -q '"fused"' || bad "MPCC_NO_FUSE=0 turns fusion off"
 "$MPCC" "$mp" --no-fuse --dump-plan | grep -q ' fused ' && bad "--no-fuse: the text plan has a fused column"
-"$MPCC" "$mp" --dump-plan | grep -q '^  id .* fused  inputs' || bad "the text plan has no fused column"
-"$MPCC" "$mp" --dump-plan=dot | grep -q 'subgraph cluster_fused_1 ' || bad "the dot plan has no fusion cluster"
+"$MPCC" "$mp" --fuse --dump-plan | grep -q '^  id .* fused  inputs' || bad "the text plan has no fused column"
+"$MPCC" "$mp" --fuse --dump-plan=dot | grep -q 'subgraph cluster_fused_1 ' || bad "the dot plan has no fusion cluster"
 if command -v dot >/dev/null; then
-    "$MPCC" "$mp" --dump-plan=dot | dot -Tsvg >/dev/null || bad "dot refuses the plan with fusion clusters"
+    "$MPCC" "$mp" --fuse --dump-plan=dot | dot -Tsvg >/dev/null || bad "dot refuses the plan with fusion clusters"
 fi
+# the default (no flag, no MPCC_NO_FUSE) fuses
+(unset MPCC_NO_FUSE; "$MPCC" "$mp" --dump-plan=json | grep -q '"fused"') || bad "fusion is not the default"
 
 [ "$fail" = 0 ] && echo "t_fuse: all passed"
 exit "$fail"
