@@ -1,6 +1,7 @@
 # mpcc - see README.md. Targets:
 #   make            build ./mpcc
 #   make test       every test (unit, golden, generated trainers, PyTorch)
+#   make test-nofuse     the same with fusion off (MPCC_NO_FUSE=1)
 #   make asan       the same under AddressSanitizer and UBSan
 #   make fuzz       libFuzzer target for the front end (not in CI)
 #   make demo       the README's main job: train the MNIST MLP
@@ -67,6 +68,11 @@ $(B)/tests/%: tests/unit/%.c $(wildcard tests/unit/*.h) $(COMPILER_OBJ) $(RUNTIM
 test: $(MPCC_BIN) $(TOOLS) $(UNIT_BIN)
 	MPCC=./$(MPCC_BIN) B=$(B) SAN="$(SAN)" tests/run_all.sh
 
+# The whole suite again with fusion off (mpcc's default under MPCC_NO_FUSE=1):
+# fused and unfused programs must both pass everything.
+test-nofuse:
+	MPCC_NO_FUSE=1 $(MAKE) test
+
 asan:
 	$(MAKE) B=build-asan CFLAGS="-O1 -g -fno-omit-frame-pointer" \
 	    SAN="-fsanitize=address,undefined -fno-sanitize-recover=all" \
@@ -90,5 +96,5 @@ demo: mpcc
 clean:
 	rm -rf build build-asan mpcc
 
-.PHONY: all test asan mpcc-asan-test golden-update fuzz demo clean
+.PHONY: all test test-nofuse asan mpcc-asan-test golden-update fuzz demo clean
 .DELETE_ON_ERROR:

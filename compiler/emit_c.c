@@ -16,6 +16,8 @@
  * names that are C keywords or library names (int, main, printf) are safe. */
 #include "emit.h"
 #include "emit_common.h"
+#include "emit_fused.h"
+#include "fuse.h"
 #include "memplan.h"
 #include "ops.h"
 #include "prec.h"
@@ -85,18 +87,11 @@ static void setup_fn(Emit *e)
     em(e, "    return 0;\n}\n");
 }
 
-/* One node: the source comment when the line changes, the kernel call,
- * the numerics check, and for a parameter's gradient its accumulation. */
-static void node(Emit *e, const IrNode *n, int *line)
+/* What follows a node's call: the numerics check, for a parameter's
+ * gradient its accumulation, the --predict copy. */
+static void after(Emit *e, const IrNode *n)
 {
-    emit_source_line(e, n, line, "\n");
     int p = emit_grad_param(e, n);
-    if (emit_folded_cast(e, n)) {
-        em(e, "    mp_k_acc(%s, %s, %s, 1.0f, %lld); /* f32(x) */\n", emit_pgrad(e, p),
-           cname(e, n->in[0]), mpdt(n->in[0]->type), (long long)shape_numel(&n->shape));
-        return;
-    }
-    emit_fns[n->op](e, n);
     if (e->mp->kind[n->id] == BUF_ARENA && dt_is_float(n->type))
         em(e, "    MP_CHECK(%s, %lld, %s, \"%s\", %s);\n", cname(e, n),
            (long long)shape_numel(&n->shape), mpdt(n->type), op_info[n->op].name, emit_where_arg(e, n));
@@ -106,6 +101,27 @@ static void node(Emit *e, const IrNode *n, int *line)
     if (emit_value(e, n) >= 0)
         em(e, "    MP_KEEP(%s, %s, %lld);\n", emit_value_arg(e, emit_value(e, n)), cname(e, n),
            (long long)(shape_numel(&n->shape) * dt_size(n->type)));
+}
+
+/* One node: the source comment when the line changes, the kernel call
+ * (or its fusion group's loop, fuse.h), what follows it. */
+static void node(Emit *e, const IrNode *n, int *line)
+{
+    if (n->fused && fuse_last(e->g, n) != n)
+        return;                     /* written with its group's last node */
+    emit_source_line(e, n, line, "\n");
+    if (emit_folded_cast(e, n)) {
+        em(e, "    mp_k_acc(%s, %s, %s, 1.0f, %lld); /* f32(x) */\n",
+           emit_pgrad(e, emit_grad_param(e, n)), cname(e, n->in[0]), mpdt(n->in[0]->type),
+           (long long)shape_numel(&n->shape));
+        return;
+    }
+    if (n->fused) {
+        emit_fused_c(e, n, after);
+        return;
+    }
+    emit_fns[n->op](e, n);
+    after(e, n);
 }
 
 static void cast_node(Emit *e, const IrNode *n, int *line)

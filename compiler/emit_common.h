@@ -33,6 +33,9 @@ typedef struct Emit {
     char *fns_text;
     size_t fns_len;
     int nloops;
+    int *fused_functor;        /* per fusion group: its MpFused<k> (emit_fused.c) */
+    const char **fused_texts;  /* the distinct functor bodies, k = 1, 2, ... */
+    int nfused_texts;
 } Emit;
 
 typedef void EmitFn(Emit *e, const IrNode *n);

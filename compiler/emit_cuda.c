@@ -20,6 +20,8 @@
  * made by emit_cuda_<OP> in emit_cuda_ops.c, one per row of ops.def. */
 #include "emit.h"
 #include "emit_common.h"
+#include "emit_fused.h"
+#include "fuse.h"
 #include "memplan.h"
 #include "ops.h"
 #include "prec.h"
@@ -156,7 +158,13 @@ static void at(Emit *e, const IrNode *n)
 
 static void node(Emit *e, const IrNode *n, int *line)
 {
+    if (n->fused && fuse_last(e->g, n) != n)
+        return;                     /* written with its group's last node */
     emit_source_line(e, n, line, "\n");
+    if (n->fused) {
+        emit_fused_cuda(e, n, after);
+        return;
+    }
     at(e, n);
     if (!emit_folded_cast(e, n))
         emit_fns[n->op](e, n);
@@ -230,6 +238,7 @@ static void decls(Emit *e)
     bind_fn(e);
     int64_t in_bytes;
     inputs_fn(e, input_offsets(e, &in_bytes));
+    emit_fused_cuda_functors(e);
 }
 
 /* ---- the template's slots (templates/train.cu.in) ----------------------- */

@@ -80,6 +80,13 @@ struct IrNode {
                                outermost `repeat` (1-based; 0: none); casts
                                take their anchor's, backward nodes their
                                grad_of's: the emitters' loops (emit_loop.c) */
+    int fused;              /* fuse.c: fusion group (1, 2, ...), 0 = none;
+                               a group runs as one pass where its last
+                               node stands */
+    bool fused_internal;    /* in a group and read only there: kept in a
+                               register, never stored */
+    struct IrNode *fused_first, *fused_last;  /* the group's first and last
+                               members (fuse_last()), set with `fused` */
 };
 
 /* ---- the model's declarations ---------------------------------------- */

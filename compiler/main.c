@@ -1,7 +1,8 @@
 /* main.c - mpcc's command line (TRAINER.md "mpcc's command line").
  *
  *   mpcc MODEL.mp [-o FILE] [--target cuda|c] [--precision POLICY]
- *                 [--dump-plan[=text|json|dot]] [--no-loop] [--version] [--help]
+ *                 [--dump-plan[=text|json|dot]] [--fuse | --no-fuse] [--no-loop]
+ *                 [--version] [--help]
  *
  * Runs the phases of docs/DESIGN.md in order and stops after the first
  * phase that reported errors. The output file is written by
@@ -12,6 +13,7 @@
 #include "autodiff.h"
 #include "diag.h"
 #include "emit.h"
+#include "fuse.h"
 #include "plan.h"
 #include "prec.h"
 #include "sema.h"
@@ -37,6 +39,9 @@ static const char usage[] =
     "                          no program is written unless -o is given too\n"
     "  --no-loop               write every copy of a repeat out in full, instead of\n"
     "                          one function per body called in a loop (for tests)\n"
+    "  --fuse, --no-fuse       fuse chains of elementwise ops into one pass over memory\n"
+    "                          (default on; MPCC_NO_FUSE=1 in the environment makes the\n"
+    "                          default off); results are bit-identical either way\n"
     "  --version               print mpcc's version\n"
     "  --help                  print this help\n"
     "\n"
@@ -46,6 +51,7 @@ static const char usage[] =
 typedef struct Options {
     const char *input, *output;
     bool target_c, dump;
+    bool fuse;                  /* run fuse.c's pass */
     bool dump_ast;              /* hidden developer flag: print the tree, stop */
     bool no_loop;               /* --no-loop: repeat copies written out in full */
     PlanFormat fmt;
@@ -67,7 +73,8 @@ static bool parse_policy(const char *s, int *out)
 /* Returns -1 to go on, or an exit status. */
 static int parse_args(int argc, char **argv, Options *o)
 {
-    *o = (Options){.policy = -1};
+    const char *no_fuse = getenv("MPCC_NO_FUSE");
+    *o = (Options){.policy = -1, .fuse = !(no_fuse && *no_fuse && strcmp(no_fuse, "0") != 0)};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *val = NULL;
@@ -109,6 +116,8 @@ static int parse_args(int argc, char **argv, Options *o)
                 diag_usage("unknown plan format '%s', expected text, json or dot", f);
                 return EXIT_USAGE;
             }
+        } else if (strcmp(a, "--fuse") == 0 || strcmp(a, "--no-fuse") == 0) {
+            o->fuse = a[2] == 'f';
         } else if (strcmp(a, "--dump-ast") == 0) {
             o->dump_ast = true;
         } else if (strcmp(a, "--no-loop") == 0) {
@@ -185,6 +194,8 @@ int main(int argc, char **argv)
     prec_finish(g);
     if (diag_error_count())
         return EXIT_MODEL;
+    if (o.fuse)
+        fuse_graph(g);
 
     if (o.dump)
         plan_dump(stdout, g, o.fmt);

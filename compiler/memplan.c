@@ -9,6 +9,8 @@ int64_t memplan_bytes(const IrNode *n) { return shape_numel(&n->shape) * dt_size
 
 static BufKind kind_of(const IrNode *n)
 {
+    if (n->fused_internal)
+        return BUF_NONE;           /* a fused chain keeps it in a register */
     switch (n->op) {
     case OP_PARAM: return BUF_PARAM;
     case OP_INPUT: return BUF_INPUT;
@@ -172,13 +174,19 @@ MemPlan *memplan_build(Arena *a, const IrGraph *g)
         mp->offset[i] = -1;
     }
     /* A read keeps the storage it reads alive (through views). Optimizer
-     * nodes are carried out by the runtime on its own flat buffers. */
+     * nodes are carried out by the runtime on its own flat buffers. A
+     * fused group (fuse.h) reads all its inputs where its last node runs. */
+    int *group_end = arena_alloc(a, sizeof *group_end * (size_t)(n + 1));
     for (int i = 0; i < n; i++)
+        group_end[g->nodes[i]->fused] = i;
+    for (int i = 0; i < n; i++) {
+        int at = g->nodes[i]->fused ? group_end[g->nodes[i]->fused] : i;
         for (int j = 0; j < g->nodes[i]->nin && g->nodes[i]->phase != PH_OPTIMIZER; j++) {
             int r = mp->root[g->nodes[i]->in[j]->id];
-            if (mp->last_use[r] < i)
-                mp->last_use[r] = i;
+            if (mp->last_use[r] < at)
+                mp->last_use[r] = at;
         }
+    }
 
     /* The loss and the metrics are read when the forward pass ends (their
      * values go to the runtime), after every node: keep them to the end. */

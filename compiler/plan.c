@@ -5,7 +5,9 @@
  * - json: the keys of PRECISION.md's example and a few more, one node per
  *   line so golden files diff well;
  * - dot: a Graphviz digraph, nodes filled by compute type, casts drawn as
- *   diamonds, one cluster per phase.
+ *   diamonds, one cluster per phase, a dashed one per fusion group.
+ * Fusion groups (fuse.h) show as the text's `fused` column and the json's
+ * `fused` / `stored` keys only when there are any (not under --no-fuse).
  *
  * The dump only reads the graph: it runs after prec_finish(), when every
  * node has its compute and output type, and node ids are indices in
@@ -203,6 +205,8 @@ static void json_node(FILE *out, const IrNode *n)
     if (n->op == OP_CAST)
         fprintf(out, ", \"hoisted\": %s, \"user\": %s", n->hoisted ? "true" : "false",
                 user_cast(n) ? "true" : "false");
+    if (n->fused)
+        fprintf(out, ", \"fused\": %d, \"stored\": %s", n->fused, n->fused_internal ? "false" : "true");
     fputc('}', out);
 }
 
@@ -283,6 +287,26 @@ static void dot_edges(FILE *out, const IrNode *n)
                     dt_name(n->in[k]->type));
 }
 
+/* Each fusion group (fuse.h) of phase ph as a dashed cluster inside it,
+ * "fused N", drawn where its first node is. */
+static void dot_groups(FILE *out, const IrGraph *g, Phase ph)
+{
+    for (int i = 0; i < g->nnodes; i++) {
+        const IrNode *n = g->nodes[i];
+        bool first = n->fused && n->phase == ph;
+        for (int j = 0; j < i && first; j++)
+            first = g->nodes[j]->fused != n->fused;
+        if (!first)
+            continue;
+        fprintf(out, "  subgraph cluster_fused_%d {\n    label=\"fused %d\"; style=dashed;\n", n->fused,
+                n->fused);
+        for (int j = i; j < g->nnodes; j++)
+            if (g->nodes[j]->fused == n->fused)
+                dot_node(out, g, g->nodes[j]);
+        fputs("  }\n", out);
+    }
+}
+
 static void dump_dot(FILE *out, const IrGraph *g)
 {
     fputs("digraph \"", out);
@@ -295,8 +319,9 @@ static void dump_dot(FILE *out, const IrGraph *g)
     for (Phase ph = PH_FORWARD; ph <= PH_OPTIMIZER; ph++) {
         fprintf(out, "  subgraph cluster_%s {\n    label=\"%s\";\n", phase_name(ph), phase_name(ph));
         for (int i = 0; i < g->nnodes; i++)
-            if (g->nodes[i]->phase == ph)
+            if (g->nodes[i]->phase == ph && !g->nodes[i]->fused)
                 dot_node(out, g, g->nodes[i]);
+        dot_groups(out, g, ph);
         fputs("  }\n", out);
     }
     for (int i = 0; i < g->nnodes; i++)
@@ -306,9 +331,9 @@ static void dump_dot(FILE *out, const IrGraph *g)
 
 /* ---- text ---------------------------------------------------------------- */
 
-enum { C_ID, C_LINE, C_NAME, C_OP, C_CLASS, C_RULE, C_COMPUTE, C_OUTPUT, C_INPUTS, NCOL };
+enum { C_ID, C_LINE, C_NAME, C_OP, C_CLASS, C_RULE, C_COMPUTE, C_OUTPUT, C_FUSED, C_INPUTS, NCOL };
 static const char *const col_title[NCOL] = {
-    "id", "line", "name", "op", "class", "rule", "compute", "output", "inputs",
+    "id", "line", "name", "op", "class", "rule", "compute", "output", "fused", "inputs",
 };
 #define MAX_SHOWN_INPUTS 3
 
@@ -337,15 +362,26 @@ static void row_cells(const IrGraph *g, const IrNode *n, const char **cell)
     cell[C_RULE] = user_cast(n) ? "user" : prec_rule_name(shown_rule(n));
     cell[C_COMPUTE] = dt_name(shown_compute(n));
     cell[C_OUTPUT] = arena_printf(a, "%s %s", shape_str(a, &n->shape), dt_name(n->type));
+    cell[C_FUSED] = !n->fused ? "-" : arena_printf(a, "%d%s", n->fused, n->fused_internal ? " reg" : "");
     cell[C_INPUTS] = inputs_text(a, n);
 }
 
+/* w[C_FUSED] < 0: no fusion groups, no column (the plan of --no-fuse). */
 static void print_row(FILE *out, const char *const *cell, const int *w)
 {
     fprintf(out, "  %*s  %*s  ", w[C_ID], cell[C_ID], w[C_LINE], cell[C_LINE]);
     for (int c = C_NAME; c < C_INPUTS; c++)
-        fprintf(out, "%-*s  ", w[c], cell[c]);
+        if (w[c] >= 0)
+            fprintf(out, "%-*s  ", w[c], cell[c]);
     fprintf(out, "%s\n", cell[C_INPUTS]);
+}
+
+static bool any_fused(const IrGraph *g)
+{
+    for (int i = 0; i < g->nnodes; i++)
+        if (g->nodes[i]->fused)
+            return true;
+    return false;
 }
 
 /* Column widths of one phase's table (each table has its own header, and
@@ -366,6 +402,8 @@ static void col_widths(const IrGraph *g, Phase ph, int *w)
                 w[c] = len;
         }
     }
+    if (!any_fused(g))
+        w[C_FUSED] = -1;
 }
 
 static void text_nodes(FILE *out, const IrGraph *g)
@@ -492,6 +530,9 @@ static void dump_text(FILE *out, const IrGraph *g)
           "statement or precision region), list (fp16_ops/fp32_ops), class, cast\n"
           "(inserted by the plan), user (a cast written in the model);\n"
           "inputs: #id type, * = read through a cast node\n", out);
+    if (any_fused(g))
+        fputs("fused: the fusion group that runs the node, one pass over memory where its\n"
+              "last node stands; reg = kept in registers, never stored\n", out);
     text_nodes(out, g);
     text_loss_scale(out, g);
     text_params(out, g);

@@ -336,6 +336,28 @@ static inline MP_HD float mp_round(float v, int dt)
     }
 }
 
+/* v, opaque to the optimiser. A fused chain (compiler/fuse.c) computes
+ * several nodes in one function, each rounded to its storage type where the
+ * unfused kernel stores it; this keeps the compiler from contracting one
+ * node's product into the next node's sum (an FMA the unfused program,
+ * whose nodes meet only through memory, never forms), so fused and unfused
+ * results are bit-identical. Free: no instruction is emitted. */
+static inline MP_HD float mp_fence(float v)
+{
+#if defined(__CUDA_ARCH__)
+    return __fmul_rn(v, 1.0f);      /* never merged into a multiply-add */
+#elif (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__)
+    __asm__("" : "+x"(v));
+    return v;
+#elif defined(__GNUC__) || defined(__clang__)
+    __asm__("" : "+m"(v));
+    return v;
+#else
+    volatile float w = v;
+    return w;
+#endif
+}
+
 /* p[off + i*stride] -> dst[i] as f32, i < n (stride 0 broadcasts one
  * element). The type switch is outside the loops so each loop is tight. */
 static inline void mp_ld_n(const void *p, int dt, int64_t off, int64_t stride,

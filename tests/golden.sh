@@ -23,21 +23,32 @@ diag_output() {
     echo "exit: $?"
 }
 
-# the text plan with its warnings (written before it), then the exit status
+# the text plan with its warnings (written before it), then the exit status;
+# tests/plan without fusion (the precision plan alone, the same whatever the
+# default or MPCC_NO_FUSE says), tests/fuse with it (the groups)
 plan_text() {
-    timeout 20 "$MPCC" "$1" --dump-plan 2>&1
+    timeout 20 "$MPCC" "$1" --no-fuse --dump-plan 2>&1
+    echo "exit: $?"
+}
+plan_text_fused() {
+    timeout 20 "$MPCC" "$1" --fuse --dump-plan 2>&1
     echo "exit: $?"
 }
 
 # the JSON plan alone, so that the expected file is itself valid JSON
 plan_json() {
-    timeout 20 "$MPCC" "$1" --dump-plan=json 2>/dev/null
+    timeout 20 "$MPCC" "$1" --no-fuse --dump-plan=json 2>/dev/null
+}
+plan_json_fused() {
+    timeout 20 "$MPCC" "$1" --fuse --dump-plan=json 2>/dev/null
 }
 
 KINDS=(
     "tests/diag .err diag_output"
     "tests/plan .txt plan_text"
     "tests/plan .json plan_json"
+    "tests/fuse .txt plan_text_fused"
+    "tests/fuse .json plan_json_fused"
 )
 
 tmp=$(mktemp -d)

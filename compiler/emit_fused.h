@@ -1,0 +1,25 @@
+/* emit_fused.h - the code of a fusion group (fuse.h) for both targets.
+ *
+ * A group is written where its last node stands, as one pass over its
+ * elements: every external input loaded once, each member computed in
+ * f32 by fuse_expr() and rounded to its storage type, the stored members
+ * written. The C program runs it as one chunked loop (each member a tight
+ * loop over a chunk on the stack, so the compiler vectorises it as it does
+ * the unfused kernels); the CUDA program as one `each` kernel whose
+ * functor, MpFused<group>, is defined at file scope before the model's
+ * functions (CUDA refuses local types as kernel template arguments). */
+#ifndef MPCC_EMIT_FUSED_H
+#define MPCC_EMIT_FUSED_H
+
+#include "emit_common.h"
+
+/* What a target writes after a stored member: checks, --predict, outputs. */
+typedef void EmitAfterFn(Emit *e, const IrNode *n);
+
+/* n is the last node of its group: writes the group. */
+void emit_fused_c(Emit *e, const IrNode *n, EmitAfterFn *after);
+void emit_fused_cuda(Emit *e, const IrNode *n, EmitAfterFn *after);
+/* The functors of every group of the CUDA program. */
+void emit_fused_cuda_functors(Emit *e);
+
+#endif

@@ -1,0 +1,135 @@
+#!/usr/bin/env bash
+# t_fuse.sh - the fusion pass (compiler/fuse.c) changes nothing but speed:
+#   1. every example and every tests/models model, compiled with --fuse and
+#      with --no-fuse to C, trained 3 steps on synthetic data
+#      (tests/py/synth_data.py) with evaluations: the same log lines (all
+#      but samples_per_s) and byte-identical checkpoints; the fused
+#      program must really have fused something
+#      (a group in its plan, a fused loop in its code, a smaller arena)
+#      for the models that have chains;
+#   2. the CUDA program on the CPU stand-in (tests/cuda/mp_cuda_emu.h), fused
+#      and unfused, for a mixed_float16 MLP and the float32 zoo: identical
+#      checkpoints;
+#   3. fusion is the default; MPCC_NO_FUSE=1 makes it off, --fuse wins;
+#      the plan's groups (text column, json key, dot clusters) appear only
+#      with fusion.
+# The plan of the groups is a golden file: tests/fuse/chains.{txt,json}
+# (tests/golden.sh).
+set -u
+cd "$(dirname "$0")/.."
+. tests/py/lib.sh
+test_tmp
+
+# Both programs of each model, two builds at a time: cc -O2 -march=native
+# (FMA contraction on, the hard case for bit-identity) for the models named
+# in HARD, -O1 for the rest (the build time of the whole zoo counts).
+HARD=" mnist_mlp char_transformer zoo llama "
+build_pair() {   # build_pair MODEL.mp NAME FUSE|NO-FUSE
+    local opt=-O1
+    [[ $HARD == *" $2 "* ]] && opt="-O2 -march=native"
+    # shellcheck disable=SC2086
+    build_trainer "$1" "$tmp/$2.$3" "--$3" -- $opt || echo "FAIL: $2 --$3 does not build"
+}
+export -f build_pair build_trainer
+export tmp MPCC HARD PY
+# every model as it is, but ResNet-18 narrowed (W = 8, batch 16): the same
+# graph, a hundredth of the arithmetic
+models() {
+    for mp in examples/*.mp tests/models/*.mp; do
+        if [ "$(basename "$mp")" = resnet18.mp ]; then
+            sed 's/^const B = [0-9]*/const B = 16/; s/^const W = [0-9]*/const W = 8/' "$mp" >"$tmp/resnet18.mp"
+            mp=$tmp/resnet18.mp
+        fi
+        echo "$mp"
+    done
+}
+models >"$tmp/models"
+while read -r mp; do
+    n=$(basename "$mp" .mp)
+    echo "build_pair $mp $n fuse"
+    echo "build_pair $mp $n no-fuse"
+done <"$tmp/models" | xargs -P 2 -L 1 bash -c '"$@"' _ >"$tmp/builds" 2>&1
+cat "$tmp/builds"
+grep -q "^FAIL" "$tmp/builds" && fail=1
+
+run_pair() {   # run_pair MODEL.mp NAME STEPS: fused vs unfused C programs
+    local mp=$1 n=$2 steps=$3 v data rc
+    [ -x "$tmp/$n.fuse" ] && [ -x "$tmp/$n.no-fuse" ] || return
+    "$MPCC" "$mp" --fuse --dump-plan=json >"$tmp/$n.plan.json" 2>/dev/null || { bad "$n: no plan"; return; }
+    mkdir -p "$tmp/$n" && "$PY" tests/py/synth_data.py "$tmp/$n.plan.json" "$mp" "$tmp/$n" 2 >"$tmp/$n.args"
+    data=$(cat "$tmp/$n.args")
+    for v in fuse no-fuse; do
+        # shellcheck disable=SC2086
+        "$tmp/$n.$v" $data ${data//--data/--eval} --no-shuffle --steps "$steps" --log-every 1 \
+            --eval-every 2 --log "$tmp/$n.$v.jsonl" --save "$tmp/$n.$v.st" >"$tmp/$n.$v.out" 2>&1
+        echo $? >"$tmp/$n.$v.rc"
+        sed -i 's/"samples_per_s":[0-9.e+-]*//' "$tmp/$n.$v.jsonl"
+    done
+    rc=$(cat "$tmp/$n.fuse.rc")
+    if [ "$rc" != 0 ] || [ "$(cat "$tmp/$n.no-fuse.rc")" != 0 ]; then
+        bad "$n: exit $rc fused, $(cat "$tmp/$n.no-fuse.rc") unfused"; tail -n 3 "$tmp/$n.fuse.out"; return
+    fi
+    if [ ! -s "$tmp/$n.fuse.jsonl" ] || ! cmp -s "$tmp/$n.fuse.jsonl" "$tmp/$n.no-fuse.jsonl"; then
+        bad "$n: the logs differ"; diff "$tmp/$n.fuse.jsonl" "$tmp/$n.no-fuse.jsonl" | head -n 6; return
+    fi
+    cmp "$tmp/$n.fuse.st" "$tmp/$n.no-fuse.st" || { bad "$n: the checkpoints differ"; return; }
+    echo "ok   $n: fused and unfused identical over $steps steps ($(grep -c '"fused"' "$tmp/$n.plan.json") fused nodes)"
+}
+
+while read -r mp; do
+    run_pair "$mp" "$(basename "$mp" .mp)" 3
+done <"$tmp/models"
+
+# Fusion happened where there are chains: groups, a fused loop, a smaller arena.
+for n in mnist_mlp char_transformer zoo; do
+    grep -q '"fused"' "$tmp/$n.plan.json" || bad "$n: no fusion group in the plan"
+    grep -q '/\* fused [0-9]*: ' "$tmp/$n.fuse.c" || bad "$n: no fused loop in the C program"
+    grep -q '/\* fused [0-9]*: ' "$tmp/$n.no-fuse.c" && bad "$n: a fused loop under --no-fuse"
+    a=$(sed -n 's/.*gradients in one arena (\([0-9]*\) without reuse.*/\1/p' "$tmp/$n.fuse.c")
+    b=$(sed -n 's/.*gradients in one arena (\([0-9]*\) without reuse.*/\1/p' "$tmp/$n.no-fuse.c")
+    [ -n "$a" ] && [ -n "$b" ] && [ "$a" -lt "$b" ] || bad "$n: fusion stored as much ($a vs $b bytes)"
+done
+
+# ---- 2. the CUDA program on the CPU stand-in ---------------------------------
+CXX=${CXX:-$(command -v g++ || true)}
+if [ -z "$CXX" ]; then
+    echo "SKIP: no C++ compiler: the CUDA stand-in part"
+else
+    for n in mnist_mlp zoo; do
+        mp=examples/$n.mp
+        [ -f "$mp" ] || mp=tests/models/$n.mp
+        for v in fuse no-fuse; do
+            "$MPCC" "$mp" "--$v" -o "$tmp/$n.$v.cu" &&
+                nice "$CXX" -std=c++17 -O1 -x c++ -DMP_CU_EMU -include tests/cuda/mp_cuda_emu.h \
+                    "$tmp/$n.$v.cu" -o "$tmp/$n.$v.emu" -lm 2>"$tmp/$n.$v.emu.err" ||
+                { bad "$n --$v: the CUDA program does not build for the CPU"; head -n 10 "$tmp/$n.$v.emu.err"; continue; }
+            # shellcheck disable=SC2046
+            "$tmp/$n.$v.emu" $(cat "$tmp/$n.args") --no-shuffle --steps 3 --log-every 1 \
+                --save "$tmp/$n.$v.emu.st" >/dev/null 2>"$tmp/$n.$v.emu.log" ||
+                { bad "$n --$v: the CUDA program failed"; tail -n 3 "$tmp/$n.$v.emu.log"; }
+        done
+        grep -q 'mp_cu_each("fused_' "$tmp/$n.fuse.cu" || bad "$n: no fused kernel in the CUDA program"
+        if cmp "$tmp/$n.fuse.emu.st" "$tmp/$n.no-fuse.emu.st"; then
+            echo "ok   $n: CUDA program fused and unfused identical (stand-in)"
+        else
+            bad "$n: CUDA program: fused and unfused checkpoints differ"
+        fi
+    done
+fi
+
+# ---- 3. the switch and the plan ---------------------------------------------
+mp=tests/fuse/chains.mp
+MPCC_NO_FUSE=1 "$MPCC" "$mp" --dump-plan=json | grep -q '"fused"' && bad "MPCC_NO_FUSE=1 still fuses"
+MPCC_NO_FUSE=1 "$MPCC" "$mp" --fuse --dump-plan=json | grep -q '"fused"' || bad "--fuse does not win over MPCC_NO_FUSE=1"
+MPCC_NO_FUSE=0 "$MPCC" "$mp" --dump-plan=json | grep -q '"fused"' || bad "MPCC_NO_FUSE=0 turns fusion off"
+"$MPCC" "$mp" --no-fuse --dump-plan | grep -q ' fused ' && bad "--no-fuse: the text plan has a fused column"
+"$MPCC" "$mp" --fuse --dump-plan | grep -q '^  id .* fused  inputs' || bad "the text plan has no fused column"
+"$MPCC" "$mp" --fuse --dump-plan=dot | grep -q 'subgraph cluster_fused_1 ' || bad "the dot plan has no fusion cluster"
+if command -v dot >/dev/null; then
+    "$MPCC" "$mp" --fuse --dump-plan=dot | dot -Tsvg >/dev/null || bad "dot refuses the plan with fusion clusters"
+fi
+# the default (no flag, no MPCC_NO_FUSE) fuses
+(unset MPCC_NO_FUSE; "$MPCC" "$mp" --dump-plan=json | grep -q '"fused"') || bad "fusion is not the default"
+
+[ "$fail" = 0 ] && echo "t_fuse: all passed"
+exit "$fail"
