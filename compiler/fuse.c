@@ -153,8 +153,8 @@ static void find_roots(Fuse *f)
             f->must_store[i] = true;
 }
 
-/* Whether n can join group grp: same phase, size and evaluation status,
- * and nothing outside the group reads one of its members before n. */
+/* Whether n can join group grp: same phase, size, evaluation status and
+ * repeat copy, and nothing outside the group reads one of its members before n. */
 static bool can_join(Fuse *f, const IrNode *n, int grp)
 {
     IrGraph *g = f->g;
@@ -162,6 +162,8 @@ static bool can_join(Fuse *f, const IrNode *n, int grp)
     if (last->phase != n->phase || shape_numel(&last->shape) != shape_numel(&n->shape)
         || f->for_loss[last->id] != f->for_loss[n->id])
         return false;
+    if (last->rep != n->rep || last->copy != n->copy)
+        return false;       /* within one repeat copy: copies stay isomorphic (emit_loop.c) */
     for (int i = f->first[grp]; i <= last->id; i++) {
         if (g->nodes[i]->fused != grp)
             continue;
