@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # fuse_mlp.sh - per-step time of the generated C trainer with and without
-# fusion (compiler/fuse.c), for bench/mlp_512x2.mp (784-512-512-10, batch
+# fusion (compiler/fuse.c), for bench/mnist_mlp2.mp (784-512-512-10, batch
 # 128, Adam) under float32 and mixed_float16. Not part of `make test`.
 #
 #   bench/fuse_mlp.sh          THREADS=2 STEPS=400 REPEAT=3 by default
@@ -21,7 +21,7 @@ REPEAT=${REPEAT:-3}
 W=build/bench-fuse
 mkdir -p "$W"
 export OMP_NUM_THREADS=$THREADS OMP_WAIT_POLICY=passive
-model=bench/mlp_512x2.mp
+model=bench/mnist_mlp2.mp
 "$MPCC" $model --dump-plan=json >"$W/plan.json"
 DATA=$($PY tests/py/synth_data.py "$W/plan.json" $model "$W" 8)
 
