@@ -160,7 +160,7 @@ mpi 2 "$tmp/dp" --data image="$tmp/x.npy" --data label="$tmp/ybad.npy" >"$tmp/e.
 echo "ok   errors: $(grep -h -m1 'error' "$tmp/e.out")"
 
 echo "== 6. SIGTERM: all ranks stop after the same step, one checkpoint"
-S=(--data image="$tmp/x.npy" --data label="$tmp/y.npy" --log-every 1 --steps 400)
+S=(--data image="$tmp/x.npy" --data label="$tmp/y.npy" --log-every 1 --steps 4000)   # long enough that the signal comes first on a fast machine
 mpi 2 "$tmp/dp" "${S[@]}" --save "$tmp/sfull.st" --log "$tmp/sfull.jsonl" 2>/dev/null || bad "uninterrupted run failed"
 stop_run() {   # stop_run ranks: signal the ranks (Open MPI's mpirun, signalled
                # itself, forwards SIGTERM too but exits 1 on its own account)
