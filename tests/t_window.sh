@@ -115,7 +115,12 @@ elif gen 5 cuda "$tmp/w5.cu" &&
     for mode in --no-shuffle --seed=7; do
         "$tmp/w5" --data seq="$tmp/s.npy" $mode --steps 25 --log-every 1 --log "$tmp/c.jsonl" 2>/dev/null
         "$tmp/w5.emu" --data seq="$tmp/s.npy" $mode --steps 25 --log-every 1 --log "$tmp/u.jsonl" 2>"$tmp/err" || bad "CUDA $mode: $(tail -1 "$tmp/err")"
-        [ "$(losses "$tmp/c.jsonl")" = "$(losses "$tmp/u.jsonl")" ] || bad "CUDA program $mode: losses differ from the C program's"
+        # within 1e-6 relative, not bit for bit: the CUDA program's means are
+        # compensated f32 sums, the C program's double ones (a last-bit
+        # difference); another window moves the loss by 1/(offset+4) > 1e-4
+        paste -d' ' <(losses "$tmp/c.jsonl") <(losses "$tmp/u.jsonl") |
+            awk 'NF != 2 || ($1 - $2) > 1e-6 * $1 || ($2 - $1) > 1e-6 * $1 { bad = 1 } END { exit bad || NR != 25 }' ||
+            bad "CUDA program $mode: losses differ from the C program's"
     done
 else
     bad "the CUDA window program does not build for the CPU: $(head -3 "$tmp/cxx.err")"
