@@ -893,6 +893,10 @@ int mp_main(int argc, char **argv, MpModel *m)
     t.m = m;
     mp_dist_init(&argc, &argv);
     int rc = mp_parse_args(argc, argv, &o, &e);
+#ifdef MP_X86
+    if (!rc && mp_cpu_env_error(e.msg, sizeof e.msg))
+        rc = 2;                         /* a usage error, before anything runs */
+#endif
     if (!rc && !o.help && !o.gradcheck && mp_dist_writer())
         rc = mp_check_outputs(&o, &e);
     if (!rc && o.help) {

@@ -44,7 +44,8 @@ enum { MP_CPU_PORTABLE, MP_CPU_AVX2 };
 #define MP_X86 1
 #include <immintrin.h>
 
-static inline int mp_cpu_detect(void)
+/* The level MP_CPU asks for on this CPU, or -1 when it cannot be had. */
+static inline int mp_cpu_want(void)
 {
     /* F16C is taken to come with AVX2 (every x86 CPU with AVX2 has it) */
     int hw = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")
@@ -56,9 +57,29 @@ static inline int mp_cpu_detect(void)
         return MP_CPU_PORTABLE;
     if (!strcmp(want, "avx2") && hw == MP_CPU_AVX2)
         return MP_CPU_AVX2;
-    fprintf(stderr, "error: MP_CPU=%s: expected auto, portable or avx2%s\n", want,
-            strcmp(want, "avx2") ? "" : " (this CPU has no AVX2+FMA)");
-    exit(2);
+    return -1;
+}
+
+/* What is wrong with MP_CPU, into msg (the trainer checks it at start-up,
+ * with its other usage errors); 0 when nothing is. */
+static inline int mp_cpu_env_error(char *msg, size_t cap)
+{
+    if (mp_cpu_want() >= 0)
+        return 0;
+    const char *want = getenv("MP_CPU");
+    snprintf(msg, cap, "MP_CPU=%s: expected auto, portable or avx2%s", want,
+             strcmp(want, "avx2") ? "" : " (this CPU has no AVX2+FMA)");
+    return 1;
+}
+
+static inline int mp_cpu_detect(void)
+{
+    char msg[160];
+    if (mp_cpu_env_error(msg, sizeof msg)) {   /* a kernel's user other than the trainer */
+        fprintf(stderr, "error: %s\n", msg);
+        exit(2);
+    }
+    return mp_cpu_want();
 }
 
 /* Read once (a race between threads writes the same value). */

@@ -21,6 +21,14 @@ build_trainer tests/models/resume_adam.mp "$tmp/c" || exit 1
 "$tmp/c" "${D[@]}" --steps 2 --save "$tmp/ck.st" 2>/dev/null || { echo "FAIL: a short run failed"; exit 1; }
 cp "$tmp/ck.st" "$tmp/ck.orig"
 
+echo "== 0. MP_CPU asking for what the CPU cannot do: a usage error before anything runs"
+MP_CPU=avx512 "$tmp/c" "${D[@]}" --steps 5 --save "$tmp/cpu.st" >/dev/null 2>"$tmp/cpu.err"
+rc=$?
+[ $rc = 2 ] && grep -q "^c: error: MP_CPU=avx512: expected auto, portable or avx2" "$tmp/cpu.err" &&
+    [ ! -e "$tmp/cpu.st" ] && ! grep -q "^step " "$tmp/cpu.err" ||
+    bad "MP_CPU=avx512: exit $rc, want 2 and one line before training: $(head -n 2 "$tmp/cpu.err")"
+MP_CPU=portable "$tmp/c" "${D[@]}" --steps 1 >/dev/null 2>&1 || bad "MP_CPU=portable refused"
+
 echo "== 1. the C program"
 "$tmp/c" "${D[@]}" --steps 50 --resume "$tmp/ck.st" --save "$tmp/out.st" --log "$tmp/log.jsonl" \
     --dry-run >"$tmp/dry.out" 2>"$tmp/dry.err"
