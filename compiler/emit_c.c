@@ -181,7 +181,6 @@ static void decls(Emit *e)
 
 /* ---- the template's slots (templates/train.c.in) ------------------------ */
 
-static void runtime_slot(Emit *e) { emit_runtime(e, mp_runtime_count, mp_runtime_names, mp_runtime_texts); }
 static void code_slot(Emit *e) { emit_model_code(e, passes, decls, at_fn); }
 
 static void model_slot(Emit *e)
@@ -200,15 +199,9 @@ bool emit_c(FILE *out, const IrGraph *g, bool loops)
     e.loop_cast_args = "NULL";
     e.grad_fmt = "mp_params[%d].grad";
     const EmitSlot slots[] = {
-        {"MODEL", g->model, NULL},
-        {"SOURCE", g->model_loc.file ? g->model_loc.file->path : "?", NULL},
-        {"POLICY", prec_policy_name(g->train.policy), NULL},
-        {"VERSION", MPCC_VERSION, NULL},
-        {"RUNTIME", NULL, runtime_slot},
         {"NINPUTS", arena_printf(e.a, "%d", g->ninputs ? g->ninputs : 1), NULL},
         {"NPARAMS", arena_printf(e.a, "%d", g->nparams ? g->nparams : 1), NULL},
         {"MODEL_CODE", NULL, code_slot},
-        {"DESCRIPTORS", NULL, emit_descriptors},
         {"MODEL_STRUCT", NULL, model_slot},
     };
     emit_template(&e, "train.c.in", slots, (int)(sizeof slots / sizeof slots[0]));

@@ -201,7 +201,9 @@ void emit_runtime(Emit *e, int count, const char *const *names, const char *cons
 
 /* ---- the skeleton: templates/ -------------------------------------------- */
 
-static void fill(Emit *e, const EmitSlot *slots, int nslots, const char *name, size_t len)
+static void runtime_slot(Emit *e) { emit_runtime(e, mp_runtime_count, mp_runtime_names, mp_runtime_texts); }
+
+static bool fill_from(Emit *e, const EmitSlot *slots, int nslots, const char *name, size_t len)
 {
     for (int i = 0; i < nslots; i++)
         if (strlen(slots[i].name) == len && !strncmp(slots[i].name, name, len)) {
@@ -209,8 +211,26 @@ static void fill(Emit *e, const EmitSlot *slots, int nslots, const char *name, s
                 slots[i].fn(e);
             else
                 em(e, "%s", slots[i].text);
-            return;
+            return true;
         }
+    return false;
+}
+
+/* A target's own slots first, then those every template has. */
+static void fill(Emit *e, const EmitSlot *slots, int nslots, const char *name, size_t len)
+{
+    const IrGraph *g = e->g;
+    const EmitSlot common[] = {
+        {"MODEL", g->model, NULL},
+        {"SOURCE", g->model_loc.file ? g->model_loc.file->path : "?", NULL},
+        {"POLICY", prec_policy_name(g->train.policy), NULL},
+        {"VERSION", MPCC_VERSION, NULL},
+        {"RUNTIME", NULL, runtime_slot},
+        {"DESCRIPTORS", NULL, emit_descriptors},
+    };
+    if (fill_from(e, slots, nslots, name, len) ||
+        fill_from(e, common, (int)(sizeof common / sizeof common[0]), name, len))
+        return;
     fprintf(stderr, "mpcc: internal error: template slot '%.*s' has no filler\n", (int)len, name);
     MP_ASSERT(!"template slot without filler");
 }

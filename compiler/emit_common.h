@@ -119,7 +119,9 @@ const char *emit_real_rows(Emit *e, const char *run, long long n);
  * language: `@@NAME@@` is replaced by slot NAME's text, or what its fn
  * writes; a slot alone on its line replaces the line, its newline too; a
  * line starting `@@#` is the template's own comment and is dropped. A slot
- * the template names but the emitter lacks is an internal error. */
+ * the template names but the emitter lacks is an internal error. MODEL,
+ * SOURCE, POLICY, VERSION, RUNTIME and DESCRIPTORS are filled here for
+ * every template; a target passes its own slots. */
 typedef struct EmitSlot {
     const char *name;
     const char *text;               /* or NULL: */

@@ -243,7 +243,6 @@ static void decls(Emit *e)
 
 /* ---- the template's slots (templates/train.cu.in) ----------------------- */
 
-static void runtime_slot(Emit *e) { emit_runtime(e, mp_runtime_count, mp_runtime_names, mp_runtime_texts); }
 
 static void cuda_runtime_slot(Emit *e)
 {
@@ -273,13 +272,7 @@ bool emit_cuda(FILE *out, const IrGraph *g, bool loops)
     e.loop_cast_args = "r";
     e.grad_fmt = "mp_cu_grad(%d)";
     const EmitSlot slots[] = {
-        {"MODEL", g->model, NULL},
-        {"SOURCE", g->model_loc.file ? g->model_loc.file->path : "?", NULL},
-        {"POLICY", prec_policy_name(g->train.policy), NULL},
-        {"VERSION", MPCC_VERSION, NULL},
-        {"RUNTIME", NULL, runtime_slot},
         {"CUDA_RUNTIME", NULL, cuda_runtime_slot},
-        {"DESCRIPTORS", NULL, emit_descriptors},
         {"MODEL_CODE", NULL, code_slot},
         {"MODEL_STRUCT", NULL, model_slot},
     };
