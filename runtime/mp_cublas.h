@@ -76,6 +76,25 @@ static const char *const mp_blas_names[] = {
     "/usr/local/cuda/lib64/libcublas.so",
 };
 
+/* The functions of a library loaded with dlopen, each into its pointer:
+ * 0, or -1 naming the first one missing ("the loaded WHAT has no function
+ * NAME (NEED)"). Used for cuBLAS here and NCCL (mp_nccl.h). */
+typedef struct MpDlSym { void **fn; const char *name; } MpDlSym;
+
+static inline int mp_dl_syms(void *lib, const MpDlSym *s, size_t n, const char *what,
+                             const char *need, char *msg, size_t cap)
+{
+    for (size_t i = 0; i < n; i++) {
+        void *p = dlsym(lib, s[i].name);
+        if (!p) {
+            snprintf(msg, cap, "the loaded %s has no function %s (%s)", what, s[i].name, need);
+            return -1;
+        }
+        memcpy(s[i].fn, &p, sizeof p);
+    }
+    return 0;
+}
+
 /* Loads cuBLAS into *b. 0, or -1 with one line in msg (no newline). */
 static inline int mp_blas_load(MpBlas *b, char *msg, size_t cap)
 {
@@ -97,7 +116,7 @@ static inline int mp_blas_load(MpBlas *b, char *msg, size_t cap)
                  "their folder to LD_LIBRARY_PATH, or set MP_CUBLAS=/path/to/libcublas.so");
         return -1;
     }
-    struct { void **fn; const char *name; } syms[] = {
+    const MpDlSym syms[] = {
         {(void **)&b->create, "cublasCreate_v2"},
         {(void **)&b->set_stream, "cublasSetStream_v2"},
         {(void **)&b->set_math_mode, "cublasSetMathMode"},
@@ -106,16 +125,8 @@ static inline int mp_blas_load(MpBlas *b, char *msg, size_t cap)
         {(void **)&b->gemm, "cublasGemmEx"},
         {(void **)&b->gemm_batched, "cublasGemmStridedBatchedEx"},
     };
-    for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
-        void *p = dlsym(b->lib, syms[i].name);
-        if (!p) {
-            snprintf(msg, cap, "the loaded cuBLAS has no function %s (cuBLAS 12 or later is "
-                     "needed)", syms[i].name);
-            return -1;
-        }
-        memcpy(syms[i].fn, &p, sizeof p);
-    }
-    return 0;
+    return mp_dl_syms(b->lib, syms, sizeof syms / sizeof syms[0], "cuBLAS",
+                      "cuBLAS 12 or later is needed", msg, cap);
 }
 
 /* ---- a row-major product on a column-major library ------------------------- */

@@ -70,22 +70,15 @@ static inline int mp_nccl_load(MpNccl *n, char *msg, size_t cap)
                  "MP_NCCL=/path/to/libnccl.so.2", names[0], why ? why : "not found");
         return -1;
     }
-    struct { void **fn; const char *name; } syms[] = {
+    const MpDlSym syms[] = {
         {(void **)&n->get_unique_id, "ncclGetUniqueId"},
         {(void **)&n->comm_init_rank, "ncclCommInitRank"},
         {(void **)&n->all_reduce, "ncclAllReduce"},
         {(void **)&n->comm_destroy, "ncclCommDestroy"},
         {(void **)&n->error_string, "ncclGetErrorString"},
     };
-    for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
-        void *p = dlsym(n->lib, syms[i].name);
-        if (!p) {
-            snprintf(msg, cap, "the loaded NCCL has no function %s (NCCL 2 is needed)", syms[i].name);
-            return -1;
-        }
-        memcpy(syms[i].fn, &p, sizeof p);
-    }
-    return 0;
+    return mp_dl_syms(n->lib, syms, sizeof syms / sizeof syms[0], "NCCL", "NCCL 2 is needed",
+                      msg, cap);
 #endif
 }
 
