@@ -832,7 +832,7 @@ static inline MP_HD void mp_cu_att_online(float *m, MpAcc *l, const float *s, in
         *m = tm;
     }
     for (int64_t j = 0; j < n; j++)
-        if (s[j] > -INFINITY)
+        if (s[j] != -INFINITY)  /* NaN included: it spreads, as in the C program */
             mp_acc_add(l, expf(s[j] - tm));
 }
 
@@ -840,7 +840,7 @@ static inline MP_HD void mp_cu_att_online(float *m, MpAcc *l, const float *s, in
  * normalised probability, before any rounding (as mp_row_softmax). */
 static inline MP_HD float mp_cu_att_p(float s, float m, float inv)
 {
-    return s > -INFINITY ? expf(s - m) * inv : 0.0f;
+    return s != -INFINITY ? expf(s - m) * inv : 0.0f;
 }
 
 /* dS = P (dP - rowsum(dP P)) scale rounded to the product type (as

@@ -1485,9 +1485,10 @@ static inline void mp_cu_att_tiles(const char *op, MpCuAttP *a, int nb)
     a->ld = a->D + 1;
     a->t = mp_cu_att_tile(a->D, nb);
     if (!a->t) {
-        char why[96];
-        snprintf(why, sizeof why, "a head size of %lld is more than the CUDA program's %d",
-                 (long long)a->D, (MP_CU_ATT_SH - 10) / nb - 1);
+        char why[128];
+        snprintf(why, sizeof why, "a head size (the last axis of q, k, v) of %lld, more than "
+                 "the %d its tiles in shared memory take", (long long)a->D,
+                 (MP_CU_ATT_SH - 10) / nb - 1);
         mp_cu_die(op, why);
     }
     a->nqt = (a->T + a->t - 1) / a->t;
