@@ -236,16 +236,13 @@ static inline void mp_cu_memset(void *p, int64_t bytes)
 
 /* Sums are compensated f32 sums (MpAcc, mp_cuda_items.h): each thread's
  * share added with TwoSum, the shares joined with TwoSum in the tree below,
- * so no device reduction runs in double (1/64 rate on consumer GPUs). The
- * double tree is attention's alone (its kernels are being rewritten). */
+ * so no device reduction runs in double (1/64 rate on consumer GPUs). */
 #ifdef __CUDA_ARCH__
-struct MpCuAdd { __device__ double operator()(double a, double b) const { return a + b; } };
 struct MpCuJoin { __device__ MpAcc operator()(MpAcc a, MpAcc b) const { return mp_acc_join(a, b); } };
 struct MpCuCount { __device__ long long operator()(long long a, long long b) const { return a + b; } };
 struct MpCuMax { __device__ float operator()(float a, float b) const { return b > a ? b : a; } };
 
 static __device__ __forceinline__ float mp_cu_shfl_down(float v, int o) { return __shfl_down_sync(0xffffffffu, v, o); }
-static __device__ __forceinline__ double mp_cu_shfl_down(double v, int o) { return __shfl_down_sync(0xffffffffu, v, o); }
 static __device__ __forceinline__ long long mp_cu_shfl_down(long long v, int o) { return __shfl_down_sync(0xffffffffu, v, o); }
 static __device__ __forceinline__ MpAcc mp_cu_shfl_down(MpAcc v, int o)
 {
@@ -277,7 +274,6 @@ static __device__ T mp_cu_block_reduce(T v, T none, Op op)
     return sh[0];
 }
 
-static __device__ double mp_cu_block_sum(double v) { return mp_cu_block_reduce(v, 0.0, MpCuAdd()); }
 static __device__ MpAcc mp_cu_block_acc(MpAcc v) { return mp_cu_block_reduce(v, mp_acc_zero(), MpCuJoin()); }
 static __device__ long long mp_cu_block_count(long long v) { return mp_cu_block_reduce(v, 0ll, MpCuCount()); }
 
@@ -394,9 +390,6 @@ static inline int64_t mp_cu_emu_tree_arg(const float *v, const int64_t *at, int 
     return r;
 }
 
-struct MpCuEmuAdd {
-    double operator()(double a, double b) const { return a + b; }
-};
 struct MpCuEmuJoin {
     MpAcc operator()(MpAcc a, MpAcc b) const { return mp_acc_join(a, b); }
 };
@@ -416,7 +409,7 @@ static inline std::vector<MpAcc> mp_cu_emu_accs(const MpEmuBlock *b)
     return v;
 }
 
-static void mp_cu_emu_sum(MpEmuBlock *b) { b->rd = mp_cu_emu_tree(b->d.data(), b->nt, 0.0, MpCuEmuAdd()); }
+static void mp_cu_emu_none(MpEmuBlock *b) { (void)b; }
 static void mp_cu_emu_acc(MpEmuBlock *b)
 {
     MpAcc r = mp_cu_emu_tree(mp_cu_emu_accs(b).data(), b->nt, mp_acc_zero(), MpCuEmuJoin());
@@ -453,19 +446,15 @@ typedef struct MpCuTeam {
     MpEmuBlock *emu;
 #endif
 #ifdef __cplusplus
-    /* attention's sums (double; its rewrite drops them), nothing else's */
-    MP_HD double sum(double v) const
+    /* a barrier (__syncthreads): the block's writes to its shared memory
+     * before it are seen by every thread after it */
+    MP_HD void sync() const
     {
 #ifdef __CUDA_ARCH__
-        return mp_cu_block_sum(v);
+        __syncthreads();
 #elif defined(MP_CU_EMU)
-        if (!emu)
-            return v;
-        emu->d[(size_t)tid] = v;
-        mp_emu_barrier(emu, 1, mp_cu_emu_sum);
-        return emu->rd;
-#else
-        return v;
+        if (emu)
+            mp_emu_barrier(emu, 1, mp_cu_emu_none);
 #endif
     }
     /* the compensated sum of every thread's v (mp_cu_block_acc) */
@@ -550,6 +539,16 @@ typedef struct MpCuTeam {
     }
 #endif
 } MpCuTeam;
+
+/* name: n floats of the block's shared memory (one such array per functor,
+ * n a constant; in the stand-in the block's MpEmuBlock holds it). */
+#ifdef __CUDA_ARCH__
+#define MP_CU_SHARED_F32(name, n, t) __shared__ float name[n]
+#elif defined(MP_CU_EMU)
+#define MP_CU_SHARED_F32(name, n, t) float *name = mp_emu_shared((t).emu, (size_t)(n))
+#else
+#define MP_CU_SHARED_F32(name, n, t) float *name = (float *)0  /* nvcc's host pass: never run */
+#endif
 
 /* ---- the three kernel shapes ------------------------------------------------ */
 

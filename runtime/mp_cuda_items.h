@@ -375,17 +375,6 @@ static inline MP_HD float mp_cu_row_max(const void *x, int xdt, int64_t off, int
     return m;
 }
 
-/* attention's (in double: its kernels are being rewritten); softmax's is
- * mp_cu_sumexp_part */
-static inline MP_HD double mp_cu_row_sumexp(const void *x, int xdt, int64_t off, int64_t len,
-                                            int64_t stride, float m, int tid, int nt)
-{
-    double s = 0;
-    for (int64_t l = tid; l < len; l += nt)
-        s += mp_expf_p(mp_cu_ld(x, xdt, off + l * stride) - m);
-    return s;
-}
-
 /* This thread's share of the row's sum of exp(x - m), compensated. */
 static inline MP_HD MpAcc mp_cu_sumexp_part(const void *x, int xdt, int64_t off, int64_t len,
                                             int64_t stride, float m, int tid, int nt)
@@ -812,40 +801,53 @@ static inline MP_HD float mp_cu_embedding_dw_at(const void *dy, int dydt, const 
     return s;
 }
 
-/* ---- attention: one row i of the scores of one head ----------------------- */
+/* ---- attention: the arithmetic of one score (mp_cuda_ops.h's tiles) -------- */
 
-/* p[j] = softmax over j <= i (causal) or all j of s[j], rounded to cdt:
- * the probabilities fed to the product with v. Elements past i are 0. */
-static inline MP_HD void mp_cu_attn_row(void *p, int pdt, const float *s, int64_t T, int64_t i,
-                                        int causal, float m, double sum, int tid, int nt)
+/* sum over d of a[d] b[d], in order of d, in f32 (a score q.k, or dP = dy.v) */
+static inline MP_HD float mp_cu_att_dot(const float *a, const float *b, int64_t D)
 {
-    float inv = (float)(1.0 / sum);
-    for (int64_t j = tid; j < T; j += nt)
-        mp_cu_st(p, pdt, j, causal && j > i ? 0.0f : expf(s[j] - m) * inv);
+    float s = 0.0f;
+    for (int64_t d = 0; d < D; d++)
+        s += a[d] * b[d];
+    return s;
 }
 
-/* dS = P (dP - sum_j dP P) scale, rounded to the product type: for the
- * gradients of q and k (as mp_attn_ds); P from the scores. */
-static inline MP_HD void mp_cu_attn_ds_row(void *ds, int dsdt, const float *s, const float *dp,
-                                           int64_t T, int64_t i, int causal, float m, double sum,
-                                           double dot, float scale, int tid, int nt)
+/* Query i sees key j: j < T' and, causal, j <= i. */
+static inline MP_HD int mp_cu_att_sees(int64_t i, int64_t j, int64_t Tk, int causal)
 {
-    float inv = (float)(1.0 / sum), fd = (float)dot;
-    for (int64_t j = tid; j < T; j += nt) {
-        float pj = causal && j > i ? 0.0f : expf(s[j] - m) * inv;
-        mp_cu_st(ds, dsdt, j, pj * (dp[j] - fd) * scale);
+    return j < Tk && (!causal || j <= i);
+}
+
+/* A row's running max m and compensated sum l of exp(s - m) (online
+ * softmax) taken over n more scores s (f32; -INFINITY: a masked key). */
+static inline MP_HD void mp_cu_att_online(float *m, MpAcc *l, const float *s, int64_t n)
+{
+    float tm = *m;
+    for (int64_t j = 0; j < n; j++)
+        tm = s[j] > tm ? s[j] : tm;
+    if (tm > *m) {                 /* the sum so far in units of the new max */
+        float f = expf(*m - tm);
+        l->s *= f;
+        l->c *= f;
+        *m = tm;
     }
+    for (int64_t j = 0; j < n; j++)
+        if (s[j] != -INFINITY)  /* NaN included: it spreads, as in the C program */
+            mp_acc_add(l, expf(s[j] - tm));
 }
 
-/* sum_j dP[j] P[j] of one row */
-static inline MP_HD double mp_cu_attn_dot(const float *s, const float *dp, int64_t T, int64_t i,
-                                          int causal, float m, double sum, int tid, int nt)
+/* P = exp(s - m) / l in f32 (inv = 1 / l), 0 for a masked key: the
+ * normalised probability, before any rounding (as mp_row_softmax). */
+static inline MP_HD float mp_cu_att_p(float s, float m, float inv)
 {
-    float inv = (float)(1.0 / sum);
-    double d = 0;
-    for (int64_t j = tid; j < T && !(causal && j > i); j += nt)
-        d += (double)dp[j] * (expf(s[j] - m) * inv);
-    return d;
+    return s != -INFINITY ? expf(s - m) * inv : 0.0f;
+}
+
+/* dS = P (dP - rowsum(dP P)) scale rounded to the product type (as
+ * mp_row_softmax_grad, then mp_attn_round's scale). */
+static inline MP_HD float mp_cu_att_ds(float p, float dp, float dot, float scale, int cdt)
+{
+    return mp_round(p * (dp - dot) * scale, cdt);
 }
 
 /* ---- rms_norm and rope ------------------------------------------------------ */

@@ -1435,92 +1435,301 @@ static inline void mp_cu_batch_norm_dw(void *dw, const void *dy, const void *x, 
 }
 
 /* ---- attention: q, y [BH, T, D], k, v [BH, Tk, D] (as mp_kernels_nn.h):
- * S = scale q k^T (f32), P = softmax (causal: j <= i), rounded to cdt;
- * y = P v. Backward, one op for the three gradients from one product
- * q k^T: P from S, dv = P^T dy; then dS = P (dP - rowsum(dP P)) scale
- * rounded to cdt with dP = dy v^T, over P's buffer; dq = dS k; dk = dS^T q;
- * written to g [BH, T + 2Tk, D] (per head dq, dk, dv). Scores and dP live
- * in f32 [BH, T, Tk] work space; products are batched GEMMs ---------------- */
+ * S = scale q k^T (f32), P = softmax (causal: j <= i) in f32, rounded to
+ * cdt; y = P v with f32 accumulation. Flash-attention style: a block owns
+ * a tile of query rows of one head and walks the key tiles (causal: only
+ * those at or left of its last row), each staged in shared memory as f32
+ * (rows padded to D + 1 floats: a warp's threads read different keys from
+ * different banks); no [T, T'] buffer anywhere.
+ * Forward, two passes over the key tiles: the rows' running max and
+ * compensated sum of exp (online softmax), then P exactly normalised
+ * before it is rounded (as the C program, which normalises first) times v
+ * into the f32 output tile, keys in order (the C program's order).
+ * Backward (one op, g [BH, T + 2Tk, D]: per head dq, dk, dv), two kernels
+ * and no atomics: attention_grad_q, per query tile, the rows' max and sum
+ * again, then D_i = rowsum(P dP) with dP = dy v^T, then dS = P (dP - D)
+ * scale rounded to cdt and dq = dS k; it leaves each row's max, sum and D
+ * (f32, 3 BH T floats of the op's work space) to attention_grad_kv, per
+ * key tile, which walks the query tiles that see it: Pr (P rounded) and dS
+ * from the scores, dv = Pr^T dy, dk = dS^T q. Every sum is f32 (the rows'
+ * sums compensated); the scores are computed once per pass. */
+#define MP_CU_ATT_SH 12160         /* shared floats per block (47.5 KB) */
+#define MP_CU_ATT_NT 128           /* threads per block */
 
-/* Row r (head r / T, query i = r % T) of the probabilities, or of dS. */
-struct MpCuAttnRow {
-    void *p;
-    int pdt;
-    const float *s, *dp;           /* dp NULL: the probabilities */
-    int64_t T, Tk;
-    int causal;
+/* One attention problem and its tiles. A block's shared memory: nb tiles
+ * [t, D + 1], two [t, t] (scores, dP), up to eight floats per query row. */
+struct MpCuAttP {
+    const void *q, *k, *v, *dy;
+    void *o;                       /* y, or g */
+    int qdt, kdt, vdt, dydt, odt;
+    float *st;                     /* backward: [BH T, 3] row max, sum, D */
+    int64_t T, Tk, D, ld;          /* ld = D + 1: a staged row */
+    int64_t nqt, nkt;              /* query, key tiles per head */
+    int t, causal, cdt;            /* t: a tile's query rows and keys */
     float scale;
-    MP_HD void operator()(int64_t r, const MpCuTeam &t) const
-    {
-        int64_t i = r % T, len = causal ? i + 1 : Tk;
-        const float *row = s + r * Tk;
-        void *out = (char *)p + r * Tk * mp_cu_dt_size(pdt);
-        float m = t.max(mp_cu_row_max(row, MP_F32, 0, len, 1, t.tid, t.nt));
-        double sum = t.sum(mp_cu_row_sumexp(row, MP_F32, 0, len, 1, m, t.tid, t.nt));
-        if (!dp) {
-            mp_cu_attn_row(out, pdt, row, Tk, i, causal, m, sum, t.tid, t.nt);
-            return;
+};
+
+/* The largest tile (up to 64) whose layout of nb row tiles fits; 0: none */
+static inline int mp_cu_att_tile(int64_t D, int nb)
+{
+    for (int t = 64; t >= 1; t /= 2)
+        if (nb * t * (D + 1) + 2 * t * t + 8 * t <= MP_CU_ATT_SH)
+            return t;
+    return 0;
+}
+
+/* Its tiles, for a layout of nb row tiles; a too large head: one line */
+static inline void mp_cu_att_tiles(const char *op, MpCuAttP *a, int nb)
+{
+    a->scale = 1.0f / sqrtf((float)a->D);
+    a->ld = a->D + 1;
+    a->t = mp_cu_att_tile(a->D, nb);
+    if (!a->t) {
+        char why[128];
+        snprintf(why, sizeof why, "a head size (the last axis of q, k, v) of %lld, more than "
+                 "the %d its tiles in shared memory take", (long long)a->D,
+                 (MP_CU_ATT_SH - 10) / nb - 1);
+        mp_cu_die(op, why);
+    }
+    a->nqt = (a->T + a->t - 1) / a->t;
+    a->nkt = (a->Tk + a->t - 1) / a->t;
+}
+
+/* Keys the query rows below i1 see: all T', or causal i1 (at most T'). */
+static inline MP_HD int64_t mp_cu_att_keys(const MpCuAttP *a, int64_t i1)
+{
+    return a->causal && i1 < a->Tk ? i1 : a->Tk;
+}
+
+/* Rows of a tile from r0 (n of them; of `total` in the tensor) */
+static inline MP_HD int mp_cu_att_n(const MpCuAttP *a, int64_t r0, int64_t total)
+{
+    return (int)(total - r0 < a->t ? total - r0 : a->t);
+}
+
+/* n rows of D from x (type xdt, head h of `rows` rows, from row r0) into
+ * sh as f32, rows ld apart */
+static inline MP_HD void mp_cu_att_load(float *sh, int64_t ld, const void *x, int xdt, int64_t rows,
+                                        int64_t h, int64_t r0, int n, int64_t D, const MpCuTeam &t)
+{
+    for (int64_t e = t.tid; e < n * D; e += t.nt)
+        sh[e / D * ld + e % D] = mp_cu_ld(x, xdt, (h * rows + r0) * D + e);
+}
+
+/* The scores of nq query rows (qs, from row i0) against n keys (ks,
+ * staged, from key j0) into s [t, t]; -INFINITY where a row does not see a
+ * key. dp (if any): dP = dys . vs alongside. */
+static inline MP_HD void mp_cu_att_scores(const MpCuAttP *a, float *s, float *dp, const float *qs,
+                                          const float *ks, const float *dys, const float *vs,
+                                          int64_t i0, int nq, int64_t j0, int n, const MpCuTeam &t)
+{
+    for (int e = t.tid; e < nq * n; e += t.nt) {
+        int r = e / n, j = e % n;
+        int sees = mp_cu_att_sees(i0 + r, j0 + j, a->Tk, a->causal);
+        s[r * a->t + j] = sees ? mp_cu_att_dot(qs + r * a->D, ks + j * a->ld, a->D) * a->scale : -INFINITY;
+        if (dp)
+            dp[r * a->t + j] = sees ? mp_cu_att_dot(dys + r * a->D, vs + j * a->ld, a->D) : 0.0f;
+    }
+}
+
+/* The key tile [j0, j0 + n) of head h staged (k, and v where vs), then the
+ * query tile's scores (and dP where dp) against it. */
+static inline MP_HD void mp_cu_att_key_tile(const MpCuAttP *a, float *ks, float *vs, float *s,
+                                            float *dp, const float *qs, const float *dys, int64_t h,
+                                            int64_t i0, int nq, int64_t j0, int n, const MpCuTeam &t)
+{
+    t.sync();   /* the tiles' previous readers are done */
+    mp_cu_att_load(ks, a->ld, a->k, a->kdt, a->Tk, h, j0, n, a->D, t);
+    if (vs)
+        mp_cu_att_load(vs, a->ld, a->v, a->vdt, a->Tk, h, j0, n, a->D, t);
+    t.sync();   /* the key tile staged: every thread sees it */
+    mp_cu_att_scores(a, s, dp, qs, ks, dys, vs, i0, nq, j0, n, t);
+    t.sync();
+}
+
+/* acc[r, d] += sum over u < n of w[r sw + u su] x[u xs + d], r < nr
+ * (rows of D in acc), u in order: each thread its own elements of acc. */
+static inline MP_HD void mp_cu_att_acc(float *acc, const float *w, int sw, int su, const float *x,
+                                       int64_t xs, int nr, int n, int64_t D, const MpCuTeam &t)
+{
+    for (int64_t e = t.tid; e < nr * D; e += t.nt) {
+        int64_t r = e / D, d = e % D;
+        float s = acc[e];
+        for (int u = 0; u < n; u++)
+            s += w[r * sw + u * su] * x[u * xs + d];
+        acc[e] = s;
+    }
+}
+
+/* A query tile's start (forward, dq): its nq rows from i0 of q (and of dy
+ * where dys) staged, acc zeroed, the rows' running max rm, and rows' sum
+ * of exp (MpAcc s, c at rm + t, rm + 2t), from every key tile they see;
+ * nz - 1 more floats per row after rm zeroed. */
+static inline MP_HD void mp_cu_att_begin(const MpCuAttP *a, float *qs, float *dys, float *acc,
+                                         float *rm, int nz, float *s, float *ks, int64_t h,
+                                         int64_t i0, int nq, const MpCuTeam &t)
+{
+    t.sync();   /* the block's previous item is done with its tiles */
+    mp_cu_att_load(qs, a->D, a->q, a->qdt, a->T, h, i0, nq, a->D, t);
+    if (dys)
+        mp_cu_att_load(dys, a->D, a->dy, a->dydt, a->T, h, i0, nq, a->D, t);
+    for (int64_t e = t.tid; e < nq * a->D; e += t.nt)
+        acc[e] = 0.0f;
+    for (int e = t.tid; e < nz * a->t; e += t.nt)
+        rm[e] = e < a->t ? -INFINITY : 0.0f;
+    int64_t nk = mp_cu_att_keys(a, i0 + nq);
+    for (int64_t j0 = 0; j0 < nk; j0 += a->t) {
+        int n = mp_cu_att_n(a, j0, nk);
+        mp_cu_att_key_tile(a, ks, NULL, s, NULL, qs, NULL, h, i0, nq, j0, n, t);
+        for (int r = t.tid; r < nq; r += t.nt) {
+            MpAcc l = {rm[a->t + r], rm[2 * a->t + r]};
+            mp_cu_att_online(&rm[r], &l, s + r * a->t, n);
+            rm[a->t + r] = l.s;
+            rm[2 * a->t + r] = l.c;
         }
-        double dot = t.sum(mp_cu_attn_dot(row, dp + r * Tk, Tk, i, causal, m, sum, t.tid, t.nt));
-        mp_cu_attn_ds_row(out, pdt, row, dp + r * Tk, Tk, i, causal, m, sum, dot, scale, t.tid,
-                          t.nt);
+    }
+}
+
+/* The tile's rows' outputs (acc, nq rows of D) to o at element off. */
+static inline MP_HD void mp_cu_att_put(const MpCuAttP *a, int64_t off, const float *acc, int nq,
+                                       const MpCuTeam &t)
+{
+    t.sync();
+    for (int64_t e = t.tid; e < nq * a->D; e += t.nt)
+        mp_cu_st(a->o, a->odt, off + e, acc[e]);
+}
+
+/* Forward: item (head, query tile). */
+struct MpCuAttFwd {
+    MpCuAttP a;
+    MP_HD void operator()(int64_t it, const MpCuTeam &t) const
+    {
+        MP_CU_SHARED_F32(sh, MP_CU_ATT_SH, t);
+        int64_t h = it / a.nqt, i0 = it % a.nqt * a.t, D = a.D;
+        int nq = mp_cu_att_n(&a, i0, a.T);
+        float *ks = sh, *vs = ks + a.t * a.ld, *qs = vs + a.t * a.ld, *acc = qs + a.t * D;
+        float *s = acc + a.t * D, *rm = s + 2 * a.t * a.t, *rl = rm + a.t, *rc = rl + a.t;
+        mp_cu_att_begin(&a, qs, NULL, acc, rm, 3, s, ks, h, i0, nq, t);
+        int64_t nk = mp_cu_att_keys(&a, i0 + nq);
+        for (int64_t j0 = 0; j0 < nk; j0 += a.t) {
+            int n = mp_cu_att_n(&a, j0, nk);
+            mp_cu_att_key_tile(&a, ks, vs, s, NULL, qs, NULL, h, i0, nq, j0, n, t);
+            for (int e = t.tid; e < nq * n; e += t.nt) {
+                int r = e / n, j = e % n;
+                float inv = 1.0f / (rl[r] + rc[r]);
+                s[r * a.t + j] = mp_round(mp_cu_att_p(s[r * a.t + j], rm[r], inv), a.cdt);
+            }
+            t.sync();
+            mp_cu_att_acc(acc, s, a.t, 1, vs, a.ld, nq, n, D, t);
+        }
+        mp_cu_att_put(&a, (h * a.T + i0) * D, acc, nq, t);
     }
 };
 
-/* Work space of the attention ops: scores and dP in f32, P then dS in cdt. */
-typedef struct MpCuAttn {
-    float *s, *dp;
-    void *p;
-    int64_t BH, T, Tk, D;
-    float scale;
-} MpCuAttn;
+/* Backward, dq: item (head, query tile); leaves the rows' max, sum, D. */
+struct MpCuAttDq {
+    MpCuAttP a;
+    MP_HD void operator()(int64_t it, const MpCuTeam &t) const
+    {
+        MP_CU_SHARED_F32(sh, MP_CU_ATT_SH, t);
+        int64_t h = it / a.nqt, i0 = it % a.nqt * a.t, D = a.D;
+        int nq = mp_cu_att_n(&a, i0, a.T);
+        float *ks = sh, *vs = ks + a.t * a.ld, *qs = vs + a.t * a.ld, *dys = qs + a.t * D;
+        float *acc = dys + a.t * D, *s = acc + a.t * D, *dp = s + a.t * a.t;
+        float *rm = dp + a.t * a.t, *rl = rm + a.t, *rc = rl + a.t, *ds = rc + a.t, *dc = ds + a.t;
+        mp_cu_att_begin(&a, qs, dys, acc, rm, 5, s, ks, h, i0, nq, t);
+        int64_t nk = mp_cu_att_keys(&a, i0 + nq);
+        for (int pass = 0; pass < 2; pass++)   /* D_i, then dS and dq */
+            for (int64_t j0 = 0; j0 < nk; j0 += a.t) {
+                int n = mp_cu_att_n(&a, j0, nk);
+                mp_cu_att_key_tile(&a, ks, vs, s, dp, qs, dys, h, i0, nq, j0, n, t);
+                if (pass == 0) {
+                    for (int r = t.tid; r < nq; r += t.nt) {
+                        float inv = 1.0f / (rl[r] + rc[r]);
+                        MpAcc d = {ds[r], dc[r]};
+                        for (int j = 0; j < n; j++)
+                            mp_acc_add(&d, dp[r * a.t + j] * mp_cu_att_p(s[r * a.t + j], rm[r], inv));
+                        ds[r] = d.s;
+                        dc[r] = d.c;
+                    }
+                    continue;
+                }
+                for (int e = t.tid; e < nq * n; e += t.nt) {
+                    int r = e / n, j = e % n;
+                    float p = mp_cu_att_p(s[r * a.t + j], rm[r], 1.0f / (rl[r] + rc[r]));
+                    s[r * a.t + j] = mp_cu_att_ds(p, dp[r * a.t + j], ds[r] + dc[r], a.scale, a.cdt);
+                }
+                t.sync();
+                mp_cu_att_acc(acc, s, a.t, 1, ks, a.ld, nq, n, D, t);
+            }
+        mp_cu_att_put(&a, h * (a.T + 2 * a.Tk) * D + i0 * D, acc, nq, t);
+        for (int r = t.tid; r < nq; r += t.nt) {
+            float *st = a.st + (h * a.T + i0 + r) * 3;
+            st[0] = rm[r];
+            st[1] = rl[r] + rc[r];
+            st[2] = ds[r] + dc[r];
+        }
+    }
+};
 
-static inline MpCuAttn mp_cu_attn_ws(int64_t BH, int64_t T, int64_t Tk, int64_t D, int cdt)
-{
-    MpCuAttn a;
-    int64_t n = BH * T * Tk, f = mp_cu_round_up(n * 4);
-    unsigned char *ws = mp_cu_ws(2 * f + n * mp_cu_dt_size(cdt));
-    a.s = (float *)ws;
-    a.dp = ws ? (float *)(ws + f) : NULL;
-    a.p = ws ? ws + 2 * f : NULL;
-    a.BH = BH;
-    a.T = T;
-    a.Tk = Tk;
-    a.D = D;
-    a.scale = 1.0f / sqrtf((float)D);
-    return a;
-}
-
-/* C[h] = alpha op(A[h]) op(B[h]) over the heads; C[h] at h sc */
-static inline void mp_cu_attn_gemm(const MpCuAttn *a, int ta, int tb, int64_t M, int64_t N,
-                                   int64_t K, float alpha, const void *A, int adt, const void *B,
-                                   int bdt, void *C, int cdt, int64_t sc)
-{
-    MpCuGemm g = mp_cu_gemm_of(ta, tb, M, N, K, alpha, A, adt, ta ? M : K, B, bdt, tb ? K : N, 0.0f,
-                               C, cdt, N);
-    g.batch = a->BH;
-    g.sa = M * K;
-    g.sb = K * N;
-    g.sc = sc;
-    mp_cu_gemm(&g);
-}
-
-/* P (dp NULL) or dS into a->p, from the scores */
-static inline void mp_cu_attn_rows(const MpCuAttn *a, const float *dp, int causal, int cdt)
-{
-    MpCuAttnRow f = {a->p, cdt, a->s, dp, a->T, a->Tk, causal, a->scale};
-    mp_cu_rows(dp ? "attention_grad" : "attention", a->BH * a->T, mp_cu_row_threads(a->Tk), f);
-}
+/* Backward, dk and dv: item (head, key tile), over the query tiles that
+ * see it (causal: from the one holding its first key). */
+struct MpCuAttDkv {
+    MpCuAttP a;
+    MP_HD void operator()(int64_t it, const MpCuTeam &t) const
+    {
+        MP_CU_SHARED_F32(sh, MP_CU_ATT_SH, t);
+        int64_t h = it / a.nkt, j0 = it % a.nkt * a.t, D = a.D;
+        int n = mp_cu_att_n(&a, j0, a.Tk);
+        float *ks = sh, *vs = ks + a.t * a.ld, *qs = vs + a.t * a.ld, *dys = qs + a.t * D;
+        float *dk = dys + a.t * D, *dv = dk + a.t * D, *s = dv + a.t * D, *dp = s + a.t * a.t;
+        float *rm = dp + a.t * a.t, *rinv = rm + a.t, *rd = rinv + a.t;
+        t.sync();
+        mp_cu_att_load(ks, a.ld, a.k, a.kdt, a.Tk, h, j0, n, D, t);
+        mp_cu_att_load(vs, a.ld, a.v, a.vdt, a.Tk, h, j0, n, D, t);
+        for (int64_t e = t.tid; e < n * D; e += t.nt)
+            dk[e] = dv[e] = 0.0f;
+        for (int64_t i0 = a.causal ? j0 : 0; i0 < a.T; i0 += a.t) {
+            int nq = mp_cu_att_n(&a, i0, a.T);
+            t.sync();
+            mp_cu_att_load(qs, D, a.q, a.qdt, a.T, h, i0, nq, D, t);
+            mp_cu_att_load(dys, D, a.dy, a.dydt, a.T, h, i0, nq, D, t);
+            for (int r = t.tid; r < nq; r += t.nt) {
+                const float *st = a.st + (h * a.T + i0 + r) * 3;
+                rm[r] = st[0];
+                rinv[r] = 1.0f / st[1];
+                rd[r] = st[2];
+            }
+            t.sync();   /* the query tile staged: every thread sees it */
+            mp_cu_att_scores(&a, s, dp, qs, ks, dys, vs, i0, nq, j0, n, t);
+            t.sync();
+            for (int e = t.tid; e < nq * n; e += t.nt) {
+                int r = e / n, j = e % n;
+                float p = mp_cu_att_p(s[r * a.t + j], rm[r], rinv[r]);
+                s[r * a.t + j] = mp_round(p, a.cdt);
+                dp[r * a.t + j] = mp_cu_att_ds(p, dp[r * a.t + j], rd[r], a.scale, a.cdt);
+            }
+            t.sync();
+            mp_cu_att_acc(dv, s, 1, a.t, dys, D, n, nq, D, t);   /* Pr^T dy */
+            mp_cu_att_acc(dk, dp, 1, a.t, qs, D, n, nq, D, t);   /* dS^T q */
+        }
+        int64_t g = h * (a.T + 2 * a.Tk) * D + (a.T + j0) * D;
+        mp_cu_att_put(&a, g, dk, n, t);
+        mp_cu_att_put(&a, g + a.Tk * D, dv, n, t);
+    }
+};
 
 template <int YT, int QT, int KT, int VT>
 static inline void mp_cu_attention(void *y, const void *q, const void *k, const void *v,
                                    int64_t BH, int64_t T, int64_t Tk, int64_t D, int causal,
                                    int cdt)
 {
-    MpCuAttn a = mp_cu_attn_ws(BH, T, Tk, D, cdt);
-    mp_cu_attn_gemm(&a, 0, 1, T, Tk, D, a.scale, q, QT, k, KT, a.s, MP_F32, T * Tk);
-    mp_cu_attn_rows(&a, NULL, causal, cdt);
-    mp_cu_attn_gemm(&a, 0, 0, T, D, Tk, 1.0f, a.p, cdt, v, VT, y, YT, T * D);   /* P v */
+    MpCuAttP a = {q, k, v, NULL, y, QT, KT, VT, MP_F32, YT, NULL, T, Tk, D};
+    a.causal = causal;
+    a.cdt = cdt;
+    mp_cu_att_tiles("attention", &a, 4);
+    MpCuAttFwd f = {a};
+    mp_cu_rows("attention", BH * a.nqt, MP_CU_ATT_NT, f);
 }
 
 template <int GT, int DYT, int QT, int KT, int VT>
@@ -1528,17 +1737,15 @@ static inline void mp_cu_attention_grad(void *g, const void *dy, const void *q, 
                                         const void *v, int64_t BH, int64_t T, int64_t Tk,
                                         int64_t D, int causal, int cdt)
 {
-    MpCuAttn a = mp_cu_attn_ws(BH, T, Tk, D, cdt);
-    int64_t sg = (T + 2 * Tk) * D, es = mp_cu_dt_size(GT);
-    unsigned char *g8 = (unsigned char *)g;
-    mp_cu_attn_gemm(&a, 0, 1, T, Tk, D, a.scale, q, QT, k, KT, a.s, MP_F32, T * Tk);
-    mp_cu_attn_gemm(&a, 0, 1, T, Tk, D, 1.0f, dy, DYT, v, VT, a.dp, MP_F32, T * Tk);
-    mp_cu_attn_rows(&a, NULL, causal, cdt);
-    mp_cu_attn_gemm(&a, 1, 0, Tk, D, T, 1.0f, a.p, cdt, dy, DYT, g8 + (T + Tk) * D * es, GT,
-                    sg);                                                            /* dv */
-    mp_cu_attn_rows(&a, a.dp, causal, cdt);
-    mp_cu_attn_gemm(&a, 0, 0, T, D, Tk, 1.0f, a.p, cdt, k, KT, g8, GT, sg);              /* dq */
-    mp_cu_attn_gemm(&a, 1, 0, Tk, D, T, 1.0f, a.p, cdt, q, QT, g8 + T * D * es, GT, sg); /* dk */
+    MpCuAttP a = {q, k, v, dy, g, QT, KT, VT, DYT, GT, NULL, T, Tk, D};
+    a.causal = causal;
+    a.cdt = cdt;
+    a.st = (float *)mp_cu_ws(BH * T * 3 * (int64_t)sizeof(float));
+    mp_cu_att_tiles("attention_grad", &a, 6);
+    MpCuAttDq fq = {a};
+    MpCuAttDkv fkv = {a};
+    mp_cu_rows("attention_grad_q", BH * a.nqt, MP_CU_ATT_NT, fq);
+    mp_cu_rows("attention_grad_kv", BH * a.nkt, MP_CU_ATT_NT, fkv);
 }
 
 /* ---- elementwise, norm and rope additions ------------------------------------------ */

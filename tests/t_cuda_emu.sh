@@ -18,7 +18,9 @@
 #      gradient 0.1% off is caught there);
 #      emu_additions.mp: rope,
 #      rms_norm and the other additions, ignored targets; emu_split.mp:
-#      chunk, slice, concat, expand, arange, integer ids among them) on synthetic
+#      chunk, slice, concat, expand, arange, integer ids among them;
+#      emu_flash.mp (also under float32): attention's tiled kernels past
+#      one tile, causal and not, cross attention, head sizes 16 and 64) on synthetic
 #      data with --no-shuffle: the logged loss of every step and the eval
 #      loss and metrics equal the C program's (1e-4 relative in float32,
 #      2e-3 in mixed precision), loss scale and skipped counts exactly;
@@ -42,7 +44,11 @@
 #   7. the stand-in's own checks (threads as fibers, permuted items, device
 #      memory closed to host code, queued streams, capture refusals) each
 #      catch a mutant that passes the old way (tests/cuda/emu_mutants.cu),
-#      and two mutants of a whole program are caught.
+#      and two mutants of a whole program are caught;
+#   8. attention's tiled kernels against the C program's, kernel by kernel
+#      (tests/cuda/emu_attention.cu), and two flash bugs caught there: no
+#      barrier after a key tile is staged in shared memory (passes with one
+#      thread per block), the running sum not rescaled when the max grows.
 # Skipped (exit 0) only when there is no C++ compiler.
 set -u
 cd "$(dirname "$0")/.."
@@ -89,8 +95,10 @@ start=$(date +%s)
         echo "emu_build examples/$n.mp ${n}_f32 --precision float32"
         echo "c_build examples/$n.mp ${n}_f32 --precision float32"
     done
-    echo "emu_build tests/cuda/emu_columns.mp emu_columns_f32 --precision float32"
-    echo "c_build tests/cuda/emu_columns.mp emu_columns_f32 --precision float32"
+    for n in emu_columns emu_flash; do
+        echo "emu_build tests/cuda/$n.mp ${n}_f32 --precision float32"
+        echo "c_build tests/cuda/$n.mp ${n}_f32 --precision float32"
+    done
 } | xargs -P 2 -L 1 bash -c '"$@"' _ >"$tmp/builds" 2>&1
 cat "$tmp/builds"
 grep -q "^FAIL" "$tmp/builds" && fail=1
@@ -125,6 +133,8 @@ np.save(d + "/x4.npy", r.randn(64, 4).astype(np.float32))
 np.save(d + "/x8.npy", r.randn(1040, 8).astype(np.float32))
 np.save(d + "/y3.npy", r.randint(0, 3, (1040,)).astype(np.int32))
 np.save(d + "/tok16.npy", r.randint(0, 16, (48, 8)).astype(np.uint8))
+np.save(d + "/tok77.npy", r.randint(0, 16, (16, 77)).astype(np.int32))
+np.save(d + "/tgt77.npy", r.randint(0, 16, (16, 77)).astype(np.int32))
 y = r.randint(0, 16, (48, 8)).astype(np.int32)
 y[r.rand(48, 8) < 0.2] = -100                  # cross_entropy's ignore_index
 np.save(d + "/tgt16.npy", y)
@@ -141,6 +151,7 @@ data_of() {   # data_of NAME [--data|--eval]: the model's input files
     emu_wide* | emu_columns*) echo "$o x=$tmp/x8.npy $o y=$tmp/y3.npy" ;;
     emu_additions*) echo "$o tokens=$tmp/tok16.npy $o targets=$tmp/tgt16.npy" ;;
     emu_split*) echo "$o tokens=$tmp/tok.npy $o targets=$tmp/tgt.npy" ;;
+    emu_flash*) echo "$o tokens=$tmp/tok77.npy $o targets=$tmp/tgt77.npy" ;;
     esac
 }
 
@@ -170,6 +181,8 @@ curve emu_wide 4 2e-3 MP_EMU=graph
 curve emu_columns 4 2e-3 MP_EMU=graph
 curve emu_additions 6 2e-3 MP_EMU=graph
 curve emu_split 6 2e-3 MP_EMU=graph
+curve emu_flash 6 2e-3 MP_EMU=graph
+curve emu_flash_f32 6 1e-4 MP_EMU=graph
 for n in mnist_cnn_f32 char_transformer_f32; do curve "$n" 6 1e-4 MP_EMU=graph; done
 curve emu_columns_f32 4 1e-4 MP_EMU=graph
 
@@ -421,6 +434,41 @@ if [ -x "$tmp/emu_columns_f32.emu" ]; then
         fi
     fi
 fi
+
+# ---- 8. attention's tiled kernels ------------------------------------------------
+# attention's tiled kernels, kernel by kernel against the C program's
+# (tests/cuda/emu_attention.cu: causal and not, cross, head sizes 16 to 128,
+# f32 / f16 / bf16), and two flash bugs it catches, each in a copy of
+# runtime/: the barrier after a key tile is staged in shared memory removed
+# (threads read the tile before the others wrote it: passes with one thread
+# per block), and the online softmax's running sum not rescaled when the
+# running max grows
+att_build() {   # att_build NAME [SED]: emu_attention.cu on runtime/ (mutated by SED)
+    mkdir -p "$tmp/rt_$1" && cp runtime/*.h "$tmp/rt_$1/"
+    if [ -n "${2:-}" ]; then
+        sed -i "$2" "$tmp/rt_$1/mp_cuda_ops.h" "$tmp/rt_$1/mp_cuda_items.h"
+        diff -rq runtime "$tmp/rt_$1" >/dev/null && { bad "attention mutant $1: the mutation did not apply"; return 1; }
+    fi
+    "$CXX" -std=c++17 -O1 -x c++ -DMP_CU_EMU -include tests/cuda/mp_cuda_emu.h -I"$tmp/rt_$1" \
+        tests/cuda/emu_attention.cu -o "$tmp/$1" -lm >"$tmp/$1.log" 2>&1 ||
+        { bad "tests/cuda/emu_attention.cu ($1) does not build:"; head -n 20 "$tmp/$1.log"; return 1; }
+}
+if att_build att; then
+    "$tmp/att" >"$tmp/att.out" 2>&1 || bad "attention: the CUDA program's kernels differ from the C program's:"
+    cat "$tmp/att.out"
+fi
+att_mutant() {   # att_mutant NAME WHAT SED SERIAL: caught; SERIAL 1: passes with one thread per block
+    att_build "$1" "$3" || return
+    if [ "$4" = 1 ] && ! MP_EMU_SERIAL=1 "$tmp/$1" >"$tmp/$1.out" 2>&1; then
+        bad "attention mutant $1 ($2) fails with one thread per block too: it proves nothing of the threads"
+    elif "$tmp/$1" >"$tmp/$1.out" 2>&1; then
+        bad "attention mutant $1 ($2) not caught"
+    else
+        echo "ok   attention mutant $1 ($2) caught: $(grep -m 1 '^FAIL' "$tmp/$1.out")"
+    fi
+}
+att_mutant att_barrier "no barrier after staging a key tile" '/t\.sync();   \/\* the key tile staged/d' 1
+att_mutant att_rescale "the running sum not rescaled" '/^        l->[sc] \*= f;$/d' 0
 
 echo "t_cuda_emu: $(( $(date +%s) - start ))s"
 exit $fail

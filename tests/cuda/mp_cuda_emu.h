@@ -47,6 +47,7 @@
 #include <cstring>
 #include <deque>
 #include <functional>
+#include <limits>
 #include <string>
 #include <vector>
 #include <sys/mman.h>
@@ -450,15 +451,14 @@ static inline cudaError_t cudaGraphLaunch(cudaGraphExec_t e, cudaStream_t s)
  * wait at, and the combination (the GPU's tree) the last one triggers. */
 struct MpEmuBlock {
     int nt, kind;
-    std::vector<double> d;
     std::vector<float> f;
     std::vector<int64_t> a;
     std::vector<float> as, ac;     /* a compensated sum (MpAcc's s, c) per thread */
     int width;                     /* team.sum_cols: lanes per group */
     void (*combine)(MpEmuBlock *);
-    double rd;
     float rf, rs[32], rc[32];      /* MpAcc results: [0] a sum's, [lane] sum_cols' */
     int64_t ra;
+    std::vector<float> shm;        /* the block's shared memory (MP_CU_SHARED_F32) */
 };
 
 /* Fibers: on x86-64 a switch of six registers and the FP control words
@@ -572,13 +572,24 @@ static inline void mp_emu_die(const char *name, const char *why)
     _exit(70);
 }
 
+/* n floats of the block's shared memory, the same for its every thread,
+ * NaN until written (a read before the barrier that follows the writes
+ * shows); MP_EMU_SERIAL=1 (b NULL, one thread): one buffer. */
+static inline float *mp_emu_shared(MpEmuBlock *b, size_t n)
+{
+    static std::vector<float> one;
+    std::vector<float> &v = b ? b->shm : one;
+    if (v.size() < n)
+        v.assign(n, std::numeric_limits<float>::quiet_NaN());
+    return v.data();
+}
+
 /* Runs body(tid, block) for every thread of one block of nt threads. */
 static inline void mp_emu_block(const char *name, int nt, const std::function<void(int, MpEmuBlock *)> &body)
 {
     static uint64_t turn;
     MpEmuBlock b;
     b.nt = nt;
-    b.d.assign((size_t)nt, 0.0);
     b.f.assign((size_t)nt, 0.0f);
     b.a.assign((size_t)nt, 0);
     b.as.assign((size_t)nt, 0.0f);

@@ -1,0 +1,129 @@
+/* emu_attention.cu - the CUDA program's tiled attention kernels
+ * (runtime/mp_cuda_ops.h: mp_cu_attention, mp_cu_attention_grad) against
+ * the C program's (runtime/mp_kernels_nn.h: mp_k_attention,
+ * mp_k_attention_grad) on random heads, in the CPU stand-in
+ * (tests/cuda/mp_cuda_emu.h: a block's 128 threads as fibers, shared
+ * memory NaN until written), once more with one thread per block
+ * (MP_EMU_SERIAL=1). Cases: causal and not, cross attention (T' above and
+ * below T), T past one tile and a multiple of none, head sizes 16, 32, 64,
+ * 128, f32 and f16 / bf16 storage with the probabilities and dS rounded.
+ * y, dq, dk and dv must each be within tol * max |C's value| of the C
+ * program's (tol 2e-5 in f32; 4e-3 in f16 / bf16: one rounding of the
+ * stored result either way, 2^-11 and 2^-8 relative, differs).
+ * Built and run by tests/t_cuda_emu.sh:
+ *     g++ -std=c++17 -x c++ -DMP_CU_EMU -include tests/cuda/mp_cuda_emu.h \
+ *         -Iruntime tests/cuda/emu_attention.cu
+ * Exit 0 when every case agrees, 1 otherwise. */
+#include "mp_kernels_nn.h"
+#include "mp_cuda.h"
+#include "mp_cuda_ops.h"
+
+typedef struct Case {
+    int64_t BH, T, Tk, D;
+    int causal, dt;                /* dt: storage and compute type */
+} Case;
+
+static unsigned rng = 12345;
+static float rnd(void)
+{
+    rng = rng * 1103515245u + 12345u;
+    return ((float)((rng >> 8) & 0xFFFF) / 32768.0f - 1.0f) * 1.5f;
+}
+
+/* n random values of type dt (host) */
+static std::vector<unsigned char> host(int64_t n, int dt)
+{
+    std::vector<unsigned char> h((size_t)(n * mp_cu_dt_size(dt)));
+    for (int64_t i = 0; i < n; i++)
+        mp_cu_st(h.data(), dt, i, rnd());
+    return h;
+}
+
+static void *to_dev(const std::vector<unsigned char> &h)
+{
+    void *d;
+    mp_cu_ok(cudaMalloc(&d, h.size()), "cudaMalloc");
+    mp_cu_ok(cudaMemcpyAsync(d, h.data(), h.size(), cudaMemcpyHostToDevice, mp_cu.st), "copy");
+    return d;
+}
+
+static std::vector<unsigned char> to_host(const void *d, size_t bytes)
+{
+    std::vector<unsigned char> h(bytes);
+    mp_cu_ok(cudaMemcpyAsync(h.data(), d, bytes, cudaMemcpyDeviceToHost, mp_cu.st), "copy");
+    mp_cu_ok(cudaStreamSynchronize(mp_cu.st), "sync");
+    return h;
+}
+
+/* max |a - b| / max |a| (a NaN in b: infinite) over `heads` runs of len
+ * values of type dt, run h from element h stride + off */
+static double rel(const unsigned char *a, const unsigned char *b, int dt, int64_t off,
+                  int64_t stride, int64_t len, int64_t heads)
+{
+    double most = 0, diff = 0;
+    for (int64_t h = 0; h < heads; h++)
+        for (int64_t i = 0; i < len; i++) {
+            double x = mp_cu_ld(a, dt, h * stride + off + i), y = mp_cu_ld(b, dt, h * stride + off + i);
+            double d = y == y ? fabs(x - y) : INFINITY;
+            most = fabs(x) > most ? fabs(x) : most;
+            diff = d > diff ? d : diff;
+        }
+    return most > 0 ? diff / most : diff;
+}
+
+template <int DT>
+static int run(const Case &c)
+{
+    int64_t nq = c.BH * c.T * c.D, nk = c.BH * c.Tk * c.D, ng = c.BH * (c.T + 2 * c.Tk) * c.D;
+    std::vector<unsigned char> q = host(nq, DT), k = host(nk, DT), v = host(nk, DT), dy = host(nq, DT);
+    std::vector<unsigned char> y(q.size()), g((size_t)(ng * mp_cu_dt_size(DT)));
+    mp_k_attention(y.data(), DT, q.data(), DT, k.data(), DT, v.data(), DT, c.BH, c.T, c.Tk, c.D,
+                   c.causal, DT);
+    mp_k_attention_grad(g.data(), DT, dy.data(), DT, q.data(), DT, k.data(), DT, v.data(), DT, c.BH,
+                        c.T, c.Tk, c.D, c.causal, DT);
+    void *dq = to_dev(q), *dk = to_dev(k), *dv = to_dev(v), *ddy = to_dev(dy);
+    void *dyo = to_dev(y), *dg = to_dev(g);   /* overwritten; the stand-in frees none */
+    mp_cu_memset(dyo, (int64_t)y.size());
+    mp_cu_memset(dg, (int64_t)g.size());
+    mp_cu_attention<DT, DT, DT, DT>(dyo, dq, dk, dv, c.BH, c.T, c.Tk, c.D, c.causal, DT);
+    mp_cu_attention_grad<DT, DT, DT, DT, DT>(dg, ddy, dq, dk, dv, c.BH, c.T, c.Tk, c.D, c.causal, DT);
+    std::vector<unsigned char> yc = to_host(dyo, y.size()), gc = to_host(dg, g.size());
+    int64_t sg = (c.T + 2 * c.Tk) * c.D;
+    double e[4] = {rel(y.data(), yc.data(), DT, 0, c.T * c.D, c.T * c.D, c.BH),
+                   rel(g.data(), gc.data(), DT, 0, sg, c.T * c.D, c.BH),
+                   rel(g.data(), gc.data(), DT, c.T * c.D, sg, c.Tk * c.D, c.BH),
+                   rel(g.data(), gc.data(), DT, (c.T + c.Tk) * c.D, sg, c.Tk * c.D, c.BH)};
+    double tol = DT == MP_F32 ? 2e-5 : 4e-3, worst = 0;
+    for (double x : e)
+        worst = x > worst ? x : worst;
+    int ok = worst <= tol;
+    printf("%s BH %lld T %lld T' %lld D %lld %s %s%s: y %.1e dq %.1e dk %.1e dv %.1e (tol %.0e)\n",
+           ok ? "ok  " : "FAIL", (long long)c.BH, (long long)c.T, (long long)c.Tk, (long long)c.D,
+           c.causal ? "causal" : "full", DT == MP_F32 ? "f32" : DT == MP_F16 ? "f16" : "bf16",
+           mp_emu_serial() ? " (one thread per block)" : "", e[0], e[1], e[2], e[3], tol);
+    return ok;
+}
+
+static int run_case(const Case &c)
+{
+    return c.dt == MP_F32 ? run<MP_F32>(c) : c.dt == MP_F16 ? run<MP_F16>(c) : run<MP_BF16>(c);
+}
+
+int main(void)
+{
+    mp_cu_ok(cudaStreamCreateWithFlags(&mp_cu.st, cudaStreamNonBlocking), "stream");
+    mp_cu_ok(cudaStreamCreateWithFlags(&mp_cu.cp, cudaStreamNonBlocking), "stream");
+    mp_cu.sms = 2;
+    mp_cu_ok(cudaMalloc((void **)&mp_cu.ws, 1 << 20), "cudaMalloc");
+    const Case cases[] = {
+        {2, 77, 77, 16, 1, MP_F32},  {2, 77, 77, 16, 1, MP_F16},  {2, 45, 77, 64, 0, MP_F32},
+        {2, 77, 45, 64, 0, MP_F16},  {1, 70, 70, 32, 0, MP_BF16}, {1, 37, 37, 128, 1, MP_F32},
+        {1, 37, 37, 128, 1, MP_BF16}, {2, 64, 64, 64, 1, MP_F16},  {1, 1, 5, 16, 0, MP_F32},
+    };
+    int fails = 0;
+    for (const Case &c : cases)
+        fails += !run_case(c);
+    setenv("MP_EMU_SERIAL", "1", 1);
+    fails += !run_case(cases[3]);
+    return fails ? 1 : 0;
+}
