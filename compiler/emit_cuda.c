@@ -38,17 +38,21 @@ static EmitFn *const emit_fns[OP__COUNT] = {
 #undef OP
 };
 
-/* The input slot of one micro-batch: each input at a 256-byte boundary. */
-static int64_t *input_offsets(Emit *e, int64_t *total)
+/* The input slot of one micro-batch, each input at a 256-byte boundary:
+ * the one table of offsets (and, last, the slot's size) that both the
+ * model's pointers (model_inputs) and the runtime (MpCuModel.in_off,
+ * in_bytes) read, so the two cannot disagree. */
+static void input_offsets(Emit *e)
 {
     const IrGraph *g = e->g;
-    int64_t *off = arena_alloc(e->a, sizeof *off * (size_t)(g->ninputs + 1)), at = 0;
+    int64_t at = 0;
+    em(e, "\n/* Each input's offset in a micro-batch's input slot, then the slot's bytes. */\n");
+    em(e, "static const int64_t mp_cu_in_off[%d] = {", g->ninputs + 1);
     for (int i = 0; i < g->ninputs; i++) {
-        off[i] = at;
+        em(e, "%lld, ", (long long)at);
         at += (shape_numel(&g->inputs[i].shape) * dt_size(g->inputs[i].type) + 255) / 256 * 256;
     }
-    *total = at;
-    return off;
+    em(e, "%lld};\n", (long long)at);
 }
 
 static void declare_values(Emit *e)
@@ -107,7 +111,7 @@ static void bind_fn(Emit *e)
 }
 
 /* Inputs (and views of them) point into the call's input slot. */
-static void inputs_fn(Emit *e, const int64_t *off)
+static void inputs_fn(Emit *e)
 {
     const IrGraph *g = e->g;
     em(e, "\nstatic void model_inputs(const MpCuRun *r)\n{\n");
@@ -116,7 +120,8 @@ static void inputs_fn(Emit *e, const int64_t *off)
         if (!emit_declared(e, n))
             continue;
         if (e->mp->kind[i] == BUF_INPUT)
-            em(e, "    %s = (%s *)(r->in + %lld);\n", cname(e, n), ctype(n->type), (long long)off[n->ia[0]]);
+            em(e, "    %s = (%s *)(r->in + mp_cu_in_off[%lld]);\n", cname(e, n), ctype(n->type),
+               (long long)n->ia[0]);
         else if (e->mp->kind[i] == BUF_ALIAS && e->mp->kind[e->mp->root[i]] == BUF_INPUT)
             em(e, "    %s = (%s *)%s;\n", cname(e, n), ctype(n->type), cname(e, g->nodes[e->mp->root[i]]));
     }
@@ -200,17 +205,12 @@ static void backward_fn(Emit *e)
     em(e, "    return 0;\n}\n");
 }
 
-static void model_desc(Emit *e, const int64_t *off, int64_t in_bytes)
+static void model_desc(Emit *e)
 {
-    const IrGraph *g = e->g;
-    em(e, "\nstatic const int64_t mp_cu_in_off[%d] = {", g->ninputs ? g->ninputs : 1);
-    for (int i = 0; i < g->ninputs; i++)
-        em(e, "%s%lld", i ? ", " : "", (long long)off[i]);
-    em(e, "%s};\n", g->ninputs ? "" : "0");
     em(e, "\nstatic const MpCuModel mp_cu_model_desc = {\n"
-          "    %lld, %lld, mp_cu_in_off,\n"
+          "    %lld, mp_cu_in_off[%d], mp_cu_in_off,\n"
           "    model_bind, model_cast_params, model_forward, model_backward,\n};\n",
-       (long long)e->mp->arena_bytes, (long long)in_bytes);
+       (long long)e->mp->arena_bytes, e->g->ninputs);
 }
 
 /* int64_t -> device pointer, for the repeat loops' tables (emit_common.h) */
@@ -236,8 +236,8 @@ static void decls(Emit *e)
     if (e->nloops)
         em(e, "%s", at_fn);
     bind_fn(e);
-    int64_t in_bytes;
-    inputs_fn(e, input_offsets(e, &in_bytes));
+    input_offsets(e);
+    inputs_fn(e);
     emit_fused_cuda_functors(e);
 }
 
@@ -252,9 +252,7 @@ static void cuda_runtime_slot(Emit *e)
 static void code_slot(Emit *e)
 {
     emit_model_code(e, passes, decls, "");
-    int64_t in_bytes;
-    const int64_t *off = input_offsets(e, &in_bytes);
-    model_desc(e, off, in_bytes);
+    model_desc(e);
 }
 
 static void model_slot(Emit *e)

@@ -11,7 +11,10 @@
  *                                     argmax reduce over the block in a
  *                                     fixed order (deterministic),
  *                                     team.sum_cols over the block's warps
- *                                     lane by lane (a block of columns);
+ *                                     lane by lane (a block of columns),
+ *                                     team.sum_lanes / max_lanes over the
+ *                                     lanes of one column of a middle-axis
+ *                                     tile (lanes `period` apart);
  *                                     sums are compensated f32 (MpAcc)
  *   mp_cu_one(name, f)                f() on one thread (scalars, decisions)
  * so that the functors, where all the arithmetic is, also run on the CPU:
@@ -298,6 +301,26 @@ static __device__ MpAcc mp_cu_block_sum_cols(MpAcc v, int width)
 }
 static __device__ float mp_cu_block_max(float v) { return mp_cu_block_reduce(v, -INFINITY, MpCuMax()); }
 
+/* Every thread gets op over the lanes l of every warp with l = lane mod
+ * period (l < 32 / period * period): lane by lane in order, each lane's
+ * warps in order. A tile of a middle axis: lane l reads column l % period
+ * of row l / period of the rows its warp takes (mp_cu_mid_at), so one
+ * column's values sit in lanes period apart. */
+template <class T, class Op>
+static __device__ T mp_cu_block_lanes(T v, T none, Op op, int period)
+{
+    __shared__ T sh[32][32];
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5, end = 32 / period * period;
+    __syncthreads();
+    sh[w][lane] = v;
+    __syncthreads();
+    T s = none;
+    for (int l = lane % period; l < end; l += period)
+        for (int i = 0; i < nw; i++)
+            s = op(s, sh[i][l]);
+    return s;
+}
+
 static __device__ __forceinline__ int64_t mp_cu_warp_argmax(float *v, int64_t at)
 {
     for (int o = 16; o > 0; o >>= 1) {
@@ -420,6 +443,34 @@ static void mp_cu_emu_count(MpEmuBlock *b) { b->ra = mp_cu_emu_tree(b->a.data(),
 static void mp_cu_emu_max(MpEmuBlock *b) { b->rf = mp_cu_emu_tree(b->f.data(), b->nt, -INFINITY, MpCuEmuMax()); }
 static void mp_cu_emu_arg(MpEmuBlock *b) { b->ra = mp_cu_emu_tree_arg(b->f.data(), b->a.data(), b->nt, &b->rf); }
 
+/* mp_cu_block_lanes' order: lanes lane mod period in order, each lane's
+ * warps in order; out[lane] each lane's result */
+template <class T, class Op>
+static inline void mp_cu_emu_lanes(const T *v, int nt, int period, T none, Op op, T *out)
+{
+    int end = 32 / period * period;
+    for (int lane = 0; lane < 32; lane++) {
+        T s = none;
+        for (int l = lane % period; l < end; l += period)
+            for (int w = 0; w < nt / 32; w++)
+                s = op(s, v[w * 32 + l]);
+        out[lane] = s;
+    }
+}
+static void mp_cu_emu_lanes_acc(MpEmuBlock *b)
+{
+    MpAcc r[32];
+    mp_cu_emu_lanes(mp_cu_emu_accs(b).data(), b->nt, b->width, mp_acc_zero(), MpCuEmuJoin(), r);
+    for (int l = 0; l < 32; l++) {
+        b->rs[l] = r[l].s;
+        b->rc[l] = r[l].c;
+    }
+}
+static void mp_cu_emu_lanes_max(MpEmuBlock *b)
+{
+    mp_cu_emu_lanes(b->f.data(), b->nt, b->width, -INFINITY, MpCuEmuMax(), b->rm);
+}
+
 /* mp_cu_block_sum_cols' order: group by group, lane by lane, warps in order */
 static void mp_cu_emu_cols(MpEmuBlock *b)
 {
@@ -504,6 +555,42 @@ typedef struct MpCuTeam {
         return MpAcc{emu->rs[tid % 32], emu->rc[tid % 32]};
 #else
         (void)width;
+        return v;
+#endif
+    }
+    /* the compensated sum over the lanes lane mod period of every warp
+     * (mp_cu_block_lanes); period (1..32) the same in every thread */
+    MP_HD MpAcc sum_lanes(MpAcc v, int period) const
+    {
+#ifdef __CUDA_ARCH__
+        return mp_cu_block_lanes(v, mp_acc_zero(), MpCuJoin(), period);
+#elif defined(MP_CU_EMU)
+        if (!emu)
+            return v;
+        emu->as[(size_t)tid] = v.s;
+        emu->ac[(size_t)tid] = v.c;
+        emu->width = period;
+        mp_emu_barrier(emu, 7, mp_cu_emu_lanes_acc);
+        return MpAcc{emu->rs[tid % 32], emu->rc[tid % 32]};
+#else
+        (void)period;
+        return v;
+#endif
+    }
+    /* the maximum over the same lanes */
+    MP_HD float max_lanes(float v, int period) const
+    {
+#ifdef __CUDA_ARCH__
+        return mp_cu_block_lanes(v, -INFINITY, MpCuMax(), period);
+#elif defined(MP_CU_EMU)
+        if (!emu)
+            return v;
+        emu->f[(size_t)tid] = v;
+        emu->width = period;
+        mp_emu_barrier(emu, 8, mp_cu_emu_lanes_max);
+        return emu->rm[tid % 32];
+#else
+        (void)period;
         return v;
 #endif
     }
@@ -693,8 +780,16 @@ static inline void mp_cu_emu_gemm(const MpBlasArgs *a, float alpha, float beta)
 static inline MpBlasStatus mp_cu_blas_gemm(const MpBlasArgs *a, float alpha, float beta)
 {
 #ifdef MP_CU_EMU
+    /* cuBLAS sets a handle up at its first product (its kernels, and
+     * without a user workspace an allocation), which stream capture
+     * refuses: the stand-in refuses it too, so a step captured without the
+     * eager warm-up step before it fails (tests/t_cuda_emu.sh) */
+    static int set_up;
     if (mp_emu_fail("blas"))
         return MP_BLAS_STATUS_NOT_SUPPORTED;
+    if (!set_up && mp_emu_refuse())
+        return 13;                 /* CUBLAS_STATUS_EXECUTION_FAILED */
+    set_up = 1;
     MpBlasArgs c = *a;
     mp_cu_emu_run(mp_cu.st, "gemm", [=]() { mp_cu_emu_gemm(&c, alpha, beta); });
     return MP_BLAS_STATUS_SUCCESS;

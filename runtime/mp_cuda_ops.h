@@ -495,6 +495,174 @@ static inline void mp_cu_chan_sums(void *y, const void *x, MpCuRed r, int64_t N,
     }
 }
 
+/* ---- middle axes read in tiles of columns ----------------------------------------------- */
+
+/* x [outer, len, inner], inner > 1, worked on along len (a sum, a softmax):
+ * a block per (outer index, tile of 32 columns of inner, slice of len).
+ * Lane l of warp w reads column tile 32 + l % P of rows l / P + G w, then
+ * every G warps further, where P = min(inner, 32) lanes make a row and G =
+ * 32 / P rows sit side by side in a warp: a warp reads G P neighbouring
+ * addresses (coalesced), where a block per column reads one value every
+ * inner. team.sum_lanes / max_lanes(v, P) then join a column's lanes over
+ * the warps in a fixed order (deterministic, no atomics). One thread (the
+ * serial stand-in) takes the tile's columns in turn, all rows each. */
+typedef struct MpCuMid {
+    int64_t outer, len, inner;
+    int64_t P, G, tiles;           /* lanes per row, rows per warp, tiles per outer */
+    int64_t l0, l1;                /* the rows of len this block takes */
+} MpCuMid;
+
+static inline MpCuMid mp_cu_mid(int64_t outer, int64_t len, int64_t inner)
+{
+    int64_t P = inner < 32 ? inner : 32;
+    MpCuMid h = {outer, len, inner, P, 32 / P, (inner + 31) / 32, 0, len};
+    return h;
+}
+
+/* Passes a thread makes over the tile: one (its lane's column), or (one
+ * thread alone) one per column. */
+static MP_HD int mp_cu_mid_passes(const MpCuTeam &t, const MpCuMid *h)
+{
+    return t.nt >= 32 ? 1 : (int)h->P;
+}
+
+/* Pass k of this thread in block tile `tile` of outer index o: its
+ * column, the offset of (o, row 0, column) in x, its rows r0, r0 + step,
+ * ... < h->l1; 0 when the lane has no column (past inner, or a lane past
+ * G P). */
+static MP_HD int mp_cu_mid_at(const MpCuTeam &t, const MpCuMid *h, int64_t o, int64_t tile, int k,
+                              int64_t *col, int64_t *off, int64_t *r0, int64_t *step)
+{
+    int lane = t.nt >= 32 ? t.tid % 32 : k;
+    *col = tile * 32 + lane % h->P;
+    *off = o * h->len * h->inner + *col;
+    *r0 = h->l0 + (t.nt >= 32 ? lane / h->P + h->G * (t.tid / 32) : 0);
+    *step = t.nt >= 32 ? h->G * (t.nt / 32) : 1;
+    return lane < h->G * h->P && *col < h->inner;
+}
+
+/* The thread that writes its column's result: one of the first row's lanes
+ * of warp 0 (or the one thread). */
+static MP_HD int mp_cu_mid_lead(const MpCuTeam &t, const MpCuMid *h)
+{
+    return t.nt < 32 || t.tid < h->P;
+}
+
+/* Threads for a tile of `rows` rows: about 16 of them per warp. */
+static inline int mp_cu_mid_threads(const MpCuMid *h, int64_t rows)
+{
+    return mp_cu_col_threads((rows + h->G - 1) / h->G);
+}
+
+/* A sum over a middle axis (mp_cu_red_axis's shape, or sum_to's that is
+ * the same), slices of `per` rows: block b takes tile b % (outer tiles) of
+ * slice b / (outer tiles); one slice: y directly, else slice k's sums into
+ * part[k nout + j] for MpCuReduceJoin. */
+template <int YT, int XT>
+struct MpCuMidSum {
+    void *y;
+    MpAcc *part;
+    const void *x;
+    MpCuRed r;
+    MpCuMid h;
+    int64_t per;
+    float beta;
+    MP_HD void operator()(int64_t b, const MpCuTeam &t) const
+    {
+        int64_t tiles = h.outer * h.tiles, k = b / tiles, o = b % tiles / h.tiles;
+        MpCuMid s = h;
+        s.l0 = k * per;
+        s.l1 = s.l0 + per < h.len ? s.l0 + per : h.len;
+        for (int p = 0; p < mp_cu_mid_passes(t, &s); p++) {
+            int64_t col, off, r0, step;
+            int ok = mp_cu_mid_at(t, &s, o, b % h.tiles, p, &col, &off, &r0, &step);
+            MpAcc v = t.sum_lanes(ok ? mp_cu_red_range(&r, x, XT, o * h.inner + col, r0, s.l1, step)
+                                     : mp_acc_zero(), (int)h.P);
+            if (!ok || !mp_cu_mid_lead(t, &s))
+                continue;
+            if (part)
+                part[k * r.nout + o * h.inner + col] = v;
+            else
+                mp_cu_red_store(&r, y, YT, o * h.inner + col, v, beta);
+        }
+    }
+};
+
+/* A reduction that reads like a middle axis: its outputs' last dim is
+ * (inner > 1, stride 1) and its reduced items' last dim steps by inner
+ * (x [outer, len, inner] summed over len, sum_to's [A, B, C, D] -> [1, B,
+ * 1, D]): outer = nout / inner tiles of columns, the items (any view) as
+ * rows. */
+static inline int mp_cu_red_mid(const MpCuRed *r, int64_t *outer, int64_t *len, int64_t *inner)
+{
+    int o = r->out.rank, d = r->red.rank;
+    if (o < 1 || d < 1 || r->out.s[o - 1] != 1 || r->out.n[o - 1] < 2
+        || r->red.s[d - 1] != r->out.n[o - 1])
+        return 0;
+    *inner = r->out.n[o - 1];
+    *outer = r->nout / *inner;
+    *len = r->nred;
+    return 1;
+}
+
+template <int YT, int XT>
+static inline void mp_cu_mid_sums(void *y, const void *x, MpCuRed r, int64_t outer, int64_t len,
+                                  int64_t inner, float beta)
+{
+    MpCuMid h = mp_cu_mid(outer, len, inner);
+    int64_t split = mp_cu_chan_slices(len), per = (len + split - 1) / split;
+    MpAcc *part = split > 1 ? (MpAcc *)mp_cu_ws(split * r.nout * (int64_t)sizeof(MpAcc)) : NULL;
+    MpCuMidSum<YT, XT> a = {y, part, x, r, h, per, beta};
+    mp_cu_rows("reduce", outer * h.tiles * split, mp_cu_mid_threads(&h, per), a);
+    if (split > 1) {
+        MpCuReduceJoin<YT> j = {y, part, r, split, beta};
+        mp_cu_each("reduce", r.nout, j);
+    }
+}
+
+/* ---- sums over the last axis: a block per output (and slice) ------------------------------ */
+
+/* Output j's run of nred neighbouring values (the reduced axis is the last
+ * one), slices of `per`: block b takes output b % nout, slice b / nout,
+ * its threads neighbouring values (coalesced, where a thread per output
+ * reads its own run, nred apart from its neighbour's); one slice: y
+ * directly, else part[k nout + j] for MpCuReduceJoin. */
+template <int YT, int XT>
+struct MpCuRunSum {
+    void *y;
+    MpAcc *part;
+    const void *x;
+    MpCuRed r;
+    int64_t per;
+    float beta;
+    MP_HD void operator()(int64_t b, const MpCuTeam &t) const
+    {
+        int64_t j = b % r.nout, k = b / r.nout, at = k * per;
+        int64_t n = at + per < r.nred ? per : r.nred - at;
+        MpAcc s = t.sum(mp_cu_row_sum_part(x, XT, mp_cu_view_at(&r.out, j) + at, n, t.tid, t.nt));
+        if (t.tid != 0)
+            return;
+        if (part)
+            part[k * r.nout + j] = s;
+        else
+            mp_cu_red_store(&r, y, YT, j, s, beta);
+    }
+};
+
+template <int YT, int XT>
+static inline void mp_cu_run_sums(void *y, const void *x, MpCuRed r, float beta)
+{
+    int64_t split = r.nred / 65536 < 1 ? 1 : r.nred / 65536 > 64 ? 64 : r.nred / 65536;
+    int64_t per = (r.nred + split - 1) / split;
+    MpAcc *part = split > 1 ? (MpAcc *)mp_cu_ws(split * r.nout * (int64_t)sizeof(MpAcc)) : NULL;
+    MpCuRunSum<YT, XT> a = {y, part, x, r, per, beta};
+    mp_cu_rows("reduce", r.nout * split, mp_cu_row_threads(per), a);
+    if (split > 1) {
+        MpCuReduceJoin<YT> j = {y, part, r, split, beta};
+        mp_cu_each("reduce", r.nout, j);
+    }
+}
+
 /* The way of summing depends on the sizes only, so results do not change
  * from one GPU to another. */
 template <int YT, int XT>
@@ -504,6 +672,14 @@ static inline void mp_cu_reduce(void *y, const void *x, MpCuRed r, float beta)
     MpCuReduce<YT, XT> f = {y, x, r, beta};
     if (items >= 64 && mp_cu_red_chan(&r, &N, &C, &S) && S < 32) {
         mp_cu_chan_sums<YT, XT>(y, x, r, N, C, S, beta);   /* columns: coalesced */
+        return;
+    }
+    if (items >= 64 && mp_cu_red_mid(&r, &N, &C, &S)) {
+        mp_cu_mid_sums<YT, XT>(y, x, r, N, C, S, beta);    /* a middle axis: tiles */
+        return;
+    }
+    if (r.red.rank == 1 && r.red.s[0] == 1 && r.nred >= 32) {
+        mp_cu_run_sums<YT, XT>(y, x, r, beta);             /* the last axis: runs */
         return;
     }
     if (items >= 64 && r.nout <= 2048) {
@@ -597,19 +773,53 @@ struct MpCuSoftmax {
     }
 };
 
+/* The same over a middle axis (inner > 1), in tiles of columns (MpCuMid):
+ * each column's max, sum of exp, then its values, every lane its rows. */
+template <int YT, int XT>
+struct MpCuSoftmaxMid {
+    void *y;
+    const void *x;
+    MpCuMid h;
+    int log_;
+    MP_HD void operator()(int64_t b, const MpCuTeam &t) const
+    {
+        for (int p = 0; p < mp_cu_mid_passes(t, &h); p++) {
+            int64_t col, off, r0, step;
+            int ok = mp_cu_mid_at(t, &h, b / h.tiles, b % h.tiles, p, &col, &off, &r0, &step);
+            if (!ok)
+                r0 = h.len;        /* no rows: the identities, at every reduction */
+            float m = t.max_lanes(mp_cu_row_max(x, XT, off, h.len, h.inner, r0, step), (int)h.P);
+            MpAcc e = mp_cu_sumexp_part(x, XT, off, h.len, h.inner, m, r0, step);
+            float s = mp_acc_get(t.sum_lanes(e, (int)h.P));
+            mp_cu_softmax_put(y, YT, x, XT, off, h.len, h.inner, m, s, log_, r0, step);
+        }
+    }
+};
+
+template <int YT, int XT>
+static inline void mp_cu_softmax_any(const char *name, void *y, const void *x, int64_t outer,
+                                     int64_t len, int64_t inner, int log_)
+{
+    if (inner > 1) {
+        MpCuSoftmaxMid<YT, XT> f = {y, x, mp_cu_mid(outer, len, inner), log_};
+        mp_cu_rows(name, outer * f.h.tiles, mp_cu_mid_threads(&f.h, len), f);
+        return;
+    }
+    MpCuSoftmax<YT, XT> f = {y, x, len, inner, log_};
+    mp_cu_rows(name, outer * inner, mp_cu_row_threads(len), f);
+}
+
 template <int YT, int XT>
 static inline void mp_cu_softmax(void *y, const void *x, int64_t outer, int64_t len, int64_t inner)
 {
-    MpCuSoftmax<YT, XT> f = {y, x, len, inner, 0};
-    mp_cu_rows("softmax", outer * inner, mp_cu_row_threads(len), f);
+    mp_cu_softmax_any<YT, XT>("softmax", y, x, outer, len, inner, 0);
 }
 
 template <int YT, int XT>
 static inline void mp_cu_log_softmax(void *y, const void *x, int64_t outer, int64_t len,
                                      int64_t inner)
 {
-    MpCuSoftmax<YT, XT> f = {y, x, len, inner, 1};
-    mp_cu_rows("log_softmax", outer * inner, mp_cu_row_threads(len), f);
+    mp_cu_softmax_any<YT, XT>("log_softmax", y, x, outer, len, inner, 1);
 }
 
 template <int DXT, int DYT, int YT>
@@ -627,20 +837,51 @@ struct MpCuSoftmaxGrad {
     }
 };
 
+/* The same over a middle axis, in tiles of columns (MpCuMid). */
+template <int DXT, int DYT, int YT>
+struct MpCuSoftmaxGradMid {
+    void *dx;
+    const void *dy, *y;
+    MpCuMid h;
+    int log_;
+    MP_HD void operator()(int64_t b, const MpCuTeam &t) const
+    {
+        for (int p = 0; p < mp_cu_mid_passes(t, &h); p++) {
+            int64_t col, off, r0, step;
+            if (!mp_cu_mid_at(t, &h, b / h.tiles, b % h.tiles, p, &col, &off, &r0, &step))
+                r0 = h.len;
+            MpAcc g = mp_cu_softmax_grad_sum(dy, DYT, y, YT, off, h.len, h.inner, log_, r0, step);
+            float s = mp_acc_get(t.sum_lanes(g, (int)h.P));
+            mp_cu_softmax_grad_put(dx, DXT, dy, DYT, y, YT, off, h.len, h.inner, s, log_, r0, step);
+        }
+    }
+};
+
+template <int DXT, int DYT, int YT>
+static inline void mp_cu_softmax_grad_any(const char *name, void *dx, const void *dy, const void *y,
+                                          int64_t outer, int64_t len, int64_t inner, int log_)
+{
+    if (inner > 1) {
+        MpCuSoftmaxGradMid<DXT, DYT, YT> f = {dx, dy, y, mp_cu_mid(outer, len, inner), log_};
+        mp_cu_rows(name, outer * f.h.tiles, mp_cu_mid_threads(&f.h, len), f);
+        return;
+    }
+    MpCuSoftmaxGrad<DXT, DYT, YT> f = {dx, dy, y, len, inner, log_};
+    mp_cu_rows(name, outer * inner, mp_cu_row_threads(len), f);
+}
+
 template <int DXT, int DYT, int YT>
 static inline void mp_cu_softmax_grad(void *dx, const void *dy, const void *y, int64_t outer,
                                       int64_t len, int64_t inner)
 {
-    MpCuSoftmaxGrad<DXT, DYT, YT> f = {dx, dy, y, len, inner, 0};
-    mp_cu_rows("softmax_grad", outer * inner, mp_cu_row_threads(len), f);
+    mp_cu_softmax_grad_any<DXT, DYT, YT>("softmax_grad", dx, dy, y, outer, len, inner, 0);
 }
 
 template <int DXT, int DYT, int YT>
 static inline void mp_cu_log_softmax_grad(void *dx, const void *dy, const void *y, int64_t outer,
                                           int64_t len, int64_t inner)
 {
-    MpCuSoftmaxGrad<DXT, DYT, YT> f = {dx, dy, y, len, inner, 1};
-    mp_cu_rows("log_softmax_grad", outer * inner, mp_cu_row_threads(len), f);
+    mp_cu_softmax_grad_any<DXT, DYT, YT>("log_softmax_grad", dx, dy, y, outer, len, inner, 1);
 }
 
 /* ---- losses and metrics ------------------------------------------------------------ */

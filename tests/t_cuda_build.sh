@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # t_cuda_build.sh - the CUDA target builds with nvcc exactly as a user
 # builds it, and fails cleanly where there is no GPU (CI has none):
-#   1. every example and every tests/gradcheck model: `mpcc M.mp -o M.cu`,
+#   1. every example, every tests/gradcheck model and tests/cuda/emu_mid.mp
+#      (the middle-axis kernels no example uses): `mpcc M.mp -o M.cu`,
 #      then plain `nvcc M.cu` (only -Xptxas -v added) with no warning at
 #      all, and ptxas's report: no kernel with a stack frame, a spill or
 #      more than 128 registers; mnist_mlp also with `nvcc -O3 -arch=sm_90`;
@@ -11,7 +12,10 @@
 #      runtime/mp_cublas.h declares for itself equal the real headers';
 #      plain nvcc embeds PTX (nvcc 13: sm_75 code and compute_75 PTX);
 #      tests/cuda/half_check.cu: mp_half.h's f16 / bf16 conversions equal
-#      cuda_fp16.h / cuda_bf16.h's, all 65536 patterns (host side: no GPU);
+#      cuda_fp16.h / cuda_bf16.h's, all 65536 patterns (host side: no GPU),
+#      and a mutant of mp_half.h (bf16 ties away from zero) fails it;
+#      ptxas_ok (below) fails made-up reports of a spill, a stack, 129
+#      registers;
 #   3. the built mnist_mlp program: --help and usage errors need no GPU
 #      (exit 0 and 2); with data and no GPU it exits 1 with one line
 #      "error: no CUDA device: ..."; with a GPU it trains 3 steps instead.
@@ -67,11 +71,24 @@ ptxas_ok() {
          END { if (!n) { print "no ptxas report"; exit 1 }
                if (!bad) print n " kernels, at most " most " registers, no spill, no stack"; exit bad }' "$1"
 }
+# ptxas_ok itself fails a kernel with a spill, a stack frame or 129
+# registers (reports as ptxas -v writes them)
+fake_report() {   # fake_report "N bytes stack frame, ..." REGISTERS
+    printf "ptxas info    : Compiling entry function '_Z1kv' for 'sm_75'\n    %s\nptxas info    : Used %s registers, 352 bytes cmem[0]\n" "$1" "$2" >"$tmp/fake.log"
+}
+for r in "0 bytes stack frame, 8 bytes spill stores, 8 bytes spill loads/40" \
+         "16 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads/40" \
+         "0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads/129"; do
+    fake_report "${r%/*}" "${r##*/}"
+    ptxas_ok "$tmp/fake.log" >/dev/null && bad "ptxas_ok passes a kernel with ${r%/*} and ${r##*/} registers"
+done
+fake_report "0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads" 128
+ptxas_ok "$tmp/fake.log" >/dev/null || bad "ptxas_ok fails a kernel without spill or stack, 128 registers"
 export -f build ptxas_ok
 export MPCC NVCC tmp
 start=$(date +%s)
 {
-    for f in examples/*.mp tests/gradcheck/*.mp; do
+    for f in examples/*.mp tests/gradcheck/*.mp tests/cuda/emu_mid.mp; do
         echo "$f $(basename "$f" .mp) -Xptxas -v"
     done
     echo "examples/mnist_mlp.mp mnist_mlp_sm90 -O3 -arch=sm_90 -Xptxas -v"
@@ -120,6 +137,17 @@ if "$NVCC" -Iruntime tests/cuda/half_check.cu -o "$tmp/half_check" >"$tmp/half.l
     "$tmp/half_check" || bad "runtime/mp_half.h rounds differently from cuda_fp16.h / cuda_bf16.h"
 else
     bad "tests/cuda/half_check.cu does not build:"; head -n 20 "$tmp/half.log"
+fi
+# ... and it fails a mp_half.h whose bf16 rounding breaks ties away from zero
+mkdir -p "$tmp/mut"
+sed 's/(x + 0x7fffu + ((x >> 16) \& 1u)) >> 16/(x + 0x8000u) >> 16/' runtime/mp_half.h >"$tmp/mut/mp_half.h"
+if cmp -s runtime/mp_half.h "$tmp/mut/mp_half.h"; then
+    bad "the mp_half.h mutant did not apply"
+elif "$NVCC" -I"$tmp/mut" -Iruntime tests/cuda/half_check.cu -o "$tmp/half_mut" >"$tmp/half_mut.log" 2>&1 &&
+        ! "$tmp/half_mut" >/dev/null; then
+    echo "ok   half_check catches a mp_half.h mutant (bf16 ties away from zero)"
+else
+    bad "half_check misses a mp_half.h mutant (bf16 ties away from zero)"
 fi
 
 # ---- 3. the program without (or with) a GPU --------------------------------

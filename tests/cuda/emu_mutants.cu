@@ -213,17 +213,42 @@ static int acc_ops(void)
                (long long)N, (long long)C, (long long)S, (long long)c, err, tol);
         ok &= err <= tol;
     }
-    /* sum: chunks of MP_CHUNK summed in plain f32 first, as the C program's
-     * mp_sum_n: their rounding (512 * 2^-24 of each chunk's magnitudes at
-     * most) comes on top */
+    /* sum over the last axis: slices of a block each, every value added to
+     * a compensated sum (mp_cu_run_sums), so the channel sums' tolerance */
     double ref = 0, abs_ = 0;
     for (int64_t i = 0; i < N * C * S; i++) {
         ref += acc_x[(size_t)i];
         abs_ += fabs((double)acc_x[(size_t)i]);
     }
-    double err = fabs(whole - ref), tol = 2.0 * 0x1p-24 * fabs(ref) + MP_CHUNK * 0x1p-24 * abs_;
+    double err = fabs(whole - ref), tol = 2.0 * 0x1p-24 * fabs(ref) + 0x1p-40 * abs_;
     printf("     sum over %lld: error %.3g, tolerance %.3g\n", (long long)(N * C * S), err, tol);
     return ok && err <= tol;
+}
+
+/* A middle axis: x as [2, len, inner] summed over len (tiles of columns,
+ * lanes of one column inner apart for inner < 32, 64 row slices joined),
+ * each output against its exact sum, the channel sums' tolerance. */
+static int acc_mid(int64_t inner)
+{
+    const int64_t outer = 2, len = ACC_N / (outer * inner);
+    float *x = acc_dev(), *y = dev(outer * inner);
+    mp_cu_sum<MP_F32, MP_F32>(y, x, outer, len, inner);
+    std::vector<float> h = back(y, outer * inner);
+    double worst = 0;
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t c = 0; c < inner; c++) {
+            double ref = 0, abs_ = 0;
+            for (int64_t l = 0; l < len; l++) {
+                double v = acc_x[(size_t)((o * len + l) * inner + c)];
+                ref += v;
+                abs_ += fabs(v);
+            }
+            double err = fabs(h[(size_t)(o * inner + c)] - ref), tol = 2.0 * 0x1p-24 * fabs(ref) + 0x1p-40 * abs_;
+            worst = err / tol > worst ? err / tol : worst;
+        }
+    printf("     sum over axis 1 of [%lld, %lld, %lld]: worst error %.2f of its tolerance\n", (long long)outer,
+           (long long)len, (long long)inner, worst);
+    return worst <= 1.0;
 }
 
 /* ---- each: an item that reads another item's result ----------------------------- */
@@ -329,8 +354,9 @@ int main(void)
     check(acc_tree(0), "sums: the GPU's tree of compensated shares is within tolerance");
     check(!acc_tree(1), "sums: a tree join that drops the corrections is caught");
     check(acc_ops(), "sums: channel_sum read down columns (two levels) and sum, against exact sums");
+    check(acc_mid(3) && acc_mid(40), "sums: a middle axis read in tiles of columns, against exact sums");
     serial(1);
-    check(acc_ops(), "sums: the same with one thread per block (the serial stand-in)");
+    check(acc_ops() && acc_mid(3) && acc_mid(40), "sums: the same with one thread per block (the serial stand-in)");
     serial(0);
 
     serial(1);

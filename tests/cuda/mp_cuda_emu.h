@@ -454,9 +454,11 @@ struct MpEmuBlock {
     std::vector<float> f;
     std::vector<int64_t> a;
     std::vector<float> as, ac;     /* a compensated sum (MpAcc's s, c) per thread */
-    int width;                     /* team.sum_cols: lanes per group */
+    int width;                     /* team.sum_cols: lanes per group; sum_lanes,
+                                      max_lanes: the period */
     void (*combine)(MpEmuBlock *);
     float rf, rs[32], rc[32];      /* MpAcc results: [0] a sum's, [lane] sum_cols' */
+    float rm[32];                  /* max_lanes' result per lane */
     int64_t ra;
     std::vector<float> shm;        /* the block's shared memory (MP_CU_SHARED_F32) */
 };
