@@ -458,7 +458,7 @@ param_mutant() {   # param_mutant BASE NAME SED WHAT
     if msg=$(params "$2" 2>&1); then
         bad "mutant $2 ($4) not caught: $msg"
     else
-        echo "ok   mutant $2 ($4) caught: $msg"
+        echo "ok   mutant $2 ($4) caught: ${msg:-the mutated program did not finish its run}"
     fi
 }
 if [ -x "$tmp/emu_columns_f32.emu" ]; then
