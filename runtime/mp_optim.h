@@ -340,22 +340,6 @@ static inline double mp_unscale_sumsq(float *g, int64_t n, float inv)
     return s;
 }
 
-/* mp_unscale_sumsq's sum without writing g back (mp_optim_span scales
- * as it reads): the same products, added in the same order. */
-static inline double mp_sumsq_scaled(const float *g, int64_t n, float inv)
-{
-    double s = 0;
-    if (inv != 1.0f)
-        for (int64_t i = 0; i < n; i++) {
-            float u = g[i] * inv;
-            s += (double)u * u;
-        }
-    else
-        for (int64_t i = 0; i < n; i++)
-            s += (double)g[i] * g[i];
-    return s;
-}
-
 /* The factor clip_grad_norm_ multiplies the gradients by; 1: none. */
 static inline MP_HD float mp_clip_coef(double norm, double max_norm)
 {

@@ -2,12 +2,16 @@
  * loop, evaluation, logs and exit codes (TRAINER.md is the contract).
  *
  * One optimizer step k (1-based):
- *   grads = 0; cast_params(); for each of `accumulate` micro-batches: fill
+ *   grads = 0; cast_params() (both skipped when the previous step's
+ *   optimizer pass did them); for each of `accumulate` micro-batches: fill
  *   the batch buffers, forward (training, seed_grad = S / accumulate),
  *   backward (adds S-scaled gradients); loss = mean of the micro losses.
- *   Then one pass over the flat gradient buffer multiplies by 1/S and sums
- *   squares (mp_optim.h); a non-finite sum skips the step (loss scale
- *   state machine), otherwise: clip, lr = mp_sched_lr(k), optimizer update.
+ *   Then one read of the flat gradient buffer sums the squares of g * 1/S
+ *   (mp_optim.h); a non-finite sum skips the step (loss scale state
+ *   machine), otherwise lr = mp_sched_lr(k) and one pass over the flat
+ *   buffers, split across threads in fixed chunks (mp_optim_pass), takes
+ *   each gradient * 1/S * clipping's factor, updates the f32 value, writes
+ *   its lowp working copy (MpParam.work) and zeroes the gradient.
  *   Skipped steps count as steps (they use data and a step number).
  * A run that keeps skipping at the lowest scale (S = 1, or a static scale)
  * for MP_COLLAPSE_STEPS steps in a row stops: the step is replayed with
@@ -526,6 +530,37 @@ static inline void mp_optim_pass(MpTrainer *t, const MpOptK *k, float inv, float
     t->work_fresh = mp_work_known(t->m);
 }
 
+/* The sum of squares of the unscaled gradients (g * inv) of the flat
+ * buffer, in double, in a fixed order whatever the number of threads:
+ * each chunk of MP_OPT_CHUNK elements summed on its own (four interleaved
+ * partial sums, for speed), the chunks' sums added in chunk order. Finite
+ * exactly when every gradient is (as mp_unscale_sumsq). */
+static inline double mp_grad_sumsq(const MpTrainer *t, float inv)
+{
+    int64_t nchunks = (t->total + MP_OPT_CHUNK - 1) / MP_OPT_CHUNK;
+    double *part = (double *)mp_kalloc((size_t)nchunks * sizeof(double)), s = 0;
+    MP_OMP(parallel for schedule(static) if (t->total > MP_OPT_PAR_MIN))
+    for (int64_t c = 0; c < nchunks; c++) {
+        const float *g = t->grads + c * MP_OPT_CHUNK;
+        int64_t n = mp_min64(t->total - c * MP_OPT_CHUNK, MP_OPT_CHUNK), i = 0;
+        double a[4] = {0, 0, 0, 0};
+        for (; i + 4 <= n; i += 4)
+            for (int j = 0; j < 4; j++) {
+                float u = g[i + j] * inv;
+                a[j] += (double)u * u;
+            }
+        for (; i < n; i++) {
+            float u = g[i] * inv;
+            a[0] += (double)u * u;
+        }
+        part[c] = (a[0] + a[1]) + (a[2] + a[3]);
+    }
+    for (int64_t c = 0; c < nchunks; c++)
+        s += part[c];
+    free(part);
+    return s;
+}
+
 /* need: *out is read after this step (a device step waits for it then). */
 static inline int mp_step(MpTrainer *t, int64_t k, int check, int need, MpStepOut *out, MpErr *e)
 {
@@ -545,7 +580,7 @@ static inline int mp_step(MpTrainer *t, int64_t k, int check, int need, MpStepOu
         return 1;
     out->loss_total = t->loss_total += (double)out->loss;
     float inv = (float)(1.0 / out->scale);
-    double ss = mp_sumsq_scaled(t->grads, t->total, inv);
+    double ss = mp_grad_sumsq(t, inv);
     out->grad_norm = sqrt(ss);
     int at_floor = mp_scaler_at_floor(&t->ls);
     out->taken = mp_scaler_update(&t->ls, isfinite(ss));
