@@ -375,7 +375,7 @@ void emit_descriptors(Emit *e)
     em(e, "};\n\nstatic MpParam mp_params[%d] = {\n", g->nparams ? g->nparams : 1);
     for (int i = 0; i < g->nparams; i++) {
         const IrParam *p = &g->params[i];
-        em(e, "    {\"%s\", %d, %s, %lld, %d, %.17g, %.17g, %lld, %lld, %d, NULL, NULL, %d},\n",
+        em(e, "    {\"%s\", %d, %s, %lld, %d, %.17g, %.17g, %lld, %lld, %d, NULL, NULL, %d, NULL, 0},\n",
            p->name, p->shape.rank, dims_init(e, &p->shape), (long long)shape_numel(&p->shape),
            (int)p->init, p->a, p->b, (long long)p->fan_in, (long long)p->fan_out,
            p->trainable && p->grad ? 1 : 0, p->no_decay ? 1 : 0);

@@ -62,6 +62,8 @@ typedef struct MpTrainer {
     double loss_total;          /* sum of the step losses of this run (host) */
     double *micro_loss;         /* the step's N x A micro-batch losses (mp_dist.h) */
     int64_t ckpt_ranks;         /* --resume: the processes of the run that wrote it */
+    int grads_zero;             /* the optimizer pass left every gradient 0 */
+    int work_fresh;             /* ... and wrote every working copy (mp_optim_pass) */
 } MpTrainer;
 
 static inline const char *mp_opt_name(int opt)

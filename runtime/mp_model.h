@@ -85,7 +85,16 @@ typedef struct MpParam {
     float *grad;                /* f32 gradient, NULL when not trainable */
     int no_decay;               /* 1: weight decay 0 for this parameter (the
                                    optimizer's no_decay; a torch parameter group) */
+    /* Its lowp working copy, as the model's setup() registers it (the C
+     * target): work_dt MP_F16 / MP_BF16, the copy at `work`, which the
+     * trainer's optimizer pass rewrites as it updates the value; MP_F32: no
+     * copy; MP_WORK_OTHER: several, only cast_params() writes them; 0 (not
+     * registered, e.g. the CUDA program): unknown, cast_params() does. */
+    void *work;
+    int work_dt;
 } MpParam;
+
+#define MP_WORK_OTHER (-1)
 
 typedef struct MpTrainCfg {
     int opt;                    /* MP_OPT_* */

@@ -56,6 +56,7 @@
 #include <string.h>
 #include "mp_model.h"
 #include "mp_half.h"
+#include "mp_vmath.h"
 
 #define MP_PI 3.14159265358979323846
 
@@ -155,11 +156,12 @@ static inline MP_HD MpOptK mp_optk_no_decay(MpOptK k)
 /* Adam's moments and step for one element; d is the gradient (with the
  * L2 decay added). A macro, so that it inlines into the loops below
  * whatever their optimisation attributes. */
-#define MP_ADAM_MVP(p, d, m, v, k)                                             \
+#define MP_ADAM_MVP(p, d, m, v, k) MP_ADAM_MVP_S(p, d, m, v, k, sqrtf)
+#define MP_ADAM_MVP_S(p, d, m, v, k, SQRT)                                     \
     do {                                                                       \
         (m) = (m) * (k).fb1 + (k).c1 * (d);                                    \
         (v) = (v) * (k).fb2 + (k).c2 * ((d) * (d));                            \
-        (p) += (k).step * ((m) / (sqrtf(v) / (k).bc2 + (k).eps));              \
+        (p) += (k).step * ((m) / (SQRT(v) / (k).bc2 + (k).eps));               \
     } while (0)
 
 /* Adam / AdamW on one element (the CUDA program's optimizer kernel). */
@@ -196,6 +198,62 @@ MP_NO_ERRNO static inline void mp_adam_loop(float *MP_RESTRICT p, const float *M
     }
 }
 
+#ifdef MP_X86
+/* mp_adam_loop on 8 floats at a time, for the step's pass. GCC does not
+ * vectorise sqrtf while it may set errno (-fmath-errno, the default; the
+ * optimize attribute does not lift it), so the same expressions are
+ * written on GCC vectors with the AVX sqrt, which rounds as sqrtf does.
+ * The compiler contracts a*b + c into an FMA here exactly where it does
+ * in the scalar loop, so FMA is in the target only when the whole program
+ * is built with it (-march=native...): the results are the scalar loop's,
+ * bit for bit, whatever the flags (test_optim, t_optim_pass). */
+#ifdef __FMA__
+#define MP_OPT_AVX2 __attribute__((target("avx2,fma")))
+#else
+#define MP_OPT_AVX2 __attribute__((target("avx2")))
+#endif
+typedef float MpV8 __attribute__((vector_size(32)));
+#define MP_V8_SQRT(x) ((MpV8)_mm256_sqrt_ps((__m256)(x)))
+
+MP_OPT_AVX2 static inline void mp_adam_loop_avx2(float *p, const float *g, float *m, float *v,
+                                                 int64_t n, MpOptK k)
+{
+    int64_t i = 0;
+    if (k.decoupled) {     /* a loop of its own, as in mp_adam_loop: not contracted */
+        for (int64_t j = 0; j < n; j++)
+            p[j] *= k.shrink;
+        k.decoupled = 0;
+    }
+    for (; i + 8 <= n; i += 8) {
+        MpV8 P, d, M, V;
+        memcpy(&P, p + i, sizeof P);
+        memcpy(&d, g + i, sizeof d);
+        memcpy(&M, m + i, sizeof M);
+        memcpy(&V, v + i, sizeof V);
+        if (k.l2)
+            d = d + k.wd * P;
+        MP_ADAM_MVP_S(P, d, M, V, k, MP_V8_SQRT);
+        memcpy(p + i, &P, sizeof P);
+        memcpy(m + i, &M, sizeof M);
+        memcpy(v + i, &V, sizeof V);
+    }
+    mp_adam_loop(p + i, g + i, m + i, v + i, n - i, k);
+}
+#endif
+
+/* Adam / AdamW on n values (the step's pass): AVX2 where the CPU has it. */
+static inline void mp_adam_fast(float *p, const float *g, float *m, float *v, int64_t n,
+                                const MpOptK *k)
+{
+#ifdef MP_X86
+    if (mp_cpu_level() >= MP_CPU_AVX2) {
+        mp_adam_loop_avx2(p, g, m, v, n, *k);
+        return;
+    }
+#endif
+    mp_adam_loop(p, g, m, v, n, *k);
+}
+
 static inline void mp_adam_update(float *p, const float *g, float *m, float *v,
                                   int64_t n, double lr, const MpTrainCfg *c,
                                   int64_t t, int decoupled)
@@ -217,16 +275,50 @@ static inline int mp_optim_slots(const MpTrainCfg *c, const char **names)
 
 /* One optimizer update of one parameter; slot[] as named by mp_optim_slots;
  * no_decay: the parameter's MpParam.no_decay. */
+/* The factors of update t (1-based) at rate lr, for c's optimizer. */
+static inline MpOptK mp_optim_k(const MpTrainCfg *c, double lr, int64_t t)
+{
+    return c->opt == MP_OPT_SGD ? mp_sgd_k(c, lr) : mp_adam_k(c, lr, t, c->opt == MP_OPT_ADAMW);
+}
+
 static inline void mp_optim_update(const MpTrainCfg *c, int no_decay, float *p, const float *g,
                                    float *const *slot, int64_t n, double lr, int64_t t)
 {
-    MpOptK k = c->opt == MP_OPT_SGD ? mp_sgd_k(c, lr) : mp_adam_k(c, lr, t, c->opt == MP_OPT_ADAMW);
+    MpOptK k = mp_optim_k(c, lr, t);
     if (no_decay)
         k = mp_optk_no_decay(k);
     if (c->opt == MP_OPT_SGD)
         mp_sgd_loop(p, g, c->momentum != 0 ? slot[0] : (float *)0, n, &k);
     else
         mp_adam_loop(p, g, slot[0], slot[1], n, k);
+}
+
+/* Elements the step's optimizer pass updates at a time (mp_optim_span). */
+#define MP_OPT_TILE 256
+
+/* The update of n values of one parameter from gradients that are still
+ * loss-scaled: each gradient is multiplied by inv (1/S) and then by coef
+ * (clipping), each product rounded to f32 as when mp_unscale_sumsq and
+ * mp_clip write them back, then k's update (no_decay already applied to k).
+ * The same values as those two passes and mp_optim_update, in one pass over
+ * memory; g is left as it was. s1 is NULL for SGD, s0 too without momentum. */
+MP_NO_ERRNO static inline void mp_optim_span(const MpOptK *k, float *MP_RESTRICT p,
+                                             const float *MP_RESTRICT g, float *s0,
+                                             float *s1, int64_t n, float inv, float coef)
+{
+    for (int64_t c = 0; c < n; c += MP_OPT_TILE) {
+        float u[MP_OPT_TILE];
+        int64_t m = n - c < MP_OPT_TILE ? n - c : MP_OPT_TILE;
+        for (int64_t i = 0; i < m; i++)
+            u[i] = inv != 1.0f ? g[c + i] * inv : g[c + i];
+        if (coef != 1.0f)
+            for (int64_t i = 0; i < m; i++)
+                u[i] *= coef;
+        if (k->adam)
+            mp_adam_fast(p + c, u, s0 + c, s1 + c, m, k);
+        else
+            mp_sgd_loop(p + c, u, s0 ? s0 + c : (float *)0, m, k);
+    }
 }
 
 /* ---- gradients: unscale + finite check + norm, clipping -------------- */

@@ -2,12 +2,16 @@
  * loop, evaluation, logs and exit codes (TRAINER.md is the contract).
  *
  * One optimizer step k (1-based):
- *   grads = 0; cast_params(); for each of `accumulate` micro-batches: fill
+ *   grads = 0; cast_params() (both skipped when the previous step's
+ *   optimizer pass did them); for each of `accumulate` micro-batches: fill
  *   the batch buffers, forward (training, seed_grad = S / accumulate),
  *   backward (adds S-scaled gradients); loss = mean of the micro losses.
- *   Then one pass over the flat gradient buffer multiplies by 1/S and sums
- *   squares (mp_optim.h); a non-finite sum skips the step (loss scale
- *   state machine), otherwise: clip, lr = mp_sched_lr(k), optimizer update.
+ *   Then one read of the flat gradient buffer sums the squares of g * 1/S
+ *   (mp_optim.h); a non-finite sum skips the step (loss scale state
+ *   machine), otherwise lr = mp_sched_lr(k) and one pass over the flat
+ *   buffers, split across threads in fixed chunks (mp_optim_pass), takes
+ *   each gradient * 1/S * clipping's factor, updates the f32 value, writes
+ *   its lowp working copy (MpParam.work) and zeroes the gradient.
  *   Skipped steps count as steps (they use data and a step number).
  * A run that keeps skipping at the lowest scale (S = 1, or a static scale)
  * for MP_COLLAPSE_STEPS steps in a row stops: the step is replayed with
@@ -63,6 +67,7 @@
 #include "mp_model.h"
 #include "mp_util.h"
 #include "mp_dist.h"
+#include "mp_kernels.h"
 #include "mp_optim.h"
 #include "mp_data.h"
 #include "mp_ckpt.h"
@@ -393,8 +398,11 @@ static inline int mp_micro_batches(MpTrainer *t, int64_t k, float scale, int che
     MpModel *m = t->m;
     int64_t acc = t->cfg.accumulate * mp_dist.size;
     memset(t->micro_loss, 0, (size_t)acc * sizeof(double));
-    memset(t->grads, 0, (size_t)t->total * sizeof(float));
-    m->cast_params();
+    if (!t->grads_zero)
+        memset(t->grads, 0, (size_t)t->total * sizeof(float));
+    if (!t->work_fresh)
+        m->cast_params();
+    t->grads_zero = t->work_fresh = 0;
     for (int64_t u = 0; u < acc; u++) {
         int64_t *idx = t->step_idx + u * m->batch;
         if (!replay)
@@ -456,6 +464,103 @@ static inline int mp_collapse(MpTrainer *t, int64_t k, MpErr *e)
                    found ? run.bad_where : "-");
 }
 
+/* ---- the optimizer pass ------------------------------------------------------ */
+
+/* The flat buffers are updated in chunks of this many elements: a fixed
+ * split, so that which thread takes which chunk changes nothing (every
+ * element's update is its own). Below MP_OPT_PAR_MIN elements in all, one
+ * thread does it: a parallel region costs more than such an update. */
+#define MP_OPT_CHUNK 8192
+#define MP_OPT_PAR_MIN (1 << 15)
+
+/* 1 when every parameter's working copy is registered (MpParam.work_dt),
+ * so that the optimizer pass can write them all. */
+static inline int mp_work_known(const MpModel *m)
+{
+    for (int i = 0; i < m->nparams; i++)
+        if (m->params[i].work_dt != MP_F32 && m->params[i].work_dt != MP_F16
+            && m->params[i].work_dt != MP_BF16)
+            return 0;
+    return 1;
+}
+
+/* Elements [lo, hi) of the flat buffers: the update of each trainable
+ * parameter's part of them (mp_optim_span: unscale, clip, update), the
+ * new value's working copy, and the gradients zeroed for the next step. */
+static inline void mp_optim_chunk(MpTrainer *t, const MpOptK *k, int64_t lo, int64_t hi,
+                                  float inv, float coef)
+{
+    const MpModel *m = t->m;
+    int a = 0, b = m->nparams;           /* a: the first parameter ending after lo */
+    while (a < b) {
+        int mid = (a + b) / 2;
+        if (t->offset[mid] + m->params[mid].numel <= lo)
+            a = mid + 1;
+        else
+            b = mid;
+    }
+    for (int i = a; i < m->nparams && t->offset[i] < hi; i++) {
+        const MpParam *q = &m->params[i];
+        int64_t s = lo > t->offset[i] ? lo : t->offset[i];
+        int64_t end = mp_min64(hi, t->offset[i] + q->numel);
+        if (s >= end)
+            continue;
+        if (q->trainable) {
+            MpOptK kq = q->no_decay ? mp_optk_no_decay(*k) : *k;
+            mp_optim_span(&kq, t->params + s, t->grads + s, t->slot[0] ? t->slot[0] + s : NULL,
+                          t->slot[1] ? t->slot[1] + s : NULL, end - s, inv, coef);
+        }
+        if (q->work_dt == MP_F16 || q->work_dt == MP_BF16)
+            mp_st_n(q->work, q->work_dt, s - t->offset[i], 1, end - s, t->params + s);
+    }
+    memset(t->grads + lo, 0, (size_t)(hi - lo) * sizeof(float));
+}
+
+/* The step's update of every parameter in one pass over the flat buffers
+ * (gradients still scaled by 1/inv; coef: clipping's factor, 1 for none),
+ * in one parallel region. Leaves the gradients 0 and, when the model
+ * registered them, the working copies written: the next step skips both. */
+static inline void mp_optim_pass(MpTrainer *t, const MpOptK *k, float inv, float coef)
+{
+    int64_t nchunks = (t->total + MP_OPT_CHUNK - 1) / MP_OPT_CHUNK;
+    MP_OMP(parallel for schedule(static) if (t->total > MP_OPT_PAR_MIN))
+    for (int64_t c = 0; c < nchunks; c++)
+        mp_optim_chunk(t, k, c * MP_OPT_CHUNK, mp_min64(t->total, (c + 1) * MP_OPT_CHUNK), inv, coef);
+    t->grads_zero = 1;
+    t->work_fresh = mp_work_known(t->m);
+}
+
+/* The sum of squares of the unscaled gradients (g * inv) of the flat
+ * buffer, in double, in a fixed order whatever the number of threads:
+ * each chunk of MP_OPT_CHUNK elements summed on its own (four interleaved
+ * partial sums, for speed), the chunks' sums added in chunk order. Finite
+ * exactly when every gradient is (as mp_unscale_sumsq). */
+static inline double mp_grad_sumsq(const MpTrainer *t, float inv)
+{
+    int64_t nchunks = (t->total + MP_OPT_CHUNK - 1) / MP_OPT_CHUNK;
+    double *part = (double *)mp_kalloc((size_t)nchunks * sizeof(double)), s = 0;
+    MP_OMP(parallel for schedule(static) if (t->total > MP_OPT_PAR_MIN))
+    for (int64_t c = 0; c < nchunks; c++) {
+        const float *g = t->grads + c * MP_OPT_CHUNK;
+        int64_t n = mp_min64(t->total - c * MP_OPT_CHUNK, MP_OPT_CHUNK), i = 0;
+        double a[4] = {0, 0, 0, 0};
+        for (; i + 4 <= n; i += 4)
+            for (int j = 0; j < 4; j++) {
+                float u = g[i + j] * inv;
+                a[j] += (double)u * u;
+            }
+        for (; i < n; i++) {
+            float u = g[i] * inv;
+            a[0] += (double)u * u;
+        }
+        part[c] = (a[0] + a[1]) + (a[2] + a[3]);
+    }
+    for (int64_t c = 0; c < nchunks; c++)
+        s += part[c];
+    free(part);
+    return s;
+}
+
 /* need: *out is read after this step (a device step waits for it then). */
 static inline int mp_step(MpTrainer *t, int64_t k, int check, int need, MpStepOut *out, MpErr *e)
 {
@@ -474,7 +579,8 @@ static inline int mp_step(MpTrainer *t, int64_t k, int check, int need, MpStepOu
     if (mp_loss_stop(t, k, k, out->loss, e))
         return 1;
     out->loss_total = t->loss_total += (double)out->loss;
-    double ss = mp_unscale_sumsq(t->grads, t->total, (float)(1.0 / out->scale));
+    float inv = (float)(1.0 / out->scale);
+    double ss = mp_grad_sumsq(t, inv);
     out->grad_norm = sqrt(ss);
     int at_floor = mp_scaler_at_floor(&t->ls);
     out->taken = mp_scaler_update(&t->ls, isfinite(ss));
@@ -484,19 +590,9 @@ static inline int mp_step(MpTrainer *t, int64_t k, int check, int need, MpStepOu
         return t->floor_skips >= MP_COLLAPSE_STEPS ? mp_collapse(t, k, e) : 0;
     }
     t->floor_skips = 0;
-    if (t->cfg.clip > 0)
-        mp_clip(t->grads, t->total, out->grad_norm, t->cfg.clip);
     t->updates++;
-    for (int i = 0; i < m->nparams; i++) {
-        float *slot[2];
-        int64_t off = t->offset[i];
-        if (!m->params[i].trainable)
-            continue;
-        slot[0] = t->slot[0] ? t->slot[0] + off : NULL;
-        slot[1] = t->slot[1] ? t->slot[1] + off : NULL;
-        mp_optim_update(&t->cfg, m->params[i].no_decay, t->params + off, t->grads + off, slot,
-                        m->params[i].numel, out->lr, t->updates);
-    }
+    MpOptK ok = mp_optim_k(&t->cfg, out->lr, t->updates);
+    mp_optim_pass(t, &ok, inv, t->cfg.clip > 0 ? mp_clip_coef(out->grad_norm, t->cfg.clip) : 1.0f);
     return 0;
 }
 

@@ -304,6 +304,52 @@ static void test_unscale_and_clip(void **st)
     assert_true(isfinite(mp_unscale_sumsq(big, 2, 1.0f)));
 }
 
+/* mp_optim_span (the step's one pass: unscale, clip and update as it
+ * reads) against the passes it replaces, bit for bit: mp_unscale_sumsq
+ * writing g * 1/S back, mp_clip, then mp_optim_update; for every optimizer,
+ * with and without decay, over more than one tile (MP_OPT_TILE) and a
+ * ragged end. */
+static void test_span_matches_passes(void **st)
+{
+    (void)st;
+    enum { N = 2 * MP_OPT_TILE + 37 };
+    static const int opts[] = {MP_OPT_SGD, MP_OPT_SGD, MP_OPT_SGD, MP_OPT_ADAM, MP_OPT_ADAMW};
+    static const double moms[] = {0, 0.9, 0.9, 0, 0};
+    for (int o = 0; o < 5; o++)
+        for (int nd = 0; nd < 2; nd++) {
+            MpTrainCfg c = cfg_of(opts[o], 0.01);
+            c.momentum = moms[o];
+            c.nesterov = o == 2;
+            c.weight_decay = 0.1;
+            float p0[N], g0[N], a0[N], b0[N], p1[N], a1[N], b1[N], g1[N];
+            for (int i = 0; i < N; i++) {
+                p0[i] = p1[i] = sinf((float)i) * 0.5f;
+                g0[i] = g1[i] = cosf((float)i * 0.7f) * 1024.0f;
+                a0[i] = a1[i] = 0.01f * (float)(i % 7);
+                b0[i] = b1[i] = 0.001f * (float)(i % 5);
+            }
+            float inv = 1.0f / 1024.0f;
+            double norm = sqrt(mp_unscale_sumsq(g0, N, inv));
+            float coef = mp_clip_coef(norm, 0.5);
+            assert_true(coef < 1.0f);
+            mp_clip(g0, N, norm, 0.5);
+            float *slot0[2] = {a0, b0};
+            for (int t = 1; t <= 3; t++)
+                mp_optim_update(&c, nd, p0, g0, slot0, N, 0.01, t);
+            for (int t = 1; t <= 3; t++) {
+                MpOptK k = mp_optim_k(&c, 0.01, t);
+                if (nd)
+                    k = mp_optk_no_decay(k);
+                int sgd = c.opt == MP_OPT_SGD;
+                mp_optim_span(&k, p1, g1, sgd && c.momentum == 0 ? NULL : a1, sgd ? NULL : b1, N,
+                              inv, coef);
+            }
+            assert_memory_equal(p0, p1, sizeof p0);
+            assert_memory_equal(a0, a1, sizeof a0);
+            assert_memory_equal(b0, b1, sizeof b0);
+        }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -321,6 +367,7 @@ int main(void)
         cmocka_unit_test(test_scaler_dynamic),
         cmocka_unit_test(test_scaler_static_none),
         cmocka_unit_test(test_unscale_and_clip),
+        cmocka_unit_test(test_span_matches_passes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
