@@ -19,6 +19,10 @@ typedef void EmitAfterFn(Emit *e, const IrNode *n);
 /* n is the last node of its group: writes the group. */
 void emit_fused_c(Emit *e, const IrNode *n, EmitAfterFn *after);
 void emit_fused_cuda(Emit *e, const IrNode *n, EmitAfterFn *after);
+/* The epilogue functions (MpGemm.epi) of the C program's product groups. */
+void emit_fused_c_epilogues(Emit *e);
+/* The MpGemm of product n (fuse_is_product) storing into y, as C text. */
+const char *emit_c_gemm_of(Emit *e, const IrNode *n, const IrNode *y);
 /* The functors of every group of the CUDA program. */
 void emit_fused_cuda_functors(Emit *e);
 

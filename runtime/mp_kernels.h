@@ -448,9 +448,9 @@ static inline void mp_st_n(void *p, int dt, int64_t off, int64_t stride,
     }
 }
 
-/* Store src[0..n) to p[off..] applying beta: p = src + beta * p. */
-static inline void mp_st_beta(void *p, int dt, int64_t off, int64_t n,
-                              float *src, float beta)
+/* src[0..n) += beta * p[off..] (nothing when beta is 0). */
+static inline void mp_add_beta(const void *p, int dt, int64_t off, int64_t n,
+                               float *src, float beta)
 {
     if (beta != 0.0f) {
         for (int64_t c = 0; c < n; c += MP_CHUNK) {
@@ -460,6 +460,13 @@ static inline void mp_st_beta(void *p, int dt, int64_t off, int64_t n,
             for (int64_t i = 0; i < m; i++) src[c + i] += beta * t[i];
         }
     }
+}
+
+/* Store src[0..n) to p[off..] applying beta: p = src + beta * p. */
+static inline void mp_st_beta(void *p, int dt, int64_t off, int64_t n,
+                              float *src, float beta)
+{
+    mp_add_beta(p, dt, off, n, src, beta);
     mp_st_n(p, dt, off, 1, n, src);
 }
 
