@@ -77,20 +77,21 @@ static const char *in_type(const IrNode *v) { return v->op == OP_CONST ? "MP_F32
 
 /* The member's value, rounded as its unfused kernel's store rounds it;
  * in(k) names input k: a member's temporary or an external input. */
+/* Input v of a member: t<j> (a member), x<q> (an external array), s<q>
+ * (a single element); elem indexes an array. */
+static const char *in_name(Emit *e, const Group *gr, const IrNode *v, const char *elem)
+{
+    int q = ext_index(gr, v);
+    if (q < 0)
+        return arena_printf(e->a, "t%d%s", member_index(gr, v), elem);
+    return arena_printf(e->a, "%c%d%s", is_scalar(gr, v) ? 's' : 'x', q, is_scalar(gr, v) ? "" : elem);
+}
+
 static const char *member_expr(Emit *e, const Group *gr, const IrNode *n, const char *elem, bool fence)
 {
-    if (n == gr->head)          /* the GEMM's f32 result, rounded as its store rounds it */
-        return n->type == DT_F32 ? arena_printf(e->a, "v[c_ + k_]")
-                                 : arena_printf(e->a, "mp_round(v[c_ + k_], %s)", mpdt(n->type));
     const char *in[2];
-    for (int k = 0; k < n->nin; k++) {
-        const IrNode *v = n->in[k];
-        int q = ext_index(gr, v);
-        if (q < 0)
-            in[k] = arena_printf(e->a, "t%d%s", member_index(gr, v), elem);
-        else
-            in[k] = arena_printf(e->a, "%c%d%s", is_scalar(gr, v) ? 's' : 'x', q, is_scalar(gr, v) ? "" : elem);
-    }
+    for (int k = 0; k < n->nin; k++)
+        in[k] = in_name(e, gr, n->in[k], elem);
     const char *x = fuse_expr(e->a, n, in);
     MP_ASSERT(x);
     if (n->type != DT_F32)
@@ -116,6 +117,49 @@ static void stored_after(Emit *e, const Group *gr, EmitAfterFn *after)
 
 /* ---- C: one chunked loop ------------------------------------------------- */
 
+/* The chunk function the unfused kernel runs for n (mp_vmath.h: AVX2 where
+ * the CPU has it, bit-identical to the scalar function), or NULL. */
+static const char *vec_fn(const IrNode *n)
+{
+    switch (n->op) {
+    case OP_GELU: return n->ia[0] ? "mp_vgelu_tanh" : "mp_vgelu";
+    case OP_GELU_GRAD: return n->ia[0] ? "mp_vgelu_tanh_grad" : "mp_vgelu_grad";
+    case OP_TANH: return "mp_vtanh";
+    case OP_SIGMOID: return "mp_vsigmoid";
+    case OP_SILU: return "mp_vsilu";
+    case OP_SILU_GRAD: return "mp_vsilu_grad";
+    case OP_EXP: return "mp_vexp";
+    default: return NULL;
+    }
+}
+
+/* Member j over the chunk: t<j>[idx] for idx < m_, rounded to its type;
+ * through its chunk function when it has one and no single-element input. */
+static void c_member(Emit *e, const Group *gr, int j, const char *idx)
+{
+    const IrNode *m = gr->m[j];
+    const char *vf = vec_fn(m);
+    for (int k = 0; k < m->nin; k++)
+        if (ext_index(gr, m->in[k]) >= 0 && is_scalar(gr, m->in[k]))
+            vf = NULL;
+    em(e, "        float t%d[MP_CHUNK]; /* %s */\n", j, op_info[m->op].name);
+    if (m == gr->head)          /* the GEMM's f32 result, rounded as its store rounds it */
+        em(e, "        memcpy(t%d, v + c_, (size_t)m_ * sizeof *v);\n", j);
+    else if (vf) {
+        em(e, "        memcpy(t%d, %s, (size_t)m_ * sizeof *t%d);\n", j, in_name(e, gr, m->in[0], ""), j);
+        em(e, "        %s(t%d, %s%sm_);\n", vf, j, m->nin > 1 ? in_name(e, gr, m->in[1], "") : "",
+           m->nin > 1 ? ", " : "");
+    } else {
+        const char *in[2];
+        for (int k = 0; k < m->nin; k++)
+            in[k] = in_name(e, gr, m->in[k], arena_printf(e->a, "[%s]", idx));
+        em(e, "        for (int64_t %s = 0; %s < m_; %s++)\n            t%d[%s] = %s;\n", idx, idx, idx, j, idx,
+           fuse_expr(e->a, m, in));
+    }
+    if (m->type != DT_F32)
+        em(e, "        mp_round_n(t%d, %s, m_);\n", j, mpdt(m->type));
+}
+
 static void epilogue_call(Emit *e, const Group *gr, EmitAfterFn *after);
 
 void emit_fused_c(Emit *e, const IrNode *n, EmitAfterFn *after)
@@ -138,9 +182,7 @@ void emit_fused_c(Emit *e, const IrNode *n, EmitAfterFn *after)
                cname(e, gr.x[q]), in_type(gr.x[q]), q);
     for (int j = 0; j < gr.nm; j++) {
         const IrNode *m = gr.m[j];
-        em(e, "        float t%d[MP_CHUNK]; /* %s */\n", j, op_info[m->op].name);
-        em(e, "        for (int64_t i = 0; i < m_; i++)\n            t%d[i] = %s;\n", j,
-           member_expr(e, &gr, m, "[i]", false));
+        c_member(e, &gr, j, "i");
         if (!m->fused_internal)
             em(e, "        mp_st_n(%s, %s, c_, 1, m_, t%d);\n", cname(e, m), mpdt(m->type), j);
     }
@@ -184,16 +226,19 @@ static void epilogue_text(Emit *e, const IrNode *last)
         if (is_scalar(&gr, gr.x[q]))
             em(e, "    const float s%d = mp_ld(c->p%d, %s, 0);\n", q, q, in_type(gr.x[q]));
     em(e, "    for (int64_t c_ = 0; c_ < n; c_ += MP_CHUNK) {\n");
-    em(e, "        int64_t m_ = mp_min64(n - c_, MP_CHUNK), e_ = row * c->ldc + j0 + c_;\n");
+    bool at = false;            /* an array of the group is read or written at e_ */
+    for (int q = 0; q < gr.nx; q++)
+        at |= !is_scalar(&gr, gr.x[q]);
+    for (int j = 0; j < gr.nm; j++)
+        at |= !gr.m[j]->fused_internal && j != target;
+    em(e, "        int64_t m_ = mp_min64(n - c_, MP_CHUNK)%s;\n", at ? ", e_ = row * c->ldc + j0 + c_" : "");
     for (int q = 0; q < gr.nx; q++)
         if (!is_scalar(&gr, gr.x[q]))
             em(e, "        float x%d[MP_CHUNK];\n        mp_ld_n(c->q%d, %s, e_, 1, m_, x%d);\n", q, q,
                in_type(gr.x[q]), q);
     for (int j = 0; j < gr.nm; j++) {
         const IrNode *m = gr.m[j];
-        em(e, "        float t%d[MP_CHUNK]; /* %s */\n", j, op_info[m->op].name);
-        em(e, "        for (int64_t k_ = 0; k_ < m_; k_++)\n            t%d[k_] = %s;\n", j,
-           member_expr(e, &gr, m, "[k_]", false));
+        c_member(e, &gr, j, "k_");
         if (!m->fused_internal && j != target)
             em(e, "        mp_st_n(c->y%d, %s, e_, 1, m_, t%d);\n", j, mpdt(m->type), j);
     }
@@ -248,7 +293,8 @@ void emit_fused_c_epilogues(Emit *e)
         const char *t = e->fused_texts[k], *bar = strchr(t, '@');
         em(e, "\ntypedef struct MpEpi%d { %.*s} MpEpi%d;\n", k + 1, (int)(bar - t), t, k + 1);
         em(e, "static void mp_epi%d(const void *ctx, float *v, int64_t row, int64_t j0, int64_t n)\n{\n"
-              "    const MpEpi%d *c = (const MpEpi%d *)ctx;\n%s}\n", k + 1, k + 1, k + 1, bar + 1);
+              "    const MpEpi%d *c = (const MpEpi%d *)ctx;\n"
+              "    (void)c, (void)row, (void)j0;   /* not every epilogue reads them */\n%s}\n", k + 1, k + 1, k + 1, bar + 1);
     }
 }
 

@@ -427,7 +427,7 @@ static inline void mp_gemm(int ta, int tb, int64_t M, int64_t N, int64_t K, floa
                            int64_t ldb, float beta, void *C, int cdt, int64_t ldc)
 {
     MpGemm g = {ta, tb, M, N, K, alpha, beta, A, adt, lda, B, bdt, ldb, C, cdt, ldc,
-                NULL, MP_F32, 0};
+                NULL, MP_F32, 0, 0, 0, NULL, NULL};
     mp_gemm_ex(&g);
 }
 
@@ -469,7 +469,8 @@ static inline MpGemm mp_gemm_linear(void *y, int ydt, const void *x, int xdt, co
                                     int wdt, const void *bias, int bdt, int64_t M, int64_t N,
                                     int64_t K)
 {
-    MpGemm g = {0, 1, M, N, K, 1.0f, 0.0f, x, xdt, K, w, wdt, K, y, ydt, N, bias, bdt, 0};
+    MpGemm g = {0, 1, M, N, K, 1.0f, 0.0f, x, xdt, K, w, wdt, K, y, ydt, N, bias, bdt, 0,
+                0, 0, NULL, NULL};
     return g;
 }
 
@@ -478,7 +479,7 @@ static inline MpGemm mp_gemm_matmul(void *y, int ydt, const void *a, int adt, co
                                     int bdt, int64_t M, int64_t N, int64_t K, int ta, int tb)
 {
     MpGemm g = {ta, tb, M, N, K, 1.0f, 0.0f, a, adt, ta ? M : K, b, bdt, tb ? K : N, y, ydt, N,
-                NULL, MP_F32, 0};
+                NULL, MP_F32, 0, 0, 0, NULL, NULL};
     return g;
 }
 
