@@ -7,8 +7,9 @@
  * - MpGemm.around / bround: an f32 operand rounded to f16 / bf16 while
  *   packing gives exactly the product of the operand cast first, both
  *   transposes; without them the f32 operand is used as it is.
- * Both on the built-in GEMM; tests/t_kernels_torch.sh style CBLAS builds
- * compile the same header (-DMP_USE_CBLAS), whose path is the same store. */
+ * make test runs it on the built-in GEMM; it passes as well built with
+ * -DMP_USE_CBLAS -lopenblas (the CBLAS path: operands rounded in their f32
+ * copies, rows stored through the same mp_gemm_store). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
