@@ -203,6 +203,7 @@ static void decls(Emit *e)
 {
     declare_values(e);
     setup_fn(e);
+    emit_fused_c_epilogues(e);
 }
 
 /* ---- the template's slots (templates/train.c.in) ------------------------ */
@@ -218,7 +219,7 @@ static void model_slot(Emit *e)
 bool emit_c(FILE *out, const IrGraph *g, bool loops)
 {
     Emit e;
-    emit_begin(&e, out, g);
+    emit_begin(&e, out, g, false);
     e.loops = loops;
     e.loop_params = "MpRun *run";
     e.loop_args = "run";

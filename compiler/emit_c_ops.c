@@ -3,6 +3,8 @@
  * out its node, with sizes taken from the node's shapes. Kernel argument
  * order: outputs, inputs, sizes, attributes (see mp_kernels.h). */
 #include "emit_common.h"
+#include "emit_fused.h"
+#include "fuse.h"
 #include "ops.h"
 
 #include <stdio.h>
@@ -136,18 +138,9 @@ void emit_c_ARANGE(Emit *e, const IrNode *n) { em(e, "    mp_k_arange(%s, %lld);
 /* ---- products ------------------------------------------------------------- */
 void emit_c_MATMUL(Emit *e, const IrNode *n)
 {
-    const IrNode *a = IN(0), *b = IN(1);
-    int ta = (int)n->ia[0], tb = (int)n->ia[1];
-    long long m = emit_dim(a, ta ? -1 : -2), k = emit_dim(a, ta ? -2 : -1), nn = emit_dim(b, tb ? -2 : -1);
-    long long batch = N(n) / (m * nn);
-    long long sa = a->shape.rank > 2 ? m * k : 0, sb = b->shape.rank > 2 ? k * nn : 0;
-    if (!ta && sb == 0) {          /* [..., M, K] @ [K, N]: one product of M' rows */
-        m *= batch;
-        batch = 1;
-        sa = 0;
-    }
+    ProductDims d = fuse_matmul_dims(n);
     em(e, "    mp_k_matmul(%s, %s, %s, %lld, %lld, %lld, %lld, %d, %d, %lld, %lld);\n", arg(e, n),
-       arg(e, a), arg(e, b), batch, m, nn, k, ta, tb, sa, sb);
+       arg(e, IN(0)), arg(e, IN(1)), d.batch, d.m, d.n, d.k, d.ta, d.tb, d.sa, d.sb);
 }
 
 void emit_c_MATMUL_TN(Emit *e, const IrNode *n)
@@ -164,6 +157,20 @@ void emit_c_LINEAR(Emit *e, const IrNode *n)
     long long k = emit_dim(x, -1);
     em(e, "    mp_k_linear(%s, %s, %s, %s, %lld, %lld, %lld);\n", arg(e, n), arg(e, x), arg(e, w),
        n->nin > 2 ? arg(e, IN(2)) : "NULL, MP_F32", N(x) / k, emit_dim(w, 0), k);
+}
+
+const char *emit_c_gemm_of(Emit *e, const IrNode *n, const IrNode *y)
+{
+    if (n->op == OP_MATMUL) {
+        ProductDims d = fuse_matmul_dims(n);
+        MP_ASSERT(d.batch == 1);
+        return arena_printf(e->a, "mp_gemm_matmul(%s, %s, %s, %lld, %lld, %lld, %d, %d)", arg(e, y),
+                            arg(e, IN(0)), arg(e, IN(1)), d.m, d.n, d.k, d.ta, d.tb);
+    }
+    const IrNode *x = IN(0), *w = IN(1);
+    long long k = emit_dim(x, -1);
+    return arena_printf(e->a, "mp_gemm_linear(%s, %s, %s, %s, %lld, %lld, %lld)", arg(e, y), arg(e, x),
+                        arg(e, w), n->nin > 2 ? arg(e, IN(2)) : "NULL, MP_F32", N(x) / k, emit_dim(w, 0), k);
 }
 
 /* ---- convolution and pooling ---------------------------------------------- */

@@ -7,6 +7,7 @@
  * generated functions `r` is the MpCuRun of the call (training, micro-batch,
  * step header). */
 #include "emit_common.h"
+#include "fuse.h"
 #include "ops.h"
 
 #include <stdio.h>
@@ -157,17 +158,9 @@ void emit_cuda_ARANGE(Emit *e, const IrNode *n) { em(e, "    mp_cu_arange%s(%s, 
 void emit_cuda_MATMUL(Emit *e, const IrNode *n)
 {
     const IrNode *a = IN(0), *b = IN(1);
-    int ta = (int)n->ia[0], tb = (int)n->ia[1];
-    long long m = emit_dim(a, ta ? -1 : -2), k = emit_dim(a, ta ? -2 : -1), nn = emit_dim(b, tb ? -2 : -1);
-    long long batch = N(n) / (m * nn);
-    long long sa = a->shape.rank > 2 ? m * k : 0, sb = b->shape.rank > 2 ? k * nn : 0;
-    if (!ta && sb == 0) {          /* [..., M, K] @ [K, N]: one product of M' rows */
-        m *= batch;
-        batch = 1;
-        sa = 0;
-    }
+    ProductDims d = fuse_matmul_dims(n);
     em(e, "    mp_cu_matmul%s(%s, %s, %s, %lld, %lld, %lld, %lld, %d, %d, %lld, %lld);\n",
-       T3(n, a, b), C(n), C(a), C(b), batch, m, nn, k, ta, tb, sa, sb);
+       T3(n, a, b), C(n), C(a), C(b), d.batch, d.m, d.n, d.k, d.ta, d.tb, d.sa, d.sb);
 }
 
 void emit_cuda_MATMUL_TN(Emit *e, const IrNode *n)

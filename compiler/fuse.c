@@ -69,6 +69,33 @@ const char *fuse_expr(Arena *a, const IrNode *n, const char *const *in)
     return n->nin == 1 ? arena_printf(a, f, in[0]) : arena_printf(a, f, in[0], in[1]);
 }
 
+ProductDims fuse_matmul_dims(const IrNode *n)
+{
+    const IrNode *a = n->in[0], *b = n->in[1];
+    ProductDims d = {.ta = (int)n->ia[0], .tb = (int)n->ia[1]};
+    const Shape *sa = &a->shape, *sb = &b->shape;
+    d.m = (long long)sa->d[sa->rank + (d.ta ? -1 : -2)];
+    d.k = (long long)sa->d[sa->rank + (d.ta ? -2 : -1)];
+    d.n = (long long)sb->d[sb->rank + (d.tb ? -2 : -1)];
+    d.batch = (long long)shape_numel(&n->shape) / (d.m * d.n);
+    d.sa = sa->rank > 2 ? d.m * d.k : 0;
+    d.sb = sb->rank > 2 ? d.k * d.n : 0;
+    if (!d.ta && d.sb == 0) {      /* [..., M, K] @ [K, N]: one product of M' rows */
+        d.m *= d.batch;
+        d.batch = 1;
+        d.sa = 0;
+    }
+    return d;
+}
+
+bool fuse_is_product(const IrNode *n)
+{
+    if (n->op == OP_LINEAR)
+        return true;
+    return n->op == OP_MATMUL && n->in[0]->shape.rank >= 2 && n->in[1]->shape.rank >= 2
+        && fuse_matmul_dims(n).batch == 1;
+}
+
 /* ---- grouping ------------------------------------------------------------ */
 
 typedef struct Fuse {
@@ -110,6 +137,13 @@ static bool fusable(Fuse *f, const IrNode *n)
             return false;
     }
     return true;
+}
+
+/* n may head a group: a product of float storage in the step's passes. */
+static bool product_head(Fuse *f, const IrNode *n)
+{
+    return fuse_is_product(n) && dt_is_float(n->type) && n->phase != PH_OPTIMIZER && !n->hoisted
+        && !is_param_grad(f, n);
 }
 
 static void find_users(Fuse *f)
@@ -183,6 +217,11 @@ static void form_groups(Fuse *f)
     f->last = arena_alloc(g->arena, sizeof *f->last * (size_t)(g->nnodes + 1));
     for (int i = 0; i < g->nnodes; i++) {
         IrNode *n = g->nodes[i];
+        if (product_head(f, n)) {   /* starts a group its consumers may join */
+            n->fused = ++f->ngroups;
+            f->first[n->fused] = f->last[n->fused] = i;
+            continue;
+        }
         if (!fusable(f, n))
             continue;
         int grp = 0;

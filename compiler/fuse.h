@@ -16,11 +16,33 @@
  * reads it (saved activations, the backward pass), when it is the loss, a
  * metric or a named value of the forward pass; otherwise it is internal.
  * Moving a member to the group's end is allowed only when nothing outside
- * the group reads it before that end. */
+ * the group reads it before that end.
+ *
+ * Epilogues: a product (fuse_is_product) may head a group, its members the
+ * elementwise ops that consume it (bias add, activation, casts). The
+ * product's value is rounded to its own type first, as the unfused store
+ * rounds it, then the chain runs as in any group; it is stored only when
+ * something outside the group reads it (the backward pass, say). */
 #ifndef MPCC_FUSE_H
 #define MPCC_FUSE_H
 
 #include "ir.h"
+
+/* A matrix product as the GEMM runs it: `batch` products of [m, k] @
+ * [k, n], operand a's i-th starting sa elements after the (i-1)-th (0:
+ * shared), likewise b; a batched a @ b with one b folds its batch into m. */
+typedef struct ProductDims {
+    long long batch, m, n, k, sa, sb;
+    int ta, tb;
+} ProductDims;
+
+ProductDims fuse_matmul_dims(const IrNode *n);
+
+/* n is a product whose output the GEMM writes in one call, row-major
+ * [M, N] (linear, or a matmul of batch 1): it can head a fusion group
+ * whose elementwise members run in the GEMM's store (MpGemm.epi, the C
+ * program) or as one kernel right after it (the CUDA program). */
+bool fuse_is_product(const IrNode *n);
 
 /* Marks the fusion groups of g; returns how many. */
 int fuse_graph(IrGraph *g);

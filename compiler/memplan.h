@@ -35,7 +35,9 @@ typedef struct MemPlan {
     int64_t naive_bytes;           /* sum of all buffers without sharing */
 } MemPlan;
 
-MemPlan *memplan_build(Arena *a, const IrGraph *g);
+/* store_heads: a product heading a fusion group gets a buffer even when
+ * the group keeps it in registers (the CUDA program: cuBLAS writes it). */
+MemPlan *memplan_build(Arena *a, const IrGraph *g, bool store_heads);
 int64_t  memplan_bytes(const IrNode *n);   /* numel x element size */
 
 #endif

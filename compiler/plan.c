@@ -532,7 +532,9 @@ static void dump_text(FILE *out, const IrGraph *g)
           "inputs: #id type, * = read through a cast node\n", out);
     if (any_fused(g))
         fputs("fused: the fusion group that runs the node, one pass over memory where its\n"
-              "last node stands; reg = kept in registers, never stored\n", out);
+              "last node stands; reg = kept in registers, never stored; a group that starts\n"
+              "with a product runs in the product's store (C), or as one kernel right\n"
+              "after it (CUDA: cuBLAS stores the product)\n", out);
     text_nodes(out, g);
     text_loss_scale(out, g);
     text_params(out, g);

@@ -448,9 +448,9 @@ static inline void mp_st_n(void *p, int dt, int64_t off, int64_t stride,
     }
 }
 
-/* Store src[0..n) to p[off..] applying beta: p = src + beta * p. */
-static inline void mp_st_beta(void *p, int dt, int64_t off, int64_t n,
-                              float *src, float beta)
+/* src[0..n) += beta * p[off..] (nothing when beta is 0). */
+static inline void mp_add_beta(const void *p, int dt, int64_t off, int64_t n,
+                               float *src, float beta)
 {
     if (beta != 0.0f) {
         for (int64_t c = 0; c < n; c += MP_CHUNK) {
@@ -460,6 +460,28 @@ static inline void mp_st_beta(void *p, int dt, int64_t off, int64_t n,
             for (int64_t i = 0; i < m; i++) src[c + i] += beta * t[i];
         }
     }
+}
+
+/* x[0..n) rounded to type dt in place, as storing and reloading them
+ * would (mp_st_n / mp_ld_n: vector conversions where the CPU has them;
+ * bit-identical to mp_round on each value). The fused groups' chunks. */
+static inline void mp_round_n(float *x, int dt, int64_t n)
+{
+    if (dt != MP_F16 && dt != MP_BF16)
+        return;
+    uint16_t h[MP_CHUNK];
+    for (int64_t c = 0; c < n; c += MP_CHUNK) {
+        int64_t m = mp_min64(n - c, MP_CHUNK);
+        mp_st_n(h, dt, 0, 1, m, x + c);
+        mp_ld_n(h, dt, 0, 1, m, x + c);
+    }
+}
+
+/* Store src[0..n) to p[off..] applying beta: p = src + beta * p. */
+static inline void mp_st_beta(void *p, int dt, int64_t off, int64_t n,
+                              float *src, float beta)
+{
+    mp_add_beta(p, dt, off, n, src, beta);
     mp_st_n(p, dt, off, 1, n, src);
 }
 

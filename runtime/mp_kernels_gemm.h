@@ -60,6 +60,15 @@ typedef struct MpGemm {
     void *C; int cdt; int64_t ldc;
     const void *bias; int biasdt;   /* NULL, or added before rounding: */
     int bias_per_row;               /* 0: bias[N] to each row; 1: bias[M] to each column */
+    int around, bround;   /* 0, or MP_F16 / MP_BF16: operand A (B) is stored as f32 and is
+                             rounded to that type while packing, so the product equals the
+                             product of the operand cast first (a cast fused into the GEMM) */
+    void (*epi)(const void *ctx, float *v, int64_t i, int64_t j0, int64_t n);
+    const void *epi_ctx;  /* epi: NULL, or called once for each row segment C[i, j0 .. j0+n) of the
+                             finished f32 result (alpha op(A)op(B) + beta C + bias, NOT yet rounded to
+                             cdt), before it is rounded to cdt and stored; it may rewrite v (its values
+                             are then stored, rounded to cdt) and may store elsewhere (other buffers of a
+                             fused group); called from the GEMM's threads, each (i, j) exactly once */
 } MpGemm;
 
 /* ---- micro-kernels: C[MR x nr] (+)= A panel . B panel ------------------- */
@@ -188,14 +197,18 @@ static inline MpUk mp_uk(void)
  * runs long enough for the vector conversions of mp_ld_n. */
 #define MP_PACK_ROWS 256
 
+/* rdt: 0, or the type every value is rounded to as it is packed (around,
+ * bround: a cast fused into the product). */
 static inline void mp_pack(float *dst, int64_t pstride, const void *src, int dt, int64_t ld,
-                           int trans, int64_t r0, int64_t nv, int R, int64_t k0, int64_t kc)
+                           int trans, int64_t r0, int64_t nv, int R, int64_t k0, int64_t kc,
+                           int rdt)
 {
     int64_t np = (nv + R - 1) / R;
     float tmp[MP_PACK_ROWS > MP_KC ? MP_PACK_ROWS : MP_KC];
     if (trans) {
         for (int64_t k = 0; k < kc; k++) {
             mp_ld_n(src, dt, (k0 + k) * ld + r0, 1, nv, tmp);
+            for (int64_t j = 0; rdt && j < nv; j++) tmp[j] = mp_round(tmp[j], rdt);
             for (int64_t j = nv; j < np * R; j++) tmp[j] = 0.0f;
             for (int64_t p = 0; p < np; p++)
                 memcpy(dst + p * pstride + k * R, tmp + p * R, (size_t)R * sizeof *tmp);
@@ -206,12 +219,12 @@ static inline void mp_pack(float *dst, int64_t pstride, const void *src, int dt,
         float *d = dst + (j / R) * pstride + j % R;
         if (j >= nv)
             for (int64_t k = 0; k < kc; k++) d[k * R] = 0.0f;
-        else if (dt == MP_F32)          /* no conversion: skip the copy to tmp */
+        else if (dt == MP_F32 && !rdt)  /* no conversion: skip the copy to tmp */
             for (int64_t k = 0; k < kc; k++)
                 d[k * R] = ((const float *)src)[(r0 + j) * ld + k0 + k];
         else {
             mp_ld_n(src, dt, (r0 + j) * ld + k0, 1, kc, tmp);
-            for (int64_t k = 0; k < kc; k++) d[k * R] = tmp[k];
+            for (int64_t k = 0; k < kc; k++) d[k * R] = rdt ? mp_round(tmp[k], rdt) : tmp[k];
         }
     }
 }
@@ -228,7 +241,7 @@ static inline void mp_pack_b(float *Bp, const MpGemm *g, int nr, int64_t j0, int
         int64_t p = w / nk, k0 = (w % nk) * MP_KC, kc = mp_min64(g->K - k0, MP_KC);
         /* op(B)(k, j) = B[k ldb + j], so as X(j, k) it is the trans case */
         mp_pack(Bp + p * g->K * nr + k0 * nr, 0, g->B, g->bdt, g->ldb, !g->tb, j0 + p * nr,
-                mp_min64(n - p * nr, nr), nr, k0, kc);
+                mp_min64(n - p * nr, nr), nr, k0, kc, g->bround);
     }
 }
 
@@ -250,7 +263,10 @@ static inline void mp_gemm_store(const MpGemm *g, float *T, int64_t ldt, int64_t
                 mp_ld_n(g->bias, g->biasdt, j0 + c, 1, m, bias);
             for (int64_t j = 0; j < m; j++) r[c + j] += bias[j];
         }
-        mp_st_beta(g->C, g->cdt, (i0 + i) * g->ldc + j0, nv, r, g->beta);
+        mp_add_beta(g->C, g->cdt, (i0 + i) * g->ldc + j0, nv, r, g->beta);
+        if (g->epi)          /* a fused group's elementwise ops (compiler/fuse.c) */
+            g->epi(g->epi_ctx, r, i0 + i, j0, nv);
+        mp_st_n(g->C, g->cdt, (i0 + i) * g->ldc + j0, 1, nv, r);
     }
 }
 
@@ -290,7 +306,7 @@ static inline void mp_gemm_tile(const MpGemm *g, MpUk uk, const float *Bp, int64
         memset(T, 0, (size_t)(mp * MP_MR * nc) * sizeof *T);
     for (int64_t k0 = 0; k0 < g->K; k0 += MP_KC) {
         int64_t kc = mp_min64(g->K - k0, MP_KC);
-        mp_pack(Ap, kc * MP_MR, g->A, g->adt, g->lda, g->ta, i0, mv, MP_MR, k0, kc);
+        mp_pack(Ap, kc * MP_MR, g->A, g->adt, g->lda, g->ta, i0, mv, MP_MR, k0, kc, g->around);
         for (int64_t q = 0; q < npan; q++) {
             const float *b = Bp + (jb / uk.nr + q) * g->K * uk.nr + k0 * uk.nr;
             for (int64_t p = 0; p < mp; p++)
@@ -349,12 +365,17 @@ static inline void mp_gemm_blocked(const MpGemm *g)
  * left spinning after a parallel region would compete with OpenBLAS's own
  * threads for the cores. */
 
-/* op(X) as a dense f32 copy in X's own layout (rows x cols, ld = cols). */
-static inline float *mp_to_f32(const void *x, int dt, int64_t ld, int64_t rows, int64_t cols)
+/* op(X) as a dense f32 copy in X's own layout (rows x cols, ld = cols),
+ * each value rounded to rdt unless it is 0 (around / bround). */
+static inline float *mp_gemm_f32_copy(const void *x, int dt, int64_t ld, int64_t rows,
+                                      int64_t cols, int rdt)
 {
     float *d = (float *)mp_kalloc((size_t)(rows * cols) * sizeof *d);
-    for (int64_t r = 0; r < rows; r++)
+    for (int64_t r = 0; r < rows; r++) {
         mp_ld_n(x, dt, r * ld, 1, cols, d + r * cols);
+        for (int64_t c = 0; rdt && c < cols; c++)
+            d[r * cols + c] = mp_round(d[r * cols + c], rdt);
+    }
     return d;
 }
 
@@ -362,7 +383,8 @@ static inline void mp_gemm_cblas(const MpGemm *g)
 {
     enum CBLAS_TRANSPOSE ta = g->ta ? CblasTrans : CblasNoTrans;
     enum CBLAS_TRANSPOSE tb = g->tb ? CblasTrans : CblasNoTrans;
-    if (g->adt == MP_F32 && g->bdt == MP_F32 && g->cdt == MP_F32 && !g->bias) {
+    if (g->adt == MP_F32 && g->bdt == MP_F32 && g->cdt == MP_F32 && !g->bias && !g->epi
+        && !g->around && !g->bround) {
         cblas_sgemm(CblasRowMajor, ta, tb, (int)g->M, (int)g->N, (int)g->K, g->alpha,
                     (const float *)g->A, (int)g->lda, (const float *)g->B, (int)g->ldb,
                     g->beta, (float *)g->C, (int)g->ldc);
@@ -370,8 +392,10 @@ static inline void mp_gemm_cblas(const MpGemm *g)
     }
     int64_t ar = g->ta ? g->K : g->M, ac = g->ta ? g->M : g->K;
     int64_t br = g->tb ? g->N : g->K, bc = g->tb ? g->K : g->N;
-    float *a = g->adt == MP_F32 ? NULL : mp_to_f32(g->A, g->adt, g->lda, ar, ac);
-    float *b = g->bdt == MP_F32 ? NULL : mp_to_f32(g->B, g->bdt, g->ldb, br, bc);
+    float *a = g->adt == MP_F32 && !g->around ? NULL
+             : mp_gemm_f32_copy(g->A, g->adt, g->lda, ar, ac, g->around);
+    float *b = g->bdt == MP_F32 && !g->bround ? NULL
+             : mp_gemm_f32_copy(g->B, g->bdt, g->ldb, br, bc, g->bround);
     float *t = (float *)mp_kalloc((size_t)(g->M * g->N) * sizeof *t);
     cblas_sgemm(CblasRowMajor, ta, tb, (int)g->M, (int)g->N, (int)g->K, g->alpha,
                 a ? a : (const float *)g->A, a ? (int)ac : (int)g->lda,
@@ -403,7 +427,7 @@ static inline void mp_gemm(int ta, int tb, int64_t M, int64_t N, int64_t K, floa
                            int64_t ldb, float beta, void *C, int cdt, int64_t ldc)
 {
     MpGemm g = {ta, tb, M, N, K, alpha, beta, A, adt, lda, B, bdt, ldb, C, cdt, ldc,
-                NULL, MP_F32, 0};
+                NULL, MP_F32, 0, 0, 0, NULL, NULL};
     mp_gemm_ex(&g);
 }
 
@@ -439,12 +463,32 @@ static inline void mp_k_matmul_tn(void *y, int ydt, const void *a, int adt, cons
     mp_gemm(1, 0, K, N, R, 1.0f, a, adt, K, b, bdt, N, beta, y, ydt, N);
 }
 
+/* The product of mp_k_linear, as an MpGemm: a fused group (compiler/fuse.c)
+ * sets its epilogue and operand roundings, then runs it with mp_gemm_ex. */
+static inline MpGemm mp_gemm_linear(void *y, int ydt, const void *x, int xdt, const void *w,
+                                    int wdt, const void *bias, int bdt, int64_t M, int64_t N,
+                                    int64_t K)
+{
+    MpGemm g = {0, 1, M, N, K, 1.0f, 0.0f, x, xdt, K, w, wdt, K, y, ydt, N, bias, bdt, 0,
+                0, 0, NULL, NULL};
+    return g;
+}
+
+/* One product of mp_k_matmul (batch 1), as an MpGemm. */
+static inline MpGemm mp_gemm_matmul(void *y, int ydt, const void *a, int adt, const void *b,
+                                    int bdt, int64_t M, int64_t N, int64_t K, int ta, int tb)
+{
+    MpGemm g = {ta, tb, M, N, K, 1.0f, 0.0f, a, adt, ta ? M : K, b, bdt, tb ? K : N, y, ydt, N,
+                NULL, MP_F32, 0, 0, 0, NULL, NULL};
+    return g;
+}
+
 /* y[M, N] = x[M, K] w[N, K]^T + bias[N], as torch.nn.functional.linear. */
 static inline void mp_k_linear(void *y, int ydt, const void *x, int xdt, const void *w,
                                int wdt, const void *bias, int bdt, int64_t M, int64_t N,
                                int64_t K)
 {
-    MpGemm g = {0, 1, M, N, K, 1.0f, 0.0f, x, xdt, K, w, wdt, K, y, ydt, N, bias, bdt, 0};
+    MpGemm g = mp_gemm_linear(y, ydt, x, xdt, w, wdt, bias, bdt, M, N, K);
     mp_gemm_ex(&g);
 }
 

@@ -102,7 +102,8 @@ static inline void mp_k_conv2d(void *y, int ydt, const void *x, int xdt, const v
         for (int64_t n = 0; n < N; n++) {
             mp_im2col(col, x, xdt, n * C * H * W, &v);
             MpGemm g = {0, 0, F, npix, ckk, 1.0f, 0.0f, w, wdt, ckk, col, MP_F32, npix,
-                        (char *)y + n * F * npix * mp_dt_size(ydt), ydt, npix, bias, bdt, 1};
+                        (char *)y + n * F * npix * mp_dt_size(ydt), ydt, npix, bias, bdt, 1,
+                        0, 0, NULL, NULL};
             mp_gemm_ex(&g);
         }
         free(col);

@@ -10,6 +10,11 @@
 #   2. the CUDA program on the CPU stand-in (tests/cuda/mp_cuda_emu.h), fused
 #      and unfused, for a mixed_float16 MLP and the float32 zoo: identical
 #      checkpoints;
+#      epilogues: a product with the elementwise ops that consume it is one
+#      group, run in the GEMM's store (MpGemm.epi) in the C program: the
+#      MLP's C has no relu or relu_grad kernel left, and a mutant whose
+#      epilogues skip rounding the product to its f16 storage (tests/fuse/
+#      chains.mp, tanh after an f16 linear) must give another checkpoint;
 #   3. fusion is the default; MPCC_NO_FUSE=1 makes it off, --fuse wins;
 #      the plan's groups (text column, json key, dot clusters) appear only
 #      with fusion.
@@ -23,7 +28,7 @@ test_tmp
 # Both programs of each model, two builds at a time: cc -O2 -march=native
 # (FMA contraction on, the hard case for bit-identity) for the models named
 # in HARD, -O1 for the rest (the build time of the whole zoo counts).
-HARD=" mnist_mlp char_transformer zoo llama "
+HARD=" mnist_mlp char_transformer zoo llama chains "
 build_pair() {   # build_pair MODEL.mp NAME FUSE|NO-FUSE
     local opt=-O1
     [[ $HARD == *" $2 "* ]] && opt="-O2 -march=native"
@@ -35,7 +40,7 @@ export tmp MPCC HARD PY
 # every model as it is, but ResNet-18 narrowed (W = 8, batch 16): the same
 # graph, a hundredth of the arithmetic
 models() {
-    for mp in examples/*.mp tests/models/*.mp; do
+    for mp in examples/*.mp tests/models/*.mp tests/fuse/*.mp; do
         if [ "$(basename "$mp")" = resnet18.mp ]; then
             sed 's/^const B = [0-9]*/const B = 16/; s/^const W = [0-9]*/const W = 8/' "$mp" >"$tmp/resnet18.mp"
             mp=$tmp/resnet18.mp
@@ -90,14 +95,48 @@ for n in mnist_mlp char_transformer zoo; do
     [ -n "$a" ] && [ -n "$b" ] && [ "$a" -lt "$b" ] || bad "$n: fusion stored as much ($a vs $b bytes)"
 done
 
+# Epilogues: the MLP's hidden linear and its backward matmul head groups;
+# its C program calls no relu / relu_grad kernel (they run in the products'
+# stores), the unfused one does.
+n=mnist_mlp
+p=$(grep -c '"op": "\(linear\|matmul\)".*"fused"' "$tmp/$n.plan.json")
+[ "$p" -ge 2 ] || bad "$n: $p products in fusion groups (want >= 2)"
+e=$(grep -c 'g_.epi = mp_epi' "$tmp/$n.fuse.c")
+r=$(grep -c 'mp_k_relu\(_grad\)*(' "$tmp/$n.fuse.c")
+u=$(grep -c 'mp_k_relu\(_grad\)*(' "$tmp/$n.no-fuse.c")
+if [ "$e" -ge 2 ] && [ "$r" = 0 ] && [ "$u" -ge 2 ]; then
+    echo "ok   $n: $e products with epilogues, no relu pass left ($u unfused)"
+else
+    bad "$n: $e epilogues, $r relu passes fused, $u unfused (want >= 2, 0, >= 2)"
+fi
+# The negative control: epilogues that store the f32 product unrounded.
+n=chains
+sed '/memcpy(t[0-9]*, v + c_, /{n;/mp_round_n(t[0-9]*, MP_F16, m_);/d}' "$tmp/$n.fuse.c" >"$tmp/$n.mutant.c"
+if cmp -s "$tmp/$n.fuse.c" "$tmp/$n.mutant.c"; then
+    bad "$n: no f16 product rounded in an epilogue (the mutant is the program)"
+elif nice cc -O2 -march=native -o "$tmp/$n.mutant" "$tmp/$n.mutant.c" -lm; then
+    data=$(cat "$tmp/$n.args")   # as run_pair ran the others
+    # shellcheck disable=SC2086
+    "$tmp/$n.mutant" $data ${data//--data/--eval} --no-shuffle --steps 3 --log-every 1 \
+        --eval-every 2 --save "$tmp/$n.mutant.st" >/dev/null 2>&1 || bad "$n: the mutant failed"
+    if cmp -s "$tmp/$n.mutant.st" "$tmp/$n.no-fuse.st"; then
+        bad "$n: an epilogue without the product's rounding goes unnoticed"
+    else
+        echo "ok   $n: the mutant without the product's rounding differs (negative control)"
+    fi
+else
+    bad "$n: the mutant does not build"
+fi
+
 # ---- 2. the CUDA program on the CPU stand-in ---------------------------------
 CXX=${CXX:-$(command -v g++ || true)}
 if [ -z "$CXX" ]; then
     echo "SKIP: no C++ compiler: the CUDA stand-in part"
 else
-    for n in mnist_mlp zoo; do
+    for n in mnist_mlp zoo chains; do
         mp=examples/$n.mp
         [ -f "$mp" ] || mp=tests/models/$n.mp
+        [ -f "$mp" ] || mp=tests/fuse/$n.mp
         for v in fuse no-fuse; do
             "$MPCC" "$mp" "--$v" -o "$tmp/$n.$v.cu" &&
                 nice "$CXX" -std=c++17 -O1 -x c++ -DMP_CU_EMU -include tests/cuda/mp_cuda_emu.h \
@@ -109,6 +148,9 @@ else
                 { bad "$n --$v: the CUDA program failed"; tail -n 3 "$tmp/$n.$v.emu.log"; }
         done
         grep -q 'mp_cu_each("fused_' "$tmp/$n.fuse.cu" || bad "$n: no fused kernel in the CUDA program"
+        # a product's group: cuBLAS, then the group's kernel right after it
+        [ $n = zoo ] || grep -A2 '^    mp_cu_linear<' "$tmp/$n.fuse.cu" | grep -q 'mp_cu_at("fused ' ||
+            bad "$n: no fused kernel right after a product in the CUDA program"
         if cmp "$tmp/$n.fuse.emu.st" "$tmp/$n.no-fuse.emu.st"; then
             echo "ok   $n: CUDA program fused and unfused identical (stand-in)"
         else

@@ -2,8 +2,8 @@
  * becomes one group, values read only inside it are internal (no buffer
  * in memplan), a value read outside is stored, a member is never moved
  * past a reader outside its group, broadcasting inputs other than single
- * elements do not fuse, groups of one node are none, and the per-element
- * expressions are the kernels'. End to end (bit-identical training): see
+ * elements do not fuse, groups of one node are none, a product heads the
+ * group of its consumers, and the per-element expressions are the kernels'. End to end (bit-identical training): see
  * tests/t_fuse.sh. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -62,7 +62,7 @@ static void test_chain(void **state)
     assert_true(b->fused_internal);
     assert_false(c->fused_internal);        /* the sum reads it */
     assert_ptr_equal(fuse_last(g, a), c);
-    MemPlan *mp = memplan_build(&arena, g);
+    MemPlan *mp = memplan_build(&arena, g, false);
     assert_int_equal(mp->kind[a->id], BUF_NONE);
     assert_int_equal(mp->kind[b->id], BUF_NONE);
     assert_int_equal(mp->kind[c->id], BUF_ARENA);
@@ -125,6 +125,39 @@ static void test_no_group(void **state)
     assert_int_equal(c->fused, 0);
 }
 
+/* a product heads the group of the ops that consume it (an epilogue): kept
+ * in registers when only the group reads it, but given a buffer where the
+ * target stores it anyway (memplan's store_heads: the CUDA program); a
+ * batched product (several GEMM calls) heads nothing */
+static void test_product_head(void **state)
+{
+    for (int batched = 0; batched <= 1; batched++) {
+        IrGraph *g = ir_new(&arena);
+        Shape s = batched ? (Shape){3, {2, 4, 4}} : shape2(4, 4);
+        IrNode *x = node(g, OP_INPUT, DT_F32, s, NULL, NULL);
+        IrNode *w = node(g, OP_INPUT, DT_F32, s, NULL, NULL);
+        IrNode *m = node(g, OP_MATMUL, DT_F16, s, x, w);
+        IrNode *r = node(g, OP_RELU, DT_F16, s, m, NULL);
+        IrNode *c = node(g, OP_CAST, DT_F32, s, r, NULL);
+        g->loss = node(g, OP_SUM, DT_F32, (Shape){0}, c, NULL);
+        g->loss->ia[0] = -1;
+        assert_int_equal(fuse_is_product(m), !batched);
+        assert_int_equal(fuse_graph(g), 1);
+        assert_int_equal(m->fused, batched ? 0 : 1);
+        assert_int_equal(r->fused, 1);
+        assert_int_equal(c->fused, 1);
+        assert_ptr_equal(fuse_last(g, r), c);
+        if (batched)
+            continue;
+        assert_ptr_equal(m->fused_first, m);
+        assert_true(m->fused_internal);
+        assert_true(r->fused_internal);
+        assert_int_equal(memplan_build(&arena, g, false)->kind[m->id], BUF_NONE);
+        assert_int_equal(memplan_build(&arena, g, true)->kind[m->id], BUF_ARENA);
+        assert_int_equal(memplan_build(&arena, g, true)->kind[r->id], BUF_NONE);
+    }
+}
+
 /* the expressions are those of the kernels, attributes as the emitters
  * print them */
 static void test_expr(void **state)
@@ -153,6 +186,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_reader_outside, setup, teardown),
         cmocka_unit_test_setup_teardown(test_broadcast, setup, teardown),
         cmocka_unit_test_setup_teardown(test_no_group, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_product_head, setup, teardown),
         cmocka_unit_test_setup_teardown(test_expr, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
