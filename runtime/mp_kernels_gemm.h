@@ -60,6 +60,15 @@ typedef struct MpGemm {
     void *C; int cdt; int64_t ldc;
     const void *bias; int biasdt;   /* NULL, or added before rounding: */
     int bias_per_row;               /* 0: bias[N] to each row; 1: bias[M] to each column */
+    int around, bround;   /* 0, or MP_F16 / MP_BF16: operand A (B) is stored as f32 and is
+                             rounded to that type while packing, so the product equals the
+                             product of the operand cast first (a cast fused into the GEMM) */
+    void (*epi)(const void *ctx, float *v, int64_t i, int64_t j0, int64_t n);
+    const void *epi_ctx;  /* epi: NULL, or called once for each row segment C[i, j0 .. j0+n) of the
+                             finished f32 result (alpha op(A)op(B) + beta C + bias, NOT yet rounded to
+                             cdt), before it is rounded to cdt and stored; it may rewrite v (its values
+                             are then stored, rounded to cdt) and may store elsewhere (other buffers of a
+                             fused group); called from the GEMM's threads, each (i, j) exactly once */
 } MpGemm;
 
 /* ---- micro-kernels: C[MR x nr] (+)= A panel . B panel ------------------- */
@@ -181,38 +190,145 @@ static inline MpUk mp_uk(void)
 
 /* ---- packing ------------------------------------------------------------ */
 
-/* Rows [r0, r0 + nv) of X as panels of R rows (nv <= MP_PACK_ROWS): panel
- * p at dst + p pstride holds dst[k R + i] = X(r0 + p R + i, k0 + k) for
- * k < kc, zero past row nv. X(r, k) = src[r ld + k], or src[k ld + r] when
- * trans. Several panels at once, so that a transposed source is read in
- * runs long enough for the vector conversions of mp_ld_n. */
+/* v[0 .. n) rounded to type rnd and read back, as storing it as rnd would
+ * keep it (the vector conversions of mp_st_n / mp_ld_n). */
+static inline void mp_round_n(float *v, int64_t n, int rnd)
+{
+    uint16_t h[MP_CHUNK];
+    for (int64_t c = 0; c < n; c += MP_CHUNK) {
+        int64_t m = mp_min64(n - c, MP_CHUNK);
+        mp_st_n(h, rnd, 0, 1, m, v + c);
+        mp_ld_n(h, rnd, 0, 1, m, v + c);
+    }
+}
+
+/* The n values src[off ..] of type dt as f32, rounded to rnd (0: not
+ * rounded): src itself when that is already so, else buf, filled. */
+static inline const float *mp_pack_src(const void *src, int dt, int64_t off, int64_t n,
+                                       int rnd, float *buf)
+{
+    int round = rnd != 0 && rnd != MP_F32 && rnd != dt;
+    if (dt == MP_F32 && !round)
+        return (const float *)src + off;
+    mp_ld_n(src, dt, off, 1, n, buf);
+    if (round)
+        mp_round_n(buf, n, rnd);
+    return buf;
+}
+
+/* The widths a panel has (MR, and the kernels' NR): the loops below are
+ * instantiated for each, so the compiler sees constant trip counts. */
+#define MP_PACK_WIDTHS(X, R)                                                       switch (R) {                                                                   case MP_MR: X(MP_MR); break;                                                   case 8: X(8); break;                                                           case 16: X(16); break;                                                         default: X(R); break;                                                          }
+
+/* d[k R + i] = row[i][k], i < R, k < kc: R rows interleaved into a panel. */
+#define MP_INTERLEAVE(RW)                                                          for (; k < kc; k++)                                                                for (int i = 0; i < (RW); i++) d[k * (RW) + i] = row[i][k];
+
+#ifdef MP_X86
+/* 8 rows of 8 as 8 columns: v[i] = rows i, out: v[j] = column j. */
+#define MP_TRANSPOSE8(v)                                                           do {                                                                               __m256 t0 = _mm256_unpacklo_ps(v[0], v[1]), t1 = _mm256_unpackhi_ps(v[0], v[1]);         __m256 t2 = _mm256_unpacklo_ps(v[2], v[3]), t3 = _mm256_unpackhi_ps(v[2], v[3]);         __m256 t4 = _mm256_unpacklo_ps(v[4], v[5]), t5 = _mm256_unpackhi_ps(v[4], v[5]);         __m256 t6 = _mm256_unpacklo_ps(v[6], v[7]), t7 = _mm256_unpackhi_ps(v[6], v[7]);         __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xee);         __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xee);         __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xee);         __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xee);         v[0] = _mm256_permute2f128_ps(u0, u4, 0x20);                                   v[1] = _mm256_permute2f128_ps(u1, u5, 0x20);                                   v[2] = _mm256_permute2f128_ps(u2, u6, 0x20);                                   v[3] = _mm256_permute2f128_ps(u3, u7, 0x20);                                   v[4] = _mm256_permute2f128_ps(u0, u4, 0x31);                                   v[5] = _mm256_permute2f128_ps(u1, u5, 0x31);                                   v[6] = _mm256_permute2f128_ps(u2, u6, 0x31);                                   v[7] = _mm256_permute2f128_ps(u3, u7, 0x31);                               } while (0)
+
+/* R = 16 or 8 (the AVX2 kernel's B panels): 8x8 blocks transposed in
+ * registers (AVX; the caller checks the CPU). */
+__attribute__((target("avx")))
+static inline void mp_interleave_avx(float *d, const float *const *row, int R, int64_t kc)
+{
+    int64_t k = 0;
+    for (; k + 8 <= kc; k += 8)
+        for (int h = 0; h < R; h += 8) {
+            __m256 v[8];
+            for (int i = 0; i < 8; i++) v[i] = _mm256_loadu_ps(row[h + i] + k);
+            MP_TRANSPOSE8(v);
+            for (int j = 0; j < 8; j++) _mm256_storeu_ps(d + (k + j) * R + h, v[j]);
+        }
+    if (R == 16) {
+        MP_INTERLEAVE(16)
+    } else {
+        MP_INTERLEAVE(8)
+    }
+}
+
+/* R = 6 (A panels): 4 values of rows 0-3 transposed in SSE registers,
+ * rows 4-5 paired; SSE is in every x86-64. */
+static inline void mp_interleave6_sse(float *d, const float *const *row, int64_t kc)
+{
+    int64_t k = 0;
+    for (; k + 4 <= kc; k += 4, d += 24) {
+        __m128 r0 = _mm_loadu_ps(row[0] + k), r1 = _mm_loadu_ps(row[1] + k);
+        __m128 r2 = _mm_loadu_ps(row[2] + k), r3 = _mm_loadu_ps(row[3] + k);
+        __m128 r4 = _mm_loadu_ps(row[4] + k), r5 = _mm_loadu_ps(row[5] + k);
+        _MM_TRANSPOSE4_PS(r0, r1, r2, r3);
+        __m128 lo = _mm_unpacklo_ps(r4, r5), hi = _mm_unpackhi_ps(r4, r5);
+        _mm_storeu_ps(d, r0);
+        _mm_storel_pi((__m64 *)(void *)(d + 4), lo);
+        _mm_storeu_ps(d + 6, r1);
+        _mm_storeh_pi((__m64 *)(void *)(d + 10), lo);
+        _mm_storeu_ps(d + 12, r2);
+        _mm_storel_pi((__m64 *)(void *)(d + 16), hi);
+        _mm_storeu_ps(d + 18, r3);
+        _mm_storeh_pi((__m64 *)(void *)(d + 22), hi);
+    }
+    d -= k * 6;
+    MP_INTERLEAVE(6)
+}
+#endif
+
+static inline void mp_interleave(float *d, const float *const *row, int R, int64_t kc)
+{
+    int64_t k = 0;
+#ifdef MP_X86
+    if (R == 6 && MP_MR == 6) {
+        mp_interleave6_sse(d, row, kc);
+        return;
+    }
+    if ((R == 8 || R == 16) && mp_cpu_has(MP_CPU_AVX2_FMA)) {
+        mp_interleave_avx(d, row, R, kc);
+        return;
+    }
+#endif
+    MP_PACK_WIDTHS(MP_INTERLEAVE, R)
+}
+
+/* d[i] = s[i], i < R, one run of a panel. */
+#define MP_COPY_RUN(RW)                                                            for (int64_t p = 0; p < full; p++)                                                 memcpy(dst + p * pstride + k * (RW), s + p * (RW), (size_t)(RW) * sizeof *s);
+
+/* Rows [r0, r0 + nv) of X as panels of R rows (nv <= MP_PACK_ROWS, R <=
+ * MP_PACK_R): panel p at dst + p pstride holds dst[k R + i] = X(r0 + p R +
+ * i, k0 + k) for k < kc, zero past row nv, converted to f32 and rounded to
+ * rnd (0: not rounded) on the way. X(r, k) = src[r ld + k], or src[k ld +
+ * r] when trans. Each run of the source is converted once, with the
+ * vector conversions of mp_ld_n, then spread over the panels. */
 #define MP_PACK_ROWS 256
+#define MP_PACK_R 16
 
 static inline void mp_pack(float *dst, int64_t pstride, const void *src, int dt, int64_t ld,
-                           int trans, int64_t r0, int64_t nv, int R, int64_t k0, int64_t kc)
+                           int trans, int rnd, int64_t r0, int64_t nv, int R, int64_t k0,
+                           int64_t kc)
 {
     int64_t np = (nv + R - 1) / R;
-    float tmp[MP_PACK_ROWS > MP_KC ? MP_PACK_ROWS : MP_KC];
-    if (trans) {
+    if (trans) {   /* a run along r for each k */
+        float buf[MP_PACK_ROWS];
+        int64_t full = nv / R, rem = nv - full * R;
         for (int64_t k = 0; k < kc; k++) {
-            mp_ld_n(src, dt, (k0 + k) * ld + r0, 1, nv, tmp);
-            for (int64_t j = nv; j < np * R; j++) tmp[j] = 0.0f;
-            for (int64_t p = 0; p < np; p++)
-                memcpy(dst + p * pstride + k * R, tmp + p * R, (size_t)R * sizeof *tmp);
+            const float *s = mp_pack_src(src, dt, (k0 + k) * ld + r0, nv, rnd, buf);
+            MP_PACK_WIDTHS(MP_COPY_RUN, R)
+            if (rem) {
+                float *d = dst + full * pstride + k * R;
+                memcpy(d, s + full * R, (size_t)rem * sizeof *s);
+                memset(d + rem, 0, (size_t)(R - rem) * sizeof *s);
+            }
         }
         return;
     }
-    for (int64_t j = 0; j < np * R; j++) {
-        float *d = dst + (j / R) * pstride + j % R;
-        if (j >= nv)
-            for (int64_t k = 0; k < kc; k++) d[k * R] = 0.0f;
-        else if (dt == MP_F32)          /* no conversion: skip the copy to tmp */
-            for (int64_t k = 0; k < kc; k++)
-                d[k * R] = ((const float *)src)[(r0 + j) * ld + k0 + k];
-        else {
-            mp_ld_n(src, dt, (r0 + j) * ld + k0, 1, kc, tmp);
-            for (int64_t k = 0; k < kc; k++) d[k * R] = tmp[k];
+    static const float zero[MP_KC];   /* a run along k for each r */
+    float buf[MP_PACK_R * MP_KC];
+    for (int64_t p = 0; p < np; p++) {
+        const float *row[MP_PACK_R];
+        for (int i = 0; i < R; i++) {
+            int64_t r = p * R + i;
+            row[i] = r < nv ? mp_pack_src(src, dt, (r0 + r) * ld + k0, kc, rnd, buf + i * MP_KC)
+                            : zero;
         }
+        mp_interleave(dst + p * pstride, row, R, kc);
     }
 }
 
@@ -227,8 +343,8 @@ static inline void mp_pack_b(float *Bp, const MpGemm *g, int nr, int64_t j0, int
     for (int64_t w = 0; w < np * nk; w++) {
         int64_t p = w / nk, k0 = (w % nk) * MP_KC, kc = mp_min64(g->K - k0, MP_KC);
         /* op(B)(k, j) = B[k ldb + j], so as X(j, k) it is the trans case */
-        mp_pack(Bp + p * g->K * nr + k0 * nr, 0, g->B, g->bdt, g->ldb, !g->tb, j0 + p * nr,
-                mp_min64(n - p * nr, nr), nr, k0, kc);
+        mp_pack(Bp + p * g->K * nr + k0 * nr, 0, g->B, g->bdt, g->ldb, !g->tb, g->bround,
+                j0 + p * nr, mp_min64(n - p * nr, nr), nr, k0, kc);
     }
 }
 
@@ -290,7 +406,8 @@ static inline void mp_gemm_tile(const MpGemm *g, MpUk uk, const float *Bp, int64
         memset(T, 0, (size_t)(mp * MP_MR * nc) * sizeof *T);
     for (int64_t k0 = 0; k0 < g->K; k0 += MP_KC) {
         int64_t kc = mp_min64(g->K - k0, MP_KC);
-        mp_pack(Ap, kc * MP_MR, g->A, g->adt, g->lda, g->ta, i0, mv, MP_MR, k0, kc);
+        mp_pack(Ap, kc * MP_MR, g->A, g->adt, g->lda, g->ta, g->around, i0, mv, MP_MR, k0,
+                kc);
         for (int64_t q = 0; q < npan; q++) {
             const float *b = Bp + (jb / uk.nr + q) * g->K * uk.nr + k0 * uk.nr;
             for (int64_t p = 0; p < mp; p++)
@@ -402,8 +519,9 @@ static inline void mp_gemm(int ta, int tb, int64_t M, int64_t N, int64_t K, floa
                            const void *A, int adt, int64_t lda, const void *B, int bdt,
                            int64_t ldb, float beta, void *C, int cdt, int64_t ldc)
 {
-    MpGemm g = {ta, tb, M, N, K, alpha, beta, A, adt, lda, B, bdt, ldb, C, cdt, ldc,
-                NULL, MP_F32, 0};
+    MpGemm g = {.ta = ta, .tb = tb, .M = M, .N = N, .K = K, .alpha = alpha, .beta = beta,
+                .A = A, .adt = adt, .lda = lda, .B = B, .bdt = bdt, .ldb = ldb,
+                .C = C, .cdt = cdt, .ldc = ldc, .biasdt = MP_F32};
     mp_gemm_ex(&g);
 }
 
@@ -444,7 +562,9 @@ static inline void mp_k_linear(void *y, int ydt, const void *x, int xdt, const v
                                int wdt, const void *bias, int bdt, int64_t M, int64_t N,
                                int64_t K)
 {
-    MpGemm g = {0, 1, M, N, K, 1.0f, 0.0f, x, xdt, K, w, wdt, K, y, ydt, N, bias, bdt, 0};
+    MpGemm g = {.tb = 1, .M = M, .N = N, .K = K, .alpha = 1.0f, .A = x, .adt = xdt, .lda = K,
+                .B = w, .bdt = wdt, .ldb = K, .C = y, .cdt = ydt, .ldc = N, .bias = bias,
+                .biasdt = bdt};
     mp_gemm_ex(&g);
 }
 
