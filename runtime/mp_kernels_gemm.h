@@ -218,14 +218,40 @@ static inline const float *mp_pack_src(const void *src, int dt, int64_t off, int
 
 /* The widths a panel has (MR, and the kernels' NR): the loops below are
  * instantiated for each, so the compiler sees constant trip counts. */
-#define MP_PACK_WIDTHS(X, R)                                                       switch (R) {                                                                   case MP_MR: X(MP_MR); break;                                                   case 8: X(8); break;                                                           case 16: X(16); break;                                                         default: X(R); break;                                                          }
+#define MP_PACK_WIDTHS(X, R)                                                   \
+    switch (R) {                                                               \
+    case MP_MR: X(MP_MR); break;                                               \
+    case 8: X(8); break;                                                       \
+    case 16: X(16); break;                                                     \
+    default: X(R); break;                                                      \
+    }
 
 /* d[k R + i] = row[i][k], i < R, k < kc: R rows interleaved into a panel. */
-#define MP_INTERLEAVE(RW)                                                          for (; k < kc; k++)                                                                for (int i = 0; i < (RW); i++) d[k * (RW) + i] = row[i][k];
+#define MP_INTERLEAVE(RW)                                                      \
+    for (; k < kc; k++)                                                        \
+        for (int i = 0; i < (RW); i++) d[k * (RW) + i] = row[i][k];
 
 #ifdef MP_X86
 /* 8 rows of 8 as 8 columns: v[i] = rows i, out: v[j] = column j. */
-#define MP_TRANSPOSE8(v)                                                           do {                                                                               __m256 t0 = _mm256_unpacklo_ps(v[0], v[1]), t1 = _mm256_unpackhi_ps(v[0], v[1]);         __m256 t2 = _mm256_unpacklo_ps(v[2], v[3]), t3 = _mm256_unpackhi_ps(v[2], v[3]);         __m256 t4 = _mm256_unpacklo_ps(v[4], v[5]), t5 = _mm256_unpackhi_ps(v[4], v[5]);         __m256 t6 = _mm256_unpacklo_ps(v[6], v[7]), t7 = _mm256_unpackhi_ps(v[6], v[7]);         __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xee);         __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xee);         __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xee);         __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xee);         v[0] = _mm256_permute2f128_ps(u0, u4, 0x20);                                   v[1] = _mm256_permute2f128_ps(u1, u5, 0x20);                                   v[2] = _mm256_permute2f128_ps(u2, u6, 0x20);                                   v[3] = _mm256_permute2f128_ps(u3, u7, 0x20);                                   v[4] = _mm256_permute2f128_ps(u0, u4, 0x31);                                   v[5] = _mm256_permute2f128_ps(u1, u5, 0x31);                                   v[6] = _mm256_permute2f128_ps(u2, u6, 0x31);                                   v[7] = _mm256_permute2f128_ps(u3, u7, 0x31);                               } while (0)
+#define MP_TRANSPOSE8(v)                                                                   \
+    do {                                                                                   \
+        __m256 t0 = _mm256_unpacklo_ps(v[0], v[1]), t1 = _mm256_unpackhi_ps(v[0], v[1]);   \
+        __m256 t2 = _mm256_unpacklo_ps(v[2], v[3]), t3 = _mm256_unpackhi_ps(v[2], v[3]);   \
+        __m256 t4 = _mm256_unpacklo_ps(v[4], v[5]), t5 = _mm256_unpackhi_ps(v[4], v[5]);   \
+        __m256 t6 = _mm256_unpacklo_ps(v[6], v[7]), t7 = _mm256_unpackhi_ps(v[6], v[7]);   \
+        __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xee); \
+        __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xee); \
+        __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xee); \
+        __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xee); \
+        v[0] = _mm256_permute2f128_ps(u0, u4, 0x20);                                       \
+        v[1] = _mm256_permute2f128_ps(u1, u5, 0x20);                                       \
+        v[2] = _mm256_permute2f128_ps(u2, u6, 0x20);                                       \
+        v[3] = _mm256_permute2f128_ps(u3, u7, 0x20);                                       \
+        v[4] = _mm256_permute2f128_ps(u0, u4, 0x31);                                       \
+        v[5] = _mm256_permute2f128_ps(u1, u5, 0x31);                                       \
+        v[6] = _mm256_permute2f128_ps(u2, u6, 0x31);                                       \
+        v[7] = _mm256_permute2f128_ps(u3, u7, 0x31);                                       \
+    } while (0)
 
 /* R = 16 or 8 (the AVX2 kernel's B panels): 8x8 blocks transposed in
  * registers (AVX; the caller checks the CPU). */
@@ -288,8 +314,15 @@ static inline void mp_interleave(float *d, const float *const *row, int R, int64
     MP_PACK_WIDTHS(MP_INTERLEAVE, R)
 }
 
-/* d[i] = s[i], i < R, one run of a panel. */
-#define MP_COPY_RUN(RW)                                                            for (int64_t p = 0; p < full; p++)                                                 memcpy(dst + p * pstride + k * (RW), s + p * (RW), (size_t)(RW) * sizeof *s);
+/* One run spread over the panels: R values to each full panel, the rest
+ * (rem < R) to the last, zero-padded; no library calls, the runs are short. */
+#define MP_COPY_RUN(RW)                                                               \
+    for (int64_t p = 0; p < full; p++)                                                \
+        memcpy(dst + p * pstride + k * (RW), s + p * (RW), (size_t)(RW) * sizeof *s); \
+    if (rem) {                                                                        \
+        float *d = dst + full * pstride + k * (RW);                                   \
+        for (int i = 0; i < (RW); i++) d[i] = i < rem ? s[full * (RW) + i] : 0.0f;    \
+    }
 
 /* Rows [r0, r0 + nv) of X as panels of R rows (nv <= MP_PACK_ROWS, R <=
  * MP_PACK_R): panel p at dst + p pstride holds dst[k R + i] = X(r0 + p R +
@@ -311,11 +344,6 @@ static inline void mp_pack(float *dst, int64_t pstride, const void *src, int dt,
         for (int64_t k = 0; k < kc; k++) {
             const float *s = mp_pack_src(src, dt, (k0 + k) * ld + r0, nv, rnd, buf);
             MP_PACK_WIDTHS(MP_COPY_RUN, R)
-            if (rem) {
-                float *d = dst + full * pstride + k * R;
-                memcpy(d, s + full * R, (size_t)rem * sizeof *s);
-                memset(d + rem, 0, (size_t)(R - rem) * sizeof *s);
-            }
         }
         return;
     }
@@ -332,20 +360,15 @@ static inline void mp_pack(float *dst, int64_t pstride, const void *src, int dt,
     }
 }
 
-/* All of op(B)'s columns [j0, j0 + n) as panels of nr columns: panel p
- * holds columns j0 + p nr ..., for every k, at Bp + p K nr + k nr. Called
- * inside mp_gemm_blocked's parallel region: the threads share the work and
- * wait for each other at the end. */
+/* op(B)'s columns [j0, j0 + n) as panels of nr columns: panel p holds
+ * columns j0 + p nr ..., for every k, at Bp + p K nr + k nr. */
 static inline void mp_pack_b(float *Bp, const MpGemm *g, int nr, int64_t j0, int64_t n)
 {
-    int64_t np = (n + nr - 1) / nr, nk = (g->K + MP_KC - 1) / MP_KC;
-    MP_OMP(for schedule(static))
-    for (int64_t w = 0; w < np * nk; w++) {
-        int64_t p = w / nk, k0 = (w % nk) * MP_KC, kc = mp_min64(g->K - k0, MP_KC);
-        /* op(B)(k, j) = B[k ldb + j], so as X(j, k) it is the trans case */
-        mp_pack(Bp + p * g->K * nr + k0 * nr, 0, g->B, g->bdt, g->ldb, !g->tb, g->bround,
-                j0 + p * nr, mp_min64(n - p * nr, nr), nr, k0, kc);
-    }
+    for (int64_t p = 0; p * nr < n; p++)
+        for (int64_t k0 = 0; k0 < g->K; k0 += MP_KC)
+            /* op(B)(k, j) = B[k ldb + j], so as X(j, k) it is the trans case */
+            mp_pack(Bp + p * g->K * nr + k0 * nr, 0, g->B, g->bdt, g->ldb, !g->tb, g->bround,
+                    j0 + p * nr, mp_min64(n - p * nr, nr), nr, k0, mp_min64(g->K - k0, MP_KC));
 }
 
 /* ---- storing a tile: alpha, bias, beta, one rounding ----------------- */
@@ -372,27 +395,57 @@ static inline void mp_gemm_store(const MpGemm *g, float *T, int64_t ldt, int64_t
 
 /* ---- the blocked product ------------------------------------------------ */
 
-typedef struct MpTiles {
-    int64_t mc, nc, mb, nb;     /* tile size and counts over M and n */
-} MpTiles;
+/* How the threads share C: a grid of pr x pc rectangles, one per thread,
+ * each packing the B panels of its own columns, so the threads never wait
+ * for each other inside a product. A rectangle is a whole number of MR
+ * rows and NR columns, the grid evened out so that no thread has more
+ * than one panel more than another. The grid minimises the largest
+ * thread's work: its multiply-adds, plus MP_PACK_COST for each element it
+ * packs (its B columns over all of K once, its A rows once per NC_MAX
+ * columns). A product too small for threads runs on one (mp_gemm_blocked). */
+#define MP_PACK_COST 12.0
 
-/* Tiles of about MC_MAX x NC_MAX, evened out, and at least two per thread
- * when the matrix allows, so that threads get equal shares. */
-static inline MpTiles mp_tiles(int64_t M, int64_t n, int nr)
+typedef struct MpSplit {
+    int pr, pc;
+} MpSplit;
+
+static inline MpSplit mp_split(int64_t M, int64_t N, int64_t K, int nr, int nt)
 {
-    MpTiles t;
-    int64_t want = 2 * mp_nthreads();
-    t.mb = (M + MP_MC_MAX - 1) / MP_MC_MAX;
-    t.nb = (n + MP_NC_MAX - 1) / MP_NC_MAX;
-    while (t.mb * t.nb < want && (n + t.nb) / (t.nb + 1) >= 4 * nr)
-        t.nb++;
-    while (t.mb * t.nb < want && (M + t.mb) / (t.mb + 1) >= 4 * MP_MR)
-        t.mb++;
-    t.mc = ((M + t.mb - 1) / t.mb + MP_MR - 1) / MP_MR * MP_MR;
-    t.nc = ((n + t.nb - 1) / t.nb + nr - 1) / nr * nr;
-    t.mb = (M + t.mc - 1) / t.mc;
-    t.nb = (n + t.nc - 1) / t.nc;
-    return t;
+    int64_t mpn = (M + MP_MR - 1) / MP_MR, npn = (N + nr - 1) / nr;
+    MpSplit best = {nt, 1};
+    double cost = -1;
+    for (int pc = 1; pc <= nt; pc++) {
+        if (nt % pc)
+            continue;
+        int pr = nt / pc;
+        double rows = (double)((mpn + pr - 1) / pr * MP_MR);
+        double cols = (double)((npn + pc - 1) / pc * nr);
+        double c = rows * cols * (double)K +
+                   MP_PACK_COST * (double)K * (cols + rows * ((cols + MP_NC_MAX - 1) / MP_NC_MAX));
+        if (cost < 0 || c < cost) {
+            cost = c;
+            best.pr = pr;
+            best.pc = pc;
+        }
+    }
+    return best;
+}
+
+/* Part g of n parts of npan panels of width w, clipped to len: [*lo, *hi). */
+static inline void mp_share(int64_t npan, int w, int64_t len, int g, int n, int64_t *lo,
+                            int64_t *hi)
+{
+    *lo = mp_min64(npan * g / n * w, len);
+    *hi = mp_min64(npan * (g + 1) / n * w, len);
+}
+
+/* Tiles of at most MAX (a multiple of w) over len, evened out: the size. */
+static inline int64_t mp_tile_size(int64_t len, int64_t max, int w)
+{
+    int64_t nb = (len + max - 1) / max;
+    if (nb < 1)
+        nb = 1;
+    return ((len + nb - 1) / nb + w - 1) / w * w;
 }
 
 /* One tile: rows [i0, i0 + mv) and columns [j0, j0 + nv) of C, where
@@ -426,39 +479,51 @@ static inline void *mp_kalloc64(size_t bytes, float **p)
     return raw;
 }
 
+#ifdef _OPENMP
+static inline int mp_team(void) { return omp_get_num_threads(); }
+#else
+static inline int mp_team(void) { return 1; }
+#endif
+
 /* One parallel region per product (a region costs more than it seems on a
- * busy machine): threads pack B together, then take tiles as they come
- * free. Every tile is computed the same way whichever thread takes it. */
+ * busy machine), with no barrier inside: each thread packs the B panels of
+ * its rectangle of C (mp_split), in passes of at most MP_BPACK_MAX / team
+ * floats, and runs its tiles. Every tile is computed the same way
+ * whichever thread has it, so C does not depend on the thread count. */
 static inline void mp_gemm_blocked(const MpGemm *g)
 {
     MpUk uk = mp_uk();
-    int64_t Kp = g->K > 0 ? g->K : 1;
-    int64_t ncols = mp_min64(g->N, (MP_BPACK_MAX / Kp) / uk.nr * uk.nr);
-    if (ncols < uk.nr)
-        ncols = uk.nr;
-    float *Bp;
-    void *braw = mp_kalloc64((size_t)(((ncols + uk.nr - 1) / uk.nr) * uk.nr * Kp) *
-                             sizeof(float), &Bp);
     MP_OMP(parallel if (g->M * g->N * g->K > (1 << 22)))
     {
-        float *Ap, *T;   /* mp_tiles keeps tiles within MC_MAX x NC_MAX */
-        void *araw = mp_kalloc64((size_t)(MP_MC_MAX * MP_KC) * sizeof(float), &Ap);
-        void *traw = mp_kalloc64((size_t)(MP_MC_MAX * MP_NC_MAX) * sizeof(float), &T);
-        for (int64_t j0 = 0; j0 < g->N; j0 += ncols) {   /* passes over N */
-            int64_t n = mp_min64(g->N - j0, ncols);
-            MpTiles t = mp_tiles(g->M, n, uk.nr);
+        int nt = mp_team(), t = mp_thread();
+        MpSplit sp = mp_split(g->M, g->N, g->K, uk.nr, nt);
+        int64_t r0, r1, c0, c1, Kp = g->K > 0 ? g->K : 1;
+        mp_share((g->M + MP_MR - 1) / MP_MR, MP_MR, g->M, t / sp.pc, sp.pr, &r0, &r1);
+        mp_share((g->N + uk.nr - 1) / uk.nr, uk.nr, g->N, t % sp.pc, sp.pc, &c0, &c1);
+        int64_t ncols = mp_min64(c1 - c0, (MP_BPACK_MAX / nt / Kp) / uk.nr * uk.nr);
+        if (ncols < uk.nr)
+            ncols = uk.nr;
+        int64_t mc = mp_tile_size(r1 - r0, MP_MC_MAX, MP_MR);
+        /* one block per thread (A panels, the tile, B panels): glibc's
+         * malloc then keeps it on the heap from one product to the next
+         * instead of mapping fresh pages for each */
+        size_t na = MP_MC_MAX * MP_KC, nT = MP_MC_MAX * MP_NC_MAX;
+        float *Ap = NULL;
+        void *raw = NULL;
+        if (r0 < r1 && c0 < c1)
+            raw = mp_kalloc64((na + nT + (size_t)((ncols + uk.nr - 1) / uk.nr * uk.nr * Kp)) *
+                              sizeof(float), &Ap);
+        float *T = Ap + na, *Bp = T + nT;
+        for (int64_t j0 = c0; r0 < r1 && j0 < c1; j0 += ncols) {   /* passes over N */
+            int64_t n = mp_min64(c1 - j0, ncols), nc = mp_tile_size(n, MP_NC_MAX, uk.nr);
             mp_pack_b(Bp, g, uk.nr, j0, n);
-            MP_OMP(for schedule(dynamic))
-            for (int64_t w = 0; w < t.mb * t.nb; w++) {
-                int64_t i0 = (w / t.nb) * t.mc, jb = (w % t.nb) * t.nc;
-                mp_gemm_tile(g, uk, Bp, jb, i0, mp_min64(g->M - i0, t.mc), j0 + jb,
-                             mp_min64(n - jb, t.nc), t.nc, Ap, T);
-            }
+            for (int64_t i0 = r0; i0 < r1; i0 += mc)
+                for (int64_t jb = 0; jb < n; jb += nc)
+                    mp_gemm_tile(g, uk, Bp, jb, i0, mp_min64(r1 - i0, mc), j0 + jb,
+                                 mp_min64(n - jb, nc), nc, Ap, T);
         }
-        free(araw);
-        free(traw);
+        free(raw);
     }
-    free(braw);
 }
 
 #ifdef MP_USE_CBLAS
@@ -466,20 +531,30 @@ static inline void mp_gemm_blocked(const MpGemm *g)
  * left spinning after a parallel region would compete with OpenBLAS's own
  * threads for the cores. */
 
-/* op(X) as a dense f32 copy in X's own layout (rows x cols, ld = cols). */
-static inline float *mp_to_f32(const void *x, int dt, int64_t ld, int64_t rows, int64_t cols)
+/* op(X) as a dense f32 copy in X's own layout (rows x cols, ld = cols),
+ * rounded to rnd (around / bround). */
+static inline float *mp_to_f32(const void *x, int dt, int rnd, int64_t ld, int64_t rows,
+                               int64_t cols)
 {
     float *d = (float *)mp_kalloc((size_t)(rows * cols) * sizeof *d);
     for (int64_t r = 0; r < rows; r++)
-        mp_ld_n(x, dt, r * ld, 1, cols, d + r * cols);
+        if (mp_pack_src(x, dt, r * ld, cols, rnd, d + r * cols) != d + r * cols)
+            memcpy(d + r * cols, (const float *)x + r * ld, (size_t)cols * sizeof *d);
     return d;
+}
+
+/* Whether operand X (type dt, rounded to rnd) must be copied for cblas. */
+static inline int mp_cblas_copy(int dt, int rnd)
+{
+    return dt != MP_F32 || (rnd != 0 && rnd != MP_F32);
 }
 
 static inline void mp_gemm_cblas(const MpGemm *g)
 {
     enum CBLAS_TRANSPOSE ta = g->ta ? CblasTrans : CblasNoTrans;
     enum CBLAS_TRANSPOSE tb = g->tb ? CblasTrans : CblasNoTrans;
-    if (g->adt == MP_F32 && g->bdt == MP_F32 && g->cdt == MP_F32 && !g->bias) {
+    int ca = mp_cblas_copy(g->adt, g->around), cb = mp_cblas_copy(g->bdt, g->bround);
+    if (!ca && !cb && g->cdt == MP_F32 && !g->bias) {
         cblas_sgemm(CblasRowMajor, ta, tb, (int)g->M, (int)g->N, (int)g->K, g->alpha,
                     (const float *)g->A, (int)g->lda, (const float *)g->B, (int)g->ldb,
                     g->beta, (float *)g->C, (int)g->ldc);
@@ -487,8 +562,8 @@ static inline void mp_gemm_cblas(const MpGemm *g)
     }
     int64_t ar = g->ta ? g->K : g->M, ac = g->ta ? g->M : g->K;
     int64_t br = g->tb ? g->N : g->K, bc = g->tb ? g->K : g->N;
-    float *a = g->adt == MP_F32 ? NULL : mp_to_f32(g->A, g->adt, g->lda, ar, ac);
-    float *b = g->bdt == MP_F32 ? NULL : mp_to_f32(g->B, g->bdt, g->ldb, br, bc);
+    float *a = ca ? mp_to_f32(g->A, g->adt, g->around, g->lda, ar, ac) : NULL;
+    float *b = cb ? mp_to_f32(g->B, g->bdt, g->bround, g->ldb, br, bc) : NULL;
     float *t = (float *)mp_kalloc((size_t)(g->M * g->N) * sizeof *t);
     cblas_sgemm(CblasRowMajor, ta, tb, (int)g->M, (int)g->N, (int)g->K, g->alpha,
                 a ? a : (const float *)g->A, a ? (int)ac : (int)g->lda,
