@@ -7,18 +7,24 @@
  * when stored. So a product of f16 inputs stored as f16 is the f32 product
  * rounded once, which is what cuBLAS's f16 GEMM with f32 compute returns.
  *
- * How it is fast (the Goto/BLIS scheme): B is packed once per call into
- * column panels NR wide, converted to f32 while packing; C is cut into
- * tiles of about MC x NC that threads take in parallel; for each K block a
- * thread packs its A block into row panels MR high and runs the register-
- * blocked micro-kernel (MR x NR accumulators in registers) over every panel
- * pair, adding into an f32 tile that stays in cache. A tile is rounded and
- * stored only when all of K is summed, so storage types cost nothing in the
- * inner loop. Panels are zero-padded to MR and NR, so the micro-kernel has
- * no edge cases. The micro-kernel is 6x16 in AVX2+FMA intrinsics on any
- * x86 CPU that has them (chosen at run time, so a plain `cc -O2` build
- * gets it too; MP_CPU=portable|avx2 forces the choice, mp_vmath.h), else
- * 6x8 in GCC/Clang vector extensions or plain C.
+ * How it is fast (the Goto/BLIS scheme): C is cut into one rectangle per
+ * thread (a grid chosen by mp_split, so that no thread waits for another:
+ * along N when M is small, along M when N is); each thread packs the B
+ * columns of its rectangle into panels NR wide, then cuts the rectangle
+ * into tiles of about MC x NC, and for each K block packs its A block into
+ * row panels MR high and runs the register-blocked micro-kernel (MR x NR
+ * accumulators in registers) over every panel pair, adding into an f32
+ * tile that stays in cache. Packing converts f16/bf16 to f32 with the
+ * vector conversions (F16C, AVX2) one source run at a time and spreads the
+ * runs over the panels with register transposes; it also rounds f32
+ * operands to f16/bf16 when asked (around / bround: a cast fused into the
+ * product). A tile is rounded and stored only when all of K is summed, so
+ * storage types cost nothing in the inner loop. Panels are zero-padded to
+ * MR and NR, so the micro-kernel has no edge cases. The micro-kernel is
+ * 6x16 in AVX2+FMA intrinsics on any x86 CPU that has them (chosen at run
+ * time, so a plain `cc -O2` build gets it too; MP_CPU=portable|avx2 forces
+ * the choice, mp_vmath.h), else 6x8 in GCC/Clang vector extensions or
+ * plain C. No AVX-512 path: the machines this was measured on have none.
  * -DMP_GEMM_PORTABLE leaves the AVX2 kernel out (tests use it).
  * Order of the sum, the same on every path: each element of C is one
  * chain over k ascending within a KC block, and the blocks' partial sums
@@ -27,7 +33,9 @@
  * the compiler contracts `c + a * b` (-march with FMA), else rounds twice;
  * test_kernels checks both against a double reference. With
  * -fopenmp, products above ~8 MFLOP run on all threads (one parallel
- * region each); each element's sum has the same order on any number.
+ * region each, no barrier inside); each element's sum has the same order
+ * on any number (test_threads_same_bits). tests/bench_gemm.c measures
+ * GFLOP/s against OpenBLAS on the examples' shapes.
  *
  * -DMP_USE_CBLAS: products go to cblas_sgemm (link -lopenblas); f16/bf16
  * operands are converted to f32 first (exactly) and the result rounded

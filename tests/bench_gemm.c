@@ -1,6 +1,6 @@
 /* bench_gemm.c - GFLOP/s of mp_gemm against OpenBLAS's cblas_sgemm on the
  * products of the examples, at 1 and 2 threads, in one run. Not a test;
- * run by hand (the build line is also bench/gemm.sh's):
+ * run by hand:
  *   cc -O3 -march=native -fopenmp -Iruntime tests/bench_gemm.c -o b -lopenblas -lm && ./b
  * Shapes: every product of a training step of bench/mnist_mlp2.mp (batch
  * 128: forward NT x w^T, backward NN dy w and TN dy^T x), of the linear
