@@ -7,9 +7,10 @@
  * when stored. So a product of f16 inputs stored as f16 is the f32 product
  * rounded once, which is what cuBLAS's f16 GEMM with f32 compute returns.
  *
- * How it is fast (the Goto/BLIS scheme): C is cut into one rectangle per
- * thread (a grid chosen by mp_split, so that no thread waits for another:
- * along N when M is small, along M when N is); each thread packs the B
+ * How it is fast (the Goto/BLIS scheme): C is cut into rectangles that
+ * threads take as they come free (a grid chosen by mp_split, along N when
+ * M is small, along M when N is, so that no B panel is packed twice and
+ * threads never wait for each other's packing); a thread packs the B
  * columns of its rectangle into panels NR wide, then cuts the rectangle
  * into tiles of about MC x NC, and for each K block packs its A block into
  * row panels MR high and runs the register-blocked micro-kernel (MR x NR
@@ -494,41 +495,67 @@ static inline int mp_team(void) { return 1; }
 #endif
 
 /* One parallel region per product (a region costs more than it seems on a
- * busy machine), with no barrier inside: each thread packs the B panels of
- * its rectangle of C (mp_split), in passes of at most MP_BPACK_MAX / team
- * floats, and runs its tiles. Every tile is computed the same way
- * whichever thread has it, so C does not depend on the thread count. */
+ * busy machine), with no barrier inside. The grid of mp_split is cut finer
+ * along the way it splits (MP_SPLIT_FINE pieces a share) and threads take
+ * the pieces as they come free, so a thread the machine holds back does
+ * less: split along N, each piece is all the rows of some columns and
+ * packs its own B panels (each packed once in all); split along M (or one
+ * thread), each piece is some rows of all the columns, and a thread packs
+ * B once, for its first piece. B goes in passes of at most MP_BPACK_MAX /
+ * team floats. Every tile is computed the same way whichever thread has
+ * it, so C does not depend on the thread count. */
+#define MP_SPLIT_FINE 4
+
 static inline void mp_gemm_blocked(const MpGemm *g)
 {
     MpUk uk = mp_uk();
     MP_OMP(parallel if (g->M * g->N * g->K > (1 << 22)))
     {
-        int nt = mp_team(), t = mp_thread();
+        int nt = mp_team();
         MpSplit sp = mp_split(g->M, g->N, g->K, uk.nr, nt);
-        int64_t r0, r1, c0, c1, Kp = g->K > 0 ? g->K : 1;
-        mp_share((g->M + MP_MR - 1) / MP_MR, MP_MR, g->M, t / sp.pc, sp.pr, &r0, &r1);
-        mp_share((g->N + uk.nr - 1) / uk.nr, uk.nr, g->N, t % sp.pc, sp.pc, &c0, &c1);
-        int64_t ncols = mp_min64(c1 - c0, (MP_BPACK_MAX / nt / Kp) / uk.nr * uk.nr);
+        int64_t mpn = (g->M + MP_MR - 1) / MP_MR, npn = (g->N + uk.nr - 1) / uk.nr;
+        int gr = sp.pr, gc = sp.pc;
+        if (gc == 1)
+            gr *= MP_SPLIT_FINE;
+        else if (gr == 1)
+            gc *= MP_SPLIT_FINE;
+        int64_t Kp = g->K > 0 ? g->K : 1;
+        int64_t ncols = mp_min64((npn + gc - 1) / gc * uk.nr,
+                                 (MP_BPACK_MAX / nt / Kp) / uk.nr * uk.nr);
         if (ncols < uk.nr)
             ncols = uk.nr;
-        int64_t mc = mp_tile_size(r1 - r0, MP_MC_MAX, MP_MR);
-        /* one block per thread (A panels, the tile, B panels): glibc's
-         * malloc then keeps it on the heap from one product to the next
-         * instead of mapping fresh pages for each */
+        /* one block per thread (A panels, the tile, B panels), allocated
+         * when it takes its first piece: glibc's malloc then keeps it on
+         * the heap from one product to the next instead of mapping fresh
+         * pages for each */
         size_t na = MP_MC_MAX * MP_KC, nT = MP_MC_MAX * MP_NC_MAX;
-        float *Ap = NULL;
+        float *Ap = NULL, *T = NULL, *Bp = NULL;
         void *raw = NULL;
-        if (r0 < r1 && c0 < c1)
-            raw = mp_kalloc64((na + nT + (size_t)((ncols + uk.nr - 1) / uk.nr * uk.nr * Kp)) *
-                              sizeof(float), &Ap);
-        float *T = Ap + na, *Bp = T + nT;
-        for (int64_t j0 = c0; r0 < r1 && j0 < c1; j0 += ncols) {   /* passes over N */
-            int64_t n = mp_min64(c1 - j0, ncols), nc = mp_tile_size(n, MP_NC_MAX, uk.nr);
-            mp_pack_b(Bp, g, uk.nr, j0, n);
-            for (int64_t i0 = r0; i0 < r1; i0 += mc)
-                for (int64_t jb = 0; jb < n; jb += nc)
-                    mp_gemm_tile(g, uk, Bp, jb, i0, mp_min64(r1 - i0, mc), j0 + jb,
-                                 mp_min64(n - jb, nc), nc, Ap, T);
+        int64_t pj0 = -1, pn = 0;   /* the columns Bp holds */
+        MP_OMP(for schedule(dynamic) nowait)
+        for (int w = 0; w < gr * gc; w++) {
+            int64_t r0, r1, c0, c1;
+            mp_share(mpn, MP_MR, g->M, w / gc, gr, &r0, &r1);
+            mp_share(npn, uk.nr, g->N, w % gc, gc, &c0, &c1);
+            if (r0 >= r1 || c0 >= c1)
+                continue;
+            if (!raw) {
+                raw = mp_kalloc64((na + nT + (size_t)(ncols * Kp)) * sizeof(float), &Ap);
+                T = Ap + na;
+                Bp = T + nT;
+            }
+            int64_t mc = mp_tile_size(r1 - r0, MP_MC_MAX, MP_MR);
+            for (int64_t j0 = c0; j0 < c1; j0 += ncols) {   /* passes over N */
+                int64_t n = mp_min64(c1 - j0, ncols), nc = mp_tile_size(n, MP_NC_MAX, uk.nr);
+                if (j0 != pj0 || n != pn)
+                    mp_pack_b(Bp, g, uk.nr, j0, n);
+                pj0 = j0;
+                pn = n;
+                for (int64_t i0 = r0; i0 < r1; i0 += mc)
+                    for (int64_t jb = 0; jb < n; jb += nc)
+                        mp_gemm_tile(g, uk, Bp, jb, i0, mp_min64(r1 - i0, mc), j0 + jb,
+                                     mp_min64(n - jb, nc), nc, Ap, T);
+            }
         }
         free(raw);
     }
