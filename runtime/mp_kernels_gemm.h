@@ -356,7 +356,7 @@ static inline void mp_pack(float *dst, int64_t pstride, const void *src, int dt,
         }
         return;
     }
-    static const float zero[MP_KC];   /* a run along k for each r */
+    static const float zero[MP_KC] = {0};   /* a run along k for each r */
     float buf[MP_PACK_R * MP_KC];
     for (int64_t p = 0; p < np; p++) {
         const float *row[MP_PACK_R];
