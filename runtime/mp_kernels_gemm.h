@@ -7,18 +7,25 @@
  * when stored. So a product of f16 inputs stored as f16 is the f32 product
  * rounded once, which is what cuBLAS's f16 GEMM with f32 compute returns.
  *
- * How it is fast (the Goto/BLIS scheme): B is packed once per call into
- * column panels NR wide, converted to f32 while packing; C is cut into
- * tiles of about MC x NC that threads take in parallel; for each K block a
- * thread packs its A block into row panels MR high and runs the register-
- * blocked micro-kernel (MR x NR accumulators in registers) over every panel
- * pair, adding into an f32 tile that stays in cache. A tile is rounded and
- * stored only when all of K is summed, so storage types cost nothing in the
- * inner loop. Panels are zero-padded to MR and NR, so the micro-kernel has
- * no edge cases. The micro-kernel is 6x16 in AVX2+FMA intrinsics on any
- * x86 CPU that has them (chosen at run time, so a plain `cc -O2` build
- * gets it too; MP_CPU=portable|avx2 forces the choice, mp_vmath.h), else
- * 6x8 in GCC/Clang vector extensions or plain C.
+ * How it is fast (the Goto/BLIS scheme): C is cut into rectangles that
+ * threads take as they come free (a grid chosen by mp_split, along N when
+ * M is small, along M when N is, so that no B panel is packed twice and
+ * threads never wait for each other's packing); a thread packs the B
+ * columns of its rectangle into panels NR wide, then cuts the rectangle
+ * into tiles of about MC x NC, and for each K block packs its A block into
+ * row panels MR high and runs the register-blocked micro-kernel (MR x NR
+ * accumulators in registers) over every panel pair, adding into an f32
+ * tile that stays in cache. Packing converts f16/bf16 to f32 with the
+ * vector conversions (F16C, AVX2) one source run at a time and spreads the
+ * runs over the panels with register transposes; it also rounds f32
+ * operands to f16/bf16 when asked (around / bround: a cast fused into the
+ * product). A tile is rounded and stored only when all of K is summed, so
+ * storage types cost nothing in the inner loop. Panels are zero-padded to
+ * MR and NR, so the micro-kernel has no edge cases. The micro-kernel is
+ * 6x16 in AVX2+FMA intrinsics on any x86 CPU that has them (chosen at run
+ * time, so a plain `cc -O2` build gets it too; MP_CPU=portable|avx2 forces
+ * the choice, mp_vmath.h), else 6x8 in GCC/Clang vector extensions or
+ * plain C. No AVX-512 path: the machines this was measured on have none.
  * -DMP_GEMM_PORTABLE leaves the AVX2 kernel out (tests use it).
  * Order of the sum, the same on every path: each element of C is one
  * chain over k ascending within a KC block, and the blocks' partial sums
@@ -27,7 +34,9 @@
  * the compiler contracts `c + a * b` (-march with FMA), else rounds twice;
  * test_kernels checks both against a double reference. With
  * -fopenmp, products above ~8 MFLOP run on all threads (one parallel
- * region each); each element's sum has the same order on any number.
+ * region each, no barrier inside); each element's sum has the same order
+ * on any number (test_threads_same_bits). tests/bench_gemm.c measures
+ * GFLOP/s against OpenBLAS on the examples' shapes.
  *
  * -DMP_USE_CBLAS: products go to cblas_sgemm (link -lopenblas); f16/bf16
  * operands are converted to f32 first (exactly) and the result rounded
@@ -190,59 +199,173 @@ static inline MpUk mp_uk(void)
 
 /* ---- packing ------------------------------------------------------------ */
 
-/* Rows [r0, r0 + nv) of X as panels of R rows (nv <= MP_PACK_ROWS): panel
- * p at dst + p pstride holds dst[k R + i] = X(r0 + p R + i, k0 + k) for
- * k < kc, zero past row nv. X(r, k) = src[r ld + k], or src[k ld + r] when
- * trans. Several panels at once, so that a transposed source is read in
- * runs long enough for the vector conversions of mp_ld_n. */
-#define MP_PACK_ROWS 256
-
-/* rdt: 0, or the type every value is rounded to as it is packed (around,
- * bround: a cast fused into the product). */
-static inline void mp_pack(float *dst, int64_t pstride, const void *src, int dt, int64_t ld,
-                           int trans, int64_t r0, int64_t nv, int R, int64_t k0, int64_t kc,
-                           int rdt)
+/* The n values src[off ..] of type dt as f32, rounded to rnd (0: not
+ * rounded): src itself when that is already so, else buf, filled. */
+static inline const float *mp_pack_src(const void *src, int dt, int64_t off, int64_t n,
+                                       int rnd, float *buf)
 {
-    int64_t np = (nv + R - 1) / R;
-    float tmp[MP_PACK_ROWS > MP_KC ? MP_PACK_ROWS : MP_KC];
-    if (trans) {
-        for (int64_t k = 0; k < kc; k++) {
-            mp_ld_n(src, dt, (k0 + k) * ld + r0, 1, nv, tmp);
-            for (int64_t j = 0; rdt && j < nv; j++) tmp[j] = mp_round(tmp[j], rdt);
-            for (int64_t j = nv; j < np * R; j++) tmp[j] = 0.0f;
-            for (int64_t p = 0; p < np; p++)
-                memcpy(dst + p * pstride + k * R, tmp + p * R, (size_t)R * sizeof *tmp);
-        }
-        return;
+    int round = rnd != 0 && rnd != MP_F32 && rnd != dt;
+    if (dt == MP_F32 && !round)
+        return (const float *)src + off;
+    mp_ld_n(src, dt, off, 1, n, buf);
+    if (round)
+        mp_round_n(buf, rnd, n);
+    return buf;
+}
+
+/* The widths a panel has (MR, and the kernels' NR): the loops below are
+ * instantiated for each, so the compiler sees constant trip counts. */
+#define MP_PACK_WIDTHS(X, R)                                                   \
+    switch (R) {                                                               \
+    case MP_MR: X(MP_MR); break;                                               \
+    case 8: X(8); break;                                                       \
+    case 16: X(16); break;                                                     \
+    default: X(R); break;                                                      \
     }
-    for (int64_t j = 0; j < np * R; j++) {
-        float *d = dst + (j / R) * pstride + j % R;
-        if (j >= nv)
-            for (int64_t k = 0; k < kc; k++) d[k * R] = 0.0f;
-        else if (dt == MP_F32 && !rdt)  /* no conversion: skip the copy to tmp */
-            for (int64_t k = 0; k < kc; k++)
-                d[k * R] = ((const float *)src)[(r0 + j) * ld + k0 + k];
-        else {
-            mp_ld_n(src, dt, (r0 + j) * ld + k0, 1, kc, tmp);
-            for (int64_t k = 0; k < kc; k++) d[k * R] = rdt ? mp_round(tmp[k], rdt) : tmp[k];
+
+/* d[k R + i] = row[i][k], i < R, k < kc: R rows interleaved into a panel. */
+#define MP_INTERLEAVE(RW)                                                      \
+    for (; k < kc; k++)                                                        \
+        for (int i = 0; i < (RW); i++) d[k * (RW) + i] = row[i][k];
+
+#ifdef MP_X86
+/* 8 rows of 8 as 8 columns: v[i] = rows i, out: v[j] = column j. */
+#define MP_TRANSPOSE8(v)                                                                   \
+    do {                                                                                   \
+        __m256 t0 = _mm256_unpacklo_ps(v[0], v[1]), t1 = _mm256_unpackhi_ps(v[0], v[1]);   \
+        __m256 t2 = _mm256_unpacklo_ps(v[2], v[3]), t3 = _mm256_unpackhi_ps(v[2], v[3]);   \
+        __m256 t4 = _mm256_unpacklo_ps(v[4], v[5]), t5 = _mm256_unpackhi_ps(v[4], v[5]);   \
+        __m256 t6 = _mm256_unpacklo_ps(v[6], v[7]), t7 = _mm256_unpackhi_ps(v[6], v[7]);   \
+        __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xee); \
+        __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xee); \
+        __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xee); \
+        __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xee); \
+        v[0] = _mm256_permute2f128_ps(u0, u4, 0x20);                                       \
+        v[1] = _mm256_permute2f128_ps(u1, u5, 0x20);                                       \
+        v[2] = _mm256_permute2f128_ps(u2, u6, 0x20);                                       \
+        v[3] = _mm256_permute2f128_ps(u3, u7, 0x20);                                       \
+        v[4] = _mm256_permute2f128_ps(u0, u4, 0x31);                                       \
+        v[5] = _mm256_permute2f128_ps(u1, u5, 0x31);                                       \
+        v[6] = _mm256_permute2f128_ps(u2, u6, 0x31);                                       \
+        v[7] = _mm256_permute2f128_ps(u3, u7, 0x31);                                       \
+    } while (0)
+
+/* R = 16 or 8 (the AVX2 kernel's B panels): 8x8 blocks transposed in
+ * registers (AVX; the caller checks the CPU). */
+__attribute__((target("avx")))
+static inline void mp_interleave_avx(float *d, const float *const *row, int R, int64_t kc)
+{
+    int64_t k = 0;
+    for (; k + 8 <= kc; k += 8)
+        for (int h = 0; h < R; h += 8) {
+            __m256 v[8];
+            for (int i = 0; i < 8; i++) v[i] = _mm256_loadu_ps(row[h + i] + k);
+            MP_TRANSPOSE8(v);
+            for (int j = 0; j < 8; j++) _mm256_storeu_ps(d + (k + j) * R + h, v[j]);
         }
+    if (R == 16) {
+        MP_INTERLEAVE(16)
+    } else {
+        MP_INTERLEAVE(8)
     }
 }
 
-/* All of op(B)'s columns [j0, j0 + n) as panels of nr columns: panel p
- * holds columns j0 + p nr ..., for every k, at Bp + p K nr + k nr. Called
- * inside mp_gemm_blocked's parallel region: the threads share the work and
- * wait for each other at the end. */
+/* R = 6 (A panels): 4 values of rows 0-3 transposed in SSE registers,
+ * rows 4-5 paired; SSE is in every x86-64. */
+static inline void mp_interleave6_sse(float *d, const float *const *row, int64_t kc)
+{
+    int64_t k = 0;
+    for (; k + 4 <= kc; k += 4, d += 24) {
+        __m128 r0 = _mm_loadu_ps(row[0] + k), r1 = _mm_loadu_ps(row[1] + k);
+        __m128 r2 = _mm_loadu_ps(row[2] + k), r3 = _mm_loadu_ps(row[3] + k);
+        __m128 r4 = _mm_loadu_ps(row[4] + k), r5 = _mm_loadu_ps(row[5] + k);
+        _MM_TRANSPOSE4_PS(r0, r1, r2, r3);
+        __m128 lo = _mm_unpacklo_ps(r4, r5), hi = _mm_unpackhi_ps(r4, r5);
+        _mm_storeu_ps(d, r0);
+        _mm_storel_pi((__m64 *)(void *)(d + 4), lo);
+        _mm_storeu_ps(d + 6, r1);
+        _mm_storeh_pi((__m64 *)(void *)(d + 10), lo);
+        _mm_storeu_ps(d + 12, r2);
+        _mm_storel_pi((__m64 *)(void *)(d + 16), hi);
+        _mm_storeu_ps(d + 18, r3);
+        _mm_storeh_pi((__m64 *)(void *)(d + 22), hi);
+    }
+    d -= k * 6;
+    MP_INTERLEAVE(6)
+}
+#endif
+
+static inline void mp_interleave(float *d, const float *const *row, int R, int64_t kc)
+{
+    int64_t k = 0;
+#ifdef MP_X86
+    if (R == 6 && MP_MR == 6) {
+        mp_interleave6_sse(d, row, kc);
+        return;
+    }
+    if ((R == 8 || R == 16) && mp_cpu_has(MP_CPU_AVX2_FMA)) {
+        mp_interleave_avx(d, row, R, kc);
+        return;
+    }
+#endif
+    MP_PACK_WIDTHS(MP_INTERLEAVE, R)
+}
+
+/* One run spread over the panels: R values to each full panel, the rest
+ * (rem < R) to the last, zero-padded; no library calls, the runs are short. */
+#define MP_COPY_RUN(RW)                                                               \
+    for (int64_t p = 0; p < full; p++)                                                \
+        memcpy(dst + p * pstride + k * (RW), s + p * (RW), (size_t)(RW) * sizeof *s); \
+    if (rem) {                                                                        \
+        float *d = dst + full * pstride + k * (RW);                                   \
+        for (int i = 0; i < (RW); i++) d[i] = i < rem ? s[full * (RW) + i] : 0.0f;    \
+    }
+
+/* Rows [r0, r0 + nv) of X as panels of R rows (nv <= MP_PACK_ROWS, R <=
+ * MP_PACK_R): panel p at dst + p pstride holds dst[k R + i] = X(r0 + p R +
+ * i, k0 + k) for k < kc, zero past row nv, converted to f32 and rounded to
+ * rnd (0: not rounded) on the way. X(r, k) = src[r ld + k], or src[k ld +
+ * r] when trans. Each run of the source is converted once, with the
+ * vector conversions of mp_ld_n, then spread over the panels. */
+#define MP_PACK_ROWS 256
+#define MP_PACK_R 16
+
+static inline void mp_pack(float *dst, int64_t pstride, const void *src, int dt, int64_t ld,
+                           int trans, int rnd, int64_t r0, int64_t nv, int R, int64_t k0,
+                           int64_t kc)
+{
+    int64_t np = (nv + R - 1) / R;
+    if (trans) {   /* a run along r for each k */
+        float buf[MP_PACK_ROWS];
+        int64_t full = nv / R, rem = nv - full * R;
+        for (int64_t k = 0; k < kc; k++) {
+            const float *s = mp_pack_src(src, dt, (k0 + k) * ld + r0, nv, rnd, buf);
+            MP_PACK_WIDTHS(MP_COPY_RUN, R)
+        }
+        return;
+    }
+    static const float zero[MP_KC] = {0};   /* a run along k for each r */
+    float buf[MP_PACK_R * MP_KC];
+    for (int64_t p = 0; p < np; p++) {
+        const float *row[MP_PACK_R];
+        for (int i = 0; i < R; i++) {
+            int64_t r = p * R + i;
+            row[i] = r < nv ? mp_pack_src(src, dt, (r0 + r) * ld + k0, kc, rnd, buf + i * MP_KC)
+                            : zero;
+        }
+        mp_interleave(dst + p * pstride, row, R, kc);
+    }
+}
+
+/* op(B)'s columns [j0, j0 + n) as panels of nr columns: panel p holds
+ * columns j0 + p nr ..., for every k, at Bp + p K nr + k nr. */
 static inline void mp_pack_b(float *Bp, const MpGemm *g, int nr, int64_t j0, int64_t n)
 {
-    int64_t np = (n + nr - 1) / nr, nk = (g->K + MP_KC - 1) / MP_KC;
-    MP_OMP(for schedule(static))
-    for (int64_t w = 0; w < np * nk; w++) {
-        int64_t p = w / nk, k0 = (w % nk) * MP_KC, kc = mp_min64(g->K - k0, MP_KC);
-        /* op(B)(k, j) = B[k ldb + j], so as X(j, k) it is the trans case */
-        mp_pack(Bp + p * g->K * nr + k0 * nr, 0, g->B, g->bdt, g->ldb, !g->tb, j0 + p * nr,
-                mp_min64(n - p * nr, nr), nr, k0, kc, g->bround);
-    }
+    for (int64_t p = 0; p * nr < n; p++)
+        for (int64_t k0 = 0; k0 < g->K; k0 += MP_KC)
+            /* op(B)(k, j) = B[k ldb + j], so as X(j, k) it is the trans case */
+            mp_pack(Bp + p * g->K * nr + k0 * nr, 0, g->B, g->bdt, g->ldb, !g->tb, g->bround,
+                    j0 + p * nr, mp_min64(n - p * nr, nr), nr, k0, mp_min64(g->K - k0, MP_KC));
 }
 
 /* ---- storing a tile: alpha, bias, beta, one rounding ----------------- */
@@ -272,27 +395,57 @@ static inline void mp_gemm_store(const MpGemm *g, float *T, int64_t ldt, int64_t
 
 /* ---- the blocked product ------------------------------------------------ */
 
-typedef struct MpTiles {
-    int64_t mc, nc, mb, nb;     /* tile size and counts over M and n */
-} MpTiles;
+/* How the threads share C: a grid of pr x pc rectangles, one per thread,
+ * each packing the B panels of its own columns, so the threads never wait
+ * for each other inside a product. A rectangle is a whole number of MR
+ * rows and NR columns, the grid evened out so that no thread has more
+ * than one panel more than another. The grid minimises the largest
+ * thread's work: its multiply-adds, plus MP_PACK_COST for each element it
+ * packs (its B columns over all of K once, its A rows once per NC_MAX
+ * columns). A product too small for threads runs on one (mp_gemm_blocked). */
+#define MP_PACK_COST 12.0
 
-/* Tiles of about MC_MAX x NC_MAX, evened out, and at least two per thread
- * when the matrix allows, so that threads get equal shares. */
-static inline MpTiles mp_tiles(int64_t M, int64_t n, int nr)
+typedef struct MpSplit {
+    int pr, pc;
+} MpSplit;
+
+static inline MpSplit mp_split(int64_t M, int64_t N, int64_t K, int nr, int nt)
 {
-    MpTiles t;
-    int64_t want = 2 * mp_nthreads();
-    t.mb = (M + MP_MC_MAX - 1) / MP_MC_MAX;
-    t.nb = (n + MP_NC_MAX - 1) / MP_NC_MAX;
-    while (t.mb * t.nb < want && (n + t.nb) / (t.nb + 1) >= 4 * nr)
-        t.nb++;
-    while (t.mb * t.nb < want && (M + t.mb) / (t.mb + 1) >= 4 * MP_MR)
-        t.mb++;
-    t.mc = ((M + t.mb - 1) / t.mb + MP_MR - 1) / MP_MR * MP_MR;
-    t.nc = ((n + t.nb - 1) / t.nb + nr - 1) / nr * nr;
-    t.mb = (M + t.mc - 1) / t.mc;
-    t.nb = (n + t.nc - 1) / t.nc;
-    return t;
+    int64_t mpn = (M + MP_MR - 1) / MP_MR, npn = (N + nr - 1) / nr;
+    MpSplit best = {nt, 1};
+    double cost = -1;
+    for (int pc = 1; pc <= nt; pc++) {
+        if (nt % pc)
+            continue;
+        int pr = nt / pc;
+        double rows = (double)((mpn + pr - 1) / pr * MP_MR);
+        double cols = (double)((npn + pc - 1) / pc * nr);
+        double c = rows * cols * (double)K +
+                   MP_PACK_COST * (double)K * (cols + rows * ((cols + MP_NC_MAX - 1) / MP_NC_MAX));
+        if (cost < 0 || c < cost) {
+            cost = c;
+            best.pr = pr;
+            best.pc = pc;
+        }
+    }
+    return best;
+}
+
+/* Part g of n parts of npan panels of width w, clipped to len: [*lo, *hi). */
+static inline void mp_share(int64_t npan, int w, int64_t len, int g, int n, int64_t *lo,
+                            int64_t *hi)
+{
+    *lo = mp_min64(npan * g / n * w, len);
+    *hi = mp_min64(npan * (g + 1) / n * w, len);
+}
+
+/* Tiles of at most MAX (a multiple of w) over len, evened out: the size. */
+static inline int64_t mp_tile_size(int64_t len, int64_t max, int w)
+{
+    int64_t nb = (len + max - 1) / max;
+    if (nb < 1)
+        nb = 1;
+    return ((len + nb - 1) / nb + w - 1) / w * w;
 }
 
 /* One tile: rows [i0, i0 + mv) and columns [j0, j0 + nv) of C, where
@@ -306,7 +459,8 @@ static inline void mp_gemm_tile(const MpGemm *g, MpUk uk, const float *Bp, int64
         memset(T, 0, (size_t)(mp * MP_MR * nc) * sizeof *T);
     for (int64_t k0 = 0; k0 < g->K; k0 += MP_KC) {
         int64_t kc = mp_min64(g->K - k0, MP_KC);
-        mp_pack(Ap, kc * MP_MR, g->A, g->adt, g->lda, g->ta, i0, mv, MP_MR, k0, kc, g->around);
+        mp_pack(Ap, kc * MP_MR, g->A, g->adt, g->lda, g->ta, g->around, i0, mv, MP_MR, k0,
+                kc);
         for (int64_t q = 0; q < npan; q++) {
             const float *b = Bp + (jb / uk.nr + q) * g->K * uk.nr + k0 * uk.nr;
             for (int64_t p = 0; p < mp; p++)
@@ -325,39 +479,77 @@ static inline void *mp_kalloc64(size_t bytes, float **p)
     return raw;
 }
 
+#ifdef _OPENMP
+static inline int mp_team(void) { return omp_get_num_threads(); }
+#else
+static inline int mp_team(void) { return 1; }
+#endif
+
 /* One parallel region per product (a region costs more than it seems on a
- * busy machine): threads pack B together, then take tiles as they come
- * free. Every tile is computed the same way whichever thread takes it. */
+ * busy machine), with no barrier inside. The grid of mp_split is cut finer
+ * along the way it splits (MP_SPLIT_FINE pieces a share) and threads take
+ * the pieces as they come free, so a thread the machine holds back does
+ * less: split along N, each piece is all the rows of some columns and
+ * packs its own B panels (each packed once in all); split along M (or one
+ * thread), each piece is some rows of all the columns, and a thread packs
+ * B once, for its first piece. B goes in passes of at most MP_BPACK_MAX /
+ * team floats. Every tile is computed the same way whichever thread has
+ * it, so C does not depend on the thread count. */
+#define MP_SPLIT_FINE 4
+
 static inline void mp_gemm_blocked(const MpGemm *g)
 {
     MpUk uk = mp_uk();
-    int64_t Kp = g->K > 0 ? g->K : 1;
-    int64_t ncols = mp_min64(g->N, (MP_BPACK_MAX / Kp) / uk.nr * uk.nr);
-    if (ncols < uk.nr)
-        ncols = uk.nr;
-    float *Bp;
-    void *braw = mp_kalloc64((size_t)(((ncols + uk.nr - 1) / uk.nr) * uk.nr * Kp) *
-                             sizeof(float), &Bp);
     MP_OMP(parallel if (g->M * g->N * g->K > (1 << 22)))
     {
-        float *Ap, *T;   /* mp_tiles keeps tiles within MC_MAX x NC_MAX */
-        void *araw = mp_kalloc64((size_t)(MP_MC_MAX * MP_KC) * sizeof(float), &Ap);
-        void *traw = mp_kalloc64((size_t)(MP_MC_MAX * MP_NC_MAX) * sizeof(float), &T);
-        for (int64_t j0 = 0; j0 < g->N; j0 += ncols) {   /* passes over N */
-            int64_t n = mp_min64(g->N - j0, ncols);
-            MpTiles t = mp_tiles(g->M, n, uk.nr);
-            mp_pack_b(Bp, g, uk.nr, j0, n);
-            MP_OMP(for schedule(dynamic))
-            for (int64_t w = 0; w < t.mb * t.nb; w++) {
-                int64_t i0 = (w / t.nb) * t.mc, jb = (w % t.nb) * t.nc;
-                mp_gemm_tile(g, uk, Bp, jb, i0, mp_min64(g->M - i0, t.mc), j0 + jb,
-                             mp_min64(n - jb, t.nc), t.nc, Ap, T);
+        int nt = mp_team();
+        MpSplit sp = mp_split(g->M, g->N, g->K, uk.nr, nt);
+        int64_t mpn = (g->M + MP_MR - 1) / MP_MR, npn = (g->N + uk.nr - 1) / uk.nr;
+        int gr = sp.pr, gc = sp.pc;
+        if (gc == 1)
+            gr *= MP_SPLIT_FINE;
+        else if (gr == 1)
+            gc *= MP_SPLIT_FINE;
+        int64_t Kp = g->K > 0 ? g->K : 1;
+        int64_t ncols = mp_min64((npn + gc - 1) / gc * uk.nr,
+                                 (MP_BPACK_MAX / nt / Kp) / uk.nr * uk.nr);
+        if (ncols < uk.nr)
+            ncols = uk.nr;
+        /* one block per thread (A panels, the tile, B panels), allocated
+         * when it takes its first piece: glibc's malloc then keeps it on
+         * the heap from one product to the next instead of mapping fresh
+         * pages for each */
+        size_t na = MP_MC_MAX * MP_KC, nT = MP_MC_MAX * MP_NC_MAX;
+        float *Ap = NULL, *T = NULL, *Bp = NULL;
+        void *raw = NULL;
+        int64_t pj0 = -1, pn = 0;   /* the columns Bp holds */
+        MP_OMP(for schedule(dynamic) nowait)
+        for (int w = 0; w < gr * gc; w++) {
+            int64_t r0, r1, c0, c1;
+            mp_share(mpn, MP_MR, g->M, w / gc, gr, &r0, &r1);
+            mp_share(npn, uk.nr, g->N, w % gc, gc, &c0, &c1);
+            if (r0 >= r1 || c0 >= c1)
+                continue;
+            if (!raw) {
+                raw = mp_kalloc64((na + nT + (size_t)(ncols * Kp)) * sizeof(float), &Ap);
+                T = Ap + na;
+                Bp = T + nT;
+            }
+            int64_t mc = mp_tile_size(r1 - r0, MP_MC_MAX, MP_MR);
+            for (int64_t j0 = c0; j0 < c1; j0 += ncols) {   /* passes over N */
+                int64_t n = mp_min64(c1 - j0, ncols), nc = mp_tile_size(n, MP_NC_MAX, uk.nr);
+                if (j0 != pj0 || n != pn)
+                    mp_pack_b(Bp, g, uk.nr, j0, n);
+                pj0 = j0;
+                pn = n;
+                for (int64_t i0 = r0; i0 < r1; i0 += mc)
+                    for (int64_t jb = 0; jb < n; jb += nc)
+                        mp_gemm_tile(g, uk, Bp, jb, i0, mp_min64(r1 - i0, mc), j0 + jb,
+                                     mp_min64(n - jb, nc), nc, Ap, T);
             }
         }
-        free(araw);
-        free(traw);
+        free(raw);
     }
-    free(braw);
 }
 
 #ifdef MP_USE_CBLAS
@@ -366,25 +558,29 @@ static inline void mp_gemm_blocked(const MpGemm *g)
  * threads for the cores. */
 
 /* op(X) as a dense f32 copy in X's own layout (rows x cols, ld = cols),
- * each value rounded to rdt unless it is 0 (around / bround). */
-static inline float *mp_gemm_f32_copy(const void *x, int dt, int64_t ld, int64_t rows,
-                                      int64_t cols, int rdt)
+ * rounded to rnd (around / bround). */
+static inline float *mp_gemm_f32_copy(const void *x, int dt, int rnd, int64_t ld,
+                                      int64_t rows, int64_t cols)
 {
     float *d = (float *)mp_kalloc((size_t)(rows * cols) * sizeof *d);
-    for (int64_t r = 0; r < rows; r++) {
-        mp_ld_n(x, dt, r * ld, 1, cols, d + r * cols);
-        for (int64_t c = 0; rdt && c < cols; c++)
-            d[r * cols + c] = mp_round(d[r * cols + c], rdt);
-    }
+    for (int64_t r = 0; r < rows; r++)
+        if (mp_pack_src(x, dt, r * ld, cols, rnd, d + r * cols) != d + r * cols)
+            memcpy(d + r * cols, (const float *)x + r * ld, (size_t)cols * sizeof *d);
     return d;
+}
+
+/* Whether operand X (type dt, rounded to rnd) must be copied for cblas. */
+static inline int mp_cblas_copy(int dt, int rnd)
+{
+    return dt != MP_F32 || (rnd != 0 && rnd != MP_F32);
 }
 
 static inline void mp_gemm_cblas(const MpGemm *g)
 {
     enum CBLAS_TRANSPOSE ta = g->ta ? CblasTrans : CblasNoTrans;
     enum CBLAS_TRANSPOSE tb = g->tb ? CblasTrans : CblasNoTrans;
-    if (g->adt == MP_F32 && g->bdt == MP_F32 && g->cdt == MP_F32 && !g->bias && !g->epi
-        && !g->around && !g->bround) {
+    int ca = mp_cblas_copy(g->adt, g->around), cb = mp_cblas_copy(g->bdt, g->bround);
+    if (!ca && !cb && g->cdt == MP_F32 && !g->bias && !g->epi) {
         cblas_sgemm(CblasRowMajor, ta, tb, (int)g->M, (int)g->N, (int)g->K, g->alpha,
                     (const float *)g->A, (int)g->lda, (const float *)g->B, (int)g->ldb,
                     g->beta, (float *)g->C, (int)g->ldc);
@@ -392,10 +588,8 @@ static inline void mp_gemm_cblas(const MpGemm *g)
     }
     int64_t ar = g->ta ? g->K : g->M, ac = g->ta ? g->M : g->K;
     int64_t br = g->tb ? g->N : g->K, bc = g->tb ? g->K : g->N;
-    float *a = g->adt == MP_F32 && !g->around ? NULL
-             : mp_gemm_f32_copy(g->A, g->adt, g->lda, ar, ac, g->around);
-    float *b = g->bdt == MP_F32 && !g->bround ? NULL
-             : mp_gemm_f32_copy(g->B, g->bdt, g->ldb, br, bc, g->bround);
+    float *a = ca ? mp_gemm_f32_copy(g->A, g->adt, g->around, g->lda, ar, ac) : NULL;
+    float *b = cb ? mp_gemm_f32_copy(g->B, g->bdt, g->bround, g->ldb, br, bc) : NULL;
     float *t = (float *)mp_kalloc((size_t)(g->M * g->N) * sizeof *t);
     cblas_sgemm(CblasRowMajor, ta, tb, (int)g->M, (int)g->N, (int)g->K, g->alpha,
                 a ? a : (const float *)g->A, a ? (int)ac : (int)g->lda,
@@ -426,8 +620,9 @@ static inline void mp_gemm(int ta, int tb, int64_t M, int64_t N, int64_t K, floa
                            const void *A, int adt, int64_t lda, const void *B, int bdt,
                            int64_t ldb, float beta, void *C, int cdt, int64_t ldc)
 {
-    MpGemm g = {ta, tb, M, N, K, alpha, beta, A, adt, lda, B, bdt, ldb, C, cdt, ldc,
-                NULL, MP_F32, 0, 0, 0, NULL, NULL};
+    MpGemm g = {.ta = ta, .tb = tb, .M = M, .N = N, .K = K, .alpha = alpha, .beta = beta,
+                .A = A, .adt = adt, .lda = lda, .B = B, .bdt = bdt, .ldb = ldb,
+                .C = C, .cdt = cdt, .ldc = ldc, .biasdt = MP_F32};
     mp_gemm_ex(&g);
 }
 

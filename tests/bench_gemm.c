@@ -1,28 +1,63 @@
-/* bench_gemm.c - GFLOP/s of the products of one MNIST-MLP training step
- * (batch 128: 784 -> 512 -> 10), as the C trainer makes them. Not a test;
- * run by hand, e.g.
- *   cc -O3 -march=native -fopenmp -Iruntime tests/bench_gemm.c -o b -lm && ./b
- *   cc -O2 -fopenmp -DMP_USE_CBLAS -Iruntime tests/bench_gemm.c -o b -lopenblas -lm
- * Prints the median and the best of up to 300 steps for f32, f16 and bf16
- * storage: on a shared machine the best is the one to compare. */
+/* bench_gemm.c - GFLOP/s of mp_gemm against OpenBLAS's cblas_sgemm on the
+ * products of the examples, at 1 and 2 threads, in one run. Not a test;
+ * run by hand:
+ *   cc -O3 -march=native -fopenmp -Iruntime tests/bench_gemm.c -o b -lopenblas -lm && ./b
+ * Shapes: every product of a training step of bench/mnist_mlp2.mp (batch
+ * 128: forward NT x w^T, backward NN dy w and TN dy^T x), of the linear
+ * layers of examples/char_transformer.mp and examples/gpt2.mp (B*T = 1024
+ * rows). Columns: mpcc with f32 operands, OpenBLAS (f32), their ratio,
+ * and mpcc with f16 and bf16 operands (converted while packing; OpenBLAS
+ * has no such product). Each figure is the best of the repeats within
+ * SECS seconds (argument 1, default 0.3): on a shared machine the best is
+ * the one to compare. mpcc and OpenBLAS take turns shape by shape, each
+ * figure measured in a child process of its own: in one process the
+ * threads one library leaves spinning after a call (OpenBLAS's pthreads,
+ * libgomp's team) take the cores from the other's next call, and the
+ * 2-thread figures of both collapse. */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
+#include <unistd.h>
+#include <sys/wait.h>
+#include <omp.h>
 #include "mp_kernels.h"
 #include "mp_kernels_gemm.h"
+#include <cblas.h>
+#undef I
+#undef complex
+
+void openblas_set_num_threads(int num_threads);
+
+typedef struct Shape {
+    const char *name;
+    int ta, tb;
+    int64_t M, N, K;
+} Shape;
+
+static const Shape shapes[] = {
+    {"mlp fc1 fwd", 0, 1, 128, 512, 784},   {"mlp fc1 dW", 1, 0, 512, 784, 128},
+    {"mlp fc2 fwd", 0, 1, 128, 512, 512},   {"mlp fc2 dx", 0, 0, 128, 512, 512},
+    {"mlp fc2 dW", 1, 0, 512, 512, 128},    {"mlp out fwd", 0, 1, 128, 10, 512},
+    {"mlp out dx", 0, 0, 128, 512, 10},     {"mlp out dW", 1, 0, 10, 512, 128},
+    {"char qkv fwd", 0, 1, 1024, 64, 64},   {"char qkv dx", 0, 0, 1024, 64, 64},
+    {"char qkv dW", 1, 0, 64, 64, 1024},    {"char fc fwd", 0, 1, 1024, 256, 64},
+    {"char fc dx", 0, 0, 1024, 64, 256},    {"char fc dW", 1, 0, 256, 64, 1024},
+    {"char proj fwd", 0, 1, 1024, 64, 256}, {"char proj dx", 0, 0, 1024, 256, 64},
+    {"char proj dW", 1, 0, 64, 256, 1024},  {"char head fwd", 0, 1, 1024, 65, 64},
+    {"char head dx", 0, 0, 1024, 64, 65},   {"char head dW", 1, 0, 65, 64, 1024},
+    {"gpt2 attn fwd", 0, 1, 1024, 384, 128}, {"gpt2 attn dx", 0, 0, 1024, 128, 384},
+    {"gpt2 attn dW", 1, 0, 384, 128, 1024}, {"gpt2 fc fwd", 0, 1, 1024, 512, 128},
+    {"gpt2 fc dx", 0, 0, 1024, 128, 512},   {"gpt2 fc dW", 1, 0, 512, 128, 1024},
+    {"gpt2 proj fwd", 0, 1, 1024, 128, 512}, {"gpt2 proj dx", 0, 0, 1024, 512, 128},
+    {"gpt2 proj dW", 1, 0, 128, 512, 1024},
+};
 
 static double now(void)
 {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
-static int cmp(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
 }
 
 static void *tensor(int64_t n, int dt)
@@ -35,32 +70,84 @@ static void *tensor(int64_t n, int dt)
     return p;
 }
 
-int main(void)
+/* Best GFLOP/s of the product over repeats within secs on th threads
+ * (dt < 0: OpenBLAS), measured in a child process. */
+static double gflops_here(const Shape *s, int dt, double secs)
 {
-    const int64_t B = 128, I = 784, H = 512, O = 10;
-    double flops = 2.0 * B * I * H * 2 + 2.0 * B * H * O * 3;
-    for (int dt = MP_F32; dt <= MP_BF16; dt++) {
-        void *x = tensor(B * I, dt), *w1 = tensor(H * I, dt), *b1 = tensor(H, dt);
-        void *h = tensor(B * H, dt), *w2 = tensor(O * H, dt), *b2 = tensor(O, dt);
-        void *y = tensor(B * O, dt), *dy = tensor(B * O, dt), *dh = tensor(B * H, dt);
-        float *dw1 = (float *)calloc((size_t)(H * I), 4), *dw2 = (float *)calloc((size_t)(O * H), 4);
-        double t[300];
-        int n = 0;
-        for (double t0 = now(); n < 300 && now() - t0 < 5;) {
-            double s = now();
-            mp_k_linear(h, dt, x, dt, w1, dt, b1, dt, B, H, I);      /* forward */
-            mp_k_linear(y, dt, h, dt, w2, dt, b2, dt, B, O, H);
-            mp_k_matmul_tn(dw2, MP_F32, dy, dt, h, dt, B, O, H, 1.0f);  /* backward */
-            mp_k_matmul(dh, dt, dy, dt, w2, dt, 1, B, H, O, 0, 0, 0, 0);
-            mp_k_matmul_tn(dw1, MP_F32, dh, dt, x, dt, B, H, I, 1.0f);
-            t[n++] = now() - s;
+    int64_t lda = s->ta ? s->M : s->K, ldb = s->tb ? s->K : s->N;
+    int adt = dt < 0 ? MP_F32 : dt;
+    void *a = tensor(s->M * s->K, adt), *b = tensor(s->K * s->N, adt);
+    float *c = (float *)calloc((size_t)(s->M * s->N), 4);
+    double best = 1e30;
+    for (double t0 = now(); now() - t0 < secs;) {
+        double t = now();
+        if (dt < 0)
+            cblas_sgemm(CblasRowMajor, s->ta ? CblasTrans : CblasNoTrans,
+                        s->tb ? CblasTrans : CblasNoTrans, (int)s->M, (int)s->N, (int)s->K,
+                        1.0f, (const float *)a, (int)lda, (const float *)b, (int)ldb, 0.0f, c,
+                        (int)s->N);
+        else
+            mp_gemm(s->ta, s->tb, s->M, s->N, s->K, 1.0f, a, adt, lda, b, adt, ldb, 0.0f, c,
+                    MP_F32, s->N);
+        t = now() - t;
+        if (t < best)
+            best = t;
+    }
+    free(a); free(b); free(c);
+    return 2.0 * (double)(s->M * s->N * s->K) / best * 1e-9;
+}
+
+static double gflops(const Shape *s, int dt, int th, double secs)
+{
+    int fd[2];
+    double r = 0;
+    if (pipe(fd) != 0) {
+        perror("pipe");
+        exit(1);
+    }
+    pid_t pid = fork();
+    if (pid < 0) {
+        perror("fork");
+        exit(1);
+    }
+    if (pid == 0) {
+        omp_set_num_threads(th);
+        openblas_set_num_threads(th);
+        r = gflops_here(s, dt, secs);
+        _exit(write(fd[1], &r, sizeof r) == (ssize_t)sizeof r ? 0 : 1);
+    }
+    close(fd[1]);
+    int st;
+    if (read(fd[0], &r, sizeof r) != (ssize_t)sizeof r || waitpid(pid, &st, 0) != pid ||
+        !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+        fprintf(stderr, "bench_gemm: the measuring child failed\n");
+        exit(1);
+    }
+    close(fd[0]);
+    return r;
+}
+
+int main(int argc, char **argv)
+{
+    double secs = argc > 1 ? atof(argv[1]) : 0.3;
+    printf("%-14s %2s %5s %5s %5s %3s %8s %8s %6s %8s %8s\n", "product", "op", "M", "N", "K",
+           "thr", "mpcc", "OpenBLAS", "ratio", "mpcc f16", "mpcc bf16");
+    for (int th = 1; th <= 2; th++) {
+        double lsum = 0, bsum = 0;   /* time of all shapes at the best rates */
+        for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+            const Shape *s = &shapes[i];
+            double f = 2.0 * (double)(s->M * s->N * s->K) * 1e-9;
+            double m = gflops(s, MP_F32, th, secs), o = gflops(s, -1, th, secs);
+            double h = gflops(s, MP_F16, th, secs / 2), bf = gflops(s, MP_BF16, th, secs / 2);
+            lsum += f / m;
+            bsum += f / o;
+            printf("%-14s %c%c %5lld %5lld %5lld %3d %8.1f %8.1f %6.2f %8.1f %8.1f\n", s->name,
+                   s->ta ? 'T' : 'N', s->tb ? 'T' : 'N', (long long)s->M, (long long)s->N,
+                   (long long)s->K, th, m, o, m / o, h, bf);
+            fflush(stdout);
         }
-        qsort(t, (size_t)n, sizeof t[0], cmp);
-        printf("%-4s storage: median %5.1f GFLOP/s, best %5.1f GFLOP/s (%d steps)\n",
-               dt == MP_F32 ? "f32" : dt == MP_F16 ? "f16" : "bf16", flops / t[n / 2] * 1e-9,
-               flops / t[0] * 1e-9, n);
-        free(x); free(w1); free(b1); free(h); free(w2); free(b2); free(y); free(dy);
-        free(dh); free(dw1); free(dw2);
+        printf("all products, %d thread%s: mpcc %.3f ms, OpenBLAS %.3f ms (ratio %.2f)\n", th,
+               th > 1 ? "s" : "", lsum * 1e3, bsum * 1e3, bsum / lsum);
     }
     return 0;
 }

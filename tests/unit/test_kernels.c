@@ -283,6 +283,56 @@ static void test_gemm_large(void **state)
     gemm_case(1, 0, 200, 100, 130, MP_F16, MP_F16, MP_F16, 1.0f, 0.0f, 1);
 }
 
+/* around / bround: f32 operands rounded to f16 or bf16 while packing give,
+ * bit for bit, the product of the operands cast first, for either operand
+ * or both, transposed or not, across K blocks and panel edges; and the
+ * rounding is not a no-op (the unrounded product differs). */
+static void gemm_round_case(int ta, int tb, int64_t M, int64_t N, int64_t K, int ra, int rb)
+{
+    int64_t lda = (ta ? M : K) + 1, ldb = (tb ? K : N) + 2;
+    int64_t na = (ta ? K : M) * lda, nb = (tb ? N : K) * ldb;
+    float *a = fvec(na, -2, 2), *b = fvec(nb, -2, 2);
+    float *ac = malloc((size_t)na * 4), *bc = malloc((size_t)nb * 4);
+    memcpy(ac, a, (size_t)na * 4);
+    memcpy(bc, b, (size_t)nb * 4);
+    void *A = ra ? to_dt(ac, na, ra) : ac, *B = rb ? to_dt(bc, nb, rb) : bc;
+    float *got = zvec(M * N), *want = zvec(M * N), *plain = zvec(M * N);
+    MpGemm g = {.ta = ta, .tb = tb, .M = M, .N = N, .K = K, .alpha = 1.0f, .A = a,
+                .adt = F32, .lda = lda, .B = b, .bdt = F32, .ldb = ldb, .C = got,
+                .cdt = F32, .ldc = N, .biasdt = F32, .around = ra, .bround = rb};
+    mp_gemm_ex(&g);
+    mp_gemm(ta, tb, M, N, K, 1.0f, A, ra ? ra : F32, lda, B, rb ? rb : F32, ldb, 0.0f, want,
+            F32, N);
+    mp_gemm(ta, tb, M, N, K, 1.0f, a, F32, lda, b, F32, ldb, 0.0f, plain, F32, N);
+    int differs = 0;
+    for (int64_t i = 0; i < M * N; i++) {
+        if (mp_f32_bits(got[i]) != mp_f32_bits(want[i])) {
+            fprintf(stderr, "gemm round %d %d ta %d tb %d [%lld]: got %.9g, want %.9g\n", ra,
+                    rb, ta, tb, (long long)i, got[i], want[i]);
+            fail();
+        }
+        differs |= got[i] != plain[i];
+    }
+    assert_true(differs);
+    if (A != ac)
+        free(A);
+    if (B != bc)
+        free(B);
+    free(a); free(b); free(ac); free(bc); free(got); free(want); free(plain);
+}
+
+static void test_gemm_round_operands(void **state)
+{
+    (void)state;
+    static const int64_t sz[][3] = {{23, 37, 300}, {130, 20, 50}, {7, 129, 17}};
+    static const int r[][2] = {{MP_F16, MP_F16}, {MP_BF16, MP_BF16}, {MP_F16, 0},
+                               {0, MP_BF16}, {MP_BF16, MP_F16}};
+    for (size_t s = 0; s < sizeof sz / sizeof sz[0]; s++)
+        for (size_t k = 0; k < sizeof r / sizeof r[0]; k++)
+            for (int t = 0; t < 4; t++)
+                gemm_round_case(t & 1, t >> 1, sz[s][0], sz[s][1], sz[s][2], r[k][0], r[k][1]);
+}
+
 /* linear: bias added in f32 before the one rounding; matmul batches. */
 static void test_linear_matmul(void **state)
 {
@@ -1205,24 +1255,30 @@ static void run_threaded_kernels(float *out, const float *x, int64_t n, const in
     mp_k_batch_norm(out + 2 + n, F32, x, F32, NULL, F32, NULL, F32, rm, rv, n / 5000, 10, 500,
                     0.1f, 1e-5f, 1);
     memcpy(out + 2 + 2 * n, rv, sizeof rv);
+    /* C shared along N (small M) and along M (small N), both transposed */
+    mp_gemm(1, 1, 20, 1000, 300, 1.0f, x, F32, 20, x + 6000, F32, 300, 0.0f, out + 12 + 2 * n,
+            F32, 1000);
+    mp_gemm(1, 0, 1000, 20, 300, 1.0f, x, F32, 1000, x + 300000, F32, 20, 0.0f,
+            out + 20012 + 2 * n, F32, 20);
 }
 
 static void test_threads_same_bits(void **state)
 {
     (void)state;
-    int64_t n = 1000000, nout = 200 * 300 + 2 * n + 12;
+    int64_t n = 1000000, nout = 200 * 300 + 2 * n + 12 + 2 * 20000;
     float *x = fvec(n, -2, 2), *a = zvec(nout), *b = zvec(nout);
     int32_t *lab = ivec(n / 1000, 1000);
-    for (int t = 0; t < 2; t++) {
+    for (int t = 1; t <= 3; t++) {
 #ifdef _OPENMP
-        omp_set_num_threads(t ? 3 : 1);
+        omp_set_num_threads(t);
 #endif
-        run_threaded_kernels(t ? b : a, x, n, lab);
+        run_threaded_kernels(t > 1 ? b : a, x, n, lab);
+        if (t > 1)
+            assert_memory_equal(a, b, nout * sizeof *a);
     }
 #ifdef _OPENMP
     omp_set_num_threads(omp_get_num_procs());
 #endif
-    assert_memory_equal(a, b, nout * sizeof *a);
     free(x); free(a); free(b); free(lab);
 }
 
@@ -1297,6 +1353,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_gemm_alpha_beta),
         cmocka_unit_test(test_gemm_paths),
         cmocka_unit_test(test_gemm_large),
+        cmocka_unit_test(test_gemm_round_operands),
         cmocka_unit_test(test_linear_matmul),
         cmocka_unit_test(test_matmul_tn_fd),
         cmocka_unit_test(test_unary_forward),
