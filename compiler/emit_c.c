@@ -219,7 +219,7 @@ static void model_slot(Emit *e)
 bool emit_c(FILE *out, const IrGraph *g, bool loops)
 {
     Emit e;
-    emit_begin(&e, out, g, false);
+    emit_begin(&e, out, g);
     e.loops = loops;
     e.loop_params = "MpRun *run";
     e.loop_args = "run";

@@ -9,14 +9,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-void emit_begin(Emit *e, FILE *out, const IrGraph *g, bool cuda)
+void emit_begin(Emit *e, FILE *out, const IrGraph *g)
 {
     memset(e, 0, sizeof *e);
     e->out = out;
     e->g = g;
     arena_init(&e->scratch);
     e->a = &e->scratch;
-    e->mp = memplan_build(e->a, g, cuda);
+    e->mp = memplan_build(e->a, g);
     e->names = arena_alloc(e->a, sizeof *e->names * (size_t)(g->nnodes + 1));
 }
 

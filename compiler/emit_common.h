@@ -40,7 +40,7 @@ typedef struct Emit {
 
 typedef void EmitFn(Emit *e, const IrNode *n);
 
-void emit_begin(Emit *e, FILE *out, const IrGraph *g, bool cuda);
+void emit_begin(Emit *e, FILE *out, const IrGraph *g);
 bool emit_end(Emit *e);                       /* false on a write error */
 void em(Emit *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

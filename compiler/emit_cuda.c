@@ -263,7 +263,7 @@ static void model_slot(Emit *e)
 bool emit_cuda(FILE *out, const IrGraph *g, bool loops)
 {
     Emit e;
-    emit_begin(&e, out, g, true);
+    emit_begin(&e, out, g);
     e.loops = loops;
     e.loop_params = "MpCuRun *r";
     e.loop_args = "r";

@@ -8,9 +8,9 @@
 
 int64_t memplan_bytes(const IrNode *n) { return shape_numel(&n->shape) * dt_size(n->type); }
 
-static BufKind kind_of(const IrNode *n, bool store_heads)
+static BufKind kind_of(const IrNode *n)
 {
-    if (n->fused_internal && !(store_heads && n == n->fused_first && fuse_is_product(n)))
+    if (n->fused_internal && !(n == n->fused_first && fuse_is_product(n)))
         return BUF_NONE;           /* a fused chain keeps it in a register */
     switch (n->op) {
     case OP_PARAM: return BUF_PARAM;
@@ -159,7 +159,7 @@ static void insert(Placed *pl, const Buf *b, int64_t at)
     summarize(bk);
 }
 
-MemPlan *memplan_build(Arena *a, const IrGraph *g, bool store_heads)
+MemPlan *memplan_build(Arena *a, const IrGraph *g)
 {
     int n = g->nnodes;
     MemPlan *mp = arena_alloc(a, sizeof *mp);
@@ -169,7 +169,7 @@ MemPlan *memplan_build(Arena *a, const IrGraph *g, bool store_heads)
     mp->last_use = arena_alloc(a, sizeof *mp->last_use * (size_t)(n + 1));
     for (int i = 0; i < n; i++) {
         const IrNode *v = g->nodes[i];
-        mp->kind[i] = kind_of(v, store_heads);
+        mp->kind[i] = kind_of(v);
         mp->root[i] = mp->kind[i] == BUF_ALIAS ? mp->root[v->in[0]->id] : i;
         mp->last_use[i] = v->hoisted ? n : i;
         mp->offset[i] = -1;

@@ -35,9 +35,10 @@ typedef struct MemPlan {
     int64_t naive_bytes;           /* sum of all buffers without sharing */
 } MemPlan;
 
-/* store_heads: a product heading a fusion group gets a buffer even when
- * the group keeps it in registers (the CUDA program: cuBLAS writes it). */
-MemPlan *memplan_build(Arena *a, const IrGraph *g, bool store_heads);
+/* A product heading a fusion group gets a buffer even where the group
+ * keeps it in registers: the CUDA program's cuBLAS writes it there, and
+ * both targets keep one memory plan (the C program leaves it unwritten). */
+MemPlan *memplan_build(Arena *a, const IrGraph *g);
 int64_t  memplan_bytes(const IrNode *n);   /* numel x element size */
 
 #endif

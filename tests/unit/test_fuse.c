@@ -62,7 +62,7 @@ static void test_chain(void **state)
     assert_true(b->fused_internal);
     assert_false(c->fused_internal);        /* the sum reads it */
     assert_ptr_equal(fuse_last(g, a), c);
-    MemPlan *mp = memplan_build(&arena, g, false);
+    MemPlan *mp = memplan_build(&arena, g);
     assert_int_equal(mp->kind[a->id], BUF_NONE);
     assert_int_equal(mp->kind[b->id], BUF_NONE);
     assert_int_equal(mp->kind[c->id], BUF_ARENA);
@@ -126,9 +126,9 @@ static void test_no_group(void **state)
 }
 
 /* a product heads the group of the ops that consume it (an epilogue): kept
- * in registers when only the group reads it, but given a buffer where the
- * target stores it anyway (memplan's store_heads: the CUDA program); a
- * batched product (several GEMM calls) heads nothing */
+ * in registers when only the group reads it, but given a buffer all the
+ * same (the CUDA program's cuBLAS writes it; one memory plan for both
+ * targets); a batched product (several GEMM calls) heads nothing */
 static void test_product_head(void **state)
 {
     for (int batched = 0; batched <= 1; batched++) {
@@ -152,9 +152,9 @@ static void test_product_head(void **state)
         assert_ptr_equal(m->fused_first, m);
         assert_true(m->fused_internal);
         assert_true(r->fused_internal);
-        assert_int_equal(memplan_build(&arena, g, false)->kind[m->id], BUF_NONE);
-        assert_int_equal(memplan_build(&arena, g, true)->kind[m->id], BUF_ARENA);
-        assert_int_equal(memplan_build(&arena, g, true)->kind[r->id], BUF_NONE);
+        MemPlan *mp = memplan_build(&arena, g);
+        assert_int_equal(mp->kind[m->id], BUF_ARENA);
+        assert_int_equal(mp->kind[r->id], BUF_NONE);
     }
 }
 
