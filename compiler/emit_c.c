@@ -58,26 +58,15 @@ static void declare_values(Emit *e)
 
 /* Each parameter's lowp working copy (MpParam.work, work_dt), for the
  * trainer's optimizer pass, which writes it while it updates the f32 value
- * (so cast_params() need not run again before the next step). A parameter
- * with no hoisted cast says MP_F32; one with several MP_WORK_OTHER. */
+ * (so cast_params() need not run again before the next step). */
 static void work_copies(Emit *e)
 {
-    const IrGraph *g = e->g;
-    for (int p = 0; p < g->nparams; p++) {
-        const IrNode *copy = NULL;
-        int ncopies = 0;
-        for (int i = 0; i < g->nnodes; i++) {
-            const IrNode *n = g->nodes[i];
-            if (n->hoisted && n->in[0]->ia[0] == p) {
-                ncopies++;
-                copy = n;
-            }
-        }
-        if (ncopies == 1 && e->mp->kind[copy->id] == BUF_ARENA)
-            em(e, "    mp_params[%d].work = mp_arena + %lld;\n    mp_params[%d].work_dt = %s;\n", p,
-               (long long)e->mp->offset[copy->id], p, mpdt(copy->type));
-        else
-            em(e, "    mp_params[%d].work_dt = %s;\n", p, ncopies ? "MP_WORK_OTHER" : "MP_F32");
+    for (int p = 0; p < e->g->nparams; p++) {
+        const char *dt;
+        const IrNode *copy = emit_work_copy(e, p, &dt);
+        if (copy)
+            em(e, "    mp_params[%d].work = mp_arena + %lld;\n", p, (long long)e->mp->offset[copy->id]);
+        em(e, "    mp_params[%d].work_dt = %s;\n", p, dt);
     }
 }
 

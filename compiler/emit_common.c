@@ -491,6 +491,25 @@ int emit_grad_param(Emit *e, const IrNode *n)
     return e->grad_param[n->id];
 }
 
+const IrNode *emit_work_copy(Emit *e, int p, const char **dt)
+{
+    const IrNode *copy = NULL;
+    int ncopies = 0;
+    for (int i = 0; i < e->g->nnodes; i++) {
+        const IrNode *n = e->g->nodes[i];
+        if (n->hoisted && n->in[0]->ia[0] == p) {
+            ncopies++;
+            copy = n;
+        }
+    }
+    if (ncopies == 1 && e->mp->kind[copy->id] == BUF_ARENA) {
+        *dt = mpdt(copy->type);
+        return copy;
+    }
+    *dt = ncopies ? "MP_WORK_OTHER" : "MP_F32";
+    return NULL;
+}
+
 bool emit_folded_cast(Emit *e, const IrNode *n)
 {
     if (n->op != OP_CAST || n->phase != PH_BACKWARD || emit_grad_param(e, n) < 0)

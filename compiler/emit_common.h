@@ -60,6 +60,11 @@ int emit_grad_param(Emit *e, const IrNode *n);
  * targets add its source straight into the f32 gradient buffer (the
  * widening is exact), so the f32 copy is never written. */
 bool emit_folded_cast(Emit *e, const IrNode *n);
+/* Parameter p's lowp working copy, which the optimizer's pass writes as it
+ * updates the value (both targets): the one hoisted cast of it when it lies
+ * in the arena, else NULL, with *dt the runtime's MP_WORK_OTHER (several
+ * copies, or one elsewhere) or MP_F32 (none). */
+const IrNode *emit_work_copy(Emit *e, int p, const char **dt);
 
 /* Sizes of a node's tensors as the kernels of both targets take them. */
 long long emit_dim(const IrNode *v, int i);   /* dimension i, negative from the end */

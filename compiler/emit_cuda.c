@@ -205,11 +205,32 @@ static void backward_fn(Emit *e)
     em(e, "    return 0;\n}\n");
 }
 
+/* Each parameter's lowp working copy in the arena (MpCuWork), which the
+ * device's optimizer pass writes as it updates the value, so that the step
+ * runs model_cast_params only when the masters changed otherwise. */
+static void work_table(Emit *e)
+{
+    const IrGraph *g = e->g;
+    em(e, "\n/* Each parameter's working copy: its type (MP_F32: none; MP_WORK_OTHER:\n"
+          " * several, cast by model_cast_params) and offset in the arena. */\n");
+    em(e, "static const MpCuWork mp_cu_work[%d] = {\n", g->nparams ? g->nparams : 1);
+    for (int p = 0; p < g->nparams; p++) {
+        const char *dt;
+        const IrNode *copy = emit_work_copy(e, p, &dt);
+        em(e, "    {%s, %lld}, /* %s%s%s */\n", dt, copy ? (long long)e->mp->offset[copy->id] : 0LL,
+           g->params[p].name, copy ? " -> " : "", copy ? cname(e, copy) : "");
+    }
+    if (!g->nparams)
+        em(e, "    {MP_F32, 0},\n");
+    em(e, "};\n");
+}
+
 static void model_desc(Emit *e)
 {
+    work_table(e);
     em(e, "\nstatic const MpCuModel mp_cu_model_desc = {\n"
           "    %lld, mp_cu_in_off[%d], mp_cu_in_off,\n"
-          "    model_bind, model_cast_params, model_forward, model_backward,\n};\n",
+          "    model_bind, model_cast_params, model_forward, model_backward, mp_cu_work,\n};\n",
        (long long)e->mp->arena_bytes, e->g->ninputs);
 }
 

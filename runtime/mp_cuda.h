@@ -77,6 +77,16 @@ typedef struct MpCuRun {
     MpRun *run;                    /* eager: bad_op / bad_where go here */
 } MpCuRun;
 
+/* A parameter's lowp working copy in the arena (emit_cuda.c's table, the
+ * C program's MpParam.work / work_dt): dt MP_F16 or MP_BF16 at byte offset
+ * off, which the optimizer's pass (MpCuUpdate) writes as it updates the
+ * value; MP_F32: no copy; MP_WORK_OTHER: several, only cast_params writes
+ * them. */
+typedef struct MpCuWork {
+    int dt;
+    int64_t off;
+} MpCuWork;
+
 /* The model's code (generated), as the runtime calls it. */
 typedef struct MpCuModel {
     int64_t arena_bytes;           /* memplan.c's arena */
@@ -86,6 +96,7 @@ typedef struct MpCuModel {
     void (*cast_params)(MpCuRun *r);
     int (*forward)(MpCuRun *r);
     int (*backward)(MpCuRun *r);
+    const MpCuWork *work;          /* each parameter's working copy */
 } MpCuModel;
 
 /* Device-side state of the optimizer step and loss scaling. Its doubles
@@ -105,10 +116,14 @@ typedef struct MpCuState {
     double loss_total;             /* the sum of the step losses so far (loss_avg) */
 } MpCuState;
 
-/* One range of a trainable parameter in the flat buffers. */
+/* One range of a parameter in the flat buffers: of a trainable one, or of
+ * one whose working copy only is written (a buffer: batch-norm statistics). */
 typedef struct MpCuTile {
     int64_t start, len;
     int no_decay;                  /* the parameter's MpParam.no_decay */
+    int train;                     /* 1: updated by the optimizer */
+    int work_dt;                   /* MP_F16 / MP_BF16: its copy written; else 0 */
+    int64_t work_at;               /* the copy of element `start`, bytes into the arena */
 } MpCuTile;
 
 typedef struct MpCu {
@@ -129,6 +144,8 @@ typedef struct MpCu {
     MpCuState *state;
     MpCuTile *tiles;
     int64_t ntiles;
+    int work_all;                  /* every working copy is written by the update */
+    int work_stale;                /* ... and they must be cast before the next step */
     int64_t slot_bytes, in_base;   /* a step slot: header, sample indices at
                                       MP_CU_HDR, inputs at in_base */
     int64_t copy_bytes;            /* what the host copies into a slot */

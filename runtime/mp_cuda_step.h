@@ -14,9 +14,8 @@
  *           overlaps step k);
  *   compute stream, one CUDA graph replay (captured once per slot at
  *           start): gather the samples from the training set on the device
- *           by those indices, zero the gradients, lowp working copies,
- *           forward and backward of every micro-batch (the model's code),
- *           then
+ *           by those indices, zero the gradients, forward and backward
+ *           of every micro-batch (the model's code), then
  *             unscale: every gradient * 1/S and its square summed, one pass
  *                      over the flat buffer, partial sums per block;
  *             decide:  one thread: the sum (fixed order), finite or not,
@@ -25,7 +24,12 @@
  *                      optimizer's factors for this update count;
  *             update:  SGD / Adam / AdamW on every trainable element
  *                      (mp_optim.h's mp_sgd_elem / mp_adam_elem), or nothing
- *                      when the step is skipped.
+ *                      when the step is skipped, and in the same pass each
+ *                      parameter's lowp working copy, rounded as
+ *                      model_cast_params rounds it (MpCuWork).
+ *           model_cast_params runs in the step only when some parameter's
+ *           copies are not in the model's MpCuWork table; else once, before
+ *           the first step, after the masters came from the host.
  * When a log line is due the host reads the state back (one small copy and
  * a wait). 100 skipped steps in a row at the lowest scale stop the device
  * from changing anything (halted_at); the host sees it at its next read,
@@ -197,25 +201,33 @@ struct MpCuDecide {
     }
 };
 
-/* The optimizer on tile b of the trainable parameters (nothing if skipped). */
+/* The optimizer on tile b (nothing if skipped), then the new value's
+ * working copy; a tile of a parameter that is not trained (a buffer that
+ * the forward pass may have changed) has its copy written every step. */
 struct MpCuUpdate {
     const MpCuState *s;
     const MpCuTile *tiles;
     float *p, *s0, *s1;
     const float *g;
+    unsigned char *arena;          /* the working copies' (MpCuTile.work_at) */
     MP_HD void operator()(int64_t b, const MpCuTeam &t) const
     {
-        if (!s->taken)
+        const MpCuTile tl = tiles[b];
+        if (tl.train && !s->taken)
             return;
-        MpOptK k = tiles[b].no_decay ? mp_optk_no_decay(s->k) : s->k;
+        MpOptK k = tl.no_decay ? mp_optk_no_decay(s->k) : s->k;
         float coef = s->coef;
-        int64_t end = tiles[b].start + tiles[b].len;
-        for (int64_t i = tiles[b].start + t.tid; i < end; i += t.nt) {
-            float gi = coef != 1.0f ? g[i] * coef : g[i];
-            if (k.adam)
-                mp_adam_elem(&k, &p[i], gi, &s0[i], &s1[i]);
-            else
-                mp_sgd_elem(&k, &p[i], gi, s0 ? &s0[i] : (float *)NULL);
+        void *w = tl.work_dt ? arena + tl.work_at : NULL;
+        for (int64_t i = tl.start + t.tid; i < tl.start + tl.len; i += t.nt) {
+            if (tl.train) {
+                float gi = coef != 1.0f ? g[i] * coef : g[i];
+                if (k.adam)
+                    mp_adam_elem(&k, &p[i], gi, &s0[i], &s1[i]);
+                else
+                    mp_sgd_elem(&k, &p[i], gi, s0 ? &s0[i] : (float *)NULL);
+            }
+            if (w)
+                mp_cu_st(w, tl.work_dt, i - tl.start, p[i]);
         }
     }
 };
@@ -297,7 +309,8 @@ static inline void mp_cu_step_body(int s)
     if (mp_cu.data)
         mp_cu_gather_slot(s);
     mp_cu_memset(mp_cu.grads, t->total * (int64_t)sizeof(float));
-    mp_cu.model->cast_params(&r);
+    if (!mp_cu.work_all)
+        mp_cu.model->cast_params(&r);
     for (int64_t u = 0; u < t->cfg.accumulate; u++) {
         r.micro = u * mp_dist.size + mp_dist.rank;
         r.in = mp_cu.in[s] + mp_cu.in_base + u * mp_cu.model->in_bytes;
@@ -310,7 +323,7 @@ static inline void mp_cu_step_body(int s)
                       mp_cu.state, mp_cu.part};
     MpCuDecide de = {mp_cu.state, r.hdr, mp_cu.part, mp_cu.nparts};
     MpCuUpdate up = {mp_cu.state, mp_cu.tiles, mp_cu.params, mp_cu.slot[0], mp_cu.slot[1],
-                     mp_cu.grads};
+                     mp_cu.grads, mp_cu.arena};
     mp_cu_rows("unscale", mp_cu.nparts, 256, un);
     mp_cu_one("decide", de);
     mp_cu_rows("update", mp_cu.ntiles, 256, up);
@@ -413,25 +426,46 @@ static inline int64_t mp_cu_layout(unsigned char *mem)
     return at;
 }
 
-/* The optimizer's work: every trainable parameter in pieces of 4096. */
+/* 1 when the model's table names every parameter's working copy (MpCuWork),
+ * so that the update pass can write them all and the step need not cast. */
+static inline int mp_cu_work_all(const MpTrainer *t)
+{
+    for (int i = 0; i < t->m->nparams; i++) {
+        int dt = mp_cu.model->work[i].dt;
+        if (dt != MP_F32 && dt != MP_F16 && dt != MP_BF16)
+            return 0;
+    }
+    return 1;
+}
+
+/* The optimizer's work: every trainable parameter in pieces of 4096, and
+ * when the update writes the working copies (work_all), the parameters
+ * that are not trained but have one. */
 static inline MpCuTile *mp_cu_tiles(int64_t *n)
 {
     MpModel *m = mp_cu.t->m;
+    const MpCuWork *w = mp_cu.model->work;
+    int all = mp_cu_work_all(mp_cu.t);
     int64_t count = 0;
     for (int pass = 0; pass < 2; pass++) {
         MpCuTile *tl = pass ? (MpCuTile *)calloc((size_t)count + 1, sizeof *tl) : NULL;
         if (pass && !tl)
             return NULL;
         count = 0;
-        for (int i = 0; i < m->nparams; i++)
-            for (int64_t a = 0; m->params[i].trainable && a < m->params[i].numel; a += 4096) {
+        for (int i = 0; i < m->nparams; i++) {
+            int copy = all && (w[i].dt == MP_F16 || w[i].dt == MP_BF16);
+            for (int64_t a = 0; (m->params[i].trainable || copy) && a < m->params[i].numel; a += 4096) {
                 if (tl) {
                     tl[count].start = mp_cu.t->offset[i] + a;
                     tl[count].len = mp_min64(m->params[i].numel - a, 4096);
                     tl[count].no_decay = m->params[i].no_decay;
+                    tl[count].train = m->params[i].trainable;
+                    tl[count].work_dt = copy ? w[i].dt : 0;
+                    tl[count].work_at = w[i].off + a * mp_cu_dt_size(w[i].dt);
                 }
                 count++;
             }
+        }
         if (pass) {
             *n = count;
             return tl;
@@ -488,6 +522,7 @@ static inline void mp_cu_push(MpTrainer *t, MpCuTile *tiles)
     s.updates = t->updates;
     s.coef = 1.0f;
     mp_cu_h2d(mp_cu.params, t->params, t->total * (int64_t)sizeof(float));
+    mp_cu.work_stale = 1;          /* new masters: cast before the next step */
     mp_cu_memset(mp_cu.grads, t->total * (int64_t)sizeof(float));
     for (int i = 0; i < t->nslots; i++)
         mp_cu_h2d(mp_cu.slot[i], t->slot[i], t->total * (int64_t)sizeof(float));
@@ -579,6 +614,7 @@ static int mp_cu_start(MpTrainer *t, int host, MpErr *e)
     mp_cu_measure();
     mp_cu_plan_data(t, host);
     mp_cu.nparts = mp_cu_nparts(t);
+    mp_cu.work_all = mp_cu_work_all(t);
     MpCuTile *tiles = mp_cu_tiles(&mp_cu.ntiles);
     if (!tiles)
         return mp_errf(e, "out of memory");
@@ -707,6 +743,11 @@ static int mp_cu_step(MpTrainer *t, int64_t k, int need, MpStepOut *out, MpErr *
                              mp_cu.cp), "input copy");
     mp_cu_ok(cudaEventRecord(mp_cu.copied[s], mp_cu.cp), "input copy");
     mp_cu_ok(cudaStreamWaitEvent(mp_cu.st, mp_cu.copied[s], 0), "step");
+    if (mp_cu.work_all && mp_cu.work_stale) {   /* the step's update writes them after this */
+        MpCuRun r = mp_cu_run_of(1, 1, NULL);
+        mp_cu.model->cast_params(&r);
+        mp_cu.work_stale = 0;
+    }
     if (mp_cu.graphs && mp_cu.exec[s])
         mp_cu_ok(cudaGraphLaunch(mp_cu.exec[s], mp_cu.st), "step (graph launch)");
     else

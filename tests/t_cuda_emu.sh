@@ -47,7 +47,8 @@
 #   7. the stand-in's own checks (threads as fibers, permuted items, device
 #      memory closed to host code, queued streams, capture refusals) each
 #      catch a mutant that passes the old way (tests/cuda/emu_mutants.cu),
-#      and two mutants of a whole program are caught;
+#      and four mutants of a whole program are caught (the last: the
+#      update pass writing no working copy);
 #   8. attention's tiled kernels against the C program's, kernel by kernel
 #      (tests/cuda/emu_attention.cu), and two flash bugs caught there: no
 #      barrier after a key tile is staged in shared memory (passes with one
@@ -446,6 +447,10 @@ if [ -x "$tmp/mnist_mlp.emu" ]; then
     # inside the capture fails it (the stand-in refuses it as CUDA does)
     m3='s/if (mp_cu\.graphs \&\& mp_cu\.warm \&\& !mp_cu\.exec\[s\]/if (mp_cu.graphs \&\& !mp_cu.exec[s]/'
     mutant mnist_mlp_m3 "$m3" && caught mnist_mlp_m3 "no eager warm-up before capture"
+    # the update pass leaves the f16 working copies as the first cast made
+    # them, while the step no longer casts (t_cuda_work.sh: bit for bit)
+    m4='s/mp_cu_st(w, tl\.work_dt, i - tl\.start, p\[i\]);/(void)0;/'
+    mutant mnist_mlp_m4 "$m4" && caught mnist_mlp_m4 "the update pass writes no working copy"
 fi
 # Mutants of the kernels that read down columns, caught by the trained
 # parameters (params) where a loss curve may not tell: batch_norm's weight
