@@ -493,15 +493,25 @@ int emit_grad_param(Emit *e, const IrNode *n)
 
 const IrNode *emit_work_copy(Emit *e, int p, const char **dt)
 {
-    const IrNode *copy = NULL;
-    int ncopies = 0;
-    for (int i = 0; i < e->g->nnodes; i++) {
-        const IrNode *n = e->g->nodes[i];
-        if (n->hoisted && n->in[0]->ia[0] == p) {
-            ncopies++;
-            copy = n;
+    const IrGraph *g = e->g;
+    if (!e->work_n) {   /* one pass over the graph for all parameters */
+        e->work_n = arena_alloc(e->a, sizeof *e->work_n * (size_t)(g->nparams + 1));
+        e->work_last = arena_alloc(e->a, sizeof *e->work_last * (size_t)(g->nparams + 1));
+        for (int q = 0; q < g->nparams; q++) {
+            e->work_n[q] = 0;
+            e->work_last[q] = NULL;
+        }
+        for (int i = 0; i < g->nnodes; i++) {
+            const IrNode *n = g->nodes[i];
+            int q = n->hoisted ? (int)n->in[0]->ia[0] : -1;
+            if (q >= 0 && q < g->nparams) {
+                e->work_n[q]++;
+                e->work_last[q] = n;
+            }
         }
     }
+    int ncopies = e->work_n[p];
+    const IrNode *copy = e->work_last[p];
     if (ncopies == 1 && e->mp->kind[copy->id] == BUF_ARENA) {
         *dt = mpdt(copy->type);
         return copy;

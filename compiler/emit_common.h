@@ -20,6 +20,8 @@ typedef struct Emit {
     int *value_ix;             /* per node id: index in mp_values, or -1 */
     int nvalues;
     int *grad_param;           /* per node id: emit_grad_param(), made lazily */
+    int *work_n;               /* per parameter: its hoisted casts (emit_work_copy) */
+    const IrNode **work_last;  /* per parameter: the last of them */
     bool *read_in_step;        /* per node id: a non-optimizer node reads it */
     /* repeat loops (emit_loop.c) */
     bool loops;                /* run isomorphic repeat copies as loops */
