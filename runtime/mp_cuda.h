@@ -556,6 +556,21 @@ typedef struct MpCuTeam {
         return v;
 #endif
     }
+#ifdef MP_CU_EMU
+    /* the stand-in's compensated sum over groups of lanes: every thread's v
+     * posted, `combine` run at barrier `kind` with `width`, the result of
+     * the thread's lane (sum_cols and sum_lanes differ only in these) */
+    MpAcc emu_groups(MpAcc v, int width, int kind, void (*combine)(MpEmuBlock *)) const
+    {
+        if (!emu)
+            return v;
+        emu->as[(size_t)tid] = v.s;
+        emu->ac[(size_t)tid] = v.c;
+        emu->width = width;
+        mp_emu_barrier(emu, kind, combine);
+        return MpAcc{emu->rs[tid % 32], emu->rc[tid % 32]};
+    }
+#endif
     /* the sum over the thread's group of `width` lanes, every warp's (see
      * mp_cu_block_sum_cols); width the same in every thread */
     MP_HD MpAcc sum_cols(MpAcc v, int width) const
@@ -563,13 +578,7 @@ typedef struct MpCuTeam {
 #ifdef __CUDA_ARCH__
         return mp_cu_block_sum_cols(v, width);
 #elif defined(MP_CU_EMU)
-        if (!emu)
-            return v;
-        emu->as[(size_t)tid] = v.s;
-        emu->ac[(size_t)tid] = v.c;
-        emu->width = width;
-        mp_emu_barrier(emu, 4, mp_cu_emu_cols);
-        return MpAcc{emu->rs[tid % 32], emu->rc[tid % 32]};
+        return emu_groups(v, width, 4, mp_cu_emu_cols);
 #else
         (void)width;
         return v;
@@ -582,13 +591,7 @@ typedef struct MpCuTeam {
 #ifdef __CUDA_ARCH__
         return mp_cu_block_lanes(v, mp_acc_zero(), MpCuJoin(), period);
 #elif defined(MP_CU_EMU)
-        if (!emu)
-            return v;
-        emu->as[(size_t)tid] = v.s;
-        emu->ac[(size_t)tid] = v.c;
-        emu->width = period;
-        mp_emu_barrier(emu, 7, mp_cu_emu_lanes_acc);
-        return MpAcc{emu->rs[tid % 32], emu->rc[tid % 32]};
+        return emu_groups(v, period, 7, mp_cu_emu_lanes_acc);
 #else
         (void)period;
         return v;
