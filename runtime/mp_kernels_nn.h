@@ -376,24 +376,44 @@ static inline void mp_k_layer_norm_dx(void *dx, int dxdt, const void *dy, int dy
         mp_st_n(dx, dxdt, off, 1, dim, g))
 }
 
-/* dw[dim] = sum over rows of dy xhat (+ beta dw), rows summed in order. */
+/* dw[dim] = sum over rows of dy xhat (+ beta dw), rows summed in order.
+ * Threads share the rows' moments, then blocks of MP_LN_DW_COLS columns
+ * (each column's sum is one thread's, in row order: the same bits on any
+ * number of threads). */
+#define MP_LN_DW_COLS 16
+
 static inline void mp_k_layer_norm_dw(void *dw, int dwdt, const void *dy, int dydt,
                                       const void *x, int xdt, int64_t rows, int64_t dim,
                                       float eps, float beta)
 {
     double *acc = (double *)mp_kzalloc((size_t)dim * sizeof *acc);
-    float *v = (float *)mp_kalloc((size_t)(2 * dim) * sizeof *v), *g = v + dim;
-    for (int64_t r = 0; r < rows; r++) {
-        float mean, rstd;
-        mp_ld_n(x, xdt, r * dim, 1, dim, v);
-        mp_moments(v, dim, eps, &mean, &rstd);
-        mp_ld_n(dy, dydt, r * dim, 1, dim, g);
-        for (int64_t j = 0; j < dim; j++) acc[j] += g[j] * ((v[j] - mean) * rstd);
+    float *st = (float *)mp_kalloc((size_t)(2 * rows + dim) * sizeof *st), *out = st + 2 * rows;
+    int64_t nb = (dim + MP_LN_DW_COLS - 1) / MP_LN_DW_COLS;
+    MP_OMP(parallel if (rows * dim > MP_PAR_MIN))
+    {
+        float *v = (float *)mp_kalloc((size_t)(2 * dim) * sizeof *v), *g = v + dim;
+        MP_OMP(for schedule(static))
+        for (int64_t r = 0; r < rows; r++) {
+            mp_ld_n(x, xdt, r * dim, 1, dim, v);
+            mp_moments(v, dim, eps, &st[2 * r], &st[2 * r + 1]);
+        }
+        MP_OMP(for schedule(static))
+        for (int64_t b = 0; b < nb; b++) {
+            int64_t j0 = b * MP_LN_DW_COLS, n = mp_min64(dim - j0, MP_LN_DW_COLS);
+            double *a = acc + j0;
+            for (int64_t r = 0; r < rows; r++) {
+                float mean = st[2 * r], rstd = st[2 * r + 1];
+                mp_ld_n(x, xdt, r * dim + j0, 1, n, v);
+                mp_ld_n(dy, dydt, r * dim + j0, 1, n, g);
+                for (int64_t j = 0; j < n; j++) a[j] += g[j] * ((v[j] - mean) * rstd);
+            }
+            for (int64_t j = 0; j < n; j++) out[j0 + j] = (float)a[j];
+        }
+        free(v);
     }
-    for (int64_t j = 0; j < dim; j++) v[j] = (float)acc[j];
-    mp_st_beta(dw, dwdt, 0, dim, v, beta);
+    mp_st_beta(dw, dwdt, 0, dim, out, beta);
     free(acc);
-    free(v);
+    free(st);
 }
 
 /* ---- batch_norm --------------------------------------------------------- */
