@@ -48,19 +48,26 @@ static int by_size_desc(const void *pa, const void *pb)
  * aligned offset free of every buffer live with it, however it walks.) */
 #define BLOCK 128
 
-typedef struct Block {
-    int n;
+typedef struct Summary {
     int first, last;               /* min first, max last of its buffers */
     int all_first, all_last;       /* max first, min last: all live in between */
+    int64_t off0;                  /* its lowest offset */
     int64_t reach, gap;            /* max aligned end; the widest gap between a
                                       buffer and those before it in the block */
+} Summary;
+
+typedef struct Block {
+    int n;
     int bfirst[BLOCK], blast[BLOCK];   /* each buffer's live range, */
     int64_t off[BLOCK], end[BLOCK];    /* offset and aligned end */
 } Block;
 
+/* The blocks in offset order, and their summaries in an array of their own
+ * (a search reads every block's summary and few blocks). */
 typedef struct Placed {
     Arena *a;
     Block **blk;
+    Summary *sum;
     int nblk, cap;
 } Placed;
 
@@ -71,15 +78,16 @@ static int64_t place(const Buf *b, const Placed *pl)
 {
     int64_t at = 0;
     for (int k = 0; k < pl->nblk; k++) {
-        const Block *bk = pl->blk[k];
-        if (bk->last < b->first || b->last < bk->first)
+        const Summary *sm = &pl->sum[k];
+        if (sm->last < b->first || b->last < sm->first)
             continue;              /* none of them live together with b */
-        if (bk->all_first <= b->last && b->first <= bk->all_last && bk->off[0] < at + b->size &&
-            bk->gap < b->size) {   /* all live with b, no gap b fits in */
-            if (bk->reach > at)
-                at = bk->reach;
+        if (sm->all_first <= b->last && b->first <= sm->all_last && sm->off0 < at + b->size &&
+            sm->gap < b->size) {   /* all live with b, no gap b fits in */
+            if (sm->reach > at)
+                at = sm->reach;
             continue;
         }
+        const Block *bk = pl->blk[k];
         for (int i = 0; i < bk->n; i++) {
             if (bk->blast[i] < b->first || b->last < bk->bfirst[i])
                 continue;          /* never live together */
@@ -92,24 +100,25 @@ static int64_t place(const Buf *b, const Placed *pl)
     return at;
 }
 
-static void summarize(Block *bk)
+static void summarize(const Block *bk, Summary *sm)
 {
-    bk->first = bk->all_last = INT_MAX;
-    bk->last = bk->all_first = INT_MIN;
-    bk->reach = bk->gap = 0;
+    sm->first = sm->all_last = INT_MAX;
+    sm->last = sm->all_first = INT_MIN;
+    sm->off0 = bk->n ? bk->off[0] : 0;
+    sm->reach = sm->gap = 0;
     for (int i = 0; i < bk->n; i++) {
-        if (bk->bfirst[i] < bk->first)
-            bk->first = bk->bfirst[i];
-        if (bk->blast[i] > bk->last)
-            bk->last = bk->blast[i];
-        if (bk->bfirst[i] > bk->all_first)
-            bk->all_first = bk->bfirst[i];
-        if (bk->blast[i] < bk->all_last)
-            bk->all_last = bk->blast[i];
-        if (i > 0 && bk->off[i] - bk->reach > bk->gap)
-            bk->gap = bk->off[i] - bk->reach;
-        if (bk->end[i] > bk->reach)
-            bk->reach = bk->end[i];
+        if (bk->bfirst[i] < sm->first)
+            sm->first = bk->bfirst[i];
+        if (bk->blast[i] > sm->last)
+            sm->last = bk->blast[i];
+        if (bk->bfirst[i] > sm->all_first)
+            sm->all_first = bk->bfirst[i];
+        if (bk->blast[i] < sm->all_last)
+            sm->all_last = bk->blast[i];
+        if (i > 0 && bk->off[i] - sm->reach > sm->gap)
+            sm->gap = bk->off[i] - sm->reach;
+        if (bk->end[i] > sm->reach)
+            sm->reach = bk->end[i];
     }
 }
 
@@ -119,13 +128,19 @@ static void insert(Placed *pl, const Buf *b, int64_t at)
     if (pl->nblk == 0 || pl->nblk == pl->cap) {
         int cap = pl->cap ? pl->cap * 2 : 16;
         pl->blk = arena_grow(pl->a, pl->blk, (size_t)pl->nblk, (size_t)cap, sizeof *pl->blk);
+        pl->sum = arena_grow(pl->a, pl->sum, (size_t)pl->nblk, (size_t)cap, sizeof *pl->sum);
         pl->cap = cap;
         if (pl->nblk == 0)
             pl->blk[pl->nblk++] = arena_alloc(pl->a, sizeof(Block));
     }
-    int k = 0;
-    while (k < pl->nblk - 1 && (pl->blk[k]->n == 0 || pl->blk[k]->off[pl->blk[k]->n - 1] <= at))
-        k++;
+    int k = 0, top = pl->nblk - 1; /* the first block whose last offset is past at */
+    while (k < top) {              /* (the last block if none is): blocks are in offset order */
+        int mid = (k + top) / 2;
+        if (pl->blk[mid]->n == 0 || pl->blk[mid]->off[pl->blk[mid]->n - 1] <= at)
+            k = mid + 1;
+        else
+            top = mid;
+    }
     Block *bk = pl->blk[k];
     if (bk->n == BLOCK) {          /* split it in two halves */
         Block *hi = arena_alloc(pl->a, sizeof(Block));
@@ -135,13 +150,14 @@ static void insert(Placed *pl, const Buf *b, int64_t at)
         memcpy(hi->off, bk->off + BLOCK / 2, sizeof *hi->off * (BLOCK / 2));
         memcpy(hi->end, bk->end + BLOCK / 2, sizeof *hi->end * (BLOCK / 2));
         bk->n = BLOCK / 2;
-        summarize(bk);
-        summarize(hi);
         memmove(&pl->blk[k + 2], &pl->blk[k + 1], sizeof *pl->blk * (size_t)(pl->nblk - k - 1));
+        memmove(&pl->sum[k + 2], &pl->sum[k + 1], sizeof *pl->sum * (size_t)(pl->nblk - k - 1));
         pl->blk[k + 1] = hi;
         pl->nblk++;
+        summarize(bk, &pl->sum[k]);
+        summarize(hi, &pl->sum[k + 1]);
         if (bk->off[bk->n - 1] <= at)
-            bk = hi;
+            bk = pl->blk[++k];
     }
     int pos = bk->n;
     while (pos > 0 && bk->off[pos - 1] > at)
@@ -156,7 +172,7 @@ static void insert(Placed *pl, const Buf *b, int64_t at)
     bk->off[pos] = at;
     bk->end[pos] = (at + b->size + MEMPLAN_ALIGN - 1) / MEMPLAN_ALIGN * MEMPLAN_ALIGN;
     bk->n++;
-    summarize(bk);
+    summarize(bk, &pl->sum[k]);
 }
 
 MemPlan *memplan_build(Arena *a, const IrGraph *g)
@@ -207,7 +223,7 @@ MemPlan *memplan_build(Arena *a, const IrGraph *g)
     }
     qsort(bufs, (size_t)nb, sizeof *bufs, by_size_desc);
 
-    Placed placed = {a, NULL, 0, 0};
+    Placed placed = {a, NULL, NULL, 0, 0};
     for (int k = 0; k < nb; k++) {
         int64_t at = place(&bufs[k], &placed);
         insert(&placed, &bufs[k], at);
