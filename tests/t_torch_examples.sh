@@ -18,7 +18,8 @@
 # metrics, every examples/*.mp, each in float32 and mixed precision; and
 # *_emulated cases, where the MLP twin rounds to f16 / bf16 exactly where
 # the precision plan does, so mixed precision is held to 1e-4 (f16) /
-# 1e-3 (bf16) too. ONLY=substring runs the matching cases.
+# 1e-3 (bf16) too. CASES=substring runs the matching cases (not ONLY:
+# run_all.sh's ONLY=t_torch_examples picks this script and all its cases).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 MPCC=${MPCC:-./mpcc}
@@ -48,7 +49,7 @@ PENDING_CASES=""
 # run_case NAME MODEL.mp PRECISION STEPS TOL DATA EVAL: adds a case.
 #   DATA / EVAL: comma-separated input=file-stem pairs (files in $D)
 run_case() {
-    [ -n "${ONLY:-}" ] && [[ $1 != *$ONLY* ]] && return
+    [ -n "${CASES:-}" ] && [[ $1 != *$CASES* ]] && return
     if [[ " $PENDING_CASES " == *" $1 "* ]] && [ "${PENDING:-}" != run ]; then
         echo "PENDING (left out until an mpcc bug is fixed, see PENDING_CASES): $1"
         return
@@ -156,6 +157,8 @@ for m in examples/*.mp; do
     grep -q "run_case \"example_$(basename "$m" .mp)_" "$0" ||
         grep -q "^add $(basename "$m" .mp)_float32 " tests/t_arch.sh || fails+=("$m: no case in $0 or t_arch.sh")
 done
+
+[ ${#cases[@]} -gt 0 ] || { echo "FAIL no case matches CASES=${CASES:-}"; exit 1; }
 
 # 1. every twin's initial parameters, in one Python process
 : >"$W/init.batch"
