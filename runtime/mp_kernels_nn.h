@@ -780,6 +780,93 @@ static inline void mp_attn_wsum(float *o, const float *wt, int64_t ldw, int64_t 
         mp_attn_wsum_rows(o + r * D, wt + r * ldw, ldw, sw, n, Y, D, add, 1);
 }
 
+/* mp_row_max of 4 rows of p (row stride ld, lengths n[r]): the same
+ * comparisons in the same order per row, the 4 chains interleaved. */
+static inline void mp_attn_max4(const float *p, int64_t ld, const int64_t *n, float *m)
+{
+    const float *p0 = p, *p1 = p + ld, *p2 = p + 2 * ld, *p3 = p + 3 * ld;
+    float m0 = -INFINITY, m1 = m0, m2 = m0, m3 = m0;
+    int64_t c = mp_min64(mp_min64(n[0], n[1]), mp_min64(n[2], n[3])), i;
+    for (i = 0; i < c; i++) {
+        m0 = p0[i] > m0 ? p0[i] : m0;
+        m1 = p1[i] > m1 ? p1[i] : m1;
+        m2 = p2[i] > m2 ? p2[i] : m2;
+        m3 = p3[i] > m3 ? p3[i] : m3;
+    }
+    m[0] = m0, m[1] = m1, m[2] = m2, m[3] = m3;
+    for (int r = 0; r < 4; r++)
+        for (i = c; i < n[r]; i++) m[r] = p[r * ld + i] > m[r] ? p[r * ld + i] : m[r];
+}
+
+/* s[r] = sum over i < n[r] of a[r ld + i] (times b[r ld + i] when b) in
+ * double, in order, for 4 rows: mp_row_softmax's and
+ * mp_row_softmax_grad's sums, the 4 chains interleaved (a float product
+ * is exact in double, so fusing it changes nothing). */
+static inline void mp_attn_sum4(const float *a, const float *b, int64_t ld, const int64_t *n,
+                                double *s)
+{
+    double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    int64_t c = mp_min64(mp_min64(n[0], n[1]), mp_min64(n[2], n[3])), i;
+    if (b)
+        for (i = 0; i < c; i++) {
+            s0 += (double)a[i] * b[i];
+            s1 += (double)a[ld + i] * b[ld + i];
+            s2 += (double)a[2 * ld + i] * b[2 * ld + i];
+            s3 += (double)a[3 * ld + i] * b[3 * ld + i];
+        }
+    else
+        for (i = 0; i < c; i++) {
+            s0 += a[i];
+            s1 += a[ld + i];
+            s2 += a[2 * ld + i];
+            s3 += a[3 * ld + i];
+        }
+    s[0] = s0, s[1] = s1, s[2] = s2, s[3] = s3;
+    for (int r = 0; r < 4; r++)
+        for (i = c; i < n[r]; i++)
+            s[r] += b ? (double)a[r * ld + i] * b[r * ld + i] : (double)a[r * ld + i];
+}
+
+/* The rows r < nq of the query tile at i0 (stride T'), each over the keys
+ * it sees, then zeros up to nk: y NULL: p = softmax(p) (mp_row_softmax);
+ * else p = y (p - rowsum(p y)) (mp_row_softmax_grad, p = dP, y = P). Four
+ * rows at a time make the same operations as those, in the same order. */
+static inline void mp_attn_softmax(const MpAttn *a, float *p, const float *y, int64_t i0,
+                                   int64_t nq, int64_t nk)
+{
+    int64_t ld = a->Tk, r = 0;
+    for (; r + 4 <= nq; r += 4) {
+        float *v = p + r * ld, m[4];
+        const float *yr = y ? y + r * ld : NULL;
+        int64_t n[4];
+        double s[4];
+        for (int u = 0; u < 4; u++) n[u] = mp_attn_len(a, i0 + r + u);
+        if (!y) {
+            mp_attn_max4(v, ld, n, m);
+            for (int u = 0; u < 4; u++) {
+                for (int64_t j = 0; j < n[u]; j++) v[u * ld + j] -= m[u];
+                mp_vexp(v + u * ld, n[u]);
+            }
+        }
+        mp_attn_sum4(v, yr, ld, n, s);
+        for (int u = 0; u < 4; u++) {
+            float *o = v + u * ld, inv = (float)(1.0 / s[u]), t = (float)s[u];
+            if (y)
+                for (int64_t j = 0; j < n[u]; j++) o[j] = yr[u * ld + j] * (o[j] - t);
+            else
+                for (int64_t j = 0; j < n[u]; j++) o[j] *= inv;
+        }
+    }
+    for (; r < nq; r++) {
+        if (y)
+            mp_row_softmax_grad(p + r * ld, y + r * ld, mp_attn_len(a, i0 + r));
+        else
+            mp_row_softmax(p + r * ld, mp_attn_len(a, i0 + r));
+    }
+    for (r = 0; r < nq; r++)
+        for (int64_t j = mp_attn_len(a, i0 + r); j < nk; j++) p[r * ld + j] = 0.0f;
+}
+
 /* P of the query tile [i0, i0 + nq) of the loaded head into w->s (f32):
  * q rows loaded as f32, scores, each row's softmax over its keys, zeros
  * past them up to the tile's nk keys (returned). */
@@ -789,12 +876,7 @@ static inline int64_t mp_attn_probs(const MpAttn *a, MpAttnWs *w, int64_t h, int
     int64_t D = a->D, nk = mp_attn_len(a, i0 + nq - 1);
     mp_ld_n(a->q, a->qdt, (h * a->T + i0) * D, 1, nq * D, w->qf);
     mp_attn_dots(a, w->s, w->qf, w->kt, i0, nq, a->scale);
-    for (int64_t r = 0; r < nq; r++) {
-        float *p = w->s + r * a->Tk;
-        int64_t n = mp_attn_len(a, i0 + r);
-        mp_row_softmax(p, n);
-        for (int64_t j = n; j < nk; j++) p[j] = 0.0f;
-    }
+    mp_attn_softmax(a, w->s, NULL, i0, nq, nk);
     return nk;
 }
 
@@ -842,12 +924,7 @@ static inline void mp_attn_grad_tile(const MpAttn *a, MpAttnWs *w, void *g, int 
     int64_t Tk = a->Tk, D = a->D, nk = mp_attn_probs(a, w, h, i0, nq);
     mp_ld_n(dy, dydt, (h * a->T + i0) * D, 1, nq * D, w->dyf);
     mp_attn_dots(a, w->dp, w->dyf, w->vt, i0, nq, 1.0f);
-    for (int64_t r = 0; r < nq; r++) {
-        int64_t n = mp_attn_len(a, i0 + r);
-        float *ds = w->dp + r * Tk;
-        mp_row_softmax_grad(ds, w->s + r * Tk, n);
-        for (int64_t j = n; j < nk; j++) ds[j] = 0.0f;
-    }
+    mp_attn_softmax(a, w->dp, w->s, i0, nq, nk);
     mp_attn_round(w->dp, nq, Tk, nk, a->scale, a->cdt);     /* dS */
     mp_attn_round(w->s, nq, Tk, nk, 1.0f, a->cdt);          /* Pr */
     mp_attn_wsum(w->acc, w->dp, Tk, 1, nq, nk, w->kr, D, 0);        /* dq */
