@@ -13,13 +13,7 @@
 #include "mp_kernels.h"
 #include "mp_kernels_gemm.h"
 #include "mp_kernels_nn.h"
-
-void ref_attention(void *y, int ydt, const void *q, int qdt, const void *k, int kdt,
-                   const void *v, int vdt, int64_t BH, int64_t T, int64_t Tk, int64_t D,
-                   int causal, int cdt);
-void ref_attention_grad(void *g, int gdt, const void *dy, int dydt, const void *q, int qdt,
-                        const void *k, int kdt, const void *v, int vdt, int64_t BH, int64_t T,
-                        int64_t Tk, int64_t D, int causal, int cdt);
+#include "attn_ref.h"
 
 static uint64_t rng = 0x9e3779b97f4a7c15ULL;
 

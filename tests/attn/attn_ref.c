@@ -11,6 +11,7 @@
 #include "mp_kernels.h"
 #include "mp_kernels_gemm.h"
 #include "mp_kernels_nn.h"
+#include "attn_ref.h"
 /* ---- attention ---------------------------------------------------------- */
 
 /* Per (batch, head), with q, y [T, D] and k, v [T', D]:
