@@ -773,11 +773,13 @@ static inline void mp_attn_wsum_rows(float *o, const float *wt, int64_t ldw, int
 static inline void mp_attn_wsum(float *o, const float *wt, int64_t ldw, int64_t sw, int64_t m,
                                 int64_t n, const float *Y, int64_t D, int add)
 {
-    int64_t r = 0;
-    for (; r + MP_ATTN_R <= m; r += MP_ATTN_R)
-        mp_attn_wsum_rows(o + r * D, wt + r * ldw, ldw, sw, n, Y, D, add, MP_ATTN_R);
-    for (; r < m; r++)
-        mp_attn_wsum_rows(o + r * D, wt + r * ldw, ldw, sw, n, Y, D, add, 1);
+    for (int64_t r = 0, b; r < m; r += b) {
+        b = m - r >= MP_ATTN_R ? MP_ATTN_R : 1;
+        if (b == MP_ATTN_R)
+            mp_attn_wsum_rows(o + r * D, wt + r * ldw, ldw, sw, n, Y, D, add, MP_ATTN_R);
+        else
+            mp_attn_wsum_rows(o + r * D, wt + r * ldw, ldw, sw, n, Y, D, add, 1);
+    }
 }
 
 /* mp_row_max of 4 rows of p (row stride ld, lengths n[r]): the same
