@@ -510,20 +510,27 @@ static inline void mp_k_batch_norm_dw(void *dw, int dwdt, const void *dy, int dy
  * of a query tile, then tile after tile, for dk and dv): the same bits
  * whatever the number of threads, and whatever the blocking below.
  * Register blocks: every product is made MP_ATTN_R outputs (rows of
- * scores, y, dq; keys of dk, dv) by up to MP_ATTN_VW columns at a time,
- * R x VW independent sums in registers (an FMA's latency needs about 8
- * chains in flight); blocking outputs together changes no output's order
- * of additions, so these kernels give the bits of the unblocked ones
- * (tests/attn/attn_bits.c holds them to the old code, bit for bit).
+ * scores, y, dq; keys of dk, dv) by up to MP_ATTN_VW columns at a time:
+ * 6 x 16 = 12 vectors of independent sums in registers (a head of 16 had
+ * 2 chains, bound by the add's latency; 6 rows measured faster than 4 or
+ * 8 for head sizes 16 and 64, tests/attn/attn_bench.c). Blocking outputs
+ * together changes no output's order of additions, and no product is
+ * fused into a sum (fp-contract off below: where GCC may fuse, it did so
+ * for some loop shapes and not others, by -march and -mtune), so these
+ * kernels give the bits of the unblocked ones built without fusing, in
+ * every build (tests/t_attn_bits.sh holds them to the old code).
  * Work items: (head, query tile) forward; heads backward (a head's dk and
  * dv accumulate over its query tiles in f32). k and v of the head are
  * loaded once per item as f32, row-major and transposed, so that the inner
  * loops run over contiguous floats. */
 #define MP_ATTN_TK 64
 #define MP_ATTN_VW 16
-#define MP_ATTN_R 4
+#define MP_ATTN_R 6
 
-#if defined(__GNUC__) && !defined(__clang__)
+#if defined(__clang__)
+#pragma float_control(push)
+#pragma clang fp contract(off)
+#elif defined(__GNUC__)
 #pragma GCC push_options
 #pragma GCC optimize("fp-contract=off")
 #endif
@@ -769,7 +776,8 @@ static inline void mp_attn_wsum_rows(float *o, const float *wt, int64_t ldw, int
 
 /* o[r] (+)= sum over t < n of wt[r ldw + t sw] Y[t] for the rows r < m of
  * o [m, D] (Y [n, D]): y and dq (rows of Pr, dS: ldw T', sw 1), dv and dk
- * (columns of them: ldw 1, sw T'). MP_ATTN_R rows at a time, then one. */
+ * (columns of them: ldw 1, sw T'). MP_ATTN_R rows at a time, then single
+ * rows. */
 static inline void mp_attn_wsum(float *o, const float *wt, int64_t ldw, int64_t sw, int64_t m,
                                 int64_t n, const float *Y, int64_t D, int add)
 {
@@ -960,7 +968,9 @@ static inline void mp_k_attention_grad(void *g, int gdt, const void *dy, int dyd
     }
 }
 
-#if defined(__GNUC__) && !defined(__clang__)
+#if defined(__clang__)
+#pragma float_control(pop)
+#elif defined(__GNUC__)
 #pragma GCC pop_options
 #endif
 

@@ -9,10 +9,12 @@
 #   -O3 -mavx2 -mfma             FMA with generic tuning (-march=native on
 #                                AMD Zen avoids fusing loop-carried sums; this
 #                                fuses them): the kernels must fuse none
+#   clang -O3 -march=native      where clang is installed
 # each in the C dialect trainers are built in (GNU: contraction on by
 # default), each run under every MP_CPU path. Two mutants of the runtime must fail:
-# the fp-contract pragma removed (built -mavx2 -mfma, where the CPU has them)
-# and the weighted sums' order reversed.
+# the fp-contract pragma removed (GCC's, and clang's where it is installed;
+# built -mavx2 -mfma, where the CPU has them) and the weighted sums' order
+# reversed.
 set -eu
 cd "$(dirname "$0")/.."
 CC=${CC:-cc}
@@ -22,22 +24,24 @@ trap 'rm -rf "$tmp"' EXIT
 warn="-Wall -Wextra -Werror -Wshadow -Wno-unused-parameter"
 fail=0
 
-build() {   # build NAME RUNTIME_DIR FLAGS...
-    local name=$1 rt=$2
-    shift 2
+build() {   # build NAME RUNTIME_DIR COMPILER FLAGS...
+    local name=$1 rt=$2 cc=$3
+    shift 3
     # shellcheck disable=SC2086
-    $CC $warn -O2 -ffp-contract=off ${SAN:-} -D_POSIX_C_SOURCE=200809L -I"$rt" \
+    $cc $warn -O2 -ffp-contract=off ${SAN:-} -D_POSIX_C_SOURCE=200809L -I"$rt" \
         -c tests/attn/attn_ref.c -o "$tmp/$name.ref.o" &&
-    $CC $warn "$@" ${SAN:-} -D_POSIX_C_SOURCE=200809L -I"$rt" \
+    $cc $warn "$@" ${SAN:-} -D_POSIX_C_SOURCE=200809L -I"$rt" \
         tests/attn/attn_bits.c "$tmp/$name.ref.o" -o "$tmp/$name" -lm
 }
 
-paths=(portable)
-configs=("-O2" "-O1 -fopenmp" "-O3 -march=native -fopenmp")
+paths=(portable) fma=0
+configs=("$CC -O2" "$CC -O1 -fopenmp" "$CC -O3 -march=native -fopenmp")
 if grep -qw avx2 /proc/cpuinfo 2>/dev/null && grep -qw fma /proc/cpuinfo; then
-    paths+=(avx2)
-    configs+=("-O3 -mavx2 -mfma")
+    paths+=(avx2) fma=1
+    configs+=("$CC -O3 -mavx2 -mfma")
 fi
+clang=$(command -v clang || true)
+[ -n "$clang" ] && configs+=("clang -O3 -march=native") || echo "note: no clang: its build is not tested"
 for i in "${!configs[@]}"; do
     # shellcheck disable=SC2086
     build "c$i" runtime ${configs[$i]} || { echo "FAIL: does not build with ${configs[$i]}"; fail=1; continue; }
@@ -66,10 +70,12 @@ mutant() {   # mutant NAME WHAT SED FLAGS...: must build and fail
         echo "ok   mutant $name ($what) caught: $(grep -m 1 FAIL "$tmp/$name.out" | cut -c 1-100)"
     fi
 }
-if [ "${#paths[@]}" = 2 ]; then
+if [ "$fma" = 1 ]; then
     mutant contract "products fused into sums" '/pragma GCC optimize("fp-contract=off")/d' \
-        -O3 -mavx2 -mfma
+        "$CC" -O3 -mavx2 -mfma
+    [ -n "$clang" ] && mutant contract_clang "products fused into sums by clang" \
+        '/pragma clang fp contract(off)/d' clang -O3 -mavx2 -mfma
 fi
 mutant order "y, dq, dk and dv summed backwards" \
-    's/for (int64_t t = 0; t < n; t++) {/for (int64_t t = n - 1; t >= 0; t--) {/' -O2
+    's/for (int64_t t = 0; t < n; t++) {/for (int64_t t = n - 1; t >= 0; t--) {/' "$CC" -O2
 exit $fail
