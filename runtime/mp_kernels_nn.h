@@ -511,9 +511,11 @@ static inline void mp_k_batch_norm_dw(void *dw, int dwdt, const void *dy, int dy
  * whatever the number of threads, and whatever the blocking below.
  * Register blocks: every product is made MP_ATTN_R outputs (rows of
  * scores, y, dq; keys of dk, dv) by up to MP_ATTN_VW columns at a time:
- * 6 x 16 = 12 vectors of independent sums in registers (a head of 16 had
- * 2 chains, bound by the add's latency; 6 rows measured faster than 4 or
- * 8 for head sizes 16 and 64, tests/attn/attn_bench.c). Blocking outputs
+ * 5 x 16 = 10 vectors of independent sums in registers (a head of 16 had
+ * 2 chains, bound by the add's latency; with the two loaded vectors, the
+ * broadcast and the product that makes 14 of AVX's 16 registers: 6 rows
+ * spill, and measured slower, as did 4 and 8, for head sizes 16 and 64 in
+ * tests/attn/attn_bench.c). Blocking outputs
  * together changes no output's order of additions, and no product is
  * fused into a sum (fp-contract off below: where GCC may fuse, it did so
  * for some loop shapes and not others, by -march and -mtune), so these
@@ -525,7 +527,7 @@ static inline void mp_k_batch_norm_dw(void *dw, int dwdt, const void *dy, int dy
  * loops run over contiguous floats. */
 #define MP_ATTN_TK 64
 #define MP_ATTN_VW 16
-#define MP_ATTN_R 6
+#define MP_ATTN_R 5
 
 #if defined(__clang__)
 #pragma float_control(push)
