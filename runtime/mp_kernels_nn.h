@@ -528,13 +528,44 @@ static inline void mp_k_batch_norm_dw(void *dw, int dwdt, const void *dy, int dy
  * the masked corner of the diagonal tile holds zeros. Each sum runs in a
  * fixed order (over d for a score; over keys for y and dq; over the rows
  * of a query tile, then tile after tile, for dk and dv): the same bits
- * whatever the number of threads.
+ * whatever the number of threads, and whatever the blocking below.
+ * Register blocks: every product is made MP_ATTN_R outputs (rows of
+ * scores, y, dq; keys of dk, dv) by up to MP_ATTN_VW columns at a time:
+ * 5 x 16 = 10 vectors of independent sums in registers (a head of 16 had
+ * 2 chains, bound by the add's latency; with the two loaded vectors, the
+ * broadcast and the product that makes 14 of AVX's 16 registers: 6 rows
+ * spill, and measured slower, as did 4 and 8, for head sizes 16 and 64 in
+ * tests/attn/attn_bench.c). Blocking outputs
+ * together changes no output's order of additions, and no product is
+ * fused into a sum (fp-contract off below: where GCC may fuse, it did so
+ * for some loop shapes and not others, by -march and -mtune), so these
+ * kernels give the bits of the unblocked ones built without fusing, in
+ * every build (tests/t_attn_bits.sh holds them to the old code).
  * Work items: (head, query tile) forward; heads backward (a head's dk and
  * dv accumulate over its query tiles in f32). k and v of the head are
  * loaded once per item as f32, row-major and transposed, so that the inner
- * loops run over MP_ATTN_VW contiguous floats held in registers. */
+ * loops run over contiguous floats. */
 #define MP_ATTN_TK 64
 #define MP_ATTN_VW 16
+#define MP_ATTN_R 5
+
+#if defined(__clang__)
+#pragma float_control(push)
+#pragma clang fp contract(off)
+#elif defined(__GNUC__)
+#pragma GCC push_options
+#pragma GCC optimize("fp-contract=off")
+#endif
+
+/* Eight floats in a vector (GCC and Clang: AVX registers under -mavx, two
+ * SSE registers otherwise); other compilers take the scalar loops. */
+#if !defined(__CUDACC__) && (defined(__GNUC__) || defined(__clang__))
+#define MP_ATTN_VEC 8
+typedef float MpAttnV __attribute__((vector_size(32)));
+/* v = p[0 .. 8), unaligned (a macro: a function returning an AVX vector
+ * has another ABI with and without -mavx, which -Wpsabi flags) */
+#define MP_ATTN_VLD(v, p) memcpy(&(v), (p), sizeof(MpAttnV))
+#endif
 
 typedef struct MpAttn {
     const void *q, *k, *v;
@@ -546,7 +577,7 @@ typedef struct MpAttn {
 /* Per-thread work space (f32). */
 typedef struct MpAttnWs {
     float *kr, *vr;         /* k, v of the head [T', D] */
-    float *kt, *vt;         /* their transposes [D, T'] */
+    float *kt, *vt;         /* their transposes [D, T'] (vt: backward) */
     float *qf, *dyf, *acc;  /* the query tile's q, dy and y or dq [tq, D] */
     float *s, *dp;          /* its P then Pr, and dP then dS [tq, T'] */
     float *dk, *dv;         /* the head's dk, dv accumulators [T', D] (backward) */
@@ -578,91 +609,294 @@ static inline MpAttnWs mp_attn_ws(const MpAttn *a, int bwd)
     return w;
 }
 
-/* k and v of head h as f32, row-major and transposed. */
-static inline void mp_attn_load_kv(const MpAttn *a, int64_t h, MpAttnWs *w)
+/* x [rows, cols] -> t [cols, rows], eight rows at a time (eight
+ * contiguous stores per column). */
+static inline void mp_attn_transpose(float *t, const float *x, int64_t rows, int64_t cols)
+{
+    for (int64_t i0 = 0; i0 < rows; i0 += 8) {
+        int64_t i1 = i0 + 8 < rows ? i0 + 8 : rows;
+        for (int64_t c = 0; c < cols; c++)
+            for (int64_t i = i0; i < i1; i++) t[c * rows + i] = x[i * cols + c];
+    }
+}
+
+/* k and v of head h as f32, row-major; k transposed, and v too for the
+ * backward pass (dP = dy v^T). */
+static inline void mp_attn_load_kv(const MpAttn *a, int64_t h, MpAttnWs *w, int bwd)
 {
     int64_t Tk = a->Tk, D = a->D, n = Tk * D;
     mp_ld_n(a->k, a->kdt, h * n, 1, n, w->kr);
     mp_ld_n(a->v, a->vdt, h * n, 1, n, w->vr);
-    for (int64_t j = 0; j < Tk; j++)
-        for (int64_t d = 0; d < D; d++) {
-            w->kt[d * Tk + j] = w->kr[j * D + d];
-            w->vt[d * Tk + j] = w->vr[j * D + d];
-        }
+    mp_attn_transpose(w->kt, w->kr, Tk, D);
+    if (bwd)
+        mp_attn_transpose(w->vt, w->vr, Tk, D);
 }
 
 /* Keys a query row i sees: i + 1 (causal) or all T'. */
 static inline int64_t mp_attn_len(const MpAttn *a, int64_t i) { return a->causal ? i + 1 : a->Tk; }
 
-/* o[j .. j + w) = alpha x . y[j + u], yt = y^T of row stride ld: w keys
- * (a constant after inlining) in registers, each sum over d in order. */
-static inline void mp_attn_dots_w(float *o, const float *x, const float *yt, int64_t ld,
-                                  int64_t D, int64_t j, float alpha, const int w)
+/* o[r ldo + j + u] = alpha x[r] . y[j + u] for R rows of x (row stride D)
+ * and w keys, yt = y^T of row stride ld; R and w are constants after
+ * inlining: R w sums in registers, each over d in order. */
+static inline void mp_attn_dots_rw(float *o, int64_t ldo, const float *x, const float *yt,
+                                   int64_t ld, int64_t D, int64_t j, float alpha, const int R,
+                                   const int w)
 {
-    float acc[4 * MP_ATTN_VW] = {0};
+    float acc[MP_ATTN_R][MP_ATTN_VW] = {{0}};
     for (int64_t d = 0; d < D; d++) {
-        const float xd = x[d], *y = yt + d * ld + j;
-        for (int u = 0; u < w; u++) acc[u] += xd * y[u];
+        const float *y = yt + d * ld + j;
+        for (int r = 0; r < R; r++) {
+            const float xd = x[r * D + d];
+            for (int u = 0; u < w; u++) acc[r][u] += xd * y[u];
+        }
     }
-    for (int u = 0; u < w; u++) o[j + u] = acc[u] * alpha;
+    for (int r = 0; r < R; r++)
+        for (int u = 0; u < w; u++) o[r * ldo + j + u] = acc[r][u] * alpha;
 }
 
-/* o[j] = alpha x . y[j] for j0 <= j < j1: four vectors of keys at a time
- * (independent chains of products), then one, then one key. */
-static inline void mp_attn_dots_row(float *o, const float *x, const float *yt, int64_t ld,
-                                    int64_t D, int64_t j0, int64_t j1, float alpha)
+#ifdef MP_ATTN_VEC
+/* mp_attn_dots_rw for nv vectors of keys (w = 8 nv) */
+static inline void mp_attn_dots_rv(float *o, int64_t ldo, const float *x, const float *yt,
+                                   int64_t ld, int64_t D, int64_t j, float alpha, const int R,
+                                   const int nv)
+{
+    MpAttnV acc[MP_ATTN_R][MP_ATTN_VW / MP_ATTN_VEC] = {{{0}}};
+    for (int64_t d = 0; d < D; d++) {
+        const float *y = yt + d * ld + j;
+        MpAttnV y0, y1;
+        MP_ATTN_VLD(y0, y);
+        MP_ATTN_VLD(y1, y + (nv > 1 ? MP_ATTN_VEC : 0));
+        for (int r = 0; r < R; r++) {
+            const float xd = x[r * D + d];
+            acc[r][0] += xd * y0;
+            if (nv > 1)
+                acc[r][1] += xd * y1;
+        }
+    }
+    for (int r = 0; r < R; r++)
+        for (int u = 0; u < nv; u++) {
+            MpAttnV t = acc[r][u] * alpha;
+            memcpy(o + r * ldo + j + u * MP_ATTN_VEC, &t, sizeof t);
+        }
+}
+#define MP_ATTN_DOTS(o, ldo, x, yt, ld, D, j, alpha, R, w) \
+    mp_attn_dots_rv(o, ldo, x, yt, ld, D, j, alpha, R, (w) / MP_ATTN_VEC)
+#else
+#define MP_ATTN_DOTS mp_attn_dots_rw
+#endif
+
+/* The keys [j0, j1) of R rows: vectors of MP_ATTN_VW keys, of 8, then
+ * single keys. A last vector of 8 may run past j1 (not past ld): its
+ * extra scores land in slots of keys the rows do not see (zeroed by the
+ * caller, or never read) or of the next key tile (written again there). */
+static inline void mp_attn_dots_rows(float *o, int64_t ldo, const float *x, const float *yt,
+                                     int64_t ld, int64_t D, int64_t j0, int64_t j1, float alpha,
+                                     const int R)
 {
     int64_t j = j0;
-    for (; j + 4 * MP_ATTN_VW <= j1; j += 4 * MP_ATTN_VW)
-        mp_attn_dots_w(o, x, yt, ld, D, j, alpha, 4 * MP_ATTN_VW);
     for (; j + MP_ATTN_VW <= j1; j += MP_ATTN_VW)
-        mp_attn_dots_w(o, x, yt, ld, D, j, alpha, MP_ATTN_VW);
+        MP_ATTN_DOTS(o, ldo, x, yt, ld, D, j, alpha, R, MP_ATTN_VW);
+    for (; j < j1 && j + 8 <= ld; j += 8)
+        MP_ATTN_DOTS(o, ldo, x, yt, ld, D, j, alpha, R, 8);
     for (; j < j1; j++)
-        mp_attn_dots_w(o, x, yt, ld, D, j, alpha, 1);
+        mp_attn_dots_rw(o, ldo, x, yt, ld, D, j, alpha, R, 1);
 }
 
 /* out[r, j] = alpha x[r] . y[j] for the rows r < nq of the query tile at
- * row i0 and the keys j each row sees (out of row stride T'). Key tiles
- * outer, rows inner: a key tile of yt stays in the L1 cache. */
+ * row i0 and the keys j each row sees (out of row stride T'; a block of
+ * rows runs to its last row's keys). Key tiles outer, row blocks inner: a
+ * key tile of yt stays in the L1 cache. */
 static inline void mp_attn_dots(const MpAttn *a, float *out, const float *x, const float *yt,
                                 int64_t i0, int64_t nq, float alpha)
 {
-    int64_t nk = mp_attn_len(a, i0 + nq - 1);
+    int64_t Tk = a->Tk, D = a->D, nk = mp_attn_len(a, i0 + nq - 1);
     for (int64_t j0 = 0; j0 < nk; j0 += MP_ATTN_TK)
-        for (int64_t r = 0; r < nq; r++) {
-            int64_t j1 = mp_attn_len(a, i0 + r);
+        for (int64_t r = 0, m; r < nq; r += m) {
+            m = nq - r >= MP_ATTN_R ? MP_ATTN_R : 1;
+            int64_t j1 = mp_attn_len(a, i0 + r + m - 1);
             j1 = j1 < j0 + MP_ATTN_TK ? j1 : j0 + MP_ATTN_TK;
-            if (j1 > j0)
-                mp_attn_dots_row(out + r * a->Tk, x + r * a->D, yt, a->Tk, a->D, j0, j1, alpha);
+            if (j1 <= j0)
+                continue;
+            if (m == MP_ATTN_R)
+                mp_attn_dots_rows(out + r * Tk, Tk, x + r * D, yt, Tk, D, j0, j1, alpha,
+                                  MP_ATTN_R);
+            else
+                mp_attn_dots_rows(out + r * Tk, Tk, x + r * D, yt, Tk, D, j0, j1, alpha, 1);
         }
 }
 
-/* o[d .. d + w) (+)= sum over t < n of wt[t sw] Y[t, d + u] (rows of D
- * floats): w columns (a constant after inlining) in registers, each sum
- * over t in order. */
-static inline void mp_attn_wsum_w(float *o, const float *wt, int64_t sw, int64_t n,
-                                  const float *Y, int64_t D, int64_t d, int add, const int w)
+/* o[r D + d + u] (+)= sum over t < n of wt[r ldw + t sw] Y[t D + d + u]
+ * for R rows of o and w columns (constants after inlining): R w sums in
+ * registers, each over t in order. */
+static inline void mp_attn_wsum_rw(float *o, const float *wt, int64_t ldw, int64_t sw,
+                                   int64_t n, const float *Y, int64_t D, int64_t d, int add,
+                                   const int R, const int w)
 {
-    float acc[4 * MP_ATTN_VW] = {0};
+    float acc[MP_ATTN_R][MP_ATTN_VW] = {{0}};
     for (int64_t t = 0; t < n; t++) {
-        const float c = wt[t * sw], *y = Y + t * D + d;
-        for (int u = 0; u < w; u++) acc[u] += c * y[u];
+        const float *y = Y + t * D + d;
+        for (int r = 0; r < R; r++) {
+            const float c = wt[r * ldw + t * sw];
+            for (int u = 0; u < w; u++) acc[r][u] += c * y[u];
+        }
     }
-    for (int u = 0; u < w; u++) o[d + u] = add ? o[d + u] + acc[u] : acc[u];
+    for (int r = 0; r < R; r++)
+        for (int u = 0; u < w; u++)
+            o[r * D + d + u] = add ? o[r * D + d + u] + acc[r][u] : acc[r][u];
 }
 
-/* o[0..D) (+)= sum over t < n of wt[t sw] Y[t]: four vectors of columns
- * at a time, then one, then one column. */
-static inline void mp_attn_wsum(float *o, const float *wt, int64_t sw, int64_t n, const float *Y,
-                                int64_t D, int add)
+#ifdef MP_ATTN_VEC
+/* mp_attn_wsum_rw for nv vectors of columns (w = 8 nv) */
+static inline void mp_attn_wsum_rv(float *o, const float *wt, int64_t ldw, int64_t sw,
+                                   int64_t n, const float *Y, int64_t D, int64_t d, int add,
+                                   const int R, const int nv)
+{
+    MpAttnV acc[MP_ATTN_R][MP_ATTN_VW / MP_ATTN_VEC] = {{{0}}};
+    for (int64_t t = 0; t < n; t++) {
+        const float *y = Y + t * D + d;
+        MpAttnV y0, y1;
+        MP_ATTN_VLD(y0, y);
+        MP_ATTN_VLD(y1, y + (nv > 1 ? MP_ATTN_VEC : 0));
+        for (int r = 0; r < R; r++) {
+            const float c = wt[r * ldw + t * sw];
+            acc[r][0] += c * y0;
+            if (nv > 1)
+                acc[r][1] += c * y1;
+        }
+    }
+    for (int r = 0; r < R; r++)
+        for (int u = 0; u < nv; u++) {
+            float *p = o + r * D + d + u * MP_ATTN_VEC;
+            MpAttnV t = acc[r][u];
+            if (add) {
+                MpAttnV prev;
+                MP_ATTN_VLD(prev, p);
+                t = prev + acc[r][u];
+            }
+            memcpy(p, &t, sizeof t);
+        }
+}
+#define MP_ATTN_WSUM(o, wt, ldw, sw, n, Y, D, d, add, R, w) \
+    mp_attn_wsum_rv(o, wt, ldw, sw, n, Y, D, d, add, R, (w) / MP_ATTN_VEC)
+#else
+#define MP_ATTN_WSUM mp_attn_wsum_rw
+#endif
+
+/* R rows of o, all D columns: vectors of MP_ATTN_VW, of 8, then single
+ * columns. */
+static inline void mp_attn_wsum_rows(float *o, const float *wt, int64_t ldw, int64_t sw,
+                                     int64_t n, const float *Y, int64_t D, int add, const int R)
 {
     int64_t d = 0;
-    for (; d + 4 * MP_ATTN_VW <= D; d += 4 * MP_ATTN_VW)
-        mp_attn_wsum_w(o, wt, sw, n, Y, D, d, add, 4 * MP_ATTN_VW);
     for (; d + MP_ATTN_VW <= D; d += MP_ATTN_VW)
-        mp_attn_wsum_w(o, wt, sw, n, Y, D, d, add, MP_ATTN_VW);
+        MP_ATTN_WSUM(o, wt, ldw, sw, n, Y, D, d, add, R, MP_ATTN_VW);
+    for (; d + 8 <= D; d += 8)
+        MP_ATTN_WSUM(o, wt, ldw, sw, n, Y, D, d, add, R, 8);
     for (; d < D; d++)
-        mp_attn_wsum_w(o, wt, sw, n, Y, D, d, add, 1);
+        mp_attn_wsum_rw(o, wt, ldw, sw, n, Y, D, d, add, R, 1);
+}
+
+/* o[r] (+)= sum over t < n of wt[r ldw + t sw] Y[t] for the rows r < m of
+ * o [m, D] (Y [n, D]): y and dq (rows of Pr, dS: ldw T', sw 1), dv and dk
+ * (columns of them: ldw 1, sw T'). MP_ATTN_R rows at a time, then single
+ * rows. */
+static inline void mp_attn_wsum(float *o, const float *wt, int64_t ldw, int64_t sw, int64_t m,
+                                int64_t n, const float *Y, int64_t D, int add)
+{
+    for (int64_t r = 0, b; r < m; r += b) {
+        b = m - r >= MP_ATTN_R ? MP_ATTN_R : 1;
+        if (b == MP_ATTN_R)
+            mp_attn_wsum_rows(o + r * D, wt + r * ldw, ldw, sw, n, Y, D, add, MP_ATTN_R);
+        else
+            mp_attn_wsum_rows(o + r * D, wt + r * ldw, ldw, sw, n, Y, D, add, 1);
+    }
+}
+
+/* mp_row_max of 4 rows of p (row stride ld, lengths n[r]): the same
+ * comparisons in the same order per row, the 4 chains interleaved. */
+static inline void mp_attn_max4(const float *p, int64_t ld, const int64_t *n, float *m)
+{
+    const float *p0 = p, *p1 = p + ld, *p2 = p + 2 * ld, *p3 = p + 3 * ld;
+    float m0 = -INFINITY, m1 = m0, m2 = m0, m3 = m0;
+    int64_t c = mp_min64(mp_min64(n[0], n[1]), mp_min64(n[2], n[3])), i;
+    for (i = 0; i < c; i++) {
+        m0 = p0[i] > m0 ? p0[i] : m0;
+        m1 = p1[i] > m1 ? p1[i] : m1;
+        m2 = p2[i] > m2 ? p2[i] : m2;
+        m3 = p3[i] > m3 ? p3[i] : m3;
+    }
+    m[0] = m0, m[1] = m1, m[2] = m2, m[3] = m3;
+    for (int r = 0; r < 4; r++)
+        for (i = c; i < n[r]; i++) m[r] = p[r * ld + i] > m[r] ? p[r * ld + i] : m[r];
+}
+
+/* s[r] = sum over i < n[r] of a[r ld + i] (times b[r ld + i] when b) in
+ * double, in order, for 4 rows: mp_row_softmax's and
+ * mp_row_softmax_grad's sums, the 4 chains interleaved (a float product
+ * is exact in double, so fusing it changes nothing). */
+static inline void mp_attn_sum4(const float *a, const float *b, int64_t ld, const int64_t *n,
+                                double *s)
+{
+    double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    int64_t c = mp_min64(mp_min64(n[0], n[1]), mp_min64(n[2], n[3])), i;
+    if (b)
+        for (i = 0; i < c; i++) {
+            s0 += (double)a[i] * b[i];
+            s1 += (double)a[ld + i] * b[ld + i];
+            s2 += (double)a[2 * ld + i] * b[2 * ld + i];
+            s3 += (double)a[3 * ld + i] * b[3 * ld + i];
+        }
+    else
+        for (i = 0; i < c; i++) {
+            s0 += a[i];
+            s1 += a[ld + i];
+            s2 += a[2 * ld + i];
+            s3 += a[3 * ld + i];
+        }
+    s[0] = s0, s[1] = s1, s[2] = s2, s[3] = s3;
+    for (int r = 0; r < 4; r++)
+        for (i = c; i < n[r]; i++)
+            s[r] += b ? (double)a[r * ld + i] * b[r * ld + i] : (double)a[r * ld + i];
+}
+
+/* The rows r < nq of the query tile at i0 (stride T'), each over the keys
+ * it sees, then zeros up to nk: y NULL: p = softmax(p) (mp_row_softmax);
+ * else p = y (p - rowsum(p y)) (mp_row_softmax_grad, p = dP, y = P). Four
+ * rows at a time make the same operations as those, in the same order. */
+static inline void mp_attn_softmax(const MpAttn *a, float *p, const float *y, int64_t i0,
+                                   int64_t nq, int64_t nk)
+{
+    int64_t ld = a->Tk, r = 0;
+    for (; r + 4 <= nq; r += 4) {
+        float *v = p + r * ld, m[4];
+        const float *yr = y ? y + r * ld : NULL;
+        int64_t n[4];
+        double s[4];
+        for (int u = 0; u < 4; u++) n[u] = mp_attn_len(a, i0 + r + u);
+        if (!y) {
+            mp_attn_max4(v, ld, n, m);
+            for (int u = 0; u < 4; u++) {
+                for (int64_t j = 0; j < n[u]; j++) v[u * ld + j] -= m[u];
+                mp_vexp(v + u * ld, n[u]);
+            }
+        }
+        mp_attn_sum4(v, yr, ld, n, s);
+        for (int u = 0; u < 4; u++) {
+            float *o = v + u * ld, inv = (float)(1.0 / s[u]), t = (float)s[u];
+            if (y)
+                for (int64_t j = 0; j < n[u]; j++) o[j] = yr[u * ld + j] * (o[j] - t);
+            else
+                for (int64_t j = 0; j < n[u]; j++) o[j] *= inv;
+        }
+    }
+    for (; r < nq; r++) {
+        if (y)
+            mp_row_softmax_grad(p + r * ld, y + r * ld, mp_attn_len(a, i0 + r));
+        else
+            mp_row_softmax(p + r * ld, mp_attn_len(a, i0 + r));
+    }
+    for (r = 0; r < nq; r++)
+        for (int64_t j = mp_attn_len(a, i0 + r); j < nk; j++) p[r * ld + j] = 0.0f;
 }
 
 /* P of the query tile [i0, i0 + nq) of the loaded head into w->s (f32):
@@ -674,20 +908,20 @@ static inline int64_t mp_attn_probs(const MpAttn *a, MpAttnWs *w, int64_t h, int
     int64_t D = a->D, nk = mp_attn_len(a, i0 + nq - 1);
     mp_ld_n(a->q, a->qdt, (h * a->T + i0) * D, 1, nq * D, w->qf);
     mp_attn_dots(a, w->s, w->qf, w->kt, i0, nq, a->scale);
-    for (int64_t r = 0; r < nq; r++) {
-        float *p = w->s + r * a->Tk;
-        int64_t n = mp_attn_len(a, i0 + r);
-        mp_row_softmax(p, n);
-        for (int64_t j = n; j < nk; j++) p[j] = 0.0f;
-    }
+    mp_attn_softmax(a, w->s, NULL, i0, nq, nk);
     return nk;
 }
 
-/* v rounded to cdt, in place, for the first n of each of nq rows */
+/* The first n of each of nq rows (stride ld) times mul, rounded to cdt in
+ * place (mp_round_n: the vector conversions, the bits of mp_round). */
 static inline void mp_attn_round(float *v, int64_t nq, int64_t ld, int64_t n, float mul, int cdt)
 {
-    for (int64_t r = 0; r < nq; r++)
-        for (int64_t j = 0; j < n; j++) v[r * ld + j] = mp_round(v[r * ld + j] * mul, cdt);
+    for (int64_t r = 0; r < nq; r++) {
+        float *p = v + r * ld;
+        if (mul != 1.0f)
+            for (int64_t j = 0; j < n; j++) p[j] *= mul;
+        mp_round_n(p, cdt, n);
+    }
 }
 
 static inline void mp_k_attention(void *y, int ydt, const void *q, int qdt, const void *k,
@@ -704,11 +938,10 @@ static inline void mp_k_attention(void *y, int ydt, const void *q, int qdt, cons
         for (int64_t it = 0; it < BH * ntiles; it++) {
             int64_t h = it / ntiles, i0 = it % ntiles * a.tq, nq = T - i0 < a.tq ? T - i0 : a.tq;
             if (h != loaded)
-                mp_attn_load_kv(&a, h, &w), loaded = h;
+                mp_attn_load_kv(&a, h, &w, 0), loaded = h;
             int64_t nk = mp_attn_probs(&a, &w, h, i0, nq);
             mp_attn_round(w.s, nq, Tk, nk, 1.0f, cdt);
-            for (int64_t r = 0; r < nq; r++)
-                mp_attn_wsum(w.acc + r * D, w.s + r * Tk, 1, nk, w.vr, D, 0);
+            mp_attn_wsum(w.acc, w.s, Tk, 1, nq, nk, w.vr, D, 0);
             mp_st_n(y, ydt, (h * T + i0) * D, 1, nq * D, w.acc);
         }
         free(w.kr);
@@ -723,20 +956,12 @@ static inline void mp_attn_grad_tile(const MpAttn *a, MpAttnWs *w, void *g, int 
     int64_t Tk = a->Tk, D = a->D, nk = mp_attn_probs(a, w, h, i0, nq);
     mp_ld_n(dy, dydt, (h * a->T + i0) * D, 1, nq * D, w->dyf);
     mp_attn_dots(a, w->dp, w->dyf, w->vt, i0, nq, 1.0f);
-    for (int64_t r = 0; r < nq; r++) {
-        int64_t n = mp_attn_len(a, i0 + r);
-        float *ds = w->dp + r * Tk;
-        mp_row_softmax_grad(ds, w->s + r * Tk, n);
-        for (int64_t j = n; j < nk; j++) ds[j] = 0.0f;
-    }
+    mp_attn_softmax(a, w->dp, w->s, i0, nq, nk);
     mp_attn_round(w->dp, nq, Tk, nk, a->scale, a->cdt);     /* dS */
     mp_attn_round(w->s, nq, Tk, nk, 1.0f, a->cdt);          /* Pr */
-    for (int64_t r = 0; r < nq; r++)
-        mp_attn_wsum(w->acc + r * D, w->dp + r * Tk, 1, nk, w->kr, D, 0);
-    for (int64_t j = 0; j < nk; j++) {
-        mp_attn_wsum(w->dv + j * D, w->s + j, Tk, nq, w->dyf, D, 1);
-        mp_attn_wsum(w->dk + j * D, w->dp + j, Tk, nq, w->qf, D, 1);
-    }
+    mp_attn_wsum(w->acc, w->dp, Tk, 1, nq, nk, w->kr, D, 0);        /* dq */
+    mp_attn_wsum(w->dv, w->s, 1, Tk, nk, nq, w->dyf, D, 1);         /* dv */
+    mp_attn_wsum(w->dk, w->dp, 1, Tk, nk, nq, w->qf, D, 1);         /* dk */
     mp_st_n(g, gdt, gq + i0 * D, 1, nq * D, w->acc);
 }
 
@@ -753,7 +978,7 @@ static inline void mp_k_attention_grad(void *g, int gdt, const void *dy, int dyd
         MP_OMP(for schedule(dynamic))
         for (int64_t h = 0; h < BH; h++) {
             int64_t gq = h * (T + 2 * Tk) * D, kd = Tk * D;
-            mp_attn_load_kv(&a, h, &w);
+            mp_attn_load_kv(&a, h, &w, 1);
             memset(w.dk, 0, (size_t)(2 * kd) * sizeof *w.dk);
             for (int64_t i0 = 0; i0 < T; i0 += a.tq)
                 mp_attn_grad_tile(&a, &w, g, gdt, gq, dy, dydt, h, i0,
@@ -764,6 +989,12 @@ static inline void mp_k_attention_grad(void *g, int gdt, const void *dy, int dyd
         free(w.kr);
     }
 }
+
+#if defined(__clang__)
+#pragma float_control(pop)
+#elif defined(__GNUC__)
+#pragma GCC pop_options
+#endif
 
 /* ---- rms_norm and rope ---------------------------------------------------- */
 
