@@ -678,6 +678,41 @@ static inline MpGemm mp_gemm_matmul(void *y, int ydt, const void *a, int adt, co
     return g;
 }
 
+/* The context of mp_epi_acc: the parameter's f32 gradient [M, ldc] and
+ * the type the product is stored in when it is not fused. */
+typedef struct MpAccEpi {
+    const float *grad;
+    int64_t ldc;
+    int rnd;
+} MpAccEpi;
+
+/* Each finished row segment rounded to the product's type (what storing it
+ * would keep) and added to the gradient as mp_k_acc / mp_accumulate_grad
+ * add it (grad + v); the GEMM then stores the sums into the gradient. */
+static inline void mp_epi_acc(const void *ctx, float *v, int64_t i, int64_t j0, int64_t n)
+{
+    const MpAccEpi *c = (const MpAccEpi *)ctx;
+    const float *g = c->grad + i * c->ldc + j0;
+    mp_round_n(v, c->rnd, n);
+    for (int64_t j = 0; j < n; j++)
+        v[j] = g[j] + v[j];
+}
+
+/* grad[K, N] += ydt(a[R, K]^T b[R, N]): mp_k_matmul_tn into a ydt buffer,
+ * then mp_k_acc (f16 / bf16) or mp_accumulate_grad (f32), done in the
+ * product's store: the gradient read and written once, no ydt buffer
+ * written and read back. The same bits as the two calls (a weight's
+ * gradient when fusion is on: compiler/emit_c.c). */
+static inline void mp_k_matmul_tn_acc(float *grad, int ydt, const void *a, int adt,
+                                      const void *b, int bdt, int64_t R, int64_t K, int64_t N)
+{
+    MpAccEpi c = {grad, N, ydt};
+    MpGemm g = mp_gemm_matmul(grad, MP_F32, a, adt, b, bdt, K, N, R, 1, 0);
+    g.epi = mp_epi_acc;
+    g.epi_ctx = &c;
+    mp_gemm_ex(&g);
+}
+
 /* y[M, N] = x[M, K] w[N, K]^T + bias[N], as torch.nn.functional.linear. */
 static inline void mp_k_linear(void *y, int ydt, const void *x, int xdt, const void *w,
                                int wdt, const void *bias, int bdt, int64_t M, int64_t N,
