@@ -358,14 +358,18 @@ static inline void mp_pack(float *dst, int64_t pstride, const void *src, int dt,
 }
 
 /* op(B)'s columns [j0, j0 + n) as panels of nr columns: panel p holds
- * columns j0 + p nr ..., for every k, at Bp + p K nr + k nr. */
+ * columns j0 + p nr ..., for every k, at Bp + p K nr + k nr. The panels of
+ * up to MP_PACK_ROWS columns are packed by one call, so that a B stored
+ * as f16 / bf16 is converted in runs of that many values, not of nr (the
+ * calls were 6% of an f16 step, issue 12). */
 static inline void mp_pack_b(float *Bp, const MpGemm *g, int nr, int64_t j0, int64_t n)
 {
-    for (int64_t p = 0; p * nr < n; p++)
+    int64_t w = MP_PACK_ROWS / nr * nr;
+    for (int64_t c = 0; c < n; c += w)
         for (int64_t k0 = 0; k0 < g->K; k0 += MP_KC)
             /* op(B)(k, j) = B[k ldb + j], so as X(j, k) it is the trans case */
-            mp_pack(Bp + p * g->K * nr + k0 * nr, 0, g->B, g->bdt, g->ldb, !g->tb, g->bround,
-                    j0 + p * nr, mp_min64(n - p * nr, nr), nr, k0, mp_min64(g->K - k0, MP_KC));
+            mp_pack(Bp + c / nr * g->K * nr + k0 * nr, g->K * nr, g->B, g->bdt, g->ldb, !g->tb,
+                    g->bround, j0 + c, mp_min64(n - c, w), nr, k0, mp_min64(g->K - k0, MP_KC));
 }
 
 /* ---- storing a tile: alpha, bias, beta, one rounding ----------------- */
