@@ -118,6 +118,17 @@ static void after(Emit *e, const IrNode *n)
            (long long)(shape_numel(&n->shape) * dt_size(n->type)));
 }
 
+/* A weight's gradient product that adds itself into parameter p's f32
+ * gradient (emit_acc_product); the numerics check looks at the gradient,
+ * which held only finite values before (the check stops at the first). */
+static void acc_product(Emit *e, const IrNode *n, int p)
+{
+    const char *grad = emit_pgrad(e, p);
+    emit_c_matmul_tn_acc(e, n, grad);
+    em(e, "    MP_CHECK(%s, %lld, MP_F32, \"%s\", %s);\n", grad, (long long)shape_numel(&n->shape),
+       op_info[n->op].name, emit_where_arg(e, n));
+}
+
 /* One node: the source comment when the line changes, the kernel call
  * (or its fusion group's loop, fuse.h), what follows it. */
 static void node(Emit *e, const IrNode *n, int *line)
@@ -125,6 +136,12 @@ static void node(Emit *e, const IrNode *n, int *line)
     if (n->fused && fuse_last(e->g, n) != n)
         return;                     /* written with its group's last node */
     emit_source_line(e, n, line, "\n");
+    if (emit_folded_cast(e, n) && emit_acc_product(e, n->in[0]) >= 0)
+        return;                     /* added into the gradient by its product */
+    if (emit_acc_product(e, n) >= 0) {
+        acc_product(e, n, emit_acc_product(e, n));
+        return;
+    }
     if (emit_folded_cast(e, n)) {
         em(e, "    mp_k_acc(%s, %s, %s, 1.0f, %lld); /* f32(x) */\n",
            emit_pgrad(e, emit_grad_param(e, n)), cname(e, n->in[0]), mpdt(n->in[0]->type),

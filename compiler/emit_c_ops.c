@@ -143,12 +143,24 @@ void emit_c_MATMUL(Emit *e, const IrNode *n)
        arg(e, IN(0)), arg(e, IN(1)), d.batch, d.m, d.n, d.k, d.ta, d.tb, d.sa, d.sb);
 }
 
-void emit_c_MATMUL_TN(Emit *e, const IrNode *n)
+/* "a, adt, b, bdt, R, K, N": the operands and sizes of matmul_tn n. */
+static const char *matmul_tn_args(Emit *e, const IrNode *n)
 {
     const IrNode *a = IN(0), *b = IN(1);
     long long k = emit_dim(a, -1);
-    em(e, "    mp_k_matmul_tn(%s, %s, %s, %lld, %lld, %lld, 0.0f);\n", arg(e, n), arg(e, a), arg(e, b),
-       N(a) / k, k, emit_dim(b, -1));
+    return arena_printf(e->a, "%s, %s, %lld, %lld, %lld", arg(e, a), arg(e, b), N(a) / k, k,
+                        emit_dim(b, -1));
+}
+
+void emit_c_MATMUL_TN(Emit *e, const IrNode *n)
+{
+    em(e, "    mp_k_matmul_tn(%s, %s, 0.0f);\n", arg(e, n), matmul_tn_args(e, n));
+}
+
+void emit_c_matmul_tn_acc(Emit *e, const IrNode *n, const char *grad)
+{
+    em(e, "    mp_k_matmul_tn_acc(%s, %s, %s); /* into the gradient */\n", grad, mpdt(n->type),
+       matmul_tn_args(e, n));
 }
 
 void emit_c_LINEAR(Emit *e, const IrNode *n)

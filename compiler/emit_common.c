@@ -467,8 +467,8 @@ void emit_source_line(Emit *e, const IrNode *n, int *line, const char *lead)
     em(e, "%s    /* %s */\n", lead, source_comment(e, n));
 }
 
-/* Per node id: the parameter whose gradient it is (or -1), and whether a
- * later node of the step reads it; made once, so each query is O(1). */
+/* Per node id: the parameter whose gradient it is (or -1), and how often
+ * and by which node the step reads it; made once, so each query is O(1). */
 static void grad_tables(Emit *e)
 {
     const IrGraph *g = e->g;
@@ -479,9 +479,12 @@ static void grad_tables(Emit *e)
     for (int p = g->nparams - 1; p >= 0; p--)   /* the first parameter wins */
         if (g->params[p].grad)
             e->grad_param[g->params[p].grad->id] = p;
+    e->reader = arena_alloc(e->a, sizeof *e->reader * (size_t)(g->nnodes + 1));
     for (int i = 0; i < g->nnodes; i++)
-        for (int j = 0; j < g->nodes[i]->nin && g->nodes[i]->phase != PH_OPTIMIZER; j++)
-            e->read_in_step[g->nodes[i]->in[j]->id] = true;
+        for (int j = 0; j < g->nodes[i]->nin && g->nodes[i]->phase != PH_OPTIMIZER; j++) {
+            e->read_in_step[g->nodes[i]->in[j]->id]++;
+            e->reader[g->nodes[i]->in[j]->id] = g->nodes[i];
+        }
 }
 
 int emit_grad_param(Emit *e, const IrNode *n)
@@ -525,6 +528,17 @@ bool emit_folded_cast(Emit *e, const IrNode *n)
     if (n->op != OP_CAST || n->phase != PH_BACKWARD || emit_grad_param(e, n) < 0)
         return false;
     return !e->read_in_step[n->id];
+}
+
+int emit_acc_product(Emit *e, const IrNode *n)
+{
+    if (!e->g->fused || n->op != OP_MATMUL_TN || n->fused || n->phase != PH_BACKWARD)
+        return -1;
+    int p = emit_grad_param(e, n);
+    if (p >= 0)                 /* its own gradient, accumulated as it is */
+        return n->type == DT_F32 && !e->read_in_step[n->id] ? p : -1;
+    const IrNode *c = e->reader[n->id];   /* through a folded cast */
+    return e->read_in_step[n->id] == 1 && emit_folded_cast(e, c) ? emit_grad_param(e, c) : -1;
 }
 
 /* "MP_NO_IGNORE, (float)0.1": cross_entropy's ignored label and label

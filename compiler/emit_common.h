@@ -22,7 +22,9 @@ typedef struct Emit {
     int *grad_param;           /* per node id: emit_grad_param(), made lazily */
     int *work_n;               /* per parameter: its hoisted casts (emit_work_copy) */
     const IrNode **work_last;  /* per parameter: the last of them */
-    bool *read_in_step;        /* per node id: a non-optimizer node reads it */
+    int *read_in_step;         /* per node id: how many reads of it the step's
+                                  (non-optimizer) nodes make */
+    const IrNode **reader;     /* per node id: the last node of the step reading it */
     /* repeat loops (emit_loop.c) */
     bool loops;                /* run isomorphic repeat copies as loops */
     const char *loop_params;   /* a body function's first parameter: "MpRun *run" */
@@ -62,6 +64,12 @@ int emit_grad_param(Emit *e, const IrNode *n);
  * targets add its source straight into the f32 gradient buffer (the
  * widening is exact), so the f32 copy is never written. */
 bool emit_folded_cast(Emit *e, const IrNode *n);
+/* With fusion on (IrGraph.fused), a weight's gradient product (matmul_tn)
+ * that only its parameter's gradient accumulation reads (its own, or that
+ * of a folded cast): the C program's GEMM adds it into the f32 gradient in
+ * its store (mp_k_matmul_tn_acc), rounded to its type first, and never
+ * writes its own buffer. The parameter, or -1. */
+int emit_acc_product(Emit *e, const IrNode *n);
 /* Parameter p's lowp working copy, which the optimizer's pass writes as it
  * updates the value (both targets): the one hoisted cast of it when it lies
  * in the arena, else NULL, with *dt the runtime's MP_WORK_OTHER (several

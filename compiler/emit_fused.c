@@ -134,8 +134,13 @@ static const char *vec_fn(const IrNode *n)
 }
 
 /* Member j over the chunk: t<j>[idx] for idx < m_, rounded to its type;
- * through its chunk function when it has one and no single-element input. */
-static void c_member(Emit *e, const Group *gr, int j, const char *idx)
+ * through its chunk function when it has one and no single-element input.
+ * dst (NULL: not stored): where it is stored, "ARRAY, OFFSET"; the rounding
+ * and the store are then one conversion (mp_st_round_n). stored_later: the
+ * values go on to a store that rounds them (the GEMM's, for an epilogue's
+ * last member), and nothing in the chunk reads them: not rounded here. */
+static void c_member(Emit *e, const Group *gr, int j, const char *idx, const char *dst,
+                     bool stored_later)
 {
     const IrNode *m = gr->m[j];
     const char *vf = vec_fn(m);
@@ -156,7 +161,11 @@ static void c_member(Emit *e, const Group *gr, int j, const char *idx)
         em(e, "        for (int64_t %s = 0; %s < m_; %s++)\n            t%d[%s] = %s;\n", idx, idx, idx, j, idx,
            fuse_expr(e->a, m, in));
     }
-    if (m->type != DT_F32)
+    if (dst && m->type == DT_F32)
+        em(e, "        mp_st_n(%s, 1, m_, t%d);\n", dst, j);
+    else if (dst)
+        em(e, "        mp_st_round_n(%s, m_, t%d);\n", dst, j);
+    else if (m->type != DT_F32 && !stored_later)
         em(e, "        mp_round_n(t%d, %s, m_);\n", j, mpdt(m->type));
 }
 
@@ -182,9 +191,8 @@ void emit_fused_c(Emit *e, const IrNode *n, EmitAfterFn *after)
                cname(e, gr.x[q]), in_type(gr.x[q]), q);
     for (int j = 0; j < gr.nm; j++) {
         const IrNode *m = gr.m[j];
-        c_member(e, &gr, j, "i");
-        if (!m->fused_internal)
-            em(e, "        mp_st_n(%s, %s, c_, 1, m_, t%d);\n", cname(e, m), mpdt(m->type), j);
+        c_member(e, &gr, j, "i", m->fused_internal ? NULL
+                 : arena_printf(e->a, "%s, %s, c_", cname(e, m), mpdt(m->type)), false);
     }
     em(e, "    }}\n");
     stored_after(e, &gr, after);
@@ -238,9 +246,9 @@ static void epilogue_text(Emit *e, const IrNode *last)
                in_type(gr.x[q]), q);
     for (int j = 0; j < gr.nm; j++) {
         const IrNode *m = gr.m[j];
-        c_member(e, &gr, j, "k_");
-        if (!m->fused_internal && j != target)
-            em(e, "        mp_st_n(c->y%d, %s, e_, 1, m_, t%d);\n", j, mpdt(m->type), j);
+        c_member(e, &gr, j, "k_", m->fused_internal || j == target ? NULL
+                 : arena_printf(e->a, "c->y%d, %s, e_", j, mpdt(m->type)),
+                 j == target && j == gr.nm - 1);
     }
     em(e, "        memcpy(v + c_, t%d, (size_t)m_ * sizeof *v);\n    }\n", target);
 }

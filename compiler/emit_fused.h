@@ -29,6 +29,8 @@ void emit_fused_cuda(Emit *e, const IrNode *n, EmitAfterFn *after);
 void emit_fused_c_epilogues(Emit *e);
 /* The MpGemm of product n (fuse_is_product) storing into y, as C text. */
 const char *emit_c_gemm_of(Emit *e, const IrNode *n, const IrNode *y);
+/* grad += n's product (matmul_tn, emit_acc_product), as C text. */
+void emit_c_matmul_tn_acc(Emit *e, const IrNode *n, const char *grad);
 /* The functors of every group of the CUDA program. */
 void emit_fused_cuda_functors(Emit *e);
 

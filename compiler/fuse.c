@@ -279,6 +279,7 @@ static int finish_groups(Fuse *f)
 int fuse_graph(IrGraph *g)
 {
     Fuse f = {.g = g};
+    g->fused = true;
     find_users(&f);
     find_roots(&f);
     form_groups(&f);

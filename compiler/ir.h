@@ -176,6 +176,8 @@ typedef struct IrGraph {
     int64_t batch;          /* the first dimension of the inputs */
     DType lowp;             /* set by prec.c from train.policy */
     IrNode *loss_scale;     /* OP_LOSS_SCALE, the seed of the backward pass */
+    bool fused;             /* fuse.c ran: the emitters may also fold a weight
+                               gradient's product into its accumulation */
     /* insertions not yet placed in nodes[] (ir_insert_before/after): each
      * goes before (or after) its anchor node, in insertion order */
     IrNode **pend;

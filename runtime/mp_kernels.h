@@ -229,6 +229,45 @@ MP_AVX2 static inline void mp_f32_to_bf16_avx2(const float *s, uint16_t *d, int6
     }
     for (int64_t i = n8; i < n; i++) d[i] = mp_f32_to_bf16(s[i]);
 }
+
+/* x[0..n) rounded to f16 / bf16 in place, 8 at a time in registers (no
+ * trip through memory), and, when d is not NULL, the 16-bit values stored
+ * to d as well: the same bits as mp_f32_to_*_* followed by mp_*_to_f32_*.
+ * n is a multiple of 8 (mp_round_st_n does the rest). */
+__attribute__((target("avx,f16c")))
+static inline void mp_round_f16_f16c(float *x, uint16_t *d, int64_t n)
+{
+    for (int64_t i = 0; i < n; i += 8) {
+        __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(x + i),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        if (d)
+            _mm_storeu_si128((__m128i *)(d + i), h);
+        _mm256_storeu_ps(x + i, _mm256_cvtph_ps(h));
+    }
+}
+
+/* bf16: to nearest even as mp_f32_to_bf16; a NaN keeps its top 16 bits and
+ * is made quiet, as storing and reloading it does. */
+MP_AVX2 static inline void mp_round_bf16_avx2(float *x, uint16_t *d, int64_t n)
+{
+    const __m256i abs = _mm256_set1_epi32(0x7fffffff), inf = _mm256_set1_epi32(0x7f800000);
+    const __m256i one = _mm256_set1_epi32(1), top = _mm256_set1_epi32((int)0xffff0000u);
+    for (int64_t i = 0; i < n; i += 8) {
+        __m256i u = _mm256_castps_si256(_mm256_loadu_ps(x + i));
+        __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, abs), inf);
+        __m256i odd = _mm256_and_si256(_mm256_srli_epi32(u, 16), one);
+        __m256i r = _mm256_and_si256(
+            _mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), odd), top);
+        __m256i q = _mm256_or_si256(_mm256_and_si256(u, top), _mm256_set1_epi32(0x00400000));
+        r = _mm256_blendv_epi8(r, q, nan);
+        if (d) {
+            __m256i h = _mm256_srli_epi32(r, 16);
+            __m256i p = _mm256_permute4x64_epi64(_mm256_packus_epi32(h, h), 0x08);
+            _mm_storeu_si128((__m128i *)(d + i), _mm256_castsi256_si128(p));
+        }
+        _mm256_storeu_ps(x + i, _mm256_castsi256_ps(r));
+    }
+}
 #endif
 
 /* Loops over fewer elements than this run on one thread: a parallel
@@ -467,18 +506,45 @@ static inline void mp_add_beta(const void *p, int dt, int64_t off, int64_t n,
 }
 
 /* x[0..n) rounded to type dt in place, as storing and reloading them
- * would (mp_st_n / mp_ld_n: vector conversions where the CPU has them;
- * bit-identical to mp_round on each value). The fused groups' chunks. */
-static inline void mp_round_n(float *x, int dt, int64_t n)
+ * would, and, when d is not NULL, the dt values (f16 / bf16) stored to
+ * d[0..n) too: one conversion serves both. Bit-identical to mp_st and
+ * mp_round on each value; 8 at a time in registers where the CPU has the
+ * instructions. The fused groups' chunks. Other types: nothing to do. */
+static inline void mp_round_st_n(float *x, int dt, void *d, int64_t n)
 {
+    int64_t i = 0;
     if (dt != MP_F16 && dt != MP_BF16)
         return;
-    uint16_t h[MP_CHUNK];
-    for (int64_t c = 0; c < n; c += MP_CHUNK) {
-        int64_t m = mp_min64(n - c, MP_CHUNK);
-        mp_st_n(h, dt, 0, 1, m, x + c);
-        mp_ld_n(h, dt, 0, 1, m, x + c);
+#ifdef MP_X86
+    if (mp_cpu_has(MP_CPU_AVX2_FMA)) {
+        i = n / 8 * 8;
+        if (dt == MP_F16)
+            mp_round_f16_f16c(x, (uint16_t *)d, i);
+        else
+            mp_round_bf16_avx2(x, (uint16_t *)d, i);
     }
+#endif
+    for (; i < n; i++) {
+        if (d)
+            mp_st(d, dt, i, x[i]);
+        x[i] = mp_round(x[i], dt);
+    }
+}
+
+/* x[0..n) rounded to type dt in place (mp_round_st_n, nothing stored). */
+static inline void mp_round_n(float *x, int dt, int64_t n)
+{
+    mp_round_st_n(x, dt, NULL, n);
+}
+
+/* x[0..n) rounded to dt and stored to p[off..] (stride 1) as dt: a fused
+ * member that is both read on in the chunk and stored. */
+static inline void mp_st_round_n(void *p, int dt, int64_t off, int64_t n, float *x)
+{
+    if (dt == MP_F16 || dt == MP_BF16)
+        mp_round_st_n(x, dt, (uint16_t *)p + off, n);
+    else
+        mp_st_n(p, dt, off, 1, n, x);
 }
 
 /* Store src[0..n) to p[off..] applying beta: p = src + beta * p. */

@@ -505,13 +505,18 @@ static inline void mp_optim_chunk(MpTrainer *t, const MpOptK *k, int64_t lo, int
         int64_t end = mp_min64(hi, t->offset[i] + q->numel);
         if (s >= end)
             continue;
-        if (q->trainable) {
-            MpOptK kq = q->no_decay ? mp_optk_no_decay(*k) : *k;
-            mp_optim_span(&kq, t->params + s, t->grads + s, t->slot[0] ? t->slot[0] + s : NULL,
-                          t->slot[1] ? t->slot[1] + s : NULL, end - s, inv, coef);
+        int half = q->work_dt == MP_F16 || q->work_dt == MP_BF16;
+        int64_t tile = half ? MP_OPT_TILE : end - s;
+        MpOptK kq = q->no_decay ? mp_optk_no_decay(*k) : *k;
+        /* with a working copy a tile at a time, written while it is in cache */
+        for (int64_t c = s; c < end; c += tile) {
+            int64_t n = mp_min64(end - c, tile);
+            if (q->trainable)
+                mp_optim_span(&kq, t->params + c, t->grads + c, t->slot[0] ? t->slot[0] + c : NULL,
+                              t->slot[1] ? t->slot[1] + c : NULL, n, inv, coef);
+            if (half)
+                mp_st_n(q->work, q->work_dt, c - t->offset[i], 1, n, t->params + c);
         }
-        if (q->work_dt == MP_F16 || q->work_dt == MP_BF16)
-            mp_st_n(q->work, q->work_dt, s - t->offset[i], 1, end - s, t->params + s);
     }
     memset(t->grads + lo, 0, (size_t)(hi - lo) * sizeof(float));
 }

@@ -15,6 +15,9 @@
 #      MLP's C has no relu or relu_grad kernel left, and a mutant whose
 #      epilogues skip rounding the product to its f16 storage (tests/fuse/
 #      chains.mp, tanh after an f16 linear) must give another checkpoint;
+#      the MLP's weight gradients add themselves into the f32 gradients in
+#      their products' store (mp_k_matmul_tn_acc), and a mutant that skips
+#      the f16 rounding there must give another checkpoint;
 #   3. fusion is the default; MPCC_NO_FUSE=1 makes it off, --fuse wins;
 #      the plan's groups (text column, json key, dot clusters) appear only
 #      with fusion.
@@ -109,24 +112,42 @@ if [ "$e" -ge 2 ] && [ "$r" = 0 ] && [ "$u" -ge 2 ]; then
 else
     bad "$n: $e epilogues, $r relu passes fused, $u unfused (want >= 2, 0, >= 2)"
 fi
-# The negative control: epilogues that store the f32 product unrounded.
-n=chains
-sed '/memcpy(t[0-9]*, v + c_, /{n;/mp_round_n(t[0-9]*, MP_F16, m_);/d}' "$tmp/$n.fuse.c" >"$tmp/$n.mutant.c"
-if cmp -s "$tmp/$n.fuse.c" "$tmp/$n.mutant.c"; then
-    bad "$n: no f16 product rounded in an epilogue (the mutant is the program)"
-elif nice cc -O2 -march=native -o "$tmp/$n.mutant" "$tmp/$n.mutant.c" -lm; then
-    data=$(cat "$tmp/$n.args")   # as run_pair ran the others
-    # shellcheck disable=SC2086
-    "$tmp/$n.mutant" $data ${data//--data/--eval} --no-shuffle --steps 3 --log-every 1 \
-        --eval-every 2 --save "$tmp/$n.mutant.st" >/dev/null 2>&1 || bad "$n: the mutant failed"
-    if cmp -s "$tmp/$n.mutant.st" "$tmp/$n.no-fuse.st"; then
-        bad "$n: an epilogue without the product's rounding goes unnoticed"
-    else
-        echo "ok   $n: the mutant without the product's rounding differs (negative control)"
+# mutant NAME TAG SED WHAT: a negative control. NAME's fused C program
+# edited by SED (which must change it) builds, runs as run_pair ran it, and
+# gives another checkpoint than the unfused program.
+mutant() {
+    local n=$1 m="$tmp/$1.$2" data
+    sed "$3" "$tmp/$n.fuse.c" >"$m.c"
+    if cmp -s "$tmp/$n.fuse.c" "$m.c"; then
+        bad "$n: $4: nothing to mutate (the mutant is the program)"
+        return
     fi
+    nice cc -O2 -march=native -o "$m" "$m.c" -lm || { bad "$n: the $2 mutant does not build"; return; }
+    data=$(cat "$tmp/$n.args")
+    # shellcheck disable=SC2086
+    "$m" $data ${data//--data/--eval} --no-shuffle --steps 3 --log-every 1 \
+        --eval-every 2 --save "$m.st" >/dev/null 2>&1 || bad "$n: the $2 mutant failed"
+    if cmp -s "$m.st" "$tmp/$n.no-fuse.st"; then
+        bad "$n: $4 goes unnoticed"
+    else
+        echo "ok   $n: $4: another checkpoint (negative control)"
+    fi
+}
+# A weight's gradient product adds itself into the f32 gradient in its
+# store (mp_k_matmul_tn_acc: the f16 h.weight one rounded to f16 first, the
+# f32 logits.weight one as it is), with fusion only.
+a=$(grep -c '^    mp_k_matmul_tn_acc(' "$tmp/$n.fuse.c")
+u=$(grep -c '^    mp_k_matmul_tn_acc(' "$tmp/$n.no-fuse.c")
+if [ "$a" = 2 ] && [ "$u" = 0 ]; then
+    echo "ok   $n: $a gradient products accumulate in their store ($u unfused)"
 else
-    bad "$n: the mutant does not build"
+    bad "$n: $a gradient products accumulate in their store, $u unfused (want 2, 0)"
 fi
+mutant $n acc_mutant '/^static inline void mp_epi_acc(/,/^}/{/mp_round_n(v, c->rnd, n);/d}' \
+    "a gradient product added unrounded"
+# Epilogues that store the f32 product unrounded.
+mutant chains mutant '/memcpy(t[0-9]*, v + c_, /{n;/mp_round_n(t[0-9]*, MP_F16, m_);/d}' \
+    "an epilogue without the product's rounding"
 
 # ---- 2. the CUDA program on the CPU stand-in ---------------------------------
 CXX=${CXX:-$(command -v g++ || true)}

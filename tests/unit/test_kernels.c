@@ -176,6 +176,46 @@ static void test_bulk_conversion(void **state)
     free(h); free(h2); free(f);
 }
 
+/* mp_round_n / mp_st_round_n (the fused chunks' rounding, in registers)
+ * against mp_round and mp_st on each value: random bits, f16 ties and
+ * their neighbours, bf16 ties, NaNs, infinities, subnormals; lengths that
+ * are not a multiple of 8 and offsets into the destination. */
+static void test_round_in_place(void **state)
+{
+    (void)state;
+    enum { N = 4099 };
+    float *f = malloc(N * 4), *g = malloc(N * 4);
+    uint16_t *h = malloc((N + 5) * 2);
+    uint32_t u = 7;
+    for (int round = 0; round < 64; round++) {
+        for (int64_t i = 0; i < N; i++) {
+            u = u * 1664525u + 1013904223u;
+            uint16_t k = (uint16_t)(u >> 16);
+            float mid = (mp_f16_to_f32(k) + mp_f16_to_f32((uint16_t)(k + 1))) / 2;
+            uint32_t b = round % 4 == 0 ? u
+                         : round % 4 == 1 ? mp_f32_bits(mid) + (uint32_t)(round % 3) - 1
+                         : round % 4 == 2 ? (u & 0xffff0000u) | (uint32_t)(0x7fff + (round & 3))
+                                          : (u & 0x807fffffu) | (u & 1 ? 0x7f800000u : 0u);
+            f[i] = mp_bits_f32(b);
+        }
+        int dt = round & 1 ? MP_BF16 : MP_F16;
+        int64_t n = N - round % 9, off = round % 5;
+        memcpy(g, f, N * 4);
+        mp_round_n(g, dt, n);
+        for (int64_t i = 0; i < n; i++)
+            assert_int_equal(mp_f32_bits(g[i]), mp_f32_bits(mp_round(f[i], dt)));
+        memcpy(g, f, N * 4);
+        mp_st_round_n(h, dt, off, n, g);
+        for (int64_t i = 0; i < n; i++) {
+            assert_int_equal(mp_f32_bits(g[i]), mp_f32_bits(mp_round(f[i], dt)));
+            assert_int_equal(h[off + i], dt == MP_F16 ? mp_f32_to_f16(f[i]) : mp_f32_to_bf16(f[i]));
+        }
+        for (int64_t i = n; i < N; i++)   /* past n: untouched */
+            assert_int_equal(mp_f32_bits(g[i]), mp_f32_bits(f[i]));
+    }
+    free(f); free(g); free(h);
+}
+
 /* ---- gemm --------------------------------------------------------------- */
 
 /* C = alpha op(A) op(B) + beta C with leading dimensions padded by 3, in
@@ -1348,6 +1388,7 @@ int main(int argc, char **argv)
     (void)argc;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bulk_conversion),
+        cmocka_unit_test(test_round_in_place),
         cmocka_unit_test(test_gemm_sizes),
         cmocka_unit_test(test_gemm_types),
         cmocka_unit_test(test_gemm_alpha_beta),
