@@ -33,9 +33,9 @@ $(B)/%.o: compiler/%.c compiler/*.h compiler/ops.def $(B)/parser.h | $(B)
 	$(CC) $(CPPFLAGS) $(CFLAGS) $(SAN) $(WARN) -c -o $@ $<
 
 # Generated scanner and parser: bison's and flex's own code is not held to -Werror.
-$(B)/parser.c $(B)/parser.h: grammar/parser.y | $(B)
+$(B)/parser.c $(B)/parser.h &: grammar/parser.y | $(B)
 	bison -Wall -Werror --defines=$(B)/parser.h -o $(B)/parser.c $<
-$(B)/lexer.c $(B)/lexer.h: grammar/lexer.l | $(B)
+$(B)/lexer.c $(B)/lexer.h &: grammar/lexer.l | $(B)
 	flex --header-file=$(B)/lexer.h -o $(B)/lexer.c $<
 $(B)/parser.o: $(B)/parser.c $(B)/lexer.h compiler/*.h
 	$(CC) $(CPPFLAGS) $(CFLAGS) $(SAN) -std=c11 -w -c -o $@ $<
