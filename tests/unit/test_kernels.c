@@ -1260,12 +1260,22 @@ static void run_threaded_kernels(float *out, const float *x, int64_t n, const in
             F32, 1000);
     mp_gemm(1, 0, 1000, 20, 300, 1.0f, x, F32, 1000, x + 300000, F32, 20, 0.0f,
             out + 20012 + 2 * n, F32, 20);
+    /* K shared (mp_gemm_ksplit, on 2 threads or more): the weight
+     * gradients' TN shape, f32 (A read in place) and f16 (A packed), K
+     * not a multiple of the block, M and N not of the tile */
+    float *o = out + 40012 + 2 * n;
+    mp_gemm(1, 0, 64, 64, 1024, 1.0f, x, F32, 64, x + 65536, F32, 64, 0.0f, o, F32, 64);
+    uint16_t *h = malloc(2 * 70000 * sizeof *h);
+    mp_k_cast(h, MP_F16, x, F32, 2 * 70000);
+    mp_gemm(1, 0, 65, 70, 1000, 0.5f, h, MP_F16, 65, h + 70000, MP_F16, 70, 0.0f, o + 4096,
+            F32, 70);
+    free(h);
 }
 
 static void test_threads_same_bits(void **state)
 {
     (void)state;
-    int64_t n = 1000000, nout = 200 * 300 + 2 * n + 12 + 2 * 20000;
+    int64_t n = 1000000, nout = 200 * 300 + 2 * n + 12 + 2 * 20000 + 4096 + 65 * 70;
     float *x = fvec(n, -2, 2), *a = zvec(nout), *b = zvec(nout);
     int32_t *lab = ivec(n / 1000, 1000);
     for (int t = 1; t <= 3; t++) {
