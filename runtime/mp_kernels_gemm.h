@@ -378,11 +378,14 @@ static inline void mp_pack(float *dst, int64_t pstride, const void *src, int dt,
 static inline void mp_pack_b(float *Bp, const MpGemm *g, int nr, int64_t j0, int64_t n,
                              int64_t k0, int64_t kn)
 {
-    for (int64_t p = 0; p * nr < n; p++)
+    /* up to MP_PACK_ROWS columns at a time: when B is not transposed,
+     * each of its rows is then read (and converted) in one run, not one
+     * panel's width at a time (it was 17% of a 64x64x1024 product) */
+    for (int64_t j = 0; j < n; j += MP_PACK_ROWS)
         for (int64_t k = 0; k < kn; k += MP_KC)
             /* op(B)(k, j) = B[k ldb + j], so as X(j, k) it is the trans case */
-            mp_pack(Bp + p * kn * nr + k * nr, 0, g->B, g->bdt, g->ldb, !g->tb, g->bround,
-                    j0 + p * nr, mp_min64(n - p * nr, nr), nr, k0 + k,
+            mp_pack(Bp + j * kn + k * nr, kn * nr, g->B, g->bdt, g->ldb, !g->tb, g->bround,
+                    j0 + j, mp_min64(n - j, MP_PACK_ROWS), nr, k0 + k,
                     mp_min64(kn - k, MP_KC));
 }
 
@@ -470,10 +473,16 @@ static inline int64_t mp_tile_size(int64_t len, int64_t max, int w)
  * column j0 is column jb of the packed panels Bp. */
 /* Whether op(A) goes to the micro-kernel unpacked: f32 and not rounded,
  * so a panel of MR rows is read where it lies (packing would only move
- * it; for K = 64 products it cost as much as the product). */
+ * it; for K = 64 products it cost as much as the product). Transposed, a
+ * panel takes MR values from each of kc rows of A: at a stride past
+ * MP_A_DIRECT_LD floats those rows fall in too few cache sets (512x784x128
+ * TN: 87 -> 77 GFLOP/s), so such an A is packed. */
+#define MP_A_DIRECT_LD 256
+
 static inline int mp_a_direct(const MpGemm *g)
 {
-    return g->adt == MP_F32 && (g->around == 0 || g->around == MP_F32);
+    return g->adt == MP_F32 && (g->around == 0 || g->around == MP_F32) &&
+           (!g->ta || g->lda <= MP_A_DIRECT_LD);
 }
 
 /* The A panels of rows [i0, i0 + mv), depth [k0, k0 + kc), for the micro-
@@ -684,7 +693,9 @@ static inline void mp_gemm_ksplit(const MpGemm *g, MpUk uk, float *P)
 #define MP_GEMM_PAR_MIN (1 << 20)
 
 #ifdef _OPENMP
-static inline int mp_max_team(void) { return omp_get_max_threads(); }
+/* The team a region would get: 1 inside another (mp_k_matmul's batch
+ * loop), where nested regions run on one thread. */
+static inline int mp_max_team(void) { return omp_in_parallel() ? 1 : omp_get_max_threads(); }
 #else
 static inline int mp_max_team(void) { return 1; }
 #endif
