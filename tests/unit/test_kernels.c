@@ -1275,6 +1275,13 @@ static void run_threaded_kernels(float *out, const float *x, int64_t n, const in
 static void test_threads_same_bits(void **state)
 {
     (void)state;
+    /* the weight-gradient shapes below go to the K split on 2 threads
+     * (else this test would not cover it) */
+    int64_t floats;
+    MpGemm kg = {.ta = 1, .M = 64, .N = 64, .K = 1024, .adt = F32, .lda = 64, .bdt = F32};
+    assert_true(mp_ksplit_cost(&kg, 16, 2, &floats) < mp_split(64, 64, 1024, 16, 2).cost);
+    kg.M = 65, kg.N = 70, kg.K = 1000, kg.adt = kg.bdt = MP_F16;
+    assert_true(mp_ksplit_cost(&kg, 16, 2, &floats) < mp_split(65, 70, 1000, 16, 2).cost);
     int64_t n = 1000000, nout = 200 * 300 + 2 * n + 12 + 2 * 20000 + 4096 + 65 * 70;
     float *x = fvec(n, -2, 2), *a = zvec(nout), *b = zvec(nout);
     int32_t *lab = ivec(n / 1000, 1000);
