@@ -469,8 +469,6 @@ static inline int64_t mp_tile_size(int64_t len, int64_t max, int w)
     return ((len + nb - 1) / nb + w - 1) / w * w;
 }
 
-/* One tile: rows [i0, i0 + mv) and columns [j0, j0 + nv) of C, where
- * column j0 is column jb of the packed panels Bp. */
 /* Whether op(A) goes to the micro-kernel unpacked: f32 and not rounded,
  * so a panel of MR rows is read where it lies (packing would only move
  * it; for K = 64 products it cost as much as the product). Transposed, a
@@ -535,6 +533,8 @@ static inline void mp_gemm_kblock(const MpGemm *g, MpUk uk, const float *Bq, int
         }
 }
 
+/* One tile: rows [i0, i0 + mv) and columns [j0, j0 + nv) of C, where
+ * column j0 is column jb of the packed panels Bp. */
 static inline void mp_gemm_tile(const MpGemm *g, MpUk uk, const float *Bp, int64_t jb,
                                 int64_t i0, int64_t mv, int64_t j0, int64_t nv, int64_t nc,
                                 float *Ap, float *T)
