@@ -35,7 +35,7 @@
  * the AVX2 kernel fuses each multiply-add, the portable one fuses where
  * the compiler contracts `c + a * b` (-march with FMA), else rounds twice;
  * test_kernels checks both against a double reference. With
- * -fopenmp, products of 1M multiply-adds or more run on all threads (one
+ * -fopenmp, products of 4M multiply-adds or more run on all threads (one
  * parallel region each); each element's sum has the same order on any
  * number (test_threads_same_bits, t_threads_bits.sh). tests/bench_gemm.c measures
  * GFLOP/s against OpenBLAS on the examples' shapes.
@@ -689,8 +689,11 @@ static inline void mp_gemm_ksplit(const MpGemm *g, MpUk uk, float *P)
  * one parallel region per product (a region costs more than it seems on a
  * busy machine), the work shared by a grid of C (mp_gemm_grid) or along K
  * (mp_gemm_ksplit), whichever mp_split's cost model finds cheaper for the
- * team it expects. Both give the same bits for any team. */
-#define MP_GEMM_PAR_MIN (1 << 20)
+ * team it expects. Both give the same bits for any team. The bound takes
+ * in the char transformer's 4M products (1024x64x64, 64x64x1024: 76 -> 155
+ * and 70 -> 136 GFLOP/s on 2 threads, tests/bench_gemm.c); smaller ones
+ * were not measured and stay on one thread. */
+#define MP_GEMM_PAR_MIN (1 << 22)
 
 #ifdef _OPENMP
 /* The team a region would get: 1 inside another (mp_k_matmul's batch
