@@ -375,6 +375,11 @@ static inline void mp_pack(float *dst, int64_t pstride, const void *src, int dt,
  * + k nr. (Unlike A, B is always packed: read in place, its rows at a
  * power-of-two stride fall in few cache sets; measured 15-20% slower on
  * the TN shapes.) */
+/* Floats from one B panel of kn rows to the next: a cache line more than
+ * the panel, so that the panels' rows for one k do not all fall in the
+ * same cache set (kn nr is a power of two). */
+static inline int64_t mp_bstride(int64_t kn, int nr) { return kn * nr + 16; }
+
 static inline void mp_pack_b(float *Bp, const MpGemm *g, int nr, int64_t j0, int64_t n,
                              int64_t k0, int64_t kn)
 {
@@ -384,7 +389,7 @@ static inline void mp_pack_b(float *Bp, const MpGemm *g, int nr, int64_t j0, int
     for (int64_t j = 0; j < n; j += MP_PACK_ROWS)
         for (int64_t k = 0; k < kn; k += MP_KC)
             /* op(B)(k, j) = B[k ldb + j], so as X(j, k) it is the trans case */
-            mp_pack(Bp + j * kn + k * nr, kn * nr, g->B, g->bdt, g->ldb, !g->tb, g->bround,
+            mp_pack(Bp + j / nr * mp_bstride(kn, nr) + k * nr, mp_bstride(kn, nr), g->B, g->bdt, g->ldb, !g->tb, g->bround,
                     j0 + j, mp_min64(n - j, MP_PACK_ROWS), nr, k0 + k,
                     mp_min64(kn - k, MP_KC));
 }
@@ -543,7 +548,8 @@ static inline void mp_gemm_tile(const MpGemm *g, MpUk uk, const float *Bp, int64
     if (g->K == 0)
         memset(T, 0, (size_t)(mp * MP_MR * nc) * sizeof *T);
     for (int64_t k0 = 0; k0 < g->K; k0 += MP_KC)
-        mp_gemm_kblock(g, uk, Bp + jb * g->K + k0 * uk.nr, g->K * uk.nr, npan, i0, mv, k0,
+        mp_gemm_kblock(g, uk, Bp + jb / uk.nr * mp_bstride(g->K, uk.nr) + k0 * uk.nr,
+                       mp_bstride(g->K, uk.nr), npan, i0, mv, k0,
                        mp_min64(g->K - k0, MP_KC), k0 == 0, Ap, T, nc);
     mp_gemm_store(g, T, nc, i0, j0, mv, nv, g->alpha);
 }
@@ -603,7 +609,8 @@ static inline void mp_gemm_grid(const MpGemm *g, MpUk uk, MpSplit sp, int nt)
         if (r0 >= r1 || c0 >= c1)
             continue;
         if (!raw) {
-            raw = mp_kalloc64((na + nT + (size_t)(ncols * Kp)) * sizeof(float), &Ap);
+            raw = mp_kalloc64((na + nT + (size_t)(ncols / uk.nr * mp_bstride(Kp, uk.nr))) *
+                                  sizeof(float), &Ap);
             T = Ap + na;
             Bp = T + nT;
         }
@@ -666,11 +673,12 @@ static inline void mp_gemm_ksplit(const MpGemm *g, MpUk uk, float *P)
     for (int64_t kb = 0; kb < nkb; kb++) {
         int64_t k0 = kb * MP_KC, kc = mp_min64(g->K - k0, MP_KC);
         if (!raw)
-            raw = mp_kalloc64((size_t)(MP_MC_MAX + ldp) * MP_KC * sizeof(float), &Ap);
+            raw = mp_kalloc64((size_t)(MP_MC_MAX * MP_KC + npn * mp_bstride(MP_KC, uk.nr)) *
+                                  sizeof(float), &Ap);
         float *Bp = Ap + MP_MC_MAX * MP_KC, *Pk = P + kb * mr * ldp;
         mp_pack_b(Bp, g, uk.nr, 0, g->N, k0, kc);
         for (int64_t i0 = 0; i0 < g->M; i0 += mc)
-            mp_gemm_kblock(g, uk, Bp, kc * uk.nr, npn, i0, mp_min64(g->M - i0, mc), k0, kc, 1,
+            mp_gemm_kblock(g, uk, Bp, mp_bstride(kc, uk.nr), npn, i0, mp_min64(g->M - i0, mc), k0, kc, 1,
                            Ap, Pk + i0 * ldp, ldp);
     }
     free(raw);
