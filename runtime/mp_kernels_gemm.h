@@ -35,8 +35,8 @@
  * the AVX2 kernel fuses each multiply-add, the portable one fuses where
  * the compiler contracts `c + a * b` (-march with FMA), else rounds twice;
  * test_kernels checks both against a double reference. With
- * -fopenmp, products of 4M multiply-adds or more run on all threads (one
- * parallel region each); each element's sum has the same order on any
+ * -fopenmp, products of more than 4M multiply-adds run on all threads
+ * (one parallel region each); each element's sum has the same order on any
  * number (test_threads_same_bits, t_threads_bits.sh). tests/bench_gemm.c measures
  * GFLOP/s against OpenBLAS on the examples' shapes.
  *
@@ -693,14 +693,16 @@ static inline void mp_gemm_ksplit(const MpGemm *g, MpUk uk, float *P)
     }
 }
 
-/* Products of at least MP_GEMM_PAR_MIN multiply-adds run on all threads:
+/* Products of more than MP_GEMM_PAR_MIN multiply-adds run on all threads:
  * one parallel region per product (a region costs more than it seems on a
  * busy machine), the work shared by a grid of C (mp_gemm_grid) or along K
  * (mp_gemm_ksplit), whichever mp_split's cost model finds cheaper for the
- * team it expects. Both give the same bits for any team. The bound takes
- * in the char transformer's 4M products (1024x64x64, 64x64x1024: 76 -> 155
- * and 70 -> 136 GFLOP/s on 2 threads, tests/bench_gemm.c); smaller ones
- * were not measured and stay on one thread. */
+ * team it expects. Both give the same bits for any team. The bound stays
+ * above the char transformer's 4M products (1024x64x64, 64x64x1024): alone
+ * they run twice as fast on 2 threads (tests/bench_gemm.c), but in the
+ * trainer a region after other work must wake its threads, and with any
+ * other load on the machine a wake-up can cost a scheduler slice: the step
+ * went from 24-28 to 48-52 ms on 2 threads. */
 #define MP_GEMM_PAR_MIN (1 << 22)
 
 #ifdef _OPENMP
@@ -714,7 +716,7 @@ static inline int mp_max_team(void) { return 1; }
 static inline void mp_gemm_blocked(const MpGemm *g)
 {
     MpUk uk = mp_uk();
-    int par = g->M * g->N * g->K >= MP_GEMM_PAR_MIN, nt = par ? mp_max_team() : 1;
+    int par = g->M * g->N * g->K > MP_GEMM_PAR_MIN, nt = par ? mp_max_team() : 1;
     int64_t floats;
     double kcost = mp_ksplit_cost(g, uk.nr, nt, &floats);
     float *P = NULL;   /* the K split's partial sums, shared by the team */

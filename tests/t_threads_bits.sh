@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # t_threads_bits.sh - a trainer's results do not depend on OMP_NUM_THREADS.
 # examples/char_transformer.mp (B*T = 1024 rows of width 64: products of
-# K = 64 shared by rows, weight gradients 64x64x1024 shared along K by
-# runtime/mp_kernels_gemm.h's mp_gemm_ksplit) is built with -fopenmp and
+# K = 64 shared by rows, weight gradients 256x64x1024, 64x256x1024 and
+# 65x64x1024 shared along K by runtime/mp_kernels_gemm.h's mp_gemm_ksplit) is built with -fopenmp and
 # trained a few steps on 1, 2 and 3 threads, in float32 (A read in place
 # by the micro-kernel) and mixed_bfloat16 (A packed); checkpoints and
 # logged losses must agree bit for bit. The unit test test_threads_same_bits
