@@ -13,9 +13,11 @@
  * threads never wait for each other's packing); a thread packs the B
  * columns of its rectangle into panels NR wide, then cuts the rectangle
  * into tiles of about MC x NC, and for each K block packs its A block into
- * row panels MR high and runs the register-blocked micro-kernel (MR x NR
- * accumulators in registers) over every panel pair, adding into an f32
- * tile that stays in cache. Packing converts f16/bf16 to f32 with the
+ * row panels MR high (or, for an f32 A, reads the panels where they lie)
+ * and runs the register-blocked micro-kernel (MR x NR accumulators in
+ * registers) over every panel pair, adding into an f32 tile that stays in
+ * cache. When K is long and C small (weight gradients), the threads share
+ * K instead (mp_gemm_ksplit). Packing converts f16/bf16 to f32 with the
  * vector conversions (F16C, AVX2) one source run at a time and spreads the
  * runs over the panels with register transposes; it also rounds f32
  * operands to f16/bf16 when asked (around / bround: a cast fused into the
@@ -33,9 +35,9 @@
  * the AVX2 kernel fuses each multiply-add, the portable one fuses where
  * the compiler contracts `c + a * b` (-march with FMA), else rounds twice;
  * test_kernels checks both against a double reference. With
- * -fopenmp, products above ~8 MFLOP run on all threads (one parallel
- * region each, no barrier inside); each element's sum has the same order
- * on any number (test_threads_same_bits). tests/bench_gemm.c measures
+ * -fopenmp, products of more than 4M multiply-adds run on all threads
+ * (one parallel region each); each element's sum has the same order on any
+ * number (test_threads_same_bits, t_threads_bits.sh). tests/bench_gemm.c measures
  * GFLOP/s against OpenBLAS on the examples' shapes.
  *
  * -DMP_USE_CBLAS: products go to cblas_sgemm (link -lopenblas); f16/bf16
@@ -82,14 +84,16 @@ typedef struct MpGemm {
 
 /* ---- micro-kernels: C[MR x nr] (+)= A panel . B panel ------------------- */
 
-/* C[i ldc + j] = (first ? 0 : C[i ldc + j]) + sum_k A[k MR + i] B[k nr + j] */
-typedef void MpUkernel(int64_t kc, const float *A, const float *B, float *C, int64_t ldc,
-                       int first);
+/* C[i ldc + j] = (first ? 0 : C[i ldc + j]) + sum_k A[i rs + k cs] B[k nr + j]:
+ * A is a packed panel (rs 1, cs MR) or, for f32 operands, the operand
+ * itself, unpacked (rs lda, cs 1; or rs 1, cs lda when transposed). */
+typedef void MpUkernel(int64_t kc, const float *A, int64_t rs, int64_t cs, const float *B,
+                       float *C, int64_t ldc, int first);
 
 /* The body for vectors V of VW floats: 12 accumulators (6 rows x 2
  * vectors, nr = 2 VW) stay in registers over the whole of kc. */
 #define MP_UK_ROW(i)                                                           \
-    a = VBCAST(A + (i));                                                       \
+    a = VBCAST(a##i + off);                                                    \
     c##i##0 = VFMA(a, b0, c##i##0);                                            \
     c##i##1 = VFMA(a, b1, c##i##1);
 #define MP_UK_OUT(i)                                                           \
@@ -99,15 +103,24 @@ typedef void MpUkernel(int64_t kc, const float *A, const float *B, float *C, int
     }                                                                          \
     VSTORE(C + (i) * ldc, c##i##0);                                            \
     VSTORE(C + (i) * ldc + VW, c##i##1);
-#define MP_UK_BODY(V)                                                          \
+#define MP_UK_LOOP(V, RS, CS)                                              \
     V c00 = VZERO(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00,    \
       c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;        \
-    for (int64_t k = 0; k < kc; k++, A += MP_MR, B += 2 * VW) {                \
+    const float *a0 = A, *a1 = a0 + (RS), *a2 = a1 + (RS), *a3 = a2 + (RS),   \
+                *a4 = a3 + (RS), *a5 = a4 + (RS);                              \
+    for (int64_t k = 0, off = 0; k < kc; k++, off += (CS), B += 2 * VW) {      \
         V a, b0 = VLOAD(B), b1 = VLOAD(B + VW);                                \
         MP_UK_ROW(0) MP_UK_ROW(1) MP_UK_ROW(2) MP_UK_ROW(3) MP_UK_ROW(4)       \
         MP_UK_ROW(5)                                                           \
     }                                                                          \
     MP_UK_OUT(0) MP_UK_OUT(1) MP_UK_OUT(2) MP_UK_OUT(3) MP_UK_OUT(4) MP_UK_OUT(5)
+/* Packed panels get a loop of their own, with constant strides. */
+#define MP_UK_BODY(V)                                                          \
+    if (rs == 1 && cs == MP_MR) {                                              \
+        MP_UK_LOOP(V, 1, MP_MR)                                                \
+    } else {                                                                   \
+        MP_UK_LOOP(V, rs, cs)                                                  \
+    }
 
 /* x86 with GCC or Clang: the 6x16 AVX2+FMA kernel is compiled through a
  * target attribute whatever -march says, and used when the CPU has both. */
@@ -121,8 +134,8 @@ typedef void MpUkernel(int64_t kc, const float *A, const float *B, float *C, int
 #define VFMA(a, b, c) _mm256_fmadd_ps(a, b, c)
 #define VADD(a, b) _mm256_add_ps(a, b)
 __attribute__((target("avx2,fma")))
-static inline void mp_uk_avx2(int64_t kc, const float *A, const float *B, float *C,
-                              int64_t ldc, int first)
+static inline void mp_uk_avx2(int64_t kc, const float *A, int64_t rs, int64_t cs,
+                              const float *B, float *C, int64_t ldc, int first)
 {
     MP_UK_BODY(__m256)
 }
@@ -152,8 +165,8 @@ static inline MpVec4 mp_v4load(const float *p)
 #define VBCAST(p) ((MpVec4){*(p), *(p), *(p), *(p)})
 #define VFMA(a, b, c) ((c) + (a) * (b))
 #define VADD(a, b) ((a) + (b))
-static inline void mp_uk_generic(int64_t kc, const float *A, const float *B, float *C,
-                                 int64_t ldc, int first)
+static inline void mp_uk_generic(int64_t kc, const float *A, int64_t rs, int64_t cs,
+                                 const float *B, float *C, int64_t ldc, int first)
 {
     MP_UK_BODY(MpVec4)
 }
@@ -165,14 +178,14 @@ static inline void mp_uk_generic(int64_t kc, const float *A, const float *B, flo
 #undef VFMA
 #undef VADD
 #else
-static inline void mp_uk_generic(int64_t kc, const float *A, const float *B, float *C,
-                                 int64_t ldc, int first)
+static inline void mp_uk_generic(int64_t kc, const float *A, int64_t rs, int64_t cs,
+                                 const float *B, float *C, int64_t ldc, int first)
 {
     float acc[MP_MR][8] = {{0}};
-    for (int64_t k = 0; k < kc; k++, A += MP_MR, B += 8)
+    for (int64_t k = 0; k < kc; k++, A += cs, B += 8)
         for (int i = 0; i < MP_MR; i++)
             for (int j = 0; j < 8; j++)
-                acc[i][j] += A[i] * B[j];
+                acc[i][j] += A[i * rs] * B[j];
     for (int i = 0; i < MP_MR; i++)
         for (int j = 0; j < 8; j++)
             C[i * ldc + j] = first ? acc[i][j] : C[i * ldc + j] + acc[i][j];
@@ -357,19 +370,28 @@ static inline void mp_pack(float *dst, int64_t pstride, const void *src, int dt,
     }
 }
 
-/* op(B)'s columns [j0, j0 + n) as panels of nr columns: panel p holds
- * columns j0 + p nr ..., for every k, at Bp + p K nr + k nr. The panels of
- * up to MP_PACK_ROWS columns are packed by one call, so that a B stored
- * as f16 / bf16 is converted in runs of that many values, not of nr (the
- * calls were 6% of an f16 step, issue 12). */
-static inline void mp_pack_b(float *Bp, const MpGemm *g, int nr, int64_t j0, int64_t n)
+/* Floats from one B panel of kn rows to the next: a cache line more than
+ * the panel, so that the panels' rows for one k do not all fall in the
+ * same cache set (kn nr is a power of two). */
+static inline int64_t mp_bstride(int64_t kn, int nr) { return kn * nr + 16; }
+
+/* op(B)'s columns [j0, j0 + n) and rows [k0, k0 + kn) as panels of nr
+ * columns: panel p holds columns j0 + p nr ..., row k0 + k at
+ * Bp + p mp_bstride(kn, nr) + k nr. (Unlike A, B is always packed: read in
+ * place, its rows at a power-of-two stride fall in few cache sets;
+ * measured 15-20% slower on the TN shapes.) */
+static inline void mp_pack_b(float *Bp, const MpGemm *g, int nr, int64_t j0, int64_t n,
+                             int64_t k0, int64_t kn)
 {
-    int64_t w = MP_PACK_ROWS / nr * nr;
-    for (int64_t c = 0; c < n; c += w)
-        for (int64_t k0 = 0; k0 < g->K; k0 += MP_KC)
+    /* up to MP_PACK_ROWS columns at a time: when B is not transposed,
+     * each of its rows is then read (and converted) in one run, not one
+     * panel's width at a time (it was 17% of a 64x64x1024 product) */
+    for (int64_t j = 0; j < n; j += MP_PACK_ROWS)
+        for (int64_t k = 0; k < kn; k += MP_KC)
             /* op(B)(k, j) = B[k ldb + j], so as X(j, k) it is the trans case */
-            mp_pack(Bp + c / nr * g->K * nr + k0 * nr, g->K * nr, g->B, g->bdt, g->ldb, !g->tb,
-                    g->bround, j0 + c, mp_min64(n - c, w), nr, k0, mp_min64(g->K - k0, MP_KC));
+            mp_pack(Bp + j / nr * mp_bstride(kn, nr) + k * nr, mp_bstride(kn, nr), g->B, g->bdt,
+                    g->ldb, !g->tb, g->bround, j0 + j, mp_min64(n - j, MP_PACK_ROWS), nr, k0 + k,
+                    mp_min64(kn - k, MP_KC));
 }
 
 /* ---- storing a tile: alpha, bias, beta, one rounding ----------------- */
@@ -411,13 +433,13 @@ static inline void mp_gemm_store(const MpGemm *g, float *T, int64_t ldt, int64_t
 
 typedef struct MpSplit {
     int pr, pc;
+    double cost;   /* the largest thread's work, in multiply-adds */
 } MpSplit;
 
 static inline MpSplit mp_split(int64_t M, int64_t N, int64_t K, int nr, int nt)
 {
     int64_t mpn = (M + MP_MR - 1) / MP_MR, npn = (N + nr - 1) / nr;
-    MpSplit best = {nt, 1};
-    double cost = -1;
+    MpSplit best = {nt, 1, -1};
     for (int pc = 1; pc <= nt; pc++) {
         if (nt % pc)
             continue;
@@ -426,8 +448,8 @@ static inline MpSplit mp_split(int64_t M, int64_t N, int64_t K, int nr, int nt)
         double cols = (double)((npn + pc - 1) / pc * nr);
         double c = rows * cols * (double)K +
                    MP_PACK_COST * (double)K * (cols + rows * ((cols + MP_NC_MAX - 1) / MP_NC_MAX));
-        if (cost < 0 || c < cost) {
-            cost = c;
+        if (best.cost < 0 || c < best.cost) {
+            best.cost = c;
             best.pr = pr;
             best.pc = pc;
         }
@@ -452,6 +474,70 @@ static inline int64_t mp_tile_size(int64_t len, int64_t max, int w)
     return ((len + nb - 1) / nb + w - 1) / w * w;
 }
 
+/* Whether op(A) goes to the micro-kernel unpacked: f32 and not rounded,
+ * so a panel of MR rows is read where it lies (packing would only move
+ * it; for K = 64 products it cost as much as the product). Transposed, a
+ * panel takes MR values from each of kc rows of A: at a stride past
+ * MP_A_DIRECT_LD floats those rows fall in too few cache sets (512x784x128
+ * TN: 87 -> 77 GFLOP/s), so such an A is packed. */
+#define MP_A_DIRECT_LD 256
+
+static inline int mp_a_direct(const MpGemm *g)
+{
+    return g->adt == MP_F32 && (g->around == 0 || g->around == MP_F32) &&
+           (!g->ta || g->lda <= MP_A_DIRECT_LD);
+}
+
+/* The A panels of rows [i0, i0 + mv), depth [k0, k0 + kc), for the micro-
+ * kernel: full panels unpacked when mp_a_direct (*rs, *cs: their strides;
+ * panel p at *a + p *pstep), else packed into Ap. A last panel of fewer
+ * than MR rows is always packed (zero-padded, no reading past op(A)): at
+ * *last, or NULL when the panels are all alike. */
+typedef struct MpApan {
+    const float *a, *last;
+    int64_t rs, cs, pstep;
+} MpApan;
+
+static inline MpApan mp_a_panels(const MpGemm *g, int64_t i0, int64_t mv, int64_t k0,
+                                  int64_t kc, float *Ap)
+{
+    MpApan r = {Ap, NULL, 1, MP_MR, kc * MP_MR};
+    if (!mp_a_direct(g)) {
+        mp_pack(Ap, kc * MP_MR, g->A, g->adt, g->lda, g->ta, g->around, i0, mv, MP_MR, k0, kc);
+        return r;
+    }
+    const float *A = (const float *)g->A;
+    r.a = g->ta ? A + k0 * g->lda + i0 : A + i0 * g->lda + k0;
+    r.rs = g->ta ? 1 : g->lda;
+    r.cs = g->ta ? g->lda : 1;
+    r.pstep = MP_MR * r.rs;
+    int64_t full = mv / MP_MR;
+    if (full * MP_MR < mv) {
+        mp_pack(Ap, 0, g->A, g->adt, g->lda, g->ta, 0, i0 + full * MP_MR, mv - full * MP_MR,
+                MP_MR, k0, kc);
+        r.last = Ap;
+    }
+    return r;
+}
+
+/* T[i ldt + j] (=, first; else +=) the sum over k in [k0, k0 + kc) for
+ * rows [i0, i0 + mv) of C and npan B panels, panel q at Bq + q bstep. */
+static inline void mp_gemm_kblock(const MpGemm *g, MpUk uk, const float *Bq, int64_t bstep,
+                                  int64_t npan, int64_t i0, int64_t mv, int64_t k0,
+                                  int64_t kc, int first, float *Ap, float *T, int64_t ldt)
+{
+    int64_t mp = (mv + MP_MR - 1) / MP_MR;
+    MpApan ap = mp_a_panels(g, i0, mv, k0, kc, Ap);
+    for (int64_t q = 0; q < npan; q++)
+        for (int64_t p = 0; p < mp; p++) {
+            float *t = T + p * MP_MR * ldt + q * uk.nr;
+            if (ap.last && p == mp - 1)
+                uk.fn(kc, ap.last, 1, MP_MR, Bq + q * bstep, t, ldt, first);
+            else
+                uk.fn(kc, ap.a + p * ap.pstep, ap.rs, ap.cs, Bq + q * bstep, t, ldt, first);
+        }
+}
+
 /* One tile: rows [i0, i0 + mv) and columns [j0, j0 + nv) of C, where
  * column j0 is column jb of the packed panels Bp. */
 static inline void mp_gemm_tile(const MpGemm *g, MpUk uk, const float *Bp, int64_t jb,
@@ -461,17 +547,10 @@ static inline void mp_gemm_tile(const MpGemm *g, MpUk uk, const float *Bp, int64
     int64_t mp = (mv + MP_MR - 1) / MP_MR, npan = (nv + uk.nr - 1) / uk.nr;
     if (g->K == 0)
         memset(T, 0, (size_t)(mp * MP_MR * nc) * sizeof *T);
-    for (int64_t k0 = 0; k0 < g->K; k0 += MP_KC) {
-        int64_t kc = mp_min64(g->K - k0, MP_KC);
-        mp_pack(Ap, kc * MP_MR, g->A, g->adt, g->lda, g->ta, g->around, i0, mv, MP_MR, k0,
-                kc);
-        for (int64_t q = 0; q < npan; q++) {
-            const float *b = Bp + (jb / uk.nr + q) * g->K * uk.nr + k0 * uk.nr;
-            for (int64_t p = 0; p < mp; p++)
-                uk.fn(kc, Ap + p * kc * MP_MR, b, T + p * MP_MR * nc + q * uk.nr, nc,
-                      k0 == 0);
-        }
-    }
+    for (int64_t k0 = 0; k0 < g->K; k0 += MP_KC)
+        mp_gemm_kblock(g, uk, Bp + jb / uk.nr * mp_bstride(g->K, uk.nr) + k0 * uk.nr,
+                       mp_bstride(g->K, uk.nr), npan, i0, mv, k0,
+                       mp_min64(g->K - k0, MP_KC), k0 == 0, Ap, T, nc);
     mp_gemm_store(g, T, nc, i0, j0, mv, nv, g->alpha);
 }
 
@@ -489,8 +568,7 @@ static inline int mp_team(void) { return omp_get_num_threads(); }
 static inline int mp_team(void) { return 1; }
 #endif
 
-/* One parallel region per product (a region costs more than it seems on a
- * busy machine), with no barrier inside. The grid of mp_split is cut finer
+/* The grid of mp_split, its pieces shared out. The grid is cut finer
  * along the way it splits (MP_SPLIT_FINE pieces a share) and threads take
  * the pieces as they come free, so a thread the machine holds back does
  * less: split along N, each piece is all the rows of some columns and
@@ -498,62 +576,161 @@ static inline int mp_team(void) { return 1; }
  * thread), each piece is some rows of all the columns, and a thread packs
  * B once, for its first piece. B goes in passes of at most MP_BPACK_MAX /
  * team floats. Every tile is computed the same way whichever thread has
- * it, so C does not depend on the thread count. */
+ * it, so C does not depend on the thread count. Called by every thread of
+ * the team (no barrier inside). */
 #define MP_SPLIT_FINE 4
+
+static inline void mp_gemm_grid(const MpGemm *g, MpUk uk, MpSplit sp, int nt)
+{
+    int64_t mpn = (g->M + MP_MR - 1) / MP_MR, npn = (g->N + uk.nr - 1) / uk.nr;
+    int gr = sp.pr, gc = sp.pc;
+    if (gc == 1)
+        gr *= MP_SPLIT_FINE;
+    else if (gr == 1)
+        gc *= MP_SPLIT_FINE;
+    int64_t Kp = g->K > 0 ? g->K : 1;
+    int64_t ncols = mp_min64((npn + gc - 1) / gc * uk.nr,
+                             (MP_BPACK_MAX / nt / Kp) / uk.nr * uk.nr);
+    if (ncols < uk.nr)
+        ncols = uk.nr;
+    /* one block per thread (A panels, the tile, B panels), allocated
+     * when it takes its first piece: glibc's malloc then keeps it on
+     * the heap from one product to the next instead of mapping fresh
+     * pages for each */
+    size_t na = MP_MC_MAX * MP_KC, nT = MP_MC_MAX * MP_NC_MAX;
+    float *Ap = NULL, *T = NULL, *Bp = NULL;
+    void *raw = NULL;
+    int64_t pj0 = -1, pn = 0;   /* the columns Bp holds */
+    MP_OMP(for schedule(dynamic) nowait)
+    for (int w = 0; w < gr * gc; w++) {
+        int64_t r0, r1, c0, c1;
+        mp_share(mpn, MP_MR, g->M, w / gc, gr, &r0, &r1);
+        mp_share(npn, uk.nr, g->N, w % gc, gc, &c0, &c1);
+        if (r0 >= r1 || c0 >= c1)
+            continue;
+        if (!raw) {
+            raw = mp_kalloc64((na + nT + (size_t)(ncols / uk.nr * mp_bstride(Kp, uk.nr))) *
+                                  sizeof(float), &Ap);
+            T = Ap + na;
+            Bp = T + nT;
+        }
+        int64_t mc = mp_tile_size(r1 - r0, MP_MC_MAX, MP_MR);
+        for (int64_t j0 = c0; j0 < c1; j0 += ncols) {   /* passes over N */
+            int64_t n = mp_min64(c1 - j0, ncols), nc = mp_tile_size(n, MP_NC_MAX, uk.nr);
+            if (j0 != pj0 || n != pn)
+                mp_pack_b(Bp, g, uk.nr, j0, n, 0, g->K);
+            pj0 = j0;
+            pn = n;
+            for (int64_t i0 = r0; i0 < r1; i0 += mc)
+                for (int64_t jb = 0; jb < n; jb += nc)
+                    mp_gemm_tile(g, uk, Bp, jb, i0, mp_min64(r1 - i0, mc), j0 + jb,
+                                 mp_min64(n - jb, nc), nc, Ap, T);
+        }
+    }
+    free(raw);
+}
+
+/* ---- the K split: K long, C small (the weight gradients) ---------------- */
+
+/* A product like 64x64x1024 (the weight gradient of a 64-wide layer over
+ * 1024 rows) has too little C to share: each thread of a grid would pack
+ * all of K for its piece. So the threads share K: each MP_KC block's
+ * partial sum over all of C goes to a buffer of its own (the block's B
+ * packed once, its A panels once), and after a barrier the rows' partial
+ * sums are added in order of k and stored. These are the one-thread
+ * path's sums in its order (a tile is block 0's sum, then block 1's sum
+ * plus it, ...), so C has the same bits on any number of threads.
+ * Chosen when its largest thread's work is less than the grid's, the
+ * partial sums costing MP_RED_COST multiply-adds an element, within
+ * MP_KSPLIT_MAX floats of partial sums. */
+#define MP_RED_COST 2.0
+#define MP_KSPLIT_MAX (1 << 20)
+
+/* The K split's largest thread's work (multiply-adds), or -1 where it
+ * does not apply; *floats: the size of its partial sums. */
+static inline double mp_ksplit_cost(const MpGemm *g, int nr, int nt, int64_t *floats)
+{
+    int64_t nkb = (g->K + MP_KC - 1) / MP_KC;
+    int64_t mr = (g->M + MP_MR - 1) / MP_MR * MP_MR, ldp = (g->N + nr - 1) / nr * nr;
+    *floats = nkb * mr * ldp;
+    if (nt < 2 || nkb < 2 || *floats > MP_KSPLIT_MAX)
+        return -1;
+    double per = (double)((nkb + nt - 1) / nt), kc = MP_KC;
+    double pack = MP_PACK_COST * kc * (double)(ldp + (mp_a_direct(g) ? 0 : mr));
+    return per * ((double)(mr * ldp) * kc + pack) +
+           MP_RED_COST * (double)*floats / nt;
+}
+
+/* Called by every thread of the team; P: the partial sums, shared. */
+static inline void mp_gemm_ksplit(const MpGemm *g, MpUk uk, float *P)
+{
+    int64_t nkb = (g->K + MP_KC - 1) / MP_KC, npn = (g->N + uk.nr - 1) / uk.nr;
+    int64_t mr = (g->M + MP_MR - 1) / MP_MR * MP_MR, ldp = npn * uk.nr;
+    int64_t mc = mp_tile_size(g->M, MP_MC_MAX, MP_MR);
+    float *Ap = NULL;
+    void *raw = NULL;
+    MP_OMP(for schedule(dynamic))
+    for (int64_t kb = 0; kb < nkb; kb++) {
+        int64_t k0 = kb * MP_KC, kc = mp_min64(g->K - k0, MP_KC);
+        if (!raw)
+            raw = mp_kalloc64((size_t)(MP_MC_MAX * MP_KC + npn * mp_bstride(MP_KC, uk.nr)) *
+                                  sizeof(float), &Ap);
+        float *Bp = Ap + MP_MC_MAX * MP_KC, *Pk = P + kb * mr * ldp;
+        mp_pack_b(Bp, g, uk.nr, 0, g->N, k0, kc);
+        for (int64_t i0 = 0; i0 < g->M; i0 += mc)
+            mp_gemm_kblock(g, uk, Bp, mp_bstride(kc, uk.nr), npn, i0, mp_min64(g->M - i0, mc),
+                           k0, kc, 1, Ap, Pk + i0 * ldp, ldp);
+    }
+    free(raw);
+    MP_OMP(for schedule(dynamic, 8) nowait)
+    for (int64_t i = 0; i < g->M; i++) {
+        float *r = P + i * ldp;
+        for (int64_t kb = 1; kb < nkb; kb++) {
+            const float *s = P + kb * mr * ldp + i * ldp;
+            for (int64_t j = 0; j < g->N; j++) r[j] += s[j];
+        }
+        mp_gemm_store(g, r, ldp, i, 0, 1, g->N, g->alpha);
+    }
+}
+
+/* Products of more than MP_GEMM_PAR_MIN multiply-adds run on all threads:
+ * one parallel region per product (a region costs more than it seems on a
+ * busy machine), the work shared by a grid of C (mp_gemm_grid) or along K
+ * (mp_gemm_ksplit), whichever mp_split's cost model finds cheaper for the
+ * team it expects. Both give the same bits for any team. The bound stays
+ * above the char transformer's 4M products (1024x64x64, 64x64x1024): alone
+ * they run twice as fast on 2 threads (tests/bench_gemm.c), but in the
+ * trainer a region after other work must wake its threads, and with any
+ * other load on the machine a wake-up can cost a scheduler slice: the step
+ * went from 24-28 to 48-52 ms on 2 threads. */
+#define MP_GEMM_PAR_MIN (1 << 22)
+
+#ifdef _OPENMP
+/* The team a region would get: 1 inside another (mp_k_matmul's batch
+ * loop), where nested regions run on one thread. */
+static inline int mp_max_team(void) { return omp_in_parallel() ? 1 : omp_get_max_threads(); }
+#else
+static inline int mp_max_team(void) { return 1; }
+#endif
 
 static inline void mp_gemm_blocked(const MpGemm *g)
 {
     MpUk uk = mp_uk();
-    MP_OMP(parallel if (g->M * g->N * g->K > (1 << 22)))
+    int par = g->M * g->N * g->K > MP_GEMM_PAR_MIN, nt = par ? mp_max_team() : 1;
+    int64_t floats;
+    double kcost = mp_ksplit_cost(g, uk.nr, nt, &floats);
+    float *P = NULL;   /* the K split's partial sums, shared by the team */
+    void *praw = NULL;
+    if (kcost >= 0 && kcost < mp_split(g->M, g->N, g->K, uk.nr, nt).cost)
+        praw = mp_kalloc64((size_t)floats * sizeof(float), &P);
+    MP_OMP(parallel if (par))
     {
-        int nt = mp_team();
-        MpSplit sp = mp_split(g->M, g->N, g->K, uk.nr, nt);
-        int64_t mpn = (g->M + MP_MR - 1) / MP_MR, npn = (g->N + uk.nr - 1) / uk.nr;
-        int gr = sp.pr, gc = sp.pc;
-        if (gc == 1)
-            gr *= MP_SPLIT_FINE;
-        else if (gr == 1)
-            gc *= MP_SPLIT_FINE;
-        int64_t Kp = g->K > 0 ? g->K : 1;
-        int64_t ncols = mp_min64((npn + gc - 1) / gc * uk.nr,
-                                 (MP_BPACK_MAX / nt / Kp) / uk.nr * uk.nr);
-        if (ncols < uk.nr)
-            ncols = uk.nr;
-        /* one block per thread (A panels, the tile, B panels), allocated
-         * when it takes its first piece: glibc's malloc then keeps it on
-         * the heap from one product to the next instead of mapping fresh
-         * pages for each */
-        size_t na = MP_MC_MAX * MP_KC, nT = MP_MC_MAX * MP_NC_MAX;
-        float *Ap = NULL, *T = NULL, *Bp = NULL;
-        void *raw = NULL;
-        int64_t pj0 = -1, pn = 0;   /* the columns Bp holds */
-        MP_OMP(for schedule(dynamic) nowait)
-        for (int w = 0; w < gr * gc; w++) {
-            int64_t r0, r1, c0, c1;
-            mp_share(mpn, MP_MR, g->M, w / gc, gr, &r0, &r1);
-            mp_share(npn, uk.nr, g->N, w % gc, gc, &c0, &c1);
-            if (r0 >= r1 || c0 >= c1)
-                continue;
-            if (!raw) {
-                raw = mp_kalloc64((na + nT + (size_t)(ncols * Kp)) * sizeof(float), &Ap);
-                T = Ap + na;
-                Bp = T + nT;
-            }
-            int64_t mc = mp_tile_size(r1 - r0, MP_MC_MAX, MP_MR);
-            for (int64_t j0 = c0; j0 < c1; j0 += ncols) {   /* passes over N */
-                int64_t n = mp_min64(c1 - j0, ncols), nc = mp_tile_size(n, MP_NC_MAX, uk.nr);
-                if (j0 != pj0 || n != pn)
-                    mp_pack_b(Bp, g, uk.nr, j0, n);
-                pj0 = j0;
-                pn = n;
-                for (int64_t i0 = r0; i0 < r1; i0 += mc)
-                    for (int64_t jb = 0; jb < n; jb += nc)
-                        mp_gemm_tile(g, uk, Bp, jb, i0, mp_min64(r1 - i0, mc), j0 + jb,
-                                     mp_min64(n - jb, nc), nc, Ap, T);
-            }
-        }
-        free(raw);
+        if (P)
+            mp_gemm_ksplit(g, uk, P);
+        else
+            mp_gemm_grid(g, uk, mp_split(g->M, g->N, g->K, uk.nr, mp_team()), mp_team());
     }
+    free(praw);
 }
 
 #ifdef MP_USE_CBLAS

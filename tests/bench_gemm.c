@@ -9,7 +9,9 @@
  * and mpcc with f16 and bf16 operands (converted while packing; OpenBLAS
  * has no such product). Each figure is the best of the repeats within
  * SECS seconds (argument 1, default 0.3): on a shared machine the best is
- * the one to compare. mpcc and OpenBLAS take turns shape by shape, each
+ * the one to compare. Argument 2: the thread counts to run (default 12:
+ * 1 then 2); argument 3: only the products whose name contains it
+ * (e.g. "char"). mpcc and OpenBLAS take turns shape by shape, each
  * figure measured in a child process of its own: in one process the
  * threads one library leaves spinning after a call (OpenBLAS's pthreads,
  * libgomp's team) take the cores from the other's next call, and the
@@ -17,6 +19,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 #include <sys/wait.h>
@@ -130,12 +133,16 @@ static double gflops(const Shape *s, int dt, int th, double secs)
 int main(int argc, char **argv)
 {
     double secs = argc > 1 ? atof(argv[1]) : 0.3;
+    const char *threads = argc > 2 ? argv[2] : "12", *only = argc > 3 ? argv[3] : "";
     printf("%-14s %2s %5s %5s %5s %3s %8s %8s %6s %8s %8s\n", "product", "op", "M", "N", "K",
            "thr", "mpcc", "OpenBLAS", "ratio", "mpcc f16", "mpcc bf16");
-    for (int th = 1; th <= 2; th++) {
+    for (const char *tc = threads; *tc >= '1' && *tc <= '9'; tc++) {
+        int th = *tc - '0';
         double lsum = 0, bsum = 0;   /* time of all shapes at the best rates */
         for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
             const Shape *s = &shapes[i];
+            if (!strstr(s->name, only))
+                continue;
             double f = 2.0 * (double)(s->M * s->N * s->K) * 1e-9;
             double m = gflops(s, MP_F32, th, secs), o = gflops(s, -1, th, secs);
             double h = gflops(s, MP_F16, th, secs / 2), bf = gflops(s, MP_BF16, th, secs / 2);

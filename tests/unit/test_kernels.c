@@ -1300,12 +1300,29 @@ static void run_threaded_kernels(float *out, const float *x, int64_t n, const in
             F32, 1000);
     mp_gemm(1, 0, 1000, 20, 300, 1.0f, x, F32, 1000, x + 300000, F32, 20, 0.0f,
             out + 20012 + 2 * n, F32, 20);
+    /* K shared (mp_gemm_ksplit, on 2 threads or more): the weight
+     * gradients' TN shape, f32 (A read in place) and f16 (A packed), K
+     * not a multiple of the block, M and N not of the tile */
+    float *o = out + 40012 + 2 * n;
+    mp_gemm(1, 0, 64, 96, 1024, 1.0f, x, F32, 64, x + 65536, F32, 96, 0.0f, o, F32, 96);
+    uint16_t *h = malloc(2 * 70000 * sizeof *h);
+    mp_k_cast(h, MP_F16, x, F32, 2 * 70000);
+    mp_gemm(1, 0, 65, 70, 1000, 0.5f, h, MP_F16, 65, h + 70000, MP_F16, 70, 0.0f, o + 6144,
+            F32, 70);
+    free(h);
 }
 
 static void test_threads_same_bits(void **state)
 {
     (void)state;
-    int64_t n = 1000000, nout = 200 * 300 + 2 * n + 12 + 2 * 20000;
+    /* the weight-gradient shapes below go to the K split on 2 threads
+     * (else this test would not cover it) */
+    int64_t floats;
+    MpGemm kg = {.ta = 1, .M = 64, .N = 96, .K = 1024, .adt = F32, .lda = 64, .bdt = F32};
+    assert_true(mp_ksplit_cost(&kg, 16, 2, &floats) < mp_split(64, 96, 1024, 16, 2).cost);
+    kg.M = 65, kg.N = 70, kg.K = 1000, kg.adt = kg.bdt = MP_F16;
+    assert_true(mp_ksplit_cost(&kg, 16, 2, &floats) < mp_split(65, 70, 1000, 16, 2).cost);
+    int64_t n = 1000000, nout = 200 * 300 + 2 * n + 12 + 2 * 20000 + 6144 + 65 * 70;
     float *x = fvec(n, -2, 2), *a = zvec(nout), *b = zvec(nout);
     int32_t *lab = ivec(n / 1000, 1000);
     for (int t = 1; t <= 3; t++) {
