@@ -549,7 +549,10 @@ static inline void mp_k_batch_norm_dw(void *dw, int dwdt, const void *dy, int dy
 #define MP_ATTN_VW 16
 #define MP_ATTN_R 5
 
-#if defined(__clang__)
+/* (not under nvcc, whose front end warns on them: the CUDA program runs
+ * its own attention kernels, mp_cuda_ops.h) */
+#if defined(__CUDACC__)
+#elif defined(__clang__)
 #pragma float_control(push)
 #pragma clang fp contract(off)
 #elif defined(__GNUC__)
@@ -990,7 +993,8 @@ static inline void mp_k_attention_grad(void *g, int gdt, const void *dy, int dyd
     }
 }
 
-#if defined(__clang__)
+#if defined(__CUDACC__)
+#elif defined(__clang__)
 #pragma float_control(pop)
 #elif defined(__GNUC__)
 #pragma GCC pop_options
