@@ -329,20 +329,78 @@ static inline double mp_moments(const float *v, int64_t n, float eps, float *mea
     return ss / (double)n;
 }
 
+/* mp_moments of the four rows v, v + n, v + 2n, v + 3n into st (mean,
+ * rstd pairs): each row's operations as in mp_moments (the same bits), the
+ * four rows' double sums as independent chains (one row's are 2n
+ * dependent additions, the whole cost of a short row). */
+static inline void mp_moments4(const float *v, int64_t n, float eps, float *st)
+{
+    const float *v0 = v, *v1 = v + n, *v2 = v + 2 * n, *v3 = v + 3 * n;
+    double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    for (int64_t i = 0; i < n; i++) {
+        s0 += v0[i];
+        s1 += v1[i];
+        s2 += v2[i];
+        s3 += v3[i];
+    }
+    double m0 = s0 / (double)n, m1 = s1 / (double)n, m2 = s2 / (double)n, m3 = s3 / (double)n;
+    s0 = s1 = s2 = s3 = 0;
+    for (int64_t i = 0; i < n; i++) {
+        s0 += ((double)v0[i] - m0) * ((double)v0[i] - m0);
+        s1 += ((double)v1[i] - m1) * ((double)v1[i] - m1);
+        s2 += ((double)v2[i] - m2) * ((double)v2[i] - m2);
+        s3 += ((double)v3[i] - m3) * ((double)v3[i] - m3);
+    }
+    const double m[4] = {m0, m1, m2, m3}, ss[4] = {s0, s1, s2, s3};
+    for (int r = 0; r < 4; r++) {
+        st[2 * r] = (float)m[r];
+        st[2 * r + 1] = 1.0f / sqrtf((float)(ss[r] / (double)n) + eps);
+    }
+}
+
+/* The mean and rstd of every row of x [rows, dim] into st (pairs), four
+ * rows at a time; v: 4 dim floats of scratch. Work-shared when called by
+ * a team (an orphaned omp for), one thread's loop otherwise. */
+static inline void mp_ln_stats(const void *x, int xdt, int64_t rows, int64_t dim, float eps,
+                               float *st, float *v)
+{
+    MP_OMP(for schedule(static))
+    for (int64_t r = 0; r < rows; r += 4) {
+        if (r + 4 <= rows) {
+            mp_ld_n(x, xdt, r * dim, 1, 4 * dim, v);
+            mp_moments4(v, dim, eps, &st[2 * r]);
+        } else
+            for (int64_t q = r; q < rows; q++) {
+                mp_ld_n(x, xdt, q * dim, 1, dim, v);
+                mp_moments(v, dim, eps, &st[2 * q], &st[2 * q + 1]);
+            }
+    }
+}
+
 /* y = (x - mean) rstd w + b over the last axis (w, b may be NULL). */
 static inline void mp_k_layer_norm(void *y, int ydt, const void *x, int xdt, const void *w,
                                    int wdt, const void *b, int bdt, int64_t rows,
                                    int64_t dim, float eps)
 {
-    MP_ROWS_LOOP(rows, dim, 1, 3,
-        float mean, rstd, *wv = buf + dim, *bv = buf + 2 * dim;
-        mp_ld_n(x, xdt, off, 1, dim, buf);
-        mp_moments(buf, dim, eps, &mean, &rstd);
+    float *st = (float *)mp_kalloc((size_t)(2 * rows) * sizeof *st);
+    MP_OMP(parallel if (rows * dim > MP_PAR_MIN))
+    {
+        float *buf = (float *)mp_kalloc((size_t)(6 * dim) * sizeof *buf);
+        float *wv = buf + 4 * dim, *bv = buf + 5 * dim;
+        mp_ln_stats(x, xdt, rows, dim, eps, st, buf);
         if (w) mp_ld_n(w, wdt, 0, 1, dim, wv);
         if (b) mp_ld_n(b, bdt, 0, 1, dim, bv);
-        for (int64_t j = 0; j < dim; j++)
-            buf[j] = (buf[j] - mean) * rstd * (w ? wv[j] : 1.0f) + (b ? bv[j] : 0.0f);
-        mp_st_n(y, ydt, off, 1, dim, buf))
+        MP_OMP(for schedule(static))
+        for (int64_t r = 0; r < rows; r++) {
+            float mean = st[2 * r], rstd = st[2 * r + 1];
+            mp_ld_n(x, xdt, r * dim, 1, dim, buf);
+            for (int64_t j = 0; j < dim; j++)
+                buf[j] = (buf[j] - mean) * rstd * (w ? wv[j] : 1.0f) + (b ? bv[j] : 0.0f);
+            mp_st_n(y, ydt, r * dim, 1, dim, buf);
+        }
+        free(buf);
+    }
+    free(st);
 }
 
 /* dx = rstd (g - mean(g) - xhat mean(g xhat)), g = dy w, xhat normalised x. */
@@ -362,18 +420,27 @@ static inline void mp_k_layer_norm_dx(void *dx, int dxdt, const void *dy, int dy
                                       const void *x, int xdt, const void *w, int wdt,
                                       int64_t rows, int64_t dim, float eps)
 {
-    MP_ROWS_LOOP(rows, dim, 1, 3,
-        float mean, rstd, *g = buf + dim, *wv = buf + 2 * dim;
-        mp_ld_n(x, xdt, off, 1, dim, buf);
-        mp_moments(buf, dim, eps, &mean, &rstd);
-        for (int64_t j = 0; j < dim; j++) buf[j] = (buf[j] - mean) * rstd;
-        mp_ld_n(dy, dydt, off, 1, dim, g);
-        if (w) {
-            mp_ld_n(w, wdt, 0, 1, dim, wv);
-            for (int64_t j = 0; j < dim; j++) g[j] *= wv[j];
+    float *st = (float *)mp_kalloc((size_t)(2 * rows) * sizeof *st);
+    MP_OMP(parallel if (rows * dim > MP_PAR_MIN))
+    {
+        float *buf = (float *)mp_kalloc((size_t)(6 * dim) * sizeof *buf);
+        float *g = buf + 4 * dim, *wv = buf + 5 * dim;
+        mp_ln_stats(x, xdt, rows, dim, eps, st, buf);
+        if (w) mp_ld_n(w, wdt, 0, 1, dim, wv);
+        MP_OMP(for schedule(static))
+        for (int64_t r = 0; r < rows; r++) {
+            float mean = st[2 * r], rstd = st[2 * r + 1];
+            mp_ld_n(x, xdt, r * dim, 1, dim, buf);
+            for (int64_t j = 0; j < dim; j++) buf[j] = (buf[j] - mean) * rstd;
+            mp_ld_n(dy, dydt, r * dim, 1, dim, g);
+            if (w)
+                for (int64_t j = 0; j < dim; j++) g[j] *= wv[j];
+            mp_norm_dx_row(g, buf, dim, rstd);
+            mp_st_n(dx, dxdt, r * dim, 1, dim, g);
         }
-        mp_norm_dx_row(g, buf, dim, rstd);
-        mp_st_n(dx, dxdt, off, 1, dim, g))
+        free(buf);
+    }
+    free(st);
 }
 
 /* dw[dim] = sum over rows of dy xhat (+ beta dw), rows summed in order.
@@ -391,12 +458,8 @@ static inline void mp_k_layer_norm_dw(void *dw, int dwdt, const void *dy, int dy
     int64_t nb = (dim + MP_LN_DW_COLS - 1) / MP_LN_DW_COLS;
     MP_OMP(parallel if (rows * dim > MP_PAR_MIN))
     {
-        float *v = (float *)mp_kalloc((size_t)(2 * dim) * sizeof *v), *g = v + dim;
-        MP_OMP(for schedule(static))
-        for (int64_t r = 0; r < rows; r++) {
-            mp_ld_n(x, xdt, r * dim, 1, dim, v);
-            mp_moments(v, dim, eps, &st[2 * r], &st[2 * r + 1]);
-        }
+        float *v = (float *)mp_kalloc((size_t)(4 * dim) * sizeof *v), *g = v + dim;
+        mp_ln_stats(x, xdt, rows, dim, eps, st, v);
         MP_OMP(for schedule(static))
         for (int64_t b = 0; b < nb; b++) {
             int64_t j0 = b * MP_LN_DW_COLS, n = mp_min64(dim - j0, MP_LN_DW_COLS);
