@@ -377,30 +377,41 @@ static inline void mp_ln_stats(const void *x, int xdt, int64_t rows, int64_t dim
     }
 }
 
+/* The row loop of layer_norm and its gradient: every row's statistics
+ * first (mp_ln_stats), w and b (either may be NULL) loaded once into wv and
+ * bv, then BODY once per row r with xh[0 .. dim) the row normalised,
+ * (x - mean) rstd, and g dim floats of scratch. */
+#define MP_LN_ROWS(x, xdt, w, wdt, b, bdt, rows, dim, eps, ...)               \
+    do {                                                                       \
+        float *st_ = (float *)mp_kalloc((size_t)(2 * (rows)) * sizeof(float));  \
+        MP_OMP(parallel if ((rows) * (dim) > MP_PAR_MIN))                      \
+        {                                                                      \
+            float *xh = (float *)mp_kalloc((size_t)(7 * (dim)) * sizeof(float)); \
+            float *g = xh + 4 * (dim), *wv = g + (dim), *bv = wv + (dim);      \
+            mp_ln_stats(x, xdt, rows, dim, eps, st_, xh);                      \
+            if (w) mp_ld_n(w, wdt, 0, 1, dim, wv);                             \
+            if (b) mp_ld_n(b, bdt, 0, 1, dim, bv);                             \
+            MP_OMP(for schedule(static))                                       \
+            for (int64_t r = 0; r < (rows); r++) {                             \
+                float mean = st_[2 * r], rstd = st_[2 * r + 1];                \
+                mp_ld_n(x, xdt, r * (dim), 1, dim, xh);                        \
+                for (int64_t j = 0; j < (dim); j++) xh[j] = (xh[j] - mean) * rstd; \
+                __VA_ARGS__;                                                   \
+            }                                                                  \
+            free(xh);                                                          \
+        }                                                                      \
+        free(st_);                                                             \
+    } while (0)
+
 /* y = (x - mean) rstd w + b over the last axis (w, b may be NULL). */
 static inline void mp_k_layer_norm(void *y, int ydt, const void *x, int xdt, const void *w,
                                    int wdt, const void *b, int bdt, int64_t rows,
                                    int64_t dim, float eps)
 {
-    float *st = (float *)mp_kalloc((size_t)(2 * rows) * sizeof *st);
-    MP_OMP(parallel if (rows * dim > MP_PAR_MIN))
-    {
-        float *buf = (float *)mp_kalloc((size_t)(6 * dim) * sizeof *buf);
-        float *wv = buf + 4 * dim, *bv = buf + 5 * dim;
-        mp_ln_stats(x, xdt, rows, dim, eps, st, buf);
-        if (w) mp_ld_n(w, wdt, 0, 1, dim, wv);
-        if (b) mp_ld_n(b, bdt, 0, 1, dim, bv);
-        MP_OMP(for schedule(static))
-        for (int64_t r = 0; r < rows; r++) {
-            float mean = st[2 * r], rstd = st[2 * r + 1];
-            mp_ld_n(x, xdt, r * dim, 1, dim, buf);
-            for (int64_t j = 0; j < dim; j++)
-                buf[j] = (buf[j] - mean) * rstd * (w ? wv[j] : 1.0f) + (b ? bv[j] : 0.0f);
-            mp_st_n(y, ydt, r * dim, 1, dim, buf);
-        }
-        free(buf);
-    }
-    free(st);
+    MP_LN_ROWS(x, xdt, w, wdt, b, bdt, rows, dim, eps,
+        for (int64_t j = 0; j < dim; j++)
+            xh[j] = xh[j] * (w ? wv[j] : 1.0f) + (b ? bv[j] : 0.0f);
+        mp_st_n(y, ydt, r * dim, 1, dim, xh));
 }
 
 /* dx = rstd (g - mean(g) - xhat mean(g xhat)), g = dy w, xhat normalised x. */
@@ -420,27 +431,12 @@ static inline void mp_k_layer_norm_dx(void *dx, int dxdt, const void *dy, int dy
                                       const void *x, int xdt, const void *w, int wdt,
                                       int64_t rows, int64_t dim, float eps)
 {
-    float *st = (float *)mp_kalloc((size_t)(2 * rows) * sizeof *st);
-    MP_OMP(parallel if (rows * dim > MP_PAR_MIN))
-    {
-        float *buf = (float *)mp_kalloc((size_t)(6 * dim) * sizeof *buf);
-        float *g = buf + 4 * dim, *wv = buf + 5 * dim;
-        mp_ln_stats(x, xdt, rows, dim, eps, st, buf);
-        if (w) mp_ld_n(w, wdt, 0, 1, dim, wv);
-        MP_OMP(for schedule(static))
-        for (int64_t r = 0; r < rows; r++) {
-            float mean = st[2 * r], rstd = st[2 * r + 1];
-            mp_ld_n(x, xdt, r * dim, 1, dim, buf);
-            for (int64_t j = 0; j < dim; j++) buf[j] = (buf[j] - mean) * rstd;
-            mp_ld_n(dy, dydt, r * dim, 1, dim, g);
-            if (w)
-                for (int64_t j = 0; j < dim; j++) g[j] *= wv[j];
-            mp_norm_dx_row(g, buf, dim, rstd);
-            mp_st_n(dx, dxdt, r * dim, 1, dim, g);
-        }
-        free(buf);
-    }
-    free(st);
+    MP_LN_ROWS(x, xdt, w, wdt, (const void *)NULL, MP_F32, rows, dim, eps,
+        mp_ld_n(dy, dydt, r * dim, 1, dim, g);
+        if (w)
+            for (int64_t j = 0; j < dim; j++) g[j] *= wv[j];
+        mp_norm_dx_row(g, xh, dim, rstd);
+        mp_st_n(dx, dxdt, r * dim, 1, dim, g));
 }
 
 /* dw[dim] = sum over rows of dy xhat (+ beta dw), rows summed in order.
