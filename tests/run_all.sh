@@ -3,29 +3,132 @@
 #   $B/tests/test_*   cmocka unit tests (one program per module)
 #   tests/t_*.sh      end-to-end tests (golden files, generated trainers,
 #                     PyTorch references); each exits non-zero on failure
-# Any failure fails the run. Set ONLY=pattern to run a subset.
+# Any failure fails the run.
+#   ONLY=pattern   run the tests whose name contains pattern; a pattern
+#                  that matches no test fails the run (a typo must not pass)
+#   MPCC_NO_FUSE=1 (make test-nofuse): tests marked "run_all: fusion-independent"
+#                  (they never use mpcc's default fusion: kernels, converters,
+#                  fused-vs-unfused comparisons with explicit flags) are
+#                  skipped, since make test ran them with the same result
+#   JOBS=n         tests run n at a time (default 2: CI's two cores). Each
+#                  test works in its own temporary folder, so they are
+#                  independent; the slowest known ones start first.
+# Every test has a 30-minute limit, a guard against a hang only: no test
+# waits on time, each waits on the state it checks.
 set -u
 cd "$(dirname "$0")/.."
 B=${B:-build}
 export MPCC=${MPCC:-./mpcc} B SAN=${SAN:-}
-pass=0 fail=0 failed=()
+# Two tests share two cores: OpenMP threads that spin while they wait
+# would take whole scheduler ticks from the other test (README).
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
+jobs=${JOBS:-2}
 logdir=$B/test-logs
 mkdir -p "$logdir"
+
+# The source that carries a test's markers: the script, or a unit's .c.
+source_of() { case $1 in *.sh) echo "$1" ;; *) echo "tests/unit/$(basename "$1").c" ;; esac; }
+
+tests=() skipped=()
 for t in "$B"/tests/test_* tests/t_*.sh; do
     [ -e "$t" ] || continue
     name=$(basename "$t")
     [ -n "${ONLY:-}" ] && [[ $name != *$ONLY* ]] && continue
+    if [ "${MPCC_NO_FUSE:-}" = 1 ] && grep -q 'run_all: fusion-independent' "$(source_of "$t")" 2>/dev/null; then
+        skipped+=("$name")
+        continue
+    fi
+    tests+=("$t")
+done
+[ ${#skipped[@]} -gt 0 ] && echo "SKIP (fusion-independent, run by make test): ${skipped[*]}"
+if [ ${#tests[@]} -eq 0 ] && [ ${#skipped[@]} -eq 0 ]; then
+    echo "no test matches ONLY=${ONLY:-} (names: $B/tests/test_*, tests/t_*.sh)"
+    echo "0 passed, 1 failed"
+    exit 1
+fi
+
+# Longest first, by the time each took in the last run here ($logdir/times),
+# so that two at a time finish together; unknown ones first of all.
+order() {
+    local t name s
+    for t in "${tests[@]}"; do
+        name=$(basename "$t")
+        s=$(awk -v n="$name" '$1 == n { s = $2 } END { print (s == "" ? 100000 : s) }' \
+            "$logdir/times" 2>/dev/null || echo 100000)
+        printf '%s %s\n' "$s" "$t"
+    done | sort -k1,1nr -k2,2 | cut -d' ' -f2-
+}
+
+run_one() {    # run_one TEST: its log, a result line in $logdir/NAME.result
+    local t=$1 name start rc
+    name=$(basename "$t")
     start=$(date +%s)
-    if timeout 1800 "$t" >"$logdir/$name.log" 2>&1; then
+    timeout 1800 "$t" >"$logdir/$name.log" 2>&1
+    rc=$?
+    echo "$rc $(( $(date +%s) - start ))" >"$logdir/$name.result"
+}
+
+report() {     # report NAME: PASS/FAIL line (and the log's tail on failure)
+    local name=$1 rc s
+    read -r rc s <"$logdir/$name.result"
+    echo "$name $s" >>"$logdir/times.new"
+    if [ "$rc" -eq 0 ]; then
         pass=$((pass + 1))
-        echo "PASS $name ($(( $(date +%s) - start ))s)"
+        echo "PASS $name (${s}s)"
     else
         fail=$((fail + 1))
         failed+=("$name")
-        echo "FAIL $name ($(( $(date +%s) - start ))s); last lines of $logdir/$name.log:"
+        echo "FAIL $name (${s}s, exit $rc); last lines of $logdir/$name.log:"
         tail -n 30 "$logdir/$name.log" | sed 's/^/    /'
     fi
+}
+
+reap() {       # report every running test that has ended
+    local pid name
+    for pid in "${!running[@]}"; do
+        name=${running[$pid]}
+        if [ -e "$logdir/$name.result" ] || ! kill -0 "$pid" 2>/dev/null; then
+            wait "$pid" 2>/dev/null
+            [ -e "$logdir/$name.result" ] || echo "1 0" >"$logdir/$name.result"
+            report "$name"
+            unset "running[$pid]"
+        fi
+    done
+}
+
+pass=0 fail=0 failed=()
+: >"$logdir/times.new"
+declare -A running=()     # pid -> test name
+mapfile -t queue < <(order)
+for t in "${queue[@]}"; do
+    while [ ${#running[@]} -ge "$jobs" ]; do
+        wait -n 2>/dev/null
+        reap
+    done
+    name=$(basename "$t")
+    rm -f "$logdir/$name.result"
+    run_one "$t" &
+    running[$!]=$name
 done
+while [ ${#running[@]} -gt 0 ]; do
+    wait -n 2>/dev/null
+    reap
+done
+# Keep the times of tests not run this time (an ONLY run).
+if [ -e "$logdir/times" ]; then
+    awk 'NR == FNR { seen[$1] = 1; print; next } !($1 in seen)' \
+        "$logdir/times.new" "$logdir/times" >"$logdir/times.tmp" &&
+        mv "$logdir/times.tmp" "$logdir/times"
+    rm -f "$logdir/times.new"
+else
+    mv "$logdir/times.new" "$logdir/times"
+fi
+
 echo
-echo "$pass passed, $fail failed"
+[ "$fail" -gt 0 ] && echo "failed: ${failed[*]}"
+if [ ${#skipped[@]} -gt 0 ]; then
+    echo "$pass passed, $fail failed, ${#skipped[@]} skipped"
+else
+    echo "$pass passed, $fail failed"
+fi
 [ "$fail" -eq 0 ]

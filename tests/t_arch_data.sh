@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# run_all: fusion-independent (mpcc's default fusion plays no part: make test-nofuse skips it)
 # t_arch_data.sh - the data steps of the GPT-2 / LLaMA / ResNet-18 examples:
 #   1. text2bin on tiny shakespeare against nanoGPT's shakespeare_char
 #      prepare.py, redone in Python (sorted set of characters, ids, a 90/10

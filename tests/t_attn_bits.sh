@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# run_all: fusion-independent (mpcc's default fusion plays no part: make test-nofuse skips it)
 # t_attn_bits.sh - the CPU attention kernels (runtime/mp_kernels_nn.h)
 # give the bits of the unblocked kernels they replaced (tests/attn/: the old
 # code in attn_ref.c, built with -ffp-contract=off, the cases in

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# run_all: fusion-independent (mpcc's default fusion plays no part: make test-nofuse skips it)
 # t_fuse.sh - the fusion pass (compiler/fuse.c) changes nothing but speed:
 #   1. every example and every tests/models model, compiled with --fuse and
 #      with --no-fuse to C, trained 3 steps on synthetic data

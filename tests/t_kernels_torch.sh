@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# run_all: fusion-independent (mpcc's default fusion plays no part: make test-nofuse skips it)
 # t_kernels_torch.sh - the runtime's kernels against PyTorch 1.13 and numpy
 # (tests/kernels_torch.py), in each way a trainer may be built:
 #   0: -O2 -DMP_GEMM_PORTABLE (the vector-extension micro-kernel, no threads),

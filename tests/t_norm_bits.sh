@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# run_all: fusion-independent (mpcc's default fusion plays no part: make test-nofuse skips it)
 # t_norm_bits.sh - layer_norm, layer_norm_dx and layer_norm_dw
 # (runtime/mp_kernels_nn.h), which compute their rows' moments four rows at
 # a time (mp_moments4: four independent chains of double sums), give the

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# run_all: fusion-independent (mpcc's default fusion plays no part: make test-nofuse skips it)
 # t_tools.sh - the data converters (idx2npy, csv2npy) and the runtime's file
 # formats, checked against independent Python readers:
 #   1. converts the real MNIST t10k files and the digits CSV and compares

@@ -1,3 +1,4 @@
+/* run_all: fusion-independent (runtime kernels only: make test-nofuse skips it) */
 /* test_kernels.c - the runtime's kernels (runtime/mp_kernels*.h).
  *
  * - mp_gemm against a naive double loop: many odd sizes (across the
