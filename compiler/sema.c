@@ -19,7 +19,12 @@
  * - expansion is bounded: no block calls itself (checked before any
  *   expansion), nesting depth and node count are capped with an error.
  * Any error makes sema_lower() return NULL; it goes on after each one (up
- * to the diag limit) to report as many as it can. */
+ * to the diag limit) to report as many as it can.
+ *
+ * This file holds the walk, names, constants, the built-in operations and
+ * the train block; blocks, tuple assignments and `for` loops live in
+ * sema_blocks.c, the functions of constants in sema_const.c, and what they
+ * share in sema_int.h. */
 #include "sema_int.h"
 #include "ops.h"
 #include "shape.h"
@@ -1797,7 +1802,8 @@ static void st_metric(Ctx *c, const Stmt *s)
     if (!at_top(c, s, "a metric"))
         return;
     if (c->iter) {
-        diag_error(s->loc, "a metric cannot be declared inside a repeat (each copy would declare it again)");
+        diag_error(s->loc, "a metric cannot be declared inside a repeat or a for loop (each copy would "
+                   "declare it again)");
         return;
     }
     Val v = statement_value(c, s, s->name, DT_NONE);
