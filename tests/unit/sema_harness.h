@@ -36,8 +36,8 @@ static inline int teardown(void **state)
     return 0;
 }
 
-/* Parses and lowers src; messages land in `msgs`. */
-static inline IrGraph *lower_policy(const char *src, int policy)
+/* From here on, messages land in `msgs` (the last ones dropped). */
+static inline void capture_msgs(void)
 {
     if (msgf)
         fclose(msgf);
@@ -45,6 +45,12 @@ static inline IrGraph *lower_policy(const char *src, int policy)
     msgs = NULL;
     msgf = open_memstream(&msgs, &msgs_len);
     diag_init(msgf);
+}
+
+/* Parses and lowers src; messages land in `msgs`. */
+static inline IrGraph *lower_policy(const char *src, int policy)
+{
+    capture_msgs();
     SrcFile *f = arena_alloc(&arena, sizeof *f);
     f->path = "t.mp";
     f->text = src;

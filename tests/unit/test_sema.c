@@ -485,12 +485,7 @@ static void examples_lower(void **state)
     static const char *const files[] = {"examples/mnist_mlp.mp", "examples/mnist_cnn.mp",
                                         "examples/char_transformer.mp", "examples/digits_mlp.mp"};
     for (int i = 0; i < 4; i++) {
-        if (msgf)
-            fclose(msgf);
-        free(msgs);
-        msgs = NULL;
-        msgf = open_memstream(&msgs, &msgs_len);
-        diag_init(msgf);
+        capture_msgs();
         SrcFile *f = ast_read_file(&arena, files[i]);
         if (!f)
             fail_msg("cannot read %s (run from the repository root)", files[i]);
@@ -505,10 +500,7 @@ static void examples_lower(void **state)
 static void char_transformer_names(void **state)
 {
     (void)state;
-    if (msgf)
-        fclose(msgf);
-    msgf = open_memstream(&msgs, &msgs_len);
-    diag_init(msgf);
+    capture_msgs();
     SrcFile *f = ast_read_file(&arena, "examples/char_transformer.mp");
     assert_non_null(f);
     IrGraph *g = sema_lower(&arena, ast_parse(&arena, f), -1);
