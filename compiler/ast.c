@@ -62,7 +62,7 @@ static const char *const stmt_keyword[] = {
     [ST_PARAM] = "param", [ST_ASSIGN] = NULL, [ST_METRIC] = "metric",
     [ST_PRECISION] = "precision", [ST_BLOCK] = "block", [ST_RETURN] = "return",
     [ST_REPEAT] = "repeat", [ST_TRAIN] = "train", [ST_BUFFER] = "buffer",
-    [ST_UNPACK] = NULL,
+    [ST_UNPACK] = NULL, [ST_FOR] = "for",
 };
 
 /* What a statement starts with, for messages: its keyword or its target. */
@@ -178,7 +178,7 @@ static void dump_expr(FILE *o, const Expr *e)
         fputc(')', o);
         break;
     case EX_BINARY:
-        fprintf(o, "(%s ", e->op == 'P' ? "**" : (char[]){(char)e->op, 0});
+        fprintf(o, "(%s ", e->op == 'P' ? "**" : e->op == 'D' ? "//" : (char[]){(char)e->op, 0});
         dump_expr(o, e->lhs);
         fputc(' ', o);
         dump_expr(o, e->rhs);
@@ -235,9 +235,9 @@ static void dump_stmt(FILE *o, const Stmt *s, int indent)
     }
     if (s->window)
         fputs(" window", o);
-    if (s->value) {
+    for (int i = 0; i < (s->nvalues ? s->nvalues : s->value != NULL); i++) {
         fputc(' ', o);
-        dump_expr(o, s->value);
+        dump_expr(o, s->nvalues ? s->values[i] : s->value);
     }
     if (s->kind == ST_REPEAT)
         fprintf(o, " %s", s->name);

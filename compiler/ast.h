@@ -25,7 +25,7 @@ typedef enum {
     EX_NUM,      /* 128, 1e-3: num, is_int, text                           */
     EX_STR,      /* "proj": str                                            */
     EX_NAME,     /* x, h.weight, true: name (dotted names kept whole)      */
-    EX_BINARY,   /* a OP b: op is one of + - * / @ and 'P' for **          */
+    EX_BINARY,   /* a OP b: op is one of + - * / % @, 'P' for **, 'D' for // */
     EX_NEG,      /* -a: lhs                                                */
     EX_CALL,     /* f(args..., key = value...): name, args, kwargs.
                     A cast f32(x) is a call whose name is the type name.  */
@@ -76,6 +76,7 @@ typedef enum {
     ST_TRAIN,     /* train { items }                              */
     ST_BUFFER,    /* buffer NAME: [dims] = value (an EX_CALL init) */
     ST_UNPACK,    /* a, b, c = value: name = "a", params = the names */
+    ST_FOR,       /* for NAME in A .. B { body }: values = {A, B}  */
 } StmtKind;
 
 /* One line of a train block: `key = value`, or `minimize NAME` (key is
@@ -90,13 +91,16 @@ struct Stmt {
     StmtKind kind;
     SrcLoc loc;           /* the statement's first token */
     const char *name;     /* MODEL, CONST, INPUT, PARAM, BUFFER, ASSIGN, METRIC,
-                             BLOCK, REPEAT (the `as` name, maybe dotted) */
+                             BLOCK, REPEAT (the `as` name, maybe dotted), FOR (its
+                             variable) */
     SrcLoc name_loc;
     TypeName type;        /* INPUT, PARAM and BUFFER (always f32), typed ASSIGN, PRECISION;
                              TY_NONE for an untyped ASSIGN */
     SrcLoc type_loc;
-    Expr *value;          /* CONST, PARAM / BUFFER init, ASSIGN, METRIC, RETURN,
-                             REPEAT count */
+    Expr *value;          /* CONST, PARAM / BUFFER init, ASSIGN, METRIC, RETURN
+                             (its first value), REPEAT count, FOR start */
+    Expr **values;        /* RETURN: every value (`return mu, logvar`); FOR: A, B */
+    int nvalues;
     bool window;          /* INPUT: `input x: u16[B, W] window` */
     SrcLoc window_loc;
     Expr **dims;          /* INPUT, PARAM, BUFFER */
@@ -104,7 +108,7 @@ struct Stmt {
     const char **params;  /* BLOCK formal parameter names; UNPACK targets */
     SrcLoc *param_locs;
     int nparams;
-    Stmt **body;          /* PRECISION, BLOCK, REPEAT */
+    Stmt **body;          /* PRECISION, BLOCK, REPEAT, FOR */
     int nbody;
     TrainItem *items;     /* TRAIN */
     int nitems;

@@ -19,8 +19,13 @@
  * - expansion is bounded: no block calls itself (checked before any
  *   expansion), nesting depth and node count are capped with an error.
  * Any error makes sema_lower() return NULL; it goes on after each one (up
- * to the diag limit) to report as many as it can. */
-#include "sema.h"
+ * to the diag limit) to report as many as it can.
+ *
+ * This file holds the walk, names, constants, the built-in operations and
+ * the train block; blocks, tuple assignments and `for` loops live in
+ * sema_blocks.c, the functions of constants in sema_const.c, and what they
+ * share in sema_int.h. */
+#include "sema_int.h"
 #include "ops.h"
 #include "shape.h"
 
@@ -32,101 +37,6 @@
 #include <string.h>
 #include <strings.h>
 
-#define SEMA_MAX_NODES  1000000   /* operations in the expanded model */
-#define SEMA_MAX_REPEAT 100000    /* copies one `repeat` may make */
-#define SEMA_MAX_DEPTH  64        /* nested block calls */
-#define MAX_ARGS        10
-
-/* ---- values ------------------------------------------------------------ */
-
-typedef enum { V_ERR, V_NONE, V_INT, V_REAL, V_BOOL, V_TENSOR } ValKind;
-
-typedef struct Val {
-    ValKind k;
-    int64_t i;          /* V_INT, V_BOOL */
-    double r;           /* V_INT (as a double too), V_REAL */
-    IrNode *t;          /* V_TENSOR */
-} Val;
-
-static const Val verr = {V_ERR, 0, 0, NULL};
-static const Val vnone = {V_NONE, 0, 0, NULL};
-static Val vint(int64_t i) { return (Val){V_INT, i, (double)i, NULL}; }
-static Val vreal(double r) { return (Val){V_REAL, 0, r, NULL}; }
-static Val vbool(bool b) { return (Val){V_BOOL, b, b, NULL}; }
-static Val vtensor(IrNode *t) { return (Val){V_TENSOR, 0, 0, t}; }
-static bool is_num(Val v) { return v.k == V_INT || v.k == V_REAL; }
-static bool is_int_type(DType t) { return t == DT_I32 || t == DT_U8 || t == DT_U16; }
-
-/* ---- scopes, blocks, the context -------------------------------------------- */
-
-typedef enum { SYM_CONST, SYM_INPUT, SYM_PARAM, SYM_VALUE, SYM_METRIC, SYM_BUFFER } SymKind;
-static const char *const sym_kind_name[] = {"constant", "input", "parameter", "value", "metric", "buffer"};
-static const char *const sym_kind_a[] = {"a constant", "an input", "a parameter", "a value", "a metric",
-                                         "a buffer"};
-
-typedef struct Sym {
-    const char *name;
-    SymKind kind;
-    Val v;
-    SrcLoc loc;
-    int iter;           /* the repeat copy that defined it (0: none) */
-} Sym;
-
-typedef struct Block {
-    const Stmt *s;
-    bool has_params;    /* declares parameters, itself or through its calls */
-    int state;          /* cycle search: 0 unseen, 1 on the path, 2 done */
-    bool bad;           /* in a cycle, or its expansion reported errors */
-} Block;
-
-typedef struct Scope {
-    Sym *syms;
-    int n, cap;
-    struct Scope *parent;   /* a block's: the model's scope (constants only) */
-    const Block *block;     /* the block being expanded; NULL at the top */
-} Scope;
-
-/* Open-addressing set of parameter names -> index in g->params. */
-typedef struct NameSet {
-    const char **keys;
-    int *vals;
-    size_t cap, n;
-} NameSet;
-
-typedef struct Ctx {
-    Arena *a;
-    IrGraph *g;
-    const Ast *ast;
-    Scope *top, *scope;
-    Block *blocks;
-    int nblocks;
-    NameSet params;
-    const char *prefix;     /* parameter-name prefix: "", "y.", "layers.0." */
-    DType override;         /* typed assignment or precision region */
-    /* the statement being lowered */
-    const char *target;     /* its target name, or NULL */
-    bool target_taken;      /* an unnamed layer already took the target */
-    bool in_return;
-    const Expr *unpack;     /* a tuple assignment's chunk(...) call, whose */
-    IrNode **parts;         /* parts lower_chunk leaves here, nparts of them */
-    int nparts;
-    Val ret;                /* a block's `return` value */
-    bool returned;
-    /* repeat copies: redefinitions are allowed across copies only */
-    int iter, repeat_base, next_iter;
-    int nrepeats;       /* outermost repeats expanded so far (IrNode.rep) */
-    bool in_repeat;
-    int depth;              /* nested block calls */
-    Scope frames[SEMA_MAX_DEPTH + 1];   /* a block call's scope at each depth,
-                                           its table reused by the next call
-                                           at that depth (millions of calls
-                                           must not each allocate one) */
-    int nest;               /* nested statement lists (1: the model's own) */
-    Block **path;           /* cycle search: the blocks being visited */
-    int npath;
-    bool stop;              /* node limit reached: make nothing more */
-    const Stmt *train;
-} Ctx;
 
 static const char *fmt_real(Ctx *c, double r)
 {
@@ -290,13 +200,37 @@ static Val const_node(Ctx *c, SrcLoc loc, double v)
 static Val eval(Ctx *c, const Expr *e);
 static Val call(Ctx *c, const Expr *e);
 
+/* x // y and x % y as Python computes them: the quotient rounded down,
+ * the remainder taking the divisor's sign; integers stay integers. */
+static Val fold_floor_div(Ctx *c, const Expr *e, Val x, Val y)
+{
+    if (y.r == 0) {
+        diag_error(e->loc, "%s by zero in a constant expression", e->op == '%' ? "modulo" : "division");
+        return verr;
+    }
+    if (x.k == V_INT && y.k == V_INT) {
+        if (x.i == INT64_MIN && y.i == -1)
+            return e->op == '%' ? vint(0) : (diag_error(e->loc, "integer overflow in a constant "
+                                                        "expression: the result does not fit in 64 bits"),
+                                             verr);
+        int64_t q = x.i / y.i, r = x.i % y.i;
+        if (r != 0 && (r < 0) != (y.i < 0))
+            q--, r += y.i;
+        return vint(e->op == '%' ? r : q);
+    }
+    double q = floor(x.r / y.r), r = fmod(x.r, y.r);
+    if (r != 0 && (r < 0) != (y.r < 0))
+        r += y.r;
+    return vreal(e->op == '%' ? r : q);
+}
+
 /* Checked integer arithmetic on constants; reals where either side is one. */
 static Val fold(Ctx *c, const Expr *e, Val x, Val y)
 {
     int64_t r = 0;
     bool ints = x.k == V_INT && y.k == V_INT, ovf = false;
     double fr = 0;
-    switch (e->op) {   /* the five constant operators, not a table of ops */
+    switch (e->op) {   /* the constant operators, not a table of ops */
     case '+': ovf = ints && __builtin_add_overflow(x.i, y.i, &r); fr = x.r + y.r; break;
     case '-': ovf = ints && __builtin_sub_overflow(x.i, y.i, &r); fr = x.r - y.r; break;
     case '*': ovf = ints && __builtin_mul_overflow(x.i, y.i, &r); fr = x.r * y.r; break;
@@ -308,6 +242,9 @@ static Val fold(Ctx *c, const Expr *e, Val x, Val y)
         if (ints && !(x.i == INT64_MIN && y.i == -1) && x.i % y.i == 0)
             return vint(x.i / y.i);
         return vreal(x.r / y.r);
+    case 'D':
+    case '%':
+        return fold_floor_div(c, e, x, y);
     case 'P':
         if (ints && y.i >= 0) {
             r = 1;
@@ -355,7 +292,8 @@ static bool need_operand(Ctx *c, const Expr *e, Val v, const char *what)
 static Val eval_binary(Ctx *c, const Expr *e)
 {
     Val x = eval(c, e->lhs), y = eval(c, e->rhs);
-    const char *what = e->op == 'P' ? "'**'" : shape_op_name(binop_of[e->op]);
+    const char *what = e->op == 'P' ? "'**'" : e->op == 'D' ? "'//'" : e->op == '%' ? "'%'"
+                                                                  : shape_op_name(binop_of[e->op]);
     bool okx = need_operand(c, e->lhs, x, what), oky = need_operand(c, e->rhs, y, what);
     if (!okx || !oky)
         return verr;
@@ -364,6 +302,11 @@ static Val eval_binary(Ctx *c, const Expr *e)
     if (e->op == 'P') {
         diag_error(e->loc, "'**' works on constants only, got %s ** %s: for a tensor write x * x",
                    describe(c, x), describe(c, y));
+        return verr;
+    }
+    if (e->op == 'D' || e->op == '%') {
+        diag_error(e->loc, "'%s' works on constants only, got %s %s %s", e->op == 'D' ? "//" : "%",
+                   describe(c, x), e->op == 'D' ? "//" : "%", describe(c, y));
         return verr;
     }
     if (e->op == '@' && (is_num(x) || is_num(y))) {
@@ -419,10 +362,10 @@ static const Stmt *defined_later(const Stmt *const *body, int n, const char *nam
     for (int i = 0; i < n; i++) {
         const Stmt *s = body[i];
         bool defines = s->name && s->kind != ST_MODEL && s->kind != ST_BLOCK &&
-                       s->kind != ST_REPEAT && strcmp(s->name, name) == 0;
+                       s->kind != ST_REPEAT && s->kind != ST_FOR && strcmp(s->name, name) == 0;
         if (defines && (s->loc.line > use.line || (s->loc.line == use.line && s->loc.col > use.col)))
             return s;
-        const Stmt *in = s->kind == ST_PRECISION || s->kind == ST_REPEAT
+        const Stmt *in = s->kind == ST_PRECISION || s->kind == ST_REPEAT || s->kind == ST_FOR
                              ? defined_later((const Stmt *const *)s->body, s->nbody, name, use)
                              : NULL;
         if (in)
@@ -431,7 +374,6 @@ static const Stmt *defined_later(const Stmt *const *body, int n, const char *nam
     return NULL;
 }
 
-static const Block *find_block(Ctx *c, const char *name);
 static const struct Builtin *find_builtin(const char *name);
 
 static void unknown_name(Ctx *c, const Expr *e)
@@ -445,7 +387,7 @@ static void unknown_name(Ctx *c, const Expr *e)
         diag_note(later->name_loc.file ? later->name_loc : later->loc, "'%s' is defined here", e->name);
         return;
     }
-    if (find_builtin(e->name) || find_block(c, e->name)) {
+    if (find_builtin(e->name) || sema_find_block(c, e->name)) {
         diag_error(e->loc, "'%s' is an operation, not a value: call it, e.g. %s(x)", e->name, e->name);
         return;
     }
@@ -521,7 +463,7 @@ static Val eval_list(Ctx *c, const Expr *e)
 {
     (void)c;
     diag_error(e->loc, "a list [...] is only allowed as an argument of reshape, transpose, "
-               "expand, concat, fp16_ops or fp32_ops");
+               "expand, concat, stack, fp16_ops or fp32_ops");
     return verr;
 }
 
@@ -581,7 +523,8 @@ static bool eval_dims(Ctx *c, Expr *const *dims, int n, SrcLoc at, Shape *out)
     for (int i = 0; i < n; i++) {
         Val v = eval(c, dims[i]);
         if (v.k == V_REAL) {
-            diag_error(dims[i]->loc, "dimension must be an integer, got %s", fmt_real(c, v.r));
+            diag_error(dims[i]->loc, "dimension must be an integer, got %s (use // for integer "
+                       "division, floor() or ceil() to round)", fmt_real(c, v.r));
             ok = false;
         } else
             ok = get_int(c, dims[i], v, "dimension", 1, &out->d[i]) && ok;
@@ -597,36 +540,6 @@ static bool eval_dims(Ctx *c, Expr *const *dims, int n, SrcLoc at, Shape *out)
 
 /* ---- arguments of calls -------------------------------------------------------------- */
 
-typedef enum {
-    A_TENSOR,   /* a tensor                                      */
-    A_INT,      /* an integer constant                           */
-    A_REAL,     /* a number                                      */
-    A_BOOL,     /* true / false                                  */
-    A_STR,      /* "..."                                         */
-    A_LIST,     /* [...]: read by the op itself                  */
-    A_INIT,     /* zeros(), normal(0.02), ...: read by the layer */
-    A_ANY,      /* a tensor or a number (casts, block arguments) */
-} ArgKind;
-
-/* required / has a default / may be absent / may be absent and is not
- * shown in signatures (a block's `name`) */
-enum { ARG_REQ, ARG_OPT, ARG_ABSENT, ARG_HIDDEN };
-
-typedef struct ArgSpec {
-    const char *name;
-    ArgKind kind;
-    int need;
-    double def;
-} ArgSpec;
-
-#define REQ(n, k)    {n, k, ARG_REQ, 0}
-#define OPT(n, k, d) {n, k, ARG_OPT, d}
-#define ABS(n, k)    {n, k, ARG_ABSENT, 0}
-
-typedef struct Args {
-    Val v[MAX_ARGS];
-    const Expr *e[MAX_ARGS];    /* as written; NULL where defaulted */
-} Args;
 
 static int nspecs(const ArgSpec *spec)
 {
@@ -819,6 +732,8 @@ static IrNode *declare(Ctx *c, SrcLoc loc, const char *name, Shape s, Init init,
                        int64_t fan_in, int64_t fan_out)
 {
     int old = nameset_get(&c->params, name);
+    if (old >= c->share_from && old < c->share_to)      /* a for loop's shared layer */
+        return sema_shared_param(c, loc, old, s);
     if (old >= 0) {
         diag_error(loc, "parameter '%s' is declared twice: give this layer another name, e.g. "
                    "name = \"...\"", name);
@@ -887,6 +802,12 @@ static const char *layer_name(Ctx *c, const Expr *callx, const Expr *name_arg)
     if (c->in_return) {
         diag_error(callx->loc, "%s in a 'return' declares parameters and needs a name: add "
                    "name = \"...\"", callx->name);
+        return NULL;
+    }
+    if (c->unpack == callx) {
+        diag_error(callx->loc, "%s declares parameters and needs a name: a tuple assignment has no "
+                   "one target to name it after; add name = \"...\" (or name = \"\" for no name "
+                   "level)", callx->name);
         return NULL;
     }
     if (!c->target || c->target_taken) {
@@ -1469,27 +1390,110 @@ static Val lower_slice(Ctx *c, const Builtin *b, const Expr *x, Args *a)
     return finish(c, n);
 }
 
-/* concat([a, b, ...], axis): the list's entries are tensors. */
-static Val lower_concat(Ctx *c, const Builtin *b, const Expr *x, Args *a)
+/* The entries of fn's list argument [a, b, ...], tensors; NULL after an error. */
+static IrNode **tensor_list(Ctx *c, const Expr *list, const char *fn)
 {
-    const Expr *list = a->e[0];
-    int64_t axis;
     if (list->nargs == 0) {
-        diag_error(list->loc, "concat needs at least one tensor in its list");
-        return verr;
+        diag_error(list->loc, "%s needs at least one tensor in its list", fn);
+        return NULL;
     }
     IrNode **in = arena_alloc(c->a, sizeof *in * (size_t)list->nargs);
     bool ok = true;
     for (int i = 0; i < list->nargs; i++) {
         Val v = eval(c, list->args[i]);
         if (v.k != V_TENSOR && v.k != V_ERR)
-            diag_error(list->args[i]->loc, "an entry of concat's list must be a tensor, got %s",
+            diag_error(list->args[i]->loc, "an entry of %s's list must be a tensor, got %s", fn,
                        describe(c, v));
         ok = ok && v.k == V_TENSOR;
         in[i] = v.t;
     }
-    if (!ok || !norm_axis(c, a->e[1] ? a->e[1] : x, "concat", &in[0]->shape, a->v[1].i, &axis))
+    return ok ? in : NULL;
+}
+
+/* concat([a, b, ...], axis): the list's entries are tensors. */
+static Val lower_concat(Ctx *c, const Builtin *b, const Expr *x, Args *a)
+{
+    const Expr *list = a->e[0];
+    int64_t axis;
+    IrNode **in = tensor_list(c, list, "concat");
+    if (!in || !norm_axis(c, a->e[1] ? a->e[1] : x, "concat", &in[0]->shape, a->v[1].i, &axis))
         return verr;
+    IrNode *n = node(c, OP_CONCAT, x->loc, list->nargs, in);
+    if (n)
+        n->ia[0] = axis;
+    return finish(c, n);
+}
+
+/* x reshaped to `to` (a view: no copy where the layout allows). */
+static Val reshaped(Ctx *c, SrcLoc loc, IrNode *x, Shape to)
+{
+    IrNode *n = node(c, OP_RESHAPE, loc, 1, &x);
+    if (n)
+        n->shape = to;
+    return finish(c, n);
+}
+
+/* select(x, axis, i): index i of the axis, which is dropped -- a slice of
+ * width one and a reshape (the gradient scatters back through both). */
+static Val lower_select(Ctx *c, const Builtin *b, const Expr *x, Args *a)
+{
+    const Shape *s = &a->v[0].t->shape;
+    int64_t axis, i;
+    if (!norm_axis(c, a->e[1], "select", s, a->v[1].i, &axis))
+        return verr;
+    int64_t len = s->d[axis];
+    if (a->v[2].i < -len || a->v[2].i >= len) {
+        diag_error(a->e[2]->loc, "select index %lld is out of range for an axis of size %lld (%lld to "
+                   "%lld)", (long long)a->v[2].i, (long long)len, (long long)-len, (long long)len - 1);
+        return verr;
+    }
+    i = a->v[2].i < 0 ? a->v[2].i + len : a->v[2].i;
+    IrNode *n = node(c, OP_SLICE, x->loc, 1, &a->v[0].t);
+    if (n)
+        n->ia[0] = axis, n->ia[1] = i, n->ia[2] = i + 1;
+    Val part = finish(c, n);
+    if (part.k != V_TENSOR)
+        return verr;
+    Shape to = {.rank = s->rank - 1};
+    for (int d = 0, k = 0; d < s->rank; d++)
+        if (d != axis)
+            to.d[k++] = s->d[d];
+    return reshaped(c, x->loc, part.t, to);
+}
+
+/* stack([a, b, ...], axis): torch.stack -- each entry given a new axis of
+ * size one, then concatenated along it. */
+static Val lower_stack(Ctx *c, const Builtin *b, const Expr *x, Args *a)
+{
+    const Expr *list = a->e[0];
+    IrNode **in = tensor_list(c, list, "stack");
+    if (!in)
+        return verr;
+    const Shape *s = &in[0]->shape;
+    Shape out = {.rank = s->rank + 1};     /* the axis is one of the result's */
+    int64_t axis;
+    if (s->rank >= MP_MAX_RANK) {
+        diag_error(x->loc, "stack of %s would have more than %d dimensions", shape_str(c->a, s),
+                   MP_MAX_RANK);
+        return verr;
+    }
+    if (!norm_axis(c, a->e[1] ? a->e[1] : x, "stack", &out, a->v[1].i, &axis))
+        return verr;
+    for (int i = 0; i < list->nargs; i++) {
+        const Shape *si = &in[i]->shape;
+        if (!shape_eq(si, s)) {
+            diag_error(list->args[i]->loc, "stack needs tensors of one shape, got %s and %s",
+                       shape_str(c->a, s), shape_str(c->a, si));
+            return verr;
+        }
+        Shape to = {.rank = s->rank + 1};
+        for (int d = 0, k = 0; d < to.rank; d++)
+            to.d[d] = d == axis ? 1 : s->d[k++];
+        Val v = reshaped(c, x->loc, in[i], to);
+        if (v.k != V_TENSOR)
+            return verr;
+        in[i] = v.t;
+    }
     IrNode *n = node(c, OP_CONCAT, x->loc, list->nargs, in);
     if (n)
         n->ia[0] = axis;
@@ -1543,6 +1547,8 @@ static const Builtin builtins[] = {
     {"slice", OP_SLICE, lower_slice, false,
      {REQ("x", A_TENSOR), REQ("axis", A_INT), REQ("start", A_INT), REQ("end", A_INT)}},
     {"concat", OP_CONCAT, lower_concat, false, {REQ("tensors", A_LIST), OPT("axis", A_INT, 0)}},
+    {"select", OP_SLICE, lower_select, false, {REQ("x", A_TENSOR), REQ("axis", A_INT), REQ("i", A_INT)}},
+    {"stack", OP_CONCAT, lower_stack, false, {REQ("tensors", A_LIST), OPT("axis", A_INT, 0)}},
     {"expand", OP_EXPAND, lower_to_shape, false, {REQ("x", A_TENSOR), REQ("dims", A_LIST)}},
     {"arange", OP_ARANGE, lower_arange, false, {REQ("n", A_INT)}},
     {"max_pool2d", OP_MAX_POOL2D, lower_pool, false,
@@ -1586,120 +1592,20 @@ static const Builtin *find_builtin(const char *name)
     return NULL;
 }
 
-static const Block *find_block(Ctx *c, const char *name)
-{
-    for (int i = 0; i < c->nblocks; i++)
-        if (strcmp(c->blocks[i].s->name, name) == 0)
-            return &c->blocks[i];
-    return NULL;
-}
 
 /* ---- statements ----------------------------------------------------------------------------- */
 
 static void run_body(Ctx *c, Stmt *const *body, int n);
 static void train_block(Ctx *c, const Stmt *s);
 
-/* What a block call changes in the context, restored when it returns. */
-typedef struct Frame {
-    Scope *scope;
-    const char *prefix, *target;
-    bool target_taken, in_return, returned;
-    Val ret;
-    int iter, repeat_base;
-} Frame;
-
-static Frame enter(Ctx *c)
-{
-    Frame f = {c->scope, c->prefix, c->target, c->target_taken, c->in_return, c->returned,
-               c->ret, c->iter, c->repeat_base};
-    c->depth++;
-    c->ret = vnone;
-    c->returned = false;
-    c->iter = 0;
-    c->repeat_base = INT_MAX;
-    return f;
-}
-
-static void leave(Ctx *c, const Frame *f)
-{
-    c->depth--;
-    c->scope = f->scope;
-    c->prefix = f->prefix;
-    c->target = f->target;
-    c->target_taken = f->target_taken;
-    c->in_return = f->in_return;
-    c->returned = f->returned;
-    c->ret = f->ret;
-    c->iter = f->iter;
-    c->repeat_base = f->repeat_base;
-}
-
-/* Expands block b at the call e: a fresh scope holding the arguments, the
- * parameters named under the call's name. */
-static Val call_block(Ctx *c, const Expr *e, Block *b)
-{
-    const Stmt *bs = b->s;
-    if (b->bad)
-        return verr;
-    if (c->depth >= SEMA_MAX_DEPTH) {
-        diag_error(e->loc, "blocks are nested more than %d calls deep", SEMA_MAX_DEPTH);
-        return verr;
-    }
-    ArgSpec spec[MAX_ARGS + 1] = {{0}};
-    if (bs->nparams >= MAX_ARGS) {
-        diag_error(bs->loc, "block '%s' has %d parameters, at most %d are allowed", bs->name,
-                   bs->nparams, MAX_ARGS - 1);
-        b->bad = true;
-        return verr;
-    }
-    for (int i = 0; i < bs->nparams; i++)
-        spec[i] = (ArgSpec)REQ(bs->params[i], A_ANY);
-    if (e->nargs > bs->nparams) {   /* `name` is only ever a keyword */
-        const char *sig = signature(c, bs->name, spec);
-        diag_error(e->args[bs->nparams]->loc, "block %s takes %d argument%s, got %d", sig,
-                   bs->nparams, bs->nparams == 1 ? "" : "s", e->nargs);
-        return verr;
-    }
-    spec[bs->nparams] = (ArgSpec){"name", A_STR, ARG_HIDDEN, 0};
-    Args a;
-    if (!bind_args(c, e, bs->name, spec, &a))
-        return verr;
-    const Expr *name_arg = a.e[bs->nparams];
-    if (name_arg && !b->has_params) {
-        diag_error(name_arg->loc, "block '%s' declares no parameters: name = \"...\" names nothing",
-                   bs->name);
-        return verr;
-    }
-    const char *layer = b->has_params ? layer_name(c, e, name_arg) : "";
-    if (!layer)
-        return verr;
-
-    Frame saved = enter(c);
-    Scope *sc = &c->frames[c->depth];
-    *sc = (Scope){sc->syms, 0, sc->cap, c->top, b};
-    c->scope = sc;
-    if (b->has_params)
-        c->prefix = arena_printf(c->a, "%s%s.", c->prefix, layer);
-    for (int i = 0; i < bs->nparams; i++)
-        bind(c, bs->params[i], SYM_VALUE, a.v[i], bs->param_locs[i]);
-    int errs = diag_error_count();
-    run_body(c, bs->body, bs->nbody);
-    Val r = c->ret;
-    if (diag_error_count() > errs)
-        b->bad = true;             /* one report per mistake, not per call */
-    leave(c, &saved);
-    if (r.k == V_NONE && !b->bad) {
-        diag_error(e->loc, "block '%s' returns no value", bs->name);
-        return verr;
-    }
-    return r;
-}
-
 static Val call(Ctx *c, const Expr *e)
 {
-    Block *blk = (Block *)find_block(c, e->name);
+    Block *blk = (Block *)sema_find_block(c, e->name);
     if (blk)
-        return call_block(c, e, blk);
+        return sema_call_block(c, e, blk);
+    Val folded;
+    if (sema_const_call(c, e, &folded))
+        return folded;
     const Builtin *b = find_builtin(e->name);
     if (!b) {
         const char *cands[N_BUILTINS + 64];
@@ -1891,47 +1797,13 @@ static void st_assign(Ctx *c, const Stmt *s)
         bind(c, s->name, SYM_VALUE, v, s->name_loc);
 }
 
-/* a, b, c = chunk(x, 3): each name bound to its part. Only chunk makes
- * several values; its parts are named after the targets. */
-static void st_unpack(Ctx *c, const Stmt *s)
-{
-    const Expr *v = s->value;
-    if (v->kind != EX_CALL || strcmp(v->name, "chunk") != 0 || find_block(c, v->name)) {
-        diag_error(v->loc, "a tuple assignment needs chunk(x, n), which makes n values; this "
-                   "expression makes one");
-        return;
-    }
-    IrNode *parts[64];
-    if (s->nparams > (int)(sizeof parts / sizeof parts[0])) {
-        diag_error(s->loc, "a tuple assignment binds at most %d names, got %d",
-                   (int)(sizeof parts / sizeof parts[0]), s->nparams);
-        return;
-    }
-    const Expr *outer = c->unpack;     /* a block called in an outer chunk's arguments */
-    IrNode **outer_parts = c->parts;
-    int outer_n = c->nparts;
-    c->unpack = v;
-    c->parts = parts;
-    c->nparts = s->nparams;
-    Val r = statement_value(c, s, NULL, DT_NONE);
-    c->unpack = outer;
-    c->parts = outer_parts;
-    c->nparts = outer_n;
-    for (int i = 0; i < s->nparams; i++) {
-        Val p = r.k == V_TENSOR ? vtensor(parts[i]) : verr;
-        if (p.k == V_TENSOR)
-            p.t->name = arena_printf(c->a, "%s%s", c->prefix, s->params[i]);
-        if (may_define(c, s->params[i], SYM_VALUE, s->param_locs[i]))
-            bind(c, s->params[i], SYM_VALUE, p, s->param_locs[i]);
-    }
-}
-
 static void st_metric(Ctx *c, const Stmt *s)
 {
     if (!at_top(c, s, "a metric"))
         return;
     if (c->iter) {
-        diag_error(s->loc, "a metric cannot be declared inside a repeat (each copy would declare it again)");
+        diag_error(s->loc, "a metric cannot be declared inside a repeat or a for loop (each copy would "
+                   "declare it again)");
         return;
     }
     Val v = statement_value(c, s, s->name, DT_NONE);
@@ -1954,22 +1826,6 @@ static void st_precision(Ctx *c, const Stmt *s)
         c->override = t;
     run_body(c, s->body, s->nbody);
     c->override = saved;
-}
-
-static void st_block(Ctx *c, const Stmt *s)
-{
-    if (c->nest != 1)
-        diag_error(s->loc, "block '%s' must be defined at the top level", s->name);
-}
-
-static void st_return(Ctx *c, const Stmt *s)
-{
-    if (c->scope == c->top) {
-        diag_error(s->loc, "'return' outside a block");
-        return;
-    }
-    c->ret = statement_value(c, s, NULL, DT_NONE);
-    c->returned = true;
 }
 
 /* The nodes of one copy of an outermost repeat, [from, nnodes), carry its
@@ -2041,9 +1897,9 @@ typedef void StmtFn(Ctx *c, const Stmt *s);
 static StmtFn *const stmt_of[] = {
     [ST_MODEL] = st_model, [ST_CONST] = st_const, [ST_INPUT] = st_input, [ST_PARAM] = st_param,
     [ST_ASSIGN] = st_assign, [ST_METRIC] = st_metric, [ST_PRECISION] = st_precision,
-    [ST_BLOCK] = st_block, [ST_RETURN] = st_return, [ST_REPEAT] = st_repeat, [ST_TRAIN] = st_train,
-    [ST_BUFFER] = st_param,
-    [ST_UNPACK] = st_unpack,
+    [ST_BLOCK] = sema_st_block, [ST_RETURN] = sema_st_return, [ST_REPEAT] = st_repeat,
+    [ST_TRAIN] = st_train, [ST_BUFFER] = st_param,
+    [ST_UNPACK] = sema_st_unpack, [ST_FOR] = sema_st_for,
 };
 
 static void run_body(Ctx *c, Stmt *const *body, int n)
@@ -2052,120 +1908,6 @@ static void run_body(Ctx *c, Stmt *const *body, int n)
     for (int i = 0; i < n && !c->stop && !diag_too_many() && !c->returned; i++)
         stmt_of[body[i]->kind](c, body[i]);
     c->nest--;
-}
-
-/* ---- blocks: collected first, checked for cycles ------------------------------------------------ */
-
-static bool expr_has_params(Ctx *c, const Expr *e, Block *from);
-
-/* Does the body declare parameters (directly or through calls)? Reports a
- * block that calls itself, with the cycle, and marks it bad. */
-static bool body_has_params(Ctx *c, Stmt *const *body, int n, Block *from)
-{
-    bool has = false;
-    for (int i = 0; i < n; i++) {
-        const Stmt *s = body[i];
-        has |= s->kind == ST_PARAM || s->kind == ST_BUFFER;
-        if (s->value)
-            has |= expr_has_params(c, s->value, from);
-        for (int d = 0; d < s->ndims; d++)
-            has |= expr_has_params(c, s->dims[d], from);
-        if (s->kind == ST_PRECISION || s->kind == ST_REPEAT)
-            has |= body_has_params(c, s->body, s->nbody, from);
-    }
-    return has;
-}
-
-static void visit_block(Ctx *c, Block *b);
-
-static bool expr_has_params(Ctx *c, const Expr *e, Block *from)
-{
-    bool has = false;
-    if (e->kind == EX_CALL) {
-        const Builtin *bi = find_builtin(e->name);
-        Block *callee = (Block *)find_block(c, e->name);
-        has = bi && bi->layer;
-        if (callee && callee->state == 1) {
-            /* the cycle is the visit path from callee on: show it */
-            int i = c->npath - 1;
-            while (c->path[i] != callee)
-                i--;
-            const char *cycle = callee->s->name;
-            for (int k = i + 1; k < c->npath; k++)
-                cycle = arena_printf(c->a, "%s -> %s", cycle, c->path[k]->s->name);
-            diag_error(e->loc, "block '%s' calls itself (%s -> %s): a block cannot call itself, "
-                       "directly or not", callee->s->name, cycle, callee->s->name);
-            for (; i < c->npath; i++)
-                c->path[i]->bad = true;
-        } else if (callee) {
-            visit_block(c, callee);
-            has |= callee->has_params;
-            from->bad |= callee->bad;
-        }
-    }
-    if (e->lhs)
-        has |= expr_has_params(c, e->lhs, from);
-    if (e->rhs)
-        has |= expr_has_params(c, e->rhs, from);
-    for (int i = 0; i < e->nargs; i++)
-        has |= expr_has_params(c, e->args[i], from);
-    for (int i = 0; i < e->nkwargs; i++)
-        has |= expr_has_params(c, e->kwargs[i].value, from);
-    return has;
-}
-
-static void visit_block(Ctx *c, Block *b)
-{
-    if (b->state)
-        return;
-    b->state = 1;
-    c->path[c->npath++] = b;
-    b->has_params = body_has_params(c, b->s->body, b->s->nbody, b);
-    c->npath--;
-    b->state = 2;
-}
-
-/* 'return' is the last statement of a block's own body, nowhere else. */
-static bool check_returns(Stmt *const *body, int n, bool block_body)
-{
-    bool ok = true;
-    for (int i = 0; i < n; i++) {
-        const Stmt *s = body[i];
-        if (s->kind == ST_RETURN && (!block_body || i != n - 1)) {
-            diag_error(s->loc, block_body ? "'return' must be the last statement of its block"
-                                          : "'return' belongs directly in a block's body, as its "
-                                            "last statement");
-            ok = false;
-        }
-        if (s->kind == ST_PRECISION || s->kind == ST_REPEAT)
-            ok = check_returns(s->body, s->nbody, false) && ok;
-    }
-    return ok;
-}
-
-static void collect_blocks(Ctx *c)
-{
-    const Ast *ast = c->ast;
-    c->blocks = arena_alloc(c->a, sizeof *c->blocks * (size_t)(ast->nstmts + 1));
-    c->path = arena_alloc(c->a, sizeof *c->path * (size_t)(ast->nstmts + 1));
-    for (int i = 0; i < ast->nstmts; i++) {
-        const Stmt *s = ast->stmts[i];
-        if (s->kind != ST_BLOCK)
-            continue;
-        const Block *old = find_block(c, s->name);
-        if (old || find_builtin(s->name)) {
-            diag_error(s->name_loc, old ? "block '%s' is defined twice" : "'%s' is a built-in "
-                       "operation: name the block differently", s->name);
-            if (old)
-                diag_note(old->s->name_loc, "the first definition is here");
-            continue;
-        }
-        /* duplicate parameter names are reported by the parser */
-        bool ok = check_returns(s->body, s->nbody, true);
-        c->blocks[c->nblocks++] = (Block){.s = s, .bad = !ok};
-    }
-    for (int i = 0; i < c->nblocks; i++)
-        visit_block(c, &c->blocks[i]);
 }
 
 /* ---- the train block -------------------------------------------------------------------------- */
@@ -2686,7 +2428,7 @@ IrGraph *sema_lower(Arena *a, const Ast *ast, int policy_override)
     Ctx c = {.a = a, .g = ir_new(a), .ast = ast, .top = &top, .scope = &top, .prefix = "",
              .repeat_base = INT_MAX};
     model_header(&c);
-    collect_blocks(&c);
+    sema_collect_blocks(&c);
     run_body(&c, ast->stmts, ast->nstmts);
     if (!c.stop && !diag_too_many())
         check_name_clashes(&c);
@@ -2699,3 +2441,39 @@ IrGraph *sema_lower(Arena *a, const Ast *ast, int policy_override)
     train_defaults(&c.g->train, policy_override);
     return diag_error_count() > errs ? NULL : c.g;
 }
+
+/* ---- what sema_blocks.c and sema_const.c use (sema_int.h) ------------------------------------ */
+
+Val sema_eval(Ctx *c, const Expr *e) { return eval(c, e); }
+const char *sema_describe(Ctx *c, Val v) { return describe(c, v); }
+const char *sema_fmt_real(Ctx *c, double r) { return fmt_real(c, r); }
+Sym *sema_find_local(Scope *sc, const char *name) { return find_local(sc, name); }
+Sym *sema_bind(Ctx *c, const char *name, SymKind kind, Val v, SrcLoc loc) { return bind(c, name, kind, v, loc); }
+bool sema_may_define(Ctx *c, const char *name, SymKind kind, SrcLoc at) { return may_define(c, name, kind, at); }
+void sema_run_body(Ctx *c, Stmt *const *body, int n) { run_body(c, body, n); }
+const struct Builtin *sema_find_builtin(const char *name) { return find_builtin(name); }
+bool sema_builtin_layer(const struct Builtin *b) { return b->layer; }
+
+bool sema_get_int(Ctx *c, const Expr *e, Val v, const char *what, int64_t lo, int64_t *out)
+{
+    return get_int(c, e, v, what, lo, out);
+}
+
+bool sema_bind_args(Ctx *c, const Expr *callx, const char *fn, const ArgSpec *spec, Args *a)
+{
+    return bind_args(c, callx, fn, spec, a);
+}
+
+const char *sema_signature(Ctx *c, const char *fn, const ArgSpec *spec) { return signature(c, fn, spec); }
+
+const char *sema_layer_name(Ctx *c, const Expr *callx, const Expr *name_arg)
+{
+    return layer_name(c, callx, name_arg);
+}
+
+Val sema_statement_value(Ctx *c, const Stmt *s, const char *target, DType override)
+{
+    return statement_value(c, s, target, override);
+}
+
+const char *sema_builtin_name(int i) { return i >= 0 && i < N_BUILTINS ? builtins[i].name : NULL; }

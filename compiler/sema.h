@@ -28,4 +28,8 @@
 /* policy_override: DT_NONE-like -1 for none, else a Policy (--precision). */
 IrGraph *sema_lower(Arena *a, const Ast *ast, int policy_override);
 
+/* The built-in operations a model calls, by index (NULL past the last):
+ * a block may take one of these names and is then used in its place. */
+const char *sema_builtin_name(int i);
+
 #endif

@@ -7,7 +7,7 @@
  * Statements end at NEWLINE tokens; the scanner sends none inside ( ) or
  * [ ], and one before end of file, so every statement ends with one.
  * Precedence is in the layering of the expression rules:
- *     ** (right)  >  unary -  >  @  >  * /  >  + -
+ *     ** (right)  >  unary -  >  @  >  * / // %  >  + -
  * Errors: a custom reporter says "expected X, found Y", with Lua's hint
  * "(to close '(' at line 3)" when the bracket was opened on another line.
  * Recovery is at statement level: `lines: lines error NEWLINE` skips to the
@@ -125,6 +125,7 @@ static void add_name(Parser *p, Vec *names, const char *name, SrcLoc at);
 static void plain(const char *name, SrcLoc at);
 static Stmt *named(Parser *p, StmtKind k, SrcLoc loc, const char *name, SrcLoc name_loc);
 static void set_body(Stmt *s, Vec *body);
+static void set_values(Stmt *s, Vec *values);
 static Stmt *unpack(Parser *p, Vec *names, const char *last, SrcLoc last_loc);
 static void set_names(Parser *p, Stmt *s, const Vec *names, const char *what);
 static void set_dims(Stmt *s, Vec *dims);
@@ -143,6 +144,7 @@ static void check_item(Parser *p, Vec *items, const TrainItem *it);
 %token BLOCK "'block'" RETURN "'return'" REPEAT "'repeat'" AS "'as'"
 %token PRECISION "'precision'" BUFFER "'buffer'" WINDOW "'window'"
 %token POW "'**'"
+%token FOR "'for'" IN "'in'" IDIV "'//'" DOTDOT "'..'"
 %token BAD "invalid token"   /* the scanner reported it already */
 
 %type <vec> lines body exprs list names opt_names tlines tbody
@@ -234,7 +236,16 @@ stmt: MODEL NAME                { $$ = named(p, ST_MODEL, @1, $2, @2); }
             set_names(p, $$, &$4, "parameter");
             set_body($$, &$6);
         }
-    | RETURN expr               { $$ = new_stmt(p, ST_RETURN, @1); $$->value = $2; }
+    | RETURN exprs              { $$ = new_stmt(p, ST_RETURN, @1); set_values($$, &$2); }
+    | FOR NAME IN expr DOTDOT expr body
+        {
+            $$ = named(p, ST_FOR, @1, $2, @2);
+            Vec range = {0};
+            vec_push(p->arena, &range, &$4, sizeof $4);
+            vec_push(p->arena, &range, &$6, sizeof $6);
+            set_values($$, &range);
+            set_body($$, &$7);
+        }
     | REPEAT expr AS NAME body
         {
             $$ = named(p, ST_REPEAT, @1, $4, @4);
@@ -294,10 +305,12 @@ add: mul
    | add '+' mul                { $$ = binary(p, '+', @2, $1, $3); }
    | add '-' mul                { $$ = binary(p, '-', @2, $1, $3); }
    ;
-/* mul = mat { ("*" | "/") mat } */
+/* mul = mat { ("*" | "/" | "//" | "%") mat }   ('D' stands for "//") */
 mul: mat
    | mul '*' mat                { $$ = binary(p, '*', @2, $1, $3); }
    | mul '/' mat                { $$ = binary(p, '/', @2, $1, $3); }
+   | mul IDIV mat               { $$ = binary(p, 'D', @2, $1, $3); }
+   | mul '%' mat                { $$ = binary(p, '%', @2, $1, $3); }
    ;
 /* mat = unary { "@" unary } */
 mat: unary
@@ -537,6 +550,14 @@ static void set_body(Stmt *s, Vec *body)
     s->nbody = body->n;
 }
 
+/* return's values (value: the first), or for's range [A, B] */
+static void set_values(Stmt *s, Vec *values)
+{
+    s->values = values->v;
+    s->nvalues = values->n;
+    s->value = s->values[0];
+}
+
 static void set_dims(Stmt *s, Vec *dims)
 {
     s->dims = dims->v;
@@ -619,11 +640,11 @@ typedef struct Group {
 static const Group groups[] = {
     /* where a statement may start, an empty line or the end may come too */
     {MODEL, "a statement", {MODEL, CONST, INPUT, PARAM, BUFFER, METRIC, PRECISION, BLOCK, RETURN,
-                            REPEAT, TRAIN, NAME, NEWLINE, END, -1}},
+                            REPEAT, FOR, TRAIN, NAME, NEWLINE, END, -1}},
     {MINIMIZE, "a train setting", {MINIMIZE, PRECISION, NAME, NEWLINE, -1}},
     {NUMBER, "an expression", {NUMBER, STRING, NAME, TYPE, '(', '[', '-', -1}},
     /* '(' and '[' too: "a (" can go on as a call, but saying so is noise */
-    {'*', "an operator", {'+', '-', '*', '/', '@', POW, '(', '[', -1}},
+    {'*', "an operator", {'+', '-', '*', '/', '@', POW, IDIV, '%', '(', '[', -1}},
 };
 
 /* The phrases of "expected A, B or C": groups of tokens said in one

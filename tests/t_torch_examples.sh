@@ -15,7 +15,8 @@
 # Cases: every optimizer / schedule / clipping / accumulate variant of
 # tests/models/mlp_small.mp, the op zoos (zoo2: the additions), a CNN with
 # batch_norm, a char transformer, a GPT with chunk/slice/concat/expand/arange,
-# metrics, every examples/*.mp, each in float32 and mixed precision; and
+# metrics, a recurrent network written with a for loop (rnn_loop), every
+# examples/*.mp, each in float32 and mixed precision; and
 # *_emulated cases, where the MLP twin rounds to f16 / bf16 exactly where
 # the precision plan does, so mixed precision is held to 1e-4 (f16) /
 # 1e-3 (bf16) too. CASES=substring runs the matching cases (not ONLY:
@@ -134,6 +135,10 @@ run_case mlp_buffer tests/models/mlp_buffer.mp float32 30 1e-4 "$MNIST" "$MNIST_
 # mixed_bfloat16 (8-bit mantissas): against torch float32 within 5%
 run_case mlp_adam_bf16 "$W/mlp_adam.mp" mixed_bfloat16 40 5e-2 "$MNIST" "$MNIST_E"
 run_case char_tf_bf16 tests/models/char_tf.mp mixed_bfloat16 30 5e-2 "$SHAKE" "$SHAKE_E"
+# for loops with a shared cell, select, stack, blocks of two values, name = "",
+# a block shadowing gelu, const // % log exp sqrt (the front end's additions)
+run_case rnn_loop tests/models/rnn_loop.mp float32 40 1e-4 x=digits_x,label=digits_y x=digits_ex,label=digits_ey
+run_case rnn_loop_f16 tests/models/rnn_loop.mp mixed_float16 40 3e-2 x=digits_x,label=digits_y x=digits_ex,label=digits_ey
 
 # examples/mnist_cnn.mp (Adam 2e-3 after batch_norm) is chaotic: torch's own
 # float32 and float64 runs part by more than 1e-4 after ~20 steps, so it is

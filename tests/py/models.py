@@ -395,3 +395,33 @@ class Zoo2(nn.Module):
 
 
 TWINS["zoo2"] = Zoo2
+
+
+# ---- the front end's additions (tests/models/rnn_loop.mp) -------------------
+
+class RnnLoop(nn.Module):
+    """tests/models/rnn_loop.mp: one cell (xz, hz, xc, hc) applied at every
+    step, as the .mp file's for loop shares it."""
+    def __init__(self, B=32, T=8, I=8, HID=16, **_):
+        super().__init__()
+        self.B, self.T, self.I, self.HID = B, T, I, HID
+        self.h0 = nn.Linear(I, HID)
+        self.xz, self.hz = nn.Linear(I, HID), nn.Linear(HID, HID)
+        self.xc, self.hc = nn.Linear(I, HID), nn.Linear(HID, HID)
+        self.logits = nn.Linear(2 * HID, 10)
+
+    def forward(self, bt):
+        u = (bt["x"].to(self.h0.weight.dtype) / 16 - 0.5).reshape(self.B, self.T, self.I)
+        h = torch.tanh(self.h0(u[:, 0]))
+        for t in range(1, self.T):
+            z = torch.sigmoid(self.xz(u[:, t]) + self.hz(h))
+            c = torch.tanh(self.xc(u[:, t]) + self.hc(h))
+            h = z * h + (1 - z) * c
+        s = torch.stack([h, h * torch.sigmoid(1.702 * h)], dim=1)
+        logits = self.logits(s.reshape(self.B, 2 * self.HID))
+        scale = math.log(math.exp(2)) / math.sqrt(16) * 2 % 3
+        loss = F.cross_entropy(logits, bt["label"].long()) * scale
+        return loss, {"accuracy": accuracy(logits, bt["label"])}
+
+
+TWINS["rnn_loop"] = RnnLoop

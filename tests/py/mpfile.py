@@ -7,7 +7,12 @@ evaluating values as Python expressions (the language's call and constant
 syntax is a subset of Python's). Unknown keys are kept as they are.
 """
 import ast
+import math
 import re
+
+# the functions of constant expressions (LANGUAGE.md), as Python's math has them
+CONST_FNS = {"log": math.log, "exp": math.exp, "sqrt": math.sqrt, "floor": math.floor,
+             "ceil": math.ceil, "min": min, "max": max}
 
 
 def _value(text, consts):
@@ -22,6 +27,8 @@ def _value(text, consts):
             return {"true": True, "false": False}.get(node.id, node.id)
         if isinstance(node, ast.List):
             return [ev(e) for e in node.elts]
+        if isinstance(node, ast.Call) and node.func.id in CONST_FNS and not node.keywords:
+            return CONST_FNS[node.func.id](*[ev(a) for a in node.args])
         if isinstance(node, ast.Call):
             return (node.func.id, {k.arg: ev(k.value) for k in node.keywords},
                     [ev(a) for a in node.args])
@@ -31,7 +38,8 @@ def _value(text, consts):
             a, b = ev(node.left), ev(node.right)
             return {ast.Add: lambda: a + b, ast.Sub: lambda: a - b, ast.Mult: lambda: a * b,
                     ast.Div: lambda: a / b if not (isinstance(a, int) and isinstance(b, int)) else a // b,
-                    ast.Pow: lambda: a ** b}[type(node.op)]()
+                    ast.Pow: lambda: a ** b, ast.FloorDiv: lambda: a // b,
+                    ast.Mod: lambda: a % b}[type(node.op)]()
         raise ValueError(f"cannot read value {text!r}")
     return ev(ast.parse(text.strip(), mode="eval").body)
 

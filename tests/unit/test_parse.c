@@ -180,6 +180,27 @@ static void test_tuple_assignment(void **state)
     check_error("model m\na, b.c = chunk(x, 2)\n", "expected a plain name, found 'b.c'");
 }
 
+/* for loops (their range with or without spaces around '..'), several
+ * return values, and // and % at the level of * and / */
+static void test_for_and_returns(void **state)
+{
+    (void)state;
+    check_tree("model m\nblock f(t) {\n  return t, t * 2\n}\nfor i in 0..3 {\n  h = f(h)\n}\n"
+               "for j in -1 .. N+1 {\n}\nfor k in A..B {\n  x = a // b % c * d\n}\n",
+               "(model m)\n"
+               "(block f (t)\n  (return t (* t 2)))\n"
+               "(for i 0 3\n  (= h (call f h)))\n"
+               "(for j (- 1) (+ N 1))\n"
+               "(for k A B\n  (= x (* (% (// a b) c) d)))\n");
+    check_expr("a + b // c", "(+ a (// b c))");
+    check_expr("-7 % 3 ** 2", "(% (- 7) (** 3 2))");
+    check_error("model m\nfor i 0 .. 3 {\n}\n", "t.mp:2:7: error: expected 'in', found '0'");
+    check_error("model m\nfor i in 0 3 {\n}\n", "t.mp:2:12: error: expected an operator or '..', found '3'");
+    check_error("model m\nblock f(t) {\n  return t,\n}\n", "expected an expression, found end of line");
+    check_error("model m\nx = 1..2\n", "expected an operator or end of line, found '..'");
+    check_error("model m\nfor in in 0 .. 1 {\n}\n", "expected a name, found 'in'");
+}
+
 static void test_precedence(void **state)
 {
     (void)state;
@@ -605,6 +626,7 @@ int main(void)
         cmocka_unit_test(test_whole_model),
         cmocka_unit_test(test_statements),
         cmocka_unit_test(test_tuple_assignment),
+        cmocka_unit_test(test_for_and_returns),
         cmocka_unit_test(test_precedence),
         cmocka_unit_test(test_literals),
         cmocka_unit_test(test_newlines),
