@@ -50,6 +50,7 @@ static inline void mp_infer_batch(MpTrainer *t, const MpDataSet *d, int64_t j, i
     memset(run, 0, sizeof *run);
     run->seed = t->seed;
     run->step = t->step;
+    run->micro = -1 - j;   /* randn / rand: batch j's own draw, apart from training's */
     run->rows = real;
 }
 
