@@ -22,7 +22,8 @@
 #   3. the CUDA program in the CPU stand-in (tests/cuda/mp_cuda_emu.h):
 #      rng_twin's run equals the NumPy twin too, and its --predict of e
 #      and u from the C program's checkpoint is the C program's, byte for
-#      byte (skipped without a C++ compiler);
+#      byte; examples/vae.mp's captured steps and evaluations give the C
+#      program's losses (2e-3) (skipped without a C++ compiler);
 #   4. data parallel (skipped without mpicc / mpirun): 2 ranks x
 #      accumulate 2 equal the NumPy twin with 4 micro-batches a step.
 set -uo pipefail
@@ -145,6 +146,14 @@ case $? in
             cmp "$T/$v.npy" "$E/$v.npy" && echo "  --predict $v: the C program's bytes" ||
             bad "CUDA program's --predict $v differs from the C program's"
     done
+    # the VAE's captured steps and evaluations as the C program's
+    rm -f "$E/vae.c.jsonl" "$E/vae.emu.jsonl"
+    vdata=(--data image="$V/tx.npy" --eval image="$V/tx.npy" --no-shuffle --steps 4 --log-every 1 --eval-every 2)
+    emu_trainer examples/vae.mp "$E/vae" && "$V/vae" "${vdata[@]}" --log "$E/vae.c.jsonl" >/dev/null 2>&1 &&
+        MP_EMU=graph "$E/vae" "${vdata[@]}" --log "$E/vae.emu.jsonl" >"$E/vae.emu.out" 2>&1 &&
+        $PY tests/cuda/compare_logs.py "$E/vae.c.jsonl" "$E/vae.emu.jsonl" 2e-3 &&
+        echo "  examples/vae.mp: 4 steps and 2 evaluations as the C program's" ||
+        bad "examples/vae.mp's CUDA program differs from the C program"
     ;;
 2) ;;
 *) fail=1 ;;
