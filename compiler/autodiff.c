@@ -460,6 +460,11 @@ void grad_ROPE(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx)
     copy_attrs(dx[0] = MK(g, n, OP_ROPE_GRAD, n->in[0], dy), n);
 }
 
+/* randn, rand: no inputs, so no gradient; what they are combined with gets
+ * its gradient through that op (z = mu + sigma * eps). */
+void grad_RANDN(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx) { }
+void grad_RAND(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx) { }
+
 /* ---- the driver ---------------------------------------------------------- */
 
 typedef struct Ad {

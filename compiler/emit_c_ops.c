@@ -465,3 +465,14 @@ static void rope(Emit *e, const IrNode *n, const IrNode *f, float sign)
 }
 void emit_c_ROPE(Emit *e, const IrNode *n) { rope(e, n, n, 1.0f); }
 void emit_c_ROPE_GRAD(Emit *e, const IrNode *n) { rope(e, n, n->grad_of, -1.0f); }
+
+/* ---- randomness: randn, rand ---------------------------------------------- */
+/* The values depend on (seed, step, micro-batch, node) and the index, as
+ * dropout's mask; evaluation and --predict run with micro-batch -1 - batch
+ * (runtime/mp_infer.h), so they draw too, from their own stream. */
+static void random_values(Emit *e, const IrNode *n, const char *k)
+{
+    em(e, "    mp_k_%s(%s, %lld, run->seed, run->step, run->micro, %d);\n", k, arg(e, n), N(n), n->id);
+}
+void emit_c_RANDN(Emit *e, const IrNode *n) { random_values(e, n, "randn"); }
+void emit_c_RAND(Emit *e, const IrNode *n) { random_values(e, n, "rand"); }

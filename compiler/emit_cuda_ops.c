@@ -463,3 +463,12 @@ static void rope(Emit *e, const IrNode *n, const IrNode *f, float sign)
 }
 void emit_cuda_ROPE(Emit *e, const IrNode *n) { rope(e, n, n, 1.0f); }
 void emit_cuda_ROPE_GRAD(Emit *e, const IrNode *n) { rope(e, n, n->grad_of, -1.0f); }
+
+/* ---- randomness: randn, rand ---------------------------------------------- */
+/* As the C target's call; the step read on the device from the step's header. */
+static void random_values(Emit *e, const IrNode *n, const char *k)
+{
+    em(e, "    mp_cu_%s%s(%s, %lld, r->seed, r->hdr, r->micro, %d);\n", k, T1(n), C(n), N(n), n->id);
+}
+void emit_cuda_RANDN(Emit *e, const IrNode *n) { random_values(e, n, "randn"); }
+void emit_cuda_RAND(Emit *e, const IrNode *n) { random_values(e, n, "rand"); }

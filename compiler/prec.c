@@ -215,7 +215,8 @@ static DType widest_float(const IrNode *n)
 }
 
 /* The first non-CONST input's type: what an all-integer operation keeps;
- * an op with no inputs (arange) keeps the type its shape rule gave it. */
+ * an op with no inputs (arange) keeps the type its shape rule gave it
+ * (randn and rand: f32, or a typed statement's / region's float type). */
 static DType first_type(const IrNode *n)
 {
     for (int i = 0; i < n->nin; i++)
@@ -227,7 +228,8 @@ static DType first_type(const IrNode *n)
 static DType compute_type(const IrGraph *g, const IrNode *n)
 {
     PrecClass base = op_info[n->op].cls;
-    if ((base == CL_NONE || base == CL_FOLLOW) && widest_float(n) == DT_NONE)
+    bool drawn = n->nin == 0 && dt_is_float(n->type) && n->rule == RULE_OVERRIDE;
+    if ((base == CL_NONE || base == CL_FOLLOW) && widest_float(n) == DT_NONE && !drawn)
         return first_type(n);           /* integer views and arithmetic */
     if (n->rule == RULE_OVERRIDE)
         return n->override;

@@ -1510,6 +1510,25 @@ static Val lower_arange(Ctx *c, const Builtin *b, const Expr *x, Args *a)
     return finish(c, n);
 }
 
+/* randn([dims]), rand([dims]): a fresh draw of that shape every call of the
+ * forward pass; randn_like(x), rand_like(x): of x's shape (x is not read,
+ * so nothing, and no gradient, flows through it). */
+static Val lower_random(Ctx *c, const Builtin *b, const Expr *x, Args *a)
+{
+    Shape s = {0};
+    if (a->v[0].k == V_TENSOR)
+        s = a->v[0].t->shape;
+    else if (!int_list(c, a->e[0], b->name, s.d, &s.rank))
+        return verr;
+    for (int i = 0; a->v[0].k != V_TENSOR && i < s.rank; i++)
+        if (!positive(c, a->e[0]->args[i], arena_printf(c->a, "a dimension of %s", b->name), s.d[i]))
+            return verr;
+    IrNode *n = node(c, b->op, x->loc, 0, NULL);
+    if (n)
+        n->shape = s;
+    return finish(c, n);
+}
+
 #define T1(n)  {REQ(n, A_TENSOR)}
 #define T2(n, m) {REQ(n, A_TENSOR), REQ(m, A_TENSOR)}
 
@@ -1551,6 +1570,10 @@ static const Builtin builtins[] = {
     {"stack", OP_CONCAT, lower_stack, false, {REQ("tensors", A_LIST), OPT("axis", A_INT, 0)}},
     {"expand", OP_EXPAND, lower_to_shape, false, {REQ("x", A_TENSOR), REQ("dims", A_LIST)}},
     {"arange", OP_ARANGE, lower_arange, false, {REQ("n", A_INT)}},
+    {"randn", OP_RANDN, lower_random, false, {REQ("dims", A_LIST)}},
+    {"rand", OP_RAND, lower_random, false, {REQ("dims", A_LIST)}},
+    {"randn_like", OP_RANDN, lower_random, false, T1("x")},
+    {"rand_like", OP_RAND, lower_random, false, T1("x")},
     {"max_pool2d", OP_MAX_POOL2D, lower_pool, false,
      {REQ("x", A_TENSOR), REQ("k", A_INT), ABS("stride", A_INT)}},
     {"avg_pool2d", OP_AVG_POOL2D, lower_pool, false,

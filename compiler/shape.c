@@ -557,6 +557,16 @@ bool shape_ARANGE(IrGraph *g, IrNode *n)
     return set_shape(g, n, &(Shape){1, {n->ia[0]}});
 }
 
+/* randn, rand: the shape sema gave (its dimensions checked there), f32 */
+static bool shape_random(IrGraph *g, IrNode *n)
+{
+    fix_type(n, DT_F32);
+    Shape s = n->shape;
+    return set_shape(g, n, &s);
+}
+bool shape_RANDN(IrGraph *g, IrNode *n) { return shape_random(g, n); }
+bool shape_RAND(IrGraph *g, IrNode *n) { return shape_random(g, n); }
+
 /* ---- pooling ----------------------------------------------------------------- */
 
 static bool pool(IrGraph *g, IrNode *n)

@@ -8,6 +8,7 @@
  *                                           silu exp log sqrt rsqrt
  *   mp_cu_<unary>_grad<DX, DY, V>(dx, dy, v, n)
  *   mp_cu_dropout<Y, X>(y, x, n, p, seed, hdr, micro, node)  (+ _grad)
+ *   mp_cu_randn<Y>, mp_cu_rand<Y>(y, n, seed, hdr, micro, node)
  *   mp_cu_{add,sub,mul,div}<Y, A, B>(y, ysh, a, ash, b, bsh)  broadcasting
  *   mp_cu_transpose<Y, X>(y, x, xsh, perm)
  *   mp_cu_slice, place, broadcast<Y, X>; arange<Y>   chunk slice concat
@@ -152,6 +153,38 @@ static inline void mp_cu_dropout_grad(void *dx, const void *dy, int64_t n, float
                                       const MpCuHdr *hdr, int64_t micro, int64_t node)
 {
     mp_cu_dropout<DXT, DYT>(dx, dy, n, p, seed, hdr, micro, node);
+}
+
+/* randn, rand: value i of (seed, step, micro, node) as mp_k_randn /
+ * mp_k_rand, the step read on the device (one captured step serves all). */
+template <int YT>
+struct MpCuRandom {
+    void *y;
+    uint64_t seed;
+    const MpCuHdr *hdr;
+    int64_t micro, node;
+    int normal;
+    MP_HD void operator()(int64_t i) const
+    {
+        uint64_t key = mp_dropout_key(seed, hdr->step, micro, node);
+        mp_cu_st(y, YT, i, normal ? mp_randn_at(key, i) : mp_dropout_u(key, i));
+    }
+};
+
+template <int YT>
+static inline void mp_cu_randn(void *y, int64_t n, uint64_t seed, const MpCuHdr *hdr, int64_t micro,
+                               int64_t node)
+{
+    MpCuRandom<YT> f = {y, seed, hdr, micro, node, 1};
+    mp_cu_each("randn", n, f);
+}
+
+template <int YT>
+static inline void mp_cu_rand(void *y, int64_t n, uint64_t seed, const MpCuHdr *hdr, int64_t micro,
+                              int64_t node)
+{
+    MpCuRandom<YT> f = {y, seed, hdr, micro, node, 0};
+    mp_cu_each("rand", n, f);
 }
 
 /* ---- broadcasting and views ---------------------------------------------------- */

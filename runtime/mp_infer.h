@@ -7,6 +7,9 @@
  * are real: the loss and metric kernels average over those only (the model
  * code passes mp_real_rows() to them), batch norm runs on its running
  * statistics and no other op mixes rows, so padding changes nothing.
+ * randn / rand draw in inference too (a VAE samples): batch j of a set as
+ * micro-batch -1 - j of the trainer's step, a stream apart from training's,
+ * so a checkpoint evaluates and predicts with the same values every time.
  * Evaluation weights each batch's means by its real rows: the results are
  * means over the N samples.
  *
@@ -50,6 +53,7 @@ static inline void mp_infer_batch(MpTrainer *t, const MpDataSet *d, int64_t j, i
     memset(run, 0, sizeof *run);
     run->seed = t->seed;
     run->step = t->step;
+    run->micro = -1 - j;   /* randn / rand: batch j's own draw, apart from training's */
     run->rows = real;
 }
 

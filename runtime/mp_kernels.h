@@ -32,6 +32,8 @@
  *   mp_k_dropout_grad(dx,dxdt, dy,dydt, n, p, seed, step, micro, node)
  *       keep element i iff mp_dropout_u(key, i) >= p, key from (seed, step,
  *       micro, node id); kept values scaled by 1/(1-p); p <= 0: copy
+ *   mp_k_{randn,rand}(y,ydt, n, seed, step, micro, node)   y[i] = standard
+ *       normal / uniform [0, 1) value i of the RNG of (seed, step, micro, node)
  *   mp_k_{add,sub,mul,div}(y,ydt,yrank,yshape, a,adt,arank,ashape,
  *                          b,bdt,brank,bshape)  NumPy broadcasting, rank <= 8
  *   mp_k_transpose(y,ydt, x,xdt, rank, xshape, perm)  y = x.permute(perm)
@@ -731,6 +733,40 @@ static inline void mp_k_dropout_grad(void *dx, int dxdt, const void *dy, int dyd
 {
     mp_k_dropout(dx, dxdt, dy, dydt, n, p, seed, step, micro, node);
 }
+
+/* ---- randomness: randn, rand ----------------------------------------------
+ * Element i of a call is a function of (seed, step, micro-batch, node) and
+ * i only, by dropout's counter-based RNG (mp_dropout_key): any thread
+ * draws any element, so the values are the same at every thread count, on
+ * the GPU and after --resume. rand: 24 random bits, k 2^-24 (torch.rand's
+ * grid). randn: Box-Muller from one 64-bit draw, u1 = (hi32 + 1/2) 2^-32 in
+ * (0, 1] (|z| up to 6.66, as curand's), u2 = low 24 bits 2^-24:
+ * sqrt(-2 log u1) cos(2 pi u2), with mp_vmath.h's log and cos (every
+ * operation IEEE-rounded or an FMA: the same bits on both targets). */
+static inline MP_HD float mp_randn_at(uint64_t key, int64_t i)
+{
+    uint64_t z = mp_mix64(key + ((uint64_t)i + 1) * MP_GOLDEN64);
+    float u1 = fmaf((float)(uint32_t)(z >> 32), 2.3283064365386963e-10f, 1.1641532182693481e-10f);
+    float u2 = (float)(uint32_t)(z & 0xffffffu) * 5.9604644775390625e-8f;
+    return sqrtf(-2.0f * mp_logf_p(u1)) * mp_cos2pi_p(u2);
+}
+
+#define MP_RANDOM_KERNEL(NAME, DRAW)                                           \
+    static inline void mp_k_##NAME(void *y, int ydt, int64_t n, uint64_t seed, \
+                                   int64_t step, int64_t micro, int64_t node)  \
+    {                                                                          \
+        uint64_t key = mp_dropout_key(seed, step, micro, node);                \
+        MP_OMP(parallel for if (n > MP_PAR_MIN))                               \
+        for (int64_t c = 0; c < n; c += MP_CHUNK) {                            \
+            float t[MP_CHUNK];                                                 \
+            int64_t m = mp_min64(n - c, MP_CHUNK);                             \
+            for (int64_t i = 0; i < m; i++)                                    \
+                t[i] = DRAW(key, c + i);                                       \
+            mp_st_n(y, ydt, c, 1, m, t);                                       \
+        }                                                                      \
+    }
+MP_RANDOM_KERNEL(randn, mp_randn_at)
+MP_RANDOM_KERNEL(rand, mp_dropout_u)
 
 /* ---- broadcasting ------------------------------------------------------- */
 

@@ -234,6 +234,56 @@ MP_SCALAR(mp_tanhf_p)
     return mp_copysign_bits(1.0f - 2.0f / (e + 1.0f), x);
 }
 
+/* ---- log and cos(2 pi u) for the random normal values (randn) ----------
+ * Scalar only (also the GPU's): the C and CUDA programs draw the same bits.
+ * Every product that feeds a sum is an FMA, as above; the division and the
+ * square root the caller takes are IEEE-rounded on both. */
+
+/* log(x) for positive normal x (randn's uniforms: 2^-33 .. 1). fdlibm's
+ * logf: x = 2^k m, m in [sqrt(2)/2, sqrt(2)), f = m - 1 (exact),
+ * s = f / (2 + f), log(m) = f - f^2/2 + s (f^2/2 + R(s^2)), k ln2 added in
+ * two parts (k ln2_hi exact). Max error against libm's log (double), every
+ * float in [2^-33, 1] (tests/unit/test_random.c, VMATH_FULL=1): 0.75 ulp. */
+#define MP_LOG_LG(F, z, w, K)                                                  \
+    F(z, F(w, K(0.284987867f), K(0.666666627f)),                               \
+      w * F(w, K(0.242790788f), K(0.400009722f)))
+#define MP_LOG_LN2_HI 0.693138123f      /* 0x3f317180: k ln2_hi is exact */
+#define MP_LOG_LN2_LO 9.05800061e-06f   /* ln2 - ln2_hi */
+MP_SCALAR(mp_logf_p)
+{
+    uint32_t ix = mp_f32_bits(x) + (0x3f800000u - 0x3f3504f3u);
+    float k = (float)((int32_t)(ix >> 23) - 0x7f);
+    float f = mp_bits_f32((ix & 0x007fffffu) + 0x3f3504f3u) - 1.0f;
+    float s = f / (2.0f + f), z = s * s, w = z * z;
+    float hf = 0.5f * f;                                  /* exact */
+    float q = fmaf(k, MP_LOG_LN2_LO, s * fmaf(hf, f, MP_LOG_LG(fmaf, z, w, MP_SK)));
+    q = fmaf(-hf, f, q) + f;
+    return fmaf(k, MP_LOG_LN2_HI, q);
+}
+
+/* cos(2 pi u) for u in [0, 1) (a multiple of 2^-24: every reduction step
+ * below is exact). Folded to a in [0, 1/8]: cos(2 pi a) or sin(2 pi (1/4 -
+ * a)), each its Taylor polynomial in a (2 pi folded into the coefficients),
+ * truncation below 2e-10. Max error against libm's cos (double) on every
+ * u (test_random): 8.5e-8. */
+#define MP_COS2PI_P(F, t, K)                                                   \
+    MP_HORNER5(F, t, K(-2.642625618e+01f), K(6.024464035e+01f),                \
+               K(-8.545681763e+01f), K(6.493939209e+01f), K(-1.973920822e+01f), \
+               K(1.0f))
+#define MP_SIN2PI_P(F, t, K)                                                   \
+    MP_HORNER5(F, t, K(-1.509464264e+01f), K(4.205869293e+01f),                \
+               K(-7.670585632e+01f), K(8.160524750e+01f), K(-4.134170151e+01f), \
+               K(6.283185482e+00f))
+MP_SCALAR(mp_cos2pi_p)
+{
+    float a = x >= 0.5f ? 1.0f - x : x;          /* cos(2 pi (1 - u)) = cos(2 pi u) */
+    float sign = a > 0.25f ? -1.0f : 1.0f;       /* cos(2 pi a) = -cos(2 pi (1/2 - a)) */
+    a = a > 0.25f ? 0.5f - a : a;
+    float b = 0.25f - a;                         /* cos(2 pi a) = sin(2 pi b) */
+    float c = a <= 0.125f ? MP_COS2PI_P(fmaf, a * a, MP_SK) : b * MP_SIN2PI_P(fmaf, b * b, MP_SK);
+    return sign * c;
+}
+
 /* ---- activations made of them (scalar; the AVX2 twins below) ----------- */
 
 #define MP_SQRT1_2 0.70710678118654752f      /* 1/sqrt(2) */

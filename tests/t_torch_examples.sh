@@ -157,10 +157,13 @@ for prec in float32 mixed_float16; do
         pixels=digits_x,label=digits_y pixels=digits_ex,label=digits_ey
     run_case "example_char_transformer_$prec" examples/char_transformer.mp $prec 30 $tol "$SHAKEV" "$SHAKEV_E"
 done
-# every example has a case above, or in t_arch.sh (the real architectures)
+# every example has a case above, or in t_arch.sh (the real architectures),
+# or a PyTorch twin in another test that says so ("# PyTorch twin of
+# examples/vae.mp: ..." in t_random.sh: its noise must be fed to torch)
 for m in examples/*.mp; do
     grep -q "run_case \"example_$(basename "$m" .mp)_" "$0" ||
-        grep -q "^add $(basename "$m" .mp)_float32 " tests/t_arch.sh || fails+=("$m: no case in $0 or t_arch.sh")
+        grep -q "^add $(basename "$m" .mp)_float32 " tests/t_arch.sh ||
+        grep -q "^# PyTorch twin of $m: " tests/t_*.sh || fails+=("$m: no case in $0 or t_arch.sh")
 done
 
 [ ${#cases[@]} -gt 0 ] || { echo "FAIL no case matches CASES=${CASES:-}"; exit 1; }

@@ -22,7 +22,7 @@ FP32_OPS = {"softmax", "log_softmax", "layer_norm", "batch_norm", "exp", "log", 
 LOWP_OPS = {"matmul", "linear", "conv2d", "embedding", "attention"}
 FOLLOW_OPS = {"add", "sub", "mul", "div", "neg", "relu", "gelu", "tanh", "sigmoid", "silu",
               "dropout", "max_pool2d", "avg_pool2d", "global_avg_pool",
-              "abs", "sin", "cos", "maximum", "minimum", "clamp", "rope"}
+              "abs", "sin", "cos", "maximum", "minimum", "clamp", "rope", "randn", "rand"}
 VIEW_OPS = {"reshape", "transpose", "flatten"}
 FLOATS = {"f32", "f16", "bf16"}
 LOWP_OF = {"float32": "f32", "mixed_float16": "f16", "mixed_bfloat16": "bf16"}

@@ -88,6 +88,8 @@ static const struct {
     {"abs", CL_FOLLOW}, {"sin", CL_FOLLOW}, {"cos", CL_FOLLOW}, {"maximum", CL_FOLLOW},
     {"minimum", CL_FOLLOW}, {"clamp", CL_FOLLOW}, {"pow", CL_FP32}, {"rms_norm", CL_FP32},
     {"rope", CL_FOLLOW},
+    /* "Randomness" (randn_like and rand_like are randn and rand nodes) */
+    {"randn", CL_FOLLOW}, {"rand", CL_FOLLOW},
 };
 
 static void classes_match_the_spec(void **state)

@@ -278,6 +278,30 @@ static void structural_ops(void **state)
               "'y' is used with 5 classes here but 3 classes before");
 }
 
+/* randn, rand and the _like forms: nodes with no inputs, of the list's or
+ * the argument's shape, f32 (or a typed statement's float type). */
+static void random_ops(void **state)
+{
+    (void)state;
+    IrGraph *g = lower_ok(HEAD "a = randn([B, 8])\nb = rand(dims = [2, B, 8])\n"
+                          "c = randn_like(x)\nd = rand_like(x = y)\ne: f16 = randn([8])\n"
+                          "z = a + sum(b, 0) + c * f32(e) + expand(reshape(d, [B, 1]), [B, 8])\n" LOSS TRAIN);
+    const char *names[] = {"a", "b", "c", "d"};
+    IrOp ops[] = {OP_RANDN, OP_RAND, OP_RANDN, OP_RAND};
+    for (int i = 0; i < 4; i++) {
+        IrNode *n = named(g, names[i]);
+        assert_int_equal(n->op, ops[i]);
+        assert_int_equal(n->nin, 0);
+        assert_int_equal(n->type, DT_F32);
+        assert_int_equal(n->shape.d[n->shape.rank - 1], i == 3 ? 4 : 8);
+    }
+    assert_int_equal(named(g, "b")->shape.rank, 3);
+    assert_int_equal(named(g, "e")->override, DT_F16);
+    lower_err(HEAD "z = randn(8)\n" LOSS TRAIN, "argument 'dims' of randn must be a list");
+    lower_err(HEAD "z = rand([B, 0])\n" LOSS TRAIN, "a dimension of rand must be >= 1, got 0");
+    lower_err(HEAD "z = randn_like(3)\n" LOSS TRAIN, "argument 'x' of randn_like must be a tensor, got 3");
+}
+
 /* ---- overrides --------------------------------------------------------------- */
 
 static void overrides(void **state)
@@ -832,7 +856,7 @@ int main(void)
 {
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
     const struct CMUnitTest tests[] = {
-        T(spec_model), T(block_naming), T(repeat_naming), T(layers), T(views_and_axes), T(structural_ops),
+        T(spec_model), T(block_naming), T(repeat_naming), T(layers), T(views_and_axes), T(structural_ops), T(random_ops),
         T(overrides), T(constants), T(train_defaults), T(train_settings),
         T(c_keywords_are_fine_names), T(rebinding), T(examples_lower), T(char_transformer_names),
         T(buffers_windows_u16), T(module_paths), T(no_decay_groups), T(warmup_styles),
