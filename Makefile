@@ -2,14 +2,20 @@
 #   make            build ./mpcc
 #   make test       every test (unit, golden, generated trainers, PyTorch)
 #   make test-nofuse     the same with fusion off (MPCC_NO_FUSE=1)
-#   make asan       the same under AddressSanitizer and UBSan
-#   make fuzz       libFuzzer target for the front end (not in CI)
-#   make demo       the README's main job: train the MNIST MLP
+#   make asan       the same under AddressSanitizer and UBSan (in build-asan/)
+#   make fuzz       libFuzzer target for the front end (not in CI): needs
+#                   clang with libFuzzer, else says so and fails
+#   make demo       the README's main job: train the MNIST MLP (the data:
+#                   tools/demo.sh says which files, where, when missing)
 #   make golden-update   rewrite golden files (review the diff!)
+#   make clean      remove every build output
+# ONLY=pattern (test, test-nofuse, asan) runs, and builds, only the tests
+# whose name contains it (tests/run_all.sh). tests/t_make_targets.sh checks
+# asan, fuzz, demo, golden-update and clean on a fresh copy of the tree.
 CC      ?= cc
 CFLAGS  ?= -O2 -g
 WARN     = -std=c11 -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter
-CPPFLAGS = -Icompiler -Ibuild -Iruntime -D_POSIX_C_SOURCE=200809L
+CPPFLAGS = -Icompiler -I$(B) -Iruntime -D_POSIX_C_SOURCE=200809L
 B        = build
 SAN      =
 
@@ -18,6 +24,8 @@ COMPILER_OBJ := $(COMPILER_SRC:compiler/%.c=$(B)/%.o) $(B)/parser.o $(B)/lexer.o
 RUNTIME_HDR  := $(wildcard runtime/*.h) runtime/AMALGAMATION runtime/AMALGAMATION_CUDA
 UNIT_SRC     := $(wildcard tests/unit/test_*.c)
 UNIT_BIN     := $(UNIT_SRC:tests/unit/%.c=$(B)/tests/%)
+# the unit programs a test run needs: those ONLY picks, or all
+RUN_BIN      := $(if $(ONLY),$(foreach b,$(UNIT_BIN),$(if $(findstring $(ONLY),$(notdir $(b))),$(b))),$(UNIT_BIN))
 
 TOOLS        := $(B)/idx2npy $(B)/csv2npy $(B)/text2bin
 
@@ -65,7 +73,7 @@ $(B):
 $(B)/tests/%: tests/unit/%.c $(wildcard tests/unit/*.h) $(COMPILER_OBJ) $(RUNTIME_HDR) | $(B)
 	$(CC) $(CPPFLAGS) $(CFLAGS) $(SAN) $(WARN) -Wno-missing-field-initializers -o $@ $< $(COMPILER_OBJ) -lcmocka -lm
 
-test: $(MPCC_BIN) $(TOOLS) $(UNIT_BIN)
+test: $(MPCC_BIN) $(TOOLS) $(RUN_BIN)
 	MPCC=./$(MPCC_BIN) B=$(B) SAN="$(SAN)" tests/run_all.sh
 
 # The whole suite again with fusion off (mpcc's default under MPCC_NO_FUSE=1):
@@ -78,20 +86,27 @@ asan:
 	    SAN="-fsanitize=address,undefined -fno-sanitize-recover=all" \
 	    MPCC_BIN=build-asan/mpcc mpcc-asan-test
 
-mpcc-asan-test: $(MPCC_BIN) $(TOOLS) $(UNIT_BIN)
+mpcc-asan-test: $(MPCC_BIN) $(TOOLS) $(RUN_BIN)
 	ASAN_OPTIONS=detect_leaks=0 MPCC=./$(MPCC_BIN) B=$(B) SAN="$(SAN)" tests/run_all.sh
 
 golden-update: mpcc
 	MPCC=./mpcc tests/golden.sh --update
 
+# libFuzzer comes with clang (not gcc): without it, say so and fail.
+FUZZ_PROBE = int LLVMFuzzerTestOneInput(const unsigned char *d, unsigned long n) { return 0; }
 fuzz: $(B)/parser.c $(B)/lexer.c $(B)/runtime_blob.c | $(B)
+	@command -v clang >/dev/null || { echo "make fuzz: needs clang with libFuzzer (-fsanitize=fuzzer); there is no clang here" >&2; exit 2; }
+	@echo '$(FUZZ_PROBE)' | clang -fsanitize=fuzzer -x c - -o $(B)/fuzz_probe 2>/dev/null || \
+	    { echo "make fuzz: clang here cannot link -fsanitize=fuzzer (libFuzzer, in the compiler-rt / libclang-rt-dev package, is missing)" >&2; exit 2; }
+	@rm -f $(B)/fuzz_probe
 	clang -g -O1 -fsanitize=fuzzer,address,undefined $(CPPFLAGS) -std=c11 \
 	    -o $(B)/fuzz_parse tests/fuzz_parse.c $(filter-out $(B)/%.o,$(COMPILER_OBJ)) \
 	    $(COMPILER_SRC) $(B)/parser.c $(B)/lexer.c $(B)/runtime_blob.c -lm
 	@echo "run: $(B)/fuzz_parse -max_total_time=600 -max_len=4096 NEW_DIR tests/fuzz_corpus"
 
-demo: mpcc
-	tools/demo.sh
+# tools/demo.sh looks for the data first, then builds what it needs ($(MAKE)).
+demo:
+	+MAKE="$(MAKE)" tools/demo.sh
 
 clean:
 	rm -rf build build-asan mpcc

@@ -14,12 +14,17 @@
 #ifndef MP_GUARD_H
 #define MP_GUARD_H
 
+#include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 #include "mp_model.h"
 #include "mp_util.h"
+#include "mp_dist.h"
 #include "mp_optim.h"
 #include "mp_ckpt.h"
 
@@ -48,6 +53,72 @@ static MP_UNUSED void mp_catch_signals(void)
 static MP_UNUSED const char *mp_signal_name(int sig)
 {
     return sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "a signal";
+}
+
+/* ---- TEST-ONLY: pausing after a step ------------------------------------
+ * Not part of the program's interface (TRAINER.md); tests use it to act on
+ * a run at a known step instead of racing its speed (tests/py/lib.sh,
+ * pause_*; DESIGN.md, Conventions). MPCC_TEST_PAUSE=N:PREFIX makes rank 0,
+ * after step N (its log line written; its evaluation and --save-every save
+ * not yet), write "paused after step N pid P signal S" (S: the stop signal
+ * caught so far, 0 if none) to the FIFO PREFIX.at, then block reading one
+ * line from the FIFO PREFIX.go:
+ *   tell   say it again, S as it is now, and read again
+ *   step   go on; pause again after the next step
+ *   run    (or end of file) go on, no more pauses.
+ * The stop signal is looked at before the next step, as without the hook.
+ * Unset (every real run), it is one getenv per run. */
+typedef struct MpPause {
+    int64_t at;                 /* the step to pause after, or -1 */
+    char at_path[512], go_path[512];
+} MpPause;
+
+static MP_UNUSED int mp_pause_init(MpPause *p, MpErr *e)
+{
+    const char *v = getenv("MPCC_TEST_PAUSE");
+    char *end;
+    p->at = -1;
+    if (!v || mp_dist.rank != 0)
+        return 0;
+    long long n = strtoll(v, &end, 10);
+    if (end == v || *end != ':' || n < 1 || !end[1])
+        return mp_errf(e, "MPCC_TEST_PAUSE=%s: want STEP:PREFIX (a test-only hook)", v);
+    if (snprintf(p->at_path, sizeof p->at_path, "%s.at", end + 1) >= (int)sizeof p->at_path
+        || snprintf(p->go_path, sizeof p->go_path, "%s.go", end + 1) >= (int)sizeof p->go_path)
+        return mp_errf(e, "MPCC_TEST_PAUSE: the path is too long");
+    p->at = n;
+    return 0;
+}
+
+/* At step k == p->at: tell, wait for the test's word (above). */
+static MP_UNUSED int mp_pause(MpPause *p, int64_t k, MpErr *e)
+{
+    char cmd[16];
+    size_t n;
+    do {
+        char line[96];
+        int len = snprintf(line, sizeof line, "paused after step %lld pid %ld signal %d\n",
+                           (long long)k, (long)getpid(), (int)mp_stop_signal);
+        int fd = open(p->at_path, O_WRONLY);
+        if (fd < 0 || write(fd, line, (size_t)len) != len || close(fd))
+            return mp_errf(e, "MPCC_TEST_PAUSE: %s: %s", p->at_path, strerror(errno));
+        if ((fd = open(p->go_path, O_RDONLY)) < 0)
+            return mp_errf(e, "MPCC_TEST_PAUSE: %s: %s", p->go_path, strerror(errno));
+        ssize_t r = 1;          /* one line, a byte at a time: nothing read past it */
+        for (n = 0; n < sizeof cmd - 1 && (r = read(fd, cmd + n, 1)) != 0; n += r > 0)
+            if (r > 0 && cmd[n] == '\n')
+                break;
+            else if (r < 0 && errno != EINTR)
+                break;
+        close(fd);
+        if (r < 0)
+            return mp_errf(e, "MPCC_TEST_PAUSE: %s: %s", p->go_path, strerror(errno));
+        cmd[n] = 0;
+    } while (!strcmp(cmd, "tell"));
+    if (strcmp(cmd, "step") && strcmp(cmd, "run") && n)
+        return mp_errf(e, "MPCC_TEST_PAUSE: %s: '%s' (want tell, step or run)", p->go_path, cmd);
+    p->at = strcmp(cmd, "step") ? -1 : k + 1;
+    return 0;
 }
 
 /* ---- non-finite values ---------------------------------------------------- */

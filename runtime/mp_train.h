@@ -885,6 +885,9 @@ static inline int mp_eval_and_log(MpTrainer *t, MpLog *l, MpErr *e)
 static inline int mp_train(MpTrainer *t, const MpOpts *o, MpLog *l, MpErr *e)
 {
     int64_t steps = l->total, log_every = o->log_every > 0 ? o->log_every : 100;
+    MpPause pause;              /* a test-only hook (mp_guard.h) */
+    if (mp_pause_init(&pause, e))
+        return 1;
     for (int64_t k = t->step + 1; k <= steps; k++) {
         MpStepOut s = {0};
         int logged = k % log_every == 0 || k == steps, sig = mp_stop_agreed();
@@ -894,7 +897,7 @@ static inline int mp_train(MpTrainer *t, const MpOpts *o, MpLog *l, MpErr *e)
             || (s.known && mp_loss_stop(t, l->last_step + 1, k, s.loss, e)))
             return 1;
         t->bn_batches += t->cfg.accumulate;
-        if (mp_log_step(l, t, k, &s, logged, e))
+        if (mp_log_step(l, t, k, &s, logged, e) || (k == pause.at && mp_pause(&pause, k, e)))
             return 1;
         if (k == steps)                         /* the end does both */
             break;

@@ -2,14 +2,17 @@
 # t_bigdata.sh - TRAINER.md "Big data": a 2 GB .npy (sparse: written with a
 # NumPy header and truncate, so it costs no disk and scans fast) trains for
 # a few shuffled steps while the program's private resident memory
-# (RssAnon in /proc/PID/status, sampled every 20 ms) stays at the batch
-# working set plus the data order (8 bytes a sample): the file is mapped,
-# not read into memory. The finite-value check streams through the whole
+# (RssAnon in /proc/PID/status, read after every step while the program is
+# paused there: MPCC_TEST_PAUSE, tests/py/lib.sh) stays at the batch
+# working set plus the data order (8 bytes a sample), and its private
+# writable mappings are capped there for the whole run (ulimit -d): the file
+# is mapped, not read into memory. The finite-value check streams through the whole
 # file first, with a progress line on a terminal (util-linux `script`
 # provides one): a NaN put into the last sample is refused, naming the file
 # and the sample. Prints the peak RssAnon / VmRSS and the run's time.
 set -u
 cd "$(dirname "$0")/.."
+. tests/py/lib.sh         # pause_*
 MPCC=${MPCC:-./mpcc}
 PY=/usr/bin/python3
 tmp=$(mktemp -d)
@@ -37,30 +40,39 @@ EOF
 size=$(stat -c %s "$tmp/x.npy")
 [ "$size" -gt 2000000000 ] || bad "the data file is only $size bytes"
 
-# run_peak CMD...: runs CMD, sets rc, peak_anon and peak_rss (kB), secs
+# run_peak STEPS CMD...: runs CMD (a trainer, for STEPS steps), reading its
+# memory after every step, while it is paused there (the test-only hook
+# MPCC_TEST_PAUSE, tests/py/lib.sh): sets rc, peak_anon and peak_rss (kB),
+# peak_data (VmData, kB: every private writable page it has mapped, resident
+# or not), secs
 run_peak() {
-    local start=$(date +%s.%N) a r
-    peak_anon=0 peak_rss=0
-    "$@" > "$tmp/out" 2>&1 &
-    local pid=$!
-    while kill -0 $pid 2>/dev/null; do
-        a=$(awk '/^RssAnon/{print $2}' /proc/$pid/status 2>/dev/null)
-        r=$(awk '/^VmRSS/{print $2}' /proc/$pid/status 2>/dev/null)
-        [ -n "$a" ] && [ "$a" -gt $peak_anon ] && peak_anon=$a
-        [ -n "$r" ] && [ "$r" -gt $peak_rss ] && peak_rss=$r
-        sleep 0.02
+    local steps=$1 start=$(date +%s.%N) a r d; shift
+    peak_anon=0 peak_rss=0 peak_data=0 rc=
+    pause_start 1 "$@" > "$tmp/out" 2>&1
+    while pause_next && [ -z "$exit_rc" ]; do
+        a=$(awk '/^RssAnon/{print $2}' /proc/$paused_pid/status)
+        r=$(awk '/^VmRSS/{print $2}' /proc/$paused_pid/status)
+        d=$(awk '/^VmData/{print $2}' /proc/$paused_pid/status)
+        [ "$a" -gt $peak_anon ] && peak_anon=$a
+        [ "$r" -gt $peak_rss ] && peak_rss=$r
+        [ "$d" -gt $peak_data ] && peak_data=$d
+        if [ "$paused_step" -lt "$steps" ]; then pause_say step; else pause_say run; fi
     done
-    wait $pid
-    rc=$?
+    pause_end
+    rc=${exit_rc:-"none ($pause_line)"}
     secs=$(echo "$(date +%s.%N) - $start" | bc)
 }
 
-run_peak "$tmp/big" --data image="$tmp/x.npy" --data label="$tmp/y.npy" --steps 30 --log-every 10
-[ $rc = 0 ] || bad "training on the 2 GB file: exit $rc: $(tail -1 "$tmp/out")"
-grep -q "^step 30/30 loss" "$tmp/out" || bad "no step 30 in: $(cat "$tmp/out")"
 # batch working set (a few MB) + the data order's 8 bytes a sample
 limit=$(( 16384 + 8 * N / 1024 ))
-echo "t_bigdata: $size bytes, 30 steps in ${secs}s: peak RssAnon ${peak_anon} kB (limit $limit), peak VmRSS ${peak_rss} kB"
+# Between the readings too: RLIMIT_DATA (ulimit -d) caps the program's
+# private writable mappings at the limit for the whole run, so no copy of
+# the data (not even one freed before the next step) can be made.
+run_peak 30 bash -c 'ulimit -d "$0" && exec "$@"' $limit \
+    "$tmp/big" --data image="$tmp/x.npy" --data label="$tmp/y.npy" --steps 30 --log-every 10
+[ "$rc" = 0 ] || bad "training on the 2 GB file (ulimit -d $limit): exit $rc: $(tail -1 "$tmp/out")"
+grep -q "^step 30/30 loss" "$tmp/out" || bad "no step 30 in: $(cat "$tmp/out")"
+echo "t_bigdata: $size bytes, 30 steps in ${secs}s: peak RssAnon ${peak_anon} kB (limit $limit), peak VmRSS ${peak_rss} kB, VmData ${peak_data} kB"
 [ $peak_anon -gt 0 ] || bad "RssAnon was never read"
 [ $peak_anon -le $limit ] || bad "private resident memory ${peak_anon} kB > $limit kB: the data was read into memory"
 

@@ -8,9 +8,10 @@
 #     case's expected-vs-found words; no step trained, nothing saved.
 #  2. A version 2.0 .npy file is accepted.
 #  3. kill -9 during --save-every 1 training, several times, each run
-#     resuming from what the last one left: the checkpoint always loads
-#     whole (never torn) and resumes; at most one temporary file is left,
-#     and the next save removes it.
+#     resuming from what the last one left, at a known step (the test-only
+#     hook MPCC_TEST_PAUSE): the checkpoint always loads whole (never torn),
+#     at that step or the one before, and resumes; at most one temporary
+#     file is left, and the next save removes it.
 #  4. Every model of tests/models and examples/ built with
 #     -fsanitize=address,undefined runs a few steps (eval, save, resume,
 #     --check-numerics) with no sanitizer report.
@@ -68,21 +69,33 @@ build_trainer tests/models/spec_mnist_mlp.mp "$W/big" || exit 1
 mnist_first train 2048 "$W/bx.npy" "$W/by.npy"
 mkdir -p "$W/kill"
 ck=$W/kill/ck.safetensors
+tmp=$W     # the FIFOs of pause_start
+# Each run pauses after step P (MPCC_TEST_PAUSE), 1 to 4 steps past where
+# the last one stopped; it is let go and killed at once: the kill lands in
+# P's save (in the middle of the write, or before or after it) or in step
+# P + 1, and the run cannot end by itself (it would pause after P + 1): the
+# checkpoint is whole, at step P - 1 or P.
 for i in 1 2 3 4 5 6 7 8; do
-    resume=(); [ -e "$ck" ] && resume=(--resume "$ck")
-    "$W/big" --data image="$W/bx.npy" --data label="$W/by.npy" --steps 100000 --save-every 1 \
-        --save "$ck" "${resume[@]}" >"$W/kill/run$i.out" 2>&1 &
-    pid=$!
-    sleep "$(awk -v i=$i 'BEGIN { srand(i); printf "%.2f", 0.4 + rand() }')"
-    kill -9 $pid 2>/dev/null
-    wait $pid 2>/dev/null
-    rc=$?
-    [ $rc -eq 137 ] || { bad "run $i ended by itself (exit $rc), not by the kill: $(tail -n 1 "$W/kill/run$i.out")"; continue; }
-    if [ ! -e "$ck" ]; then
-        [ $i -eq 1 ] && { echo "  run $i: killed before the first checkpoint"; continue; }
-        bad "run $i: the checkpoint disappeared"; continue
+    resume=() from=0
+    if [ -e "$ck" ]; then
+        resume=(--resume "$ck")
+        from=$($PY -c 'import sys; sys.path.insert(0, "tests/py"); import st
+print(st.read(sys.argv[1], with_meta=True)[1]["step"])' "$ck") || { bad "run $i: the checkpoint does not load"; break; }
     fi
-    $PY - "$ck" "$i" <<'PYEOF' || fail=1
+    P=$((from + 1 + $(awk -v i=$i 'BEGIN { srand(i); printf "%d", 1 + 4 * rand() }')))
+    pause_start $P "$W/big" --data image="$W/bx.npy" --data label="$W/by.npy" --steps 100000 --save-every 1 \
+        --save "$ck" "${resume[@]}" >"$W/kill/run$i.out" 2>&1
+    if ! pause_next || [ -n "$exit_rc" ]; then
+        bad "run $i: no pause after step $P: $pause_line: $(tail -n 1 "$W/kill/run$i.out")"; pause_end; continue
+    fi
+    pause_say step
+    kill -9 "$paused_pid"
+    pause_next
+    pause_end
+    [ "$exit_rc" = 137 ] || { bad "run $i: $pause_line, not the kill's 137: $(tail -n 1 "$W/kill/run$i.out")"; continue; }
+    [ -e "$ck" ] || { bad "run $i: no checkpoint after the kill"; continue; }
+    echo "  run $i: let go after step $P and killed: $(ls -a "$W/kill" | grep -c 'mpcc-tmp') temporary file(s) left"
+    $PY - "$ck" "$i" "$P" <<'PYEOF' || fail=1
 import sys
 sys.path.insert(0, "tests/py")
 import st
@@ -93,7 +106,9 @@ except Exception as e:
 need = {"h.weight", "h.bias", "logits.weight", "logits.bias", "optimizer.exp_avg.h.weight"}
 if not need <= set(t):
     sys.exit(f"FAIL: run {sys.argv[2]}: checkpoint lacks {sorted(need - set(t))}")
-print(f"  run {sys.argv[2]}: killed; checkpoint whole at step {m.get('step')}")
+if m.get("step") not in (str(int(sys.argv[3]) - 1), sys.argv[3]):
+    sys.exit(f"FAIL: run {sys.argv[2]}: checkpoint at step {m.get('step')}, want {int(sys.argv[3]) - 1} or {sys.argv[3]}")
+print(f"  run {sys.argv[2]}: checkpoint whole at step {m.get('step')}")
 PYEOF
 done
 left=$(find "$W/kill" -name '*safetensors*' ! -name ck.safetensors | wc -l)

@@ -160,21 +160,28 @@ mpi 2 "$tmp/dp" --data image="$tmp/x.npy" --data label="$tmp/ybad.npy" >"$tmp/e.
 echo "ok   errors: $(grep -h -m1 'error' "$tmp/e.out")"
 
 echo "== 6. SIGTERM: all ranks stop after the same step, one checkpoint"
-S=(--data image="$tmp/x.npy" --data label="$tmp/y.npy" --log-every 1 --steps 4000)   # long enough that the signal comes first on a fast machine
+S=(--data image="$tmp/x.npy" --data label="$tmp/y.npy" --log-every 1 --steps 60)
 mpi 2 "$tmp/dp" "${S[@]}" --save "$tmp/sfull.st" --log "$tmp/sfull.jsonl" 2>/dev/null || bad "uninterrupted run failed"
 stop_run() {   # stop_run ranks: signal the ranks (Open MPI's mpirun, signalled
                # itself, forwards SIGTERM too but exits 1 on its own account)
-    local ck=$tmp/s$1.st log=$tmp/s$1.jsonl rc ranks
-    mpirun --oversubscribe -np 2 "$tmp/dp" "${S[@]}" --save "$ck" --log "$log" 2>"$tmp/s$1.err" &
-    local pid=$!                                # mpirun's; the ranks are its children
-    while kill -0 $pid 2>/dev/null && [ "$(cat "$log" 2>/dev/null | wc -l)" -lt 20 ]; do sleep 0.05; done
-    ranks=$(pgrep -P $pid | tr '\n' ' ')
-    kill -TERM $ranks
-    wait $pid; rc=$?
-    [ $rc = 143 ] || bad "SIGTERM to the ranks: exit $rc, want 143"
-    [ "$(grep -c 'stopped by SIGTERM' "$tmp/s$1.err")" = 1 ] && [ -f "$ck" ] ||
-        { bad "SIGTERM to $1: not one stop line and a checkpoint: $(tail -n 2 "$tmp/s$1.err")"; return; }
-    echo "ok   SIGTERM to $1 (exit $rc): $(grep 'stopped by' "$tmp/s$1.err")"
+               # while rank 0 is paused after step 20 (MPCC_TEST_PAUSE) and
+               # rank 1 waits for it to agree on step 21
+    local ck=$tmp/s$1.st log=$tmp/s$1.jsonl err=$tmp/s$1.err ranks r
+    pause_start 20 mpirun --oversubscribe -x MPCC_TEST_PAUSE -np 2 "$tmp/dp" "${S[@]}" --save "$ck" --log "$log" 2>"$err"
+    if ! pause_next || [ -n "$exit_rc" ]; then
+        bad "SIGTERM to $1: rank 0 did not pause after step 20: $pause_line: $(tail -n 2 "$err")"; pause_end; return
+    fi
+    ranks=$(pgrep -P "$(ps -o ppid= -p "$paused_pid")" | tr '\n' ' ')     # mpirun's children
+    [ "$(echo $ranks | wc -w)" = 2 ] || bad "SIGTERM to $1: ranks '$ranks', want 2"
+    for r in $ranks; do [ "$r" = "$paused_pid" ] || kill -TERM "$r"; done
+    pause_signal TERM || bad "SIGTERM to $1: rank 0 did not catch it: $pause_line"
+    pause_say run
+    pause_next
+    pause_end
+    [ "$exit_rc" = 143 ] || bad "SIGTERM to the ranks: $pause_line, want exit 143"
+    [ "$(grep -c 'stopped by SIGTERM after step 20 of 60' "$err")" = 1 ] && [ -f "$ck" ] ||
+        { bad "SIGTERM to $1: not one stop line after step 20 and a checkpoint: $(tail -n 2 "$err")"; return; }
+    echo "ok   SIGTERM to $1 ($pause_line): $(grep 'stopped by' "$err")"
     mpi 2 "$tmp/dp" "${S[@]}" --resume "$ck" --save "$ck" --log "$log" 2>/dev/null || bad "resume after SIGTERM failed"
     $PY tests/py/same.py ckpt "$tmp/sfull.st" "$ck" || bad "SIGTERM to $1 + resume: checkpoints differ"
     $PY tests/py/same.py log "$tmp/sfull.jsonl" "$log" || bad "SIGTERM to $1 + resume: logs differ"

@@ -97,10 +97,17 @@ expect 0 "" "$T" "${D[@]}" --save "$tmp/ck_link.st" --log "$tmp/log_link.jsonl" 
     [ "$(grep -c step "$tmp/real.jsonl")" = 3 ] || bad "--save / --log through a symbolic link"
 ls -a "$tmp" | grep -q mpcc-tmp && bad "a temporary file was left behind"
 
-echo "== a bad --save fails in the first second of a long run"
-start=$($PY -c 'import time; print(time.time())')
-expect 2 "does not exist" "$T" --data image="$tmp/x.npy" --data label="$tmp/y.npy" \
-    --steps 10000000 --save "$tmp/gone/ck.st"
-$PY -c 'import sys,time; t=time.time()-float(sys.argv[1]); print(f"   refused after {t:.2f} s"); sys.exit(t > 1)' \
-    "$start" || bad "the bad --save took more than a second to be refused"
+echo "== a bad --save is refused before the first step of a long run"
+# the program would pause after step 1 (the test-only hook MPCC_TEST_PAUSE)
+pause_start 1 "$T" --data image="$tmp/x.npy" --data label="$tmp/y.npy" \
+    --steps 10000000 --save "$tmp/gone/ck.st" 2>"$tmp/err"
+pause_next
+if [ -n "$paused_pid" ]; then
+    bad "a bad --save: the run trained ($pause_line) instead of refusing it"; kill -9 "$paused_pid"; pause_next
+elif [ "$exit_rc" != 2 ] || ! grep -q "does not exist" "$tmp/err" || [ "$(grep -c . "$tmp/err")" != 1 ]; then
+    bad "a bad --save: $pause_line (want exit 2), stderr: $(cat "$tmp/err")"
+else
+    echo "ok   refused before step 1: $(cat "$tmp/err")"
+fi
+pause_end
 exit $fail

@@ -3,8 +3,9 @@
 # prepare MNIST, train it, print test accuracy.
 #
 # MNIST comes from $MNIST_DIR, else ../shared/data/mnist next to the
-# checkout. Without either, fetch the four files yourself from a mirror of
-# http://yann.lecun.com/exdb/mnist/ into a folder and set MNIST_DIR to it.
+# checkout. Without the four files (gzipped or not) there, it stops at
+# once, before building anything, with one line saying which files to get
+# and where to put them (exit 1).
 #
 # On a machine with an NVIDIA GPU (nvidia-smi works) and nvcc, the CUDA
 # target is built and run; otherwise the portable C target on the CPU.
@@ -14,15 +15,19 @@ cd "$(dirname "$0")/.."
 MNIST_DIR=${MNIST_DIR:-../shared/data/mnist}
 STEPS=${DEMO_STEPS:-2000}
 OUT=build/demo
-mkdir -p "$OUT"
+FILES=(train-images-idx3-ubyte train-labels-idx1-ubyte t10k-images-idx3-ubyte t10k-labels-idx1-ubyte)
 
-for f in train-images-idx3-ubyte train-labels-idx1-ubyte t10k-images-idx3-ubyte t10k-labels-idx1-ubyte; do
+for f in "${FILES[@]}"; do
     if [ ! -e "$MNIST_DIR/$f.gz" ] && [ ! -e "$MNIST_DIR/$f" ]; then
-        echo "demo: MNIST not found: $MNIST_DIR/$f(.gz) is missing." >&2
-        echo "demo: download the four MNIST files into a folder and run: MNIST_DIR=that/folder make demo" >&2
+        echo "demo: no MNIST in $MNIST_DIR ($f.gz is missing): download $(printf '%s.gz, ' "${FILES[@]:0:3}")and" \
+             "${FILES[3]}.gz (from a mirror of http://yann.lecun.com/exdb/mnist/) into ../shared/data/mnist/" \
+             "beside the checkout, or into any folder and run: MNIST_DIR=that/folder make demo" >&2
         exit 1
     fi
 done
+
+"${MAKE:-make}" --no-print-directory mpcc build/idx2npy
+mkdir -p "$OUT"
 src() { [ -e "$MNIST_DIR/$1.gz" ] && echo "$MNIST_DIR/$1.gz" || echo "$MNIST_DIR/$1"; }
 
 echo "== preparing MNIST as .npy in $OUT"

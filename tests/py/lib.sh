@@ -14,6 +14,21 @@
 #       [N, 784], i32 labels), with build/idx2npy when it is built, else
 #       with tests/py/data.py. Kept when present.
 #   mnist_first SPLIT N X.npy Y.npy   a small MNIST subset (below)
+#   pause_start N CMD...   runs a generated program (or mpirun of one) in
+#       the background with the test-only hook MPCC_TEST_PAUSE
+#       (runtime/mp_guard.h): it pauses after step N. Tests act on a run at
+#       a known step this way, never after some time. CMD's output goes
+#       where the call's does. Then, one line at a time:
+#   pause_next      waits for the next word: "paused after step K pid P
+#       signal S" (sets paused_step, paused_pid, paused_sig) or, once CMD
+#       has ended, "exit RC" (sets exit_rc); the line is in pause_line.
+#       Returns 1, having killed CMD, if nothing came in PAUSE_SAFETY (300)
+#       seconds: a safety net against a hang, never a pass.
+#   pause_say WORD  tell (say it again), step (pause after the next step
+#       too) or run (go on)
+#   pause_signal SIG   sends SIG to the paused program and waits (tell)
+#       until its handler has run: the program reports the signal caught
+#   pause_end       waits for CMD's subshell, closes and removes the FIFOs
 PY=/usr/bin/python3
 MPCC=${MPCC:-./mpcc}
 
@@ -90,4 +105,49 @@ last_eval() {
     $PY -c 'import json,sys
 ev = [json.loads(l)["eval"] for l in open(sys.argv[1]) if l.strip() and "eval" in json.loads(l)]
 print(ev[-1][sys.argv[2]] if ev else "none")' "$1" "$2"
+}
+
+# ---- pausing a run at a step (MPCC_TEST_PAUSE, test-only) ------------------
+# The FIFOs PREFIX.at (program -> test) and PREFIX.go (test -> program) are
+# held open read-write here as fds 7 and 8, so that no open blocks; CMD's
+# subshell adds "exit RC" to PREFIX.at when CMD ends.
+pause_n=0
+pause_start() {
+    local n=$1; shift
+    pause_n=$((pause_n + 1))
+    pause_fifo=$tmp/pause$pause_n
+    mkfifo "$pause_fifo.at" "$pause_fifo.go" || return 1
+    exec 7<>"$pause_fifo.at" 8<>"$pause_fifo.go"
+    ( MPCC_TEST_PAUSE="$n:$pause_fifo" "$@" 7>&- 8>&-; echo "exit $?" >&7 ) &
+    pause_job=$!
+    paused_pid= exit_rc=
+}
+pause_next() {
+    local w
+    if ! read -r -t "${PAUSE_SAFETY:-300}" pause_line <&7; then
+        pause_line="nothing from the program in ${PAUSE_SAFETY:-300} s (killed)"
+        pkill -KILL -P "$pause_job" 2>/dev/null
+        return 1
+    fi
+    case $pause_line in
+    "paused after step "*) read -r w w w paused_step w paused_pid w paused_sig <<<"$pause_line" ;;
+    "exit "*) exit_rc=${pause_line#exit } ;;
+    esac
+    return 0
+}
+pause_say() { echo "$1" >&8; }
+pause_signal() {
+    local want
+    want=$(kill -l "$1") || return 1
+    kill -s "$1" "$paused_pid" || return 1
+    paused_sig=0
+    while [ "$paused_sig" != "$want" ]; do      # each turn waits for the program's word
+        pause_say tell
+        pause_next && [ -z "$exit_rc" ] || return 1
+    done
+}
+pause_end() {
+    wait "$pause_job" 2>/dev/null
+    exec 7>&- 8>&-
+    rm -f "$pause_fifo.at" "$pause_fifo.go"
 }
