@@ -465,3 +465,26 @@ static void rope(Emit *e, const IrNode *n, const IrNode *f, float sign)
 }
 void emit_c_ROPE(Emit *e, const IrNode *n) { rope(e, n, n, 1.0f); }
 void emit_c_ROPE_GRAD(Emit *e, const IrNode *n) { rope(e, n, n->grad_of, -1.0f); }
+
+/* ---- selection, comparison, masks ------------------------------------------------------ */
+void emit_c_GT(Emit *e, const IrNode *n) { binary(e, n, "gt"); }
+void emit_c_LT(Emit *e, const IrNode *n) { binary(e, n, "lt"); }
+void emit_c_GE(Emit *e, const IrNode *n) { binary(e, n, "ge"); }
+void emit_c_LE(Emit *e, const IrNode *n) { binary(e, n, "le"); }
+void emit_c_EQ(Emit *e, const IrNode *n) { binary(e, n, "eq"); }
+void emit_c_NE(Emit *e, const IrNode *n) { binary(e, n, "ne"); }
+void emit_c_WHERE_DA(Emit *e, const IrNode *n) { binary(e, n, "where_da"); }
+void emit_c_WHERE_DB(Emit *e, const IrNode *n) { binary(e, n, "where_db"); }
+
+void emit_c_WHERE(Emit *e, const IrNode *n)
+{
+    em(e, "    mp_k_where(%s, %s,\n               %s, %s,\n               %s, %s,\n               %s, %s);\n",
+       arg(e, n), rank_shape(e, n), arg(e, IN(0)), rank_shape(e, IN(0)), arg(e, IN(1)),
+       rank_shape(e, IN(1)), arg(e, IN(2)), rank_shape(e, IN(2)));
+}
+
+void emit_c_DETACH(Emit *e, const IrNode *n) { (void)e; (void)n; /* shares its input's buffer */ }
+void emit_c_FULL(Emit *e, const IrNode *n)
+{
+    em(e, "    mp_k_fill(%s, (float)%.9g, %lld);\n", arg(e, n), n->fa[0], N(n));
+}

@@ -463,3 +463,26 @@ static void rope(Emit *e, const IrNode *n, const IrNode *f, float sign)
 }
 void emit_cuda_ROPE(Emit *e, const IrNode *n) { rope(e, n, n, 1.0f); }
 void emit_cuda_ROPE_GRAD(Emit *e, const IrNode *n) { rope(e, n, n->grad_of, -1.0f); }
+
+/* ---- selection, comparison, masks ------------------------------------------------------ */
+void emit_cuda_GT(Emit *e, const IrNode *n) { binary(e, n, "gt"); }
+void emit_cuda_LT(Emit *e, const IrNode *n) { binary(e, n, "lt"); }
+void emit_cuda_GE(Emit *e, const IrNode *n) { binary(e, n, "ge"); }
+void emit_cuda_LE(Emit *e, const IrNode *n) { binary(e, n, "le"); }
+void emit_cuda_EQ(Emit *e, const IrNode *n) { binary(e, n, "eq"); }
+void emit_cuda_NE(Emit *e, const IrNode *n) { binary(e, n, "ne"); }
+void emit_cuda_WHERE_DA(Emit *e, const IrNode *n) { binary(e, n, "where_da"); }
+void emit_cuda_WHERE_DB(Emit *e, const IrNode *n) { binary(e, n, "where_db"); }
+
+void emit_cuda_WHERE(Emit *e, const IrNode *n)
+{
+    em(e, "    mp_cu_where%s(%s, %s,\n              %s, %s,\n              %s, %s,\n              %s, %s);\n",
+       T4(n, IN(0), IN(1), IN(2)), C(n), dims(e, n), C(IN(0)), dims(e, IN(0)), C(IN(1)),
+       dims(e, IN(1)), C(IN(2)), dims(e, IN(2)));
+}
+
+void emit_cuda_DETACH(Emit *e, const IrNode *n) { (void)e; (void)n; /* shares its input's buffer */ }
+void emit_cuda_FULL(Emit *e, const IrNode *n)
+{
+    em(e, "    mp_cu_fill%s(%s, (float)%.9g, %lld);\n", T1(n), C(n), n->fa[0], N(n));
+}

@@ -59,6 +59,14 @@ static const bool scalar_f32_out[OP__COUNT] = {
     [OP_CROSS_ENTROPY] = true, [OP_MSE] = true, [OP_ACCURACY] = true,
 };
 
+/* Comparisons: they compute in their operands' type and make a u8 mask. */
+static const bool mask_out[OP__COUNT] = {
+    [OP_GT] = true, [OP_LT] = true, [OP_GE] = true, [OP_LE] = true, [OP_EQ] = true, [OP_NE] = true,
+};
+
+/* The first input that decides an op's type: where's condition does not. */
+static int first_typed(const IrNode *n) { return n->op == OP_WHERE ? 1 : 0; }
+
 const char *prec_policy_name(Policy p)
 {
     static const char *const names[] = {"float32", "mixed_float16", "mixed_bfloat16"};
@@ -205,7 +213,7 @@ static void decide_class(const IrGraph *g, IrNode *n)
 static DType widest_float(const IrNode *n)
 {
     DType w = DT_NONE;
-    for (int i = 0; i < n->nin; i++) {
+    for (int i = first_typed(n); i < n->nin; i++) {
         DType t = n->in[i]->type;
         if (n->in[i]->op == OP_CONST || !dt_is_float(t) || t == w)
             continue;
@@ -218,7 +226,7 @@ static DType widest_float(const IrNode *n)
  * an op with no inputs (arange) keeps the type its shape rule gave it. */
 static DType first_type(const IrNode *n)
 {
-    for (int i = 0; i < n->nin; i++)
+    for (int i = first_typed(n); i < n->nin; i++)
         if (n->in[i]->op != OP_CONST)
             return n->in[i]->type;
     return n->nin == 0 && n->type != DT_NONE ? n->type : DT_F32;
@@ -286,7 +294,7 @@ static void plan_op(IrGraph *g, CastCache *c, IrNode *n)
         if (in->op != OP_CONST && dt_is_float(in->type) && in->type != n->compute)
             n->in[i] = cast_to(g, c, in, n->compute, n);
     }
-    n->type = scalar_f32_out[n->op] ? DT_F32 : n->compute;
+    n->type = scalar_f32_out[n->op] ? DT_F32 : mask_out[n->op] ? DT_U8 : n->compute;
     warn_risky(g, n);
 }
 

@@ -340,7 +340,25 @@ static Val fold(Ctx *c, const Expr *e, Val x, Val y)
 }
 
 static const IrOp binop_of[128] = {['+'] = OP_ADD, ['-'] = OP_SUB, ['*'] = OP_MUL,
-                                   ['/'] = OP_DIV, ['@'] = OP_MATMUL};
+                                   ['/'] = OP_DIV, ['@'] = OP_MATMUL, ['<'] = OP_LT,
+                                   ['>'] = OP_GT, [AST_LE] = OP_LE, [AST_GE] = OP_GE,
+                                   [AST_EQ] = OP_EQ, [AST_NE] = OP_NE};
+
+static bool is_compare(int op)
+{
+    return op == '<' || op == '>' || op == AST_LE || op == AST_GE || op == AST_EQ || op == AST_NE;
+}
+
+/* A comparison of two constants: 1 or 0 (integers compared exactly). */
+static Val fold_compare(int op, Val x, Val y)
+{
+    bool ints = x.k == V_INT && y.k == V_INT;
+    int s = ints ? (x.i > y.i) - (x.i < y.i) : (x.r > y.r) - (x.r < y.r);
+    bool nan = !ints && (x.r != x.r || y.r != y.r);
+    bool r = op == '<' ? s < 0 : op == '>' ? s > 0 : op == AST_LE ? s <= 0 : op == AST_GE ? s >= 0
+           : op == AST_EQ ? s == 0 : s != 0;
+    return vint(nan ? op == AST_NE : r);
+}
 
 static bool need_operand(Ctx *c, const Expr *e, Val v, const char *what)
 {
@@ -360,7 +378,7 @@ static Val eval_binary(Ctx *c, const Expr *e)
     if (!okx || !oky)
         return verr;
     if (is_num(x) && is_num(y))
-        return fold(c, e, x, y);
+        return is_compare(e->op) ? fold_compare(e->op, x, y) : fold(c, e, x, y);
     if (e->op == 'P') {
         diag_error(e->loc, "'**' works on constants only, got %s ** %s: for a tensor write x * x",
                    describe(c, x), describe(c, y));
@@ -1506,6 +1524,52 @@ static Val lower_arange(Ctx *c, const Builtin *b, const Expr *x, Args *a)
     return finish(c, n);
 }
 
+/* where(cond, a, b): a number for a or b is a constant (where(m, x, 0)) */
+static Val lower_where(Ctx *c, const Builtin *b, const Expr *x, Args *a)
+{
+    for (int i = 1; i < 3; i++)
+        if (is_num(a->v[i]))
+            a->v[i] = const_node(c, a->e[i]->loc, a->v[i].k == V_INT ? (double)a->v[i].i : a->v[i].r);
+    if (a->v[1].k != V_TENSOR || a->v[2].k != V_TENSOR)
+        return verr;
+    IrNode *in[3] = {a->v[0].t, a->v[1].t, a->v[2].t};
+    return finish(c, node(c, OP_WHERE, x->loc, 3, in));
+}
+
+/* masked_fill(x, mask, value) is where(mask, value, x): the mask must
+ * broadcast to x's shape (torch), the result has x's shape. */
+static Val lower_masked_fill(Ctx *c, const Builtin *b, const Expr *x, Args *a)
+{
+    IrNode *v = a->v[0].t, *m = a->v[1].t;
+    Val value = const_node(c, a->e[2]->loc, a->v[2].k == V_INT ? (double)a->v[2].i : a->v[2].r);
+    if (value.k != V_TENSOR)
+        return verr;
+    IrNode *in[3] = {m, value.t, v};
+    Val r = finish(c, node(c, OP_WHERE, x->loc, 3, in));
+    if (r.k == V_TENSOR && !shape_eq(&r.t->shape, &v->shape)) {
+        diag_error(a->e[1]->loc, "masked_fill needs a mask that broadcasts to x's shape %s, got %s",
+                   shape_str(c->a, &v->shape), shape_str(c->a, &m->shape));
+        return verr;
+    }
+    return r;
+}
+
+/* zeros(dims), ones(dims), full(dims, value): f32 tensors of one value */
+static Val lower_full(Ctx *c, const Builtin *b, const Expr *x, Args *a)
+{
+    Shape s;
+    if (!eval_dims(c, a->e[0]->args, a->e[0]->nargs, a->e[0]->loc, &s))
+        return verr;
+    double v = b->name[0] == 'z' ? 0 : b->name[0] == 'o' ? 1
+             : a->v[1].k == V_INT ? (double)a->v[1].i : a->v[1].r;
+    IrNode *n = node(c, OP_FULL, x->loc, 0, NULL);
+    if (n) {
+        n->shape = s;
+        n->fa[0] = v;
+    }
+    return finish(c, n);
+}
+
 #define T1(n)  {REQ(n, A_TENSOR)}
 #define T2(n, m) {REQ(n, A_TENSOR), REQ(m, A_TENSOR)}
 
@@ -1569,6 +1633,14 @@ static const Builtin builtins[] = {
     {"pow", OP_POW, lower_pow, false, {REQ("x", A_TENSOR), REQ("p", A_REAL)}},
     {"rope", OP_ROPE, lower_rope, false,
      {REQ("x", A_TENSOR), REQ("axis", A_INT), OPT("theta", A_REAL, 10000), ABS("style", A_STR)}},
+    {"where", OP_WHERE, lower_where, false,
+     {REQ("cond", A_TENSOR), REQ("a", A_ANY), REQ("b", A_ANY)}},
+    {"masked_fill", OP_WHERE, lower_masked_fill, false,
+     {REQ("x", A_TENSOR), REQ("mask", A_TENSOR), REQ("value", A_REAL)}},
+    {"detach", OP_DETACH, lower_unary, false, T1("x")},
+    {"zeros", OP_FULL, lower_full, false, {REQ("dims", A_LIST)}},
+    {"ones", OP_FULL, lower_full, false, {REQ("dims", A_LIST)}},
+    {"full", OP_FULL, lower_full, false, {REQ("dims", A_LIST), REQ("value", A_REAL)}},
     {"f32", OP_CAST, lower_cast, false, {REQ("x", A_ANY)}},
     {"f16", OP_CAST, lower_cast, false, {REQ("x", A_ANY)}},
     {"bf16", OP_CAST, lower_cast, false, {REQ("x", A_ANY)}},

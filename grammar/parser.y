@@ -143,6 +143,7 @@ static void check_item(Parser *p, Vec *items, const TrainItem *it);
 %token BLOCK "'block'" RETURN "'return'" REPEAT "'repeat'" AS "'as'"
 %token PRECISION "'precision'" BUFFER "'buffer'" WINDOW "'window'"
 %token POW "'**'"
+%token EQ_OP "'=='" NE_OP "'!='" LE_OP "'<='" GE_OP "'>='"
 %token BAD "invalid token"   /* the scanner reported it already */
 
 %type <vec> lines body exprs list names opt_names tlines tbody
@@ -288,8 +289,16 @@ titem: NAME '=' expr            { $$ = (TrainItem){$1, @1, $3}; }
         }
      ;
 
-/* expr = add ; add = mul { ("+" | "-") mul } */
-expr: add ;
+/* expr = add [("<" | ">" | "<=" | ">=" | "==" | "!=") add]   (no chains) */
+expr: add
+    | add '<' add               { $$ = binary(p, '<', @2, $1, $3); }
+    | add '>' add               { $$ = binary(p, '>', @2, $1, $3); }
+    | add LE_OP add             { $$ = binary(p, AST_LE, @2, $1, $3); }
+    | add GE_OP add             { $$ = binary(p, AST_GE, @2, $1, $3); }
+    | add EQ_OP add             { $$ = binary(p, AST_EQ, @2, $1, $3); }
+    | add NE_OP add             { $$ = binary(p, AST_NE, @2, $1, $3); }
+    ;
+/* add = mul { ("+" | "-") mul } */
 add: mul
    | add '+' mul                { $$ = binary(p, '+', @2, $1, $3); }
    | add '-' mul                { $$ = binary(p, '-', @2, $1, $3); }
@@ -613,7 +622,7 @@ static void found_name(const yypcontext_t *ctx, Parser *p, char *buf, size_t n)
 typedef struct Group {
     int key;                    /* the group is used when this is expected */
     const char *say;
-    int members[16];            /* token codes: NAME, '(' ..., then -1 */
+    int members[24];            /* token codes: NAME, '(' ..., then -1 */
 } Group;
 
 static const Group groups[] = {
@@ -623,7 +632,8 @@ static const Group groups[] = {
     {MINIMIZE, "a train setting", {MINIMIZE, PRECISION, NAME, NEWLINE, -1}},
     {NUMBER, "an expression", {NUMBER, STRING, NAME, TYPE, '(', '[', '-', -1}},
     /* '(' and '[' too: "a (" can go on as a call, but saying so is noise */
-    {'*', "an operator", {'+', '-', '*', '/', '@', POW, '(', '[', -1}},
+    {'*', "an operator", {'+', '-', '*', '/', '@', POW, '<', '>', LE_OP, GE_OP, EQ_OP, NE_OP, '(', '[',
+                          -1}},
 };
 
 /* The phrases of "expected A, B or C": groups of tokens said in one

@@ -88,6 +88,9 @@ static const struct {
     {"abs", CL_FOLLOW}, {"sin", CL_FOLLOW}, {"cos", CL_FOLLOW}, {"maximum", CL_FOLLOW},
     {"minimum", CL_FOLLOW}, {"clamp", CL_FOLLOW}, {"pow", CL_FP32}, {"rms_norm", CL_FP32},
     {"rope", CL_FOLLOW},
+    /* "Selection, comparison, masks"; zeros / ones / full */
+    {"gt", CL_FOLLOW}, {"lt", CL_FOLLOW}, {"ge", CL_FOLLOW}, {"le", CL_FOLLOW}, {"eq", CL_FOLLOW},
+    {"ne", CL_FOLLOW}, {"where", CL_FOLLOW}, {"detach", CL_NONE}, {"full", CL_NONE},
 };
 
 static void classes_match_the_spec(void **state)
