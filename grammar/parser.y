@@ -150,7 +150,7 @@ static void check_item(Parser *p, Vec *items, const TrainItem *it);
 %type <stmt> stmt
 %type <expr> expr add mul mat unary power primary
 %type <str> callee
-%type <num> decl opt_window
+%type <num> decl opt_window cmpop
 %type <av> args arglist
 %type <item> titem
 
@@ -289,15 +289,23 @@ titem: NAME '=' expr            { $$ = (TrainItem){$1, @1, $3}; }
         }
      ;
 
-/* expr = add [("<" | ">" | "<=" | ">=" | "==" | "!=") add]   (no chains) */
+/* expr = add [cmpop add]   (comparisons do not chain) */
 expr: add
-    | add '<' add               { $$ = binary(p, '<', @2, $1, $3); }
-    | add '>' add               { $$ = binary(p, '>', @2, $1, $3); }
-    | add LE_OP add             { $$ = binary(p, AST_LE, @2, $1, $3); }
-    | add GE_OP add             { $$ = binary(p, AST_GE, @2, $1, $3); }
-    | add EQ_OP add             { $$ = binary(p, AST_EQ, @2, $1, $3); }
-    | add NE_OP add             { $$ = binary(p, AST_NE, @2, $1, $3); }
+    | add cmpop add             { $$ = binary(p, $2, @2, $1, $3); }
+    | add cmpop add cmpop add
+        {
+            diag_error(@4, "comparisons do not chain: compare twice and combine the masks, "
+                       "e.g. f32(a < b) * f32(b < c)");
+            $$ = binary(p, $2, @2, $1, $3);
+        }
     ;
+cmpop: '<'                      { $$ = '<'; }
+     | '>'                      { $$ = '>'; }
+     | LE_OP                    { $$ = AST_LE; }
+     | GE_OP                    { $$ = AST_GE; }
+     | EQ_OP                    { $$ = AST_EQ; }
+     | NE_OP                    { $$ = AST_NE; }
+     ;
 /* add = mul { ("+" | "-") mul } */
 add: mul
    | add '+' mul                { $$ = binary(p, '+', @2, $1, $3); }
