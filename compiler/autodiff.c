@@ -481,6 +481,13 @@ void grad_WHERE(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx)
 }
 
 void grad_DETACH(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx) { }
+void grad_ARGMAX(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx) { }
+void grad_ARGMIN(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx) { }
+
+/* max / min along an axis: dy to the element chosen (the first extreme,
+ * as torch.max(dim)), found again from x */
+void grad_MAX(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx) { dx[0] = MK(g, n, OP_EXTREMUM_GRAD, n->in[0], dy, n->in[0]); }
+void grad_MIN(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx) { dx[0] = MK(g, n, OP_EXTREMUM_GRAD, n->in[0], dy, n->in[0]); }
 void grad_FULL(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx) { }
 
 /* ---- the driver ---------------------------------------------------------- */

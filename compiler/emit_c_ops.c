@@ -488,3 +488,24 @@ void emit_c_FULL(Emit *e, const IrNode *n)
 {
     em(e, "    mp_k_fill(%s, (float)%.9g, %lld);\n", arg(e, n), n->fa[0], N(n));
 }
+
+/* max, min, argmax, argmin and max / min's gradient: x viewed as [outer,
+ * len, inner] around the axis; sign 1 finds the first maximum, -1 the
+ * first minimum; index 1 stores its position instead of its value */
+static void extremum(Emit *e, const IrNode *n, const char *k, const IrNode *f, int sign, int index)
+{
+    long long o, l, i;
+    emit_around_axis(f->in[0], f->ia[0], &o, &l, &i);
+    em(e, "    mp_k_%s(%s, ", k, arg(e, n));
+    for (int j = 0; j < n->nin; j++)
+        em(e, "%s, ", arg(e, IN(j)));
+    em(e, "%lld, %lld, %lld, %d%s);\n", o, l, i, sign, index < 0 ? "" : index ? ", 1" : ", 0");
+}
+void emit_c_MAX(Emit *e, const IrNode *n) { extremum(e, n, "extremum", n, 1, 0); }
+void emit_c_MIN(Emit *e, const IrNode *n) { extremum(e, n, "extremum", n, -1, 0); }
+void emit_c_ARGMAX(Emit *e, const IrNode *n) { extremum(e, n, "extremum", n, 1, 1); }
+void emit_c_ARGMIN(Emit *e, const IrNode *n) { extremum(e, n, "extremum", n, -1, 1); }
+void emit_c_EXTREMUM_GRAD(Emit *e, const IrNode *n)
+{
+    extremum(e, n, "extremum_grad", n->grad_of, n->grad_of->op == OP_MAX ? 1 : -1, -1);
+}

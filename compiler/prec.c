@@ -59,9 +59,11 @@ static const bool scalar_f32_out[OP__COUNT] = {
     [OP_CROSS_ENTROPY] = true, [OP_MSE] = true, [OP_ACCURACY] = true,
 };
 
-/* Comparisons: they compute in their operands' type and make a u8 mask. */
-static const bool mask_out[OP__COUNT] = {
-    [OP_GT] = true, [OP_LT] = true, [OP_GE] = true, [OP_LE] = true, [OP_EQ] = true, [OP_NE] = true,
+/* Ops whose result type is fixed whatever they compute in: comparisons
+ * make a u8 mask, argmax and argmin i32 indices. */
+static const DType fixed_out[OP__COUNT] = {
+    [OP_GT] = DT_U8, [OP_LT] = DT_U8, [OP_GE] = DT_U8, [OP_LE] = DT_U8, [OP_EQ] = DT_U8,
+    [OP_NE] = DT_U8, [OP_ARGMAX] = DT_I32, [OP_ARGMIN] = DT_I32,
 };
 
 /* The first input that decides an op's type: where's condition does not. */
@@ -294,7 +296,7 @@ static void plan_op(IrGraph *g, CastCache *c, IrNode *n)
         if (in->op != OP_CONST && dt_is_float(in->type) && in->type != n->compute)
             n->in[i] = cast_to(g, c, in, n->compute, n);
     }
-    n->type = scalar_f32_out[n->op] ? DT_F32 : mask_out[n->op] ? DT_U8 : n->compute;
+    n->type = scalar_f32_out[n->op] ? DT_F32 : fixed_out[n->op] ? fixed_out[n->op] : n->compute;
     warn_risky(g, n);
 }
 

@@ -624,6 +624,7 @@ typedef enum {
     A_LIST,     /* [...]: read by the op itself                  */
     A_INIT,     /* zeros(), normal(0.02), ...: read by the layer */
     A_ANY,      /* a tensor or a number (casts, block arguments) */
+    A_AXES,     /* an integer constant or a list: reductions' axis */
 } ArgKind;
 
 /* required / has a default / may be absent / may be absent and is not
@@ -679,6 +680,10 @@ static bool convert_arg(Ctx *c, const char *fn, const ArgSpec *sp, const Expr *e
         *out = vnone;          /* `ignore_index = none`: the same as absent */
         return true;
     }
+    if (sp->kind == A_AXES && e->kind == EX_LIST) {
+        *out = vnone;          /* read by the op itself */
+        return true;
+    }
     if (sp->kind == A_STR || sp->kind == A_LIST || sp->kind == A_INIT) {
         bool fits = sp->kind == A_INIT ||
                     (sp->kind == A_STR ? e->kind == EX_STR : e->kind == EX_LIST);
@@ -693,13 +698,14 @@ static bool convert_arg(Ctx *c, const char *fn, const ArgSpec *sp, const Expr *e
     if (v.k == V_ERR)
         return false;
     bool ok = sp->kind == A_TENSOR ? v.k == V_TENSOR
-            : sp->kind == A_INT    ? v.k == V_INT
+            : sp->kind == A_INT || sp->kind == A_AXES ? v.k == V_INT
             : sp->kind == A_REAL   ? is_num(v)
             : sp->kind == A_BOOL   ? v.k == V_BOOL
                                    : v.k == V_TENSOR || is_num(v);
     static const char *const want[] = {
         [A_TENSOR] = "a tensor", [A_INT] = "an integer", [A_REAL] = "a number",
         [A_BOOL] = "true or false", [A_ANY] = "a tensor or a number",
+        [A_AXES] = "an integer or a list of integers",
     };
     if (!ok)
         diag_error(e->loc, "argument '%s' of %s must be %s, got %s", sp->name, fn, want[sp->kind],
@@ -1000,6 +1006,109 @@ static Val lower_axis(Ctx *c, const Builtin *b, const Expr *x, Args *a)
         return verr;
     if (!a->e[1] && a->v[1].k == V_INT &&
         !norm_axis(c, x, b->name, &a->v[0].t->shape, a->v[1].i, &axis))
+        return verr;
+    IrNode *n = node(c, b->op, x->loc, 1, &a->v[0].t);
+    if (n)
+        n->ia[0] = axis;
+    return finish(c, n);
+}
+
+static bool int_list(Ctx *c, const Expr *e, const char *fn, int64_t *out, int *n);
+
+/* One reduction over the consecutive axes [axis, axis + span) of x: a
+ * reshape (no copy) merges them into one first. */
+static Val reduce_run(Ctx *c, IrOp op, SrcLoc loc, IrNode *x, int64_t axis, int64_t span)
+{
+    if (span > 1) {
+        Shape m = {.rank = x->shape.rank - (int)span + 1};
+        for (int i = 0, j = 0; i < x->shape.rank; i++) {
+            if (i > axis && i < axis + span)
+                m.d[j - 1] *= x->shape.d[i];
+            else
+                m.d[j++] = x->shape.d[i];
+        }
+        IrNode *r = node(c, OP_RESHAPE, loc, 1, &x);
+        if (!r)
+            return verr;
+        r->shape = m;
+        Val v = finish(c, r);
+        if (v.k != V_TENSOR)
+            return verr;
+        x = v.t;
+    }
+    IrNode *n = node(c, op, loc, 1, &x);
+    if (n)
+        n->ia[0] = axis;
+    return finish(c, n);
+}
+
+/* sum, mean, max, min: `axis` an integer or a list (absent: every axis,
+ * sum and mean only), each run of consecutive axes one reduction, the last
+ * run first; keepdim = true keeps the reduced axes as 1s (a reshape). */
+static Val lower_reduce(Ctx *c, const Builtin *b, const Expr *x, Args *a)
+{
+    IrNode *t = a->v[0].t;
+    const Shape *s = &t->shape;
+    int64_t ax[MP_MAX_RANK];
+    int nax = 0;
+    bool on[MP_MAX_RANK] = {false};
+    if (!a->e[1]) {
+        for (int i = 0; i < s->rank; i++)
+            ax[nax++] = i;
+    } else if (a->e[1]->kind == EX_LIST) {
+        if (!int_list(c, a->e[1], b->name, ax, &nax))
+            return verr;
+        if (nax == 0) {
+            diag_error(a->e[1]->loc, "%s needs at least one axis, got []", b->name);
+            return verr;
+        }
+    } else {
+        ax[nax++] = a->v[1].i;
+    }
+    for (int k = 0; k < nax; k++) {
+        const Expr *at = a->e[1] && a->e[1]->kind == EX_LIST ? a->e[1]->args[k] : a->e[1] ? a->e[1] : x;
+        if (!norm_axis(c, at, b->name, s, ax[k], &ax[k]))
+            return verr;
+        if (on[ax[k]]) {
+            diag_error(at->loc, "%s axis %lld is given twice", b->name, (long long)ax[k]);
+            return verr;
+        }
+        on[ax[k]] = true;
+    }
+    Val v = vtensor(t);
+    if (!a->e[1] && (b->op == OP_SUM || b->op == OP_MEAN)) {
+        IrNode *n = node(c, b->op, x->loc, 1, &t);        /* every axis: one pass */
+        if (n)
+            n->ia[0] = -1;
+        v = finish(c, n);
+    } else {
+        for (int end = s->rank - 1; end >= 0 && v.k == V_TENSOR; end--) {
+            if (!on[end])
+                continue;
+            int start = end;
+            while (start > 0 && on[start - 1])
+                start--;
+            v = reduce_run(c, b->op, x->loc, v.t, start, end - start + 1);
+            end = start;
+        }
+    }
+    if (v.k != V_TENSOR || !a->v[2].i)
+        return v;
+    Shape keep = *s;
+    for (int i = 0; i < s->rank; i++)
+        if (on[i])
+            keep.d[i] = 1;
+    IrNode *r = node(c, OP_RESHAPE, x->loc, 1, &v.t);
+    if (r)
+        r->shape = keep;
+    return finish(c, r);
+}
+
+/* argmax / argmin: one axis (default the last), i32 positions */
+static Val lower_arg_extremum(Ctx *c, const Builtin *b, const Expr *x, Args *a)
+{
+    int64_t axis;
+    if (!norm_axis(c, a->e[1] ? a->e[1] : x, b->name, &a->v[0].t->shape, a->v[1].i, &axis))
         return verr;
     IrNode *n = node(c, b->op, x->loc, 1, &a->v[0].t);
     if (n)
@@ -1613,8 +1722,16 @@ static const Builtin builtins[] = {
      {REQ("x", A_TENSOR), REQ("k", A_INT), ABS("stride", A_INT)}},
     {"avg_pool2d", OP_AVG_POOL2D, lower_pool, false,
      {REQ("x", A_TENSOR), REQ("k", A_INT), ABS("stride", A_INT)}},
-    {"sum", OP_SUM, lower_axis, false, {REQ("x", A_TENSOR), ABS("axis", A_INT)}},
-    {"mean", OP_MEAN, lower_axis, false, {REQ("x", A_TENSOR), ABS("axis", A_INT)}},
+    {"sum", OP_SUM, lower_reduce, false,
+     {REQ("x", A_TENSOR), ABS("axis", A_AXES), OPT("keepdim", A_BOOL, 0)}},
+    {"mean", OP_MEAN, lower_reduce, false,
+     {REQ("x", A_TENSOR), ABS("axis", A_AXES), OPT("keepdim", A_BOOL, 0)}},
+    {"max", OP_MAX, lower_reduce, false,
+     {REQ("x", A_TENSOR), REQ("axis", A_AXES), OPT("keepdim", A_BOOL, 0)}},
+    {"min", OP_MIN, lower_reduce, false,
+     {REQ("x", A_TENSOR), REQ("axis", A_AXES), OPT("keepdim", A_BOOL, 0)}},
+    {"argmax", OP_ARGMAX, lower_arg_extremum, false, {REQ("x", A_TENSOR), OPT("axis", A_INT, -1)}},
+    {"argmin", OP_ARGMIN, lower_arg_extremum, false, {REQ("x", A_TENSOR), OPT("axis", A_INT, -1)}},
     {"softmax", OP_SOFTMAX, lower_axis, false, {REQ("x", A_TENSOR), OPT("axis", A_INT, -1)}},
     {"log_softmax", OP_LOG_SOFTMAX, lower_axis, false, {REQ("x", A_TENSOR), OPT("axis", A_INT, -1)}},
     {"cross_entropy", OP_CROSS_ENTROPY, lower_cross_entropy, false,

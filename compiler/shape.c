@@ -1007,6 +1007,36 @@ bool shape_FULL(IrGraph *g, IrNode *n)
     return set_shape(g, n, &s);
 }
 
+/* max, min (float), argmax, argmin (any input, i32): ia[0] = the axis */
+bool shape_MAX(IrGraph *g, IrNode *n) { return n->ia[0] >= 0 && reduce(g, n); }
+bool shape_MIN(IrGraph *g, IrNode *n) { return n->ia[0] >= 0 && reduce(g, n); }
+
+static bool arg_extremum(IrGraph *g, IrNode *n)
+{
+    if (!axis_ok(g, n, n->ia[0]))
+        return false;
+    Shape r = {.rank = sh(n, 0)->rank - 1};
+    for (int i = 0, j = 0; i < sh(n, 0)->rank; i++)
+        if (i != n->ia[0])
+            r.d[j++] = sh(n, 0)->d[i];
+    fix_type(n, DT_I32);
+    return set_shape(g, n, &r);
+}
+bool shape_ARGMAX(IrGraph *g, IrNode *n) { return arg_extremum(g, n); }
+bool shape_ARGMIN(IrGraph *g, IrNode *n) { return arg_extremum(g, n); }
+
+/* (dy, x): x's shape, dy that of the reduction */
+bool shape_EXTREMUM_GRAD(IrGraph *g, IrNode *n)
+{
+    IrNode r = *n->grad_of;
+    r.in = (IrNode *[]){n->in[1]};
+    if (!reduce(g, &r) || !shape_eq(&r.shape, sh(n, 0))) {
+        diag_error(n->loc, "extremum_grad: gradient %s does not fit %s", str(g, sh(n, 0)), str(g, sh(n, 1)));
+        return false;
+    }
+    return set_shape(g, n, sh(n, 1));
+}
+
 bool shape_WHERE_DA(IrGraph *g, IrNode *n) { return broadcast(g, n, sh(n, 0), sh(n, 1)); }
 bool shape_WHERE_DB(IrGraph *g, IrNode *n) { return broadcast(g, n, sh(n, 0), sh(n, 1)); }
 

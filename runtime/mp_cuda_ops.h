@@ -2039,6 +2039,58 @@ static inline void mp_cu_where(void *y, MpCuDims ysh, const void *c, MpCuDims cs
     mp_cu_each("where", mp_numel(ysh.rank, ysh.d), f);
 }
 
+/* max, min, argmax, argmin: one item per output (o, i), as mp_k_extremum */
+template <int YT, int XT>
+struct MpCuExtremum {
+    void *y;
+    const void *x;
+    int64_t len, inner;
+    float sign;
+    int index;
+    MP_HD void operator()(int64_t j) const
+    {
+        int64_t o = j / inner, i = j % inner;
+        int64_t at = mp_extremum_at(x, XT, o, len, inner, i, sign);
+        if (index)
+            ((int32_t *)y)[j] = (int32_t)at;
+        else
+            mp_cu_st(y, YT, j, mp_cu_ld(x, XT, (o * len + at) * inner + i));
+    }
+};
+
+template <int YT, int XT>
+static inline void mp_cu_extremum(void *y, const void *x, int64_t outer, int64_t len, int64_t inner,
+                                  int sign, int index)
+{
+    MpCuExtremum<YT, XT> f = {y, x, len, inner, (float)sign, index};
+    mp_cu_each(index ? "argmax" : "max", outer * inner, f);
+}
+
+/* their gradient: item (o, i) writes its whole column of dx */
+template <int DXT, int DYT, int XT>
+struct MpCuExtremumGrad {
+    void *dx;
+    const void *dy, *x;
+    int64_t len, inner;
+    float sign;
+    MP_HD void operator()(int64_t j) const
+    {
+        int64_t o = j / inner, i = j % inner;
+        int64_t at = mp_extremum_at(x, XT, o, len, inner, i, sign);
+        float g = mp_cu_ld(dy, DYT, j);
+        for (int64_t l = 0; l < len; l++)
+            mp_cu_st(dx, DXT, (o * len + l) * inner + i, l == at ? g : 0.0f);
+    }
+};
+
+template <int DXT, int DYT, int XT>
+static inline void mp_cu_extremum_grad(void *dx, const void *dy, const void *x, int64_t outer,
+                                       int64_t len, int64_t inner, int sign)
+{
+    MpCuExtremumGrad<DXT, DYT, XT> f = {dx, dy, x, len, inner, (float)sign};
+    mp_cu_each("extremum_grad", outer * inner, f);
+}
+
 /* zeros, ones, full: y = v */
 template <int YT>
 struct MpCuFill {

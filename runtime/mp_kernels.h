@@ -74,6 +74,9 @@
  *   mp_k_{gt,lt,ge,le,eq,ne}(...) as add: 1 or 0, stored as the output's
  *       type (a u8 mask); mp_k_where_{da,db}(dx, dy, cond) as add
  *   mp_k_where(y,ydt,yrank,yshape, c,..., a,..., b,...)  a where c != 0 else b
+ *   mp_k_extremum(y,ydt, x,xdt, outer,len,inner, sign, index)   max (sign 1),
+ *       min (-1) over len; index: the i32 position (argmax, argmin)
+ *   mp_k_extremum_grad(dx,dxdt, dy,dydt, x,xdt, outer,len,inner, sign)
  *   mp_k_rope(y,ydt, x,xdt, outer, P, inner, D, theta, half, sign)
  *       x viewed as [outer, P, inner] (P the positions, inner ending in the
  *       D features); sign -1 rotates back (the gradient)
@@ -1420,6 +1423,50 @@ MP_BINARY(eq, mp_eq(t[i], u[i]))
 MP_BINARY(ne, mp_ne(t[i], u[i]))
 MP_BINARY(where_da, mp_where_da(t[i], u[i]))
 MP_BINARY(where_db, mp_where_db(t[i], u[i]))
+
+/* max / min along an axis: the position of the first maximum (sign 1) or
+ * minimum (sign -1) of x[o, 0..len, i], x viewed as [outer, len, inner];
+ * a NaN wins (the first one), as torch.max(dim). */
+static inline MP_HD int64_t mp_extremum_at(const void *x, int xdt, int64_t o, int64_t len,
+                                           int64_t inner, int64_t i, float sign)
+{
+    int64_t at = 0, base = o * len * inner + i;
+    float best = mp_ld(x, xdt, base);
+    for (int64_t l = 1; l < len && best == best; l++) {
+        float v = mp_ld(x, xdt, base + l * inner);
+        if (v != v || sign * v > sign * best)
+            at = l, best = v;
+    }
+    return at;
+}
+
+/* y[o, i] = x[o, at, i] (max, min), or at itself (index: argmax, argmin) */
+static inline void mp_k_extremum(void *y, int ydt, const void *x, int xdt, int64_t outer, int64_t len,
+                                 int64_t inner, int sign, int index)
+{
+    MP_OMP(parallel for if (outer * len * inner > MP_PAR_MIN))
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t i = 0; i < inner; i++) {
+            int64_t at = mp_extremum_at(x, xdt, o, len, inner, i, (float)sign);
+            if (index)
+                ((int32_t *)y)[o * inner + i] = (int32_t)at;
+            else
+                mp_st(y, ydt, o * inner + i, mp_ld(x, xdt, (o * len + at) * inner + i));
+        }
+}
+
+/* dx[o, l, i] = dy[o, i] where l is the element max / min chose, else 0 */
+static inline void mp_k_extremum_grad(void *dx, int dxdt, const void *dy, int dydt, const void *x,
+                                      int xdt, int64_t outer, int64_t len, int64_t inner, int sign)
+{
+    MP_OMP(parallel for if (outer * len * inner > MP_PAR_MIN))
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t i = 0; i < inner; i++) {
+            int64_t at = mp_extremum_at(x, xdt, o, len, inner, i, (float)sign);
+            for (int64_t l = 0; l < len; l++)
+                mp_st(dx, dxdt, (o * len + l) * inner + i, l == at ? mp_ld(dy, dydt, o * inner + i) : 0.0f);
+        }
+}
 
 /* y = where(c, a, b), the three broadcast to y (NumPy rules): rows of y's
  * last axis, each operand's row found from its own strides. */

@@ -385,6 +385,24 @@ static void op_select(void)
     free(mc);
 }
 
+/* extremum O L I: x [O, L, I], dy [O, I] -> max, argmax, dx of max, min,
+ * argmin, dx of min over L (positions as floats): 6 files */
+static void op_extremum(void)
+{
+    int64_t O = arg[0], L = arg[1], I = arg[2], n = O * L * I, m = O * I;
+    float *x = rdf(0, n), *dy = rdf(1, m), *y = buf(m), *at = buf(m), *dx = buf(n);
+    int32_t *idx = malloc((size_t)m * sizeof *idx);
+    for (int s = 1, k = 0; s >= -1; s -= 2, k += 3) {
+        mp_k_extremum(y, F32, x, F32, O, L, I, s, 0);
+        mp_k_extremum(idx, MP_I32, x, F32, O, L, I, s, 1);
+        mp_k_extremum_grad(dx, F32, dy, F32, x, F32, O, L, I, s);
+        for (int64_t j = 0; j < m; j++)
+            at[j] = (float)idx[j];
+        wrf(k, y, m); wrf(k + 1, at, m); wrf(k + 2, dx, n);
+    }
+    free(idx);
+}
+
 static const struct {
     const char *name;
     void (*run)(void);
@@ -398,6 +416,7 @@ static const struct {
     {"attention", op_attention, 5}, {"embedding", op_embedding, 3},
     {"elementwise2", op_elementwise2, 1}, {"rms_norm", op_rms_norm, 2}, {"rope", op_rope, 6},
     {"cross_entropy2", op_cross_entropy2, 5}, {"select", op_select, 2},
+    {"extremum", op_extremum, 3},
 };
 
 int main(int argc, char **argv)

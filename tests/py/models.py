@@ -399,7 +399,8 @@ TWINS["zoo2"] = Zoo2
 
 class Zoo3(nn.Module):
     """tests/models/zoo3.mp: comparisons, where, masked_fill, detach, zeros /
-    ones / full, a bool mask promoted in arithmetic."""
+    ones / full, a bool mask promoted in arithmetic, max / min / argmax /
+    argmin along an axis, sum / mean over lists of axes."""
     def __init__(self, B=32, **_):
         super().__init__()
         self.B = B
@@ -420,7 +421,11 @@ class Zoo3(nn.Module):
         s = self.s(m)
         g = torch.tanh(s.detach() * 0.5 + s + torch.full((48,), 0.1, dtype=dt)
                        + torch.zeros(self.B, 48, dtype=dt) * torch.ones(self.B, 1, dtype=dt))
-        logits = self.logits(g)
+        r = g.reshape(self.B, 6, 8)
+        pk = r.max(2, keepdim=True).values - r.min(-1, keepdim=True).values
+        n = r / (pk + 1) + r.mean((1, 2), keepdim=True) + r.sum((0, 2), keepdim=True) * 0.01
+        top = (r.argmax(2).to(dt) - r.argmin(-1).to(dt)).reshape(self.B, 6, 1) * 0.01
+        logits = self.logits((n + top + r.max(1, keepdim=True).values).reshape(self.B, 48))
         loss = F.cross_entropy(logits, bt["label"].long())
         return loss, {"accuracy": accuracy(logits, bt["label"])}
 

@@ -91,6 +91,7 @@ static const struct {
     /* "Selection, comparison, masks"; zeros / ones / full */
     {"gt", CL_FOLLOW}, {"lt", CL_FOLLOW}, {"ge", CL_FOLLOW}, {"le", CL_FOLLOW}, {"eq", CL_FOLLOW},
     {"ne", CL_FOLLOW}, {"where", CL_FOLLOW}, {"detach", CL_NONE}, {"full", CL_NONE},
+    {"max", CL_FP32}, {"min", CL_FP32}, {"argmax", CL_NONE}, {"argmin", CL_NONE},
 };
 
 static void classes_match_the_spec(void **state)
