@@ -617,14 +617,10 @@ static bool axis_ok(IrGraph *g, IrNode *n, int64_t axis)
     return false;
 }
 
-/* ia[0] = axis, removed from the shape; -1 = every axis: a scalar. */
-static bool reduce(IrGraph *g, IrNode *n)
+/* n's shape: its input's without axis ia[0] (checked) */
+static bool drop_axis(IrGraph *g, IrNode *n)
 {
-    if (!float_in(n, 0))
-        return false;
     const Shape *x = sh(n, 0);
-    if (n->ia[0] == -1)
-        return set_shape(g, n, &(Shape){0});
     if (!axis_ok(g, n, n->ia[0]))
         return false;
     Shape r = {.rank = x->rank - 1};
@@ -632,6 +628,16 @@ static bool reduce(IrGraph *g, IrNode *n)
         if (i != n->ia[0])
             r.d[j++] = x->d[i];
     return set_shape(g, n, &r);
+}
+
+/* ia[0] = axis, removed from the shape; -1 = every axis: a scalar. */
+static bool reduce(IrGraph *g, IrNode *n)
+{
+    if (!float_in(n, 0))
+        return false;
+    if (n->ia[0] == -1)
+        return set_shape(g, n, &(Shape){0});
+    return drop_axis(g, n);
 }
 
 bool shape_SUM(IrGraph *g, IrNode *n) { return reduce(g, n); }
@@ -1008,19 +1014,13 @@ bool shape_FULL(IrGraph *g, IrNode *n)
 }
 
 /* max, min (float), argmax, argmin (any input, i32): ia[0] = the axis */
-bool shape_MAX(IrGraph *g, IrNode *n) { return n->ia[0] >= 0 && reduce(g, n); }
-bool shape_MIN(IrGraph *g, IrNode *n) { return n->ia[0] >= 0 && reduce(g, n); }
+bool shape_MAX(IrGraph *g, IrNode *n) { return float_in(n, 0) && drop_axis(g, n); }
+bool shape_MIN(IrGraph *g, IrNode *n) { return float_in(n, 0) && drop_axis(g, n); }
 
 static bool arg_extremum(IrGraph *g, IrNode *n)
 {
-    if (!axis_ok(g, n, n->ia[0]))
-        return false;
-    Shape r = {.rank = sh(n, 0)->rank - 1};
-    for (int i = 0, j = 0; i < sh(n, 0)->rank; i++)
-        if (i != n->ia[0])
-            r.d[j++] = sh(n, 0)->d[i];
     fix_type(n, DT_I32);
-    return set_shape(g, n, &r);
+    return drop_axis(g, n);
 }
 bool shape_ARGMAX(IrGraph *g, IrNode *n) { return arg_extremum(g, n); }
 bool shape_ARGMIN(IrGraph *g, IrNode *n) { return arg_extremum(g, n); }

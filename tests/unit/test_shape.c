@@ -265,6 +265,17 @@ static void selection(void **state)
     f = mk(OP_FULL, 0);
     f->shape = S(2, L(3), L(0));
     expect_error(f, "full needs dimensions >= 1, got [3, 0]");
+    IrNode *x = mk(OP_MAX, 1, computed(DT_NONE, S(3, L(2), L(4), L(5))));
+    x->ia[0] = 1;
+    expect_shape(x, S(2, L(2), L(5)));
+    x = mk(OP_MIN, 1, computed(DT_NONE, S(1, L(4))));
+    x->ia[0] = -1;
+    expect_error(x, "min axis -1 is out of range for [4]");
+    expect_error(mk(OP_MAX, 1, computed(DT_I32, S(1, L(4)))), "max needs a float tensor, got i32");
+    x = mk(OP_ARGMIN, 1, computed(DT_U8, S(2, L(4), L(3))));
+    x->ia[0] = 1;
+    expect_shape(x, S(1, L(4)));
+    assert_int_equal(x->type, DT_I32);
     IrNode *d = mk(OP_DETACH, 1, computed(DT_BF16, S(1, L(5))));
     expect_shape(d, S(1, L(5)));
     assert_int_equal(d->type, DT_BF16);
