@@ -146,6 +146,24 @@ const char *ast_type_name(TypeName t)
 
 static void dump_expr(FILE *o, const Expr *e);
 
+const char *ast_op_text(int op)
+{
+    static const char one[][2] = {"+", "-", "*", "/", "%", "@", "<", ">"};
+    switch (op) {
+    case 'P': return "**";
+    case 'D': return "//";
+    case AST_LE: return "<=";
+    case AST_GE: return ">=";
+    case AST_EQ: return "==";
+    case AST_NE: return "!=";
+    default: break;
+    }
+    for (size_t i = 0; i < sizeof one / sizeof one[0]; i++)
+        if (one[i][0] == op)
+            return one[i];
+    return "?";
+}
+
 static void dump_list(FILE *o, Expr **es, int n)
 {
     for (int i = 0; i < n; i++) {
@@ -178,7 +196,7 @@ static void dump_expr(FILE *o, const Expr *e)
         fputc(')', o);
         break;
     case EX_BINARY:
-        fprintf(o, "(%s ", e->op == 'P' ? "**" : e->op == 'D' ? "//" : (char[]){(char)e->op, 0});
+        fprintf(o, "(%s ", ast_op_text(e->op));
         dump_expr(o, e->lhs);
         fputc(' ', o);
         dump_expr(o, e->rhs);

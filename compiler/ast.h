@@ -25,12 +25,19 @@ typedef enum {
     EX_NUM,      /* 128, 1e-3: num, is_int, text                           */
     EX_STR,      /* "proj": str                                            */
     EX_NAME,     /* x, h.weight, true: name (dotted names kept whole)      */
-    EX_BINARY,   /* a OP b: op is one of + - * / % @, 'P' for **, 'D' for // */
+    EX_BINARY,   /* a OP b: op is one of + - * / % @ < >, 'P' for **, 'D' for
+                    // and the AST_LE.. codes for <= >= == !=               */
     EX_NEG,      /* -a: lhs                                                */
     EX_CALL,     /* f(args..., key = value...): name, args, kwargs.
                     A cast f32(x) is a call whose name is the type name.  */
     EX_LIST,     /* [a, b, c]: args                                        */
 } ExprKind;
+
+/* EX_BINARY's two-character comparisons (one-character ops are themselves) */
+enum { AST_LE = 'l', AST_GE = 'g', AST_EQ = 'e', AST_NE = 'n' };
+
+/* An EX_BINARY op as written: "+", "**", "<=" */
+const char *ast_op_text(int op);
 
 typedef struct Kwarg {
     const char *key;

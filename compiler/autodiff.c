@@ -465,6 +465,36 @@ void grad_ROPE(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx)
 void grad_RANDN(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx) { }
 void grad_RAND(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx) { }
 
+/* ---- selection, comparison, masks ------------------------------------------
+ * A comparison's mask is an integer: never wanted, no gradient. where hands
+ * dy to the side each element came from (over the broadcast shape, then
+ * SUM_TO); detach cuts the graph (wanted_values never passes through it). */
+void grad_GT(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx) { }
+void grad_LT(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx) { }
+void grad_GE(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx) { }
+void grad_LE(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx) { }
+void grad_EQ(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx) { }
+void grad_NE(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx) { }
+
+void grad_WHERE(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx)
+{
+    static const IrOp side[3] = {OP__COUNT, OP_WHERE_DA, OP_WHERE_DB};
+    MP_ASSERT(!dx[0]);
+    for (int i = 1; i < 3; i++)
+        if (dx[i])
+            dx[i] = elementwise(g, n, i, side[i], dy, n->in[0]);
+}
+
+void grad_DETACH(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx) { }
+void grad_ARGMAX(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx) { }
+void grad_ARGMIN(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx) { }
+
+/* max / min along an axis: dy to the element chosen (the first extreme,
+ * as torch.max(dim)), found again from x */
+void grad_MAX(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx) { dx[0] = MK(g, n, OP_EXTREMUM_GRAD, n->in[0], dy, n->in[0]); }
+void grad_MIN(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx) { dx[0] = MK(g, n, OP_EXTREMUM_GRAD, n->in[0], dy, n->in[0]); }
+void grad_FULL(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx) { }
+
 /* ---- the driver ---------------------------------------------------------- */
 
 typedef struct Ad {
@@ -474,8 +504,15 @@ typedef struct Ad {
     IrNode **grad;      /* per forward node: its gradient so far */
 } Ad;
 
+/* A gradient can reach n's inputs through n: a float value, not a detach
+ * (a comparison's mask, an argmax, detach(x) stop it). */
+static bool passes_gradient(const IrNode *n)
+{
+    return dt_is_float(n->type) && n->op != OP_DETACH;
+}
+
 /* Float values that depend on a trainable parameter (forward sweep) and
- * that the loss depends on (backward sweep). */
+ * that the loss depends on through float values (backward sweep). */
 static bool *wanted_values(const IrGraph *g, int nfwd)
 {
     bool *needs = arena_alloc(g->arena, (size_t)nfwd + 1);
@@ -486,11 +523,11 @@ static bool *wanted_values(const IrGraph *g, int nfwd)
         IrNode *n = g->nodes[i];
         for (int j = 0; j < n->nin; j++)
             needs[i] |= needs[n->in[j]->id];
-        needs[i] &= dt_is_float(n->type);
+        needs[i] &= passes_gradient(n);
     }
     dep[g->loss->id] = true;
     for (int i = nfwd - 1; i >= 0; i--)
-        for (int j = 0; dep[i] && j < g->nodes[i]->nin; j++)
+        for (int j = 0; dep[i] && passes_gradient(g->nodes[i]) && j < g->nodes[i]->nin; j++)
             dep[g->nodes[i]->in[j]->id] = true;
     for (int i = 0; i < nfwd; i++)
         needs[i] &= dep[i];
@@ -633,9 +670,11 @@ static bool shape_type_ok(const IrNode *n)
     for (int i = 0; i < f->nin; i++)
         if (is_value(f->in[i], &n->shape, n->type))
             return true;
-    if (f->nin != 2 || n->type != f->type)
+    if (f->nin < 2 || f->nin > 3 || n->type != f->type)
         return false;
     Shape over = bcast(&f->in[0]->shape, &f->in[1]->shape);
+    if (f->nin == 3)                        /* where */
+        over = bcast(&over, &f->in[2]->shape);
     return shape_eq(&n->shape, &over);
 }
 
@@ -679,7 +718,7 @@ static int check_params(IrGraph *g)
     bool *dep = arena_alloc(g->arena, (size_t)g->nnodes + 1);
     dep[g->loss->id] = true;
     for (int i = g->loss->id; i >= 0; i--)
-        for (int j = 0; dep[i] && j < g->nodes[i]->nin; j++)
+        for (int j = 0; dep[i] && passes_gradient(g->nodes[i]) && j < g->nodes[i]->nin; j++)
             dep[g->nodes[i]->in[j]->id] = true;
     int bad = 0;
     for (int i = 0; i < g->nparams; i++) {

@@ -476,3 +476,47 @@ static void random_values(Emit *e, const IrNode *n, const char *k)
 }
 void emit_c_RANDN(Emit *e, const IrNode *n) { random_values(e, n, "randn"); }
 void emit_c_RAND(Emit *e, const IrNode *n) { random_values(e, n, "rand"); }
+
+/* ---- selection, comparison, masks ------------------------------------------------------ */
+void emit_c_GT(Emit *e, const IrNode *n) { binary(e, n, "gt"); }
+void emit_c_LT(Emit *e, const IrNode *n) { binary(e, n, "lt"); }
+void emit_c_GE(Emit *e, const IrNode *n) { binary(e, n, "ge"); }
+void emit_c_LE(Emit *e, const IrNode *n) { binary(e, n, "le"); }
+void emit_c_EQ(Emit *e, const IrNode *n) { binary(e, n, "eq"); }
+void emit_c_NE(Emit *e, const IrNode *n) { binary(e, n, "ne"); }
+void emit_c_WHERE_DA(Emit *e, const IrNode *n) { binary(e, n, "where_da"); }
+void emit_c_WHERE_DB(Emit *e, const IrNode *n) { binary(e, n, "where_db"); }
+
+void emit_c_WHERE(Emit *e, const IrNode *n)
+{
+    em(e, "    mp_k_where(%s, %s,\n               %s, %s,\n               %s, %s,\n               %s, %s);\n",
+       arg(e, n), rank_shape(e, n), arg(e, IN(0)), rank_shape(e, IN(0)), arg(e, IN(1)),
+       rank_shape(e, IN(1)), arg(e, IN(2)), rank_shape(e, IN(2)));
+}
+
+void emit_c_DETACH(Emit *e, const IrNode *n) { (void)e; (void)n; /* shares its input's buffer */ }
+void emit_c_FULL(Emit *e, const IrNode *n)
+{
+    em(e, "    mp_k_fill(%s, (float)%.9g, %lld);\n", arg(e, n), n->fa[0], N(n));
+}
+
+/* max, min, argmax, argmin and max / min's gradient: x viewed as [outer,
+ * len, inner] around the axis; sign 1 finds the first maximum, -1 the
+ * first minimum; index 1 stores its position instead of its value */
+static void extremum(Emit *e, const IrNode *n, const char *k, const IrNode *f, int sign, int index)
+{
+    long long o, l, i;
+    emit_around_axis(f->in[0], f->ia[0], &o, &l, &i);
+    em(e, "    mp_k_%s(%s, ", k, arg(e, n));
+    for (int j = 0; j < n->nin; j++)
+        em(e, "%s, ", arg(e, IN(j)));
+    em(e, "%lld, %lld, %lld, %d%s);\n", o, l, i, sign, index < 0 ? "" : index ? ", 1" : ", 0");
+}
+void emit_c_MAX(Emit *e, const IrNode *n) { extremum(e, n, "extremum", n, 1, 0); }
+void emit_c_MIN(Emit *e, const IrNode *n) { extremum(e, n, "extremum", n, -1, 0); }
+void emit_c_ARGMAX(Emit *e, const IrNode *n) { extremum(e, n, "extremum", n, 1, 1); }
+void emit_c_ARGMIN(Emit *e, const IrNode *n) { extremum(e, n, "extremum", n, -1, 1); }
+void emit_c_EXTREMUM_GRAD(Emit *e, const IrNode *n)
+{
+    extremum(e, n, "extremum_grad", n->grad_of, n->grad_of->op == OP_MAX ? 1 : -1, -1);
+}

@@ -472,3 +472,46 @@ static void random_values(Emit *e, const IrNode *n, const char *k)
 }
 void emit_cuda_RANDN(Emit *e, const IrNode *n) { random_values(e, n, "randn"); }
 void emit_cuda_RAND(Emit *e, const IrNode *n) { random_values(e, n, "rand"); }
+
+/* ---- selection, comparison, masks ------------------------------------------------------ */
+void emit_cuda_GT(Emit *e, const IrNode *n) { binary(e, n, "gt"); }
+void emit_cuda_LT(Emit *e, const IrNode *n) { binary(e, n, "lt"); }
+void emit_cuda_GE(Emit *e, const IrNode *n) { binary(e, n, "ge"); }
+void emit_cuda_LE(Emit *e, const IrNode *n) { binary(e, n, "le"); }
+void emit_cuda_EQ(Emit *e, const IrNode *n) { binary(e, n, "eq"); }
+void emit_cuda_NE(Emit *e, const IrNode *n) { binary(e, n, "ne"); }
+void emit_cuda_WHERE_DA(Emit *e, const IrNode *n) { binary(e, n, "where_da"); }
+void emit_cuda_WHERE_DB(Emit *e, const IrNode *n) { binary(e, n, "where_db"); }
+
+void emit_cuda_WHERE(Emit *e, const IrNode *n)
+{
+    em(e, "    mp_cu_where%s(%s, %s,\n              %s, %s,\n              %s, %s,\n              %s, %s);\n",
+       T4(n, IN(0), IN(1), IN(2)), C(n), dims(e, n), C(IN(0)), dims(e, IN(0)), C(IN(1)),
+       dims(e, IN(1)), C(IN(2)), dims(e, IN(2)));
+}
+
+void emit_cuda_DETACH(Emit *e, const IrNode *n) { (void)e; (void)n; /* shares its input's buffer */ }
+void emit_cuda_FULL(Emit *e, const IrNode *n)
+{
+    em(e, "    mp_cu_fill%s(%s, (float)%.9g, %lld);\n", T1(n), C(n), n->fa[0], N(n));
+}
+
+/* max, min, argmax, argmin and max / min's gradient, as the C target's */
+static void extremum(Emit *e, const IrNode *n, const char *k, const IrNode *f, int sign, int index)
+{
+    long long o, l, i;
+    emit_around_axis(f->in[0], f->ia[0], &o, &l, &i);
+    if (n->nin > 1)
+        em(e, "    mp_cu_%s%s(%s, %s, %s, ", k, T3(n, IN(0), IN(1)), C(n), C(IN(0)), C(IN(1)));
+    else
+        em(e, "    mp_cu_%s%s(%s, %s, ", k, T2(n, IN(0)), C(n), C(IN(0)));
+    em(e, "%lld, %lld, %lld, %d%s);\n", o, l, i, sign, index < 0 ? "" : index ? ", 1" : ", 0");
+}
+void emit_cuda_MAX(Emit *e, const IrNode *n) { extremum(e, n, "extremum", n, 1, 0); }
+void emit_cuda_MIN(Emit *e, const IrNode *n) { extremum(e, n, "extremum", n, -1, 0); }
+void emit_cuda_ARGMAX(Emit *e, const IrNode *n) { extremum(e, n, "extremum", n, 1, 1); }
+void emit_cuda_ARGMIN(Emit *e, const IrNode *n) { extremum(e, n, "extremum", n, -1, 1); }
+void emit_cuda_EXTREMUM_GRAD(Emit *e, const IrNode *n)
+{
+    extremum(e, n, "extremum_grad", n->grad_of, n->grad_of->op == OP_MAX ? 1 : -1, -1);
+}

@@ -39,6 +39,8 @@ static const char *const expr_of[OP__COUNT] = {
     [OP_ABS_GRAD] = "mp_abs_grad(%s, %s)",
     [OP_SIN_GRAD] = "mp_sin_grad(%s, %s)",
     [OP_COS_GRAD] = "mp_cos_grad(%s, %s)",
+    [OP_WHERE_DA] = "mp_where_da(%s, %s)",
+    [OP_WHERE_DB] = "mp_where_db(%s, %s)",
 };
 
 const char *fuse_expr(Arena *a, const IrNode *n, const char *const *in)

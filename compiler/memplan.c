@@ -17,7 +17,8 @@ static BufKind kind_of(const IrNode *n)
     case OP_INPUT: return BUF_INPUT;
     case OP_CONST: return BUF_CONST;
     case OP_RESHAPE:
-    case OP_FLATTEN: return BUF_ALIAS;
+    case OP_FLATTEN:
+    case OP_DETACH: return BUF_ALIAS;
     default: break;
     }
     return n->phase == PH_OPTIMIZER ? BUF_NONE : BUF_ARENA;

@@ -59,6 +59,16 @@ static const bool scalar_f32_out[OP__COUNT] = {
     [OP_CROSS_ENTROPY] = true, [OP_MSE] = true, [OP_ACCURACY] = true,
 };
 
+/* Ops whose result type is fixed whatever they compute in: comparisons
+ * make a u8 mask, argmax and argmin i32 indices. */
+static const DType fixed_out[OP__COUNT] = {
+    [OP_GT] = DT_U8, [OP_LT] = DT_U8, [OP_GE] = DT_U8, [OP_LE] = DT_U8, [OP_EQ] = DT_U8,
+    [OP_NE] = DT_U8, [OP_ARGMAX] = DT_I32, [OP_ARGMIN] = DT_I32,
+};
+
+/* The first input that decides an op's type: where's condition does not. */
+static int first_typed(const IrNode *n) { return n->op == OP_WHERE ? 1 : 0; }
+
 const char *prec_policy_name(Policy p)
 {
     static const char *const names[] = {"float32", "mixed_float16", "mixed_bfloat16"};
@@ -205,7 +215,7 @@ static void decide_class(const IrGraph *g, IrNode *n)
 static DType widest_float(const IrNode *n)
 {
     DType w = DT_NONE;
-    for (int i = 0; i < n->nin; i++) {
+    for (int i = first_typed(n); i < n->nin; i++) {
         DType t = n->in[i]->type;
         if (n->in[i]->op == OP_CONST || !dt_is_float(t) || t == w)
             continue;
@@ -219,7 +229,7 @@ static DType widest_float(const IrNode *n)
  * (randn and rand: f32, or a typed statement's / region's float type). */
 static DType first_type(const IrNode *n)
 {
-    for (int i = 0; i < n->nin; i++)
+    for (int i = first_typed(n); i < n->nin; i++)
         if (n->in[i]->op != OP_CONST)
             return n->in[i]->type;
     return n->nin == 0 && n->type != DT_NONE ? n->type : DT_F32;
@@ -288,7 +298,7 @@ static void plan_op(IrGraph *g, CastCache *c, IrNode *n)
         if (in->op != OP_CONST && dt_is_float(in->type) && in->type != n->compute)
             n->in[i] = cast_to(g, c, in, n->compute, n);
     }
-    n->type = scalar_f32_out[n->op] ? DT_F32 : n->compute;
+    n->type = scalar_f32_out[n->op] ? DT_F32 : fixed_out[n->op] ? fixed_out[n->op] : n->compute;
     warn_risky(g, n);
 }
 

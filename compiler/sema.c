@@ -277,7 +277,25 @@ static Val fold(Ctx *c, const Expr *e, Val x, Val y)
 }
 
 static const IrOp binop_of[128] = {['+'] = OP_ADD, ['-'] = OP_SUB, ['*'] = OP_MUL,
-                                   ['/'] = OP_DIV, ['@'] = OP_MATMUL};
+                                   ['/'] = OP_DIV, ['@'] = OP_MATMUL, ['<'] = OP_LT,
+                                   ['>'] = OP_GT, [AST_LE] = OP_LE, [AST_GE] = OP_GE,
+                                   [AST_EQ] = OP_EQ, [AST_NE] = OP_NE};
+
+static bool is_compare(int op)
+{
+    return op == '<' || op == '>' || op == AST_LE || op == AST_GE || op == AST_EQ || op == AST_NE;
+}
+
+/* A comparison of two constants: 1 or 0 (integers compared exactly). */
+static Val fold_compare(int op, Val x, Val y)
+{
+    bool ints = x.k == V_INT && y.k == V_INT;
+    int s = ints ? (x.i > y.i) - (x.i < y.i) : (x.r > y.r) - (x.r < y.r);
+    bool nan = !ints && (x.r != x.r || y.r != y.r);
+    bool r = op == '<' ? s < 0 : op == '>' ? s > 0 : op == AST_LE ? s <= 0 : op == AST_GE ? s >= 0
+           : op == AST_EQ ? s == 0 : s != 0;
+    return vint(nan ? op == AST_NE : r);
+}
 
 static bool need_operand(Ctx *c, const Expr *e, Val v, const char *what)
 {
@@ -298,7 +316,7 @@ static Val eval_binary(Ctx *c, const Expr *e)
     if (!okx || !oky)
         return verr;
     if (is_num(x) && is_num(y))
-        return fold(c, e, x, y);
+        return is_compare(e->op) ? fold_compare(e->op, x, y) : fold(c, e, x, y);
     if (e->op == 'P') {
         diag_error(e->loc, "'**' works on constants only, got %s ** %s: for a tensor write x * x",
                    describe(c, x), describe(c, y));
@@ -574,6 +592,10 @@ static bool convert_arg(Ctx *c, const char *fn, const ArgSpec *sp, const Expr *e
         *out = vnone;          /* `ignore_index = none`: the same as absent */
         return true;
     }
+    if (sp->kind == A_AXES && e->kind == EX_LIST) {
+        *out = vnone;          /* read by the op itself */
+        return true;
+    }
     if (sp->kind == A_STR || sp->kind == A_LIST || sp->kind == A_INIT) {
         bool fits = sp->kind == A_INIT ||
                     (sp->kind == A_STR ? e->kind == EX_STR : e->kind == EX_LIST);
@@ -588,13 +610,14 @@ static bool convert_arg(Ctx *c, const char *fn, const ArgSpec *sp, const Expr *e
     if (v.k == V_ERR)
         return false;
     bool ok = sp->kind == A_TENSOR ? v.k == V_TENSOR
-            : sp->kind == A_INT    ? v.k == V_INT
+            : sp->kind == A_INT || sp->kind == A_AXES ? v.k == V_INT
             : sp->kind == A_REAL   ? is_num(v)
             : sp->kind == A_BOOL   ? v.k == V_BOOL
                                    : v.k == V_TENSOR || is_num(v);
     static const char *const want[] = {
         [A_TENSOR] = "a tensor", [A_INT] = "an integer", [A_REAL] = "a number",
         [A_BOOL] = "true or false", [A_ANY] = "a tensor or a number",
+        [A_AXES] = "an integer or a list of integers",
     };
     if (!ok)
         diag_error(e->loc, "argument '%s' of %s must be %s, got %s", sp->name, fn, want[sp->kind],
@@ -903,6 +926,109 @@ static Val lower_axis(Ctx *c, const Builtin *b, const Expr *x, Args *a)
         return verr;
     if (!a->e[1] && a->v[1].k == V_INT &&
         !norm_axis(c, x, b->name, &a->v[0].t->shape, a->v[1].i, &axis))
+        return verr;
+    IrNode *n = node(c, b->op, x->loc, 1, &a->v[0].t);
+    if (n)
+        n->ia[0] = axis;
+    return finish(c, n);
+}
+
+static bool int_list(Ctx *c, const Expr *e, const char *fn, int64_t *out, int *n);
+
+/* One reduction over the consecutive axes [axis, axis + span) of x: a
+ * reshape (no copy) merges them into one first. */
+static Val reduce_run(Ctx *c, IrOp op, SrcLoc loc, IrNode *x, int64_t axis, int64_t span)
+{
+    if (span > 1) {
+        Shape m = {.rank = x->shape.rank - (int)span + 1};
+        for (int i = 0, j = 0; i < x->shape.rank; i++) {
+            if (i > axis && i < axis + span)
+                m.d[j - 1] *= x->shape.d[i];
+            else
+                m.d[j++] = x->shape.d[i];
+        }
+        IrNode *r = node(c, OP_RESHAPE, loc, 1, &x);
+        if (!r)
+            return verr;
+        r->shape = m;
+        Val v = finish(c, r);
+        if (v.k != V_TENSOR)
+            return verr;
+        x = v.t;
+    }
+    IrNode *n = node(c, op, loc, 1, &x);
+    if (n)
+        n->ia[0] = axis;
+    return finish(c, n);
+}
+
+/* sum, mean, max, min: `axis` an integer or a list (absent: every axis,
+ * sum and mean only), each run of consecutive axes one reduction, the last
+ * run first; keepdim = true keeps the reduced axes as 1s (a reshape). */
+static Val lower_reduce(Ctx *c, const Builtin *b, const Expr *x, Args *a)
+{
+    IrNode *t = a->v[0].t;
+    const Shape *s = &t->shape;
+    int64_t ax[MP_MAX_RANK];
+    int nax = 0;
+    bool on[MP_MAX_RANK] = {false};
+    if (!a->e[1]) {
+        for (int i = 0; i < s->rank; i++)
+            ax[nax++] = i;
+    } else if (a->e[1]->kind == EX_LIST) {
+        if (!int_list(c, a->e[1], b->name, ax, &nax))
+            return verr;
+        if (nax == 0) {
+            diag_error(a->e[1]->loc, "%s needs at least one axis, got []", b->name);
+            return verr;
+        }
+    } else {
+        ax[nax++] = a->v[1].i;
+    }
+    for (int k = 0; k < nax; k++) {
+        const Expr *at = a->e[1] && a->e[1]->kind == EX_LIST ? a->e[1]->args[k] : a->e[1] ? a->e[1] : x;
+        if (!norm_axis(c, at, b->name, s, ax[k], &ax[k]))
+            return verr;
+        if (on[ax[k]]) {
+            diag_error(at->loc, "%s axis %lld is given twice", b->name, (long long)ax[k]);
+            return verr;
+        }
+        on[ax[k]] = true;
+    }
+    Val v = vtensor(t);
+    if (!a->e[1] && (b->op == OP_SUM || b->op == OP_MEAN)) {
+        IrNode *n = node(c, b->op, x->loc, 1, &t);        /* every axis: one pass */
+        if (n)
+            n->ia[0] = -1;
+        v = finish(c, n);
+    } else {
+        for (int end = s->rank - 1; end >= 0 && v.k == V_TENSOR; end--) {
+            if (!on[end])
+                continue;
+            int start = end;
+            while (start > 0 && on[start - 1])
+                start--;
+            v = reduce_run(c, b->op, x->loc, v.t, start, end - start + 1);
+            end = start;
+        }
+    }
+    if (v.k != V_TENSOR || !a->v[2].i)
+        return v;
+    Shape keep = *s;
+    for (int i = 0; i < s->rank; i++)
+        if (on[i])
+            keep.d[i] = 1;
+    IrNode *r = node(c, OP_RESHAPE, x->loc, 1, &v.t);
+    if (r)
+        r->shape = keep;
+    return finish(c, r);
+}
+
+/* argmax / argmin: one axis (default the last), i32 positions */
+static Val lower_arg_extremum(Ctx *c, const Builtin *b, const Expr *x, Args *a)
+{
+    int64_t axis;
+    if (!norm_axis(c, a->e[1] ? a->e[1] : x, b->name, &a->v[0].t->shape, a->v[1].i, &axis))
         return verr;
     IrNode *n = node(c, b->op, x->loc, 1, &a->v[0].t);
     if (n)
@@ -1529,6 +1655,52 @@ static Val lower_random(Ctx *c, const Builtin *b, const Expr *x, Args *a)
     return finish(c, n);
 }
 
+/* where(cond, a, b): a number for a or b is a constant (where(m, x, 0)) */
+static Val lower_where(Ctx *c, const Builtin *b, const Expr *x, Args *a)
+{
+    for (int i = 1; i < 3; i++)
+        if (is_num(a->v[i]))
+            a->v[i] = const_node(c, a->e[i]->loc, a->v[i].k == V_INT ? (double)a->v[i].i : a->v[i].r);
+    if (a->v[1].k != V_TENSOR || a->v[2].k != V_TENSOR)
+        return verr;
+    IrNode *in[3] = {a->v[0].t, a->v[1].t, a->v[2].t};
+    return finish(c, node(c, OP_WHERE, x->loc, 3, in));
+}
+
+/* masked_fill(x, mask, value) is where(mask, value, x): the mask must
+ * broadcast to x's shape (torch), the result has x's shape. */
+static Val lower_masked_fill(Ctx *c, const Builtin *b, const Expr *x, Args *a)
+{
+    IrNode *v = a->v[0].t, *m = a->v[1].t;
+    Val value = const_node(c, a->e[2]->loc, a->v[2].k == V_INT ? (double)a->v[2].i : a->v[2].r);
+    if (value.k != V_TENSOR)
+        return verr;
+    IrNode *in[3] = {m, value.t, v};
+    Val r = finish(c, node(c, OP_WHERE, x->loc, 3, in));
+    if (r.k == V_TENSOR && !shape_eq(&r.t->shape, &v->shape)) {
+        diag_error(a->e[1]->loc, "masked_fill needs a mask that broadcasts to x's shape %s, got %s",
+                   shape_str(c->a, &v->shape), shape_str(c->a, &m->shape));
+        return verr;
+    }
+    return r;
+}
+
+/* zeros(dims), ones(dims), full(dims, value): f32 tensors of one value */
+static Val lower_full(Ctx *c, const Builtin *b, const Expr *x, Args *a)
+{
+    Shape s;
+    if (!eval_dims(c, a->e[0]->args, a->e[0]->nargs, a->e[0]->loc, &s))
+        return verr;
+    double v = b->name[0] == 'z' ? 0 : b->name[0] == 'o' ? 1
+             : a->v[1].k == V_INT ? (double)a->v[1].i : a->v[1].r;
+    IrNode *n = node(c, OP_FULL, x->loc, 0, NULL);
+    if (n) {
+        n->shape = s;
+        n->fa[0] = v;
+    }
+    return finish(c, n);
+}
+
 #define T1(n)  {REQ(n, A_TENSOR)}
 #define T2(n, m) {REQ(n, A_TENSOR), REQ(m, A_TENSOR)}
 
@@ -1578,8 +1750,16 @@ static const Builtin builtins[] = {
      {REQ("x", A_TENSOR), REQ("k", A_INT), ABS("stride", A_INT)}},
     {"avg_pool2d", OP_AVG_POOL2D, lower_pool, false,
      {REQ("x", A_TENSOR), REQ("k", A_INT), ABS("stride", A_INT)}},
-    {"sum", OP_SUM, lower_axis, false, {REQ("x", A_TENSOR), ABS("axis", A_INT)}},
-    {"mean", OP_MEAN, lower_axis, false, {REQ("x", A_TENSOR), ABS("axis", A_INT)}},
+    {"sum", OP_SUM, lower_reduce, false,
+     {REQ("x", A_TENSOR), ABS("axis", A_AXES), OPT("keepdim", A_BOOL, 0)}},
+    {"mean", OP_MEAN, lower_reduce, false,
+     {REQ("x", A_TENSOR), ABS("axis", A_AXES), OPT("keepdim", A_BOOL, 0)}},
+    {"max", OP_MAX, lower_reduce, false,
+     {REQ("x", A_TENSOR), REQ("axis", A_AXES), OPT("keepdim", A_BOOL, 0)}},
+    {"min", OP_MIN, lower_reduce, false,
+     {REQ("x", A_TENSOR), REQ("axis", A_AXES), OPT("keepdim", A_BOOL, 0)}},
+    {"argmax", OP_ARGMAX, lower_arg_extremum, false, {REQ("x", A_TENSOR), OPT("axis", A_INT, -1)}},
+    {"argmin", OP_ARGMIN, lower_arg_extremum, false, {REQ("x", A_TENSOR), OPT("axis", A_INT, -1)}},
     {"softmax", OP_SOFTMAX, lower_axis, false, {REQ("x", A_TENSOR), OPT("axis", A_INT, -1)}},
     {"log_softmax", OP_LOG_SOFTMAX, lower_axis, false, {REQ("x", A_TENSOR), OPT("axis", A_INT, -1)}},
     {"cross_entropy", OP_CROSS_ENTROPY, lower_cross_entropy, false,
@@ -1598,6 +1778,14 @@ static const Builtin builtins[] = {
     {"pow", OP_POW, lower_pow, false, {REQ("x", A_TENSOR), REQ("p", A_REAL)}},
     {"rope", OP_ROPE, lower_rope, false,
      {REQ("x", A_TENSOR), REQ("axis", A_INT), OPT("theta", A_REAL, 10000), ABS("style", A_STR)}},
+    {"where", OP_WHERE, lower_where, false,
+     {REQ("cond", A_TENSOR), REQ("a", A_ANY), REQ("b", A_ANY)}},
+    {"masked_fill", OP_WHERE, lower_masked_fill, false,
+     {REQ("x", A_TENSOR), REQ("mask", A_TENSOR), REQ("value", A_REAL)}},
+    {"detach", OP_DETACH, lower_unary, false, T1("x")},
+    {"zeros", OP_FULL, lower_full, false, {REQ("dims", A_LIST)}},
+    {"ones", OP_FULL, lower_full, false, {REQ("dims", A_LIST)}},
+    {"full", OP_FULL, lower_full, false, {REQ("dims", A_LIST), REQ("value", A_REAL)}},
     {"f32", OP_CAST, lower_cast, false, {REQ("x", A_ANY)}},
     {"f16", OP_CAST, lower_cast, false, {REQ("x", A_ANY)}},
     {"bf16", OP_CAST, lower_cast, false, {REQ("x", A_ANY)}},

@@ -126,6 +126,7 @@ typedef enum {
     A_LIST,     /* [...]: read by the op itself                  */
     A_INIT,     /* zeros(), normal(0.02), ...: read by the layer */
     A_ANY,      /* a tensor or a number (casts, block arguments) */
+    A_AXES,     /* an integer constant or a list: reductions' axis */
 } ArgKind;
 
 /* required / has a default / may be absent / may be absent and is not

@@ -26,7 +26,8 @@
 
 static const char *const infix_names[OP__COUNT] = {
     [OP_ADD] = "'+'", [OP_SUB] = "'-'", [OP_MUL] = "'*'", [OP_DIV] = "'/'",
-    [OP_NEG] = "unary '-'", [OP_MATMUL] = "'@'",
+    [OP_NEG] = "unary '-'", [OP_MATMUL] = "'@'", [OP_GT] = "'>'", [OP_LT] = "'<'",
+    [OP_GE] = "'>='", [OP_LE] = "'<='", [OP_EQ] = "'=='", [OP_NE] = "'!='",
 };
 
 const char *shape_op_name(IrOp op)
@@ -198,9 +199,21 @@ static bool broadcast(IrGraph *g, IrNode *n, const Shape *a, const Shape *b)
     return set_shape(g, n, &r);
 }
 
+/* A float operand that is not a constant: with one, integer operands (a
+ * mask, ids) are promoted to the float type, as torch promotes bool and
+ * integer tensors; integers with only constants keep the rule "cast it
+ * first" (f32(image) / 255), so no float type is ever guessed. */
+static bool has_float_tensor(const IrNode *n, int from)
+{
+    for (int i = from; i < n->nin; i++)
+        if (n->in[i]->op != OP_CONST && !is_int(n->in[i]->type))
+            return true;
+    return false;
+}
+
 static bool binary(IrGraph *g, IrNode *n)
 {
-    return all_float(n) && broadcast(g, n, sh(n, 0), sh(n, 1));
+    return (has_float_tensor(n, 0) || all_float(n)) && broadcast(g, n, sh(n, 0), sh(n, 1));
 }
 
 bool shape_ADD(IrGraph *g, IrNode *n) { return binary(g, n); }
@@ -614,14 +627,10 @@ static bool axis_ok(IrGraph *g, IrNode *n, int64_t axis)
     return false;
 }
 
-/* ia[0] = axis, removed from the shape; -1 = every axis: a scalar. */
-static bool reduce(IrGraph *g, IrNode *n)
+/* n's shape: its input's without axis ia[0] (checked) */
+static bool drop_axis(IrGraph *g, IrNode *n)
 {
-    if (!float_in(n, 0))
-        return false;
     const Shape *x = sh(n, 0);
-    if (n->ia[0] == -1)
-        return set_shape(g, n, &(Shape){0});
     if (!axis_ok(g, n, n->ia[0]))
         return false;
     Shape r = {.rank = x->rank - 1};
@@ -629,6 +638,16 @@ static bool reduce(IrGraph *g, IrNode *n)
         if (i != n->ia[0])
             r.d[j++] = x->d[i];
     return set_shape(g, n, &r);
+}
+
+/* ia[0] = axis, removed from the shape; -1 = every axis: a scalar. */
+static bool reduce(IrGraph *g, IrNode *n)
+{
+    if (!float_in(n, 0))
+        return false;
+    if (n->ia[0] == -1)
+        return set_shape(g, n, &(Shape){0});
+    return drop_axis(g, n);
 }
 
 bool shape_SUM(IrGraph *g, IrNode *n) { return reduce(g, n); }
@@ -955,6 +974,81 @@ bool shape_ROPE(IrGraph *g, IrNode *n)
     }
     return set_shape(g, n, x);
 }
+
+/* ---- selection, comparison, masks ------------------------------------------------ */
+
+/* Comparisons take any operands (ids == 0 too) and make a u8 0/1 mask. */
+static bool compare(IrGraph *g, IrNode *n)
+{
+    fix_type(n, DT_U8);
+    return broadcast(g, n, sh(n, 0), sh(n, 1));
+}
+bool shape_GT(IrGraph *g, IrNode *n) { return compare(g, n); }
+bool shape_LT(IrGraph *g, IrNode *n) { return compare(g, n); }
+bool shape_GE(IrGraph *g, IrNode *n) { return compare(g, n); }
+bool shape_LE(IrGraph *g, IrNode *n) { return compare(g, n); }
+bool shape_EQ(IrGraph *g, IrNode *n) { return compare(g, n); }
+bool shape_NE(IrGraph *g, IrNode *n) { return compare(g, n); }
+
+/* (cond, a, b): the three broadcast together; a and b as binary's operands
+ * (an integer one is promoted when the other is a float tensor; both
+ * integer is an integer result, both constants an f32 one). */
+bool shape_WHERE(IrGraph *g, IrNode *n)
+{
+    if (!broadcast(g, n, sh(n, 1), sh(n, 2)))
+        return false;
+    for (int i = 1; i < 3 && !has_float_tensor(n, 1); i++)
+        if (n->in[i]->op != OP_CONST)
+            fix_type(n, n->in[i]->type);
+    Shape ab = n->shape;
+    return broadcast(g, n, &ab, sh(n, 0));
+}
+
+bool shape_DETACH(IrGraph *g, IrNode *n)
+{
+    pass_type(n);
+    return set_shape(g, n, sh(n, 0));
+}
+
+/* n->shape set by sema: every dimension >= 1 */
+bool shape_FULL(IrGraph *g, IrNode *n)
+{
+    Shape s = n->shape;
+    for (int i = 0; i < s.rank; i++)
+        if (s.d[i] < 1) {
+            diag_error(n->loc, "%s needs dimensions >= 1, got %s", name_of(n), str(g, &s));
+            return false;
+        }
+    fix_type(n, DT_F32);
+    return set_shape(g, n, &s);
+}
+
+/* max, min (float), argmax, argmin (any input, i32): ia[0] = the axis */
+bool shape_MAX(IrGraph *g, IrNode *n) { return float_in(n, 0) && drop_axis(g, n); }
+bool shape_MIN(IrGraph *g, IrNode *n) { return float_in(n, 0) && drop_axis(g, n); }
+
+static bool arg_extremum(IrGraph *g, IrNode *n)
+{
+    fix_type(n, DT_I32);
+    return drop_axis(g, n);
+}
+bool shape_ARGMAX(IrGraph *g, IrNode *n) { return arg_extremum(g, n); }
+bool shape_ARGMIN(IrGraph *g, IrNode *n) { return arg_extremum(g, n); }
+
+/* (dy, x): x's shape, dy that of the reduction */
+bool shape_EXTREMUM_GRAD(IrGraph *g, IrNode *n)
+{
+    IrNode r = *n->grad_of;
+    r.in = (IrNode *[]){n->in[1]};
+    if (!reduce(g, &r) || !shape_eq(&r.shape, sh(n, 0))) {
+        diag_error(n->loc, "extremum_grad: gradient %s does not fit %s", str(g, sh(n, 0)), str(g, sh(n, 1)));
+        return false;
+    }
+    return set_shape(g, n, sh(n, 1));
+}
+
+bool shape_WHERE_DA(IrGraph *g, IrNode *n) { return broadcast(g, n, sh(n, 0), sh(n, 1)); }
+bool shape_WHERE_DB(IrGraph *g, IrNode *n) { return broadcast(g, n, sh(n, 0), sh(n, 1)); }
 
 bool shape_ABS_GRAD(IrGraph *g, IrNode *n) { return pointwise_grad(g, n); }
 bool shape_SIN_GRAD(IrGraph *g, IrNode *n) { return pointwise_grad(g, n); }

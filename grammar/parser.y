@@ -145,13 +145,14 @@ static void check_item(Parser *p, Vec *items, const TrainItem *it);
 %token PRECISION "'precision'" BUFFER "'buffer'" WINDOW "'window'"
 %token POW "'**'"
 %token FOR "'for'" IN "'in'" IDIV "'//'" DOTDOT "'..'"
+%token EQ_OP "'=='" NE_OP "'!='" LE_OP "'<='" GE_OP "'>='"
 %token BAD "invalid token"   /* the scanner reported it already */
 
 %type <vec> lines body exprs list names opt_names tlines tbody
 %type <stmt> stmt
 %type <expr> expr add mul mat unary power primary
 %type <str> callee
-%type <num> decl opt_window
+%type <num> decl opt_window cmpop
 %type <av> args arglist
 %type <item> titem
 
@@ -299,8 +300,24 @@ titem: NAME '=' expr            { $$ = (TrainItem){$1, @1, $3}; }
         }
      ;
 
-/* expr = add ; add = mul { ("+" | "-") mul } */
-expr: add ;
+/* expr = add [cmpop add]   (comparisons do not chain) */
+expr: add
+    | add cmpop add             { $$ = binary(p, $2, @2, $1, $3); }
+    | add cmpop add cmpop add
+        {
+            diag_error(@4, "comparisons do not chain: compare twice and combine the masks, "
+                       "e.g. f32(a < b) * f32(b < c)");
+            $$ = binary(p, $2, @2, $1, $3);
+        }
+    ;
+cmpop: '<'                      { $$ = '<'; }
+     | '>'                      { $$ = '>'; }
+     | LE_OP                    { $$ = AST_LE; }
+     | GE_OP                    { $$ = AST_GE; }
+     | EQ_OP                    { $$ = AST_EQ; }
+     | NE_OP                    { $$ = AST_NE; }
+     ;
+/* add = mul { ("+" | "-") mul } */
 add: mul
    | add '+' mul                { $$ = binary(p, '+', @2, $1, $3); }
    | add '-' mul                { $$ = binary(p, '-', @2, $1, $3); }
@@ -634,7 +651,7 @@ static void found_name(const yypcontext_t *ctx, Parser *p, char *buf, size_t n)
 typedef struct Group {
     int key;                    /* the group is used when this is expected */
     const char *say;
-    int members[16];            /* token codes: NAME, '(' ..., then -1 */
+    int members[24];            /* token codes: NAME, '(' ..., then -1 */
 } Group;
 
 static const Group groups[] = {
@@ -644,7 +661,8 @@ static const Group groups[] = {
     {MINIMIZE, "a train setting", {MINIMIZE, PRECISION, NAME, NEWLINE, -1}},
     {NUMBER, "an expression", {NUMBER, STRING, NAME, TYPE, '(', '[', '-', -1}},
     /* '(' and '[' too: "a (" can go on as a call, but saying so is noise */
-    {'*', "an operator", {'+', '-', '*', '/', '@', POW, IDIV, '%', '(', '[', -1}},
+    {'*', "an operator", {'+', '-', '*', '/', '@', POW, IDIV, '%', '<', '>', LE_OP, GE_OP, EQ_OP,
+                          NE_OP, '(', '[', -1}},
 };
 
 /* The phrases of "expected A, B or C": groups of tokens said in one

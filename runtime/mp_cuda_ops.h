@@ -21,7 +21,8 @@
  *   pools, global_avg_pool, embedding, layer_norm, batch_norm, attention
  *   additions (at the end): abs sin cos gelu_tanh (+ _grad), maximum,
  *   minimum, maximum_mask, clamp, pow (+ _grad), rms_norm (+ _dx, _dw),
- *   rope; labels and ids of any integer type come with their type (ldt)
+ *   rope; gt lt ge le eq ne (u8 masks), where (+ _da, _db), fill (zeros,
+ *   ones, full); labels and ids of any integer type come with their type (ldt)
  * Shapes that the C program passes as arrays come as MpCuDims values.
  *
  * Each launcher builds a functor (the work of one item: an element, a row,
@@ -2035,6 +2036,108 @@ MP_CU_GRAD(cos_grad, mp_cos_grad)
 MP_CU_BINARY(maximum, mp_maximum(a, b))
 MP_CU_BINARY(minimum, mp_minimum(a, b))
 MP_CU_BINARY(maximum_mask, mp_maximum_mask(a, b))
+
+/* ---- selection, comparison, masks (mp_kernels.h's per-element math) ---- */
+MP_CU_BINARY(gt, mp_gt(a, b))
+MP_CU_BINARY(lt, mp_lt(a, b))
+MP_CU_BINARY(ge, mp_ge(a, b))
+MP_CU_BINARY(le, mp_le(a, b))
+MP_CU_BINARY(eq, mp_eq(a, b))
+MP_CU_BINARY(ne, mp_ne(a, b))
+MP_CU_BINARY(where_da, mp_where_da(a, b))
+MP_CU_BINARY(where_db, mp_where_db(a, b))
+
+/* where(c, a, b): (a, b) and (c, c) each mapped onto y as binary ops map */
+template <int YT, int CT, int AT, int BT>
+struct MpCuWhere {
+    void *y;
+    const void *c, *a, *b;
+    MpBcast pab, pc;
+    MP_HD void operator()(int64_t i) const
+    {
+        int64_t ao, bo, co, unused;
+        mp_cu_bcast_at(&pab, i, &ao, &bo);
+        mp_cu_bcast_at(&pc, i, &co, &unused);
+        mp_cu_st(y, YT, i, mp_where(mp_cu_ld(c, CT, co), mp_cu_ld(a, AT, ao), mp_cu_ld(b, BT, bo)));
+    }
+};
+
+template <int YT, int CT, int AT, int BT>
+static inline void mp_cu_where(void *y, MpCuDims ysh, const void *c, MpCuDims csh, const void *a,
+                               MpCuDims ash, const void *b, MpCuDims bsh)
+{
+    MpCuWhere<YT, CT, AT, BT> f = {y, c, a, b,
+                                   mp_bcast(ysh.rank, ysh.d, ash.rank, ash.d, bsh.rank, bsh.d),
+                                   mp_bcast(ysh.rank, ysh.d, csh.rank, csh.d, csh.rank, csh.d)};
+    mp_cu_each("where", mp_numel(ysh.rank, ysh.d), f);
+}
+
+/* max, min, argmax, argmin: one item per output (o, i), as mp_k_extremum */
+template <int YT, int XT>
+struct MpCuExtremum {
+    void *y;
+    const void *x;
+    int64_t len, inner;
+    float sign;
+    int index;
+    MP_HD void operator()(int64_t j) const
+    {
+        int64_t o = j / inner, i = j % inner;
+        int64_t at = mp_extremum_at(x, XT, o, len, inner, i, sign);
+        if (index)
+            ((int32_t *)y)[j] = (int32_t)at;
+        else
+            mp_cu_st(y, YT, j, mp_cu_ld(x, XT, (o * len + at) * inner + i));
+    }
+};
+
+template <int YT, int XT>
+static inline void mp_cu_extremum(void *y, const void *x, int64_t outer, int64_t len, int64_t inner,
+                                  int sign, int index)
+{
+    MpCuExtremum<YT, XT> f = {y, x, len, inner, (float)sign, index};
+    mp_cu_each(index ? "argmax" : "max", outer * inner, f);
+}
+
+/* their gradient: item (o, i) writes its whole column of dx */
+template <int DXT, int DYT, int XT>
+struct MpCuExtremumGrad {
+    void *dx;
+    const void *dy, *x;
+    int64_t len, inner;
+    float sign;
+    MP_HD void operator()(int64_t j) const
+    {
+        int64_t o = j / inner, i = j % inner;
+        int64_t at = mp_extremum_at(x, XT, o, len, inner, i, sign);
+        float g = mp_cu_ld(dy, DYT, j);
+        for (int64_t l = 0; l < len; l++)
+            mp_cu_st(dx, DXT, (o * len + l) * inner + i, l == at ? g : 0.0f);
+    }
+};
+
+template <int DXT, int DYT, int XT>
+static inline void mp_cu_extremum_grad(void *dx, const void *dy, const void *x, int64_t outer,
+                                       int64_t len, int64_t inner, int sign)
+{
+    MpCuExtremumGrad<DXT, DYT, XT> f = {dx, dy, x, len, inner, (float)sign};
+    mp_cu_each("extremum_grad", outer * inner, f);
+}
+
+/* zeros, ones, full: y = v */
+template <int YT>
+struct MpCuFill {
+    void *y;
+    float v;
+    MP_HD void operator()(int64_t i) const { mp_cu_st(y, YT, i, v); }
+};
+
+template <int YT>
+static inline void mp_cu_fill(void *y, float v, int64_t n)
+{
+    MpCuFill<YT> f = {y, v};
+    mp_cu_each("full", n, f);
+}
 
 struct MpCuF_clamp {
     float lo, hi;

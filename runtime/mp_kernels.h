@@ -73,6 +73,12 @@
  *   mp_k_clamp(y,ydt, x,xdt, n, lo, hi); mp_k_clamp_grad(dx, dy, x, n, lo, hi)
  *   mp_k_pow(y,ydt, x,xdt, n, p); mp_k_pow_grad(dx, dy, x, n, p)
  *   mp_k_rms_norm(y,ydt, x,xdt, w,wdt, rows, dim, eps), _dx, _dw as layer_norm
+ *   mp_k_{gt,lt,ge,le,eq,ne}(...) as add: 1 or 0, stored as the output's
+ *       type (a u8 mask); mp_k_where_{da,db}(dx, dy, cond) as add
+ *   mp_k_where(y,ydt,yrank,yshape, c,..., a,..., b,...)  a where c != 0 else b
+ *   mp_k_extremum(y,ydt, x,xdt, outer,len,inner, sign, index)   max (sign 1),
+ *       min (-1) over len; index: the i32 position (argmax, argmin)
+ *   mp_k_extremum_grad(dx,dxdt, dy,dydt, x,xdt, outer,len,inner, sign)
  *   mp_k_rope(y,ydt, x,xdt, outer, P, inner, D, theta, half, sign)
  *       x viewed as [outer, P, inner] (P the positions, inner ending in the
  *       D features); sign -1 rotates back (the gradient)
@@ -1429,6 +1435,110 @@ static inline void mp_k_pow_grad(void *dx, int dxdt, const void *dy, int dydt, c
                                  int xdt, int64_t n, float p)
 {
     MP_EW_LOOP2(n, dy, dydt, x, xdt, dx, dxdt, t[i] = mp_pow_grad(t[i], u[i], p))
+}
+
+/* ---- selection, comparison, masks ---------------------------------------
+ * Comparisons store 1 or 0 (a u8 mask); NaN compares false except with !=,
+ * as torch. where(cond, a, b) is a where cond != 0, else b; its gradients
+ * hand dy to the side each element came from. */
+static inline MP_HD float mp_gt(float a, float b) { return a > b ? 1.0f : 0.0f; }
+static inline MP_HD float mp_lt(float a, float b) { return a < b ? 1.0f : 0.0f; }
+static inline MP_HD float mp_ge(float a, float b) { return a >= b ? 1.0f : 0.0f; }
+static inline MP_HD float mp_le(float a, float b) { return a <= b ? 1.0f : 0.0f; }
+static inline MP_HD float mp_eq(float a, float b) { return a == b ? 1.0f : 0.0f; }
+static inline MP_HD float mp_ne(float a, float b) { return a != b ? 1.0f : 0.0f; }
+static inline MP_HD float mp_where(float c, float a, float b) { return c != 0.0f ? a : b; }
+static inline MP_HD float mp_where_da(float dy, float c) { return c != 0.0f ? dy : 0.0f; }
+static inline MP_HD float mp_where_db(float dy, float c) { return c != 0.0f ? 0.0f : dy; }
+
+MP_BINARY(gt, mp_gt(t[i], u[i]))
+MP_BINARY(lt, mp_lt(t[i], u[i]))
+MP_BINARY(ge, mp_ge(t[i], u[i]))
+MP_BINARY(le, mp_le(t[i], u[i]))
+MP_BINARY(eq, mp_eq(t[i], u[i]))
+MP_BINARY(ne, mp_ne(t[i], u[i]))
+MP_BINARY(where_da, mp_where_da(t[i], u[i]))
+MP_BINARY(where_db, mp_where_db(t[i], u[i]))
+
+/* max / min along an axis: the position of the first maximum (sign 1) or
+ * minimum (sign -1) of x[o, 0..len, i], x viewed as [outer, len, inner];
+ * a NaN wins (the first one), as torch.max(dim). */
+static inline MP_HD int64_t mp_extremum_at(const void *x, int xdt, int64_t o, int64_t len,
+                                           int64_t inner, int64_t i, float sign)
+{
+    int64_t at = 0, base = o * len * inner + i;
+    float best = mp_ld(x, xdt, base);
+    for (int64_t l = 1; l < len && best == best; l++) {
+        float v = mp_ld(x, xdt, base + l * inner);
+        if (v != v || sign * v > sign * best)
+            at = l, best = v;
+    }
+    return at;
+}
+
+/* y[o, i] = x[o, at, i] (max, min), or at itself (index: argmax, argmin) */
+static inline void mp_k_extremum(void *y, int ydt, const void *x, int xdt, int64_t outer, int64_t len,
+                                 int64_t inner, int sign, int index)
+{
+    MP_OMP(parallel for if (outer * len * inner > MP_PAR_MIN))
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t i = 0; i < inner; i++) {
+            int64_t at = mp_extremum_at(x, xdt, o, len, inner, i, (float)sign);
+            if (index)
+                ((int32_t *)y)[o * inner + i] = (int32_t)at;
+            else
+                mp_st(y, ydt, o * inner + i, mp_ld(x, xdt, (o * len + at) * inner + i));
+        }
+}
+
+/* dx[o, l, i] = dy[o, i] where l is the element max / min chose, else 0 */
+static inline void mp_k_extremum_grad(void *dx, int dxdt, const void *dy, int dydt, const void *x,
+                                      int xdt, int64_t outer, int64_t len, int64_t inner, int sign)
+{
+    MP_OMP(parallel for if (outer * len * inner > MP_PAR_MIN))
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t i = 0; i < inner; i++) {
+            int64_t at = mp_extremum_at(x, xdt, o, len, inner, i, (float)sign);
+            for (int64_t l = 0; l < len; l++)
+                mp_st(dx, dxdt, (o * len + l) * inner + i, l == at ? mp_ld(dy, dydt, o * inner + i) : 0.0f);
+        }
+}
+
+/* y = where(c, a, b), the three broadcast to y (NumPy rules): rows of y's
+ * last axis, each operand's row found from its own strides. */
+static inline void mp_k_where(void *y, int ydt, int yr, const int64_t *ysh, const void *c, int cdt,
+                              int cr, const int64_t *csh, const void *a, int adt, int ar,
+                              const int64_t *ash, const void *b, int bdt, int br, const int64_t *bsh)
+{
+    int64_t st[3][MP_MAX_RANK];
+    mp_bcast_strides(yr, cr, csh, st[0]);
+    mp_bcast_strides(yr, ar, ash, st[1]);
+    mp_bcast_strides(yr, br, bsh, st[2]);
+    int64_t len = yr ? ysh[yr - 1] : 1, rows = 1;
+    for (int d = 0; d < yr - 1; d++)
+        rows *= ysh[d];
+    int64_t lc = yr ? st[0][yr - 1] : 0, la = yr ? st[1][yr - 1] : 0, lb = yr ? st[2][yr - 1] : 0;
+    MP_OMP(parallel for if (rows * len > MP_PAR_MIN))
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t co = 0, ao = 0, bo = 0, q = r;
+        for (int d = yr - 2; d >= 0; d--) {
+            int64_t i = q % ysh[d];
+            q /= ysh[d];
+            co += i * st[0][d];
+            ao += i * st[1][d];
+            bo += i * st[2][d];
+        }
+        for (int64_t k = 0; k < len; k += MP_CHUNK) {
+            float t[MP_CHUNK], u[MP_CHUNK], w[MP_CHUNK];
+            int64_t m = mp_min64(len - k, MP_CHUNK);
+            mp_ld_n(c, cdt, co + k * lc, lc, m, w);
+            mp_ld_n(a, adt, ao + k * la, la, m, t);
+            mp_ld_n(b, bdt, bo + k * lb, lb, m, u);
+            for (int64_t i = 0; i < m; i++)
+                t[i] = mp_where(w[i], t[i], u[i]);
+            mp_st_n(y, ydt, r * len + k, 1, m, t);
+        }
+    }
 }
 
 /* rms_norm and rope, per element (shared with CUDA) */

@@ -356,6 +356,53 @@ static void op_cross_entropy2(void)
     wrf(0, &loss, 1); wrf(1, dx, R * C); wrf(2, &acc, 1);
 }
 
+/* select R C: a [R, C], b [C], dy [R, C], c [R, 1] -> the six comparisons
+ * of a with b (u8 masks, as floats), y = where(c > 0, a, b), da, db (the
+ * b side summed back to [C]): 9 files */
+static void op_select(void)
+{
+    int64_t R = arg[0], C = arg[1], n = R * C;
+    float *a = rdf(0, n), *b = rdf(1, C), *dy = rdf(2, n), *c = rdf(3, R), zero = 0.0f;
+    int64_t ysh[2] = {R, C}, bsh[1] = {C}, csh[2] = {R, 1};
+    uint8_t *m = malloc((size_t)n), *mc = malloc((size_t)R);
+    float *y = buf(n), *da = buf(n), *db = buf(n), *dbs = buf(C);
+    void (*const cmp[6])(void *, int, int, const int64_t *, const void *, int, int, const int64_t *,
+                         const void *, int, int, const int64_t *) = {
+        mp_k_gt, mp_k_lt, mp_k_ge, mp_k_le, mp_k_eq, mp_k_ne};
+    for (int k = 0; k < 6; k++) {
+        cmp[k](m, MP_U8, 2, ysh, a, F32, 2, ysh, b, F32, 1, bsh);
+        for (int64_t i = 0; i < n; i++)
+            y[i] = m[i];
+        wrf(k, y, n);
+    }
+    mp_k_gt(mc, MP_U8, 2, csh, c, F32, 2, csh, &zero, F32, 0, bsh);
+    mp_k_where(y, F32, 2, ysh, mc, MP_U8, 2, csh, a, F32, 2, ysh, b, F32, 1, bsh);
+    mp_k_where_da(da, F32, 2, ysh, dy, F32, 2, ysh, mc, MP_U8, 2, csh);
+    mp_k_where_db(db, F32, 2, ysh, dy, F32, 2, ysh, mc, MP_U8, 2, csh);
+    mp_k_sum_to(dbs, F32, 1, bsh, db, F32, 2, ysh, 0.0f);
+    wrf(6, y, n); wrf(7, da, n); wrf(8, dbs, C);
+    free(m);
+    free(mc);
+}
+
+/* extremum O L I: x [O, L, I], dy [O, I] -> max, argmax, dx of max, min,
+ * argmin, dx of min over L (positions as floats): 6 files */
+static void op_extremum(void)
+{
+    int64_t O = arg[0], L = arg[1], I = arg[2], n = O * L * I, m = O * I;
+    float *x = rdf(0, n), *dy = rdf(1, m), *y = buf(m), *at = buf(m), *dx = buf(n);
+    int32_t *idx = malloc((size_t)m * sizeof *idx);
+    for (int s = 1, k = 0; s >= -1; s -= 2, k += 3) {
+        mp_k_extremum(y, F32, x, F32, O, L, I, s, 0);
+        mp_k_extremum(idx, MP_I32, x, F32, O, L, I, s, 1);
+        mp_k_extremum_grad(dx, F32, dy, F32, x, F32, O, L, I, s);
+        for (int64_t j = 0; j < m; j++)
+            at[j] = (float)idx[j];
+        wrf(k, y, m); wrf(k + 1, at, m); wrf(k + 2, dx, n);
+    }
+    free(idx);
+}
+
 static const struct {
     const char *name;
     void (*run)(void);
@@ -368,7 +415,8 @@ static const struct {
     {"mse", op_mse, 1}, {"activations", op_activations, 1},
     {"attention", op_attention, 5}, {"embedding", op_embedding, 3},
     {"elementwise2", op_elementwise2, 1}, {"rms_norm", op_rms_norm, 2}, {"rope", op_rope, 6},
-    {"cross_entropy2", op_cross_entropy2, 5},
+    {"cross_entropy2", op_cross_entropy2, 5}, {"select", op_select, 2},
+    {"extremum", op_extremum, 3},
 };
 
 int main(int argc, char **argv)

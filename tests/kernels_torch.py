@@ -410,6 +410,40 @@ def case_cross_entropy2(driver, tmp):
         check(tag + "accuracy", got[2], (x.argmax(1) == labels).mean())
 
 
+def case_select(driver, tmp):
+    R, C = 30, 17
+    a, b, dy, c = f32(R, C, lo=-2, hi=2), f32(C, lo=-2, hi=2), f32(R, C), f32(R, 1)
+    a[::4, 3] = b[3]                           # ties: ==, <=, >= hold there
+    a[1, :] = b
+    got = run(driver, tmp, "select", [R, C], [a, b, dy, c], 9)
+    ta, tb = torch.from_numpy(a), torch.from_numpy(b)
+    for k, (name, fn) in enumerate((("gt", torch.gt), ("lt", torch.lt), ("ge", torch.ge),
+                                    ("le", torch.le), ("eq", torch.eq), ("ne", torch.ne))):
+        check(name, got[k], fn(ta, tb).float())
+    ga, gb = t(a), t(b)
+    y = torch.where(torch.from_numpy(c) > 0, ga, gb)
+    da, db = grads(y, dy, ga, gb)
+    check("where y", got[6], y.detach())
+    check("where da", got[7], da)
+    check("where db (summed to [C])", got[8], db)
+
+
+def case_extremum(driver, tmp):
+    for O, L, I in ((3, 7, 5), (4, 33, 1), (1, 6, 9)):
+        x, dy = f32(O, L, I, lo=-2, hi=2), f32(O, I)
+        x[:, 4 % L, :] = x[:, 1, :]            # ties: the first position wins
+        x[0, 2, 0] = np.nan                    # a NaN wins, as torch
+        got = run(driver, tmp, "extremum", [O, L, I], [x, dy], 6)
+        for k, (name, fn) in ((0, ("max", torch.max)), (3, ("min", torch.min))):
+            tx = t(x)
+            y, at = fn(tx, 1)
+            (dx,) = grads(y, dy, tx)
+            tag = "%s [%d, %d, %d] " % (name, O, L, I)
+            check(tag + "y", np.nan_to_num(got[k], nan=9.0), np.nan_to_num(y.detach(), nan=9.0))
+            check(tag + "index", got[k + 1], at)
+            check(tag + "dx", got[k + 2], dx)
+
+
 def main():
     if len(sys.argv) not in (2, 3) or sys.argv[2:] not in ([], ["--no-conversions"]):
         print(__doc__)
@@ -420,7 +454,7 @@ def main():
         for case in cases + [case_linear, case_conv2d, case_pools,
                      case_layer_norm, case_batch_norm, case_softmax, case_losses,
                      case_activations, case_attention, case_embedding,
-                     case_elementwise2, case_rms_norm, case_rope, case_cross_entropy2]:
+                     case_elementwise2, case_rms_norm, case_rope, case_cross_entropy2, case_select, case_extremum]:
             case(driver, tmp)
     if failures:
         print("\n%d comparisons failed" % len(failures))

@@ -20,7 +20,9 @@
 #      sum_to over a middle axis of inner size 1, 3, 16, 40, 100 (tiles of
 #      columns), parameters checked as emu_columns' (three mutants caught);
 #      emu_additions.mp: rope,
-#      rms_norm and the other additions, ignored targets; emu_split.mp:
+#      rms_norm and the other additions, ignored targets; emu_select.mp:
+#      comparisons, where, masked_fill, detach, zeros / ones / full, u8
+#      masks next to f16 values; emu_split.mp:
 #      chunk, slice, concat, expand, arange, integer ids among them;
 #      emu_flash.mp (also under float32): attention's tiled kernels past
 #      one tile, causal and not, cross attention, head sizes 16 and 64) on synthetic
@@ -150,7 +152,7 @@ data_of() {   # data_of NAME [--data|--eval]: the model's input files
     mnist_cnn*) echo "$o image=$tmp/img4.npy $o label=$tmp/lab4.npy" ;;
     digits_mlp*) echo "$o pixels=$tmp/pix.npy $o label=$tmp/lab128.npy" ;;
     char_transformer*) echo "$o tokens=$tmp/tok.npy $o targets=$tmp/tgt.npy" ;;
-    emu_options* | emu_buffers* | emu_mid*) echo "$o x=$tmp/x12.npy $o y=$tmp/y5.npy" ;;
+    emu_options* | emu_buffers* | emu_mid* | emu_select*) echo "$o x=$tmp/x12.npy $o y=$tmp/y5.npy" ;;
     emu_nan*) echo "$o x=$tmp/x4.npy" ;;
     emu_wide* | emu_columns*) echo "$o x=$tmp/x8.npy $o y=$tmp/y3.npy" ;;
     emu_additions*) echo "$o tokens=$tmp/tok16.npy $o targets=$tmp/tgt16.npy" ;;
@@ -187,6 +189,7 @@ curve digits_mlp 6 1e-4 MP_EMU=graph
 curve emu_wide 4 2e-3 MP_EMU=graph
 curve emu_columns 4 2e-3 MP_EMU=graph
 curve emu_additions 6 2e-3 MP_EMU=graph
+curve emu_select 6 2e-3 MP_EMU=graph
 curve emu_split 6 2e-3 MP_EMU=graph
 curve emu_flash 6 2e-3 MP_EMU=graph
 curve emu_flash_f32 6 1e-4 MP_EMU=graph

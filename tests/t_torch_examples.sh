@@ -13,7 +13,8 @@
 # built and run JOBS (2) at a time.
 #
 # Cases: every optimizer / schedule / clipping / accumulate variant of
-# tests/models/mlp_small.mp, the op zoos (zoo2: the additions), a CNN with
+# tests/models/mlp_small.mp, the op zoos (zoo2: the additions; zoo3: comparisons,
+# masks, where, detach, tensors of constants), a CNN with
 # batch_norm, a char transformer, a GPT with chunk/slice/concat/expand/arange,
 # metrics, a recurrent network written with a for loop (rnn_loop), every
 # examples/*.mp, each in float32 and mixed precision; and
@@ -147,6 +148,7 @@ for prec in float32 mixed_float16; do
     tol=1e-4; [ $prec = float32 ] || tol=3e-2
     run_case "zoo_$prec"     tests/models/zoo.mp     $prec 40 $tol "$DIGITS" "$DIGITS_E"
     run_case "zoo2_$prec"    tests/models/zoo2.mp    $prec 40 $tol x=digits_x,label=digits_y x=digits_ex,label=digits_ey
+    run_case "zoo3_$prec"    tests/models/zoo3.mp    $prec 40 $tol x=digits_x,label=digits_y x=digits_ex,label=digits_ey
     run_case "cnn_bn_$prec"  tests/models/cnn_bn.mp  $prec 30 $tol "$MNIST"  "$MNIST_E"
     run_case "char_tf_$prec" tests/models/char_tf.mp $prec 30 $tol "$SHAKE"  "$SHAKE_E"
     run_case "gpt_split_$prec" tests/models/gpt_split.mp $prec 30 $tol "$SHAKE" "$SHAKE_E"

@@ -425,3 +425,39 @@ class RnnLoop(nn.Module):
 
 
 TWINS["rnn_loop"] = RnnLoop
+
+
+class Zoo3(nn.Module):
+    """tests/models/zoo3.mp: comparisons, where, masked_fill, detach, zeros /
+    ones / full, a bool mask promoted in arithmetic, max / min / argmax /
+    argmin along an axis, sum / mean over lists of axes."""
+    def __init__(self, B=32, **_):
+        super().__init__()
+        self.B = B
+        self.a = nn.Linear(64, 48)
+        self.s = nn.Linear(48, 48)
+        self.logits = nn.Linear(48, 10)
+
+    def forward(self, bt):
+        x = bt["x"].to(self.a.weight.dtype)
+        dt = x.dtype
+        on = x > 8
+        u = x / 16 - 0.5
+        v = (u + on * u + torch.where(x <= 4, u, torch.tensor(0.25, dtype=dt)) * (x != 0).to(dt)
+             - (x == 16).to(dt) * 0.5)
+        a = self.a(v)
+        h = torch.where(a >= 0, a, a * 0.1)
+        m = h.masked_fill(a < -1, -0.1)
+        s = self.s(m)
+        g = torch.tanh(s.detach() * 0.5 + s + torch.full((48,), 0.1, dtype=dt)
+                       + torch.zeros(self.B, 48, dtype=dt) * torch.ones(self.B, 1, dtype=dt))
+        r = g.reshape(self.B, 6, 8)
+        pk = r.max(2, keepdim=True).values - r.min(-1, keepdim=True).values
+        n = r / (pk + 1) + r.mean((1, 2), keepdim=True) + r.sum((0, 2), keepdim=True) * 0.01
+        top = (r.argmax(2).to(dt) - r.argmin(-1).to(dt)).reshape(self.B, 6, 1) * 0.01
+        logits = self.logits((n + top + r.max(1, keepdim=True).values).reshape(self.B, 48))
+        loss = F.cross_entropy(logits, bt["label"].long())
+        return loss, {"accuracy": accuracy(logits, bt["label"])}
+
+
+TWINS["zoo3"] = Zoo3

@@ -90,6 +90,10 @@ static const struct {
     {"rope", CL_FOLLOW},
     /* "Randomness" (randn_like and rand_like are randn and rand nodes) */
     {"randn", CL_FOLLOW}, {"rand", CL_FOLLOW},
+    /* "Selection, comparison, masks"; zeros / ones / full */
+    {"gt", CL_FOLLOW}, {"lt", CL_FOLLOW}, {"ge", CL_FOLLOW}, {"le", CL_FOLLOW}, {"eq", CL_FOLLOW},
+    {"ne", CL_FOLLOW}, {"where", CL_FOLLOW}, {"detach", CL_NONE}, {"full", CL_NONE},
+    {"max", CL_FP32}, {"min", CL_FP32}, {"argmax", CL_NONE}, {"argmin", CL_NONE},
 };
 
 static void classes_match_the_spec(void **state)

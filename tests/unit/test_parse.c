@@ -222,6 +222,22 @@ static void test_precedence(void **state)
     check_expr("2**15", "(** 2 15)");
 }
 
+/* comparisons bind below + and - (Python's order) and do not chain */
+static void test_comparisons(void **state)
+{
+    (void)state;
+    check_expr("a + b > c * d", "(> (+ a b) (* c d))");
+    check_expr("a < -1", "(< a (- 1))");
+    check_expr("a >= b", "(>= a b)");
+    check_expr("a <= b @ c", "(<= a (@ b c))");
+    check_expr("a == b - 1", "(== a (- b 1))");
+    check_expr("a != 0", "(!= a 0)");
+    check_expr("(a > b) * c", "(* (> a b) c)");
+    check_expr("f(x > 0, k = a == b)", "(call f (> x 0) k=(== a b))");
+    check_error("model m\ny = a < b < c\n", "t.mp:2:11: error: comparisons do not chain: compare twice and combine the masks");
+    check_error("model m\ny = a = = b\n", "t.mp:2:7: error: expected an operator or end of line, found '='");
+}
+
 static void test_literals(void **state)
 {
     (void)state;
@@ -628,6 +644,7 @@ int main(void)
         cmocka_unit_test(test_tuple_assignment),
         cmocka_unit_test(test_for_and_returns),
         cmocka_unit_test(test_precedence),
+        cmocka_unit_test(test_comparisons),
         cmocka_unit_test(test_literals),
         cmocka_unit_test(test_newlines),
         cmocka_unit_test(test_real_architectures),

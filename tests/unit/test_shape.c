@@ -212,6 +212,75 @@ static void integer_arithmetic_needs_a_cast(void **state)
     expect_error(mk(OP_NEG, 1, val(DT_U8, S(1, L(3)))), "unary '-' needs a float tensor");
 }
 
+/* A value computed by the model (not a constant) of type t. */
+static IrNode *computed(DType t, Shape s)
+{
+    IrNode *n = ir_add(g, OP_RELU, (SrcLoc){0}, 0, NULL);
+    n->shape = s;
+    n->type = t;
+    n->name = "h";
+    return n;
+}
+
+/* A mask or integer tensor next to a float tensor is promoted (torch);
+ * integers with only constants still ask for a cast. */
+static void integers_promote_next_to_a_float_tensor(void **state)
+{
+    (void)state;
+    IrNode *m = mk(OP_MUL, 2, computed(DT_U8, S(2, L(4), L(10))), computed(DT_NONE, S(1, L(10))));
+    expect_shape(m, S(2, L(4), L(10)));
+    assert_int_equal(m->type, DT_NONE);
+    expect_shape(mk(OP_DIV, 2, computed(DT_F16, S(1, L(3))), computed(DT_I32, S(1, L(3)))), S(1, L(3)));
+    expect_error(mk(OP_MUL, 2, computed(DT_U8, S(1, L(3))), fl(S(0))), "'*' needs a float tensor, got u8");
+    expect_error(mk(OP_ADD, 2, fl(S(0)), computed(DT_I32, S(1, L(3)))), "'+' needs a float tensor, got i32");
+}
+
+/* comparisons: any operands, broadcast, a u8 mask; where: three broadcast,
+ * integer sides keep their type; full: its dims */
+static void selection(void **state)
+{
+    (void)state;
+    static const IrOp cmp[] = {OP_GT, OP_LT, OP_GE, OP_LE, OP_EQ, OP_NE};
+    for (size_t i = 0; i < sizeof cmp / sizeof cmp[0]; i++) {
+        IrNode *c = mk(cmp[i], 2, computed(DT_I32, S(2, L(4), L(1))), fl(S(0)));
+        expect_shape(c, S(2, L(4), L(1)));
+        assert_int_equal(c->type, DT_U8);
+        expect_shape(mk(cmp[i], 2, computed(DT_NONE, S(2, L(4), L(1))), computed(DT_F16, S(1, L(6)))),
+                     S(2, L(4), L(6)));
+    }
+    expect_error(mk(OP_GE, 2, computed(DT_NONE, S(1, L(4))), computed(DT_NONE, S(1, L(6)))),
+                 "'>=' cannot broadcast [4] with [6]");
+    IrNode *w = mk(OP_WHERE, 3, computed(DT_U8, S(2, L(4), L(1))), computed(DT_NONE, S(1, L(6))), fl(S(0)));
+    expect_shape(w, S(2, L(4), L(6)));
+    assert_int_equal(w->type, DT_NONE);
+    w = mk(OP_WHERE, 3, computed(DT_U8, S(3, L(2), L(1), L(1))), computed(DT_I32, S(1, L(6))), fl(S(0)));
+    expect_shape(w, S(3, L(2), L(1), L(6)));
+    assert_int_equal(w->type, DT_I32);
+    expect_error(mk(OP_WHERE, 3, computed(DT_U8, S(1, L(5))), computed(DT_NONE, S(1, L(6))), fl(S(0))),
+                 "where cannot broadcast [6] with [5]");
+    IrNode *f = mk(OP_FULL, 0);
+    f->shape = S(2, L(3), L(7));
+    expect_shape(f, S(2, L(3), L(7)));
+    assert_int_equal(f->type, DT_F32);
+    f = mk(OP_FULL, 0);
+    f->shape = S(2, L(3), L(0));
+    expect_error(f, "full needs dimensions >= 1, got [3, 0]");
+    IrNode *x = mk(OP_MAX, 1, computed(DT_NONE, S(3, L(2), L(4), L(5))));
+    x->ia[0] = 1;
+    expect_shape(x, S(2, L(2), L(5)));
+    x = mk(OP_MIN, 1, computed(DT_NONE, S(1, L(4))));
+    x->ia[0] = -1;
+    expect_error(x, "min axis -1 is out of range for [4]");
+    expect_error(mk(OP_MAX, 1, computed(DT_I32, S(1, L(4)))), "max needs a float tensor, got i32");
+    x = mk(OP_ARGMIN, 1, computed(DT_U8, S(2, L(4), L(3))));
+    x->ia[0] = 1;
+    expect_shape(x, S(1, L(4)));
+    assert_int_equal(x->type, DT_I32);
+    IrNode *d = mk(OP_DETACH, 1, computed(DT_BF16, S(1, L(5))));
+    expect_shape(d, S(1, L(5)));
+    assert_int_equal(d->type, DT_BF16);
+}
+
 static void unary_ops_keep_shape(void **state)
 {
     (void)state;
@@ -753,6 +822,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(step_rows, setup, teardown),
         cmocka_unit_test_setup_teardown(overflow_is_an_error, setup, teardown),
         cmocka_unit_test_setup_teardown(additions, setup, teardown),
+        cmocka_unit_test_setup_teardown(integers_promote_next_to_a_float_tensor, setup, teardown),
+        cmocka_unit_test_setup_teardown(selection, setup, teardown),
         cmocka_unit_test_setup_teardown(addition_gradients, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
