@@ -324,7 +324,11 @@ int emit_value(Emit *e, const IrNode *n)
 int emit_output(Emit *e)
 {
     const IrNode *x = e->g->loss;
-    while (x && x->nin > 0) {
+    while (x && x->op == OP_CAST)
+        x = x->in[0];
+    if (!x || !ops_is_loss(x->op))
+        return -1;              /* a sum of losses: --predict needs --output */
+    while (x->nin > 0) {
         x = x->in[0];
         if (emit_value(e, x) >= 0)
             return emit_value(e, x);
