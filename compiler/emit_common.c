@@ -324,7 +324,11 @@ int emit_value(Emit *e, const IrNode *n)
 int emit_output(Emit *e)
 {
     const IrNode *x = e->g->loss;
-    while (x && x->nin > 0) {
+    while (x && x->op == OP_CAST)
+        x = x->in[0];
+    if (!x || !ops_is_loss(x->op))
+        return -1;              /* a sum of losses: --predict needs --output */
+    while (x->nin > 0) {
         x = x->in[0];
         if (emit_value(e, x) >= 0)
             return emit_value(e, x);
@@ -361,6 +365,27 @@ static void values_table(Emit *e)
     em(e, "};\n");
 }
 
+/* Each parameter's first forward reader (through its casts), for
+ * --gradcheck's messages: "conv2d, model.mp:12 (h)". */
+static const char **param_readers(Emit *e)
+{
+    const IrGraph *g = e->g;
+    const char **reader = arena_alloc(e->a, sizeof *reader * (size_t)(g->nparams + 1));
+    for (int i = 0; i < g->nnodes; i++) {
+        const IrNode *n = g->nodes[i];
+        if (n->phase != PH_FORWARD || n->op == OP_CAST)
+            continue;
+        for (int j = 0; j < n->nin; j++) {
+            const IrNode *x = n->in[j];
+            while (x->op == OP_CAST)
+                x = x->in[0];
+            if (x->op == OP_PARAM && !reader[x->ia[0]])
+                reader[x->ia[0]] = describe(e, n);
+        }
+    }
+    return reader;
+}
+
 void emit_descriptors(Emit *e)
 {
     const IrGraph *g = e->g;
@@ -373,12 +398,13 @@ void emit_descriptors(Emit *e)
            in->window ? 1 : 0, in->has_ignore, (long long)in->ignore);
     }
     em(e, "};\n\nstatic MpParam mp_params[%d] = {\n", g->nparams ? g->nparams : 1);
+    const char **reader = param_readers(e);
     for (int i = 0; i < g->nparams; i++) {
         const IrParam *p = &g->params[i];
-        em(e, "    {\"%s\", %d, %s, %lld, %d, %.17g, %.17g, %lld, %lld, %d, NULL, NULL, %d, NULL, 0},\n",
-           p->name, p->shape.rank, dims_init(e, &p->shape), (long long)shape_numel(&p->shape),
+        em(e, "    {\"%s\", %d, %s, %lld, %d, %.17g, %.17g, %lld, %lld, %d, NULL, NULL, %d, NULL, 0, "
+           "\"%s\"},\n", p->name, p->shape.rank, dims_init(e, &p->shape), (long long)shape_numel(&p->shape),
            (int)p->init, p->a, p->b, (long long)p->fan_in, (long long)p->fan_out,
-           p->trainable && p->grad ? 1 : 0, p->no_decay ? 1 : 0);
+           p->trainable && p->grad ? 1 : 0, p->no_decay ? 1 : 0, reader[i] ? reader[i] : "unused");
     }
     em(e, "};\n\nstatic const char *const mp_metric_names[%d] = {", g->nmetrics ? g->nmetrics : 1);
     for (int i = 0; i < g->nmetrics; i++)

@@ -122,7 +122,8 @@ void emit_source_line(Emit *e, const IrNode *n, int *line, const char *lead);
  * statement target computed by the forward pass, once per name (its first
  * node; the lowp working copies of a value are not values of their own).
  * emit_value: n's index in mp_values, or -1. emit_output: the default
- * output, the first named value on the loss's first-input chain, or -1. */
+ * output when the loss is one loss operation (ops_is_loss), the first
+ * named value on its first-input chain; otherwise -1 (no default). */
 int emit_value(Emit *e, const IrNode *n);
 int emit_output(Emit *e);
 /* The rows (elements) of loss/metric input x the kernel averages over:

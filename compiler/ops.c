@@ -37,3 +37,9 @@ int ops_lookup(const char *name)
             return i;
     return -1;
 }
+
+bool ops_is_loss(IrOp op)
+{
+    static const bool loss[OP__COUNT] = {[OP_CROSS_ENTROPY] = true, [OP_MSE] = true};
+    return op >= 0 && op < OP__COUNT && loss[op];
+}

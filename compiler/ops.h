@@ -31,4 +31,8 @@ extern const OpInfo op_info[OP__COUNT];
 /* The op whose language name is `name`, or -1. Only FWD ops are named. */
 int ops_lookup(const char *name);
 
+/* A loss operation (cross_entropy, mse): a scalar computed from one
+ * prediction, the value --predict writes by default. */
+bool ops_is_loss(IrOp op);
+
 #endif

@@ -121,6 +121,29 @@ static inline int mp_evaluate(MpTrainer *t, double *loss, double *metric, MpErr 
 
 /* ---- --predict ----------------------------------------------------------- */
 
+/* The names --output can take (the values with one row per sample), joined
+ * by ", " into buf; "none" when there are none. */
+static inline const char *mp_output_names(const MpModel *m, char *buf, size_t size)
+{
+    size_t len = 0;
+    buf[0] = 0;
+    for (int i = 0; i < m->nvalues; i++) {
+        const MpValue *x = &m->values[i];
+        if (x->rank >= 1 && x->shape[0] == m->batch && len < size)
+            len += (size_t)snprintf(buf + len, size - len, "%s%s", len ? ", " : "", x->name);
+    }
+    return len ? buf : "none";
+}
+
+/* --predict without --output where the model has no default: the loss is
+ * a formula of several operations (TRAINER.md). A usage error. */
+static inline int mp_no_default_output(const MpModel *m, MpErr *e)
+{
+    char names[1024];
+    return mp_errf(e, "--predict needs --output VALUE: the loss is not one loss operation, so there "
+                   "is no default (--output can take: %s)", mp_output_names(m, names, sizeof names));
+}
+
 /* The value --output names (NULL: the model's default), checked for use. */
 static inline int mp_predict_value(const MpModel *m, const MpDataSet *d, const char *name, MpErr *e)
 {
@@ -132,8 +155,7 @@ static inline int mp_predict_value(const MpModel *m, const MpDataSet *d, const c
         snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? ", " : "", m->values[i].name);
     }
     if (!name && (v = m->output) < 0)
-        return mp_errf(e, "--predict: the loss's input has no name: choose a value with --output "
-                       "(values: %s)", list), -1;
+        return mp_no_default_output(m, e), -1;
     if (v < 0)
         return mp_errf(e, "--output %s: model '%s' has no value of that name (values: %s)",
                        name, m->name, list), -1;

@@ -92,6 +92,8 @@ typedef struct MpParam {
      * registered, e.g. the CUDA program): unknown, cast_params() does. */
     void *work;
     int work_dt;
+    const char *reader;         /* the op that reads it, and where: "conv2d,
+                                   model.mp:12 (h)" (--gradcheck's messages) */
 } MpParam;
 
 #define MP_WORK_OTHER (-1)

@@ -155,7 +155,9 @@ static inline void mp_usage_input(FILE *f, const MpInput *x)
 static inline void mp_usage(FILE *f, const char *prog, const MpModel *m)
 {
     char dflt[3][64];
-    const char *out = m->output >= 0 && m->output < m->nvalues ? m->values[m->output].name : "none";
+    const char *out = m->output >= 0 && m->output < m->nvalues ? m->values[m->output].name
+                    : "none: the loss is not one loss operation";
+    char names[1024];
     snprintf(dflt[0], sizeof dflt[0], "%lld", (long long)m->cfg.steps);
     snprintf(dflt[1], sizeof dflt[1], "%g", m->cfg.lr);
     snprintf(dflt[2], sizeof dflt[2], "%lld", (long long)m->cfg.seed);
@@ -175,6 +177,8 @@ static inline void mp_usage(FILE *f, const char *prog, const MpModel *m)
         fprintf(f, "  %-16s %-14s %.*s%s%s\n", mp_optdefs[i].name, mp_optdefs[i].arg,
                 pct ? (int)(pct - h) : (int)strlen(h), h, pct ? d : "", pct ? pct + 2 : "");
     }
+    fprintf(f, "--output can take (the values with one row per sample): %s\n",
+            mp_output_names(m, names, sizeof names));
 }
 
 static inline int mp_opt_value(const MpOptDef *d, MpOpts *o, const char *v, MpErr *e)
@@ -1001,6 +1005,8 @@ int mp_main(int argc, char **argv, MpModel *m)
     if (!rc && mp_cpu_env_error(e.msg, sizeof e.msg))
         rc = 2;                         /* a usage error, before anything runs */
 #endif
+    if (!rc && !o.help && !o.gradcheck && o.predict.n && !o.output && m->output < 0)
+        rc = mp_no_default_output(m, &e) ? 2 : 0;
     if (!rc && !o.help && !o.gradcheck && mp_dist_writer())
         rc = mp_check_outputs(&o, &e);
     if (!rc && o.help) {

@@ -445,13 +445,17 @@ MP_AVX2 static inline __m256 mp_v8_gelu_tanh_grad(__m256 dy, __m256 x)
 
 /* MP_VMAP(name, scalar, v8): void name(float *x, int64_t n), x[i] = f(x[i]),
  * 8 at a time on AVX2, the rest (and everything on the portable path) by
- * the scalar function, which gives the same bits. */
+ * the scalar function, which gives the same bits. The vector part ends at
+ * n8 = n - n % 8, a bound the compiler sees: ended by `i + 8 <= n`, GCC
+ * (12, -O2) could not tell where the tail loop starts once a fused chunk
+ * inlined a constant n, took it for a loop of up to 2^62 iterations and
+ * warned (-Waggressive-loop-optimizations: tests/models/gate.mp). */
 #ifdef MP_X86
 #define MP_VMAP(NAME, SCALAR, V8)                                              \
     MP_AVX2 static inline void NAME##_avx2(float *x, int64_t n)                \
     {                                                                          \
-        int64_t i = 0;                                                         \
-        for (; i + 8 <= n; i += 8)                                             \
+        int64_t i = 0, n8 = n - n % 8;                                         \
+        for (; i < n8; i += 8)                                                 \
             _mm256_storeu_ps(x + i, V8(_mm256_loadu_ps(x + i)));               \
         for (; i < n; i++) x[i] = SCALAR(x[i]);                                \
     }                                                                          \
@@ -477,8 +481,8 @@ MP_AVX2 static inline __m256 mp_v8_gelu_tanh_grad(__m256 dy, __m256 x)
 #define MP_VMAP2(NAME, SCALAR, V8)                                             \
     MP_AVX2 static inline void NAME##_avx2(float *dy, const float *x, int64_t n) \
     {                                                                          \
-        int64_t i = 0;                                                         \
-        for (; i + 8 <= n; i += 8)                                             \
+        int64_t i = 0, n8 = n - n % 8;                                         \
+        for (; i < n8; i += 8)                                                 \
             _mm256_storeu_ps(dy + i, V8(_mm256_loadu_ps(dy + i), _mm256_loadu_ps(x + i))); \
         for (; i < n; i++) dy[i] = SCALAR(dy[i], x[i]);                        \
     }                                                                          \

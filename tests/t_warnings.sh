@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# t_warnings.sh - the generated C program builds without a warning under the
+# optimising builds users run (TRAINER.md "Additions for the architectures
+# users bring"): -Wall -Wextra -Werror with
+#     -O2            -O2 -fopenmp
+#     -O3 -march=native             -O3 -march=native -fopenmp
+# from GCC and Clang (GCC only, said so, where clang is not installed), for
+# every model the tests compile to programs: examples/*.mp, tests/models,
+# tests/gradcheck, tests/cuda, tests/fuse, tests/plan (not tests/diag and
+# the fuzz corpus: those are rejected), each fused and unfused (--fuse,
+# --no-fuse). Optimiser warnings (-Waggressive-loop-optimizations,
+# -Wstringop-overflow, -Warray-bounds, -Wmaybe-uninitialized) come from the
+# runtime inlined into a model's own sizes, so -fsyntax-only
+# (t_generated_c.sh) cannot see them: every file is compiled (-c).
+#
+# Every combination of compiler and flags for every file is some 1000
+# builds; by default each file is built once, the combinations rotating
+# over the files and a model's unfused program taking the complement of its
+# fused one's (the other compiler, the other -O level, OpenMP flipped), so
+# every model is seen by both compilers at both levels. WARN_FULL=1 builds
+# every combination; MODELS="a.mp b.mp" checks only those; JOBS (default 2)
+# builds run at once.
+set -u
+cd "$(dirname "$0")/.."
+MPCC=${MPCC:-./mpcc}
+JOBS=${JOBS:-2}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail=0
+bad() { echo "FAIL: $*"; fail=1; }
+start=$(date +%s)
+
+compilers=(gcc clang)
+if ! command -v clang >/dev/null; then
+    compilers=(gcc)
+    echo "note: clang is not installed: GCC only"
+fi
+flagsets=("-O2" "-O2 -fopenmp" "-O3 -march=native" "-O3 -march=native -fopenmp")
+combos=()
+for c in "${compilers[@]}"; do
+    for f in "${flagsets[@]}"; do combos+=("$c $f"); done
+done
+ncombo=${#combos[@]}
+
+models=()
+for mp in ${MODELS:-examples/*.mp tests/models/*.mp tests/gradcheck/*.mp tests/cuda/*.mp \
+          tests/fuse/*.mp tests/plan/*.mp}; do
+    [ -L "$mp" ] && continue        # tests/plan links the examples for golden.sh
+    models+=("$mp")
+done
+
+# the programs, and the builds of each (one line per build: file, compiler, flags)
+i=0
+for mp in "${models[@]}"; do
+    id=$(dirname "$mp" | tr / _)_$(basename "$mp" .mp)
+    for mode in fuse no-fuse; do
+        c=$tmp/$id.$mode.c
+        if ! "$MPCC" "$mp" --target c --$mode -o "$c" 2>"$tmp/mpcc.err"; then
+            bad "mpcc --$mode $mp: $(head -n 3 "$tmp/mpcc.err")"
+            continue
+        fi
+        if [ -n "${WARN_FULL:-}" ]; then
+            picks=$(seq 0 $((ncombo - 1)))
+        elif [ $mode = fuse ]; then
+            picks=$((i % ncombo))
+        else
+            picks=$((ncombo - 1 - i % ncombo))
+        fi
+        for k in $picks; do echo "$c ${combos[$k]}"; done
+    done
+    i=$((i + 1))
+done >"$tmp/builds"
+
+# build FILE.c CC FLAGS...: compiles to an object; any diagnostic is a failure
+build() {
+    local c=$1 cc=$2
+    shift 2
+    local log
+    log=$(mktemp "$c.XXXX.log")
+    if "$cc" "$@" -Wall -Wextra -Werror -c "$c" -o /dev/null >"$log" 2>&1 && [ ! -s "$log" ]; then
+        echo "ok   $(basename "$c" .c) ($cc $*)"
+    else
+        echo "FAIL $(basename "$c" .c) ($cc $*):"
+        head -n 25 "$log" | sed 's/^/    /'
+    fi
+    rm -f "$log"
+}
+export -f build
+xargs -P "$JOBS" -L 1 bash -c 'build "$@"' _ <"$tmp/builds" >"$tmp/results" 2>&1
+cat "$tmp/results"
+n=$(wc -l <"$tmp/builds")
+nok=$(grep -c '^ok ' "$tmp/results")
+[ "$nok" = "$n" ] || bad "$((n - nok)) of $n builds warned or failed"
+echo "$n builds of ${#models[@]} models (${compilers[*]}) in $(( $(date +%s) - start ))s"
+[ $fail = 0 ] && echo "PASS: t_warnings" || echo "FAIL: t_warnings"
+exit $fail
