@@ -188,26 +188,20 @@ const char *emit_c_gemm_of(Emit *e, const IrNode *n, const IrNode *y)
 /* ---- convolution and pooling ---------------------------------------------- */
 void emit_c_CONV2D(Emit *e, const IrNode *n)
 {
-    const IrNode *x = IN(0), *w = IN(1);
-    em(e, "    mp_k_conv2d(%s, %s, %s, %s,\n                %s, %lld, %lld, %lld, %lld);\n", arg(e, n),
-       arg(e, x), arg(e, w), n->nin > 2 ? arg(e, IN(2)) : "NULL, MP_F32", emit_nchw(e, x), emit_dim(w, 0),
-       emit_dim(w, 2), (long long)n->ia[0], (long long)n->ia[1]);
+    em(e, "    mp_k_conv2d(%s, %s, %s, %s,\n                %s);\n", arg(e, n), arg(e, IN(0)), arg(e, IN(1)),
+       n->nin > 2 ? arg(e, IN(2)) : "NULL, MP_F32", emit_conv(e, n));
 }
 
 void emit_c_CONV2D_DX(Emit *e, const IrNode *n)
 {
-    const IrNode *w = IN(1), *f = n->grad_of;
-    em(e, "    mp_k_conv2d_dx(%s, %s, %s,\n                   %s, %lld, %lld, %lld, %lld);\n", arg(e, n),
-       arg(e, IN(0)), arg(e, w), emit_nchw(e, n), emit_dim(w, 0), emit_dim(w, 2), (long long)f->ia[0],
-       (long long)f->ia[1]);
+    em(e, "    mp_k_conv2d_dx(%s, %s, %s,\n                   %s);\n", arg(e, n), arg(e, IN(0)),
+       arg(e, IN(1)), emit_conv(e, n->grad_of));
 }
 
 void emit_c_CONV2D_DW(Emit *e, const IrNode *n)
 {
-    const IrNode *x = IN(1), *f = n->grad_of;
-    em(e, "    mp_k_conv2d_dw(%s, %s, %s,\n                   %s, %lld, %lld, %lld, %lld, 0.0f);\n",
-       arg(e, n), arg(e, IN(0)), arg(e, x), emit_nchw(e, x), emit_dim(n, 0), emit_dim(n, 2), (long long)f->ia[0],
-       (long long)f->ia[1]);
+    em(e, "    mp_k_conv2d_dw(%s, %s, %s,\n                   %s, 0.0f);\n", arg(e, n), arg(e, IN(0)),
+       arg(e, IN(1)), emit_conv(e, n->grad_of));
 }
 
 void emit_c_CHANNEL_SUM(Emit *e, const IrNode *n)
