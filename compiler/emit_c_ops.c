@@ -213,8 +213,7 @@ void emit_c_CHANNEL_SUM(Emit *e, const IrNode *n)
 
 static void pool(Emit *e, const IrNode *n, const char *k, const IrNode *x, const IrNode *f)
 {
-    em(e, "    mp_k_%s(%s, %s, %s, %lld, %lld);\n", k, arg(e, n), arg(e, IN(0)), emit_nchw(e, x),
-       (long long)f->ia[0], (long long)f->ia[1]);
+    em(e, "    mp_k_%s(%s, %s, %s, %s);\n", k, arg(e, n), arg(e, IN(0)), emit_nchw(e, x), emit_pool(e, f));
 }
 void emit_c_MAX_POOL2D(Emit *e, const IrNode *n) { pool(e, n, "max_pool2d", IN(0), n); }
 void emit_c_AVG_POOL2D(Emit *e, const IrNode *n) { pool(e, n, "avg_pool2d", IN(0), n); }
@@ -222,8 +221,8 @@ void emit_c_AVG_POOL2D_GRAD(Emit *e, const IrNode *n) { pool(e, n, "avg_pool2d_g
 void emit_c_MAX_POOL2D_GRAD(Emit *e, const IrNode *n)
 {
     const IrNode *f = n->grad_of;
-    em(e, "    mp_k_max_pool2d_grad(%s, %s, %s, %s, %lld, %lld);\n", arg(e, n), arg(e, IN(0)),
-       arg(e, IN(1)), emit_nchw(e, n), (long long)f->ia[0], (long long)f->ia[1]);
+    em(e, "    mp_k_max_pool2d_grad(%s, %s, %s, %s, %s);\n", arg(e, n), arg(e, IN(0)), arg(e, IN(1)),
+       emit_nchw(e, n), emit_pool(e, f));
 }
 
 void emit_c_GLOBAL_AVG_POOL(Emit *e, const IrNode *n)

@@ -468,6 +468,13 @@ const char *emit_conv(Emit *e, const IrNode *f)
                         (long long)a[4], (long long)a[5], (long long)a[6], emit_dim(f, 2), emit_dim(f, 3));
 }
 
+const char *emit_pool(Emit *e, const IrNode *f)
+{
+    const char *s = arena_printf(e->a, "%lld, %lld, %lld", (long long)f->ia[0], (long long)f->ia[1],
+                                 (long long)f->ia[2]);
+    return f->op == OP_AVG_POOL2D ? arena_printf(e->a, "%s, %d", s, !f->ia[3]) : s;
+}
+
 /* ---- the functions of the generated model ------------------------------- */
 
 void emit_source_line(Emit *e, const IrNode *n, int *line, const char *lead)

@@ -209,8 +209,8 @@ void emit_cuda_CHANNEL_SUM(Emit *e, const IrNode *n)
 
 static void pool(Emit *e, const IrNode *n, const char *k, const IrNode *x, const IrNode *f)
 {
-    em(e, "    mp_cu_%s%s(%s, %s, %s, %lld, %lld);\n", k, T2(n, IN(0)), C(n), C(IN(0)), emit_nchw(e, x),
-       (long long)f->ia[0], (long long)f->ia[1]);
+    em(e, "    mp_cu_%s%s(%s, %s, %s, %s);\n", k, T2(n, IN(0)), C(n), C(IN(0)), emit_nchw(e, x),
+       emit_pool(e, f));
 }
 void emit_cuda_MAX_POOL2D(Emit *e, const IrNode *n) { pool(e, n, "max_pool2d", IN(0), n); }
 void emit_cuda_AVG_POOL2D(Emit *e, const IrNode *n) { pool(e, n, "avg_pool2d", IN(0), n); }
@@ -218,8 +218,8 @@ void emit_cuda_AVG_POOL2D_GRAD(Emit *e, const IrNode *n) { pool(e, n, "avg_pool2
 void emit_cuda_MAX_POOL2D_GRAD(Emit *e, const IrNode *n)
 {
     const IrNode *f = n->grad_of;
-    em(e, "    mp_cu_max_pool2d_grad%s(%s, %s, %s, %s, %lld, %lld);\n", T3(n, IN(0), IN(1)), C(n),
-       C(IN(0)), C(IN(1)), emit_nchw(e, n), (long long)f->ia[0], (long long)f->ia[1]);
+    em(e, "    mp_cu_max_pool2d_grad%s(%s, %s, %s, %s, %s);\n", T3(n, IN(0), IN(1)), C(n), C(IN(0)),
+       C(IN(1)), emit_nchw(e, n), emit_pool(e, f));
 }
 
 void emit_cuda_GLOBAL_AVG_POOL(Emit *e, const IrNode *n)

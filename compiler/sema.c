@@ -1048,10 +1048,18 @@ static Val lower_transpose(Ctx *c, const Builtin *b, const Expr *x, Args *a)
 
 static Val lower_pool(Ctx *c, const Builtin *b, const Expr *x, Args *a)
 {
+    int64_t k = a->v[1].i, pad = a->v[3].i;
+    if (pad > k / 2 && k >= 1) {           /* torch refuses it: a window of padding only */
+        diag_error(a->e[3]->loc, "%s padding must be at most half the kernel (as torch), got "
+                   "padding %lld with kernel %lld", b->name, (long long)pad, (long long)k);
+        return verr;
+    }
     IrNode *n = node(c, b->op, x->loc, 1, &a->v[0].t);
     if (n) {
-        n->ia[0] = a->v[1].i;
-        n->ia[1] = a->e[2] ? a->v[2].i : a->v[1].i;   /* stride defaults to the kernel */
+        n->ia[0] = k;
+        n->ia[1] = a->e[2] ? a->v[2].i : k;   /* stride defaults to the kernel */
+        n->ia[2] = pad;
+        n->ia[3] = b->op == OP_AVG_POOL2D && !a->v[4].i;   /* count_include_pad = false */
     }
     return finish(c, n);
 }
@@ -1658,9 +1666,10 @@ static const Builtin builtins[] = {
     {"expand", OP_EXPAND, lower_to_shape, false, {REQ("x", A_TENSOR), REQ("dims", A_LIST)}},
     {"arange", OP_ARANGE, lower_arange, false, {REQ("n", A_INT)}},
     {"max_pool2d", OP_MAX_POOL2D, lower_pool, false,
-     {REQ("x", A_TENSOR), REQ("k", A_INT), ABS("stride", A_INT)}},
+     {REQ("x", A_TENSOR), REQ("k", A_INT), ABS("stride", A_INT), OPT("padding", A_INT, 0)}},
     {"avg_pool2d", OP_AVG_POOL2D, lower_pool, false,
-     {REQ("x", A_TENSOR), REQ("k", A_INT), ABS("stride", A_INT)}},
+     {REQ("x", A_TENSOR), REQ("k", A_INT), ABS("stride", A_INT), OPT("padding", A_INT, 0),
+      OPT("count_include_pad", A_BOOL, 1)}},
     {"sum", OP_SUM, lower_axis, false, {REQ("x", A_TENSOR), ABS("axis", A_INT)}},
     {"mean", OP_MEAN, lower_axis, false, {REQ("x", A_TENSOR), ABS("axis", A_INT)}},
     {"softmax", OP_SOFTMAX, lower_axis, false, {REQ("x", A_TENSOR), OPT("axis", A_INT, -1)}},

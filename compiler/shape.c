@@ -586,8 +586,13 @@ bool shape_ARANGE(IrGraph *g, IrNode *n)
 static bool pool(IrGraph *g, IrNode *n)
 {
     Shape r;
+    if (n->ia[2] > n->ia[0] / 2 && n->ia[0] >= 1) {
+        diag_error(n->loc, "%s padding must be at most half the kernel, got padding %lld with "
+                   "kernel %lld", name_of(n), (long long)n->ia[2], (long long)n->ia[0]);
+        return false;
+    }
     return float_in(n, 0) && rank_in(g, n, 0, nchw, 4, 4) &&
-           window(g, n, sh(n, 0), n->ia[0], n->ia[1], 0, &r) && set_shape(g, n, &r);
+           window(g, n, sh(n, 0), n->ia[0], n->ia[1], n->ia[2], &r) && set_shape(g, n, &r);
 }
 
 bool shape_MAX_POOL2D(IrGraph *g, IrNode *n) { return pool(g, n); }

@@ -643,30 +643,44 @@ static inline MP_HD MpAcc mp_cu_col_part(int kind, const void *dy, int dydt, con
 
 typedef struct MpCuImg {
     int64_t N, C, H, W, k, stride, pad, OH, OW;
+    int incl;                  /* avg_pool2d: count_include_pad */
 } MpCuImg;
 
 static inline MpCuImg mp_cu_img(int64_t N, int64_t C, int64_t H, int64_t W, int64_t k,
                                 int64_t stride, int64_t pad)
 {
-    MpCuImg g = {N, C, H, W, k, stride, pad, 0, 0};
+    MpCuImg g = {N, C, H, W, k, stride, pad, 0, 0, 1};
     g.OH = (H + 2 * pad - k) / stride + 1;
     g.OW = (W + 2 * pad - k) / stride + 1;
     return g;
 }
 
-/* Pooling output element e of y [N, C, OH, OW] (pad 0): the max, with the
- * window position of the first maximum (NaN wins, as torch) in *at. */
+/* Pooling output element e of y [N, C, OH, OW]: its window inside the
+ * plane, rows [*y0, *y1) and columns [*x0, *x1) (the C program's
+ * mp_pool_win); returns the plane's first element. */
+static inline MP_HD int64_t mp_cu_pool_win(const MpCuImg *g, int64_t e, int64_t *y0, int64_t *y1,
+                                           int64_t *x0, int64_t *x1)
+{
+    int64_t ow = e % g->OW, oh = e / g->OW % g->OH, nc = e / (g->OW * g->OH);
+    *y0 = oh * g->stride - g->pad, *x0 = ow * g->stride - g->pad;
+    *y1 = *y0 + g->k < g->H ? *y0 + g->k : g->H;
+    *x1 = *x0 + g->k < g->W ? *x0 + g->k : g->W;
+    *y0 = *y0 < 0 ? 0 : *y0, *x0 = *x0 < 0 ? 0 : *x0;
+    return nc * g->H * g->W;
+}
+
+/* The max, with the position of the window's first maximum (NaN wins, as
+ * torch) in *at; the padding is never the maximum. */
 static inline MP_HD float mp_cu_pool_max(const MpCuImg *g, const void *x, int xdt, int64_t e,
                                          int64_t *at)
 {
-    int64_t ow = e % g->OW, oh = e / g->OW % g->OH, nc = e / (g->OW * g->OH);
-    int64_t base = nc * g->H * g->W + oh * g->stride * g->W + ow * g->stride;
+    int64_t y0, y1, x0, x1, base = mp_cu_pool_win(g, e, &y0, &y1, &x0, &x1);
     float best = -INFINITY;
-    *at = base;
-    for (int64_t i = 0; i < g->k; i++)
-        for (int64_t j = 0; j < g->k; j++) {
+    *at = base + y0 * g->W + x0;
+    for (int64_t i = y0; i < y1; i++)
+        for (int64_t j = x0; j < x1; j++) {
             float v = mp_cu_ld(x, xdt, base + i * g->W + j);
-            if ((i == 0 && j == 0) || v > best || (isnan(v) && !isnan(best))) {
+            if ((i == y0 && j == x0) || v > best || (isnan(v) && !isnan(best))) {
                 best = v;
                 *at = base + i * g->W + j;
             }
@@ -674,15 +688,23 @@ static inline MP_HD float mp_cu_pool_max(const MpCuImg *g, const void *x, int xd
     return best;
 }
 
+/* avg_pool2d's divisor for output e: k k, or the window's elements inside
+ * the plane. */
+static inline MP_HD float mp_cu_pool_inv(const MpCuImg *g, int64_t e)
+{
+    int64_t y0, y1, x0, x1;
+    mp_cu_pool_win(g, e, &y0, &y1, &x0, &x1);
+    return 1.0f / (float)(g->incl ? g->k * g->k : (y1 - y0) * (x1 - x0));
+}
+
 static inline MP_HD float mp_cu_pool_avg(const MpCuImg *g, const void *x, int xdt, int64_t e)
 {
-    int64_t ow = e % g->OW, oh = e / g->OW % g->OH, nc = e / (g->OW * g->OH);
-    int64_t base = nc * g->H * g->W + oh * g->stride * g->W + ow * g->stride;
+    int64_t y0, y1, x0, x1, base = mp_cu_pool_win(g, e, &y0, &y1, &x0, &x1);
     MpAcc s = mp_acc_zero();
-    for (int64_t i = 0; i < g->k; i++)
-        for (int64_t j = 0; j < g->k; j++)
+    for (int64_t i = y0; i < y1; i++)
+        for (int64_t j = x0; j < x1; j++)
             mp_acc_add(&s, mp_cu_ld(x, xdt, base + i * g->W + j));
-    return mp_acc_get(s) * (1.0f / (float)(g->k * g->k));
+    return mp_acc_get(s) * mp_cu_pool_inv(g, e);
 }
 
 /* The outputs whose windows cover input (ih, iw), along one axis: [lo, hi]. */
@@ -704,9 +726,9 @@ static inline MP_HD float mp_cu_pool_grad_at(const MpCuImg *g, const void *dy, i
 {
     int64_t iw = e % g->W, ih = e / g->W % g->H, nc = e / (g->W * g->H);
     int64_t oh0, oh1, ow0, ow1;
-    float s = 0.0f, inv = 1.0f / (float)(g->k * g->k);
-    mp_cu_cover(ih, g->k, g->stride, 0, g->OH, &oh0, &oh1);
-    mp_cu_cover(iw, g->k, g->stride, 0, g->OW, &ow0, &ow1);
+    float s = 0.0f;
+    mp_cu_cover(ih, g->k, g->stride, g->pad, g->OH, &oh0, &oh1);
+    mp_cu_cover(iw, g->k, g->stride, g->pad, g->OW, &ow0, &ow1);
     for (int64_t oh = oh0; oh <= oh1; oh++)
         for (int64_t ow = ow0; ow <= ow1; ow++) {
             int64_t o = (nc * g->OH + oh) * g->OW + ow, at;
@@ -716,7 +738,7 @@ static inline MP_HD float mp_cu_pool_grad_at(const MpCuImg *g, const void *dy, i
                     continue;
                 s += mp_cu_ld(dy, dydt, o);
             } else
-                s += mp_cu_ld(dy, dydt, o) * inv;
+                s += mp_cu_ld(dy, dydt, o) * mp_cu_pool_inv(g, o);
         }
     return s;
 }

@@ -1315,41 +1315,45 @@ struct MpCuPoolGrad {
     }
 };
 
-template <int YT, int XT>
-static inline void mp_cu_pool(const char *name, void *y, const void *x, int64_t N, int64_t C,
-                              int64_t H, int64_t W, int64_t k, int64_t stride, int is_max)
+/* The image of a pooling: torch's padding, and avg_pool2d's count_include_pad. */
+static inline MpCuImg mp_cu_pool_img(int64_t N, int64_t C, int64_t H, int64_t W, int64_t k,
+                                     int64_t stride, int64_t pad, int incl)
 {
-    MpCuPool<YT, XT> f = {y, x, mp_cu_img(N, C, H, W, k, stride, 0), is_max};
-    mp_cu_each(name, N * C * f.g.OH * f.g.OW, f);
+    MpCuImg g = mp_cu_img(N, C, H, W, k, stride, pad);
+    g.incl = incl;
+    return g;
 }
 
 template <int YT, int XT>
 static inline void mp_cu_max_pool2d(void *y, const void *x, int64_t N, int64_t C, int64_t H,
-                                    int64_t W, int64_t k, int64_t stride)
+                                    int64_t W, int64_t k, int64_t stride, int64_t pad)
 {
-    mp_cu_pool<YT, XT>("max_pool2d", y, x, N, C, H, W, k, stride, 1);
+    MpCuPool<YT, XT> f = {y, x, mp_cu_pool_img(N, C, H, W, k, stride, pad, 1), 1};
+    mp_cu_each("max_pool2d", N * C * f.g.OH * f.g.OW, f);
 }
 
 template <int YT, int XT>
 static inline void mp_cu_avg_pool2d(void *y, const void *x, int64_t N, int64_t C, int64_t H,
-                                    int64_t W, int64_t k, int64_t stride)
+                                    int64_t W, int64_t k, int64_t stride, int64_t pad, int incl)
 {
-    mp_cu_pool<YT, XT>("avg_pool2d", y, x, N, C, H, W, k, stride, 0);
+    MpCuPool<YT, XT> f = {y, x, mp_cu_pool_img(N, C, H, W, k, stride, pad, incl), 0};
+    mp_cu_each("avg_pool2d", N * C * f.g.OH * f.g.OW, f);
 }
 
 template <int DXT, int DYT, int XT>
 static inline void mp_cu_max_pool2d_grad(void *dx, const void *dy, const void *x, int64_t N,
-                                         int64_t C, int64_t H, int64_t W, int64_t k, int64_t stride)
+                                         int64_t C, int64_t H, int64_t W, int64_t k, int64_t stride,
+                                         int64_t pad)
 {
-    MpCuPoolGrad<DXT, DYT, XT> f = {dx, dy, x, mp_cu_img(N, C, H, W, k, stride, 0), 1};
+    MpCuPoolGrad<DXT, DYT, XT> f = {dx, dy, x, mp_cu_pool_img(N, C, H, W, k, stride, pad, 1), 1};
     mp_cu_each("max_pool2d_grad", N * C * H * W, f);
 }
 
 template <int DXT, int DYT>
 static inline void mp_cu_avg_pool2d_grad(void *dx, const void *dy, int64_t N, int64_t C, int64_t H,
-                                         int64_t W, int64_t k, int64_t stride)
+                                         int64_t W, int64_t k, int64_t stride, int64_t pad, int incl)
 {
-    MpCuPoolGrad<DXT, DYT, MP_F32> f = {dx, dy, NULL, mp_cu_img(N, C, H, W, k, stride, 0), 0};
+    MpCuPoolGrad<DXT, DYT, MP_F32> f = {dx, dy, NULL, mp_cu_pool_img(N, C, H, W, k, stride, pad, incl), 0};
     mp_cu_each("avg_pool2d_grad", N * C * H * W, f);
 }
 

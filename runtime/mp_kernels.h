@@ -89,10 +89,13 @@
  *       y[N,F,OH,OW]; groups, dilation, padding as torch's F.conv2d
  *   mp_k_conv2d_dx(dx,dxdt, dy,dydt, w,wdt, N, conv)
  *   mp_k_conv2d_dw(dw,dwdt, dy,dydt, x,xdt, N, conv, beta)
- *   mp_k_max_pool2d(y,ydt, x,xdt, N,C,H,W, k,stride)   OH = (H - k)/stride + 1
- *   mp_k_max_pool2d_grad(dx,dxdt, dy,dydt, x,xdt, N,C,H,W, k,stride)
- *   mp_k_avg_pool2d(y,ydt, x,xdt, N,C,H,W, k,stride)
- *   mp_k_avg_pool2d_grad(dx,dxdt, dy,dydt, N,C,H,W, k,stride)
+ *   mp_k_max_pool2d(y,ydt, x,xdt, N,C,H,W, k,stride,pad)
+ *       OH = (H + 2 pad - k)/stride + 1, the padding never the maximum
+ *   mp_k_max_pool2d_grad(dx,dxdt, dy,dydt, x,xdt, N,C,H,W, k,stride,pad)
+ *   mp_k_avg_pool2d(y,ydt, x,xdt, N,C,H,W, k,stride,pad, incl)
+ *       incl: torch's count_include_pad (divide by k k, else by the window's
+ *       elements inside the image)
+ *   mp_k_avg_pool2d_grad(dx,dxdt, dy,dydt, N,C,H,W, k,stride,pad, incl)
  *   mp_k_global_avg_pool(y,ydt, x,xdt, N,C,S)          S = H*W
  *   mp_k_global_avg_pool_grad(dx,dxdt, dy,dydt, N,C,S)
  *   mp_k_embedding(y,ydt, ids, w,wdt, n, vocab, dim)   y[n,dim] = w[ids[i]]

@@ -290,7 +290,7 @@ static inline void mp_k_conv2d_dw(void *dw, int dwdt, const void *dy, int dydt,
 /* ---- pooling ------------------------------------------------------------ */
 
 /* Each (n, c) plane on its own: x plane [H, W] -> y plane [OH, OW] with
- * OH = (H - k) / s + 1 (no padding, floor, as torch). */
+ * OH = (H + 2 pad - k) / s + 1 (floor, as torch). */
 #define MP_PLANES_LOOP(N, C, H, W, NBUF, ...)                                 \
     MP_OMP(parallel if ((N) * (C) * (H) * (W) > MP_PAR_MIN))                   \
     {                                                                          \
@@ -302,86 +302,103 @@ static inline void mp_k_conv2d_dw(void *dw, int dwdt, const void *dy, int dydt,
         free(buf);                                                             \
     }
 
-/* Index in the plane of the window's first maximum (NaN wins, as torch). */
-static inline int64_t mp_window_argmax(const float *p, int64_t W, int64_t y0, int64_t x0,
-                                       int64_t k)
+/* The window of output (oy, ox) inside the plane (padding 0 <= pad <= k / 2
+ * left out): rows [w.y0, w.y1), columns [w.x0, w.x1); never empty. */
+typedef struct MpWin {
+    int64_t y0, y1, x0, x1;
+} MpWin;
+
+static inline MpWin mp_pool_win(int64_t oy, int64_t ox, int64_t H, int64_t W, int64_t k, int64_t s,
+                                int64_t pad)
 {
-    int64_t best = y0 * W + x0;
-    for (int64_t dy = 0; dy < k; dy++)
-        for (int64_t dx = 0; dx < k; dx++) {
-            int64_t i = (y0 + dy) * W + x0 + dx;
+    MpWin w = {oy * s - pad, oy * s - pad + k, ox * s - pad, ox * s - pad + k};
+    w.y0 = w.y0 < 0 ? 0 : w.y0, w.x0 = w.x0 < 0 ? 0 : w.x0;
+    w.y1 = mp_min64(w.y1, H), w.x1 = mp_min64(w.x1, W);
+    return w;
+}
+
+/* Index in the plane of the window's first maximum (NaN wins, as torch). */
+static inline int64_t mp_window_argmax(const float *p, int64_t W, MpWin w)
+{
+    int64_t best = w.y0 * W + w.x0;
+    for (int64_t y = w.y0; y < w.y1; y++)
+        for (int64_t x = w.x0; x < w.x1; x++) {
+            int64_t i = y * W + x;
             if (p[i] > p[best] || (isnan(p[i]) && !isnan(p[best])))
                 best = i;
         }
     return best;
 }
 
-static inline double mp_window_sum(const float *p, int64_t W, int64_t y0, int64_t x0,
-                                   int64_t k)
+/* avg_pool2d's divisor: k k, or (count_include_pad false) the window's
+ * elements inside the plane. */
+static inline int64_t mp_pool_count(MpWin w, int64_t k, int incl)
 {
-    double s = 0;
-    for (int64_t dy = 0; dy < k; dy++)
-        for (int64_t dx = 0; dx < k; dx++)
-            s += p[(y0 + dy) * W + x0 + dx];
-    return s;
+    return incl ? k * k : (w.y1 - w.y0) * (w.x1 - w.x0);
 }
 
 static inline void mp_k_max_pool2d(void *y, int ydt, const void *x, int xdt, int64_t N,
-                                   int64_t C, int64_t H, int64_t W, int64_t k, int64_t s)
+                                   int64_t C, int64_t H, int64_t W, int64_t k, int64_t s,
+                                   int64_t pad)
 {
-    int64_t OH = (H - k) / s + 1, OW = (W - k) / s + 1;
+    int64_t OH = (H + 2 * pad - k) / s + 1, OW = (W + 2 * pad - k) / s + 1;
     MP_PLANES_LOOP(N, C, H, W, 1,
         mp_ld_n(x, xdt, pl * H * W, 1, H * W, buf);
         for (int64_t oy = 0; oy < OH; oy++)
             for (int64_t ox = 0; ox < OW; ox++)
                 mp_st(y, ydt, (pl * OH + oy) * OW + ox,
-                      buf[mp_window_argmax(buf, W, oy * s, ox * s, k)]))
+                      buf[mp_window_argmax(buf, W, mp_pool_win(oy, ox, H, W, k, s, pad))]))
 }
 
 /* dx = dy routed to each window's first maximum; overlaps add up. */
 static inline void mp_k_max_pool2d_grad(void *dx, int dxdt, const void *dy, int dydt,
                                         const void *x, int xdt, int64_t N, int64_t C,
-                                        int64_t H, int64_t W, int64_t k, int64_t s)
+                                        int64_t H, int64_t W, int64_t k, int64_t s, int64_t pad)
 {
-    int64_t OH = (H - k) / s + 1, OW = (W - k) / s + 1;
+    int64_t OH = (H + 2 * pad - k) / s + 1, OW = (W + 2 * pad - k) / s + 1;
     MP_PLANES_LOOP(N, C, H, W, 2,
         float *g = buf + H * W;
         mp_ld_n(x, xdt, pl * H * W, 1, H * W, buf);
         memset(g, 0, (size_t)(H * W) * sizeof *g);
         for (int64_t oy = 0; oy < OH; oy++)
             for (int64_t ox = 0; ox < OW; ox++)
-                g[mp_window_argmax(buf, W, oy * s, ox * s, k)] +=
+                g[mp_window_argmax(buf, W, mp_pool_win(oy, ox, H, W, k, s, pad))] +=
                     mp_ld(dy, dydt, (pl * OH + oy) * OW + ox);
         mp_st_n(dx, dxdt, pl * H * W, 1, H * W, g))
 }
 
 static inline void mp_k_avg_pool2d(void *y, int ydt, const void *x, int xdt, int64_t N,
-                                   int64_t C, int64_t H, int64_t W, int64_t k, int64_t s)
+                                   int64_t C, int64_t H, int64_t W, int64_t k, int64_t s,
+                                   int64_t pad, int incl)
 {
-    int64_t OH = (H - k) / s + 1, OW = (W - k) / s + 1;
-    double inv = 1.0 / (double)(k * k);
+    int64_t OH = (H + 2 * pad - k) / s + 1, OW = (W + 2 * pad - k) / s + 1;
     MP_PLANES_LOOP(N, C, H, W, 1,
         mp_ld_n(x, xdt, pl * H * W, 1, H * W, buf);
         for (int64_t oy = 0; oy < OH; oy++)
-            for (int64_t ox = 0; ox < OW; ox++)
+            for (int64_t ox = 0; ox < OW; ox++) {
+                MpWin w = mp_pool_win(oy, ox, H, W, k, s, pad);
+                double sum = 0;
+                for (int64_t a = w.y0; a < w.y1; a++)
+                    for (int64_t b = w.x0; b < w.x1; b++) sum += buf[a * W + b];
                 mp_st(y, ydt, (pl * OH + oy) * OW + ox,
-                      (float)(mp_window_sum(buf, W, oy * s, ox * s, k) * inv)))
+                      (float)(sum * (1.0 / (double)mp_pool_count(w, k, incl))));
+            })
 }
 
 static inline void mp_k_avg_pool2d_grad(void *dx, int dxdt, const void *dy, int dydt,
                                         int64_t N, int64_t C, int64_t H, int64_t W,
-                                        int64_t k, int64_t s)
+                                        int64_t k, int64_t s, int64_t pad, int incl)
 {
-    int64_t OH = (H - k) / s + 1, OW = (W - k) / s + 1;
-    float inv = 1.0f / (float)(k * k);
+    int64_t OH = (H + 2 * pad - k) / s + 1, OW = (W + 2 * pad - k) / s + 1;
     MP_PLANES_LOOP(N, C, H, W, 1,
         memset(buf, 0, (size_t)(H * W) * sizeof *buf);
         for (int64_t oy = 0; oy < OH; oy++)
             for (int64_t ox = 0; ox < OW; ox++) {
-                float g = mp_ld(dy, dydt, (pl * OH + oy) * OW + ox) * inv;
-                for (int64_t a = 0; a < k; a++)
-                    for (int64_t b = 0; b < k; b++)
-                        buf[(oy * s + a) * W + ox * s + b] += g;
+                MpWin w = mp_pool_win(oy, ox, H, W, k, s, pad);
+                float g = mp_ld(dy, dydt, (pl * OH + oy) * OW + ox) *
+                          (1.0f / (float)mp_pool_count(w, k, incl));
+                for (int64_t a = w.y0; a < w.y1; a++)
+                    for (int64_t b = w.x0; b < w.x1; b++) buf[a * W + b] += g;
             }
         mp_st_n(dx, dxdt, pl * H * W, 1, H * W, buf))
 }

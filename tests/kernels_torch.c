@@ -125,18 +125,19 @@ static void op_conv2d(void)
     wrf(0, y, ny); wrf(1, dx, nx); wrf(2, dw, nw); wrf(3, db, F);
 }
 
-/* pool N C H W k stride MAX: x, dy -> y, dx */
+/* pool N C H W k stride MAX pad INCL: x, dy -> y, dx */
 static void op_pool(void)
 {
-    int64_t N = arg[0], C = arg[1], H = arg[2], W = arg[3], k = arg[4], s = arg[5];
-    int64_t OH = (H - k) / s + 1, OW = (W - k) / s + 1, nx = N * C * H * W, ny = N * C * OH * OW;
+    int64_t N = arg[0], C = arg[1], H = arg[2], W = arg[3], k = arg[4], s = arg[5], p = arg[7];
+    int64_t OH = (H + 2 * p - k) / s + 1, OW = (W + 2 * p - k) / s + 1;
+    int64_t nx = N * C * H * W, ny = N * C * OH * OW;
     float *x = rdf(0, nx), *dy = rdf(1, ny), *y = buf(ny), *dx = buf(nx);
     if (arg[6]) {
-        mp_k_max_pool2d(y, F32, x, F32, N, C, H, W, k, s);
-        mp_k_max_pool2d_grad(dx, F32, dy, F32, x, F32, N, C, H, W, k, s);
+        mp_k_max_pool2d(y, F32, x, F32, N, C, H, W, k, s, p);
+        mp_k_max_pool2d_grad(dx, F32, dy, F32, x, F32, N, C, H, W, k, s, p);
     } else {
-        mp_k_avg_pool2d(y, F32, x, F32, N, C, H, W, k, s);
-        mp_k_avg_pool2d_grad(dx, F32, dy, F32, N, C, H, W, k, s);
+        mp_k_avg_pool2d(y, F32, x, F32, N, C, H, W, k, s, p, (int)arg[8]);
+        mp_k_avg_pool2d_grad(dx, F32, dy, F32, N, C, H, W, k, s, p, (int)arg[8]);
     }
     wrf(0, y, ny); wrf(1, dx, nx);
 }
@@ -365,7 +366,7 @@ static const struct {
     int nargs;
 } ops[] = {
     {"f16", op_f16, 1}, {"bf16", op_bf16, 1}, {"linear", op_linear, 4},
-    {"conv2d", op_conv2d, 16}, {"pool", op_pool, 7}, {"gap", op_gap, 3},
+    {"conv2d", op_conv2d, 16}, {"pool", op_pool, 9}, {"gap", op_gap, 3},
     {"layer_norm", op_layer_norm, 2}, {"batch_norm", op_batch_norm, 3},
     {"softmax", op_softmax, 4}, {"cross_entropy", op_cross_entropy, 2},
     {"mse", op_mse, 1}, {"activations", op_activations, 1},

@@ -181,16 +181,24 @@ def case_conv2d(driver, tmp):
 
 
 def case_pools(driver, tmp):
-    for (N, C, H, W, k, s) in ((2, 3, 9, 8, 3, 2), (2, 2, 8, 8, 2, 2), (1, 2, 7, 9, 2, 1)):
+    # padding (ResNet's stem: 3, 2, 1) and avg_pool2d's count_include_pad
+    for (N, C, H, W, k, s, p, incl) in ((2, 3, 9, 8, 3, 2, 0, 1), (2, 2, 8, 8, 2, 2, 0, 1),
+                                        (1, 2, 7, 9, 2, 1, 0, 1), (2, 3, 9, 8, 3, 2, 1, 1),
+                                        (2, 3, 9, 8, 3, 2, 1, 0), (1, 2, 8, 7, 5, 1, 2, 0),
+                                        (2, 2, 8, 9, 4, 3, 2, 1)):
         x = f32(N, C, H, W)
         x[0, 0, :2, :2] = 0.5               # a tie: the first maximum takes it
         for is_max in (1, 0):
             tx = t(x)
-            y = (F.max_pool2d if is_max else F.avg_pool2d)(tx, k, s)
+            if is_max:
+                y = F.max_pool2d(tx, k, s, p)
+            else:
+                y = F.avg_pool2d(tx, k, s, p, count_include_pad=bool(incl))
             dy = f32(*y.shape)
             (dx,) = grads(y, dy, tx)
-            got = run(driver, tmp, "pool", [N, C, H, W, k, s, is_max], [x, dy], 2)
-            tag = "%s_pool2d k%d s%d " % ("max" if is_max else "avg", k, s)
+            got = run(driver, tmp, "pool", [N, C, H, W, k, s, is_max, p, incl], [x, dy], 2)
+            tag = "%s_pool2d k%d s%d p%d%s " % ("max" if is_max else "avg", k, s, p,
+                                                "" if incl or is_max else " excl")
             check(tag + "y", got[0], y.detach())
             check(tag + "dx", got[1], dx)
     N, C, H, W = 3, 4, 5, 6

@@ -992,17 +992,17 @@ static void test_conv2d(void **state)
 
 /* ---- pooling ------------------------------------------------------------ */
 
-/* d = {N, C, H, W, k, stride} */
+/* d = {N, C, H, W, k, stride, pad, count_include_pad} */
 static void fwd_maxpool(Fd *c)
 {
     const int64_t *d = c->d;
-    mp_k_max_pool2d(c->out, F32, c->in[0], F32, d[0], d[1], d[2], d[3], d[4], d[5]);
+    mp_k_max_pool2d(c->out, F32, c->in[0], F32, d[0], d[1], d[2], d[3], d[4], d[5], d[6]);
 }
 
 static void fwd_avgpool(Fd *c)
 {
     const int64_t *d = c->d;
-    mp_k_avg_pool2d(c->out, F32, c->in[0], F32, d[0], d[1], d[2], d[3], d[4], d[5]);
+    mp_k_avg_pool2d(c->out, F32, c->in[0], F32, d[0], d[1], d[2], d[3], d[4], d[5], d[6], (int)d[7]);
 }
 
 static void fwd_gap(Fd *c)
@@ -1013,11 +1013,13 @@ static void fwd_gap(Fd *c)
 static void test_pools(void **state)
 {
     (void)state;
-    static const int64_t cases[][6] = {{2, 3, 6, 7, 2, 2}, {1, 2, 7, 7, 3, 2}, {2, 1, 5, 6, 2, 1}};
-    for (size_t t = 0; t < 3; t++) {
+    static const int64_t cases[][8] = {{2, 3, 6, 7, 2, 2, 0, 1}, {1, 2, 7, 7, 3, 2, 0, 1},
+                                       {2, 1, 5, 6, 2, 1, 0, 1}, {2, 2, 7, 6, 3, 2, 1, 1},
+                                       {1, 2, 7, 8, 3, 2, 1, 0}, {1, 2, 8, 7, 5, 1, 2, 0}};
+    for (size_t t = 0; t < sizeof cases / sizeof cases[0]; t++) {
         const int64_t *d = cases[t];
-        int64_t N = d[0], C = d[1], H = d[2], W = d[3], k = d[4], s = d[5];
-        int64_t OH = (H - k) / s + 1, OW = (W - k) / s + 1, nx = N * C * H * W;
+        int64_t N = d[0], C = d[1], H = d[2], W = d[3], k = d[4], s = d[5], p = d[6];
+        int64_t OH = (H + 2 * p - k) / s + 1, OW = (W + 2 * p - k) / s + 1, nx = N * C * H * W;
         int64_t ny = N * C * OH * OW;
         /* distinct values 0.01 apart: no ties, so small steps keep the argmax */
         Fd c = {{zvec(nx)}};
@@ -1026,31 +1028,35 @@ static void test_pools(void **state)
         fd_setup(&c, ny, fwd_maxpool);
         c.fwd(&c);
         float *avg = zvec(ny), *dx = zvec(nx);
-        fwd_avgpool(&(Fd){{c.in[0]}, {N, C, H, W, k, s}, avg});
+        fwd_avgpool(&(Fd){{c.in[0]}, {N, C, H, W, k, s, p, d[7]}, avg});
         for (int64_t pl = 0; pl < N * C; pl++)
             for (int64_t oy = 0; oy < OH; oy++)
                 for (int64_t ox = 0; ox < OW; ox++) {
-                    double m = -INFINITY, sum = 0;
+                    double m = -INFINITY, sum = 0, in = 0;   /* the padding: -inf, 0 */
                     for (int64_t a = 0; a < k; a++)
                         for (int64_t b = 0; b < k; b++) {
-                            double v = c.in[0][(pl * H + oy * s + a) * W + ox * s + b];
+                            int64_t iy = oy * s - p + a, ix = ox * s - p + b;
+                            if (iy < 0 || iy >= H || ix < 0 || ix >= W)
+                                continue;
+                            double v = c.in[0][(pl * H + iy) * W + ix];
                             m = fmax(m, v);
                             sum += v;
+                            in++;
                         }
                     int64_t i = (pl * OH + oy) * OW + ox;
                     close_to("max_pool2d", i, c.out[i], m, 0, 0);
-                    close_to("avg_pool2d", i, avg[i], sum / (k * k), 1e-6, 1e-6);
+                    close_to("avg_pool2d", i, avg[i], sum / (d[7] ? k * k : in), 1e-6, 1e-6);
                 }
-        mp_k_max_pool2d_grad(dx, F32, c.w, F32, c.in[0], F32, N, C, H, W, k, s);
+        mp_k_max_pool2d_grad(dx, F32, c.w, F32, c.in[0], F32, N, C, H, W, k, s, p);
         fd_check("max_pool2d_grad", &c, 0, nx, dx, 2e-3f, 2e-3);
         c.fwd = fwd_avgpool;
-        mp_k_avg_pool2d_grad(dx, F32, c.w, F32, N, C, H, W, k, s);
+        mp_k_avg_pool2d_grad(dx, F32, c.w, F32, N, C, H, W, k, s, p, (int)d[7]);
         fd_check("avg_pool2d_grad", &c, 0, nx, dx, 1e-2f, 2e-3);
         free(avg); free(dx); fd_free(&c);
     }
     /* ties go to the first maximum, as torch */
     float x[4] = {1, 3, 3, 2}, dy = 5, dx[4];
-    mp_k_max_pool2d_grad(dx, F32, &dy, F32, x, F32, 1, 1, 2, 2, 2, 2);
+    mp_k_max_pool2d_grad(dx, F32, &dy, F32, x, F32, 1, 1, 2, 2, 2, 2, 0);
     assert_true(dx[0] == 0 && dx[1] == 5 && dx[2] == 0 && dx[3] == 0);
 
     int64_t N = 2, C = 3, H = 4, W = 5;

@@ -266,6 +266,7 @@ static void layers(void **state)
     IrNode *c = named(g, "c");
     int64_t geo[8] = {2, 2, 1, 1, 1, 1, 1, 0};   /* strides, padding, dilations, groups, after */
     assert_memory_equal(c->ia, geo, sizeof geo);
+    assert_int_equal(named(g, "q")->ia[2], 0);                /* no padding by default */
     assert_int_equal(c->shape.d[2], 4);
     expect_param(g, "n.weight", 1, 6, 0);
     assert_int_equal(param(g, "n.weight")->init, INIT_ONES);
@@ -805,6 +806,8 @@ static const Case shape_errors[] = {
     {HEAD "z = conv1d(reshape(x, [B, 2, 4]), 4, [3, 1])\n" LOSS TRAIN,
      "kernel of conv1d must be an integer, got a list of 2"},
     {HEAD "z = conv1d(x, 4, 3)\n" LOSS TRAIN, "conv1d needs an input [N, C, L], got [4, 8]"},
+    {HEAD "z = max_pool2d(reshape(x, [B, 2, 2, 2]), 2, padding = 2)\n" LOSS TRAIN,
+     "t.mp:5:55: error: max_pool2d padding must be at most half the kernel (as torch), got padding 2 with kernel 2"},
     {HEAD "z = x\nloss = cross_entropy(linear(z, 3), x)\n" TRAIN, "cross_entropy needs integer labels (i32, u16 or u8), got f32"},
     {"model m\ninput x: f32[128, 8]\ninput y: i32[128, 2]\nz = x\nloss = cross_entropy(linear(z, 10), reshape(y, [64, 4]))\n" TRAIN,
      "cross_entropy labels [64, 4] do not match logits [128, 10]"},
@@ -898,8 +901,16 @@ static void convolutions(void **state)
                           "c = conv2d(img, 4, 4, padding = \"same\", dilation = [1, 2], name = \"same\")\n"
                           "d = conv1d(s, 3, 3, stride = 2, dilation = 2, groups = 3, name = \"seq\")\n"
                           "z = concat([reshape(b, [2, -1]), reshape(c, [2, -1]), reshape(d, [2, -1])], axis = 1)\n"
+                          "mp = max_pool2d(img, 3, 2, padding = 1)\n"
+                          "ap = avg_pool2d(img, 3, 2, padding = 1, count_include_pad = false)\n"
+                          "metric pools = mean(mp) + mean(ap)\n"
                           "loss = cross_entropy(linear(z, 3), y)\n" TRAIN);
     expect_param(g, "dw.weight", 4, 8, 1);
+    IrNode *mp = named(g, "mp"), *ap = named(g, "ap");
+    assert_int_equal(mp->ia[2], 1);
+    assert_int_equal(mp->ia[3], 0);
+    assert_int_equal(mp->shape.d[2], 5);                     /* (9 + 2 - 3) / 2 + 1 */
+    assert_int_equal(ap->ia[3], 1);                          /* count_include_pad = false */
     assert_int_equal(param(g, "dw.weight")->fan_in, 9);      /* Cin / groups kh kw */
     IrNode *a = named(g, "a"), *b = named(g, "b"), *c = named(g, "c"), *d = named(g, "d");
     assert_int_equal(a->ia[6], 4);
