@@ -188,26 +188,20 @@ const char *emit_c_gemm_of(Emit *e, const IrNode *n, const IrNode *y)
 /* ---- convolution and pooling ---------------------------------------------- */
 void emit_c_CONV2D(Emit *e, const IrNode *n)
 {
-    const IrNode *x = IN(0), *w = IN(1);
-    em(e, "    mp_k_conv2d(%s, %s, %s, %s,\n                %s, %lld, %lld, %lld, %lld);\n", arg(e, n),
-       arg(e, x), arg(e, w), n->nin > 2 ? arg(e, IN(2)) : "NULL, MP_F32", emit_nchw(e, x), emit_dim(w, 0),
-       emit_dim(w, 2), (long long)n->ia[0], (long long)n->ia[1]);
+    em(e, "    mp_k_conv2d(%s, %s, %s, %s,\n                %s);\n", arg(e, n), arg(e, IN(0)), arg(e, IN(1)),
+       n->nin > 2 ? arg(e, IN(2)) : "NULL, MP_F32", emit_conv(e, n));
 }
 
 void emit_c_CONV2D_DX(Emit *e, const IrNode *n)
 {
-    const IrNode *w = IN(1), *f = n->grad_of;
-    em(e, "    mp_k_conv2d_dx(%s, %s, %s,\n                   %s, %lld, %lld, %lld, %lld);\n", arg(e, n),
-       arg(e, IN(0)), arg(e, w), emit_nchw(e, n), emit_dim(w, 0), emit_dim(w, 2), (long long)f->ia[0],
-       (long long)f->ia[1]);
+    em(e, "    mp_k_conv2d_dx(%s, %s, %s,\n                   %s);\n", arg(e, n), arg(e, IN(0)),
+       arg(e, IN(1)), emit_conv(e, n->grad_of));
 }
 
 void emit_c_CONV2D_DW(Emit *e, const IrNode *n)
 {
-    const IrNode *x = IN(1), *f = n->grad_of;
-    em(e, "    mp_k_conv2d_dw(%s, %s, %s,\n                   %s, %lld, %lld, %lld, %lld, 0.0f);\n",
-       arg(e, n), arg(e, IN(0)), arg(e, x), emit_nchw(e, x), emit_dim(n, 0), emit_dim(n, 2), (long long)f->ia[0],
-       (long long)f->ia[1]);
+    em(e, "    mp_k_conv2d_dw(%s, %s, %s,\n                   %s, 0.0f);\n", arg(e, n), arg(e, IN(0)),
+       arg(e, IN(1)), emit_conv(e, n->grad_of));
 }
 
 void emit_c_CHANNEL_SUM(Emit *e, const IrNode *n)
@@ -219,8 +213,7 @@ void emit_c_CHANNEL_SUM(Emit *e, const IrNode *n)
 
 static void pool(Emit *e, const IrNode *n, const char *k, const IrNode *x, const IrNode *f)
 {
-    em(e, "    mp_k_%s(%s, %s, %s, %lld, %lld);\n", k, arg(e, n), arg(e, IN(0)), emit_nchw(e, x),
-       (long long)f->ia[0], (long long)f->ia[1]);
+    em(e, "    mp_k_%s(%s, %s, %s, %s);\n", k, arg(e, n), arg(e, IN(0)), emit_nchw(e, x), emit_pool(e, f));
 }
 void emit_c_MAX_POOL2D(Emit *e, const IrNode *n) { pool(e, n, "max_pool2d", IN(0), n); }
 void emit_c_AVG_POOL2D(Emit *e, const IrNode *n) { pool(e, n, "avg_pool2d", IN(0), n); }
@@ -228,8 +221,8 @@ void emit_c_AVG_POOL2D_GRAD(Emit *e, const IrNode *n) { pool(e, n, "avg_pool2d_g
 void emit_c_MAX_POOL2D_GRAD(Emit *e, const IrNode *n)
 {
     const IrNode *f = n->grad_of;
-    em(e, "    mp_k_max_pool2d_grad(%s, %s, %s, %s, %lld, %lld);\n", arg(e, n), arg(e, IN(0)),
-       arg(e, IN(1)), emit_nchw(e, n), (long long)f->ia[0], (long long)f->ia[1]);
+    em(e, "    mp_k_max_pool2d_grad(%s, %s, %s, %s, %s);\n", arg(e, n), arg(e, IN(0)), arg(e, IN(1)),
+       emit_nchw(e, n), emit_pool(e, f));
 }
 
 void emit_c_GLOBAL_AVG_POOL(Emit *e, const IrNode *n)

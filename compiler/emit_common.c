@@ -483,6 +483,24 @@ const char *emit_nchw(Emit *e, const IrNode *x)
                         emit_dim(x, 3));
 }
 
+const char *emit_conv(Emit *e, const IrNode *f)
+{
+    const IrNode *x = f->in[0], *w = f->in[1];
+    const int64_t *a = f->ia;
+    return arena_printf(e->a, "%lld, mp_conv_of(%lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, "
+                        "%lld, %lld, %lld, %lld, %lld, %lld)", emit_dim(x, 0), emit_dim(x, 1),
+                        emit_dim(x, 2), emit_dim(x, 3), emit_dim(w, 0), emit_dim(w, 2), emit_dim(w, 3),
+                        (long long)a[0], (long long)a[1], (long long)a[2], (long long)a[3],
+                        (long long)a[4], (long long)a[5], (long long)a[6], emit_dim(f, 2), emit_dim(f, 3));
+}
+
+const char *emit_pool(Emit *e, const IrNode *f)
+{
+    const char *s = arena_printf(e->a, "%lld, %lld, %lld", (long long)f->ia[0], (long long)f->ia[1],
+                                 (long long)f->ia[2]);
+    return f->op == OP_AVG_POOL2D ? arena_printf(e->a, "%s, %d", s, !f->ia[3]) : s;
+}
+
 /* ---- the functions of the generated model ------------------------------- */
 
 void emit_source_line(Emit *e, const IrNode *n, int *line, const char *lead)

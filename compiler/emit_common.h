@@ -88,6 +88,12 @@ EmitWindow emit_window_of(const IrNode *n);   /* of a chunk, slice, slice_grad *
 /* [N, C, rest]: batch norm and channel sums, NCHW or [B, C] */
 void emit_ncs(const IrNode *x, long long *n0, long long *c, long long *s);
 const char *emit_nchw(Emit *e, const IrNode *x);   /* "N, C, H, W" */
+/* "N, mp_conv_of(C, H, W, F, kh, kw, ...)": the batch and geometry of the
+ * convolution node f (CONV2D), for its kernels and its gradients' */
+const char *emit_conv(Emit *e, const IrNode *f);
+/* "k, stride, padding" of the pooling node f, and for avg_pool2d ", incl"
+ * (count_include_pad) */
+const char *emit_pool(Emit *e, const IrNode *f);
 
 /* The nodes one generated function runs, in order, each given to `node`:
  * PASS_CAST_PARAMS the hoisted casts (the parameters' working copies);

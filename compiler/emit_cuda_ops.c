@@ -183,25 +183,20 @@ void emit_cuda_LINEAR(Emit *e, const IrNode *n)
 void emit_cuda_CONV2D(Emit *e, const IrNode *n)
 {
     const IrNode *x = IN(0), *w = IN(1), *b = n->nin > 2 ? IN(2) : NULL;
-    em(e, "    mp_cu_conv2d%s(%s, %s, %s, %s,\n                %s, %lld, %lld, %lld, %lld);\n",
-       T4(n, x, w, b), C(n), C(x), C(w), b ? C(b) : "NULL", emit_nchw(e, x), emit_dim(w, 0), emit_dim(w, 2),
-       (long long)n->ia[0], (long long)n->ia[1]);
+    em(e, "    mp_cu_conv2d%s(%s, %s, %s, %s,\n                %s);\n", T4(n, x, w, b), C(n), C(x), C(w),
+       b ? C(b) : "NULL", emit_conv(e, n));
 }
 
 void emit_cuda_CONV2D_DX(Emit *e, const IrNode *n)
 {
-    const IrNode *w = IN(1), *f = n->grad_of;
-    em(e, "    mp_cu_conv2d_dx%s(%s, %s, %s,\n                   %s, %lld, %lld, %lld, %lld);\n",
-       T3(n, IN(0), w), C(n), C(IN(0)), C(w), emit_nchw(e, n), emit_dim(w, 0), emit_dim(w, 2), (long long)f->ia[0],
-       (long long)f->ia[1]);
+    em(e, "    mp_cu_conv2d_dx%s(%s, %s, %s,\n                   %s);\n", T3(n, IN(0), IN(1)), C(n),
+       C(IN(0)), C(IN(1)), emit_conv(e, n->grad_of));
 }
 
 void emit_cuda_CONV2D_DW(Emit *e, const IrNode *n)
 {
-    const IrNode *x = IN(1), *f = n->grad_of;
-    em(e, "    mp_cu_conv2d_dw%s(%s, %s, %s,\n                   %s, %lld, %lld, %lld, %lld, 0.0f);\n",
-       T3(n, IN(0), x), C(n), C(IN(0)), C(x), emit_nchw(e, x), emit_dim(n, 0), emit_dim(n, 2), (long long)f->ia[0],
-       (long long)f->ia[1]);
+    em(e, "    mp_cu_conv2d_dw%s(%s, %s, %s,\n                   %s, 0.0f);\n", T3(n, IN(0), IN(1)), C(n),
+       C(IN(0)), C(IN(1)), emit_conv(e, n->grad_of));
 }
 
 void emit_cuda_CHANNEL_SUM(Emit *e, const IrNode *n)
@@ -214,8 +209,8 @@ void emit_cuda_CHANNEL_SUM(Emit *e, const IrNode *n)
 
 static void pool(Emit *e, const IrNode *n, const char *k, const IrNode *x, const IrNode *f)
 {
-    em(e, "    mp_cu_%s%s(%s, %s, %s, %lld, %lld);\n", k, T2(n, IN(0)), C(n), C(IN(0)), emit_nchw(e, x),
-       (long long)f->ia[0], (long long)f->ia[1]);
+    em(e, "    mp_cu_%s%s(%s, %s, %s, %s);\n", k, T2(n, IN(0)), C(n), C(IN(0)), emit_nchw(e, x),
+       emit_pool(e, f));
 }
 void emit_cuda_MAX_POOL2D(Emit *e, const IrNode *n) { pool(e, n, "max_pool2d", IN(0), n); }
 void emit_cuda_AVG_POOL2D(Emit *e, const IrNode *n) { pool(e, n, "avg_pool2d", IN(0), n); }
@@ -223,8 +218,8 @@ void emit_cuda_AVG_POOL2D_GRAD(Emit *e, const IrNode *n) { pool(e, n, "avg_pool2
 void emit_cuda_MAX_POOL2D_GRAD(Emit *e, const IrNode *n)
 {
     const IrNode *f = n->grad_of;
-    em(e, "    mp_cu_max_pool2d_grad%s(%s, %s, %s, %s, %lld, %lld);\n", T3(n, IN(0), IN(1)), C(n),
-       C(IN(0)), C(IN(1)), emit_nchw(e, n), (long long)f->ia[0], (long long)f->ia[1]);
+    em(e, "    mp_cu_max_pool2d_grad%s(%s, %s, %s, %s, %s);\n", T3(n, IN(0), IN(1)), C(n), C(IN(0)),
+       C(IN(1)), emit_nchw(e, n), emit_pool(e, f));
 }
 
 void emit_cuda_GLOBAL_AVG_POOL(Emit *e, const IrNode *n)

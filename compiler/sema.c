@@ -592,8 +592,9 @@ static bool convert_arg(Ctx *c, const char *fn, const ArgSpec *sp, const Expr *e
         *out = vnone;          /* `ignore_index = none`: the same as absent */
         return true;
     }
-    if (sp->kind == A_AXES && e->kind == EX_LIST) {
-        *out = vnone;          /* read by the op itself */
+    if ((sp->kind == A_AXES && e->kind == EX_LIST)
+        || (sp->kind == A_PAIR && (e->kind == EX_LIST || e->kind == EX_STR))) {
+        *out = vnone;          /* read by the op itself (axes, pair_arg) */
         return true;
     }
     if (sp->kind == A_STR || sp->kind == A_LIST || sp->kind == A_INIT) {
@@ -610,7 +611,7 @@ static bool convert_arg(Ctx *c, const char *fn, const ArgSpec *sp, const Expr *e
     if (v.k == V_ERR)
         return false;
     bool ok = sp->kind == A_TENSOR ? v.k == V_TENSOR
-            : sp->kind == A_INT || sp->kind == A_AXES ? v.k == V_INT
+            : sp->kind == A_INT || sp->kind == A_AXES || sp->kind == A_PAIR ? v.k == V_INT
             : sp->kind == A_REAL   ? is_num(v)
             : sp->kind == A_BOOL   ? v.k == V_BOOL
                                    : v.k == V_TENSOR || is_num(v);
@@ -618,6 +619,7 @@ static bool convert_arg(Ctx *c, const char *fn, const ArgSpec *sp, const Expr *e
         [A_TENSOR] = "a tensor", [A_INT] = "an integer", [A_REAL] = "a number",
         [A_BOOL] = "true or false", [A_ANY] = "a tensor or a number",
         [A_AXES] = "an integer or a list of integers",
+        [A_PAIR] = "an integer or a pair [h, w]",
     };
     if (!ok)
         diag_error(e->loc, "argument '%s' of %s must be %s, got %s", sp->name, fn, want[sp->kind],
@@ -674,7 +676,7 @@ static bool bind_args(Ctx *c, const Expr *callx, const char *fn, const ArgSpec *
             ok = false;
         } else if (spec[i].kind == A_BOOL)
             a->v[i] = vbool(spec[i].def != 0);
-        else if (spec[i].kind == A_INT)
+        else if (spec[i].kind == A_INT || spec[i].kind == A_PAIR)
             a->v[i] = vint((int64_t)spec[i].def);
         else
             a->v[i] = vreal(spec[i].def);
@@ -1089,10 +1091,18 @@ static Val lower_transpose(Ctx *c, const Builtin *b, const Expr *x, Args *a)
 
 static Val lower_pool(Ctx *c, const Builtin *b, const Expr *x, Args *a)
 {
+    int64_t k = a->v[1].i, pad = a->v[3].i;
+    if (pad > k / 2 && k >= 1) {           /* torch refuses it: a window of padding only */
+        diag_error(a->e[3]->loc, "%s padding must be at most half the kernel (as torch), got "
+                   "padding %lld with kernel %lld", b->name, (long long)pad, (long long)k);
+        return verr;
+    }
     IrNode *n = node(c, b->op, x->loc, 1, &a->v[0].t);
     if (n) {
-        n->ia[0] = a->v[1].i;
-        n->ia[1] = a->e[2] ? a->v[2].i : a->v[1].i;   /* stride defaults to the kernel */
+        n->ia[0] = k;
+        n->ia[1] = a->e[2] ? a->v[2].i : k;   /* stride defaults to the kernel */
+        n->ia[2] = pad;
+        n->ia[3] = b->op == OP_AVG_POOL2D && !a->v[4].i;   /* count_include_pad = false */
     }
     return finish(c, n);
 }
@@ -1208,31 +1218,132 @@ static Val lower_linear(Ctx *c, const Builtin *b, const Expr *x, Args *a)
     return finish(c, node(c, OP_LINEAR, x->loc, a->v[2].i ? 3 : 2, ins));
 }
 
-/* conv2d(x, c, kernel, stride, padding, bias): weight [c, Cin, k, k]. */
-static Val lower_conv2d(Ctx *c, const Builtin *b, const Expr *x, Args *a)
+/* Argument i of a convolution: an integer (both axes), a pair [h, w] where
+ * `pairs`, or "same" / "valid" where `same` is not NULL ("same" sets *same,
+ * "valid" is 0). Each
+ * value must be at least `min`. */
+static bool pair_arg(Ctx *c, const char *fn, const Args *a, int i, const char *what, bool pairs,
+                     int64_t min, int64_t out[2], bool *same)
 {
+    const Expr *e = a->e[i];
+    if (same)
+        *same = false;
+    if (e && e->kind == EX_STR) {
+        if (same && strcmp(e->name, "same") == 0) {
+            *same = true;
+            return true;
+        }
+        if (same && strcmp(e->name, "valid") == 0) {   /* torch's name for no padding */
+            out[0] = out[1] = 0;
+            return true;
+        }
+        diag_error(e->loc, "%s of %s must be an integer%s%s, got \"%s\"", what, fn,
+                   pairs ? " or a pair [h, w]" : "", same ? ", \"same\" or \"valid\"" : "", e->name);
+        return false;
+    }
+    if (e && e->kind == EX_LIST) {
+        if (!pairs || e->nargs != 2) {
+            diag_error(e->loc, "%s of %s must be %s, got a list of %d", what, fn,
+                       pairs ? "an integer or a pair [h, w]" : "an integer", e->nargs);
+            return false;
+        }
+        for (int j = 0; j < 2; j++) {
+            Val v = eval(c, e->args[j]);
+            if (v.k == V_ERR)
+                return false;
+            if (v.k != V_INT) {
+                diag_error(e->args[j]->loc, "%s of %s must be a pair of integers, got %s", what, fn,
+                           describe(c, v));
+                return false;
+            }
+            out[j] = v.i;
+        }
+    } else
+        out[0] = out[1] = a->v[i].i;
+    for (int j = 0; j < 2; j++)
+        if (out[j] < min) {
+            diag_error(e ? e->loc : a->e[0]->loc, "%s of %s must be >= %lld, got %lld", what, fn,
+                       (long long)min, (long long)out[j]);
+            return false;
+        }
+    return true;
+}
+
+/* conv2d(x, c, kernel, stride, padding, dilation, groups, bias): weight
+ * [c, Cin / groups, kh, kw], as nn.Conv2d. conv1d: x [N, Cin, L] and weight
+ * [c, Cin / groups, k] (nn.Conv1d) are viewed as conv2d's with a height of
+ * one (reshapes: aliases, no copies), and so is its output. */
+static Val lower_conv(Ctx *c, const Builtin *b, const Expr *x, Args *a)
+{
+    bool two = strcmp(b->name, "conv2d") == 0, same;
+    const char *fn = b->name;
     IrNode *in = a->v[0].t;
-    int64_t co = a->v[1].i, k = a->v[2].i, rf, fi, fo;
+    int64_t co = a->v[1].i, G = a->v[6].i, k[2], s[2], p[2], d[2], rf, fi, fo;
     LayerArgs la;
-    if (!positive(c, a->e[1], "conv2d output channels", co) ||
-        !positive(c, a->e[2], "conv2d kernel", k) ||
-        !shape_expect_rank(c->g, x->loc, "conv2d", "NCHW input [N, C, H, W]", &in->shape, 4, 4) ||
-        !layer_args(c, x, a, 6, init_glorot, init_zeros, &la))
+    if (!positive(c, a->e[1], arena_printf(c->a, "%s output channels", fn), co) ||
+        !pair_arg(c, fn, a, 2, "kernel", two, 1, k, NULL) ||
+        !pair_arg(c, fn, a, 3, "stride", two, 1, s, NULL) ||
+        !pair_arg(c, fn, a, 4, "padding", two, 0, p, &same) ||
+        !pair_arg(c, fn, a, 5, "dilation", two, 1, d, NULL) ||
+        !positive(c, a->e[6] ? a->e[6] : x, arena_printf(c->a, "%s groups", fn), G) ||
+        !shape_expect_rank(c->g, x->loc, fn, two ? "NCHW input [N, C, H, W]" : "an input [N, C, L]",
+                           &in->shape, two ? 4 : 3, two ? 4 : 3) ||
+        !layer_args(c, x, a, 8, init_glorot, init_zeros, &la))
         return verr;
     int64_t ci = in->shape.d[1];
-    if (__builtin_mul_overflow(k, k, &rf) || __builtin_mul_overflow(ci, rf, &fi) ||
+    if (ci % G || co % G) {
+        diag_error(a->e[6]->loc, "%s groups = %lld must divide the input channels (%lld) and the "
+                   "output channels (%lld)", fn, (long long)G, (long long)ci, (long long)co);
+        return verr;
+    }
+    if (same && (s[0] != 1 || s[1] != 1)) {
+        diag_error(a->e[4]->loc, "%s padding = \"same\" needs stride 1 (as torch), got stride %lld", fn,
+                   (long long)(s[0] != 1 ? s[0] : s[1]));
+        return verr;
+    }
+    if (!two)                  /* the height axis of the view */
+        k[0] = s[0] = d[0] = 1, p[0] = 0;
+    int64_t extra = 0;
+    if (same)                  /* torch: d (k - 1) split, the odd one after */
+        for (int i = 0; i < 2; i++) {
+            int64_t total = d[i] * (k[i] - 1);
+            p[i] = total / 2;
+            extra = extra * 2 + total % 2;
+        }
+    if (__builtin_mul_overflow(k[0], k[1], &rf) || __builtin_mul_overflow(ci / G, rf, &fi) ||
         __builtin_mul_overflow(co, rf, &fo))
         fi = fo = INT64_MAX;   /* the weight's element count is refused below */
-    IrNode *ins[3] = {in, declare(c, x->loc, pname(c, la.name, "weight"),
-                                  (Shape){4, {co, ci, k, k}}, la.w, fi, fo), NULL};
-    if (a->v[5].i)
+    Shape ws = two ? (Shape){4, {co, ci / G, k[0], k[1]}} : (Shape){3, {co, ci / G, k[1]}};
+    IrNode *ins[3] = {in, declare(c, x->loc, pname(c, la.name, "weight"), ws, la.w, fi, fo), NULL};
+    if (a->v[7].i)
         ins[2] = declare(c, x->loc, pname(c, la.name, "bias"), (Shape){1, {co}}, la.b, fi, fo);
-    if (!ins[1] || (a->v[5].i && !ins[2]))
+    if (!ins[1] || (a->v[7].i && !ins[2]))
         return verr;
-    IrNode *n = node(c, OP_CONV2D, x->loc, a->v[5].i ? 3 : 2, ins);
-    if (n)
-        n->ia[0] = a->v[3].i, n->ia[1] = a->v[4].i;
-    return finish(c, n);
+    if (!two) {                /* [N, C, L] -> [N, C, 1, L], [c, C/G, k] -> [c, C/G, 1, k] */
+        for (int i = 0; i < 2; i++) {
+            IrNode *v = node(c, OP_RESHAPE, x->loc, 1, &ins[i]);
+            if (!v)
+                return verr;
+            const Shape *f = &ins[i]->shape;
+            v->shape = (Shape){4, {f->d[0], f->d[1], 1, f->d[2]}};
+            Val r = finish(c, v);
+            if (r.k == V_ERR)
+                return verr;
+            ins[i] = r.t;
+        }
+    }
+    IrNode *n = node(c, OP_CONV2D, x->loc, a->v[7].i ? 3 : 2, ins);
+    if (n) {
+        int64_t at[8] = {s[0], s[1], p[0], p[1], d[0], d[1], G, extra};
+        memcpy(n->ia, at, sizeof at);
+    }
+    Val y = finish(c, n);
+    if (two || y.k == V_ERR)
+        return y;
+    IrNode *v = node(c, OP_RESHAPE, x->loc, 1, &y.t);
+    if (v)
+        v->shape = (Shape){3, {y.t->shape.d[0], y.t->shape.d[1], y.t->shape.d[3]}};
+    return finish(c, v);
 }
 
 /* embedding(ids, vocab, dim): weight [vocab, dim] (fans as torch's
@@ -1707,9 +1818,14 @@ static Val lower_full(Ctx *c, const Builtin *b, const Expr *x, Args *a)
 static const Builtin builtins[] = {
     {"linear", OP_LINEAR, lower_linear, true,
      {REQ("x", A_TENSOR), REQ("n", A_INT), OPT("bias", A_BOOL, 1), LAYER_TAIL}},
-    {"conv2d", OP_CONV2D, lower_conv2d, true,
-     {REQ("x", A_TENSOR), REQ("c", A_INT), REQ("kernel", A_INT), OPT("stride", A_INT, 1),
-      OPT("padding", A_INT, 0), OPT("bias", A_BOOL, 1), LAYER_TAIL}},
+    {"conv2d", OP_CONV2D, lower_conv, true,
+     {REQ("x", A_TENSOR), REQ("c", A_INT), REQ("kernel", A_PAIR), OPT("stride", A_PAIR, 1),
+      OPT("padding", A_PAIR, 0), OPT("dilation", A_PAIR, 1), OPT("groups", A_INT, 1),
+      OPT("bias", A_BOOL, 1), LAYER_TAIL}},
+    {"conv1d", OP_CONV2D, lower_conv, true,
+     {REQ("x", A_TENSOR), REQ("c", A_INT), REQ("kernel", A_PAIR), OPT("stride", A_PAIR, 1),
+      OPT("padding", A_PAIR, 0), OPT("dilation", A_PAIR, 1), OPT("groups", A_INT, 1),
+      OPT("bias", A_BOOL, 1), LAYER_TAIL}},
     {"embedding", OP_EMBEDDING, lower_embedding, true,
      {REQ("ids", A_TENSOR), REQ("vocab", A_INT), REQ("dim", A_INT), LAYER_TAIL}},
     {"layer_norm", OP_LAYER_NORM, lower_layer_norm, true,
@@ -1747,9 +1863,10 @@ static const Builtin builtins[] = {
     {"randn_like", OP_RANDN, lower_random, false, T1("x")},
     {"rand_like", OP_RAND, lower_random, false, T1("x")},
     {"max_pool2d", OP_MAX_POOL2D, lower_pool, false,
-     {REQ("x", A_TENSOR), REQ("k", A_INT), ABS("stride", A_INT)}},
+     {REQ("x", A_TENSOR), REQ("k", A_INT), ABS("stride", A_INT), OPT("padding", A_INT, 0)}},
     {"avg_pool2d", OP_AVG_POOL2D, lower_pool, false,
-     {REQ("x", A_TENSOR), REQ("k", A_INT), ABS("stride", A_INT)}},
+     {REQ("x", A_TENSOR), REQ("k", A_INT), ABS("stride", A_INT), OPT("padding", A_INT, 0),
+      OPT("count_include_pad", A_BOOL, 1)}},
     {"sum", OP_SUM, lower_reduce, false,
      {REQ("x", A_TENSOR), ABS("axis", A_AXES), OPT("keepdim", A_BOOL, 0)}},
     {"mean", OP_MEAN, lower_reduce, false,

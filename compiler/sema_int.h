@@ -15,7 +15,7 @@
 #define SEMA_MAX_NODES  1000000   /* operations in the expanded model */
 #define SEMA_MAX_REPEAT 100000    /* copies one `repeat` may make */
 #define SEMA_MAX_DEPTH  64        /* nested block calls */
-#define MAX_ARGS        10
+#define MAX_ARGS        12
 
 /* ---- values ------------------------------------------------------------ */
 
@@ -127,6 +127,7 @@ typedef enum {
     A_INIT,     /* zeros(), normal(0.02), ...: read by the layer */
     A_ANY,      /* a tensor or a number (casts, block arguments) */
     A_AXES,     /* an integer constant or a list: reductions' axis */
+    A_PAIR,     /* an integer, or [h, w] or "same": read by the op */
 } ArgKind;
 
 /* required / has a default / may be absent / may be absent and is not

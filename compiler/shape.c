@@ -323,26 +323,50 @@ static bool window(IrGraph *g, IrNode *n, const Shape *x, int64_t k, int64_t s, 
 
 static const char nchw[] = "NCHW input [N, C, H, W]";
 
-/* (x [N, C, H, W], weight [c, C, k, k] [, bias [c]]); ia[0] stride, ia[1] padding */
+/* (x [N, C, H, W], weight [c, C / groups, kh, kw] [, bias [c]]); ia[] as
+ * ops.def says: strides, padding before, dilations, groups, padding after. */
 bool shape_CONV2D(IrGraph *g, IrNode *n)
 {
     if (!nin_is(n, 2, 3) || !all_float(n) || !rank_in(g, n, 0, nchw, 4, 4) ||
-        !rank_in(g, n, 1, "a weight [c, C, k, k]", 4, 4))
+        !rank_in(g, n, 1, "a weight [c, C / groups, kh, kw]", 4, 4))
         return false;
     const Shape *x = sh(n, 0), *w = sh(n, 1);
-    if (w->d[1] != x->d[1] || w->d[2] != w->d[3]) {
-        diag_error(n->loc, "conv2d weight %s does not fit input %s: needs [c, %lld, k, k]",
-                   str(g, w), str(g, x), (long long)x->d[1]);
+    int64_t G = n->ia[6];
+    if (G < 1 || x->d[1] % G || w->d[0] % G) {
+        diag_error(n->loc, "conv2d groups %lld must divide the input channels %lld and the output "
+                   "channels %lld", (long long)G, (long long)x->d[1], (long long)w->d[0]);
+        return false;
+    }
+    if (w->d[1] != x->d[1] / G) {
+        diag_error(n->loc, "conv2d weight %s does not fit input %s: needs [c, %lld, kh, kw]",
+                   str(g, w), str(g, x), (long long)(x->d[1] / G));
         return false;
     }
     if (n->nin == 3 && (sh(n, 2)->rank != 1 || sh(n, 2)->d[0] != w->d[0])) {
         diag_error(n->loc, "conv2d bias must be [%lld], got %s", (long long)w->d[0], str(g, sh(n, 2)));
         return false;
     }
-    Shape r;
-    if (!window(g, n, x, w->d[2], n->ia[0], n->ia[1], &r))
-        return false;
+    Shape r = *x;
     r.d[1] = w->d[0];
+    for (int i = 0; i < 2; i++) {
+        int64_t k = w->d[2 + i], s = n->ia[i], p = n->ia[2 + i], d = n->ia[4 + i];
+        int64_t after = p + (i == 0 ? n->ia[7] / 2 : n->ia[7] % 2), span, reach;
+        if (s < 1 || d < 1 || p < 0 || n->ia[7] < 0 || n->ia[7] > 3) {
+            diag_error(n->loc, "conv2d needs stride >= 1, dilation >= 1 and padding >= 0, got "
+                       "stride %lld, dilation %lld, padding %lld", (long long)s, (long long)d,
+                       (long long)p);
+            return false;
+        }
+        if (__builtin_mul_overflow(d, k - 1, &reach) || __builtin_add_overflow(reach, 1, &reach) ||
+            __builtin_add_overflow(p, after, &span) || __builtin_add_overflow(span, x->d[2 + i], &span) ||
+            span < reach) {
+            diag_error(n->loc, "conv2d kernel %lld x %lld (dilation %lld x %lld) does not fit input %s "
+                       "with its padding", (long long)w->d[2], (long long)w->d[3], (long long)n->ia[4],
+                       (long long)n->ia[5], str(g, x));
+            return false;
+        }
+        r.d[2 + i] = (span - reach) / s + 1;
+    }
     return set_shape(g, n, &r);
 }
 
@@ -585,8 +609,13 @@ bool shape_RAND(IrGraph *g, IrNode *n) { return shape_random(g, n); }
 static bool pool(IrGraph *g, IrNode *n)
 {
     Shape r;
+    if (n->ia[2] > n->ia[0] / 2 && n->ia[0] >= 1) {
+        diag_error(n->loc, "%s padding must be at most half the kernel, got padding %lld with "
+                   "kernel %lld", name_of(n), (long long)n->ia[2], (long long)n->ia[0]);
+        return false;
+    }
     return float_in(n, 0) && rank_in(g, n, 0, nchw, 4, 4) &&
-           window(g, n, sh(n, 0), n->ia[0], n->ia[1], 0, &r) && set_shape(g, n, &r);
+           window(g, n, sh(n, 0), n->ia[0], n->ia[1], n->ia[2], &r) && set_shape(g, n, &r);
 }
 
 bool shape_MAX_POOL2D(IrGraph *g, IrNode *n) { return pool(g, n); }

@@ -643,30 +643,44 @@ static inline MP_HD MpAcc mp_cu_col_part(int kind, const void *dy, int dydt, con
 
 typedef struct MpCuImg {
     int64_t N, C, H, W, k, stride, pad, OH, OW;
+    int incl;                  /* avg_pool2d: count_include_pad */
 } MpCuImg;
 
 static inline MpCuImg mp_cu_img(int64_t N, int64_t C, int64_t H, int64_t W, int64_t k,
                                 int64_t stride, int64_t pad)
 {
-    MpCuImg g = {N, C, H, W, k, stride, pad, 0, 0};
+    MpCuImg g = {N, C, H, W, k, stride, pad, 0, 0, 1};
     g.OH = (H + 2 * pad - k) / stride + 1;
     g.OW = (W + 2 * pad - k) / stride + 1;
     return g;
 }
 
-/* Pooling output element e of y [N, C, OH, OW] (pad 0): the max, with the
- * window position of the first maximum (NaN wins, as torch) in *at. */
+/* Pooling output element e of y [N, C, OH, OW]: its window inside the
+ * plane, rows [*y0, *y1) and columns [*x0, *x1) (the C program's
+ * mp_pool_win); returns the plane's first element. */
+static inline MP_HD int64_t mp_cu_pool_win(const MpCuImg *g, int64_t e, int64_t *y0, int64_t *y1,
+                                           int64_t *x0, int64_t *x1)
+{
+    int64_t ow = e % g->OW, oh = e / g->OW % g->OH, nc = e / (g->OW * g->OH);
+    *y0 = oh * g->stride - g->pad, *x0 = ow * g->stride - g->pad;
+    *y1 = *y0 + g->k < g->H ? *y0 + g->k : g->H;
+    *x1 = *x0 + g->k < g->W ? *x0 + g->k : g->W;
+    *y0 = *y0 < 0 ? 0 : *y0, *x0 = *x0 < 0 ? 0 : *x0;
+    return nc * g->H * g->W;
+}
+
+/* The max, with the position of the window's first maximum (NaN wins, as
+ * torch) in *at; the padding is never the maximum. */
 static inline MP_HD float mp_cu_pool_max(const MpCuImg *g, const void *x, int xdt, int64_t e,
                                          int64_t *at)
 {
-    int64_t ow = e % g->OW, oh = e / g->OW % g->OH, nc = e / (g->OW * g->OH);
-    int64_t base = nc * g->H * g->W + oh * g->stride * g->W + ow * g->stride;
+    int64_t y0, y1, x0, x1, base = mp_cu_pool_win(g, e, &y0, &y1, &x0, &x1);
     float best = -INFINITY;
-    *at = base;
-    for (int64_t i = 0; i < g->k; i++)
-        for (int64_t j = 0; j < g->k; j++) {
+    *at = base + y0 * g->W + x0;
+    for (int64_t i = y0; i < y1; i++)
+        for (int64_t j = x0; j < x1; j++) {
             float v = mp_cu_ld(x, xdt, base + i * g->W + j);
-            if ((i == 0 && j == 0) || v > best || (isnan(v) && !isnan(best))) {
+            if ((i == y0 && j == x0) || v > best || (isnan(v) && !isnan(best))) {
                 best = v;
                 *at = base + i * g->W + j;
             }
@@ -674,15 +688,23 @@ static inline MP_HD float mp_cu_pool_max(const MpCuImg *g, const void *x, int xd
     return best;
 }
 
+/* avg_pool2d's divisor for output e: k k, or the window's elements inside
+ * the plane. */
+static inline MP_HD float mp_cu_pool_inv(const MpCuImg *g, int64_t e)
+{
+    int64_t y0, y1, x0, x1;
+    mp_cu_pool_win(g, e, &y0, &y1, &x0, &x1);
+    return 1.0f / (float)(g->incl ? g->k * g->k : (y1 - y0) * (x1 - x0));
+}
+
 static inline MP_HD float mp_cu_pool_avg(const MpCuImg *g, const void *x, int xdt, int64_t e)
 {
-    int64_t ow = e % g->OW, oh = e / g->OW % g->OH, nc = e / (g->OW * g->OH);
-    int64_t base = nc * g->H * g->W + oh * g->stride * g->W + ow * g->stride;
+    int64_t y0, y1, x0, x1, base = mp_cu_pool_win(g, e, &y0, &y1, &x0, &x1);
     MpAcc s = mp_acc_zero();
-    for (int64_t i = 0; i < g->k; i++)
-        for (int64_t j = 0; j < g->k; j++)
+    for (int64_t i = y0; i < y1; i++)
+        for (int64_t j = x0; j < x1; j++)
             mp_acc_add(&s, mp_cu_ld(x, xdt, base + i * g->W + j));
-    return mp_acc_get(s) * (1.0f / (float)(g->k * g->k));
+    return mp_acc_get(s) * mp_cu_pool_inv(g, e);
 }
 
 /* The outputs whose windows cover input (ih, iw), along one axis: [lo, hi]. */
@@ -704,9 +726,9 @@ static inline MP_HD float mp_cu_pool_grad_at(const MpCuImg *g, const void *dy, i
 {
     int64_t iw = e % g->W, ih = e / g->W % g->H, nc = e / (g->W * g->H);
     int64_t oh0, oh1, ow0, ow1;
-    float s = 0.0f, inv = 1.0f / (float)(g->k * g->k);
-    mp_cu_cover(ih, g->k, g->stride, 0, g->OH, &oh0, &oh1);
-    mp_cu_cover(iw, g->k, g->stride, 0, g->OW, &ow0, &ow1);
+    float s = 0.0f;
+    mp_cu_cover(ih, g->k, g->stride, g->pad, g->OH, &oh0, &oh1);
+    mp_cu_cover(iw, g->k, g->stride, g->pad, g->OW, &ow0, &ow1);
     for (int64_t oh = oh0; oh <= oh1; oh++)
         for (int64_t ow = ow0; ow <= ow1; ow++) {
             int64_t o = (nc * g->OH + oh) * g->OW + ow, at;
@@ -716,49 +738,126 @@ static inline MP_HD float mp_cu_pool_grad_at(const MpCuImg *g, const void *dy, i
                     continue;
                 s += mp_cu_ld(dy, dydt, o);
             } else
-                s += mp_cu_ld(dy, dydt, o) * inv;
+                s += mp_cu_ld(dy, dydt, o) * mp_cu_pool_inv(g, o);
         }
     return s;
 }
 
-/* im2col: element e of col, laid out [N][C k k][OH OW] (by_image) or
- * [C k k][N][OH OW]; 0 in the padding. */
-static inline MP_HD float mp_cu_im2col_at(const MpCuImg *g, const void *x, int xdt, int64_t e,
-                                          int by_image)
+/* ---- convolution (MpConv: mp_kernels.h) ------------------------------------- */
+
+/* The input row / column that output o reads at tap t of one axis (stride
+ * s, padding p, dilation d, n inputs), or -1 in the padding. */
+static inline MP_HD int64_t mp_cu_conv_to(int64_t o, int64_t t, int64_t s, int64_t p, int64_t d,
+                                          int64_t n)
 {
-    int64_t ohw = g->OH * g->OW, ckk = g->C * g->k * g->k, n, r, p = e % ohw;
+    int64_t i = o * s - p + t * d;
+    return i < 0 || i >= n ? -1 : i;
+}
+
+/* The output position (*o) that reads input row / column i at tap t of one
+ * axis (stride s, padding p, dilation d, out outputs), or 0 if none does. */
+static inline MP_HD int mp_cu_conv_from(int64_t i, int64_t t, int64_t s, int64_t p, int64_t d,
+                                        int64_t out, int64_t *o)
+{
+    int64_t q = i + p - t * d;
+    if (q < 0 || q % s || q / s >= out)
+        return 0;
+    *o = q / s;
+    return 1;
+}
+
+/* im2col: element e of col, laid out [N][C kh kw][OH OW] (by_image) or
+ * [C kh kw][N][OH OW]; 0 in the padding. A group's rows are consecutive. */
+static inline MP_HD float mp_cu_im2col_at(const MpConv *v, int64_t N, const void *x, int xdt,
+                                          int64_t e, int by_image)
+{
+    int64_t ohw = v->OH * v->OW, kk = v->kh * v->kw, ckk = v->C * kk, n, r, p = e % ohw;
     if (by_image) {
         r = e / ohw % ckk;
         n = e / (ohw * ckk);
     } else {
-        n = e / ohw % g->N;
-        r = e / (ohw * g->N);
+        n = e / ohw % N;
+        r = e / (ohw * N);
     }
-    int64_t c = r / (g->k * g->k), kh = r / g->k % g->k, kw = r % g->k;
-    int64_t ih = p / g->OW * g->stride - g->pad + kh, iw = p % g->OW * g->stride - g->pad + kw;
-    if (ih < 0 || ih >= g->H || iw < 0 || iw >= g->W)
+    int64_t c = r / kk, ky = r / v->kw % v->kh, kx = r % v->kw;
+    int64_t ih = mp_cu_conv_to(p / v->OW, ky, v->sh, v->ph, v->dh, v->H);
+    int64_t iw = mp_cu_conv_to(p % v->OW, kx, v->sw, v->pw, v->dw, v->W);
+    if (ih < 0 || iw < 0)
         return 0.0f;
-    return mp_cu_ld(x, xdt, ((n * g->C + c) * g->H + ih) * g->W + iw);
+    return mp_cu_ld(x, xdt, ((n * v->C + c) * v->H + ih) * v->W + iw);
 }
 
-/* col2im: dx at input element e from dcol [N][C k k][OH OW], summed in f32
- * over the (kh, kw) that read it, in order. */
-static inline MP_HD float mp_cu_col2im_at(const MpCuImg *g, const void *dcol, int ddt, int64_t e)
+/* col2im: dx at input element e from dcol [N][C kh kw][OH OW], summed in
+ * f32 over the taps (ky, kx) that read it, in order. */
+static inline MP_HD float mp_cu_col2im_at(const MpConv *v, const void *dcol, int ddt, int64_t e)
 {
-    int64_t iw = e % g->W, ih = e / g->W % g->H, c = e / (g->W * g->H) % g->C;
-    int64_t n = e / (g->W * g->H * g->C), ohw = g->OH * g->OW, ckk = g->C * g->k * g->k;
+    int64_t iw = e % v->W, ih = e / v->W % v->H, c = e / (v->W * v->H) % v->C;
+    int64_t n = e / (v->W * v->H * v->C), ohw = v->OH * v->OW, kk = v->kh * v->kw;
     float s = 0.0f;
-    for (int64_t kh = 0; kh < g->k; kh++) {
-        int64_t ph = ih + g->pad - kh;
-        if (ph < 0 || ph % g->stride || ph / g->stride >= g->OH)
+    for (int64_t ky = 0; ky < v->kh; ky++) {
+        int64_t oy, ox;
+        if (!mp_cu_conv_from(ih, ky, v->sh, v->ph, v->dh, v->OH, &oy))
             continue;
-        for (int64_t kw = 0; kw < g->k; kw++) {
-            int64_t pw = iw + g->pad - kw;
-            if (pw < 0 || pw % g->stride || pw / g->stride >= g->OW)
+        for (int64_t kx = 0; kx < v->kw; kx++)
+            if (mp_cu_conv_from(iw, kx, v->sw, v->pw, v->dw, v->OW, &ox))
+                s += mp_cu_ld(dcol, ddt, ((n * v->C + c) * kk + ky * v->kw + kx) * ohw + oy * v->OW + ox);
+    }
+    return s;
+}
+
+/* Depthwise output element e of y [N, F, OH, OW]: bias, then the taps in
+ * (ky, kx) order (the C program's order). */
+static inline MP_HD float mp_cu_depthwise_at(const MpConv *v, const void *x, int xdt, const void *w,
+                                             int wdt, const void *bias, int bdt, int64_t e)
+{
+    int64_t ox = e % v->OW, oy = e / v->OW % v->OH, f = e / (v->OW * v->OH) % v->F;
+    int64_t n = e / (v->OW * v->OH * v->F), kk = v->kh * v->kw, m = v->F / v->C;
+    const int64_t xo = (n * v->C + f / m) * v->H * v->W;
+    float s = bias ? mp_cu_ld(bias, bdt, f) : 0.0f;
+    for (int64_t ky = 0; ky < v->kh; ky++) {
+        int64_t ih = mp_cu_conv_to(oy, ky, v->sh, v->ph, v->dh, v->H), iw;
+        for (int64_t kx = 0; ih >= 0 && kx < v->kw; kx++)
+            if ((iw = mp_cu_conv_to(ox, kx, v->sw, v->pw, v->dw, v->W)) >= 0)
+                s += mp_cu_ld(w, wdt, f * kk + ky * v->kw + kx) * mp_cu_ld(x, xdt, xo + ih * v->W + iw);
+    }
+    return s;
+}
+
+/* Depthwise input gradient at element e of dx [N, C, H, W]: its m output
+ * channels, each over the taps in order (the C program's order). */
+static inline MP_HD float mp_cu_depthwise_dx_at(const MpConv *v, const void *dy, int dydt,
+                                                const void *w, int wdt, int64_t e)
+{
+    int64_t iw = e % v->W, ih = e / v->W % v->H, c = e / (v->W * v->H) % v->C;
+    int64_t n = e / (v->W * v->H * v->C), kk = v->kh * v->kw, m = v->F / v->C;
+    float s = 0.0f;
+    for (int64_t f = c * m; f < (c + 1) * m; f++)
+        for (int64_t ky = 0; ky < v->kh; ky++) {
+            int64_t oy, ox;
+            if (!mp_cu_conv_from(ih, ky, v->sh, v->ph, v->dh, v->OH, &oy))
                 continue;
-            int64_t r = (c * g->k + kh) * g->k + kw;
-            s += mp_cu_ld(dcol, ddt, (n * ckk + r) * ohw + ph / g->stride * g->OW + pw / g->stride);
+            for (int64_t kx = 0; kx < v->kw; kx++)
+                if (mp_cu_conv_from(iw, kx, v->sw, v->pw, v->dw, v->OW, &ox))
+                    s += mp_cu_ld(w, wdt, f * kk + ky * v->kw + kx) *
+                         mp_cu_ld(dy, dydt, ((n * v->F + f) * v->OH + oy) * v->OW + ox);
         }
+    return s;
+}
+
+/* Depthwise weight gradient, one image's part: item e = (f, tap, n) of
+ * [F][kh kw][N]: the tap's products over plane (n, f), in f32, rows in order. */
+static inline MP_HD float mp_cu_depthwise_dw_part(const MpConv *v, int64_t N, const void *dy,
+                                                  int dydt, const void *x, int xdt, int64_t e)
+{
+    int64_t kk = v->kh * v->kw, n = e % N, t = e / N % kk, f = e / (N * kk), m = v->F / v->C;
+    int64_t ky = t / v->kw, kx = t % v->kw;
+    const int64_t xo = (n * v->C + f / m) * v->H * v->W, yo = (n * v->F + f) * v->OH * v->OW;
+    float s = 0.0f;
+    for (int64_t oy = 0; oy < v->OH; oy++) {
+        int64_t ih = mp_cu_conv_to(oy, ky, v->sh, v->ph, v->dh, v->H), iw;
+        for (int64_t ox = 0; ih >= 0 && ox < v->OW; ox++)
+            if ((iw = mp_cu_conv_to(ox, kx, v->sw, v->pw, v->dw, v->W)) >= 0)
+                s += mp_cu_ld(dy, dydt, yo + oy * v->OW + ox) * mp_cu_ld(x, xdt, xo + ih * v->W + iw);
     }
     return s;
 }

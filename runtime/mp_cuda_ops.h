@@ -17,7 +17,7 @@
  *   channel_sum; softmax, log_softmax and their gradients
  *   mp_cu_cross_entropy, _grad, mse, _grad, accuracy
  *   mp_cu_matmul, matmul_tn, linear                  (cuBLAS)
- *   mp_cu_conv2d, _dx, _dw                           (im2col + cuBLAS)
+ *   mp_cu_conv2d, _dx, _dw          (im2col + cuBLAS per group; depthwise direct)
  *   pools, global_avg_pool, embedding, layer_norm, batch_norm, attention
  *   additions (at the end): abs sin cos gelu_tanh (+ _grad), maximum,
  *   minimum, maximum_mask, clamp, pow (+ _grad), rms_norm (+ _dx, _dw),
@@ -1164,87 +1164,162 @@ static inline void mp_cu_linear(void *y, const void *x, const void *w, const voi
     mp_cu_gemm(&g);
 }
 
-/* ---- convolution: im2col, then products ------------------------------------------------ */
+/* ---- convolution: im2col, then products per group; depthwise directly ----------------- */
 
 template <int CT, int XT>
 struct MpCuIm2col {
     void *col;
     const void *x;
-    MpCuImg g;
+    MpConv v;
+    int64_t N;
     int by_image;
-    MP_HD void operator()(int64_t i) const { mp_cu_st(col, CT, i, mp_cu_im2col_at(&g, x, XT, i, by_image)); }
+    MP_HD void operator()(int64_t i) const { mp_cu_st(col, CT, i, mp_cu_im2col_at(&v, N, x, XT, i, by_image)); }
 };
 
 template <int DXT>
 struct MpCuCol2im {
     void *dx;
     const float *dcol;
-    MpCuImg g;
-    MP_HD void operator()(int64_t i) const { mp_cu_st(dx, DXT, i, mp_cu_col2im_at(&g, dcol, MP_F32, i)); }
+    MpConv v;
+    MP_HD void operator()(int64_t i) const { mp_cu_st(dx, DXT, i, mp_cu_col2im_at(&v, dcol, MP_F32, i)); }
 };
 
-/* y[n] = w [F, Ckk] @ col[n] [Ckk, OH OW] (+ bias), one batched product */
+template <int YT, int XT, int WT, int BT>
+struct MpCuDepthwise {
+    void *y;
+    const void *x, *w, *bias;
+    MpConv v;
+    MP_HD void operator()(int64_t i) const { mp_cu_st(y, YT, i, mp_cu_depthwise_at(&v, x, XT, w, WT, bias, BT, i)); }
+};
+
+template <int DXT, int DYT, int WT>
+struct MpCuDepthwiseDx {
+    void *dx;
+    const void *dy, *w;
+    MpConv v;
+    MP_HD void operator()(int64_t i) const { mp_cu_st(dx, DXT, i, mp_cu_depthwise_dx_at(&v, dy, DYT, w, WT, i)); }
+};
+
+template <int DYT, int XT>
+struct MpCuDepthwiseDwPart {
+    float *part;
+    const void *dy, *x;
+    MpConv v;
+    int64_t N;
+    MP_HD void operator()(int64_t i) const { part[i] = mp_cu_depthwise_dw_part(&v, N, dy, DYT, x, XT, i); }
+};
+
+/* dw[i] = the N parts of weight element i summed in order (+ beta dw). */
+template <int DWT>
+struct MpCuDepthwiseDwSum {
+    void *dw;
+    const float *part;
+    int64_t N;
+    float beta;
+    MP_HD void operator()(int64_t i) const
+    {
+        MpAcc s = mp_acc_zero();
+        for (int64_t n = 0; n < N; n++) mp_acc_add(&s, part[i * N + n]);
+        float r = mp_acc_get(s);
+        mp_cu_st(dw, DWT, i, beta != 0.0f ? r + beta * mp_cu_ld(dw, DWT, i) : r);
+    }
+};
+
+/* Element e of a device array of type dt. */
+static inline const void *mp_cu_elem(const void *p, int dt, int64_t e)
+{
+    return p ? (const char *)p + e * mp_cu_dt_size(dt) : NULL;
+}
+
+/* y[n] = w_g [F/G, C/G kh kw] @ col_g[n] [C/G kh kw, OH OW] (+ bias), one
+ * batched product per group */
 template <int YT, int XT, int WT, int BT>
 static inline void mp_cu_conv2d(void *y, const void *x, const void *w, const void *bias, int64_t N,
-                                int64_t C, int64_t H, int64_t W, int64_t F, int64_t k,
-                                int64_t stride, int64_t pad)
+                                MpConv v)
 {
-    MpCuImg g = mp_cu_img(N, C, H, W, k, stride, pad);
-    int64_t ckk = C * k * k, ohw = g.OH * g.OW;
-    MpCuIm2col<XT, XT> f = {mp_cu_ws(N * ckk * ohw * mp_cu_dt_size(XT)), x, g, 1};
+    int64_t ohw = v.OH * v.OW;
+    if (mp_conv_depthwise(&v)) {
+        MpCuDepthwise<YT, XT, WT, BT> d = {y, x, w, bias, v};
+        mp_cu_each("conv2d", N * v.F * ohw, d);
+        return;
+    }
+    int64_t ckk = v.C * v.kh * v.kw, gk = ckk / v.G, fg = v.F / v.G;
+    MpCuIm2col<XT, XT> f = {mp_cu_ws(N * ckk * ohw * mp_cu_dt_size(XT)), x, v, N, 1};
     mp_cu_each("conv2d", N * ckk * ohw, f);
     if (bias) {
-        MpCuFillBias<YT, BT> b = {y, bias, F, ohw};
-        mp_cu_each("conv2d", N * F * ohw, b);
+        MpCuFillBias<YT, BT> b = {y, bias, v.F, ohw};
+        mp_cu_each("conv2d", N * v.F * ohw, b);
     }
-    MpCuGemm m = mp_cu_gemm_of(0, 0, F, ohw, ckk, 1.0f, w, WT, ckk, f.col, XT, ohw,
-                               bias ? 1.0f : 0.0f, y, YT, ohw);
-    m.batch = N;
-    m.sb = ckk * ohw;
-    m.sc = F * ohw;
-    mp_cu_gemm(&m);
+    for (int64_t g = 0; g < v.G; g++) {
+        MpCuGemm m = mp_cu_gemm_of(0, 0, fg, ohw, gk, 1.0f, mp_cu_elem(w, WT, g * fg * gk), WT, gk,
+                                   mp_cu_elem(f.col, XT, g * gk * ohw), XT, ohw, bias ? 1.0f : 0.0f,
+                                   (void *)mp_cu_elem(y, YT, g * fg * ohw), YT, ohw);
+        m.batch = N;
+        m.sb = ckk * ohw;
+        m.sc = v.F * ohw;
+        mp_cu_gemm(&m);
+    }
 }
 
-/* dcol[n] = w^T [Ckk, F] @ dy[n] [F, OH OW] in f32, then col2im sums it into dx */
+/* dcol_g[n] = w_g^T [C/G kh kw, F/G] @ dy_g[n] [F/G, OH OW] in f32, then
+ * col2im sums it into dx */
 template <int DXT, int DYT, int WT>
-static inline void mp_cu_conv2d_dx(void *dx, const void *dy, const void *w, int64_t N, int64_t C,
-                                   int64_t H, int64_t W, int64_t F, int64_t k, int64_t stride,
-                                   int64_t pad)
+static inline void mp_cu_conv2d_dx(void *dx, const void *dy, const void *w, int64_t N, MpConv v)
 {
-    MpCuImg g = mp_cu_img(N, C, H, W, k, stride, pad);
-    int64_t ckk = C * k * k, ohw = g.OH * g.OW;
-    MpCuCol2im<DXT> f = {dx, (const float *)mp_cu_ws(N * ckk * ohw * 4), g};
-    MpCuGemm m = mp_cu_gemm_of(1, 0, ckk, ohw, F, 1.0f, w, WT, ckk, dy, DYT, ohw, 0.0f,
-                               (void *)f.dcol, MP_F32, ohw);
-    m.batch = N;
-    m.sb = F * ohw;
-    m.sc = ckk * ohw;
-    mp_cu_gemm(&m);
-    mp_cu_each("conv2d_dx", N * C * H * W, f);
+    int64_t ohw = v.OH * v.OW, nx = N * v.C * v.H * v.W;
+    if (mp_conv_depthwise(&v)) {
+        MpCuDepthwiseDx<DXT, DYT, WT> d = {dx, dy, w, v};
+        mp_cu_each("conv2d_dx", nx, d);
+        return;
+    }
+    int64_t ckk = v.C * v.kh * v.kw, gk = ckk / v.G, fg = v.F / v.G;
+    MpCuCol2im<DXT> f = {dx, (const float *)mp_cu_ws(N * ckk * ohw * 4), v};
+    for (int64_t g = 0; g < v.G; g++) {
+        MpCuGemm m = mp_cu_gemm_of(1, 0, gk, ohw, fg, 1.0f, mp_cu_elem(w, WT, g * fg * gk), WT, gk,
+                                   mp_cu_elem(dy, DYT, g * fg * ohw), DYT, ohw, 0.0f,
+                                   (void *)mp_cu_elem(f.dcol, MP_F32, g * gk * ohw), MP_F32, ohw);
+        m.batch = N;
+        m.sb = v.F * ohw;
+        m.sc = ckk * ohw;
+        mp_cu_gemm(&m);
+    }
+    mp_cu_each("conv2d_dx", nx, f);
 }
 
-/* dw [F, Ckk] = dy as [F, N OH OW] @ (x's im2col as [Ckk, N OH OW])^T + beta dw */
+/* dw_g [F/G, C/G kh kw] = dy_g as [F/G, N OH OW] @ (x's im2col, group g's
+ * rows of [C kh kw, N OH OW])^T + beta dw; depthwise: per (f, tap, image)
+ * sums, then the images' in order */
 template <int DWT, int DYT, int XT>
-static inline void mp_cu_conv2d_dw(void *dw, const void *dy, const void *x, int64_t N, int64_t C,
-                                   int64_t H, int64_t W, int64_t F, int64_t k, int64_t stride,
-                                   int64_t pad, float beta)
+static inline void mp_cu_conv2d_dw(void *dw, const void *dy, const void *x, int64_t N, MpConv v,
+                                   float beta)
 {
-    MpCuImg g = mp_cu_img(N, C, H, W, k, stride, pad);
-    int64_t ckk = C * k * k, ohw = g.OH * g.OW, ncol = ckk * N * ohw, ndy = F * N * ohw;
+    int64_t ohw = v.OH * v.OW, ckk = v.C * v.kh * v.kw, gk = ckk / v.G, fg = v.F / v.G;
+    if (mp_conv_depthwise(&v)) {
+        int64_t nw = v.F * v.kh * v.kw;
+        MpCuDepthwiseDwPart<DYT, XT> p = {(float *)mp_cu_ws(nw * N * 4), dy, x, v, N};
+        mp_cu_each("conv2d_dw", nw * N, p);
+        MpCuDepthwiseDwSum<DWT> s = {dw, p.part, N, beta};
+        mp_cu_each("conv2d_dw", nw, s);
+        return;
+    }
+    int64_t ncol = ckk * N * ohw, ndy = v.F * N * ohw;
     int64_t cbytes = mp_cu_round_up(ncol * mp_cu_dt_size(XT));
     unsigned char *ws = mp_cu_ws(cbytes + ndy * mp_cu_dt_size(DYT));
     void *dyp = ws ? ws + cbytes : NULL;
-    MpCuView v;                                       /* dy [N][F][ohw] as [F][N][ohw] */
-    v.rank = 0;
-    mp_cu_view_push(&v, F, ohw);
-    mp_cu_view_push(&v, N, F * ohw);
-    mp_cu_view_push(&v, ohw, 1);
-    MpCuIm2col<XT, XT> f = {ws, x, g, 0};
+    MpCuView d;                                       /* dy [N][F][ohw] as [F][N][ohw] */
+    d.rank = 0;
+    mp_cu_view_push(&d, v.F, ohw);
+    mp_cu_view_push(&d, N, v.F * ohw);
+    mp_cu_view_push(&d, ohw, 1);
+    MpCuIm2col<XT, XT> f = {ws, x, v, N, 0};
     mp_cu_each("conv2d_dw", ncol, f);
-    mp_cu_gather<DYT, DYT>(dyp, dy, v);
-    MpCuGemm m = mp_cu_gemm_of(0, 1, F, ckk, N * ohw, 1.0f, dyp, DYT, N * ohw, ws, XT, N * ohw,
-                               beta, dw, DWT, ckk);
-    mp_cu_gemm(&m);
+    mp_cu_gather<DYT, DYT>(dyp, dy, d);
+    for (int64_t g = 0; g < v.G; g++) {
+        MpCuGemm m = mp_cu_gemm_of(0, 1, fg, gk, N * ohw, 1.0f, mp_cu_elem(dyp, DYT, g * fg * N * ohw), DYT,
+                                   N * ohw, mp_cu_elem(ws, XT, g * gk * N * ohw), XT, N * ohw, beta,
+                                   (void *)mp_cu_elem(dw, DWT, g * fg * gk), DWT, gk);
+        mp_cu_gemm(&m);
+    }
 }
 
 /* ---- pooling ------------------------------------------------------------------------------ */
@@ -1274,41 +1349,45 @@ struct MpCuPoolGrad {
     }
 };
 
-template <int YT, int XT>
-static inline void mp_cu_pool(const char *name, void *y, const void *x, int64_t N, int64_t C,
-                              int64_t H, int64_t W, int64_t k, int64_t stride, int is_max)
+/* The image of a pooling: torch's padding, and avg_pool2d's count_include_pad. */
+static inline MpCuImg mp_cu_pool_img(int64_t N, int64_t C, int64_t H, int64_t W, int64_t k,
+                                     int64_t stride, int64_t pad, int incl)
 {
-    MpCuPool<YT, XT> f = {y, x, mp_cu_img(N, C, H, W, k, stride, 0), is_max};
-    mp_cu_each(name, N * C * f.g.OH * f.g.OW, f);
+    MpCuImg g = mp_cu_img(N, C, H, W, k, stride, pad);
+    g.incl = incl;
+    return g;
 }
 
 template <int YT, int XT>
 static inline void mp_cu_max_pool2d(void *y, const void *x, int64_t N, int64_t C, int64_t H,
-                                    int64_t W, int64_t k, int64_t stride)
+                                    int64_t W, int64_t k, int64_t stride, int64_t pad)
 {
-    mp_cu_pool<YT, XT>("max_pool2d", y, x, N, C, H, W, k, stride, 1);
+    MpCuPool<YT, XT> f = {y, x, mp_cu_pool_img(N, C, H, W, k, stride, pad, 1), 1};
+    mp_cu_each("max_pool2d", N * C * f.g.OH * f.g.OW, f);
 }
 
 template <int YT, int XT>
 static inline void mp_cu_avg_pool2d(void *y, const void *x, int64_t N, int64_t C, int64_t H,
-                                    int64_t W, int64_t k, int64_t stride)
+                                    int64_t W, int64_t k, int64_t stride, int64_t pad, int incl)
 {
-    mp_cu_pool<YT, XT>("avg_pool2d", y, x, N, C, H, W, k, stride, 0);
+    MpCuPool<YT, XT> f = {y, x, mp_cu_pool_img(N, C, H, W, k, stride, pad, incl), 0};
+    mp_cu_each("avg_pool2d", N * C * f.g.OH * f.g.OW, f);
 }
 
 template <int DXT, int DYT, int XT>
 static inline void mp_cu_max_pool2d_grad(void *dx, const void *dy, const void *x, int64_t N,
-                                         int64_t C, int64_t H, int64_t W, int64_t k, int64_t stride)
+                                         int64_t C, int64_t H, int64_t W, int64_t k, int64_t stride,
+                                         int64_t pad)
 {
-    MpCuPoolGrad<DXT, DYT, XT> f = {dx, dy, x, mp_cu_img(N, C, H, W, k, stride, 0), 1};
+    MpCuPoolGrad<DXT, DYT, XT> f = {dx, dy, x, mp_cu_pool_img(N, C, H, W, k, stride, pad, 1), 1};
     mp_cu_each("max_pool2d_grad", N * C * H * W, f);
 }
 
 template <int DXT, int DYT>
 static inline void mp_cu_avg_pool2d_grad(void *dx, const void *dy, int64_t N, int64_t C, int64_t H,
-                                         int64_t W, int64_t k, int64_t stride)
+                                         int64_t W, int64_t k, int64_t stride, int64_t pad, int incl)
 {
-    MpCuPoolGrad<DXT, DYT, MP_F32> f = {dx, dy, NULL, mp_cu_img(N, C, H, W, k, stride, 0), 0};
+    MpCuPoolGrad<DXT, DYT, MP_F32> f = {dx, dy, NULL, mp_cu_pool_img(N, C, H, W, k, stride, pad, incl), 0};
     mp_cu_each("avg_pool2d_grad", N * C * H * W, f);
 }
 

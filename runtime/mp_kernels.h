@@ -92,14 +92,18 @@
  *   mp_k_linear(y,ydt, x,xdt, w,wdt, bias,bdt, M,N,K)   y[M,N] = x[M,K] w[N,K]^T
  *       + bias[N] (bias may be NULL)
  * Networks                                        [mp_kernels_nn.h]
- *   mp_k_conv2d(y,ydt, x,xdt, w,wdt, bias,bdt, N,C,H,W, F,k, stride,pad)
- *       x[N,C,H,W], w[F,C,k,k], y[N,F,OH,OW], OH = (H + 2 pad - k)/stride + 1
- *   mp_k_conv2d_dx(dx,dxdt, dy,dydt, w,wdt, N,C,H,W, F,k, stride,pad)
- *   mp_k_conv2d_dw(dw,dwdt, dy,dydt, x,xdt, N,C,H,W, F,k, stride,pad, beta)
- *   mp_k_max_pool2d(y,ydt, x,xdt, N,C,H,W, k,stride)   OH = (H - k)/stride + 1
- *   mp_k_max_pool2d_grad(dx,dxdt, dy,dydt, x,xdt, N,C,H,W, k,stride)
- *   mp_k_avg_pool2d(y,ydt, x,xdt, N,C,H,W, k,stride)
- *   mp_k_avg_pool2d_grad(dx,dxdt, dy,dydt, N,C,H,W, k,stride)
+ *   mp_k_conv2d(y,ydt, x,xdt, w,wdt, bias,bdt, N, conv)   conv = mp_conv_of(C,H,W,
+ *       F,kh,kw, sh,sw, ph,pw, dh,dw, G, OH,OW): x[N,C,H,W], w[F,C/G,kh,kw],
+ *       y[N,F,OH,OW]; groups, dilation, padding as torch's F.conv2d
+ *   mp_k_conv2d_dx(dx,dxdt, dy,dydt, w,wdt, N, conv)
+ *   mp_k_conv2d_dw(dw,dwdt, dy,dydt, x,xdt, N, conv, beta)
+ *   mp_k_max_pool2d(y,ydt, x,xdt, N,C,H,W, k,stride,pad)
+ *       OH = (H + 2 pad - k)/stride + 1, the padding never the maximum
+ *   mp_k_max_pool2d_grad(dx,dxdt, dy,dydt, x,xdt, N,C,H,W, k,stride,pad)
+ *   mp_k_avg_pool2d(y,ydt, x,xdt, N,C,H,W, k,stride,pad, incl)
+ *       incl: torch's count_include_pad (divide by k k, else by the window's
+ *       elements inside the image)
+ *   mp_k_avg_pool2d_grad(dx,dxdt, dy,dydt, N,C,H,W, k,stride,pad, incl)
  *   mp_k_global_avg_pool(y,ydt, x,xdt, N,C,S)          S = H*W
  *   mp_k_global_avg_pool_grad(dx,dxdt, dy,dydt, N,C,S)
  *   mp_k_embedding(y,ydt, ids, w,wdt, n, vocab, dim)   y[n,dim] = w[ids[i]]
@@ -312,6 +316,29 @@ static inline void *mp_kzalloc(size_t bytes)
 }
 
 static inline int64_t mp_min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+/* The geometry of one convolution (both programs, host and device): x [N,
+ * C, H, W], weight [F, C / G, kh, kw], y [N, F, OH, OW]; output (oy, ox)
+ * reads input (oy sh - ph + ky dh, ox sw - pw + kx dw) (ph, pw: the
+ * padding before; after it may be larger, as torch's "same", which shows
+ * only in OH, OW). Group g joins input channels [g C/G, (g+1) C/G) to
+ * output channels [g F/G, (g+1) F/G). */
+typedef struct MpConv {
+    int64_t C, H, W, F, kh, kw, sh, sw, ph, pw, dh, dw, G, OH, OW;
+} MpConv;
+
+static inline MpConv mp_conv_of(int64_t C, int64_t H, int64_t W, int64_t F, int64_t kh,
+                                int64_t kw, int64_t sh, int64_t sw, int64_t ph, int64_t pw,
+                                int64_t dh, int64_t dw, int64_t G, int64_t OH, int64_t OW)
+{
+    MpConv v = {C, H, W, F, kh, kw, sh, sw, ph, pw, dh, dw, G, OH, OW};
+    return v;
+}
+
+/* Depthwise: one input channel per group (each output channel f reads
+ * channel f / (F / C) alone), run by direct kernels instead of products
+ * (an ungrouped convolution of one channel stays a product). */
+static inline MP_HD int mp_conv_depthwise(const MpConv *v) { return v->G == v->C && v->G > 1; }
 
 /* ---- storage types ------------------------------------------------------ */
 

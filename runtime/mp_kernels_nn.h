@@ -2,7 +2,8 @@
  * attention, forward and backward. API list: mp_kernels.h.
  *
  * Images are NCHW. Convolutions lower to mp_gemm through im2col (one image
- * at a time: col [C k k, OH OW] in f32, exact for any storage type).
+ * and group at a time: col [C/G kh kw, OH OW] in f32, exact for any storage
+ * type); depthwise ones (one input channel per group) run direct kernels.
  * Kernels whose output gathers sums from several places (col2im, pooling
  * gradients, embedding and norm weight gradients) add into an f32 (or
  * double) buffer and round once when storing. Statistics (means,
@@ -16,118 +17,245 @@
 
 /* ---- conv2d ------------------------------------------------------------- */
 
-/* The shape of one convolution. */
-typedef struct MpConv {
-    int64_t C, H, W, F, k, s, pad, OH, OW;
-} MpConv;
-
-static inline MpConv mp_conv(int64_t C, int64_t H, int64_t W, int64_t F, int64_t k,
-                             int64_t s, int64_t pad)
-{
-    MpConv v = {C, H, W, F, k, s, pad, (H + 2 * pad - k) / s + 1, (W + 2 * pad - k) / s + 1};
-    return v;
-}
-
 /* First and one-past-last output column ox whose input column
- * ox s - pad + kx lies in [0, W). */
+ * ox sw - pw + kx dw lies in [0, W). */
 static inline void mp_conv_span(const MpConv *v, int64_t kx, int64_t *lo, int64_t *hi)
 {
-    int64_t a = v->pad - kx;                      /* need ox s >= a */
-    *lo = a <= 0 ? 0 : (a + v->s - 1) / v->s;
-    int64_t b = v->W - 1 + v->pad - kx;           /* need ox s <= b */
-    *hi = b < 0 ? 0 : mp_min64(b / v->s + 1, v->OW);
+    int64_t a = v->pw - kx * v->dw;               /* need ox sw >= a */
+    *lo = a <= 0 ? 0 : (a + v->sw - 1) / v->sw;
+    int64_t b = v->W - 1 + v->pw - kx * v->dw;    /* need ox sw <= b */
+    *hi = b < 0 ? 0 : mp_min64(b / v->sw + 1, v->OW);
     if (*hi < *lo)
         *hi = *lo;
 }
 
-/* col[(c k k + ky k + kx) OH OW + oy OW + ox] = x[c, oy s - pad + ky,
- * ox s - pad + kx] of the image at element xoff, 0 outside the image. */
-static inline void mp_im2col(float *col, const void *x, int xdt, int64_t xoff,
-                             const MpConv *v)
+/* Input row of output row oy at tap ky, or -1 in the padding. */
+static inline int64_t mp_conv_row(const MpConv *v, int64_t oy, int64_t ky)
+{
+    int64_t iy = oy * v->sh - v->ph + ky * v->dh;
+    return iy < 0 || iy >= v->H ? -1 : iy;
+}
+
+/* col[((c kh + ky) kw + kx) OH OW + oy OW + ox] = x[c0 + c, iy, ix] for the
+ * nc channels from c0 of the image at element xoff, 0 in the padding. */
+static inline void mp_im2col(float *col, const void *x, int xdt, int64_t xoff, int64_t c0,
+                             int64_t nc, const MpConv *v)
 {
     int64_t npix = v->OH * v->OW;
-    for (int64_t c = 0; c < v->C; c++)
-        for (int64_t ky = 0; ky < v->k; ky++)
-            for (int64_t kx = 0; kx < v->k; kx++) {
-                float *row = col + ((c * v->k + ky) * v->k + kx) * npix;
+    for (int64_t c = 0; c < nc; c++)
+        for (int64_t ky = 0; ky < v->kh; ky++)
+            for (int64_t kx = 0; kx < v->kw; kx++) {
+                float *row = col + ((c * v->kh + ky) * v->kw + kx) * npix;
                 int64_t lo, hi;
                 mp_conv_span(v, kx, &lo, &hi);
                 for (int64_t oy = 0; oy < v->OH; oy++) {
                     float *r = row + oy * v->OW;
-                    int64_t iy = oy * v->s - v->pad + ky;
-                    if (iy < 0 || iy >= v->H) {
+                    int64_t iy = mp_conv_row(v, oy, ky);
+                    if (iy < 0) {
                         memset(r, 0, (size_t)v->OW * sizeof *r);
                         continue;
                     }
                     for (int64_t ox = 0; ox < lo; ox++) r[ox] = 0.0f;
-                    mp_ld_n(x, xdt, xoff + (c * v->H + iy) * v->W + lo * v->s - v->pad + kx,
-                            v->s, hi - lo, r + lo);
+                    if (hi > lo)
+                        mp_ld_n(x, xdt, xoff + ((c0 + c) * v->H + iy) * v->W + lo * v->sw - v->pw +
+                                kx * v->dw, v->sw, hi - lo, r + lo);
                     for (int64_t ox = hi; ox < v->OW; ox++) r[ox] = 0.0f;
                 }
             }
 }
 
-/* The reverse: dx[c, iy, ix] += col[...] into the f32 image dx. */
-static inline void mp_col2im(float *dx, const float *col, const MpConv *v)
+/* The reverse: dx[c, iy, ix] += col[...] into the f32 planes dx of nc
+ * channels. */
+static inline void mp_col2im(float *dx, const float *col, int64_t nc, const MpConv *v)
 {
     int64_t npix = v->OH * v->OW;
-    for (int64_t c = 0; c < v->C; c++)
-        for (int64_t ky = 0; ky < v->k; ky++)
-            for (int64_t kx = 0; kx < v->k; kx++) {
-                const float *row = col + ((c * v->k + ky) * v->k + kx) * npix;
+    for (int64_t c = 0; c < nc; c++)
+        for (int64_t ky = 0; ky < v->kh; ky++)
+            for (int64_t kx = 0; kx < v->kw; kx++) {
+                const float *row = col + ((c * v->kh + ky) * v->kw + kx) * npix;
                 int64_t lo, hi;
                 mp_conv_span(v, kx, &lo, &hi);
                 for (int64_t oy = 0; oy < v->OH; oy++) {
-                    int64_t iy = oy * v->s - v->pad + ky;
-                    if (iy < 0 || iy >= v->H)
+                    int64_t iy = mp_conv_row(v, oy, ky);
+                    if (iy < 0)
                         continue;
-                    float *d = dx + (c * v->H + iy) * v->W - v->pad + kx;
-                    for (int64_t ox = lo; ox < hi; ox++) d[ox * v->s] += row[oy * v->OW + ox];
+                    float *d = dx + c * v->H * v->W;
+                    int64_t at = iy * v->W - v->pw + kx * v->dw;
+                    for (int64_t ox = lo; ox < hi; ox++) d[at + ox * v->sw] += row[oy * v->OW + ox];
                 }
             }
 }
 
-/* y[N, F, OH, OW] = conv(x[N, C, H, W], w[F, C, k, k]) + bias[F] */
-static inline void mp_k_conv2d(void *y, int ydt, const void *x, int xdt, const void *w,
-                               int wdt, const void *bias, int bdt, int64_t N, int64_t C,
-                               int64_t H, int64_t W, int64_t F, int64_t k, int64_t stride,
-                               int64_t pad)
+/* Depthwise, one tap (ky, kx): out[oy, ox] += wv in[iy, ix] (forward: out
+ * the output plane, in the input plane) or, transposed, in[iy, ix] += wv
+ * out[oy, ox] (the input gradient). Rows outside the image are skipped, the
+ * columns are mp_conv_span's. */
+static inline void mp_conv_tap(float *out, float *in, const MpConv *v, int64_t ky, int64_t kx,
+                               float wv, int transposed)
 {
-    MpConv v = mp_conv(C, H, W, F, k, stride, pad);
-    int64_t npix = v.OH * v.OW, ckk = C * k * k;
+    int64_t lo, hi;
+    mp_conv_span(v, kx, &lo, &hi);
+    for (int64_t oy = 0; oy < v->OH; oy++) {
+        int64_t iy = mp_conv_row(v, oy, ky);
+        if (iy < 0)
+            continue;
+        float *o = out + oy * v->OW;
+        int64_t at = iy * v->W - v->pw + kx * v->dw;
+        if (transposed)
+            for (int64_t ox = lo; ox < hi; ox++) in[at + ox * v->sw] += wv * o[ox];
+        else
+            for (int64_t ox = lo; ox < hi; ox++) o[ox] += wv * in[at + ox * v->sw];
+    }
+}
+
+/* Depthwise forward: plane (n, f) = bias[f] + sum over the taps, in (ky,
+ * kx) order, of w[f, ky, kx] times input plane (n, f / m), m = F / C. */
+static inline void mp_conv_depthwise_fwd(void *y, int ydt, const void *x, int xdt, const void *w,
+                                         int wdt, const void *bias, int bdt, int64_t N,
+                                         const MpConv *v)
+{
+    int64_t m = v->F / v->C, hw = v->H * v->W, npix = v->OH * v->OW, kk = v->kh * v->kw;
+    MP_OMP(parallel if (N * v->F * npix * kk > MP_PAR_MIN))
+    {
+        float *xp = (float *)mp_kalloc((size_t)(hw + npix + kk) * sizeof *xp);
+        float *acc = xp + hw, *wk = acc + npix;
+        MP_OMP(for schedule(static))
+        for (int64_t pl = 0; pl < N * v->F; pl++) {
+            int64_t n = pl / v->F, f = pl % v->F;
+            float b = bias ? mp_ld(bias, bdt, f) : 0.0f;
+            mp_ld_n(x, xdt, (n * v->C + f / m) * hw, 1, hw, xp);
+            mp_ld_n(w, wdt, f * kk, 1, kk, wk);
+            for (int64_t i = 0; i < npix; i++) acc[i] = b;
+            for (int64_t t = 0; t < kk; t++)
+                mp_conv_tap(acc, xp, v, t / v->kw, t % v->kw, wk[t], 0);
+            mp_st_n(y, ydt, pl * npix, 1, npix, acc);
+        }
+        free(xp);
+    }
+}
+
+/* Depthwise input gradient: plane (n, c) gathers its m output planes, each
+ * tap in order, in f32; one thread per plane. */
+static inline void mp_conv_depthwise_dx(void *dx, int dxdt, const void *dy, int dydt,
+                                        const void *w, int wdt, int64_t N, const MpConv *v)
+{
+    int64_t m = v->F / v->C, hw = v->H * v->W, npix = v->OH * v->OW, kk = v->kh * v->kw;
+    MP_OMP(parallel if (N * v->F * npix * kk > MP_PAR_MIN))
+    {
+        float *g = (float *)mp_kalloc((size_t)(hw + npix + kk) * sizeof *g);
+        float *dyp = g + hw, *wk = dyp + npix;
+        MP_OMP(for schedule(static))
+        for (int64_t pl = 0; pl < N * v->C; pl++) {
+            int64_t n = pl / v->C, c = pl % v->C;
+            memset(g, 0, (size_t)hw * sizeof *g);
+            for (int64_t f = c * m; f < (c + 1) * m; f++) {
+                mp_ld_n(dy, dydt, (n * v->F + f) * npix, 1, npix, dyp);
+                mp_ld_n(w, wdt, f * kk, 1, kk, wk);
+                for (int64_t t = 0; t < kk; t++)
+                    mp_conv_tap(dyp, g, v, t / v->kw, t % v->kw, wk[t], 1);
+            }
+            mp_st_n(dx, dxdt, pl * hw, 1, hw, g);
+        }
+        free(g);
+    }
+}
+
+/* Depthwise weight gradient: dw[f, ky, kx] = sum over images (in order) of
+ * the tap's products in one plane, each image's sum in f32, the images' in
+ * double; one thread per output channel. */
+static inline void mp_conv_depthwise_dw(void *dw, int dwdt, const void *dy, int dydt,
+                                        const void *x, int xdt, int64_t N, const MpConv *v,
+                                        float beta)
+{
+    int64_t m = v->F / v->C, hw = v->H * v->W, npix = v->OH * v->OW, kk = v->kh * v->kw;
+    float *out = (float *)mp_kalloc((size_t)(v->F * kk) * sizeof *out);
+    MP_OMP(parallel if (N * v->F * npix * kk > MP_PAR_MIN))
+    {
+        float *xp = (float *)mp_kalloc((size_t)(hw + npix) * sizeof *xp);
+        float *dyp = xp + hw;
+        double *acc = (double *)mp_kalloc((size_t)kk * sizeof *acc);
+        MP_OMP(for schedule(static))
+        for (int64_t f = 0; f < v->F; f++) {
+            for (int64_t t = 0; t < kk; t++) acc[t] = 0;
+            for (int64_t n = 0; n < N; n++) {
+                mp_ld_n(x, xdt, (n * v->C + f / m) * hw, 1, hw, xp);
+                mp_ld_n(dy, dydt, (n * v->F + f) * npix, 1, npix, dyp);
+                for (int64_t t = 0; t < kk; t++) {
+                    int64_t ky = t / v->kw, kx = t % v->kw, lo, hi;
+                    float s = 0.0f;
+                    mp_conv_span(v, kx, &lo, &hi);
+                    for (int64_t oy = 0; oy < v->OH; oy++) {
+                        int64_t iy = mp_conv_row(v, oy, ky);
+                        if (iy < 0)
+                            continue;
+                        const float *o = dyp + oy * v->OW;
+                        int64_t at = iy * v->W - v->pw + kx * v->dw;
+                        for (int64_t ox = lo; ox < hi; ox++) s += o[ox] * xp[at + ox * v->sw];
+                    }
+                    acc[t] += s;
+                }
+            }
+            for (int64_t t = 0; t < kk; t++) out[f * kk + t] = (float)acc[t];
+        }
+        free(xp);
+        free(acc);
+    }
+    mp_st_beta(dw, dwdt, 0, v->F * kk, out, beta);
+    free(out);
+}
+
+/* y[N, F, OH, OW] = conv(x[N, C, H, W], w[F, C / G, kh, kw]) + bias[F]:
+ * per image and group, w_g [F/G, C/G kh kw] @ im2col of the group's
+ * channels; depthwise directly. */
+static inline void mp_k_conv2d(void *y, int ydt, const void *x, int xdt, const void *w,
+                               int wdt, const void *bias, int bdt, int64_t N, MpConv v)
+{
+    if (mp_conv_depthwise(&v)) {
+        mp_conv_depthwise_fwd(y, ydt, x, xdt, w, wdt, bias, bdt, N, &v);
+        return;
+    }
+    int64_t cg = v.C / v.G, fg = v.F / v.G, npix = v.OH * v.OW, ckk = cg * v.kh * v.kw;
     MP_OMP(parallel if (N > 1))
     {
         float *col = (float *)mp_kalloc((size_t)(ckk * npix) * sizeof *col);
         MP_OMP(for schedule(dynamic))
-        for (int64_t n = 0; n < N; n++) {
-            mp_im2col(col, x, xdt, n * C * H * W, &v);
-            MpGemm g = {0, 0, F, npix, ckk, 1.0f, 0.0f, w, wdt, ckk, col, MP_F32, npix,
-                        (char *)y + n * F * npix * mp_dt_size(ydt), ydt, npix, bias, bdt, 1,
-                        0, 0, NULL, NULL};
-            mp_gemm_ex(&g);
-        }
+        for (int64_t n = 0; n < N; n++)
+            for (int64_t g = 0; g < v.G; g++) {
+                mp_im2col(col, x, xdt, n * v.C * v.H * v.W, g * cg, cg, &v);
+                MpGemm p = {0, 0, fg, npix, ckk, 1.0f, 0.0f, mp_at(w, wdt, g * fg * ckk), wdt, ckk,
+                            col, MP_F32, npix,
+                            (char *)y + (n * v.F + g * fg) * npix * mp_dt_size(ydt), ydt, npix,
+                            bias ? mp_at(bias, bdt, g * fg) : NULL, bdt, 1, 0, 0, NULL, NULL};
+                mp_gemm_ex(&p);
+            }
         free(col);
     }
 }
 
-/* dx[N, C, H, W] from dy[N, F, OH, OW]: col = w^T dy, then col2im. */
+/* dx[N, C, H, W] from dy[N, F, OH, OW]: per group col = w_g^T dy_g, then
+ * col2im; depthwise directly. */
 static inline void mp_k_conv2d_dx(void *dx, int dxdt, const void *dy, int dydt,
-                                  const void *w, int wdt, int64_t N, int64_t C, int64_t H,
-                                  int64_t W, int64_t F, int64_t k, int64_t stride,
-                                  int64_t pad)
+                                  const void *w, int wdt, int64_t N, MpConv v)
 {
-    MpConv v = mp_conv(C, H, W, F, k, stride, pad);
-    int64_t npix = v.OH * v.OW, ckk = C * k * k, nx = C * H * W;
+    if (mp_conv_depthwise(&v)) {
+        mp_conv_depthwise_dx(dx, dxdt, dy, dydt, w, wdt, N, &v);
+        return;
+    }
+    int64_t cg = v.C / v.G, fg = v.F / v.G, npix = v.OH * v.OW, ckk = cg * v.kh * v.kw;
+    int64_t nx = v.C * v.H * v.W;
     MP_OMP(parallel if (N > 1))
     {
         float *col = (float *)mp_kalloc((size_t)(ckk * npix) * sizeof *col);
         float *img = (float *)mp_kalloc((size_t)nx * sizeof *img);
         MP_OMP(for schedule(dynamic))
         for (int64_t n = 0; n < N; n++) {
-            mp_gemm(1, 0, ckk, npix, F, 1.0f, w, wdt, ckk,
-                    mp_at(dy, dydt, n * F * npix), dydt, npix, 0.0f, col, MP_F32, npix);
             memset(img, 0, (size_t)nx * sizeof *img);
-            mp_col2im(img, col, &v);
+            for (int64_t g = 0; g < v.G; g++) {
+                mp_gemm(1, 0, ckk, npix, fg, 1.0f, mp_at(w, wdt, g * fg * ckk), wdt, ckk,
+                        mp_at(dy, dydt, (n * v.F + g * fg) * npix), dydt, npix, 0.0f, col, MP_F32,
+                        npix);
+                mp_col2im(img + g * cg * v.H * v.W, col, cg, &v);
+            }
             mp_st_n(dx, dxdt, n * nx, 1, nx, img);
         }
         free(col);
@@ -135,23 +263,26 @@ static inline void mp_k_conv2d_dx(void *dx, int dxdt, const void *dy, int dydt,
     }
 }
 
-/* dw[F, C, k, k] = sum over images of dy_n [F, OH OW] col_n^T (+ beta dw).
- * Images are summed in order (each product is itself parallel). */
+/* dw[F, C / G, kh, kw] = sum over images of dy_g [F/G, OH OW] col_g^T per
+ * group (+ beta dw). Images are summed in order (each product is itself
+ * parallel); depthwise directly. */
 static inline void mp_k_conv2d_dw(void *dw, int dwdt, const void *dy, int dydt,
-                                  const void *x, int xdt, int64_t N, int64_t C, int64_t H,
-                                  int64_t W, int64_t F, int64_t k, int64_t stride,
-                                  int64_t pad, float beta)
+                                  const void *x, int xdt, int64_t N, MpConv v, float beta)
 {
-    MpConv v = mp_conv(C, H, W, F, k, stride, pad);
-    int64_t npix = v.OH * v.OW, ckk = C * k * k;
-    float *col = (float *)mp_kalloc((size_t)(ckk * npix) * sizeof *col);
-    float *acc = (float *)mp_kzalloc((size_t)(F * ckk) * sizeof *acc);
-    for (int64_t n = 0; n < N; n++) {
-        mp_im2col(col, x, xdt, n * C * H * W, &v);
-        mp_gemm(0, 1, F, ckk, npix, 1.0f, mp_at(dy, dydt, n * F * npix), dydt, npix, col,
-                MP_F32, npix, 1.0f, acc, MP_F32, ckk);
+    if (mp_conv_depthwise(&v)) {
+        mp_conv_depthwise_dw(dw, dwdt, dy, dydt, x, xdt, N, &v, beta);
+        return;
     }
-    mp_st_beta(dw, dwdt, 0, F * ckk, acc, beta);
+    int64_t cg = v.C / v.G, fg = v.F / v.G, npix = v.OH * v.OW, ckk = cg * v.kh * v.kw;
+    float *col = (float *)mp_kalloc((size_t)(ckk * npix) * sizeof *col);
+    float *acc = (float *)mp_kzalloc((size_t)(v.F * ckk) * sizeof *acc);
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t g = 0; g < v.G; g++) {
+            mp_im2col(col, x, xdt, n * v.C * v.H * v.W, g * cg, cg, &v);
+            mp_gemm(0, 1, fg, ckk, npix, 1.0f, mp_at(dy, dydt, (n * v.F + g * fg) * npix), dydt,
+                    npix, col, MP_F32, npix, 1.0f, acc + g * fg * ckk, MP_F32, ckk);
+        }
+    mp_st_beta(dw, dwdt, 0, v.F * ckk, acc, beta);
     free(col);
     free(acc);
 }
@@ -159,7 +290,7 @@ static inline void mp_k_conv2d_dw(void *dw, int dwdt, const void *dy, int dydt,
 /* ---- pooling ------------------------------------------------------------ */
 
 /* Each (n, c) plane on its own: x plane [H, W] -> y plane [OH, OW] with
- * OH = (H - k) / s + 1 (no padding, floor, as torch). */
+ * OH = (H + 2 pad - k) / s + 1 (floor, as torch). */
 #define MP_PLANES_LOOP(N, C, H, W, NBUF, ...)                                 \
     MP_OMP(parallel if ((N) * (C) * (H) * (W) > MP_PAR_MIN))                   \
     {                                                                          \
@@ -171,86 +302,103 @@ static inline void mp_k_conv2d_dw(void *dw, int dwdt, const void *dy, int dydt,
         free(buf);                                                             \
     }
 
-/* Index in the plane of the window's first maximum (NaN wins, as torch). */
-static inline int64_t mp_window_argmax(const float *p, int64_t W, int64_t y0, int64_t x0,
-                                       int64_t k)
+/* The window of output (oy, ox) inside the plane (padding 0 <= pad <= k / 2
+ * left out): rows [w.y0, w.y1), columns [w.x0, w.x1); never empty. */
+typedef struct MpWin {
+    int64_t y0, y1, x0, x1;
+} MpWin;
+
+static inline MpWin mp_pool_win(int64_t oy, int64_t ox, int64_t H, int64_t W, int64_t k, int64_t s,
+                                int64_t pad)
 {
-    int64_t best = y0 * W + x0;
-    for (int64_t dy = 0; dy < k; dy++)
-        for (int64_t dx = 0; dx < k; dx++) {
-            int64_t i = (y0 + dy) * W + x0 + dx;
+    MpWin w = {oy * s - pad, oy * s - pad + k, ox * s - pad, ox * s - pad + k};
+    w.y0 = w.y0 < 0 ? 0 : w.y0, w.x0 = w.x0 < 0 ? 0 : w.x0;
+    w.y1 = mp_min64(w.y1, H), w.x1 = mp_min64(w.x1, W);
+    return w;
+}
+
+/* Index in the plane of the window's first maximum (NaN wins, as torch). */
+static inline int64_t mp_window_argmax(const float *p, int64_t W, MpWin w)
+{
+    int64_t best = w.y0 * W + w.x0;
+    for (int64_t y = w.y0; y < w.y1; y++)
+        for (int64_t x = w.x0; x < w.x1; x++) {
+            int64_t i = y * W + x;
             if (p[i] > p[best] || (isnan(p[i]) && !isnan(p[best])))
                 best = i;
         }
     return best;
 }
 
-static inline double mp_window_sum(const float *p, int64_t W, int64_t y0, int64_t x0,
-                                   int64_t k)
+/* avg_pool2d's divisor: k k, or (count_include_pad false) the window's
+ * elements inside the plane. */
+static inline int64_t mp_pool_count(MpWin w, int64_t k, int incl)
 {
-    double s = 0;
-    for (int64_t dy = 0; dy < k; dy++)
-        for (int64_t dx = 0; dx < k; dx++)
-            s += p[(y0 + dy) * W + x0 + dx];
-    return s;
+    return incl ? k * k : (w.y1 - w.y0) * (w.x1 - w.x0);
 }
 
 static inline void mp_k_max_pool2d(void *y, int ydt, const void *x, int xdt, int64_t N,
-                                   int64_t C, int64_t H, int64_t W, int64_t k, int64_t s)
+                                   int64_t C, int64_t H, int64_t W, int64_t k, int64_t s,
+                                   int64_t pad)
 {
-    int64_t OH = (H - k) / s + 1, OW = (W - k) / s + 1;
+    int64_t OH = (H + 2 * pad - k) / s + 1, OW = (W + 2 * pad - k) / s + 1;
     MP_PLANES_LOOP(N, C, H, W, 1,
         mp_ld_n(x, xdt, pl * H * W, 1, H * W, buf);
         for (int64_t oy = 0; oy < OH; oy++)
             for (int64_t ox = 0; ox < OW; ox++)
                 mp_st(y, ydt, (pl * OH + oy) * OW + ox,
-                      buf[mp_window_argmax(buf, W, oy * s, ox * s, k)]))
+                      buf[mp_window_argmax(buf, W, mp_pool_win(oy, ox, H, W, k, s, pad))]))
 }
 
 /* dx = dy routed to each window's first maximum; overlaps add up. */
 static inline void mp_k_max_pool2d_grad(void *dx, int dxdt, const void *dy, int dydt,
                                         const void *x, int xdt, int64_t N, int64_t C,
-                                        int64_t H, int64_t W, int64_t k, int64_t s)
+                                        int64_t H, int64_t W, int64_t k, int64_t s, int64_t pad)
 {
-    int64_t OH = (H - k) / s + 1, OW = (W - k) / s + 1;
+    int64_t OH = (H + 2 * pad - k) / s + 1, OW = (W + 2 * pad - k) / s + 1;
     MP_PLANES_LOOP(N, C, H, W, 2,
         float *g = buf + H * W;
         mp_ld_n(x, xdt, pl * H * W, 1, H * W, buf);
         memset(g, 0, (size_t)(H * W) * sizeof *g);
         for (int64_t oy = 0; oy < OH; oy++)
             for (int64_t ox = 0; ox < OW; ox++)
-                g[mp_window_argmax(buf, W, oy * s, ox * s, k)] +=
+                g[mp_window_argmax(buf, W, mp_pool_win(oy, ox, H, W, k, s, pad))] +=
                     mp_ld(dy, dydt, (pl * OH + oy) * OW + ox);
         mp_st_n(dx, dxdt, pl * H * W, 1, H * W, g))
 }
 
 static inline void mp_k_avg_pool2d(void *y, int ydt, const void *x, int xdt, int64_t N,
-                                   int64_t C, int64_t H, int64_t W, int64_t k, int64_t s)
+                                   int64_t C, int64_t H, int64_t W, int64_t k, int64_t s,
+                                   int64_t pad, int incl)
 {
-    int64_t OH = (H - k) / s + 1, OW = (W - k) / s + 1;
-    double inv = 1.0 / (double)(k * k);
+    int64_t OH = (H + 2 * pad - k) / s + 1, OW = (W + 2 * pad - k) / s + 1;
     MP_PLANES_LOOP(N, C, H, W, 1,
         mp_ld_n(x, xdt, pl * H * W, 1, H * W, buf);
         for (int64_t oy = 0; oy < OH; oy++)
-            for (int64_t ox = 0; ox < OW; ox++)
+            for (int64_t ox = 0; ox < OW; ox++) {
+                MpWin w = mp_pool_win(oy, ox, H, W, k, s, pad);
+                double sum = 0;
+                for (int64_t a = w.y0; a < w.y1; a++)
+                    for (int64_t b = w.x0; b < w.x1; b++) sum += buf[a * W + b];
                 mp_st(y, ydt, (pl * OH + oy) * OW + ox,
-                      (float)(mp_window_sum(buf, W, oy * s, ox * s, k) * inv)))
+                      (float)(sum * (1.0 / (double)mp_pool_count(w, k, incl))));
+            })
 }
 
 static inline void mp_k_avg_pool2d_grad(void *dx, int dxdt, const void *dy, int dydt,
                                         int64_t N, int64_t C, int64_t H, int64_t W,
-                                        int64_t k, int64_t s)
+                                        int64_t k, int64_t s, int64_t pad, int incl)
 {
-    int64_t OH = (H - k) / s + 1, OW = (W - k) / s + 1;
-    float inv = 1.0f / (float)(k * k);
+    int64_t OH = (H + 2 * pad - k) / s + 1, OW = (W + 2 * pad - k) / s + 1;
     MP_PLANES_LOOP(N, C, H, W, 1,
         memset(buf, 0, (size_t)(H * W) * sizeof *buf);
         for (int64_t oy = 0; oy < OH; oy++)
             for (int64_t ox = 0; ox < OW; ox++) {
-                float g = mp_ld(dy, dydt, (pl * OH + oy) * OW + ox) * inv;
-                for (int64_t a = 0; a < k; a++)
-                    for (int64_t b = 0; b < k; b++)
-                        buf[(oy * s + a) * W + ox * s + b] += g;
+                MpWin w = mp_pool_win(oy, ox, H, W, k, s, pad);
+                float g = mp_ld(dy, dydt, (pl * OH + oy) * OW + ox) *
+                          (1.0f / (float)mp_pool_count(w, k, incl));
+                for (int64_t a = w.y0; a < w.y1; a++)
+                    for (int64_t b = w.x0; b < w.x1; b++) buf[a * W + b] += g;
             }
         mp_st_n(dx, dxdt, pl * H * W, 1, H * W, buf))
 }

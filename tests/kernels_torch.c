@@ -107,33 +107,37 @@ static void op_linear(void)
     wr_dt(3, db, dt, N);
 }
 
-/* conv2d N C H W F k stride pad: x, w, b, dy -> y, dx, dw, db */
+/* conv2d N C H W F kh kw sh sw ph pw dh dw G OH OW: x, w, b, dy -> y, dx,
+ * dw, db (ph, pw the padding before; OH, OW from torch, so "same" pads
+ * after as it does) */
 static void op_conv2d(void)
 {
-    int64_t N = arg[0], C = arg[1], H = arg[2], W = arg[3], F = arg[4], k = arg[5];
-    int64_t s = arg[6], p = arg[7], OH = (H + 2 * p - k) / s + 1, OW = (W + 2 * p - k) / s + 1;
-    int64_t nx = N * C * H * W, nw = F * C * k * k, ny = N * F * OH * OW;
+    int64_t N = arg[0], C = arg[1], H = arg[2], W = arg[3], F = arg[4], kh = arg[5], kw = arg[6];
+    MpConv v = mp_conv_of(C, H, W, F, kh, kw, arg[7], arg[8], arg[9], arg[10], arg[11], arg[12],
+                          arg[13], arg[14], arg[15]);
+    int64_t nx = N * C * H * W, nw = F * C / v.G * kh * kw, ny = N * F * v.OH * v.OW;
     float *x = rdf(0, nx), *w = rdf(1, nw), *b = rdf(2, F), *dy = rdf(3, ny);
     float *y = buf(ny), *dx = buf(nx), *dw = buf(nw), *db = buf(F);
-    mp_k_conv2d(y, F32, x, F32, w, F32, b, F32, N, C, H, W, F, k, s, p);
-    mp_k_conv2d_dx(dx, F32, dy, F32, w, F32, N, C, H, W, F, k, s, p);
-    mp_k_conv2d_dw(dw, F32, dy, F32, x, F32, N, C, H, W, F, k, s, p, 0.0f);
-    mp_k_channel_sum(db, F32, dy, F32, N, F, OH * OW, 0.0f);
+    mp_k_conv2d(y, F32, x, F32, w, F32, b, F32, N, v);
+    mp_k_conv2d_dx(dx, F32, dy, F32, w, F32, N, v);
+    mp_k_conv2d_dw(dw, F32, dy, F32, x, F32, N, v, 0.0f);
+    mp_k_channel_sum(db, F32, dy, F32, N, F, v.OH * v.OW, 0.0f);
     wrf(0, y, ny); wrf(1, dx, nx); wrf(2, dw, nw); wrf(3, db, F);
 }
 
-/* pool N C H W k stride MAX: x, dy -> y, dx */
+/* pool N C H W k stride MAX pad INCL: x, dy -> y, dx */
 static void op_pool(void)
 {
-    int64_t N = arg[0], C = arg[1], H = arg[2], W = arg[3], k = arg[4], s = arg[5];
-    int64_t OH = (H - k) / s + 1, OW = (W - k) / s + 1, nx = N * C * H * W, ny = N * C * OH * OW;
+    int64_t N = arg[0], C = arg[1], H = arg[2], W = arg[3], k = arg[4], s = arg[5], p = arg[7];
+    int64_t OH = (H + 2 * p - k) / s + 1, OW = (W + 2 * p - k) / s + 1;
+    int64_t nx = N * C * H * W, ny = N * C * OH * OW;
     float *x = rdf(0, nx), *dy = rdf(1, ny), *y = buf(ny), *dx = buf(nx);
     if (arg[6]) {
-        mp_k_max_pool2d(y, F32, x, F32, N, C, H, W, k, s);
-        mp_k_max_pool2d_grad(dx, F32, dy, F32, x, F32, N, C, H, W, k, s);
+        mp_k_max_pool2d(y, F32, x, F32, N, C, H, W, k, s, p);
+        mp_k_max_pool2d_grad(dx, F32, dy, F32, x, F32, N, C, H, W, k, s, p);
     } else {
-        mp_k_avg_pool2d(y, F32, x, F32, N, C, H, W, k, s);
-        mp_k_avg_pool2d_grad(dx, F32, dy, F32, N, C, H, W, k, s);
+        mp_k_avg_pool2d(y, F32, x, F32, N, C, H, W, k, s, p, (int)arg[8]);
+        mp_k_avg_pool2d_grad(dx, F32, dy, F32, N, C, H, W, k, s, p, (int)arg[8]);
     }
     wrf(0, y, ny); wrf(1, dx, nx);
 }
@@ -409,7 +413,7 @@ static const struct {
     int nargs;
 } ops[] = {
     {"f16", op_f16, 1}, {"bf16", op_bf16, 1}, {"linear", op_linear, 4},
-    {"conv2d", op_conv2d, 8}, {"pool", op_pool, 7}, {"gap", op_gap, 3},
+    {"conv2d", op_conv2d, 16}, {"pool", op_pool, 9}, {"gap", op_gap, 3},
     {"layer_norm", op_layer_norm, 2}, {"batch_norm", op_batch_norm, 3},
     {"softmax", op_softmax, 4}, {"cross_entropy", op_cross_entropy, 2},
     {"mse", op_mse, 1}, {"activations", op_activations, 1},

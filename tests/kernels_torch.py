@@ -14,6 +14,7 @@ import subprocess
 import sys
 import tempfile
 
+import warnings
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -147,30 +148,57 @@ def case_linear(driver, tmp):
 
 
 def case_conv2d(driver, tmp):
-    for (N, C, H, W, Fo, k, s, p) in ((2, 3, 9, 8, 5, 3, 2, 1), (3, 4, 12, 12, 6, 5, 1, 0),
-                                      (2, 1, 28, 28, 8, 3, 1, 1)):
-        x, w, b = f32(N, C, H, W), f32(Fo, C, k, k), f32(Fo)
-        tx, tw, tb = t(x), t(w), t(b)
-        y = F.conv2d(tx, tw, tb, stride=s, padding=p)
+    # (N, C, H, W, F, kernel, stride, padding, dilation, groups): dense,
+    # grouped, depthwise (groups = C, F = C and F = 2 C: the direct kernels),
+    # dilated, strided, pairs, and "same" with an even kernel (torch pads one
+    # more after than before)
+    pair = lambda v: v if isinstance(v, tuple) else (v, v)
+    warnings.filterwarnings("ignore", "Using padding='same'")   # a copy on torch's side
+    for (N, C, H, W, Fo, k, s, p, d, G) in (
+            (2, 3, 9, 8, 5, 3, 2, 1, 1, 1), (3, 4, 12, 12, 6, 5, 1, 0, 1, 1),
+            (2, 1, 28, 28, 8, 3, 1, 1, 1, 1), (2, 4, 9, 10, 6, 3, 1, 1, 1, 2),
+            (2, 6, 11, 9, 6, 3, 1, 1, 1, 6), (2, 6, 11, 9, 6, 3, 2, 1, 1, 6),
+            (2, 4, 10, 10, 8, 5, 1, 2, 1, 4), (2, 4, 12, 11, 8, 3, 1, 2, 2, 4),
+            (1, 4, 12, 11, 6, 3, 2, 1, 2, 2), (2, 3, 9, 13, 4, (3, 5), (1, 2), (1, 0), (2, 1), 1),
+            (2, 4, 9, 8, 4, (2, 3), 1, "same", 1, 4), (2, 4, 9, 8, 6, 4, 1, "same", (1, 2), 2),
+            (1, 3, 7, 8, 5, (3, 4), 1, "same", 2, 1)):
+        (kh, kw), (sh, sw), (dh, dw) = pair(k), pair(s), pair(d)
+        x, w, b = f32(N, C, H, W), f32(Fo, C // G, kh, kw), f32(Fo)
+        # the reference in float64, so 1e-6 measures this side's error alone
+        tx, tw, tb = (torch.from_numpy(a.astype(np.float64)).requires_grad_() for a in (x, w, b))
+        y = F.conv2d(tx, tw, tb, stride=s, padding=p, dilation=d, groups=G)
+        if p == "same":     # torch: d (k - 1) split, the odd one after
+            ph, pw = dh * (kh - 1) // 2, dw * (kw - 1) // 2
+        else:
+            ph, pw = pair(p)
         dy = f32(*y.shape)
-        dx, dw, db = grads(y, dy, tx, tw, tb)
-        got = run(driver, tmp, "conv2d", [N, C, H, W, Fo, k, s, p], [x, w, b, dy], 4)
-        tag = "conv2d k%d s%d p%d " % (k, s, p)
-        for name, g, want in zip(("y", "dx", "dw", "db"), got, (y.detach(), dx, dw, db)):
-            check(tag + name, g, want)
+        dx, dw_, db = grads(y, dy.astype(np.float64), tx, tw, tb)
+        sizes = [N, C, H, W, Fo, kh, kw, sh, sw, ph, pw, dh, dw, G, y.shape[2], y.shape[3]]
+        got = run(driver, tmp, "conv2d", sizes, [x, w, b, dy], 4)
+        tag = "conv2d k%s s%s p%s d%s g%d " % (k, s, p, d, G)
+        for name, g, want in zip(("y", "dx", "dw", "db"), got, (y.detach(), dx, dw_, db)):
+            check(tag + name, g, want, 1e-6, 1e-6)
 
 
 def case_pools(driver, tmp):
-    for (N, C, H, W, k, s) in ((2, 3, 9, 8, 3, 2), (2, 2, 8, 8, 2, 2), (1, 2, 7, 9, 2, 1)):
+    # padding (ResNet's stem: 3, 2, 1) and avg_pool2d's count_include_pad
+    for (N, C, H, W, k, s, p, incl) in ((2, 3, 9, 8, 3, 2, 0, 1), (2, 2, 8, 8, 2, 2, 0, 1),
+                                        (1, 2, 7, 9, 2, 1, 0, 1), (2, 3, 9, 8, 3, 2, 1, 1),
+                                        (2, 3, 9, 8, 3, 2, 1, 0), (1, 2, 8, 7, 5, 1, 2, 0),
+                                        (2, 2, 8, 9, 4, 3, 2, 1)):
         x = f32(N, C, H, W)
         x[0, 0, :2, :2] = 0.5               # a tie: the first maximum takes it
         for is_max in (1, 0):
             tx = t(x)
-            y = (F.max_pool2d if is_max else F.avg_pool2d)(tx, k, s)
+            if is_max:
+                y = F.max_pool2d(tx, k, s, p)
+            else:
+                y = F.avg_pool2d(tx, k, s, p, count_include_pad=bool(incl))
             dy = f32(*y.shape)
             (dx,) = grads(y, dy, tx)
-            got = run(driver, tmp, "pool", [N, C, H, W, k, s, is_max], [x, dy], 2)
-            tag = "%s_pool2d k%d s%d " % ("max" if is_max else "avg", k, s)
+            got = run(driver, tmp, "pool", [N, C, H, W, k, s, is_max, p, incl], [x, dy], 2)
+            tag = "%s_pool2d k%d s%d p%d%s " % ("max" if is_max else "avg", k, s, p,
+                                                "" if incl or is_max else " excl")
             check(tag + "y", got[0], y.detach())
             check(tag + "dx", got[1], dx)
     N, C, H, W = 3, 4, 5, 6

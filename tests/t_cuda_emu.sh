@@ -19,6 +19,8 @@
 #      float32): softmax, log_softmax, their gradients, sum, mean and
 #      sum_to over a middle axis of inner size 1, 3, 16, 40, 100 (tiles of
 #      columns), parameters checked as emu_columns' (three mutants caught);
+#      tests/models/mbconv.mp (also under float32, parameters checked so):
+#      depthwise, grouped, dilated, "same" convolutions and conv1d;
 #      emu_additions.mp: rope,
 #      rms_norm and the other additions, ignored targets; emu_select.mp:
 #      comparisons, where, masked_fill, detach, zeros / ones / full, u8
@@ -105,6 +107,10 @@ start=$(date +%s)
         echo "emu_build tests/cuda/$n.mp ${n}_f32 --precision float32"
         echo "c_build tests/cuda/$n.mp ${n}_f32 --precision float32"
     done
+    echo "emu_build tests/models/mbconv.mp mbconv"
+    echo "c_build tests/models/mbconv.mp mbconv"
+    echo "emu_build tests/models/mbconv.mp mbconv_f32 --precision float32"
+    echo "c_build tests/models/mbconv.mp mbconv_f32 --precision float32"
 } | xargs -P 2 -L 1 bash -c '"$@"' _ >"$tmp/builds" 2>&1
 cat "$tmp/builds"
 grep -q "^FAIL" "$tmp/builds" && fail=1
@@ -148,7 +154,7 @@ EOF
 data_of() {   # data_of NAME [--data|--eval]: the model's input files
     local o=${2:---data}
     case $1 in
-    mnist_mlp*) echo "$o image=$tmp/img.npy $o label=$tmp/lab.npy" ;;
+    mnist_mlp* | mbconv*) echo "$o image=$tmp/img.npy $o label=$tmp/lab.npy" ;;
     mnist_cnn*) echo "$o image=$tmp/img4.npy $o label=$tmp/lab4.npy" ;;
     digits_mlp*) echo "$o pixels=$tmp/pix.npy $o label=$tmp/lab128.npy" ;;
     char_transformer*) echo "$o tokens=$tmp/tok.npy $o targets=$tmp/tgt.npy" ;;
@@ -197,6 +203,8 @@ for n in mnist_cnn_f32 char_transformer_f32; do curve "$n" 6 1e-4 MP_EMU=graph; 
 curve emu_columns_f32 4 1e-4 MP_EMU=graph
 curve emu_mid 4 2e-3 MP_EMU=graph
 curve emu_mid_f32 4 1e-4 MP_EMU=graph
+curve mbconv 4 2e-3 MP_EMU=graph
+curve mbconv_f32 4 1e-4 MP_EMU=graph
 
 # The trained parameters of emu_columns under float32 (SGD: a gradient off
 # by a factor moves them, where Adam's steps would not see it) equal the C
@@ -223,7 +231,7 @@ print("parameters within %.2e relative (worst: %s)" % (worst, at))
 sys.exit(worst > 1e-5)
 EOF2
 }
-for n in emu_columns_f32 emu_mid_f32; do
+for n in emu_columns_f32 emu_mid_f32 mbconv_f32; do
     [ -x "$tmp/$n.emu" ] && [ -x "$tmp/$n.c.out" ] || continue
     if msg=$(params $n 2>&1); then
         echo "ok   $n: $msg"

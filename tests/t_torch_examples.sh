@@ -15,7 +15,8 @@
 # Cases: every optimizer / schedule / clipping / accumulate variant of
 # tests/models/mlp_small.mp, the op zoos (zoo2: the additions; zoo3: comparisons,
 # masks, where, detach, tensors of constants), a CNN with
-# batch_norm, a char transformer, a GPT with chunk/slice/concat/expand/arange,
+# batch_norm, a MobileNetV2-style net (mbconv: depthwise, grouped, dilated,
+# "same", conv1d), a char transformer, a GPT with chunk/slice/concat/expand/arange,
 # metrics, a recurrent network written with a for loop (rnn_loop), every
 # examples/*.mp, each in float32 and mixed precision; and
 # *_emulated cases, where the MLP twin rounds to f16 / bf16 exactly where
@@ -150,6 +151,7 @@ for prec in float32 mixed_float16; do
     run_case "zoo2_$prec"    tests/models/zoo2.mp    $prec 40 $tol x=digits_x,label=digits_y x=digits_ex,label=digits_ey
     run_case "zoo3_$prec"    tests/models/zoo3.mp    $prec 40 $tol x=digits_x,label=digits_y x=digits_ex,label=digits_ey
     run_case "cnn_bn_$prec"  tests/models/cnn_bn.mp  $prec 30 $tol "$MNIST"  "$MNIST_E"
+    run_case "mbconv_$prec"  tests/models/mbconv.mp  $prec 20 $tol "$MNIST"  "$MNIST_E"
     run_case "char_tf_$prec" tests/models/char_tf.mp $prec 30 $tol "$SHAKE"  "$SHAKE_E"
     run_case "gpt_split_$prec" tests/models/gpt_split.mp $prec 30 $tol "$SHAKE" "$SHAKE_E"
     run_case "example_mnist_mlp_$prec" examples/mnist_mlp.mp $prec 30 $tol "$MNIST" "$MNIST_E"

@@ -147,6 +147,33 @@ class CnnBn(nn.Module):
         return xent(logits, b["label"]), {"accuracy": accuracy(logits, b["label"])}
 
 
+class MbConv(nn.Module):
+    """tests/models/mbconv.mp: an inverted residual, then grouped, dilated,
+    "same", pair and depthwise conv1d forms."""
+    def __init__(self, **_):
+        super().__init__()
+        self.stem, self.stem_bn = nn.Conv2d(1, 8, 3, stride=2, padding=1, bias=False), nn.BatchNorm2d(8)
+        self.expand, self.expand_bn = nn.Conv2d(8, 24, 1, bias=False), nn.BatchNorm2d(24)
+        self.dw, self.dw_bn = nn.Conv2d(24, 24, 3, padding=1, groups=24, bias=False), nn.BatchNorm2d(24)
+        self.project, self.project_bn = nn.Conv2d(24, 8, 1, bias=False), nn.BatchNorm2d(8)
+        self.dw2 = nn.Conv2d(8, 16, 3, stride=2, padding=1, groups=8)
+        self.grouped = nn.Conv2d(16, 16, 4, padding="same", dilation=(1, 2), groups=4)
+        self.pairs = nn.Conv2d(16, 16, (3, 1), padding=(1, 0))
+        self.seq = nn.Conv1d(16, 16, 5, stride=2, padding=2, groups=16)
+        self.fc = nn.Linear(16, 10)
+
+    def forward(self, b):
+        x = (b["image"].to(self.fc.weight.dtype) / 255).reshape(-1, 1, 28, 28)
+        s = self.stem_bn(self.stem(x)).clamp(0, 6)
+        e = self.expand_bn(self.expand(s)).clamp(0, 6)
+        d = self.dw_bn(self.dw(e)).clamp(0, 6)
+        r = s + self.project_bn(self.project(d))
+        g = self.grouped(self.dw2(r)).clamp(0, 6)
+        q = self.pairs(g)
+        t = self.seq(q.reshape(q.shape[0], 16, 49))
+        return xent(self.fc(t.mean(2)), b["label"]), {}
+
+
 class Attn(nn.Module):
     def __init__(self, d, h, k_bias=False):
         super().__init__()
@@ -340,7 +367,7 @@ class MlpBuffer(MnistMlp):
 
 
 TWINS.update({"mlp_buffer": MlpBuffer, "metric_alias": MetricAlias, "cnn_bn": CnnBn, "char_tf": CharTf, "char_transformer": CharTransformer,
-              "mnist_cnn": MnistCnn, "digits_mlp": DigitsMlp})
+              "mnist_cnn": MnistCnn, "digits_mlp": DigitsMlp, "mbconv": MbConv})
 
 # ---- the additions of LANGUAGE.md (tests/models/zoo2.mp) -------------------
 

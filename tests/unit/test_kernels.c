@@ -908,26 +908,37 @@ static void test_losses(void **state)
 
 /* ---- convolution -------------------------------------------------------- */
 
-/* d = {N, C, H, W, F, k, stride, pad}; in = x, w, bias */
-static int64_t conv_out(int64_t h, const int64_t *d) { return (h + 2 * d[7] - d[5]) / d[6] + 1; }
+/* d = {N, C, H, W, F, k, stride, pad, dilation, groups}; in = x, w, bias */
+static int64_t conv_out(int64_t h, const int64_t *d)
+{
+    return (h + 2 * d[7] - d[8] * (d[5] - 1) - 1) / d[6] + 1;
+}
+
+static MpConv conv_of(const int64_t *d)
+{
+    return mp_conv_of(d[1], d[2], d[3], d[4], d[5], d[5], d[6], d[6], d[7], d[7], d[8], d[8], d[9],
+                      conv_out(d[2], d), conv_out(d[3], d));
+}
 
 static void conv_ref(double *y, const float *x, const float *w, const float *b,
                      const int64_t *d)
 {
     int64_t N = d[0], C = d[1], H = d[2], W = d[3], F = d[4], k = d[5], s = d[6], p = d[7];
+    int64_t dl = d[8], cg = C / d[9], fg = F / d[9];
     int64_t OH = conv_out(H, d), OW = conv_out(W, d);
     for (int64_t n = 0; n < N; n++)
         for (int64_t f = 0; f < F; f++)
             for (int64_t oy = 0; oy < OH; oy++)
                 for (int64_t ox = 0; ox < OW; ox++) {
                     double acc = b ? b[f] : 0;
-                    for (int64_t c = 0; c < C; c++)
+                    for (int64_t c = 0; c < cg; c++)
                         for (int64_t ky = 0; ky < k; ky++)
                             for (int64_t kx = 0; kx < k; kx++) {
-                                int64_t iy = oy * s - p + ky, ix = ox * s - p + kx;
+                                int64_t iy = oy * s - p + ky * dl, ix = ox * s - p + kx * dl;
+                                int64_t ci = f / fg * cg + c;
                                 if (iy >= 0 && iy < H && ix >= 0 && ix < W)
-                                    acc += (double)x[((n * C + c) * H + iy) * W + ix] *
-                                           w[((f * C + c) * k + ky) * k + kx];
+                                    acc += (double)x[((n * C + ci) * H + iy) * W + ix] *
+                                           w[((f * cg + c) * k + ky) * k + kx];
                             }
                     y[((n * F + f) * OH + oy) * OW + ox] = acc;
                 }
@@ -935,21 +946,22 @@ static void conv_ref(double *y, const float *x, const float *w, const float *b,
 
 static void fwd_conv(Fd *c)
 {
-    const int64_t *d = c->d;
-    mp_k_conv2d(c->out, F32, c->in[0], F32, c->in[1], F32, c->in[2], F32, d[0], d[1], d[2],
-                d[3], d[4], d[5], d[6], d[7]);
+    mp_k_conv2d(c->out, F32, c->in[0], F32, c->in[1], F32, c->in[2], F32, c->d[0], conv_of(c->d));
 }
 
+/* Dense, grouped (2), depthwise (groups = C, and F = 2 C), dilated. */
 static void test_conv2d(void **state)
 {
     (void)state;
-    static const int64_t cases[][8] = {
-        {2, 3, 7, 6, 4, 3, 1, 0}, {2, 2, 7, 8, 3, 3, 2, 1}, {1, 3, 5, 5, 2, 1, 1, 0},
-        {3, 2, 6, 5, 5, 4, 3, 2}};
-    for (size_t t = 0; t < 4; t++) {
+    static const int64_t cases[][10] = {
+        {2, 3, 7, 6, 4, 3, 1, 0, 1, 1}, {2, 2, 7, 8, 3, 3, 2, 1, 1, 1}, {1, 3, 5, 5, 2, 1, 1, 0, 1, 1},
+        {3, 2, 6, 5, 5, 4, 3, 2, 1, 1}, {2, 4, 7, 6, 6, 3, 1, 1, 1, 2}, {2, 3, 7, 8, 3, 3, 1, 1, 1, 3},
+        {2, 3, 8, 7, 6, 3, 2, 1, 1, 3}, {2, 4, 9, 8, 4, 3, 1, 2, 2, 4}, {1, 2, 9, 9, 4, 3, 1, 0, 2, 1}};
+    for (size_t t = 0; t < sizeof cases / sizeof cases[0]; t++) {
         const int64_t *d = cases[t];
-        int64_t N = d[0], C = d[1], H = d[2], W = d[3], F = d[4], k = d[5];
-        int64_t nx = N * C * H * W, nw = F * C * k * k, ny = N * F * conv_out(H, d) * conv_out(W, d);
+        int64_t N = d[0], C = d[1], F = d[4], k = d[5];
+        int64_t nx = N * C * d[2] * d[3], nw = F * C / d[9] * k * k;
+        int64_t ny = N * F * conv_out(d[2], d) * conv_out(d[3], d);
         Fd c = {{fvec(nx, -1, 1), fvec(nw, -1, 1), fvec(F, -1, 1)}};
         memcpy(c.d, d, sizeof cases[0]);
         fd_setup(&c, ny, fwd_conv);
@@ -960,15 +972,15 @@ static void test_conv2d(void **state)
         /* f16 storage: the f32 result rounded once */
         uint16_t *yh = malloc(ny * 2), *xh = to_dt(c.in[0], nx, MP_F16),
                  *wh = to_dt(c.in[1], nw, MP_F16), *bh = to_dt(c.in[2], F, MP_F16);
-        mp_k_conv2d(yh, MP_F16, xh, MP_F16, wh, MP_F16, bh, MP_F16, N, C, H, W, F, k, d[6], d[7]);
+        mp_k_conv2d(yh, MP_F16, xh, MP_F16, wh, MP_F16, bh, MP_F16, N, conv_of(d));
         conv_ref(ref, c.in[0], c.in[1], c.in[2], d);
         for (int64_t i = 0; i < ny; i++)
             close_to("conv2d f16", i, mp_f16_to_f32(yh[i]), mp_round((float)ref[i], MP_F16),
                      1e-5, 1e-3);
         float *dx = zvec(nx), *dw = fvec(nw, -1, 1), *db = zvec(F), *old = malloc(nw * 4);
         memcpy(old, dw, nw * 4);
-        mp_k_conv2d_dx(dx, F32, c.w, F32, c.in[1], F32, N, C, H, W, F, k, d[6], d[7]);
-        mp_k_conv2d_dw(dw, F32, c.w, F32, c.in[0], F32, N, C, H, W, F, k, d[6], d[7], 1.0f);
+        mp_k_conv2d_dx(dx, F32, c.w, F32, c.in[1], F32, N, conv_of(d));
+        mp_k_conv2d_dw(dw, F32, c.w, F32, c.in[0], F32, N, conv_of(d), 1.0f);
         for (int64_t i = 0; i < nw; i++) dw[i] -= old[i];
         mp_k_channel_sum(db, F32, c.w, F32, N, F, ny / (N * F), 0.0f);
         fd_check("conv2d_dx", &c, 0, nx, dx, 1e-2f, 2e-3);
@@ -981,17 +993,17 @@ static void test_conv2d(void **state)
 
 /* ---- pooling ------------------------------------------------------------ */
 
-/* d = {N, C, H, W, k, stride} */
+/* d = {N, C, H, W, k, stride, pad, count_include_pad} */
 static void fwd_maxpool(Fd *c)
 {
     const int64_t *d = c->d;
-    mp_k_max_pool2d(c->out, F32, c->in[0], F32, d[0], d[1], d[2], d[3], d[4], d[5]);
+    mp_k_max_pool2d(c->out, F32, c->in[0], F32, d[0], d[1], d[2], d[3], d[4], d[5], d[6]);
 }
 
 static void fwd_avgpool(Fd *c)
 {
     const int64_t *d = c->d;
-    mp_k_avg_pool2d(c->out, F32, c->in[0], F32, d[0], d[1], d[2], d[3], d[4], d[5]);
+    mp_k_avg_pool2d(c->out, F32, c->in[0], F32, d[0], d[1], d[2], d[3], d[4], d[5], d[6], (int)d[7]);
 }
 
 static void fwd_gap(Fd *c)
@@ -1002,11 +1014,13 @@ static void fwd_gap(Fd *c)
 static void test_pools(void **state)
 {
     (void)state;
-    static const int64_t cases[][6] = {{2, 3, 6, 7, 2, 2}, {1, 2, 7, 7, 3, 2}, {2, 1, 5, 6, 2, 1}};
-    for (size_t t = 0; t < 3; t++) {
+    static const int64_t cases[][8] = {{2, 3, 6, 7, 2, 2, 0, 1}, {1, 2, 7, 7, 3, 2, 0, 1},
+                                       {2, 1, 5, 6, 2, 1, 0, 1}, {2, 2, 7, 6, 3, 2, 1, 1},
+                                       {1, 2, 7, 8, 3, 2, 1, 0}, {1, 2, 8, 7, 5, 1, 2, 0}};
+    for (size_t t = 0; t < sizeof cases / sizeof cases[0]; t++) {
         const int64_t *d = cases[t];
-        int64_t N = d[0], C = d[1], H = d[2], W = d[3], k = d[4], s = d[5];
-        int64_t OH = (H - k) / s + 1, OW = (W - k) / s + 1, nx = N * C * H * W;
+        int64_t N = d[0], C = d[1], H = d[2], W = d[3], k = d[4], s = d[5], p = d[6];
+        int64_t OH = (H + 2 * p - k) / s + 1, OW = (W + 2 * p - k) / s + 1, nx = N * C * H * W;
         int64_t ny = N * C * OH * OW;
         /* distinct values 0.01 apart: no ties, so small steps keep the argmax */
         Fd c = {{zvec(nx)}};
@@ -1015,31 +1029,35 @@ static void test_pools(void **state)
         fd_setup(&c, ny, fwd_maxpool);
         c.fwd(&c);
         float *avg = zvec(ny), *dx = zvec(nx);
-        fwd_avgpool(&(Fd){{c.in[0]}, {N, C, H, W, k, s}, avg});
+        fwd_avgpool(&(Fd){{c.in[0]}, {N, C, H, W, k, s, p, d[7]}, avg});
         for (int64_t pl = 0; pl < N * C; pl++)
             for (int64_t oy = 0; oy < OH; oy++)
                 for (int64_t ox = 0; ox < OW; ox++) {
-                    double m = -INFINITY, sum = 0;
+                    double m = -INFINITY, sum = 0, in = 0;   /* the padding: -inf, 0 */
                     for (int64_t a = 0; a < k; a++)
                         for (int64_t b = 0; b < k; b++) {
-                            double v = c.in[0][(pl * H + oy * s + a) * W + ox * s + b];
+                            int64_t iy = oy * s - p + a, ix = ox * s - p + b;
+                            if (iy < 0 || iy >= H || ix < 0 || ix >= W)
+                                continue;
+                            double v = c.in[0][(pl * H + iy) * W + ix];
                             m = fmax(m, v);
                             sum += v;
+                            in++;
                         }
                     int64_t i = (pl * OH + oy) * OW + ox;
                     close_to("max_pool2d", i, c.out[i], m, 0, 0);
-                    close_to("avg_pool2d", i, avg[i], sum / (k * k), 1e-6, 1e-6);
+                    close_to("avg_pool2d", i, avg[i], sum / (d[7] ? k * k : in), 1e-6, 1e-6);
                 }
-        mp_k_max_pool2d_grad(dx, F32, c.w, F32, c.in[0], F32, N, C, H, W, k, s);
+        mp_k_max_pool2d_grad(dx, F32, c.w, F32, c.in[0], F32, N, C, H, W, k, s, p);
         fd_check("max_pool2d_grad", &c, 0, nx, dx, 2e-3f, 2e-3);
         c.fwd = fwd_avgpool;
-        mp_k_avg_pool2d_grad(dx, F32, c.w, F32, N, C, H, W, k, s);
+        mp_k_avg_pool2d_grad(dx, F32, c.w, F32, N, C, H, W, k, s, p, (int)d[7]);
         fd_check("avg_pool2d_grad", &c, 0, nx, dx, 1e-2f, 2e-3);
         free(avg); free(dx); fd_free(&c);
     }
     /* ties go to the first maximum, as torch */
     float x[4] = {1, 3, 3, 2}, dy = 5, dx[4];
-    mp_k_max_pool2d_grad(dx, F32, &dy, F32, x, F32, 1, 1, 2, 2, 2, 2);
+    mp_k_max_pool2d_grad(dx, F32, &dy, F32, x, F32, 1, 1, 2, 2, 2, 2, 0);
     assert_true(dx[0] == 0 && dx[1] == 5 && dx[2] == 0 && dx[3] == 0);
 
     int64_t N = 2, C = 3, H = 4, W = 5;

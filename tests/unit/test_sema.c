@@ -162,8 +162,9 @@ static void layers(void **state)
     assert_int_equal(param(g, "c.weight")->fan_out, 54);
     expect_param(g, "c.bias", 1, 6, 0);
     IrNode *c = named(g, "c");
-    assert_int_equal(c->ia[0], 2);
-    assert_int_equal(c->ia[1], 1);
+    int64_t geo[8] = {2, 2, 1, 1, 1, 1, 1, 0};   /* strides, padding, dilations, groups, after */
+    assert_memory_equal(c->ia, geo, sizeof geo);
+    assert_int_equal(named(g, "q")->ia[2], 0);                /* no padding by default */
     assert_int_equal(c->shape.d[2], 4);
     expect_param(g, "n.weight", 1, 6, 0);
     assert_int_equal(param(g, "n.weight")->init, INIT_ONES);
@@ -695,6 +696,27 @@ static const Case shape_errors[] = {
     {HEAD "param b: [3] = zeros()\nz = linear(x, 5) + b\n" LOSS TRAIN, "cannot broadcast [4, 5] with [3]"},
     {HEAD "z = reshape(x, [B, 7])\n" LOSS TRAIN, "reshape of [4, 8] (32 elements) to [4, 7] (28 elements): element counts differ"},
     {HEAD "z = conv2d(x, 4, 3)\n" LOSS TRAIN, "conv2d needs NCHW input [N, C, H, W], got [4, 8]"},
+    {HEAD "z = conv2d(reshape(x, [B, 2, 2, 2]), 4, 1, groups = 3)\n" LOSS TRAIN,
+     "t.mp:5:53: error: conv2d groups = 3 must divide the input channels (2) and the output channels (4)"},
+    {HEAD "z = conv2d(reshape(x, [B, 2, 2, 2]), 3, 1, groups = 2)\n" LOSS TRAIN,
+     "conv2d groups = 2 must divide the input channels (2) and the output channels (3)"},
+    {HEAD "z = conv2d(reshape(x, [B, 2, 2, 2]), 4, 1, stride = 2, padding = \"same\")\n" LOSS TRAIN,
+     "t.mp:5:66: error: conv2d padding = \"same\" needs stride 1 (as torch), got stride 2"},
+    {HEAD "z = conv2d(reshape(x, [B, 2, 2, 2]), 4, [1, 1, 1])\n" LOSS TRAIN,
+     "t.mp:5:41: error: kernel of conv2d must be an integer or a pair [h, w], got a list of 3"},
+    {HEAD "z = conv2d(reshape(x, [B, 2, 2, 2]), 4, 1, padding = \"full\")\n" LOSS TRAIN,
+     "padding of conv2d must be an integer or a pair [h, w], \"same\" or \"valid\", got \"full\""},
+    {HEAD "z = conv2d(reshape(x, [B, 2, 2, 2]), 4, 1, dilation = [1, 0])\n" LOSS TRAIN,
+     "dilation of conv2d must be >= 1, got 0"},
+    {HEAD "z = conv2d(reshape(x, [B, 2, 2, 2]), 4, [1, 1.5])\n" LOSS TRAIN,
+     "kernel of conv2d must be a pair of integers, got 1.5"},
+    {HEAD "z = conv2d(reshape(x, [B, 2, 2, 2]), 4, 3, dilation = 2)\n" LOSS TRAIN,
+     "conv2d kernel 3 x 3 (dilation 2 x 2) does not fit input [4, 2, 2, 2] with its padding"},
+    {HEAD "z = conv1d(reshape(x, [B, 2, 4]), 4, [3, 1])\n" LOSS TRAIN,
+     "kernel of conv1d must be an integer, got a list of 2"},
+    {HEAD "z = conv1d(x, 4, 3)\n" LOSS TRAIN, "conv1d needs an input [N, C, L], got [4, 8]"},
+    {HEAD "z = max_pool2d(reshape(x, [B, 2, 2, 2]), 2, padding = 2)\n" LOSS TRAIN,
+     "t.mp:5:55: error: max_pool2d padding must be at most half the kernel (as torch), got padding 2 with kernel 2"},
     {HEAD "z = x\nloss = cross_entropy(linear(z, 3), x)\n" TRAIN, "cross_entropy needs integer labels (i32, u16 or u8), got f32"},
     {"model m\ninput x: f32[128, 8]\ninput y: i32[128, 2]\nz = x\nloss = cross_entropy(linear(z, 10), reshape(y, [64, 4]))\n" TRAIN,
      "cross_entropy labels [64, 4] do not match logits [128, 10]"},
@@ -770,6 +792,50 @@ static const Case train_errors[] = {
     {HEAD "z = x\n" LOSS "train {\n  optimizer = adam\n  minimize lss\n}\n", "unknown name 'lss', did you mean 'loss'?"},
     {HEAD "z = x\nloss = mean(x)\ntrain {\n  optimizer = adam\n  minimize loss\n}\n", "'loss' does not depend on any trainable parameter"},
 };
+
+/* conv2d's groups, dilation, pairs, "same"; conv1d as conv2d of height 1 */
+static void convolutions(void **state)
+{
+    (void)state;
+    IrGraph *g = lower_ok("model cnn\ninput img: f32[2, 4, 9, 8]\ninput s: f32[2, 6, 10]\ninput y: i32[2]\n"
+                          "a = conv2d(img, 8, 3, padding = 1, groups = 4, bias = false, name = \"dw\")\n"
+                          "b = conv2d(a, 8, [2, 3], stride = [1, 2], padding = [0, 1], dilation = [2, 1], groups = 2)\n"
+                          "c = conv2d(img, 4, 4, padding = \"same\", dilation = [1, 2], name = \"same\")\n"
+                          "d = conv1d(s, 3, 3, stride = 2, dilation = 2, groups = 3, name = \"seq\")\n"
+                          "z = concat([reshape(b, [2, -1]), reshape(c, [2, -1]), reshape(d, [2, -1])], axis = 1)\n"
+                          "mp = max_pool2d(img, 3, 2, padding = 1)\n"
+                          "ap = avg_pool2d(img, 3, 2, padding = 1, count_include_pad = false)\n"
+                          "metric pools = mean(mp) + mean(ap)\n"
+                          "loss = cross_entropy(linear(z, 3), y)\n" TRAIN);
+    expect_param(g, "dw.weight", 4, 8, 1);
+    IrNode *mp = named(g, "mp"), *ap = named(g, "ap");
+    assert_int_equal(mp->ia[2], 1);
+    assert_int_equal(mp->ia[3], 0);
+    assert_int_equal(mp->shape.d[2], 5);                     /* (9 + 2 - 3) / 2 + 1 */
+    assert_int_equal(ap->ia[3], 1);                          /* count_include_pad = false */
+    assert_int_equal(param(g, "dw.weight")->fan_in, 9);      /* Cin / groups kh kw */
+    IrNode *a = named(g, "a"), *b = named(g, "b"), *c = named(g, "c"), *d = named(g, "d");
+    assert_int_equal(a->ia[6], 4);
+    assert_int_equal(a->shape.d[2], 9);
+    int64_t bgeo[8] = {1, 2, 0, 1, 2, 1, 2, 0};
+    assert_memory_equal(b->ia, bgeo, sizeof bgeo);
+    assert_int_equal(b->shape.d[2], 7);                      /* 9 - 2 (2 - 1) */
+    assert_int_equal(b->shape.d[3], 4);                      /* (8 + 2 - 3) / 2 + 1 */
+    expect_param(g, "b.weight", 4, 8, 4);
+    assert_int_equal(param(g, "b.weight")->shape.d[2], 2);
+    /* "same", k 4: rows 1 before, 2 after; columns (dilation 2) 3 and 3 */
+    int64_t cgeo[8] = {1, 1, 1, 3, 1, 2, 1, 2};
+    assert_memory_equal(c->ia, cgeo, sizeof cgeo);
+    assert_int_equal(c->shape.d[2], 9);
+    assert_int_equal(c->shape.d[3], 8);
+    /* conv1d: weight [c, Cin / groups, k] as nn.Conv1d, output [N, c, L'] */
+    expect_param(g, "seq.weight", 3, 3, 2);
+    assert_int_equal(param(g, "seq.weight")->shape.d[2], 3);
+    assert_int_equal(d->op, OP_RESHAPE);
+    assert_int_equal(d->shape.rank, 3);
+    assert_int_equal(d->shape.d[2], 3);                      /* (10 - 4 - 1) / 2 + 1 */
+    assert_int_equal(d->in[0]->op, OP_CONV2D);
+}
 
 static void errors_names(void **state) { (void)state; RUN(name_errors); }
 static void errors_definitions(void **state) { (void)state; RUN(definition_errors); }
@@ -860,7 +926,7 @@ int main(void)
         T(overrides), T(constants), T(train_defaults), T(train_settings),
         T(c_keywords_are_fine_names), T(rebinding), T(examples_lower), T(char_transformer_names),
         T(buffers_windows_u16), T(module_paths), T(no_decay_groups), T(warmup_styles),
-        T(errors_names), T(errors_definitions), T(errors_shapes), T(errors_train), T(errors_real_arch),
+        T(convolutions), T(errors_names), T(errors_definitions), T(errors_shapes), T(errors_train), T(errors_real_arch),
         T(errors_are_counted_once_and_all_reported), T(expansion_limits), T(additions),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

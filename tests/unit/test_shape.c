@@ -334,12 +334,18 @@ static void linear(void **state)
     expect_error(mk(OP_LINEAR, 1, x), "linear takes 2 to 3 operands, got 1");
 }
 
-static IrNode *conv(Shape x, Shape w, int64_t stride, int64_t pad)
+/* ia[] as ops.def: strides, padding before, dilations, groups, after */
+static IrNode *conv_g(Shape x, Shape w, int64_t stride, int64_t pad, int64_t dil, int64_t groups)
 {
     IrNode *n = mk(OP_CONV2D, 2, fl(x), fl(w));
-    n->ia[0] = stride;
-    n->ia[1] = pad;
+    int64_t a[8] = {stride, stride, pad, pad, dil, dil, groups, 0};
+    memcpy(n->ia, a, sizeof a);
     return n;
+}
+
+static IrNode *conv(Shape x, Shape w, int64_t stride, int64_t pad)
+{
+    return conv_g(x, w, stride, pad, 1, 1);
 }
 
 static void conv2d(void **state)
@@ -356,7 +362,24 @@ static void conv2d(void **state)
     expect_error(conv(S(4, L(8), L(3), L(28), L(28)), S(4, L(16), L(1), L(3), L(3)), 1, 0),
                  "conv2d weight [16, 1, 3, 3] does not fit input [8, 3, 28, 28]");
     expect_error(conv(S(4, L(8), L(1), L(2), L(2)), S(4, L(16), L(1), L(3), L(3)), 1, 0),
-                 "conv2d kernel 3 does not fit input [8, 1, 2, 2]");
+                 "conv2d kernel 3 x 3 (dilation 1 x 1) does not fit input [8, 1, 2, 2]");
+    /* groups: weight [c, C / groups, k, k]; dilation widens the window */
+    expect_shape(conv_g(S(4, L(2), L(6), L(9), L(9)), S(4, L(12), L(2), L(3), L(3)), 1, 1, 1, 3),
+                 S(4, L(2), L(12), L(9), L(9)));
+    expect_shape(conv_g(S(4, L(2), L(6), L(9), L(9)), S(4, L(6), L(1), L(3), L(3)), 2, 0, 2, 6),
+                 S(4, L(2), L(6), L(3), L(3)));   /* (9 - 5) / 2 + 1 */
+    expect_error(conv_g(S(4, L(2), L(6), L(9), L(9)), S(4, L(6), L(1), L(3), L(3)), 1, 0, 1, 4),
+                 "conv2d groups 4 must divide the input channels 6 and the output channels 6");
+    expect_error(conv_g(S(4, L(2), L(6), L(9), L(9)), S(4, L(6), L(6), L(3), L(3)), 1, 0, 1, 2),
+                 "needs [c, 3, kh, kw]");
+    expect_error(conv_g(S(4, L(2), L(6), L(4), L(9)), S(4, L(6), L(1), L(3), L(3)), 1, 0, 2, 6),
+                 "does not fit");
+    expect_error(conv_g(S(4, L(2), L(6), L(9), L(9)), S(4, L(6), L(1), L(3), L(3)), 1, 0, 0, 6),
+                 "dilation >= 1");
+    /* torch's "same" for k = 4: 1 before, 2 after (ia[7] = 2 eh + ew) */
+    IrNode *same = conv(S(4, L(2), L(1), L(7), L(6)), S(4, L(3), L(1), L(4), L(2)), 1, 0);
+    same->ia[2] = 1, same->ia[7] = 3;
+    expect_shape(same, S(4, L(2), L(3), L(7), L(6)));
     expect_error(conv(S(4, L(8), L(1), L(8), L(8)), S(4, L(16), L(1), L(3), L(3)), 0, 0),
                  "stride >= 1");
     expect_error(conv(S(4, L(8), L(1), L(8), L(8)), S(4, L(16), L(1), L(3), L(3)), 1, -1),
@@ -366,7 +389,7 @@ static void conv2d(void **state)
                  "does not fit");
     IrNode *n = mk(OP_CONV2D, 3, fl(S(4, L(8), L(1), L(8), L(8))), fl(S(4, L(16), L(1), L(3), L(3))),
                    fl(S(1, L(4))));
-    n->ia[0] = 1;
+    n->ia[0] = n->ia[1] = n->ia[4] = n->ia[5] = n->ia[6] = 1;
     expect_error(n, "conv2d bias must be [16], got [4]");
 }
 
@@ -571,7 +594,8 @@ static void backward_rows(void **state)
     /* conv2d and its gradients */
     IrNode *x = fl(S(4, L(8), L(1), L(28), L(28))), *w = fl(S(4, L(16), L(1), L(3), L(3)));
     IrNode *cv = mk(OP_CONV2D, 2, x, w);
-    cv->ia[0] = 1, cv->ia[1] = 1;
+    int64_t geo[8] = {1, 1, 1, 1, 1, 1, 1, 0};
+    memcpy(cv->ia, geo, sizeof geo);
     expect_shape(cv, S(4, L(8), L(16), L(28), L(28)));
     IrNode *dy = fl(cv->shape);
     IrNode *dx = mk(OP_CONV2D_DX, 2, dy, w);
