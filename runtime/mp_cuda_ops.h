@@ -1676,7 +1676,8 @@ static inline void mp_cu_batch_norm_dw(void *dw, const void *dy, const void *x, 
 }
 
 /* ---- attention: q, y [BH, T, D], k, v [BH, Tk, D] (as mp_kernels_nn.h):
- * S = scale q k^T (f32), P = softmax (causal: j <= i) in f32, rounded to
+ * S = scale q k^T (f32; masked: MpAttnOpt, mp_cu_att_mask; a row that sees
+ * no key has a zero sum and P = 0), P = softmax (causal: j <= i) in f32, rounded to
  * cdt; y = P v with f32 accumulation. Flash-attention style: a block owns
  * a tile of query rows of one head and walks the key tiles (causal: only
  * those at or left of its last row), each staged in shared memory as f32

@@ -569,7 +569,9 @@ static inline void mp_k_batch_norm_dw(void *dw, int dwdt, const void *dy, int dy
 /* ---- attention ---------------------------------------------------------- */
 
 /* Per (batch, head), with q, y [T, D] and k, v [T', D]:
- *   S = q k^T / sqrt(D)         f32 accumulation, never rounded
+ *   S = q k^T / sqrt(D)         f32 accumulation, never rounded (the
+ *                               options' scale for 1/sqrt(D), their mask
+ *                               applied: MpAttnOpt below)
  *   P = softmax(S) per row      f32; causal: S[i, j] = -inf for j > i
  *   Pr = P rounded to cdt       the lowp operand of the second product
  *   y = Pr v                    f32 accumulation, rounded to y's type
