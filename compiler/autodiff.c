@@ -388,15 +388,25 @@ static DType attention_grad_type(const IrNode *n)
 
 /* One ATTENTION_GRAD node derives dq, dk and dv from one recomputation of
  * the probabilities (ops.def); each wanted gradient is its SLICE along
- * axis 2, cast to its input's type where that differs. */
+ * axis 2, cast to its input's type where that differs. The mask gets no
+ * gradient: a float mask that depends on a trainable parameter is an
+ * error, not a silent zero. */
 void grad_ATTENTION(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx)
 {
+    if (n->nin == 4 && dx[3]) {
+        diag_error(n->loc, "attention's float mask depends on a trainable parameter, and a "
+                   "mask gets no gradient; compute it from inputs, buffers or constants "
+                   "(a u8 mask, or an additive bias that is not learned)");
+        dx[3] = NULL;
+    }
     Shape s = n->in[0]->shape;
     int64_t tq = s.d[2], tk = n->in[1]->shape.d[2];
     s.d[2] = tq + 2 * tk;
-    IrNode *in[4] = {dy, n->in[0], n->in[1], n->in[2]};
-    IrNode *all = mk_st(g, n, OP_ATTENTION_GRAD, &s, attention_grad_type(n), 4, in);
+    IrNode *in[5] = {dy, n->in[0], n->in[1], n->in[2], n->nin == 4 ? n->in[3] : NULL};
+    IrNode *all = mk_st(g, n, OP_ATTENTION_GRAD, &s, attention_grad_type(n), n->nin + 1, in);
     all->ia[0] = n->ia[0];
+    all->ia[1] = n->ia[1];
+    all->fa[0] = n->fa[0];
     const int64_t start[4] = {0, tq, tq + tk, tq + 2 * tk};
     for (int i = 0; i < 3; i++) {
         if (!dx[i])

@@ -373,19 +373,26 @@ void emit_c_MSE_GRAD(Emit *e, const IrNode *n)
 
 /* ---- attention: q, y [B, H, T, D], k, v [B, H, T', D] seen as [B*H, T, D] ----------- */
 /* mp_k_attention(y, q, k, v, BH, T, T', D, causal, cdt) and
- * mp_k_attention_grad(g, dy, q, k, v, ...): the same tail of arguments. */
-static void attention(Emit *e, const IrNode *n, const char *k, const IrNode *f)
+ * mp_k_attention_grad(g, dy, q, k, v, ...): the same tail of arguments;
+ * with a mask or a scale, mp_k_attention_opt / _grad_opt and the options
+ * (MpAttnOpt) last. The mask is the last input (of nq + 1). */
+static void attention(Emit *e, const IrNode *n, const char *k, const IrNode *f, int nq)
 {
     const IrNode *q = f->in[0];
     long long t = emit_dim(q, -2), d = emit_dim(q, -1);
-    em(e, "    mp_k_%s(%s, ", k, arg(e, n));
-    for (int i = 0; i < n->nin; i++)
+    const char *opt = emit_attention_opt(e, f, n->nin > nq ? IN(nq) : NULL);
+    if (opt)
+        em(e, "    {\n        const MpAttnOpt o = %s;\n", opt);
+    em(e, "%smp_k_%s%s(%s, ", opt ? "        " : "    ", k, opt ? "_opt" : "", arg(e, n));
+    for (int i = 0; i < nq; i++)
         em(e, "%s, ", arg(e, IN(i)));
-    em(e, "\n                   %lld, %lld, %lld, %lld, %d, %s);\n", N(q) / (t * d), t,
-       emit_dim(f->in[1], -2), d, (int)f->ia[0], mpdt(f->compute));
+    em(e, "\n                   %lld, %lld, %lld, %lld, %d, %s%s);\n", N(q) / (t * d), t,
+       emit_dim(f->in[1], -2), d, (int)f->ia[0], mpdt(f->compute), opt ? ", &o" : "");
+    if (opt)
+        em(e, "    }\n");
 }
-void emit_c_ATTENTION(Emit *e, const IrNode *n) { attention(e, n, "attention", n); }
-void emit_c_ATTENTION_GRAD(Emit *e, const IrNode *n) { attention(e, n, "attention_grad", n->grad_of); }
+void emit_c_ATTENTION(Emit *e, const IrNode *n) { attention(e, n, "attention", n, 3); }
+void emit_c_ATTENTION_GRAD(Emit *e, const IrNode *n) { attention(e, n, "attention_grad", n->grad_of, 4); }
 
 /* ---- loss scaling and the optimizer ---------------------------------------------------- */
 /* The backward pass starts from d(loss) = S / accumulate, set by the runtime. */

@@ -440,6 +440,24 @@ long long emit_dim(const IrNode *v, int i)
     return (long long)v->shape.d[i < 0 ? v->shape.rank + i : i];
 }
 
+const char *emit_attention_opt(Emit *e, const IrNode *f, const IrNode *mask)
+{
+    if (!mask && !f->ia[1])
+        return NULL;
+    /* the mask's strides over [B, H, T, T'] (right-aligned; 0 where it
+     * broadcasts) */
+    long long st[4] = {0, 0, 0, 0}, step = 1;
+    for (int i = 0; mask && i < mask->shape.rank; i++) {
+        int64_t d = mask->shape.d[mask->shape.rank - 1 - i];
+        st[3 - i] = d == 1 ? 0 : step;
+        step *= (long long)d;
+    }
+    return arena_printf(e->a, "{%d, (float)%.9g, %s, %s, %lld, {%lld, %lld, %lld, %lld}}",
+                        (int)f->ia[1], f->fa[0], mask ? cname(e, mask) : "NULL",
+                        mask ? mpdt(mask->type) : "MP_U8", emit_dim(f->in[0], 1), st[0], st[1],
+                        st[2], st[3]);
+}
+
 void emit_around_axis(const IrNode *x, int64_t axis, long long *outer, long long *len, long long *inner)
 {
     *outer = *len = *inner = 1;

@@ -371,21 +371,27 @@ void emit_cuda_MSE_GRAD(Emit *e, const IrNode *n)
 }
 
 /* ---- attention: q, y [B, H, T, D], k, v [B, H, T', D] seen as [B*H, T, D] ---------------------- */
-static void attention(Emit *e, const IrNode *n, const char *k, const IrNode *f)
+/* nq tensor inputs, then the mask (if any): the options (MpAttnOpt) last */
+static void attention(Emit *e, const IrNode *n, const char *k, const IrNode *f, int nq)
 {
     const IrNode *q = f->in[0];
     long long t = emit_dim(q, -2), d = emit_dim(q, -1);
-    em(e, "    mp_cu_%s<%s", k, ty(n));
-    for (int i = 0; i < n->nin; i++)
+    const char *opt = emit_attention_opt(e, f, n->nin > nq ? IN(nq) : NULL);
+    if (opt)
+        em(e, "    {\n        const MpAttnOpt o = %s;\n", opt);
+    em(e, "%smp_cu_%s<%s", opt ? "        " : "    ", k, ty(n));
+    for (int i = 0; i < nq; i++)
         em(e, ", %s", ty(IN(i)));
     em(e, ">(%s, ", C(n));
-    for (int i = 0; i < n->nin; i++)
+    for (int i = 0; i < nq; i++)
         em(e, "%s, ", C(IN(i)));
-    em(e, "\n                   %lld, %lld, %lld, %lld, %d, %s);\n", N(q) / (t * d), t,
-       emit_dim(f->in[1], -2), d, (int)f->ia[0], mpdt(f->compute));
+    em(e, "\n                   %lld, %lld, %lld, %lld, %d, %s%s);\n", N(q) / (t * d), t,
+       emit_dim(f->in[1], -2), d, (int)f->ia[0], mpdt(f->compute), opt ? ", &o" : "");
+    if (opt)
+        em(e, "    }\n");
 }
-void emit_cuda_ATTENTION(Emit *e, const IrNode *n) { attention(e, n, "attention", n); }
-void emit_cuda_ATTENTION_GRAD(Emit *e, const IrNode *n) { attention(e, n, "attention_grad", n->grad_of); }
+void emit_cuda_ATTENTION(Emit *e, const IrNode *n) { attention(e, n, "attention", n, 3); }
+void emit_cuda_ATTENTION_GRAD(Emit *e, const IrNode *n) { attention(e, n, "attention_grad", n->grad_of, 4); }
 
 /* ---- loss scaling and the optimizer ----------------------------------------------------------- */
 /* d(loss) = S / accumulate: from the device's loss-scale state in a step. */

@@ -587,8 +587,8 @@ static const char *signature(Ctx *c, const char *fn, const ArgSpec *spec)
 /* One argument converted to what its slot takes; false after an error. */
 static bool convert_arg(Ctx *c, const char *fn, const ArgSpec *sp, const Expr *e, Val *out)
 {
-    if (sp->need == ARG_ABSENT && sp->kind == A_INT && e->kind == EX_NAME &&
-        strcmp(e->name, "none") == 0) {
+    if (sp->need == ARG_ABSENT && (sp->kind == A_INT || sp->kind == A_REAL || sp->kind == A_TENSOR) &&
+        e->kind == EX_NAME && strcmp(e->name, "none") == 0) {
         *out = vnone;          /* `ignore_index = none`: the same as absent */
         return true;
     }
@@ -1107,12 +1107,17 @@ static Val lower_pool(Ctx *c, const Builtin *b, const Expr *x, Args *a)
     return finish(c, n);
 }
 
+/* attention(q, k, v, causal, mask, scale): the mask, where given, is the
+ * fourth input (ops.def) */
 static Val lower_attention(Ctx *c, const Builtin *b, const Expr *x, Args *a)
 {
-    IrNode *in[3] = {a->v[0].t, a->v[1].t, a->v[2].t};
-    IrNode *n = node(c, OP_ATTENTION, x->loc, 3, in);
-    if (n)
+    IrNode *in[4] = {a->v[0].t, a->v[1].t, a->v[2].t, a->v[4].k == V_TENSOR ? a->v[4].t : NULL};
+    IrNode *n = node(c, OP_ATTENTION, x->loc, in[3] ? 4 : 3, in);
+    if (n) {
         n->ia[0] = a->v[3].i;
+        n->ia[1] = is_num(a->v[5]);
+        n->fa[0] = n->ia[1] ? a->v[5].r : 0;
+    }
     return finish(c, n);
 }
 
@@ -1885,7 +1890,8 @@ static const Builtin builtins[] = {
     {"accuracy", OP_ACCURACY, lower_class_loss, false, T2("logits", "labels")},
     {"mse", OP_MSE, lower_binary, false, T2("pred", "target")},
     {"attention", OP_ATTENTION, lower_attention, false,
-     {REQ("q", A_TENSOR), REQ("k", A_TENSOR), REQ("v", A_TENSOR), OPT("causal", A_BOOL, 0)}},
+     {REQ("q", A_TENSOR), REQ("k", A_TENSOR), REQ("v", A_TENSOR), OPT("causal", A_BOOL, 0),
+      ABS("mask", A_TENSOR), ABS("scale", A_REAL)}},
     {"abs", OP_ABS, lower_unary, false, T1("x")},
     {"sin", OP_SIN, lower_unary, false, T1("x")},
     {"cos", OP_COS, lower_unary, false, T1("x")},

@@ -370,10 +370,40 @@ bool shape_CONV2D(IrGraph *g, IrNode *n)
     return set_shape(g, n, &r);
 }
 
-/* (q, k, v) [B, H, T, D], k and v of one length T'; causal needs T == T'. */
+/* The mask of attention n (q [B, H, T, D], k [B, H, T', D]): u8 or float,
+ * broadcasting to [B, H, T, T']. */
+static bool attention_mask(IrGraph *g, IrNode *n)
+{
+    const Shape *m = sh(n, 3);
+    Shape full = {.rank = 4, .d = {sh(n, 0)->d[0], sh(n, 0)->d[1], sh(n, 0)->d[2], sh(n, 1)->d[2]}};
+    bool fits = m->rank <= 4;
+    for (int i = 0; fits && i < m->rank; i++) {
+        int64_t d = m->d[m->rank - 1 - i], want = full.d[3 - i];
+        fits = d == want || d == 1;
+    }
+    if (!fits) {
+        diag_error(n->loc, "attention's mask must broadcast to [B, H, T, T'] = %s, got %s",
+                   str(g, &full), str(g, m));
+        return false;
+    }
+    if (is_int(n->in[3]->type) && n->in[3]->type != DT_U8) {
+        diag_error(n->loc, "attention's mask must be u8 (1 = attend) or a float tensor added "
+                   "to the scores, got %s", dt_name(n->in[3]->type));
+        return false;
+    }
+    return true;
+}
+
+/* (q, k, v [, mask]) [B, H, T, D], k and v of one length T'; causal needs
+ * T == T'. */
 bool shape_ATTENTION(IrGraph *g, IrNode *n)
 {
-    if (!all_float(n))
+    if (!nin_is(n, 3, 4))
+        return false;
+    bool fl = true;
+    for (int i = 0; i < 3; i++)
+        fl = float_in(n, i) && fl;
+    if (!fl)
         return false;
     for (int i = 0; i < 3; i++)
         if (!rank_in(g, n, i, "q, k, v [B, H, T, D]", 4, 4))
@@ -390,6 +420,8 @@ bool shape_ATTENTION(IrGraph *g, IrNode *n)
                    (long long)q->d[2], (long long)k->d[2]);
         return false;
     }
+    if (n->nin == 4 && !attention_mask(g, n))
+        return false;
     return set_shape(g, n, q);
 }
 

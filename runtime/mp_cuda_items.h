@@ -917,6 +917,14 @@ static inline MP_HD int mp_cu_att_sees(int64_t i, int64_t j, int64_t Tk, int cau
     return j < Tk && (!causal || j <= i);
 }
 
+/* A score s after the mask's element i (type mdt): a u8 mask's 0 makes it
+ * -INFINITY (the key unseen), a float mask is added (MpAttnOpt). */
+static inline MP_HD float mp_cu_att_mask(float s, const void *mask, int mdt, int64_t i)
+{
+    float m = mp_cu_ld(mask, mdt, i);
+    return mdt == MP_U8 ? (m != 0.0f ? s : -INFINITY) : s + m;
+}
+
 /* A row's running max m and compensated sum l of exp(s - m) (online
  * softmax) taken over n more scores s (f32; -INFINITY: a masked key). */
 static inline MP_HD void mp_cu_att_online(float *m, MpAcc *l, const float *s, int64_t n)

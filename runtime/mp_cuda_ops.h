@@ -1789,7 +1789,8 @@ static inline void mp_cu_batch_norm_dw(void *dw, const void *dy, const void *x, 
 }
 
 /* ---- attention: q, y [BH, T, D], k, v [BH, Tk, D] (as mp_kernels_nn.h):
- * S = scale q k^T (f32), P = softmax (causal: j <= i) in f32, rounded to
+ * S = scale q k^T (f32; masked: MpAttnOpt, mp_cu_att_mask; a row that sees
+ * no key has a zero sum and P = 0), P = softmax (causal: j <= i) in f32, rounded to
  * cdt; y = P v with f32 accumulation. Flash-attention style: a block owns
  * a tile of query rows of one head and walks the key tiles (causal: only
  * those at or left of its last row), each staged in shared memory as f32
@@ -1821,6 +1822,9 @@ struct MpCuAttP {
     int64_t nqt, nkt;              /* query, key tiles per head */
     int t, causal, cdt;            /* t: a tile's query rows and keys */
     float scale;
+    const void *mask;              /* options (MpAttnOpt, mp_kernels_nn.h) */
+    int mdt;
+    int64_t H, ms[4];
 };
 
 /* The largest tile (up to 64) whose layout of nb row tiles fits; 0: none */
@@ -1832,10 +1836,18 @@ static inline int mp_cu_att_tile(int64_t D, int nb)
     return 0;
 }
 
-/* Its tiles, for a layout of nb row tiles; a too large head: one line */
-static inline void mp_cu_att_tiles(const char *op, MpCuAttP *a, int nb)
+/* Its tiles, for a layout of nb row tiles, and its options (o: NULL for
+ * none); a too large head: one line */
+static inline void mp_cu_att_tiles(const char *op, MpCuAttP *a, int nb, const MpAttnOpt *o)
 {
-    a->scale = 1.0f / sqrtf((float)a->D);
+    a->scale = o && o->scaled ? o->scale : 1.0f / sqrtf((float)a->D);
+    a->mask = o ? o->mask : NULL;
+    if (a->mask) {
+        a->mdt = o->mdt;
+        a->H = o->H;
+        for (int i = 0; i < 4; i++)
+            a->ms[i] = o->ms[i];
+    }
     a->ld = a->D + 1;
     a->t = mp_cu_att_tile(a->D, nb);
     if (!a->t) {
@@ -1870,17 +1882,24 @@ static inline MP_HD void mp_cu_att_load(float *sh, int64_t ld, const void *x, in
         sh[e / D * ld + e % D] = mp_cu_ld(x, xdt, (h * rows + r0) * D + e);
 }
 
-/* The scores of nq query rows (qs, from row i0) against n keys (ks,
- * staged, from key j0) into s [t, t]; -INFINITY where a row does not see a
- * key. dp (if any): dP = dys . vs alongside. */
+/* The scores of nq query rows (qs, from row i0) of head h against n keys
+ * (ks, staged, from key j0) into s [t, t], masked (mp_cu_att_mask);
+ * -INFINITY where a row does not see a key. dp (if any): dP = dys . vs
+ * alongside. */
 static inline MP_HD void mp_cu_att_scores(const MpCuAttP *a, float *s, float *dp, const float *qs,
                                           const float *ks, const float *dys, const float *vs,
-                                          int64_t i0, int nq, int64_t j0, int n, const MpCuTeam &t)
+                                          int64_t h, int64_t i0, int nq, int64_t j0, int n,
+                                          const MpCuTeam &t)
 {
+    int64_t mb = a->mask ? h / a->H * a->ms[0] + h % a->H * a->ms[1] : 0;
     for (int e = t.tid; e < nq * n; e += t.nt) {
         int r = e / n, j = e % n;
         int sees = mp_cu_att_sees(i0 + r, j0 + j, a->Tk, a->causal);
-        s[r * a->t + j] = sees ? mp_cu_att_dot(qs + r * a->D, ks + j * a->ld, a->D) * a->scale : -INFINITY;
+        float sc = sees ? mp_cu_att_dot(qs + r * a->D, ks + j * a->ld, a->D) * a->scale : -INFINITY;
+        if (sees && a->mask)
+            sc = mp_cu_att_mask(sc, a->mask, a->mdt,
+                                mb + (i0 + r) * a->ms[2] + (j0 + j) * a->ms[3]);
+        s[r * a->t + j] = sc;
         if (dp)
             dp[r * a->t + j] = sees ? mp_cu_att_dot(dys + r * a->D, vs + j * a->ld, a->D) : 0.0f;
     }
@@ -1897,7 +1916,7 @@ static inline MP_HD void mp_cu_att_key_tile(const MpCuAttP *a, float *ks, float 
     if (vs)
         mp_cu_att_load(vs, a->ld, a->v, a->vdt, a->Tk, h, j0, n, a->D, t);
     t.sync();   /* the key tile staged: every thread sees it */
-    mp_cu_att_scores(a, s, dp, qs, ks, dys, vs, i0, nq, j0, n, t);
+    mp_cu_att_scores(a, s, dp, qs, ks, dys, vs, h, i0, nq, j0, n, t);
     t.sync();
 }
 
@@ -2055,7 +2074,7 @@ struct MpCuAttDkv {
                 rd[r] = st[2];
             }
             t.sync();   /* the query tile staged: every thread sees it */
-            mp_cu_att_scores(&a, s, dp, qs, ks, dys, vs, i0, nq, j0, n, t);
+            mp_cu_att_scores(&a, s, dp, qs, ks, dys, vs, h, i0, nq, j0, n, t);
             t.sync();
             for (int e = t.tid; e < nq * n; e += t.nt) {
                 int r = e / n, j = e % n;
@@ -2073,15 +2092,17 @@ struct MpCuAttDkv {
     }
 };
 
+/* o: the options (MpAttnOpt, as the C program's mp_k_attention_opt;
+ * the mask a device pointer), or NULL */
 template <int YT, int QT, int KT, int VT>
 static inline void mp_cu_attention(void *y, const void *q, const void *k, const void *v,
                                    int64_t BH, int64_t T, int64_t Tk, int64_t D, int causal,
-                                   int cdt)
+                                   int cdt, const MpAttnOpt *o = NULL)
 {
     MpCuAttP a = {q, k, v, NULL, y, QT, KT, VT, MP_F32, YT, NULL, T, Tk, D};
     a.causal = causal;
     a.cdt = cdt;
-    mp_cu_att_tiles("attention", &a, 4);
+    mp_cu_att_tiles("attention", &a, 4, o);
     MpCuAttFwd f = {a};
     mp_cu_rows("attention", BH * a.nqt, MP_CU_ATT_NT, f);
 }
@@ -2089,13 +2110,13 @@ static inline void mp_cu_attention(void *y, const void *q, const void *k, const 
 template <int GT, int DYT, int QT, int KT, int VT>
 static inline void mp_cu_attention_grad(void *g, const void *dy, const void *q, const void *k,
                                         const void *v, int64_t BH, int64_t T, int64_t Tk,
-                                        int64_t D, int causal, int cdt)
+                                        int64_t D, int causal, int cdt, const MpAttnOpt *o = NULL)
 {
     MpCuAttP a = {q, k, v, dy, g, QT, KT, VT, DYT, GT, NULL, T, Tk, D};
     a.causal = causal;
     a.cdt = cdt;
     a.st = (float *)mp_cu_ws(BH * T * 3 * (int64_t)sizeof(float));
-    mp_cu_att_tiles("attention_grad", &a, 6);
+    mp_cu_att_tiles("attention_grad", &a, 6, o);
     MpCuAttDq fq = {a};
     MpCuAttDkv fkv = {a};
     mp_cu_rows("attention_grad_q", BH * a.nqt, MP_CU_ATT_NT, fq);

@@ -717,7 +717,9 @@ static inline void mp_k_batch_norm_dw(void *dw, int dwdt, const void *dy, int dy
 /* ---- attention ---------------------------------------------------------- */
 
 /* Per (batch, head), with q, y [T, D] and k, v [T', D]:
- *   S = q k^T / sqrt(D)         f32 accumulation, never rounded
+ *   S = q k^T / sqrt(D)         f32 accumulation, never rounded (the
+ *                               options' scale for 1/sqrt(D), their mask
+ *                               applied: MpAttnOpt below)
  *   P = softmax(S) per row      f32; causal: S[i, j] = -inf for j > i
  *   Pr = P rounded to cdt       the lowp operand of the second product
  *   y = Pr v                    f32 accumulation, rounded to y's type
@@ -777,11 +779,29 @@ typedef float MpAttnV __attribute__((vector_size(32)));
 #define MP_ATTN_VLD(v, p) memcpy(&(v), (p), sizeof(MpAttnV))
 #endif
 
+/* Attention's options (LANGUAGE.md "Attention options"; NULL: none):
+ *   scaled     scale replaces 1/sqrt(D)
+ *   mask, mdt  NULL, or u8 (0: the query does not see the key) or a float
+ *              tensor added to the scores; its element (b, head, i, j) is
+ *              at b ms[0] + head ms[1] + i ms[2] + j ms[3] (0 on an axis it
+ *              broadcasts over), the work items' head h = b H + head. A row
+ *              that sees no key (every score -inf) gives P = 0: zeros, and
+ *              zero gradients, not NaN (as the CUDA program's tiles).
+ * The mask is read a row of a query tile at a time (never [T, T']). */
+typedef struct MpAttnOpt {
+    int scaled;
+    float scale;
+    const void *mask;
+    int mdt;
+    int64_t H, ms[4];
+} MpAttnOpt;
+
 typedef struct MpAttn {
     const void *q, *k, *v;
     int qdt, kdt, vdt, cdt, causal;
     int64_t T, Tk, D, tq;
     float scale;
+    const MpAttnOpt *opt;
 } MpAttn;
 
 /* Per-thread work space (f32). */
@@ -791,6 +811,7 @@ typedef struct MpAttnWs {
     float *qf, *dyf, *acc;  /* the query tile's q, dy and y or dq [tq, D] */
     float *s, *dp;          /* its P then Pr, and dP then dS [tq, T'] */
     float *dk, *dv;         /* the head's dk, dv accumulators [T', D] (backward) */
+    float *mrow;            /* a row of the mask as f32 [T'] */
 } MpAttnWs;
 
 static inline int64_t mp_attn_tq(int64_t Tk)
@@ -800,22 +821,25 @@ static inline int64_t mp_attn_tq(int64_t Tk)
 }
 
 static inline MpAttn mp_attn(const void *q, int qdt, const void *k, int kdt, const void *v,
-                             int vdt, int64_t T, int64_t Tk, int64_t D, int causal, int cdt)
+                             int vdt, int64_t T, int64_t Tk, int64_t D, int causal, int cdt,
+                             const MpAttnOpt *o)
 {
     MpAttn a = {q, k, v, qdt, kdt, vdt, cdt, causal, T, Tk, D, mp_attn_tq(Tk),
-                1.0f / sqrtf((float)D)};
+                o && o->scaled ? o->scale : 1.0f / sqrtf((float)D), o && o->mask ? o : NULL};
     return a;
 }
 
 static inline MpAttnWs mp_attn_ws(const MpAttn *a, int bwd)
 {
     int64_t kd = a->Tk * a->D, qd = a->tq * a->D, qk = a->tq * a->Tk;
-    float *f = (float *)mp_kalloc((size_t)((4 + 2 * bwd) * kd + 3 * qd + 2 * qk) * sizeof *f);
+    float *f = (float *)mp_kalloc((size_t)((4 + 2 * bwd) * kd + 3 * qd + 2 * qk + a->Tk) *
+                                  sizeof *f);
     MpAttnWs w;
     w.kr = f, w.vr = f + kd, w.kt = f + 2 * kd, w.vt = f + 3 * kd;
     w.qf = f + 4 * kd, w.dyf = w.qf + qd, w.acc = w.dyf + qd;
     w.s = w.acc + qd, w.dp = w.s + qk;
     w.dk = w.dp + qk, w.dv = w.dk + bwd * kd;
+    w.mrow = w.dv + bwd * kd;
     return w;
 }
 
@@ -1109,16 +1133,45 @@ static inline void mp_attn_softmax(const MpAttn *a, float *p, const float *y, in
         for (int64_t j = mp_attn_len(a, i0 + r); j < nk; j++) p[r * ld + j] = 0.0f;
 }
 
+/* The mask on the scores s of the query tile [i0, i0 + nq) of head h,
+ * row by row: a u8 mask's 0 makes a score -inf, a float mask is added.
+ * dead[r]: row r sees no key (all its scores -inf); its scores become 0
+ * so that its softmax is finite (the caller zeros it). */
+static inline void mp_attn_mask(const MpAttn *a, MpAttnWs *w, float *s, int64_t h, int64_t i0,
+                                int64_t nq, unsigned char *dead)
+{
+    const MpAttnOpt *o = a->opt;
+    int64_t base = h / o->H * o->ms[0] + h % o->H * o->ms[1];
+    for (int64_t r = 0; r < nq; r++) {
+        int64_t n = mp_attn_len(a, i0 + r), live = 0;
+        float *p = s + r * a->Tk, *m = w->mrow;
+        mp_ld_n(o->mask, o->mdt, base + (i0 + r) * o->ms[2], o->ms[3], n, m);
+        for (int64_t j = 0; j < n; j++) {
+            p[j] = o->mdt == MP_U8 ? (m[j] != 0.0f ? p[j] : -INFINITY) : p[j] + m[j];
+            live += p[j] != -INFINITY;
+        }
+        dead[r] = live == 0;
+        if (dead[r])
+            memset(p, 0, (size_t)n * sizeof *p);
+    }
+}
+
 /* P of the query tile [i0, i0 + nq) of the loaded head into w->s (f32):
- * q rows loaded as f32, scores, each row's softmax over its keys, zeros
- * past them up to the tile's nk keys (returned). */
+ * q rows loaded as f32, scores (masked), each row's softmax over its keys,
+ * zeros past them up to the tile's nk keys (returned). */
 static inline int64_t mp_attn_probs(const MpAttn *a, MpAttnWs *w, int64_t h, int64_t i0,
                                     int64_t nq)
 {
     int64_t D = a->D, nk = mp_attn_len(a, i0 + nq - 1);
+    unsigned char dead[32];                    /* nq <= mp_attn_tq's 32 */
     mp_ld_n(a->q, a->qdt, (h * a->T + i0) * D, 1, nq * D, w->qf);
     mp_attn_dots(a, w->s, w->qf, w->kt, i0, nq, a->scale);
+    if (a->opt)
+        mp_attn_mask(a, w, w->s, h, i0, nq, dead);
     mp_attn_softmax(a, w->s, NULL, i0, nq, nk);
+    for (int64_t r = 0; a->opt && r < nq; r++)
+        if (dead[r])
+            memset(w->s + r * a->Tk, 0, (size_t)nk * sizeof *w->s);
     return nk;
 }
 
@@ -1134,11 +1187,13 @@ static inline void mp_attn_round(float *v, int64_t nq, int64_t ld, int64_t n, fl
     }
 }
 
-static inline void mp_k_attention(void *y, int ydt, const void *q, int qdt, const void *k,
-                                  int kdt, const void *v, int vdt, int64_t BH, int64_t T,
-                                  int64_t Tk, int64_t D, int causal, int cdt)
+/* mp_k_attention with options (MpAttnOpt; NULL: none) */
+static inline void mp_k_attention_opt(void *y, int ydt, const void *q, int qdt, const void *k,
+                                      int kdt, const void *v, int vdt, int64_t BH, int64_t T,
+                                      int64_t Tk, int64_t D, int causal, int cdt,
+                                      const MpAttnOpt *o)
 {
-    MpAttn a = mp_attn(q, qdt, k, kdt, v, vdt, T, Tk, D, causal, cdt);
+    MpAttn a = mp_attn(q, qdt, k, kdt, v, vdt, T, Tk, D, causal, cdt, o);
     int64_t ntiles = (T + a.tq - 1) / a.tq;
     MP_OMP(parallel if (BH * ntiles > 1))
     {
@@ -1156,6 +1211,13 @@ static inline void mp_k_attention(void *y, int ydt, const void *q, int qdt, cons
         }
         free(w.kr);
     }
+}
+
+static inline void mp_k_attention(void *y, int ydt, const void *q, int qdt, const void *k,
+                                  int kdt, const void *v, int vdt, int64_t BH, int64_t T,
+                                  int64_t Tk, int64_t D, int causal, int cdt)
+{
+    mp_k_attention_opt(y, ydt, q, qdt, k, kdt, v, vdt, BH, T, Tk, D, causal, cdt, NULL);
 }
 
 /* One query tile's share of head h's gradients: dv and dk accumulate in
@@ -1176,12 +1238,13 @@ static inline void mp_attn_grad_tile(const MpAttn *a, MpAttnWs *w, void *g, int 
 }
 
 /* g [BH, T + 2T', D]: per head dq [T, D], dk [T', D], dv [T', D]. */
-static inline void mp_k_attention_grad(void *g, int gdt, const void *dy, int dydt, const void *q,
-                                       int qdt, const void *k, int kdt, const void *v, int vdt,
-                                       int64_t BH, int64_t T, int64_t Tk, int64_t D, int causal,
-                                       int cdt)
+static inline void mp_k_attention_grad_opt(void *g, int gdt, const void *dy, int dydt,
+                                           const void *q, int qdt, const void *k, int kdt,
+                                           const void *v, int vdt, int64_t BH, int64_t T,
+                                           int64_t Tk, int64_t D, int causal, int cdt,
+                                           const MpAttnOpt *o)
 {
-    MpAttn a = mp_attn(q, qdt, k, kdt, v, vdt, T, Tk, D, causal, cdt);
+    MpAttn a = mp_attn(q, qdt, k, kdt, v, vdt, T, Tk, D, causal, cdt, o);
     MP_OMP(parallel if (BH > 1))
     {
         MpAttnWs w = mp_attn_ws(&a, 1);
@@ -1198,6 +1261,15 @@ static inline void mp_k_attention_grad(void *g, int gdt, const void *dy, int dyd
         }
         free(w.kr);
     }
+}
+
+static inline void mp_k_attention_grad(void *g, int gdt, const void *dy, int dydt, const void *q,
+                                       int qdt, const void *k, int kdt, const void *v, int vdt,
+                                       int64_t BH, int64_t T, int64_t Tk, int64_t D, int causal,
+                                       int cdt)
+{
+    mp_k_attention_grad_opt(g, gdt, dy, dydt, q, qdt, k, kdt, v, vdt, BH, T, Tk, D, causal, cdt,
+                            NULL);
 }
 
 #if defined(__CUDACC__)

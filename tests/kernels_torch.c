@@ -239,21 +239,47 @@ static void op_activations(void)
     wrf(6, y, n); wrf(7, dx, n);
 }
 
-/* attention BH T TK D CAUSAL: q [BH,T,D], k, v [BH,TK,D], dy -> y, dq, dk, dv
- * (the one gradient kernel's [BH, T + 2TK, D] taken apart per head) */
-static void op_attention(void)
+/* attention with options o (NULL: none): y, then dq, dk, dv out of the
+ * one gradient kernel's [BH, T + 2TK, D] taken apart per head */
+static void attention(int64_t BH, int64_t T, int64_t Tk, int64_t D, int c, const MpAttnOpt *o)
 {
-    int64_t BH = arg[0], T = arg[1], Tk = arg[2], D = arg[3], n = BH * T * D, nk = BH * Tk * D;
-    int c = (int)arg[4];
+    int64_t n = BH * T * D, nk = BH * Tk * D;
     float *q = rdf(0, n), *k = rdf(1, nk), *v = rdf(2, nk), *dy = rdf(3, n);
     float *y = buf(n), *g = buf(n + 2 * nk), *d[3] = {buf(n), buf(nk), buf(nk)};
-    mp_k_attention(y, F32, q, F32, k, F32, v, F32, BH, T, Tk, D, c, F32);
-    mp_k_attention_grad(g, F32, dy, F32, q, F32, k, F32, v, F32, BH, T, Tk, D, c, F32);
+    if (o) {
+        mp_k_attention_opt(y, F32, q, F32, k, F32, v, F32, BH, T, Tk, D, c, F32, o);
+        mp_k_attention_grad_opt(g, F32, dy, F32, q, F32, k, F32, v, F32, BH, T, Tk, D, c, F32, o);
+    } else {
+        mp_k_attention(y, F32, q, F32, k, F32, v, F32, BH, T, Tk, D, c, F32);
+        mp_k_attention_grad(g, F32, dy, F32, q, F32, k, F32, v, F32, BH, T, Tk, D, c, F32);
+    }
     const int64_t len[3] = {T * D, Tk * D, Tk * D};
     for (int64_t h = 0, at = 0; h < BH; h++)
         for (int i = 0; i < 3; at += len[i++])
             memcpy(d[i] + h * len[i], g + at, (size_t)len[i] * sizeof *g);
     wrf(0, y, n); wrf(1, d[0], n); wrf(2, d[1], nk); wrf(3, d[2], nk);
+}
+
+/* attention BH T TK D CAUSAL: q [BH,T,D], k, v [BH,TK,D], dy -> y, dq, dk, dv */
+static void op_attention(void) { attention(arg[0], arg[1], arg[2], arg[3], (int)arg[4], NULL); }
+
+/* attention_opt B H T TK D CAUSAL U8 MB MH MT MK: attention with the mask
+ * in4 [MB, MH, MT, MK] (each 1 or the full size; f32 0/1 values stored as
+ * u8 when U8, else added to the scores) and the scale in5 [1] */
+static void op_attention_opt(void)
+{
+    int64_t B = arg[0], H = arg[1], T = arg[2], Tk = arg[3], D = arg[4], m = 1, st[4], step = 1;
+    for (int i = 3; i >= 0; i--) {
+        st[i] = arg[7 + i] == 1 ? 0 : step;
+        step *= arg[7 + i];
+    }
+    m = step;
+    float *mf = rdf(4, m), *scale = rdf(5, 1);
+    uint8_t *mu = (uint8_t *)malloc((size_t)m);
+    for (int64_t i = 0; i < m; i++) mu[i] = mf[i] != 0.0f;
+    MpAttnOpt o = {1, scale[0], arg[6] ? (const void *)mu : mf, arg[6] ? MP_U8 : MP_F32, H,
+                   {st[0], st[1], st[2], st[3]}};
+    attention(B * H, T, Tk, D, (int)arg[5], &o);
 }
 
 /* embedding N V D: ids (i32), w, dy -> y, dw */
@@ -417,7 +443,8 @@ static const struct {
     {"layer_norm", op_layer_norm, 2}, {"batch_norm", op_batch_norm, 3},
     {"softmax", op_softmax, 4}, {"cross_entropy", op_cross_entropy, 2},
     {"mse", op_mse, 1}, {"activations", op_activations, 1},
-    {"attention", op_attention, 5}, {"embedding", op_embedding, 3},
+    {"attention", op_attention, 5}, {"attention_opt", op_attention_opt, 11},
+    {"embedding", op_embedding, 3},
     {"elementwise2", op_elementwise2, 1}, {"rms_norm", op_rms_norm, 2}, {"rope", op_rope, 6},
     {"cross_entropy2", op_cross_entropy2, 5}, {"select", op_select, 2},
     {"extremum", op_extremum, 3},

@@ -322,6 +322,49 @@ def case_attention(driver, tmp):
                 check(tag + name, g, want)
 
 
+def case_attention_opt(driver, tmp):
+    # the mask (u8: 1 = attend; f32: added to the scores) broadcast from
+    # key padding [B, 1, 1, T'], per head [1, H, T, T'] and full shapes,
+    # with a scale, causal and not, across key and query tiles; rows that
+    # see no key (every key padded, or masked with -inf) give zeros and
+    # zero gradients (torch's explicit softmax gives NaN there: the
+    # reference zeros those rows)
+    for B, H, T, Tk, D, causal, u8, ms in (
+            (2, 3, 9, 9, 8, 0, 1, (2, 1, 1, 9)), (2, 3, 9, 9, 8, 1, 1, (2, 1, 1, 9)),
+            (1, 2, 100, 100, 16, 0, 0, (1, 2, 100, 100)), (2, 2, 70, 70, 16, 1, 0, (1, 2, 70, 70)),
+            (1, 2, 33, 80, 64, 0, 1, (1, 1, 33, 80)), (2, 1, 40, 90, 16, 0, 0, (2, 1, 1, 90))):
+        q, k, v, dy = f32(B, H, T, D), f32(B, H, Tk, D), f32(B, H, Tk, D), f32(B, H, T, D)
+        scale = np.array([rng.uniform(0.1, 1.0)], dtype=np.float32)
+        if u8:
+            m = (rng.uniform(size=ms) < 0.7).astype(np.float32)
+            if ms[0] > 1:
+                m[0] = 0                                       # batch 0's keys all padded
+            if ms[2] != 1:
+                m[..., 3, :] = 0                               # one query sees nothing
+            bias = torch.from_numpy(np.where(m != 0, 0.0, -np.inf).astype(np.float32))
+        else:
+            m = f32(*ms, lo=-2.0, hi=2.0)
+            if ms[2] > 1:
+                m[..., 5, :] = -np.inf                         # a row sees nothing
+            if ms[0] > 1:
+                m[0] = -np.inf                                 # nor does batch 0
+            m[..., :, 2] = -np.inf                             # a key nobody sees
+            bias = torch.from_numpy(m)
+        tq, tk, tv = t(q), t(k), t(v)
+        s = tq @ tk.transpose(-1, -2) * float(scale[0]) + bias
+        if causal:
+            s = s.masked_fill(torch.triu(torch.ones(T, T, dtype=torch.bool), 1), -np.inf)
+        dead = torch.isinf(s).all(-1, keepdim=True)
+        y = torch.where(dead, torch.zeros(()), F.softmax(s.masked_fill(dead, 0.0), dim=-1)) @ tv
+        dq, dk, dv = grads(y, dy, tq, tk, tv)
+        got = run(driver, tmp, "attention_opt", [B, H, T, Tk, D, causal, u8] + list(ms),
+                  [q, k, v, dy, m, scale], 4)
+        tag = "attention_opt T %d T' %d D %d%s %s mask %s " % (
+            T, Tk, D, " causal" if causal else "", "u8" if u8 else "f32", list(ms))
+        for name, g, want in zip(("y", "dq", "dk", "dv"), got, (y.detach(), dq, dk, dv)):
+            check(tag + name, g, want)
+
+
 def case_embedding(driver, tmp):
     n, V, D = 30, 7, 5
     ids = rng.integers(0, V, size=n).astype(np.int32)
@@ -481,8 +524,9 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         for case in cases + [case_linear, case_conv2d, case_pools,
                      case_layer_norm, case_batch_norm, case_softmax, case_losses,
-                     case_activations, case_attention, case_embedding,
-                     case_elementwise2, case_rms_norm, case_rope, case_cross_entropy2, case_select, case_extremum]:
+                     case_activations, case_attention, case_attention_opt, case_embedding,
+                     case_elementwise2, case_rms_norm, case_rope, case_cross_entropy2, case_select,
+                     case_extremum]:
             case(driver, tmp)
     if failures:
         print("\n%d comparisons failed" % len(failures))

@@ -26,6 +26,7 @@
 #      comparisons, where, masked_fill, detach, zeros / ones / full, u8
 #      masks next to f16 values; emu_split.mp:
 #      chunk, slice, concat, expand, arange, integer ids among them;
+#      emu_mask.mp (also under float32): attention's mask and scale;
 #      emu_flash.mp (also under float32): attention's tiled kernels past
 #      one tile, causal and not, cross attention, head sizes 16 and 64) on synthetic
 #      data with --no-shuffle: the logged loss of every step and the eval
@@ -103,7 +104,7 @@ start=$(date +%s)
         echo "emu_build examples/$n.mp ${n}_f32 --precision float32"
         echo "c_build examples/$n.mp ${n}_f32 --precision float32"
     done
-    for n in emu_columns emu_flash emu_mid; do
+    for n in emu_columns emu_flash emu_mid emu_mask; do
         echo "emu_build tests/cuda/$n.mp ${n}_f32 --precision float32"
         echo "c_build tests/cuda/$n.mp ${n}_f32 --precision float32"
     done
@@ -150,6 +151,11 @@ np.save(d + "/tgt77.npy", r.randint(0, 16, (16, 77)).astype(np.int32))
 y = r.randint(0, 16, (48, 8)).astype(np.int32)
 y[r.rand(48, 8) < 0.2] = -100                  # cross_entropy's ignore_index
 np.save(d + "/tgt16.npy", y)
+np.save(d + "/tok20.npy", r.randint(0, 16, (32, 20)).astype(np.int32))
+np.save(d + "/tgt20.npy", r.randint(0, 16, (32, 20)).astype(np.int32))
+pad = (np.arange(20)[None, :] < r.randint(1, 21, (32, 1))).astype(np.uint8)
+pad[5] = 0                                     # a sample of padding only
+np.save(d + "/pad20.npy", pad.reshape(32, 1, 1, 20))
 EOF
 data_of() {   # data_of NAME [--data|--eval]: the model's input files
     local o=${2:---data}
@@ -164,6 +170,7 @@ data_of() {   # data_of NAME [--data|--eval]: the model's input files
     emu_additions*) echo "$o tokens=$tmp/tok16.npy $o targets=$tmp/tgt16.npy" ;;
     emu_split*) echo "$o tokens=$tmp/tok.npy $o targets=$tmp/tgt.npy" ;;
     emu_flash*) echo "$o tokens=$tmp/tok77.npy $o targets=$tmp/tgt77.npy" ;;
+    emu_mask*) echo "$o tokens=$tmp/tok20.npy $o pad=$tmp/pad20.npy $o targets=$tmp/tgt20.npy" ;;
     esac
 }
 
@@ -199,6 +206,8 @@ curve emu_select 6 2e-3 MP_EMU=graph
 curve emu_split 6 2e-3 MP_EMU=graph
 curve emu_flash 6 2e-3 MP_EMU=graph
 curve emu_flash_f32 6 1e-4 MP_EMU=graph
+curve emu_mask 6 2e-3 MP_EMU=graph
+curve emu_mask_f32 6 1e-4 MP_EMU=graph
 for n in mnist_cnn_f32 char_transformer_f32; do curve "$n" 6 1e-4 MP_EMU=graph; done
 curve emu_columns_f32 4 1e-4 MP_EMU=graph
 curve emu_mid 4 2e-3 MP_EMU=graph

@@ -6,7 +6,10 @@
  * memory NaN until written), once more with one thread per block
  * (MP_EMU_SERIAL=1). Cases: causal and not, cross attention (T' above and
  * below T), T past one tile and a multiple of none, head sizes 16, 32, 64,
- * 128, f32 and f16 / bf16 storage with the probabilities and dS rounded.
+ * 128, f32 and f16 / bf16 storage with the probabilities and dS rounded;
+ * the options (MpAttnOpt): a scale, a u8 key-padding mask [B, 1, 1, T']
+ * (batch 0 all padded: rows that see no key), an f32 mask per head
+ * [1, H, T, T'] added to the scores (a row and a key at -inf).
  * y, dq, dk and dv must each be within tol * max |C's value| of the C
  * program's (tol 2e-5 in f32; 4e-3 in f16 / bf16: one rounding of the
  * stored result either way, 2^-11 and 2^-8 relative, differs).
@@ -21,6 +24,7 @@
 typedef struct Case {
     int64_t BH, T, Tk, D;
     int causal, dt;                /* dt: storage and compute type */
+    int opt;                       /* 0 none, 1 scale, 2 u8 key padding, 3 f32 per head (H 2) */
 } Case;
 
 static unsigned rng = 12345;
@@ -71,22 +75,51 @@ static double rel(const unsigned char *a, const unsigned char *b, int dt, int64_
     return most > 0 ? diff / most : diff;
 }
 
+/* The case's options (NULL: none), its mask in m (host) */
+static const MpAttnOpt *options(const Case &c, MpAttnOpt *o, std::vector<unsigned char> &m)
+{
+    const int64_t H = 2, B = c.BH / H;
+    *o = MpAttnOpt{1, 0.3f, NULL, MP_U8, H, {0, 0, 0, 0}};
+    if (c.opt == 2) {              /* [B, 1, 1, T']: every other key of batch 1 */
+        m.assign((size_t)(B * c.Tk), 0);
+        for (int64_t j = 0; j < c.Tk; j++)
+            m[(size_t)(c.Tk + j)] = j % 3 != 1;
+        *o = MpAttnOpt{0, 0.0f, NULL, MP_U8, H, {c.Tk, 0, 0, 1}};
+    } else if (c.opt == 3) {       /* [1, H, T, T'] f32 */
+        m.assign((size_t)(H * c.T * c.Tk) * 4, 0);
+        float *f = (float *)m.data();
+        for (int64_t i = 0; i < H * c.T * c.Tk; i++)
+            f[i] = i / c.Tk % c.T == 2 || i % c.Tk == 1 ? -INFINITY : rnd();
+        *o = MpAttnOpt{1, 0.5f, NULL, MP_F32, H, {0, c.T * c.Tk, c.Tk, 1}};
+    }
+    return c.opt ? o : NULL;
+}
+
 template <int DT>
 static int run(const Case &c)
 {
     int64_t nq = c.BH * c.T * c.D, nk = c.BH * c.Tk * c.D, ng = c.BH * (c.T + 2 * c.Tk) * c.D;
     std::vector<unsigned char> q = host(nq, DT), k = host(nk, DT), v = host(nk, DT), dy = host(nq, DT);
-    std::vector<unsigned char> y(q.size()), g((size_t)(ng * mp_cu_dt_size(DT)));
-    mp_k_attention(y.data(), DT, q.data(), DT, k.data(), DT, v.data(), DT, c.BH, c.T, c.Tk, c.D,
-                   c.causal, DT);
-    mp_k_attention_grad(g.data(), DT, dy.data(), DT, q.data(), DT, k.data(), DT, v.data(), DT, c.BH,
-                        c.T, c.Tk, c.D, c.causal, DT);
+    std::vector<unsigned char> y(q.size()), g((size_t)(ng * mp_cu_dt_size(DT))), m;
+    MpAttnOpt oh, od;
+    const MpAttnOpt *o = options(c, &oh, m);
+    if (o && !m.empty())
+        oh.mask = m.data();
+    mp_k_attention_opt(y.data(), DT, q.data(), DT, k.data(), DT, v.data(), DT, c.BH, c.T, c.Tk,
+                       c.D, c.causal, DT, o);
+    mp_k_attention_grad_opt(g.data(), DT, dy.data(), DT, q.data(), DT, k.data(), DT, v.data(), DT,
+                            c.BH, c.T, c.Tk, c.D, c.causal, DT, o);
+    od = oh;
+    if (o && !m.empty())
+        od.mask = to_dev(m);
     void *dq = to_dev(q), *dk = to_dev(k), *dv = to_dev(v), *ddy = to_dev(dy);
     void *dyo = to_dev(y), *dg = to_dev(g);   /* overwritten; the stand-in frees none */
     mp_cu_memset(dyo, (int64_t)y.size());
     mp_cu_memset(dg, (int64_t)g.size());
-    mp_cu_attention<DT, DT, DT, DT>(dyo, dq, dk, dv, c.BH, c.T, c.Tk, c.D, c.causal, DT);
-    mp_cu_attention_grad<DT, DT, DT, DT, DT>(dg, ddy, dq, dk, dv, c.BH, c.T, c.Tk, c.D, c.causal, DT);
+    mp_cu_attention<DT, DT, DT, DT>(dyo, dq, dk, dv, c.BH, c.T, c.Tk, c.D, c.causal, DT,
+                                    o ? &od : NULL);
+    mp_cu_attention_grad<DT, DT, DT, DT, DT>(dg, ddy, dq, dk, dv, c.BH, c.T, c.Tk, c.D, c.causal, DT,
+                                             o ? &od : NULL);
     std::vector<unsigned char> yc = to_host(dyo, y.size()), gc = to_host(dg, g.size());
     int64_t sg = (c.T + 2 * c.Tk) * c.D;
     double e[4] = {rel(y.data(), yc.data(), DT, 0, c.T * c.D, c.T * c.D, c.BH),
@@ -97,9 +130,11 @@ static int run(const Case &c)
     for (double x : e)
         worst = x > worst ? x : worst;
     int ok = worst <= tol;
-    printf("%s BH %lld T %lld T' %lld D %lld %s %s%s: y %.1e dq %.1e dk %.1e dv %.1e (tol %.0e)\n",
+    static const char *const opts[] = {"", " scale", " u8 key padding", " f32 mask"};
+    printf("%s BH %lld T %lld T' %lld D %lld %s %s%s%s: y %.1e dq %.1e dk %.1e dv %.1e (tol %.0e)\n",
            ok ? "ok  " : "FAIL", (long long)c.BH, (long long)c.T, (long long)c.Tk, (long long)c.D,
            c.causal ? "causal" : "full", DT == MP_F32 ? "f32" : DT == MP_F16 ? "f16" : "bf16",
+           opts[c.opt],
            mp_emu_serial() ? " (one thread per block)" : "", e[0], e[1], e[2], e[3], tol);
     return ok;
 }
@@ -119,11 +154,14 @@ int main(void)
         {2, 77, 77, 16, 1, MP_F32},  {2, 77, 77, 16, 1, MP_F16},  {2, 45, 77, 64, 0, MP_F32},
         {2, 77, 45, 64, 0, MP_F16},  {1, 70, 70, 32, 0, MP_BF16}, {1, 37, 37, 128, 1, MP_F32},
         {1, 37, 37, 128, 1, MP_BF16}, {2, 64, 64, 64, 1, MP_F16},  {1, 1, 5, 16, 0, MP_F32},
+        {2, 77, 77, 16, 1, MP_F32, 1}, {4, 77, 77, 16, 1, MP_F32, 2}, {4, 45, 77, 64, 0, MP_F16, 2},
+        {2, 77, 77, 16, 1, MP_F32, 3}, {2, 70, 45, 32, 0, MP_BF16, 3},
     };
     int fails = 0;
     for (const Case &c : cases)
         fails += !run_case(c);
     setenv("MP_EMU_SERIAL", "1", 1);
     fails += !run_case(cases[3]);
+    fails += !run_case(cases[10]);
     return fails ? 1 : 0;
 }
