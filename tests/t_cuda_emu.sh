@@ -42,8 +42,10 @@
 #      figure --dry-run prints) equals the run's one allocation;
 #   6. a graceful first run, each fallback injected (MP_EMU_FAIL): a failed
 #      capture and cuBLAS NOT_SUPPORTED give one note and the C program's
-#      curve; a too-old driver one clear line; a kernel fault names its op
-#      and model line under MP_CUDA_SYNC=1, and points at it without;
+#      curve; a too-old driver one clear line; a kernel's or a product's
+#      fault (eager or in a replayed graph) names the kernel, its op and
+#      model line under MP_CUDA_SYNC=1, and without it blames no kernel
+#      ("an earlier kernel failed") and points at MP_CUDA_SYNC=1;
 #   7. the stand-in's own checks (threads as fibers, permuted items, device
 #      memory closed to host code, queued streams, capture refusals) each
 #      catch a mutant that passes the old way (tests/cuda/emu_mutants.cu),
@@ -379,10 +381,23 @@ if [ -x "$tmp/mnist_mlp.emu" ]; then
     }
     fails_with "error: the NVIDIA driver is too old for this program: it runs CUDA 12.2, the program was built with CUDA 13.0" MP_EMU_FAIL=driver
     fails_with "error: no CUDA device: no NVIDIA driver is loaded" MP_EMU_FAIL=nodriver
-    fails_with "^error: CUDA: kernel 'cross_entropy' of op cross_entropy at mnist_mlp.mp:[0-9]+ .*: an illegal memory access" \
-        MP_EMU_FAIL=kernel:cross_entropy MP_CUDA_SYNC=1
-    fails_with "^error: CUDA: the GPU: an illegal memory access was encountered \\(run with MP_CUDA_SYNC=1" \
+    # a kernel's fault shows at a later call (the stand-in: the next one that
+    # queues work): blamed on no kernel, the hint instead; MP_CUDA_SYNC=1
+    # names the kernel or product that failed, its op and line
+    hint="\\(rerun with MP_CUDA_SYNC=1 to name the kernel, the op and its source line\\)$"
+    fails_with "^error: CUDA: an earlier kernel failed: an illegal memory access was encountered $hint" \
         MP_EMU_FAIL=kernel:cross_entropy
+    fails_with "^error: CUDA: kernel 'cross_entropy' of op cross_entropy at mnist_mlp.mp:12 .*: an illegal memory access" \
+        MP_EMU_FAIL=kernel:cross_entropy MP_CUDA_SYNC=1
+    fails_with "^error: CUDA: an earlier kernel failed: an illegal memory access was encountered $hint" \
+        MP_EMU_FAIL=kernel:cublasGemmEx
+    fails_with "^error: CUDA: product 'cublasGemmEx' of op linear at mnist_mlp.mp:10: an illegal memory access" \
+        MP_EMU_FAIL=kernel:cublasGemmEx MP_CUDA_SYNC=1
+    # in a step replayed from its graph (the second run), a launch failure
+    fails_with "^error: CUDA: an earlier kernel failed: unspecified launch failure $hint" \
+        MP_EMU_FAIL=kernel:cross_entropy:launch MP_EMU_FAIL_AT=2
+    fails_with "^error: CUDA: kernel 'cross_entropy' of op cross_entropy at mnist_mlp.mp:12 .*: unspecified launch failure" \
+        MP_EMU_FAIL=kernel:cross_entropy:launch MP_EMU_FAIL_AT=2 MP_CUDA_SYNC=1
 fi
 # the program's header builds for the GPU at hand (-arch=native; a fixed
 # -arch=sm_90 gives "no kernel image" on A100 and RTX cards) and says that
