@@ -710,32 +710,60 @@ typedef struct MpCuTeam {
 
 /* ---- the three kernel shapes ------------------------------------------------ */
 
-#ifndef MP_CU_EMU
+/* Launch bounds: every kernel is compiled for the most threads a block it
+ * is launched with has (__launch_bounds__, its template argument NT, so
+ * that it shows in the kernel's name in ptxas's report: tests/t_cuda_build.sh
+ * checks registers x NT against an SM's 64K registers there). `each`: 256;
+ * `one`: 1; `rows`: MP_CU_ROWS_MOST, or the functor's own `static constexpr
+ * int most` (the column and middle-axis kernels, MP_CU_COL_MOST). Without
+ * it ptxas may use more registers than a block of more threads can have,
+ * and that launch fails (a -G build's 72 registers at 1024 threads). */
+#define MP_CU_EACH_THREADS 256
+#define MP_CU_ROWS_MOST 256
+#define MP_CU_COL_MOST 1024
+
+template <class F, class = void> struct MpCuMost { static constexpr int n = MP_CU_ROWS_MOST; };
+template <class F> struct MpCuMost<F, decltype((void)F::most)> { static constexpr int n = F::most; };
+
+/* A rows block of `threads` must fit its kernel's bound: a launch past it
+ * is the runtime's bug, stopped here (in the stand-in too). */
 template <class F>
-static __global__ void mp_cu_k_each(int64_t n, F f)
+static inline void mp_cu_rows_fit(const char *name, int threads)
+{
+    if (threads >= 32 && threads % 32 == 0 && threads <= MpCuMost<F>::n)
+        return;
+    fprintf(stderr, "error: CUDA: kernel '%s': a block of %d threads, built for at most %d "
+            "(a bug in the CUDA runtime: mp_cuda.h)\n", name, threads, MpCuMost<F>::n);
+    exit(1);
+}
+
+#ifndef MP_CU_EMU
+template <int NT, class F>
+static __global__ void __launch_bounds__(NT) mp_cu_k_each(int64_t n, F f)
 {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x)
         f(i);
 }
 
-template <class F>
-static __global__ void mp_cu_k_rows(int64_t rows, F f)
+template <int NT, class F>
+static __global__ void __launch_bounds__(NT) mp_cu_k_rows(int64_t rows, F f)
 {
     MpCuTeam t = {(int)threadIdx.x, (int)blockDim.x};
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x)
         f(r, t);
 }
 
-template <class F>
-static __global__ void mp_cu_k_one(F f) { f(); }
+template <int NT, class F>
+static __global__ void __launch_bounds__(NT) mp_cu_k_one(F f) { f(); }
 
 template <class F>
 static inline void mp_cu_each(const char *name, int64_t n, F f)
 {
     if (mp_cu.measure || n <= 0)
         return;
-    mp_cu_k_each<F><<<mp_cu_blocks(n, 256), 256, 0, mp_cu.st>>>(n, f);
+    mp_cu_k_each<MP_CU_EACH_THREADS, F><<<mp_cu_blocks(n, MP_CU_EACH_THREADS), MP_CU_EACH_THREADS,
+                                          0, mp_cu.st>>>(n, f);
     mp_cu_launched(name);
 }
 
@@ -744,7 +772,8 @@ static inline void mp_cu_rows(const char *name, int64_t rows, int threads, F f)
 {
     if (mp_cu.measure || rows <= 0)
         return;
-    mp_cu_k_rows<F><<<mp_cu_blocks(rows, 1), threads, 0, mp_cu.st>>>(rows, f);
+    mp_cu_rows_fit<F>(name, threads);
+    mp_cu_k_rows<MpCuMost<F>::n, F><<<mp_cu_blocks(rows, 1), threads, 0, mp_cu.st>>>(rows, f);
     mp_cu_launched(name);
 }
 
@@ -753,7 +782,7 @@ static inline void mp_cu_one(const char *name, F f)
 {
     if (mp_cu.measure)
         return;
-    mp_cu_k_one<F><<<1, 1, 0, mp_cu.st>>>(f);
+    mp_cu_k_one<1, F><<<1, 1, 0, mp_cu.st>>>(f);
     mp_cu_launched(name);
 }
 #else
@@ -779,6 +808,7 @@ static inline void mp_cu_rows(const char *name, int64_t rows, int threads, F f)
 {
     if (mp_cu.measure || rows <= 0)
         return;
+    mp_cu_rows_fit<F>(name, threads);
     int nb = mp_cu_blocks(rows, 1);
     mp_cu_emu_run(mp_cu.st, name, [=]() {
         mp_emu_rows(name, nb, threads, [&](int b, int tid, int nt, MpEmuBlock *blk) {
