@@ -418,6 +418,15 @@ else
     bad "README.md's troubleshooting does not say to run MP_CUDA_SYNC=1 compute-sanitizer"
 fi
 
+# one exp: the CUDA kernels' sums of exp (softmax, cross-entropy, attention)
+# take the C program's mp_expf_p, as the values they normalise do, never
+# CUDA's expf (a row whose exps and their sum differ in the last bits)
+if grep -nE '(^|[^_a-z])(__)?expf *\(' runtime/mp_cuda*.h >"$tmp/expf"; then
+    bad "CUDA's expf in the CUDA runtime (use mp_expf_p, the C program's):"; cat "$tmp/expf"
+else
+    echo "ok   one exp: the CUDA kernels use mp_expf_p, as the C program"
+fi
+
 # ---- 7. the stand-in's checking modes catch their bug classes ---------------------
 # tests/cuda/emu_mutants.cu: a mutant per mode, passing the old way, caught now
 if "$CXX" -std=c++17 -O1 -x c++ -DMP_CU_EMU -include tests/cuda/mp_cuda_emu.h -Iruntime \
