@@ -95,8 +95,10 @@ static CostDevice cpu_device(void)
         mhz = 3000;                /* no clock in /proc/cpuinfo: 3 GHz */
     double peak = (double)cores * mhz * 1e6 * lanes * 2 * 2;
     double bw = (double)cores * 10 * GBS;
-    CostDevice d = {"cpu", "this machine's CPU", peak, peak, peak, peak, peak,
-                    bw < 100 * GBS ? bw : 100 * GBS, 1 * US};
+    static char name[96];
+    snprintf(name, sizeof name, "this machine's CPU: %ld cores at %.2f GHz, %d f32 lanes", cores,
+             mhz / 1e3, lanes);
+    CostDevice d = {"cpu", name, peak, peak, peak, peak, peak, bw < 100 * GBS ? bw : 100 * GBS, 1 * US};
     return d;
 }
 
@@ -404,9 +406,9 @@ static void dump_json(FILE *out, const IrGraph *g, const CostDevice *dev, const 
 static void dump_text(FILE *out, const IrGraph *g, const CostDevice *dev, const Step *s)
 {
     fprintf(out, "cost of one step of model '%s' on %s (%s): peak %.4g TFLOP/s f32, %.4g f16, "
-            "%.4g bf16 (Tensor Cores, dense); %.4g GB/s; %.3g us a launch\n", g->model, dev->key,
-            dev->name, dev->f32 / T_, dev->f16 / T_, dev->bf16 / T_, dev->bandwidth / GBS,
-            dev->launch / US);
+            "%.4g bf16%s; %.4g GB/s; %.3g us a launch\n", g->model, dev->key, dev->name,
+            dev->f32 / T_, dev->f16 / T_, dev->bf16 / T_,
+            dev->f16 != dev->f32 ? " (Tensor Cores, dense)" : "", dev->bandwidth / GBS, dev->launch / US);
     fprintf(out, "one step: %lld micro-batch(es) of %lld samples; roofline per op: max(FLOPs / "
             "peak of its compute type, bytes / bandwidth) + launches\n\n",
             (long long)(g->train.accumulate > 0 ? g->train.accumulate : 1), (long long)g->batch);

@@ -228,6 +228,16 @@ static inline void mp_cu_earlier(cudaError_t rc)
     exit(1);
 }
 
+/* A library call (cuBLAS, NCCL) failed: because an earlier kernel did, if
+ * CUDA holds a sticky error (the library's own status says only that it
+ * could not launch). */
+static inline void mp_cu_lib_failed(void)
+{
+    cudaError_t rc = cudaGetLastError();
+    if (mp_cu_sticky(rc))
+        mp_cu_earlier(rc);
+}
+
 static inline void mp_cu_ok(cudaError_t rc, const char *what)
 {
     if (mp_cu_sticky(rc))
@@ -853,11 +863,8 @@ struct MpCuGemmF {
 static inline void mp_cu_blas_ok(MpBlasStatus s, const char *what)
 {
     const char *why = mp_cu.blas.status_string ? mp_cu.blas.status_string(s) : "failed";
-    if (s != MP_BLAS_STATUS_SUCCESS) {     /* cuBLAS fails after an earlier kernel's fault */
-        cudaError_t rc = cudaGetLastError();
-        if (mp_cu_sticky(rc))
-            mp_cu_earlier(rc);
-    }
+    if (s != MP_BLAS_STATUS_SUCCESS)
+        mp_cu_lib_failed();
     if (s != MP_BLAS_STATUS_SUCCESS && !mp_cu_captured_err(what, why))
         mp_cu_die(what, why);
 }

@@ -292,6 +292,8 @@ static inline void mp_cu_nccl_sum(void *buf, int64_t n, int type)
     if (!mp_cu.comm || mp_cu.measure)
         return;
     int rc = mp_cu.nccl.all_reduce(buf, buf, (size_t)n, type, MP_NCCL_SUM, mp_cu.comm, mp_cu.st);
+    if (rc != MP_NCCL_SUCCESS)
+        mp_cu_lib_failed();
     if (rc != MP_NCCL_SUCCESS && !mp_cu_captured_err("ncclAllReduce", mp_cu.nccl.error_string(rc)))
         mp_cu_die("ncclAllReduce", mp_cu.nccl.error_string(rc));
 }
