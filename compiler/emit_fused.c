@@ -370,6 +370,7 @@ void emit_fused_cuda(Emit *e, const IrNode *n, EmitAfterFn *after)
         prepare_functors(e);
     Group gr = group_of(e, n, true);
     if (gr.head) {              /* cuBLAS writes the product; the group runs after it */
+        em(e, "    mp_cu_at(\"%s\", %s);\n", op_info[gr.head->op].name, emit_where_arg(e, gr.head));
         (gr.head->op == OP_LINEAR ? emit_cuda_LINEAR : emit_cuda_MATMUL)(e, gr.head);
         after(e, gr.head);
     }

@@ -1,7 +1,8 @@
 /* main.c - mpcc's command line (TRAINER.md "mpcc's command line").
  *
  *   mpcc MODEL.mp [-o FILE] [--target cuda|c] [--precision POLICY]
- *                 [--dump-plan[=text|json|dot]] [--fuse | --no-fuse] [--no-loop]
+ *                 [--dump-plan[=text|json|dot|cost|cost-json]] [--gpu NAME]
+ *                 [--fuse | --no-fuse] [--no-loop]
  *                 [--version] [--help]
  *
  * Runs the phases of docs/DESIGN.md in order and stops after the first
@@ -13,6 +14,7 @@
 #include "autodiff.h"
 #include "diag.h"
 #include "emit.h"
+#include "cost.h"
 #include "fuse.h"
 #include "plan.h"
 #include "prec.h"
@@ -36,7 +38,11 @@ static const char usage[] =
     "  --precision POLICY      float32, mixed_float16 or mixed_bfloat16 (overrides the\n"
     "                          train block)\n"
     "  --dump-plan[=FORMAT]    print the precision plan: text (default), json or dot;\n"
+    "                          cost or cost-json: each op's FLOPs, bytes and roofline\n"
+    "                          time on the --gpu device, the step's time and MFU;\n"
     "                          no program is written unless -o is given too\n"
+    "  --gpu NAME              the device of --dump-plan=cost: h100, h200, a100, l4, or\n"
+    "                          cpu (this machine)\n"
     "  --no-loop               write every copy of a repeat out in full, instead of\n"
     "                          one function per body called in a loop (for tests)\n"
     "  --fuse, --no-fuse       fuse chains of elementwise ops into one pass over memory\n"
@@ -55,6 +61,8 @@ typedef struct Options {
     bool dump_ast;              /* hidden developer flag: print the tree, stop */
     bool no_loop;               /* --no-loop: repeat copies written out in full */
     PlanFormat fmt;
+    int cost;                   /* --dump-plan=cost 1, cost-json 2 */
+    const char *gpu;            /* --gpu */
     int policy;                 /* -1: the train block decides */
 } Options;
 
@@ -84,7 +92,8 @@ static int parse_args(int argc, char **argv, Options *o)
         } else if (strcmp(a, "--version") == 0) {
             printf("mpcc %s\n", MPCC_VERSION);
             return EXIT_OK;
-        } else if (strcmp(a, "-o") == 0 || strcmp(a, "--target") == 0 || strcmp(a, "--precision") == 0) {
+        } else if (strcmp(a, "-o") == 0 || strcmp(a, "--target") == 0 || strcmp(a, "--precision") == 0
+                   || strcmp(a, "--gpu") == 0) {
             if (i + 1 >= argc) {
                 diag_usage("%s needs a value", a);
                 return EXIT_USAGE;
@@ -92,6 +101,8 @@ static int parse_args(int argc, char **argv, Options *o)
             val = argv[++i];
             if (a[1] == 'o')
                 o->output = val;
+            else if (strcmp(a, "--gpu") == 0)
+                o->gpu = val;
             else if (strcmp(a, "--target") == 0) {
                 if (strcmp(val, "c") == 0)
                     o->target_c = true;
@@ -105,6 +116,7 @@ static int parse_args(int argc, char **argv, Options *o)
                 return EXIT_USAGE;
         } else if (strncmp(a, "--dump-plan", 11) == 0 && (a[11] == 0 || a[11] == '=')) {
             o->dump = true;
+            o->cost = 0;
             const char *f = a[11] ? a + 12 : "text";
             if (strcmp(f, "text") == 0)
                 o->fmt = PLAN_TEXT;
@@ -112,8 +124,10 @@ static int parse_args(int argc, char **argv, Options *o)
                 o->fmt = PLAN_JSON;
             else if (strcmp(f, "dot") == 0)
                 o->fmt = PLAN_DOT;
+            else if (strcmp(f, "cost") == 0 || strcmp(f, "cost-json") == 0)
+                o->cost = f[4] ? 2 : 1;
             else {
-                diag_usage("unknown plan format '%s', expected text, json or dot", f);
+                diag_usage("unknown plan format '%s', expected text, json, dot, cost or cost-json", f);
                 return EXIT_USAGE;
             }
         } else if (strcmp(a, "--fuse") == 0 || strcmp(a, "--no-fuse") == 0) {
@@ -133,6 +147,19 @@ static int parse_args(int argc, char **argv, Options *o)
     }
     if (!o->input) {
         diag_usage("no model file given (see mpcc --help)");
+        return EXIT_USAGE;
+    }
+    if (o->cost && !o->gpu) {
+        diag_usage("--dump-plan=%s needs --gpu NAME (%s)", o->cost == 2 ? "cost-json" : "cost",
+                   cost_device_keys());
+        return EXIT_USAGE;
+    }
+    if (o->gpu && !o->cost) {
+        diag_usage("--gpu only applies to --dump-plan=cost or --dump-plan=cost-json");
+        return EXIT_USAGE;
+    }
+    if (o->gpu && !cost_device(o->gpu)) {
+        diag_usage("unknown device '%s' for --gpu, expected %s", o->gpu, cost_device_keys());
         return EXIT_USAGE;
     }
     return -1;
@@ -197,7 +224,9 @@ int main(int argc, char **argv)
     if (o.fuse)
         fuse_graph(g);
 
-    if (o.dump)
+    if (o.dump && o.cost)
+        cost_dump(stdout, g, cost_device(o.gpu), o.cost == 2);
+    else if (o.dump)
         plan_dump(stdout, g, o.fmt);
     if (!o.dump || o.output) {
         if (!o.output)

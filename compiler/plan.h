@@ -10,4 +10,7 @@ typedef enum { PLAN_TEXT, PLAN_JSON, PLAN_DOT } PlanFormat;
 
 void plan_dump(FILE *out, const IrGraph *g, PlanFormat fmt);
 
+/* s as a JSON string (null for NULL), escaped; for cost.c's json too. */
+void plan_json_string(FILE *out, const char *s);
+
 #endif

@@ -35,7 +35,10 @@
  * launched and the launchers only note the workspace they need (mp_cu_ws).
  *
  * Errors: a CUDA or cuBLAS failure is one line on stderr and exit status 1
- * (as the C runtime's out-of-memory in kernels): the program cannot go on. */
+ * (as the C runtime's out-of-memory in kernels): the program cannot go on.
+ * A kernel's fault shows at whichever call comes after it: reported as an
+ * earlier kernel's (mp_cu_earlier) unless MP_CUDA_SYNC=1 waits after every
+ * launch and product, which names the kernel, the op and its line. */
 #ifndef MP_CUDA_H
 #define MP_CUDA_H
 
@@ -189,8 +192,56 @@ static inline int mp_cu_captured_err(const char *what, const char *why)
     return 1;
 }
 
+/* The GPU's own execution errors (a kernel's fault): sticky, so every CUDA
+ * call after the fault returns them, and the call that sees one is not the
+ * one that failed. */
+static inline int mp_cu_sticky(cudaError_t rc)
+{
+    switch ((int)rc) {
+    case 214:                      /* cudaErrorECCUncorrectable */
+    case 700:                      /* cudaErrorIllegalAddress */
+    case 702:                      /* cudaErrorLaunchTimeout */
+    case 710:                      /* cudaErrorAssert */
+    case 714: case 715: case 716: case 717: case 718:   /* stack, instruction, alignment, ... */
+    case 719:                      /* cudaErrorLaunchFailure */
+    case 721:                      /* cudaErrorTensorMemoryLeak */
+    case 911:                      /* cudaErrorExternalDevice */
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+/* A sticky error seen by a later call: an earlier kernel (or product)
+ * failed, which one only MP_CUDA_SYNC=1 can tell (a wait after every
+ * launch and product: the fault then shows at its own). Never survived,
+ * not even while capturing. */
+static inline void mp_cu_earlier(cudaError_t rc)
+{
+    if (mp_cu.sync)                /* waited for every kernel: a copy or NCCL's work */
+        fprintf(stderr, "error: CUDA: earlier work on the GPU failed: %s (the last op launched: "
+                "%s at %s)\n", cudaGetErrorString(rc), mp_cu.op ? mp_cu.op : "none",
+                mp_cu.where ? mp_cu.where : "?");
+    else
+        fprintf(stderr, "error: CUDA: an earlier kernel failed: %s (rerun with MP_CUDA_SYNC=1 to "
+                "name the kernel, the op and its source line)\n", cudaGetErrorString(rc));
+    exit(1);
+}
+
+/* A library call (cuBLAS, NCCL) failed: because an earlier kernel did, if
+ * CUDA holds a sticky error (the library's own status says only that it
+ * could not launch). */
+static inline void mp_cu_lib_failed(void)
+{
+    cudaError_t rc = cudaGetLastError();
+    if (mp_cu_sticky(rc))
+        mp_cu_earlier(rc);
+}
+
 static inline void mp_cu_ok(cudaError_t rc, const char *what)
 {
+    if (mp_cu_sticky(rc))
+        mp_cu_earlier(rc);
     if (rc != cudaSuccess && !mp_cu_captured_err(what, cudaGetErrorString(rc)))
         mp_cu_die(what, cudaGetErrorString(rc));
 }
@@ -203,21 +254,31 @@ static inline void mp_cu_at(const char *op, const char *where)
     mp_cu.where = where;
 }
 
-/* After a launch: a launch error, or with MP_CUDA_SYNC=1 the kernel's own
- * fault, named with the model's op and line. */
-static inline void mp_cu_launched(const char *name)
+/* Work of the model's op just queued (`what` 'name': kernel or product):
+ * with MP_CUDA_SYNC=1 waited for, so that its own fault is named with the
+ * op and line; rc, an error of its launch, is named the same way. A sticky
+ * error from before (rc, or MP_CUDA_SYNC=1's wait when rc was already that)
+ * is an earlier kernel's, not this one's: mp_cu_earlier. */
+static inline void mp_cu_queued(const char *what, const char *name, cudaError_t rc)
 {
-    cudaError_t rc = cudaGetLastError();
+    if (mp_cu_sticky(rc))
+        mp_cu_earlier(rc);
     if (rc == cudaSuccess && mp_cu.sync && !mp_cu.capturing)
         rc = cudaStreamSynchronize(mp_cu.st);
-    if (rc == cudaSuccess || mp_cu_captured_err(name, cudaGetErrorString(rc)))
+    if (rc == cudaSuccess || (!mp_cu_sticky(rc) && mp_cu_captured_err(name, cudaGetErrorString(rc))))
         return;
     if (mp_cu.op) {
-        fprintf(stderr, "error: CUDA: kernel '%s' of op %s at %s: %s\n", name, mp_cu.op,
+        fprintf(stderr, "error: CUDA: %s '%s' of op %s at %s: %s\n", what, name, mp_cu.op,
                 mp_cu.where ? mp_cu.where : "?", cudaGetErrorString(rc));
         exit(1);
     }
     mp_cu_die(name, cudaGetErrorString(rc));
+}
+
+/* After a kernel's launch: its launch error, its fault (MP_CUDA_SYNC=1). */
+static inline void mp_cu_launched(const char *name)
+{
+    mp_cu_queued("kernel", name, cudaGetLastError());
 }
 
 /* Blocks for a grid-stride loop over n items. */
@@ -659,32 +720,60 @@ typedef struct MpCuTeam {
 
 /* ---- the three kernel shapes ------------------------------------------------ */
 
-#ifndef MP_CU_EMU
+/* Launch bounds: every kernel is compiled for the most threads a block it
+ * is launched with has (__launch_bounds__, its template argument NT, so
+ * that it shows in the kernel's name in ptxas's report: tests/t_cuda_build.sh
+ * checks registers x NT against an SM's 64K registers there). `each`: 256;
+ * `one`: 1; `rows`: MP_CU_ROWS_MOST, or the functor's own `static constexpr
+ * int most` (the column and middle-axis kernels, MP_CU_COL_MOST). Without
+ * it ptxas may use more registers than a block of more threads can have,
+ * and that launch fails (a -G build's 72 registers at 1024 threads). */
+#define MP_CU_EACH_THREADS 256
+#define MP_CU_ROWS_MOST 256
+#define MP_CU_COL_MOST 1024
+
+template <class F, class = void> struct MpCuMost { static constexpr int n = MP_CU_ROWS_MOST; };
+template <class F> struct MpCuMost<F, decltype((void)F::most)> { static constexpr int n = F::most; };
+
+/* A rows block of `threads` must fit its kernel's bound: a launch past it
+ * is the runtime's bug, stopped here (in the stand-in too). */
 template <class F>
-static __global__ void mp_cu_k_each(int64_t n, F f)
+static inline void mp_cu_rows_fit(const char *name, int threads)
+{
+    if (threads >= 32 && threads % 32 == 0 && threads <= MpCuMost<F>::n)
+        return;
+    fprintf(stderr, "error: CUDA: kernel '%s': a block of %d threads, built for at most %d "
+            "(a bug in the CUDA runtime: mp_cuda.h)\n", name, threads, MpCuMost<F>::n);
+    exit(1);
+}
+
+#ifndef MP_CU_EMU
+template <int NT, class F>
+static __global__ void __launch_bounds__(NT) mp_cu_k_each(int64_t n, F f)
 {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x)
         f(i);
 }
 
-template <class F>
-static __global__ void mp_cu_k_rows(int64_t rows, F f)
+template <int NT, class F>
+static __global__ void __launch_bounds__(NT) mp_cu_k_rows(int64_t rows, F f)
 {
     MpCuTeam t = {(int)threadIdx.x, (int)blockDim.x};
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x)
         f(r, t);
 }
 
-template <class F>
-static __global__ void mp_cu_k_one(F f) { f(); }
+template <int NT, class F>
+static __global__ void __launch_bounds__(NT) mp_cu_k_one(F f) { f(); }
 
 template <class F>
 static inline void mp_cu_each(const char *name, int64_t n, F f)
 {
     if (mp_cu.measure || n <= 0)
         return;
-    mp_cu_k_each<F><<<mp_cu_blocks(n, 256), 256, 0, mp_cu.st>>>(n, f);
+    mp_cu_k_each<MP_CU_EACH_THREADS, F><<<mp_cu_blocks(n, MP_CU_EACH_THREADS), MP_CU_EACH_THREADS,
+                                          0, mp_cu.st>>>(n, f);
     mp_cu_launched(name);
 }
 
@@ -693,7 +782,8 @@ static inline void mp_cu_rows(const char *name, int64_t rows, int threads, F f)
 {
     if (mp_cu.measure || rows <= 0)
         return;
-    mp_cu_k_rows<F><<<mp_cu_blocks(rows, 1), threads, 0, mp_cu.st>>>(rows, f);
+    mp_cu_rows_fit<F>(name, threads);
+    mp_cu_k_rows<MpCuMost<F>::n, F><<<mp_cu_blocks(rows, 1), threads, 0, mp_cu.st>>>(rows, f);
     mp_cu_launched(name);
 }
 
@@ -702,7 +792,7 @@ static inline void mp_cu_one(const char *name, F f)
 {
     if (mp_cu.measure)
         return;
-    mp_cu_k_one<F><<<1, 1, 0, mp_cu.st>>>(f);
+    mp_cu_k_one<1, F><<<1, 1, 0, mp_cu.st>>>(f);
     mp_cu_launched(name);
 }
 #else
@@ -728,6 +818,7 @@ static inline void mp_cu_rows(const char *name, int64_t rows, int threads, F f)
 {
     if (mp_cu.measure || rows <= 0)
         return;
+    mp_cu_rows_fit<F>(name, threads);
     int nb = mp_cu_blocks(rows, 1);
     mp_cu_emu_run(mp_cu.st, name, [=]() {
         mp_emu_rows(name, nb, threads, [&](int b, int tid, int nt, MpEmuBlock *blk) {
@@ -772,6 +863,8 @@ struct MpCuGemmF {
 static inline void mp_cu_blas_ok(MpBlasStatus s, const char *what)
 {
     const char *why = mp_cu.blas.status_string ? mp_cu.blas.status_string(s) : "failed";
+    if (s != MP_BLAS_STATUS_SUCCESS)
+        mp_cu_lib_failed();
     if (s != MP_BLAS_STATUS_SUCCESS && !mp_cu_captured_err(what, why))
         mp_cu_die(what, why);
 }
@@ -811,7 +904,8 @@ static inline MpBlasStatus mp_cu_blas_gemm(const MpBlasArgs *a, float alpha, flo
         return 13;                 /* CUBLAS_STATUS_EXECUTION_FAILED */
     set_up = 1;
     MpBlasArgs c = *a;
-    mp_cu_emu_run(mp_cu.st, "gemm", [=]() { mp_cu_emu_gemm(&c, alpha, beta); });
+    mp_cu_emu_run(mp_cu.st, a->batch == 1 ? "cublasGemmEx" : "cublasGemmStridedBatchedEx",
+                  [=]() { mp_cu_emu_gemm(&c, alpha, beta); });
     return MP_BLAS_STATUS_SUCCESS;
 #else
     if (a->batch == 1)
@@ -835,10 +929,14 @@ static inline void mp_cu_gemm(const MpCuGemm *g)
     if (!mp_cu.blas_off && mp_blas_can(g)) {
         MpBlasArgs a = mp_blas_args(g);
         MpBlasStatus s = mp_cu_blas_gemm(&a, g->alpha, g->beta);
-        if (s == MP_BLAS_STATUS_SUCCESS)
+        const char *fn = a.batch == 1 ? "cublasGemmEx" : "cublasGemmStridedBatchedEx";
+        if (s == MP_BLAS_STATUS_SUCCESS) {
+            if (mp_cu.sync)        /* its kernels' fault named here, not at the next launch */
+                mp_cu_queued("product", fn, cudaSuccess);
             return;
+        }
         if (s != MP_BLAS_STATUS_NOT_SUPPORTED && s != MP_BLAS_STATUS_ARCH_MISMATCH) {
-            mp_cu_blas_ok(s, a.batch == 1 ? "cublasGemmEx" : "cublasGemmStridedBatchedEx");
+            mp_cu_blas_ok(s, fn);
             return;
         }
         fprintf(stderr, "note: cuBLAS cannot run this program's products on this GPU (%s); the "

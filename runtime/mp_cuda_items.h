@@ -375,13 +375,15 @@ static inline MP_HD float mp_cu_row_max(const void *x, int xdt, int64_t off, int
     return m;
 }
 
-/* This thread's share of the row's sum of exp(x - m), compensated. */
+/* This thread's share of the row's sum of exp(x - m), compensated; exp is
+ * the C program's (mp_expf_p, as mp_vexp), the one the values it normalises
+ * are taken with, so that they sum to 1 as there (not CUDA's expf). */
 static inline MP_HD MpAcc mp_cu_sumexp_part(const void *x, int xdt, int64_t off, int64_t len,
                                             int64_t stride, float m, int tid, int nt)
 {
     MpAcc s = mp_acc_zero();
     for (int64_t l = tid; l < len; l += nt)
-        mp_acc_add(&s, expf(mp_cu_ld(x, xdt, off + l * stride) - m));
+        mp_acc_add(&s, mp_expf_p(mp_cu_ld(x, xdt, off + l * stride) - m));
     return s;
 }
 
@@ -933,21 +935,21 @@ static inline MP_HD void mp_cu_att_online(float *m, MpAcc *l, const float *s, in
     for (int64_t j = 0; j < n; j++)
         tm = s[j] > tm ? s[j] : tm;
     if (tm > *m) {                 /* the sum so far in units of the new max */
-        float f = expf(*m - tm);
+        float f = mp_expf_p(*m - tm);
         l->s *= f;
         l->c *= f;
         *m = tm;
     }
     for (int64_t j = 0; j < n; j++)
         if (s[j] != -INFINITY)  /* NaN included: it spreads, as in the C program */
-            mp_acc_add(l, expf(s[j] - tm));
+            mp_acc_add(l, mp_expf_p(s[j] - tm));
 }
 
 /* P = exp(s - m) / l in f32 (inv = 1 / l), 0 for a masked key: the
  * normalised probability, before any rounding (as mp_row_softmax). */
 static inline MP_HD float mp_cu_att_p(float s, float m, float inv)
 {
-    return s != -INFINITY ? expf(s - m) * inv : 0.0f;
+    return s != -INFINITY ? mp_expf_p(s - m) * inv : 0.0f;
 }
 
 /* dS = P (dP - rowsum(dP P)) scale rounded to the product type (as

@@ -387,11 +387,12 @@ static inline MpCuChan mp_cu_chan(int64_t N, int64_t C, int64_t S)
     return h;
 }
 
-/* The block's threads for rows of n: about 16 rows per warp, up to 32 warps. */
+/* The block's threads for rows of n: about 16 rows per warp, up to 32 warps
+ * (the functors launched so declare `most`: their launch bound). */
 static inline int mp_cu_col_threads(int64_t n)
 {
     int warps = 1;
-    while (warps < 32 && warps * 16 < n)
+    while (warps < MP_CU_COL_MOST / 32 && warps * 16 < n)
         warps *= 2;
     return 32 * warps;
 }
@@ -465,6 +466,7 @@ static MP_HD void mp_cu_chan_moments(const MpCuTeam &t, const MpCuChan *h, int64
  * and beta), else slice k's sums into part[k C + c] for MpCuReduceJoin. */
 template <int YT, int XT>
 struct MpCuChanSum {
+    static constexpr int most = MP_CU_COL_MOST;   /* mp_cu_col_threads */
     void *y;
     MpAcc *part;
     const void *x;
@@ -594,6 +596,7 @@ static inline int mp_cu_mid_threads(const MpCuMid *h, int64_t rows)
  * part[k nout + j] for MpCuReduceJoin. */
 template <int YT, int XT>
 struct MpCuMidSum {
+    static constexpr int most = MP_CU_COL_MOST;   /* mp_cu_col_threads */
     void *y;
     MpAcc *part;
     const void *x;
@@ -811,6 +814,7 @@ struct MpCuSoftmax {
  * each column's max, sum of exp, then its values, every lane its rows. */
 template <int YT, int XT>
 struct MpCuSoftmaxMid {
+    static constexpr int most = MP_CU_COL_MOST;   /* mp_cu_col_threads */
     void *y;
     const void *x;
     MpCuMid h;
@@ -874,6 +878,7 @@ struct MpCuSoftmaxGrad {
 /* The same over a middle axis, in tiles of columns (MpCuMid). */
 template <int DXT, int DYT, int YT>
 struct MpCuSoftmaxGradMid {
+    static constexpr int most = MP_CU_COL_MOST;   /* mp_cu_col_threads */
     void *dx;
     const void *dy, *y;
     MpCuMid h;
@@ -1556,6 +1561,7 @@ struct MpCuRowStats {
  * old stand-in) does each column in turn. */
 template <int DWT, int DYT, int XT>
 struct MpCuLayerNormDw {
+    static constexpr int most = MP_CU_COL_MOST;   /* mp_cu_col_threads */
     void *dw;
     const void *dy, *x;
     const float *st;
@@ -1635,6 +1641,7 @@ struct MpCuBatchNorm {
  * per G channels, each lane its column's rows. */
 template <int YT, int XT, int WT, int BT>
 struct MpCuBatchNormCols {
+    static constexpr int most = MP_CU_COL_MOST;   /* mp_cu_col_threads */
     void *y;
     const void *x, *w, *b;
     float *rmean, *rvar;
@@ -1699,6 +1706,7 @@ struct MpCuBatchNormDx {
  * gradient (mp_cu_norm_dx's), then dx, each lane its column's rows. */
 template <int DXT, int DYT, int XT, int WT>
 struct MpCuBatchNormDxCols {
+    static constexpr int most = MP_CU_COL_MOST;   /* mp_cu_col_threads */
     void *dx;
     const void *dy, *x, *w;
     MpCuChan h;
@@ -1757,6 +1765,7 @@ struct MpCuBatchNormDw {
  * channels; their mean, squared deviations and dy xhat in three passes. */
 template <int DWT, int DYT, int XT>
 struct MpCuBatchNormDwCols {
+    static constexpr int most = MP_CU_COL_MOST;   /* mp_cu_col_threads */
     void *dw;
     const void *dy, *x;
     MpCuChan h;

@@ -292,6 +292,8 @@ static inline void mp_cu_nccl_sum(void *buf, int64_t n, int type)
     if (!mp_cu.comm || mp_cu.measure)
         return;
     int rc = mp_cu.nccl.all_reduce(buf, buf, (size_t)n, type, MP_NCCL_SUM, mp_cu.comm, mp_cu.st);
+    if (rc != MP_NCCL_SUCCESS)
+        mp_cu_lib_failed();
     if (rc != MP_NCCL_SUCCESS && !mp_cu_captured_err("ncclAllReduce", mp_cu.nccl.error_string(rc)))
         mp_cu_die("ncclAllReduce", mp_cu.nccl.error_string(rc));
 }
@@ -488,16 +490,10 @@ static inline void mp_cu_d2h(void *dst, const void *src, int64_t bytes)
                  "copy from the device");
 }
 
-/* Waits for the GPU; a kernel's fault shows here, hence the hint. */
+/* Waits for the GPU; a kernel's fault often shows here (mp_cu_earlier). */
 static inline void mp_cu_wait(void)
 {
-    cudaError_t rc = cudaStreamSynchronize(mp_cu.st);
-    if (rc != cudaSuccess && !mp_cu.sync) {
-        fprintf(stderr, "error: CUDA: the GPU: %s (run with MP_CUDA_SYNC=1 to find the kernel)\n",
-                cudaGetErrorString(rc));
-        exit(1);
-    }
-    mp_cu_ok(rc, "the GPU");
+    mp_cu_ok(cudaStreamSynchronize(mp_cu.st), "the GPU");
 }
 
 /* --predict: the chosen value copied back as the eager forward pass makes

@@ -5,7 +5,14 @@
 #      (the middle-axis kernels no example uses): `mpcc M.mp -o M.cu`,
 #      then plain `nvcc M.cu` (only -Xptxas -v added) with no warning at
 #      all, and ptxas's report: no kernel with a stack frame, a spill or
-#      more than 128 registers; mnist_mlp also with `nvcc -O3 -arch=sm_90`;
+#      more than 128 registers, and every kernel's registers (in the SM's
+#      allocation unit of 8) times its launch bound (the NT of
+#      mp_cu_k_each / rows / one<NT, F>: __launch_bounds__(NT), the most
+#      threads it is launched with) within an SM's 64K registers, or the
+#      launch would fail; mnist_mlp also with `nvcc -O3 -arch=sm_90`; the
+#      models with 1024-thread kernels (emu_mid, emu_columns) and
+#      char_transformer also as a debug build (`nvcc -G`: stack frames
+#      allowed, registers x bound still checked);
 #      every value's arena offset, and the arena's size, equal the C
 #      program's (one memory plan, memplan.c, for both targets);
 #   2. tests/cuda/blas_abi.cu: the cuBLAS types and values that
@@ -15,7 +22,8 @@
 #      cuda_fp16.h / cuda_bf16.h's, all 65536 patterns (host side: no GPU),
 #      and a mutant of mp_half.h (bf16 ties away from zero) fails it;
 #      ptxas_ok (below) fails made-up reports of a spill, a stack, 129
-#      registers;
+#      registers, 72 registers at a bound of 1024 threads (also in a debug
+#      build), a kernel with no bound in its name;
 #   3. the built mnist_mlp program: --help and usage errors need no GPU
 #      (exit 0 and 2); with data and no GPU it exits 1 with one line
 #      "error: no CUDA device: ..."; with a GPU it trains 3 steps instead.
@@ -50,8 +58,9 @@ build() {   # build MODEL.mp NAME [nvcc flags...]: prints "ok NAME" or the failu
     if grep -qi "warning" "$tmp/$name.log"; then
         echo "FAIL $name: nvcc $* warns"; head -n 30 "$tmp/$name.log"; return
     fi
-    local k
-    if ! k=$(ptxas_ok "$tmp/$name.log"); then
+    local k debug=
+    case " $* " in *" -G "*) debug=debug ;; esac
+    if ! k=$(ptxas_ok "$tmp/$name.log" $debug); then
         echo "FAIL $name (nvcc $*): ptxas: $k"; return
     fi
     echo "ok   $name (nvcc $*; ptxas: $k)"
@@ -62,28 +71,53 @@ build() {   # build MODEL.mp NAME [nvcc flags...]: prints "ok NAME" or the failu
 # range reduction for them (|angle| > 105615, past any position) keeps a
 # 7-word table in a frame of at most 32 bytes, which ptxas puts in registers
 # or not by its own heuristics; the fast path never touches it.
-ptxas_ok() {
-    awk '/Compiling entry function/ { fn = $0; sub(/.*function ./, "", fn); sub(/. for .*/, "", fn); n++ }
+# And in every kernel (debug builds too, where -G's frames are allowed):
+# its registers, rounded up to the SM's allocation unit of 8, times its
+# launch bound NT (in its name: mp_cu_k_rows<NT, F> mangles to
+# "mp_cu_k_rowsILiNTE") at most an SM's 65536 registers, or a block of NT
+# threads cannot be launched ("too many resources requested for launch").
+ptxas_ok() {   # ptxas_ok LOG [debug]
+    awk -v debug="${2:-}" '
+         /Compiling entry function/ { fn = $0; sub(/.*function ./, "", fn); sub(/. for .*/, "", fn); n++
+                                      nt = 0
+                                      if (match(fn, /mp_cu_k_(each|rows|one)ILi[0-9]+E/)) {
+                                          b = substr(fn, RSTART, RLENGTH); sub(/.*ILi/, "", b); nt = b + 0 }
+                                      if (nt < 1) { print fn ": no launch bound in its name"; bad = 1 } }
          /bytes stack frame/ { trig = fn ~ /MpCuRope/ && $1 + 0 <= 32
-                               if (($1 + 0 > 0 && !trig) || $5 + 0 > 0 || $9 + 0 > 0) { print "stack or spill in " fn ": " $0; bad = 1 } }
+                               if (debug == "" && (($1 + 0 > 0 && !trig) || $5 + 0 > 0 || $9 + 0 > 0)) {
+                                   print "stack or spill in " fn ": " $0; bad = 1 } }
          /Used [0-9]+ registers/ { for (i = 1; i <= NF; i++) if ($i == "Used") r = $(i + 1) + 0;
-                                   if (r > most) most = r; if (r > 128) { print fn " uses " r " registers"; bad = 1 } }
+                                   if (r > most) most = r
+                                   if (r > 128 && debug == "") { print fn " uses " r " registers"; bad = 1 }
+                                   if (nt > 0 && int((r + 7) / 8) * 8 * nt > 65536) {
+                                       print fn " uses " r " registers x " nt " threads > 65536"; bad = 1 }
+                                   if (nt > widest) widest = nt }
          END { if (!n) { print "no ptxas report"; exit 1 }
-               if (!bad) print n " kernels, at most " most " registers, no spill, no stack"; exit bad }' "$1"
+               if (!bad) print n " kernels, at most " most " registers, blocks up to " widest " threads fit" \
+                               (debug == "" ? ", no spill, no stack" : " (debug)"); exit bad }' "$1"
 }
 # ptxas_ok itself fails a kernel with a spill, a stack frame or 129
-# registers (reports as ptxas -v writes them)
-fake_report() {   # fake_report "N bytes stack frame, ..." REGISTERS
-    printf "ptxas info    : Compiling entry function '_Z1kv' for 'sm_75'\n    %s\nptxas info    : Used %s registers, 352 bytes cmem[0]\n" "$1" "$2" >"$tmp/fake.log"
+# registers, 72 registers where 1024 threads are launched (a -G build
+# without the bound: 72 x 1024 > 65536), a kernel with no bound
+fake_report() {   # fake_report "N bytes stack frame, ..." REGISTERS [BOUND]
+    local fn=_Z12mp_cu_k_rowsILi${3:-256}E4MpCuEvlT0_
+    [ "${3:-}" = none ] && fn=_Z1kv
+    printf "ptxas info    : Compiling entry function '%s' for 'sm_75'\n    %s\nptxas info    : Used %s registers, 352 bytes cmem[0]\n" "$fn" "$1" "$2" >"$tmp/fake.log"
 }
-for r in "0 bytes stack frame, 8 bytes spill stores, 8 bytes spill loads/40" \
-         "16 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads/40" \
-         "0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads/129"; do
-    fake_report "${r%/*}" "${r##*/}"
-    ptxas_ok "$tmp/fake.log" >/dev/null && bad "ptxas_ok passes a kernel with ${r%/*} and ${r##*/} registers"
+clean="0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads"
+for r in "0 bytes stack frame, 8 bytes spill stores, 8 bytes spill loads/40/256/" \
+         "16 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads/40/256/" \
+         "$clean/129/256/" "$clean/72/1024/" "$clean/72/1024/debug" "$clean/40/none/" \
+         "$clean/40/none/debug"; do
+    IFS=/ read -r rep regs bound dbg <<<"$r"
+    fake_report "$rep" "$regs" "$bound"
+    ptxas_ok "$tmp/fake.log" $dbg >/dev/null && bad "ptxas_ok ${dbg:+(debug) }passes a kernel with $rep, $regs registers, bound $bound"
 done
-fake_report "0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads" 128
-ptxas_ok "$tmp/fake.log" >/dev/null || bad "ptxas_ok fails a kernel without spill or stack, 128 registers"
+for r in "$clean/128/256/" "$clean/64/1024/" "$clean/64/1024/debug" "16 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads/200/256/debug"; do
+    IFS=/ read -r rep regs bound dbg <<<"$r"
+    fake_report "$rep" "$regs" "$bound"
+    ptxas_ok "$tmp/fake.log" $dbg >/dev/null || bad "ptxas_ok ${dbg:+(debug) }fails a kernel with $rep, $regs registers, bound $bound"
+done
 export -f build ptxas_ok
 export MPCC NVCC tmp
 start=$(date +%s)
@@ -92,6 +126,9 @@ start=$(date +%s)
         echo "$f $(basename "$f" .mp) -Xptxas -v"
     done
     echo "examples/mnist_mlp.mp mnist_mlp_sm90 -O3 -arch=sm_90 -Xptxas -v"
+    for f in tests/cuda/emu_mid.mp tests/cuda/emu_columns.mp examples/char_transformer.mp; do
+        echo "$f $(basename "$f" .mp)_debug -G -Xptxas -v"
+    done
 } | xargs -P "${NVCC_JOBS:-2}" -L 1 bash -c 'build "$@"' _ >"$tmp/builds" 2>&1
 cat "$tmp/builds"
 grep -q "^FAIL" "$tmp/builds" && fail=1

@@ -47,8 +47,10 @@
 #      figure --dry-run prints) equals the run's one allocation;
 #   6. a graceful first run, each fallback injected (MP_EMU_FAIL): a failed
 #      capture and cuBLAS NOT_SUPPORTED give one note and the C program's
-#      curve; a too-old driver one clear line; a kernel fault names its op
-#      and model line under MP_CUDA_SYNC=1, and points at it without;
+#      curve; a too-old driver one clear line; a kernel's or a product's
+#      fault (eager or in a replayed graph) names the kernel, its op and
+#      model line under MP_CUDA_SYNC=1, and without it blames no kernel
+#      ("an earlier kernel failed") and points at MP_CUDA_SYNC=1;
 #   7. the stand-in's own checks (threads as fibers, permuted items, device
 #      memory closed to host code, queued streams, capture refusals) each
 #      catch a mutant that passes the old way (tests/cuda/emu_mutants.cu),
@@ -392,17 +394,30 @@ if [ -x "$tmp/mnist_mlp.emu" ]; then
         local re=$1
         shift
         # shellcheck disable=SC2046
-        env "$@" "$tmp/mnist_mlp.emu" $(data_of mnist_mlp) --steps 3 >/dev/null 2>"$tmp/f.err"
+        env "$@" "$tmp/${prog:-mnist_mlp}.emu" $(data_of mnist_mlp) --steps 3 >/dev/null 2>"$tmp/f.err"
         local rc=$?
         [ $rc -eq 1 ] && [ "$(wc -l <"$tmp/f.err")" -eq 1 ] && grep -Eq "$re" "$tmp/f.err" \
             && echo "ok   $*: $(cat "$tmp/f.err")" || bad "$*: exit $rc, $(head -c 300 "$tmp/f.err")"
     }
     fails_with "error: the NVIDIA driver is too old for this program: it runs CUDA 12.2, the program was built with CUDA 13.0" MP_EMU_FAIL=driver
     fails_with "error: no CUDA device: no NVIDIA driver is loaded" MP_EMU_FAIL=nodriver
-    fails_with "^error: CUDA: kernel 'cross_entropy' of op cross_entropy at mnist_mlp.mp:[0-9]+ .*: an illegal memory access" \
-        MP_EMU_FAIL=kernel:cross_entropy MP_CUDA_SYNC=1
-    fails_with "^error: CUDA: the GPU: an illegal memory access was encountered \\(run with MP_CUDA_SYNC=1" \
+    # a kernel's fault shows at a later call (the stand-in: the next one that
+    # queues work): blamed on no kernel, the hint instead; MP_CUDA_SYNC=1
+    # names the kernel or product that failed, its op and line
+    hint="\\(rerun with MP_CUDA_SYNC=1 to name the kernel, the op and its source line\\)$"
+    fails_with "^error: CUDA: an earlier kernel failed: an illegal memory access was encountered $hint" \
         MP_EMU_FAIL=kernel:cross_entropy
+    fails_with "^error: CUDA: kernel 'cross_entropy' of op cross_entropy at mnist_mlp.mp:12 .*: an illegal memory access" \
+        MP_EMU_FAIL=kernel:cross_entropy MP_CUDA_SYNC=1
+    fails_with "^error: CUDA: an earlier kernel failed: an illegal memory access was encountered $hint" \
+        MP_EMU_FAIL=kernel:cublasGemmEx
+    fails_with "^error: CUDA: product 'cublasGemmEx' of op linear at mnist_mlp.mp:10: an illegal memory access" \
+        MP_EMU_FAIL=kernel:cublasGemmEx MP_CUDA_SYNC=1
+    # in a step replayed from its graph (the second run), a launch failure
+    fails_with "^error: CUDA: an earlier kernel failed: unspecified launch failure $hint" \
+        MP_EMU_FAIL=kernel:cross_entropy:launch MP_EMU_FAIL_AT=2
+    fails_with "^error: CUDA: kernel 'cross_entropy' of op cross_entropy at mnist_mlp.mp:12 .*: unspecified launch failure" \
+        MP_EMU_FAIL=kernel:cross_entropy:launch MP_EMU_FAIL_AT=2 MP_CUDA_SYNC=1
 fi
 # the program's header builds for the GPU at hand (-arch=native; a fixed
 # -arch=sm_90 gives "no kernel image" on A100 and RTX cards) and says that
@@ -421,6 +436,15 @@ if grep -q "MP_CUDA_SYNC=1 compute-sanitizer" README.md; then
     echo "ok   README: troubleshooting with MP_CUDA_SYNC=1 and compute-sanitizer"
 else
     bad "README.md's troubleshooting does not say to run MP_CUDA_SYNC=1 compute-sanitizer"
+fi
+
+# one exp: the CUDA kernels' sums of exp (softmax, cross-entropy, attention)
+# take the C program's mp_expf_p, as the values they normalise do, never
+# CUDA's expf (a row whose exps and their sum differ in the last bits)
+if grep -nE '(^|[^_a-z])(__)?expf *\(' runtime/mp_cuda*.h >"$tmp/expf"; then
+    bad "CUDA's expf in the CUDA runtime (use mp_expf_p, the C program's):"; cat "$tmp/expf"
+else
+    echo "ok   one exp: the CUDA kernels use mp_expf_p, as the C program"
 fi
 
 # ---- 7. the stand-in's checking modes catch their bug classes ---------------------
@@ -471,6 +495,29 @@ if [ -x "$tmp/mnist_mlp.emu" ]; then
     # them, while the step no longer casts (t_cuda_work.sh: bit for bit)
     m4='s/mp_cu_st(w, tl\.work_dt, i - tl\.start, p\[i\]);/(void)0;/'
     mutant mnist_mlp_m4 "$m4" && caught mnist_mlp_m4 "the update pass writes no working copy"
+    # a kernel's fault blamed on the call that sees it (no sticky errors
+    # told apart), a product not waited for under MP_CUDA_SYNC=1: the
+    # fault checks of part 6 fail
+    fault_caught() {   # fault_caught NAME WHAT REGEX ENV...: fails_with must fail
+        local name=$1 what=$2 was=$fail
+        shift 2
+        fail=0
+        prog=$name fails_with "$@" >"$tmp/$name.caught"
+        if [ $fail = 1 ]; then
+            echo "ok   mutant $name ($what) caught: $(sed 's/^FAIL: //' "$tmp/$name.caught" | cut -c 1-150)"
+            fail=$was
+        else
+            bad "mutant $name ($what) not caught"
+        fi
+    }
+    m5='s/^static inline int mp_cu_sticky(cudaError_t rc)$/static inline int mp_cu_sticky(cudaError_t rc) { return rc < 0; }\nstatic inline int mp_cu_sticky_was(cudaError_t rc)/'
+    mutant mnist_mlp_m5 "$m5" && fault_caught mnist_mlp_m5 "a fault blamed on the next kernel" \
+        "^error: CUDA: an earlier kernel failed: an illegal memory access was encountered $hint" \
+        MP_EMU_FAIL=kernel:cross_entropy
+    m6='s/^            if (mp_cu\.sync)        \/\* its kernels.*$/            if (0)/'
+    mutant mnist_mlp_m6 "$m6" && fault_caught mnist_mlp_m6 "no wait after a product" \
+        "^error: CUDA: product 'cublasGemmEx' of op linear at mnist_mlp.mp:10: an illegal memory access" \
+        MP_EMU_FAIL=kernel:cublasGemmEx MP_CUDA_SYNC=1
 fi
 # Mutants of the kernels that read down columns, caught by the trained
 # parameters (params) where a loss curve may not tell: batch_norm's weight

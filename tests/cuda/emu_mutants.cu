@@ -137,6 +137,7 @@ static int acc_close(double got, const char *what)
 }
 
 struct AccSum {
+    static constexpr int most = 1024;   /* its launch bound: one block of 1024 */
     const float *x;
     float *y;
     int64_t n;

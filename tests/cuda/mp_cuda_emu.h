@@ -34,7 +34,14 @@
  *   MP_EMU_FAIL=nodriver    no driver at all (as CUDA: "insufficient driver")
  *   MP_EMU_FAIL=capture     the first launch while capturing fails
  *   MP_EMU_FAIL=blas        cuBLAS answers NOT_SUPPORTED to every product
- *   MP_EMU_FAIL=kernel:NAME kernel NAME faults (illegal address, sticky)
+ *   MP_EMU_FAIL=kernel:NAME kernel NAME faults (illegal address, sticky),
+ *                           or product NAME (cublasGemmEx, ...); its fault
+ *                           shows at the next call that queues work (as on
+ *                           a GPU, where it comes while later calls run),
+ *                           or at a wait for its stream, if one comes first
+ *   MP_EMU_FAIL=kernel:NAME:launch  the same, an unspecified launch failure
+ *   MP_EMU_FAIL_AT=N        ... at NAME's N-th run instead of its first (a
+ *                           step replayed from a graph, say)
  *   MP_EMU_NO_GRAPH=1       stream capture is refused at its start
  *   MP_EMU_MEM_LIMIT=bytes  a larger cudaMalloc fails */
 #ifndef MP_CUDA_EMU_H
@@ -66,6 +73,7 @@ enum {
     cudaErrorNoDevice = 100,
     cudaErrorInvalidDevice = 101,
     cudaErrorIllegalAddress = 700,
+    cudaErrorLaunchFailure = 719,
     cudaErrorStreamCaptureUnsupported = 900,
     cudaErrorStreamCaptureInvalidated = 901,
 };
@@ -84,6 +92,7 @@ struct MpEmuItem {
     struct MpEmuStream *on;        /* a wait: until stream `on` has run `seq` items */
     int64_t seq;
     std::string name;              /* the kernel's name (fault injection) */
+    cudaError_t fault;             /* queued: the fault it will end with */
 };
 typedef struct MpEmuStream {
     std::deque<MpEmuItem> q;
@@ -106,6 +115,8 @@ static struct {
     cudaError_t capture_err;       /* set by a refused call: capture invalidated */
     cudaError_t sticky;            /* a kernel fault: every later call fails */
     cudaError_t last;              /* for cudaGetLastError */
+    MpEmuStream *fault_on;         /* a queued kernel that will fault: stream, */
+    int64_t fault_seq;             /* its place there */
     int open;                      /* device memory readable (in a kernel or copy) */
     uint64_t launches;
 } mp_emu;
@@ -120,6 +131,22 @@ static inline int mp_emu_fail(const char *what)
 {
     const char *f = mp_emu_env("MP_EMU_FAIL");
     return f && !strcmp(f, what);
+}
+
+/* The fault MP_EMU_FAIL=kernel:NAME[:launch] injects into this run of
+ * kernel `name` (its first, or its MP_EMU_FAIL_AT-th). */
+static inline cudaError_t mp_emu_fault(const std::string &name)
+{
+    static int64_t runs;
+    const char *k = mp_emu_env("MP_EMU_FAIL"), *at = mp_emu_env("MP_EMU_FAIL_AT");
+    if (!k || strncmp(k, "kernel:", 7))
+        return cudaSuccess;
+    std::string want = k + 7;
+    cudaError_t e = want == name ? cudaErrorIllegalAddress
+                  : want == name + ":launch" ? cudaErrorLaunchFailure : cudaSuccess;
+    if (e && ++runs != (at ? strtoll(at, NULL, 10) : 1))
+        return cudaSuccess;
+    return e;
 }
 
 static inline int mp_emu_serial(void)
@@ -137,6 +164,7 @@ static inline const char *cudaGetErrorString(cudaError_t e)
     case cudaErrorNoDevice: return "no CUDA-capable device is detected";
     case cudaErrorInvalidDevice: return "invalid device ordinal";
     case cudaErrorIllegalAddress: return "an illegal memory access was encountered";
+    case cudaErrorLaunchFailure: return "unspecified launch failure";
     case cudaErrorStreamCaptureUnsupported: return "operation not permitted when stream is capturing";
     case cudaErrorStreamCaptureInvalidated: return "operation failed due to a previous error during capture";
     default: return "emulated error";
@@ -189,9 +217,9 @@ static inline void mp_emu_exec(MpEmuItem &it)
     }
     if (mp_emu.sticky)
         return;                    /* after a fault the GPU does nothing */
-    const char *k = mp_emu_env("MP_EMU_FAIL");
-    if (k && !strncmp(k, "kernel:", 7) && it.name == k + 7) {
-        mp_emu.sticky = cudaErrorIllegalAddress;
+    if (it.fault) {
+        mp_emu.sticky = it.fault;
+        mp_emu.fault_on = NULL;
         return;
     }
     mp_emu_protect(1);
@@ -212,10 +240,22 @@ static inline void mp_emu_flush(MpEmuStream *s, int64_t upto)
     mp_emu_protect(was);
 }
 
+/* Work queued after a kernel that faults: the fault has come meanwhile
+ * (its stream run up to it), so this call returns it, as a GPU's would. */
 static inline void mp_emu_push(MpEmuStream *s, MpEmuItem it)
 {
+    if (mp_emu.fault_on) {
+        MpEmuStream *f = mp_emu.fault_on;
+        mp_emu.fault_on = NULL;
+        mp_emu_flush(f, mp_emu.fault_seq);
+    }
+    it.fault = it.on ? cudaSuccess : mp_emu_fault(it.name);
     s->q.push_back(it);
     s->pushed++;
+    if (it.fault) {
+        mp_emu.fault_on = s;
+        mp_emu.fault_seq = s->pushed;
+    }
     if (mp_emu_serial())           /* the old way: streams run at once */
         mp_emu_flush(s, s->pushed);
 }
@@ -223,7 +263,7 @@ static inline void mp_emu_push(MpEmuStream *s, MpEmuItem it)
 /* Work for stream s: recorded into the graph while s is captured. */
 static inline void mp_cu_emu_run(cudaStream_t s, const char *name, MpEmuFn f)
 {
-    MpEmuItem it = {f, NULL, 0, name ? name : ""};
+    MpEmuItem it = {f, NULL, 0, name ? name : "", cudaSuccess};
     mp_emu.launches++;
     if (s == mp_emu.capturing) {
         if (mp_emu_fail("capture") && !mp_emu.capture_err) {
@@ -320,7 +360,7 @@ static inline cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, uns
     if (s == mp_emu.capturing)
         return mp_emu.capture_err = cudaErrorStreamCaptureUnsupported;
     if (e->s)
-        mp_emu_push(s, MpEmuItem{MpEmuFn(), e->s, e->seq, ""});
+        mp_emu_push(s, MpEmuItem{MpEmuFn(), e->s, e->seq, "", cudaSuccess});
     return mp_emu.sticky;
 }
 
