@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# run_all: fusion-independent (mpcc's default fusion plays no part: make test-nofuse skips it)
 # t_docs.sh - the user's reference in docs/ covers what the code offers:
 #   docs/LANGUAGE.md  every operation of compiler/ops.def (FWD rows) and every
 #                     name sema.c lets a model call (built-ins, optimizers,

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# run_all: fusion-independent (mpcc's default fusion plays no part: make test-nofuse skips it)
 # t_make_targets.sh - the Makefile's documented targets that CI does not run
 # itself (.ci/run runs make test and make test-nofuse), on a fresh copy of
 # the tree: the tracked files as they are in the working tree, no build

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# run_all: fusion-independent (mpcc's default fusion plays no part: make test-nofuse skips it)
 # t_warnings.sh - the generated C program builds without a warning under the
 # optimising builds users run (TRAINER.md "Additions for the architectures
 # users bring"): -Wall -Wextra -Werror with
