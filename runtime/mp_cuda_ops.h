@@ -34,6 +34,7 @@
 #define MP_CUDA_OPS_H
 
 #include "mp_cuda.h"
+#include "mp_kernels_nn.h"   /* MpAttnOpt: attention's options, as the C program reads them */
 
 typedef struct MpCuDims {
     int rank;

@@ -47,14 +47,17 @@ if [ ${#tests[@]} -eq 0 ] && [ ${#skipped[@]} -eq 0 ]; then
     exit 1
 fi
 
-# Longest first, by the time each took in the last run here ($logdir/times),
-# so that two at a time finish together; unknown ones first of all.
+# Longest first, by the time each took in the last run here ($logdir/times,
+# else tests/run_all.times: seconds on an idle 2-core machine, for a fresh
+# clone), so that two at a time finish together; unknown ones first of all.
+# Only the order depends on these times, never a result.
 order() {
-    local t name s
+    local t name s times=$logdir/times
+    [ -e "$times" ] || times=tests/run_all.times
     for t in "${tests[@]}"; do
         name=$(basename "$t")
         s=$(awk -v n="$name" '$1 == n { s = $2 } END { print (s == "" ? 100000 : s) }' \
-            "$logdir/times" 2>/dev/null || echo 100000)
+            "$times" 2>/dev/null || echo 100000)
         printf '%s %s\n' "$s" "$t"
     done | sort -k1,1nr -k2,2 | cut -d' ' -f2-
 }
