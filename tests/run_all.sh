@@ -9,7 +9,12 @@
 #   MPCC_NO_FUSE=1 (make test-nofuse): tests marked "run_all: fusion-independent"
 #                  (they never use mpcc's default fusion: kernels, converters,
 #                  fused-vs-unfused comparisons with explicit flags) are
-#                  skipped, since make test ran them with the same result
+#                  skipped (unless ONLY names them), since make test ran them
+#                  with the same result;
+#                  so are tests marked "run_all: once", whose subject fusion
+#                  does not change (the trainer's signals, faults and files)
+#                  or which CI's time allows once (the CUDA builds and the
+#                  stand-in: run them with MPCC_NO_FUSE=1 ONLY=t_cuda by hand)
 #   JOBS=n         tests run n at a time (default 2: CI's two cores). Each
 #                  test works in its own temporary folder, so they are
 #                  independent; the slowest known ones start first.
@@ -34,13 +39,13 @@ for t in "$B"/tests/test_* tests/t_*.sh; do
     [ -e "$t" ] || continue
     name=$(basename "$t")
     [ -n "${ONLY:-}" ] && [[ $name != *$ONLY* ]] && continue
-    if [ "${MPCC_NO_FUSE:-}" = 1 ] && grep -q 'run_all: fusion-independent' "$(source_of "$t")" 2>/dev/null; then
+    if [ "${MPCC_NO_FUSE:-}" = 1 ] && [ -z "${ONLY:-}" ] && grep -qE 'run_all: (fusion-independent|once)' "$(source_of "$t")" 2>/dev/null; then
         skipped+=("$name")
         continue
     fi
     tests+=("$t")
 done
-[ ${#skipped[@]} -gt 0 ] && echo "SKIP (fusion-independent, run by make test): ${skipped[*]}"
+[ ${#skipped[@]} -gt 0 ] && echo "SKIP (fusion-independent or once, run by make test): ${skipped[*]}"
 if [ ${#tests[@]} -eq 0 ] && [ ${#skipped[@]} -eq 0 ]; then
     echo "no test matches ONLY=${ONLY:-} (names: $B/tests/test_*, tests/t_*.sh)"
     echo "0 passed, 1 failed"

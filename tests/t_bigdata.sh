@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# run_all: once (the trainer's process behaviour, which fusion does not change: make test-nofuse skips it)
 # t_bigdata.sh - TRAINER.md "Big data": a 2 GB .npy (sparse: written with a
 # NumPy header and truncate, so it costs no disk and scans fast) trains for
 # a few shuffled steps while the program's private resident memory

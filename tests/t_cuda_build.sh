@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# run_all: once (CI's time allows the CUDA builds and the stand-in for the default, fused program only: make test-nofuse skips it; MPCC_NO_FUSE=1 ONLY=t_cuda make test runs them unfused)
 # t_cuda_build.sh - the CUDA target builds with nvcc exactly as a user
 # builds it, and fails cleanly where there is no GPU (CI has none):
 #   1. every example, every tests/gradcheck model and tests/cuda/emu_mid.mp

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# run_all: once (CI's time allows the CUDA builds and the stand-in for the default, fused program only: make test-nofuse skips it; MPCC_NO_FUSE=1 ONLY=t_cuda make test runs them unfused)
 # t_cuda_emu.sh - the CUDA program's own code, run on the CPU (CI has no
 # GPU): each train.cu is compiled as C++ with -DMP_CU_EMU and
 # tests/cuda/mp_cuda_emu.h standing in for the CUDA runtime, so its

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# run_all: once (CI's time allows the CUDA builds and the stand-in for the default, fused program only: make test-nofuse skips it; MPCC_NO_FUSE=1 ONLY=t_cuda make test runs them unfused)
 # t_cuda_limits.sh - a model the CUDA program cannot run says so in one
 # line and exits 1, through the CPU stand-in (tests/cuda/mp_cuda_emu.h):
 # attention with a head size past what its tiles in shared memory hold

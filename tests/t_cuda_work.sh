@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# run_all: once (CI's time allows the CUDA builds and the stand-in for the default, fused program only: make test-nofuse skips it; MPCC_NO_FUSE=1 ONLY=t_cuda make test runs them unfused)
 # t_cuda_work.sh - the CUDA program's optimizer pass (mp_cuda_step.h
 # MpCuUpdate) writes each parameter's f16/bf16 working copy as it updates
 # the f32 value, so the step casts the parameters only once after the

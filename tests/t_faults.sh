@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# run_all: once (the trainer's process behaviour, which fusion does not change: make test-nofuse skips it)
 # t_faults.sh - the generated trainer against bad input (TRAINER.md, "Data",
 # "Checkpoints", "Exit status"), crashes while checkpointing, and the
 # sanitizers.

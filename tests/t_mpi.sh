@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# run_all: once (the trainer's process behaviour, which fusion does not change: make test-nofuse skips it)
 # t_mpi.sh - data parallel (TRAINER.md "Data parallel", runtime/mp_dist.h):
 # the C program built with mpicc -DMP_USE_MPI, run by mpirun on this machine.
 #   1. 2 and 3 ranks (and 2 ranks x accumulate 2) against one process with

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# run_all: once (the trainer's process behaviour, which fusion does not change: make test-nofuse skips it)
 # t_out_paths.sh - TRAINER.md "Outputs", for mpcc's -o and the program's
 # --save and --log: only a regular file is replaced (a directory, FIFO,
 # socket or device is refused, exit 2, one line naming the path), a symbolic

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# run_all: once (the trainer's process behaviour, which fusion does not change: make test-nofuse skips it)
 # t_signals.sh - TRAINER.md "Signals", for the C program and the CUDA
 # program (through the CPU stand-in, tests/cuda/mp_cuda_emu.h):
 #   1. SIGTERM, and SIGINT, in the middle of a run: exit 143 / 130, one line

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# run_all: once (the trainer's process behaviour, which fusion does not change: make test-nofuse skips it)
 # t_watch.sh - watching a run (TRAINER.md "Watching a run"):
 #   - --tensorboard DIR (a folder that does not exist yet, two levels deep)
 #     gets one event file that TensorBoard's own reader loads, holding every
