@@ -9,7 +9,7 @@
 #   make golden-update   builds mpcc, rewrites no golden file (they are
 #                        current)
 #   make asan            builds in build-asan/ with ASan and UBSan and runs
-#                        one unit program there (ONLY=test_sema)
+#                        one unit program there (ONLY=test_sema_blocks)
 #   make fuzz            with clang and libFuzzer: build/fuzz_parse, run
 #                        once over tests/fuzz_corpus; without them: one line
 #                        saying so and a non-zero exit (this part skipped)
@@ -58,13 +58,13 @@ else
     fi
 fi
 
-echo "== make asan (ONLY=test_sema)"
-if in_r env ONLY=test_sema make -j2 asan >"$tmp/asan.out" 2>&1 &&
-    grep -q '^PASS test_sema' "$tmp/asan.out" && grep -q '^1 passed, 0 failed' "$tmp/asan.out" &&
+echo "== make asan (ONLY=test_sema_blocks)"
+if in_r env ONLY=test_sema_blocks make -j2 asan >"$tmp/asan.out" 2>&1 &&
+    grep -q "^PASS test_sema_blocks" "$tmp/asan.out" && grep -q '^1 passed, 0 failed' "$tmp/asan.out" &&
     grep -q -- '-fsanitize=address,undefined' "$tmp/asan.out" && [ -x "$R/build-asan/mpcc" ]; then
     echo "ok   make asan: $(grep '^PASS' "$tmp/asan.out")"
 else
-    bad "make asan (ONLY=test_sema): $(tail -n 8 "$tmp/asan.out")"
+    bad "make asan (ONLY=test_sema_blocks): $(tail -n 8 "$tmp/asan.out")"
 fi
 
 echo "== make fuzz"
