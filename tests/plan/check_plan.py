@@ -18,11 +18,15 @@ import json
 import sys
 
 FP32_OPS = {"softmax", "log_softmax", "layer_norm", "batch_norm", "exp", "log", "sqrt",
-            "rsqrt", "sum", "mean", "cross_entropy", "mse", "accuracy", "pow", "rms_norm"}
+            "rsqrt", "sum", "mean", "cross_entropy", "mse", "accuracy", "pow", "rms_norm",
+            "max", "min"}
 LOWP_OPS = {"matmul", "linear", "conv2d", "embedding", "attention"}
 FOLLOW_OPS = {"add", "sub", "mul", "div", "neg", "relu", "gelu", "tanh", "sigmoid", "silu",
               "dropout", "max_pool2d", "avg_pool2d", "global_avg_pool",
-              "abs", "sin", "cos", "maximum", "minimum", "clamp", "rope", "randn", "rand"}
+              "abs", "sin", "cos", "maximum", "minimum", "clamp", "rope", "randn", "rand",
+              "gt", "lt", "ge", "le", "eq", "ne", "where"}
+MASK_OPS = {"gt", "lt", "ge", "le", "eq", "ne"}       # u8 0/1 masks, whatever they compare in
+INDEX_OPS = {"argmax", "argmin"}                      # i32 indices
 VIEW_OPS = {"reshape", "transpose", "flatten"}
 FLOATS = {"f32", "f16", "bf16"}
 LOWP_OF = {"float32": "f32", "mixed_float16": "f16", "mixed_bfloat16": "bf16"}
@@ -88,13 +92,14 @@ def check_forward_node(plan, n, nodes):
         fail(f"#{n['id']} {op}: fp32 op computes in {comp}")
     elif rule == "class" and cls == "follow" and comp != w:
         fail(f"#{n['id']} {op}: follow op computes in {comp}, widest input is {w}")
-    elif rule == "class" and cls == "none" and comp != ins[0]["type"]:
+    elif rule == "class" and cls == "none" and ins and comp != ins[0]["type"]:
         fail(f"#{n['id']} {op}: view computes in {comp}, its input is {ins[0]['type']}")
     if rule == "override" or cls in ("lowp", "fp32"):
         for x in nonconst:
             if x["type"] in FLOATS and x["type"] != comp:
                 fail(f"#{n['id']} {op} computes in {comp} but reads #{x['id']} in {x['type']}")
-    want_type = "f32" if op in SCALAR_F32 else comp
+    want_type = ("f32" if op in SCALAR_F32 or op == "full" else "u8" if op in MASK_OPS
+                 else "i32" if op in INDEX_OPS else comp)
     if n["type"] != want_type and not (w is None and cls in ("follow", "none")):
         fail(f"#{n['id']} {op}: output {n['type']}, expected {want_type}")
 
