@@ -3,7 +3,9 @@
 # (issue 12). A residual MLP with N layers (a block with a named value, a
 # constant, parameters; one `repeat N as layers`):
 #   1. N = 100: the model's part of the generated C (after the pasted
-#      runtime) is under 100 KB and runs its copies as loops; `cc -O2` of
+#      runtime) is under 110 KB (100 KB before each parameter's table row
+#      named the operation that reads it, for --gradcheck's reports: some
+#      20 bytes a parameter) and runs its copies as loops; `cc -O2` of
 #      the whole file is timed (bound: 60 s of CPU, generous for CI machines);
 #   2. N = 10000: mpcc itself is timed (bound: 5 s of CPU time);
 #   3. N = 12, trained 4 steps on MNIST images: the program with loops
@@ -67,7 +69,7 @@ for n in 100 ${MPCC_SCALE_N:-}; do
     echo "$n layers: mpcc $(secs "$t0" "$t1") s, model part $part bytes, $loops loops over all" \
         "$n copies, cc -O2 $cu s user + $cs s sys ($cw s wall)"
     if [ "$n" = 100 ]; then
-        [ "$part" -lt 100000 ] || bad "100 layers: the model's part of the C is $part bytes, expected < 100000"
+        [ "$part" -lt 110000 ] || bad "100 layers: the model's part of the C is $part bytes, expected < 110000"
         [ "$loops" -ge 2 ] || bad "100 layers: expected the casts and the forward pass as loops over all copies, found $loops loops"
         awk -v u="$cu" -v s="$cs" 'BEGIN { exit !(u + s < 60) }' ||
             bad "cc -O2 of 100 layers took $cu s user + $cs s sys, expected < 60 s"
