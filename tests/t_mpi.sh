@@ -172,7 +172,7 @@ stop_run() {   # stop_run ranks: signal the ranks (Open MPI's mpirun, signalled
     if ! pause_next || [ -n "$exit_rc" ]; then
         bad "SIGTERM to $1: rank 0 did not pause after step 20: $pause_line: $(tail -n 2 "$err")"; pause_end; return
     fi
-    ranks=$(pgrep -P "$(ps -o ppid= -p "$paused_pid")" | tr '\n' ' ')     # mpirun's children
+    ranks=$(pgrep -P "$(ps -o ppid= -p "$paused_pid" | tr -d " ")" | tr "\n" " ")     # mpirun's children
     [ "$(echo $ranks | wc -w)" = 2 ] || bad "SIGTERM to $1: ranks '$ranks', want 2"
     for r in $ranks; do [ "$r" = "$paused_pid" ] || kill -TERM "$r"; done
     pause_signal TERM || bad "SIGTERM to $1: rank 0 did not catch it: $pause_line"
