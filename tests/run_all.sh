@@ -53,7 +53,7 @@ if [ ${#tests[@]} -eq 0 ] && [ ${#skipped[@]} -eq 0 ]; then
 fi
 
 # Longest first, by the time each took in the last run here ($logdir/times,
-# else tests/run_all.times: seconds on an idle 2-core machine, for a fresh
+# else tests/run_all.times: seconds measured on a 2-core machine, for a fresh
 # clone), so that two at a time finish together; unknown ones first of all.
 # Only the order depends on these times, never a result.
 order() {
