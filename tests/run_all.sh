@@ -91,17 +91,20 @@ report() {     # report NAME: PASS/FAIL line (and the log's tail on failure)
     fi
 }
 
-reap() {       # report every running test that has ended
-    local pid name
-    for pid in "${!running[@]}"; do
-        name=${running[$pid]}
-        if [ -e "$logdir/$name.result" ] || ! kill -0 "$pid" 2>/dev/null; then
-            wait "$pid" 2>/dev/null
-            [ -e "$logdir/$name.result" ] || echo "1 0" >"$logdir/$name.result"
-            report "$name"
-            unset "running[$pid]"
-        fi
-    done
+finish_one() { # block until one running test exits (bash's wait -n -p: its
+               # pid), then report it; no polling, no sleeping
+    local pid=
+    wait -n -p pid
+    if [ -z "$pid" ]; then     # no child left to wait for: none can report
+        for pid in "${!running[@]}"; do
+            echo "1 0" >"$logdir/${running[$pid]}.result"; report "${running[$pid]}"
+        done
+        running=()
+        return
+    fi
+    [ -e "$logdir/${running[$pid]}.result" ] || echo "1 0" >"$logdir/${running[$pid]}.result"
+    report "${running[$pid]}"
+    unset "running[$pid]"
 }
 
 pass=0 fail=0 failed=()
@@ -110,8 +113,7 @@ declare -A running=()     # pid -> test name
 mapfile -t queue < <(order)
 for t in "${queue[@]}"; do
     while [ ${#running[@]} -ge "$jobs" ]; do
-        wait -n 2>/dev/null
-        reap
+        finish_one
     done
     name=$(basename "$t")
     rm -f "$logdir/$name.result"
@@ -119,8 +121,7 @@ for t in "${queue[@]}"; do
     running[$!]=$name
 done
 while [ ${#running[@]} -gt 0 ]; do
-    wait -n 2>/dev/null
-    reap
+    finish_one
 done
 # Keep the times of tests not run this time (an ONLY run).
 if [ -e "$logdir/times" ]; then
