@@ -505,6 +505,25 @@ void grad_MAX(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx) { dx[0] = MK(g, n,
 void grad_MIN(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx) { dx[0] = MK(g, n, OP_EXTREMUM_GRAD, n->in[0], dy, n->in[0]); }
 void grad_FULL(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx) { }
 
+/* routing and indexing: topk's positions and one_hot's mask are integers
+ * (topk's values are a gather); gather scatters dy back to where it read;
+ * cumsum's gradient is the cumulative sum of dy from the other end */
+void grad_TOPK(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx) { }
+void grad_ONE_HOT(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx) { }
+void grad_GATHER(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx)
+{
+    if (dx[0]) {
+        dx[0] = MK(g, n, OP_GATHER_GRAD, n->in[0], dy, n->in[1]);
+        copy_attrs(dx[0], n);
+    }
+}
+void grad_CUMSUM(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx)
+{
+    dx[0] = MK(g, n, OP_CUMSUM, n->in[0], dy);
+    copy_attrs(dx[0], n);
+    dx[0]->ia[1] = !n->ia[1];
+}
+
 /* ---- the driver ---------------------------------------------------------- */
 
 typedef struct Ad {

@@ -169,6 +169,7 @@ static double elem_flops(IrOp op)
         return 4;
     case OP_CHUNK: case OP_SLICE: case OP_CONCAT: case OP_EXPAND: case OP_ARANGE:
     case OP_TRANSPOSE: case OP_SLICE_GRAD: case OP_CAST: case OP_EMBEDDING:
+    case OP_ONE_HOT: case OP_GATHER:
         return 0;
     default:
         return 1;
@@ -249,6 +250,15 @@ CostOp cost_op(const IrGraph *g, const IrNode *n)
         break;
     case OP_MAX_POOL2D: case OP_AVG_POOL2D:
         c.flops = out * (double)n->ia[0] * (double)n->ia[0];
+        break;
+    case OP_TOPK:                  /* one pass, each element against up to k kept */
+        c.flops = numel(n->in[0]) * (double)n->ia[1];
+        break;
+    case OP_GATHER:                /* (x, index): the elements gathered */
+        c.rd = bytes(n->in[1]) + out * dt_size(n->in[0]->type);
+        break;
+    case OP_GATHER_GRAD:           /* zeros, then a scatter-add of dy */
+        c.flops = numel(n->in[0]);
         break;
     case OP_UNSCALE: case OP_CLIP_GRAD_NORM: {   /* every gradient, in place */
         double all = 0;

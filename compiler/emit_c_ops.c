@@ -520,3 +520,43 @@ void emit_c_EXTREMUM_GRAD(Emit *e, const IrNode *n)
 {
     extremum(e, n, "extremum_grad", n->grad_of, n->grad_of->op == OP_MAX ? 1 : -1, -1);
 }
+
+/* ---- routing and indexing: topk, one_hot, gather, cumsum ------------------------ */
+void emit_c_TOPK(Emit *e, const IrNode *n)
+{
+    long long o, l, i;
+    emit_around_axis(IN(0), n->ia[0], &o, &l, &i);
+    em(e, "    mp_k_topk(%s, %s, %lld, %lld, %lld, %lld);\n", cname(e, n), arg(e, IN(0)), o, l, i,
+       (long long)n->ia[1]);
+}
+
+void emit_c_ONE_HOT(Emit *e, const IrNode *n)
+{
+    em(e, "    mp_k_one_hot(%s, %s, %lld, %lld);\n", arg(e, n), arg(e, IN(0)), N(IN(0)), (long long)n->ia[0]);
+}
+
+/* (x or dx, index): both shapes, x's first; the rank is the index's */
+static const char *gather_shapes(Emit *e, const IrNode *x, const IrNode *index, int64_t axis)
+{
+    return arena_printf(e->a, "%d, (const int64_t[]){%s}, (const int64_t[]){%s}, %d", index->shape.rank,
+                        dims_list(e, &x->shape), dims_list(e, &index->shape), (int)axis);
+}
+
+void emit_c_GATHER(Emit *e, const IrNode *n)
+{
+    em(e, "    mp_k_gather(%s, %s, %s, %s);\n", arg(e, n), arg(e, IN(0)), arg(e, IN(1)),
+       gather_shapes(e, IN(0), IN(1), n->ia[0]));
+}
+
+void emit_c_GATHER_GRAD(Emit *e, const IrNode *n)
+{
+    em(e, "    mp_k_gather_grad(%s, %s, %s, %s);\n", arg(e, n), arg(e, IN(0)), arg(e, IN(1)),
+       gather_shapes(e, n, IN(1), n->ia[0]));
+}
+
+void emit_c_CUMSUM(Emit *e, const IrNode *n)
+{
+    long long o, l, i;
+    emit_around_axis(IN(0), n->ia[0], &o, &l, &i);
+    em(e, "    mp_k_cumsum(%s, %s, %lld, %lld, %lld, %d);\n", arg(e, n), arg(e, IN(0)), o, l, i, (int)n->ia[1]);
+}

@@ -516,3 +516,37 @@ void emit_cuda_EXTREMUM_GRAD(Emit *e, const IrNode *n)
 {
     extremum(e, n, "extremum_grad", n->grad_of, n->grad_of->op == OP_MAX ? 1 : -1, -1);
 }
+
+/* ---- routing and indexing: topk, one_hot, gather, cumsum, as the C target's ---------- */
+void emit_cuda_TOPK(Emit *e, const IrNode *n)
+{
+    long long o, l, i;
+    emit_around_axis(IN(0), n->ia[0], &o, &l, &i);
+    em(e, "    mp_cu_topk%s(%s, %s, %lld, %lld, %lld, %lld);\n", T1(IN(0)), C(n), C(IN(0)), o, l, i,
+       (long long)n->ia[1]);
+}
+
+void emit_cuda_ONE_HOT(Emit *e, const IrNode *n)
+{
+    em(e, "    mp_cu_one_hot%s(%s, %s, %lld, %lld);\n", T1(n), C(n), IDS(IN(0)), N(IN(0)), (long long)n->ia[0]);
+}
+
+void emit_cuda_GATHER(Emit *e, const IrNode *n)
+{
+    em(e, "    mp_cu_gather%s(%s, %s, %s, %s, %s, %d);\n", T2(n, IN(0)), C(n), C(IN(0)), IDS(IN(1)),
+       dims(e, IN(0)), dims(e, IN(1)), (int)n->ia[0]);
+}
+
+void emit_cuda_GATHER_GRAD(Emit *e, const IrNode *n)
+{
+    em(e, "    mp_cu_gather_grad%s(%s, %s, %s, %s, %s, %d);\n", T2(n, IN(0)), C(n), C(IN(0)), IDS(IN(1)),
+       dims(e, n), dims(e, IN(1)), (int)n->ia[0]);
+}
+
+void emit_cuda_CUMSUM(Emit *e, const IrNode *n)
+{
+    long long o, l, i;
+    emit_around_axis(IN(0), n->ia[0], &o, &l, &i);
+    em(e, "    mp_cu_cumsum%s(%s, %s, %lld, %lld, %lld, %d);\n", T2(n, IN(0)), C(n), C(IN(0)), o, l, i,
+       (int)n->ia[1]);
+}

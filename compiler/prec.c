@@ -60,10 +60,11 @@ static const bool scalar_f32_out[OP__COUNT] = {
 };
 
 /* Ops whose result type is fixed whatever they compute in: comparisons
- * make a u8 mask, argmax and argmin i32 indices. */
+ * and one_hot make a u8 mask, argmax, argmin and topk i32 indices. */
 static const DType fixed_out[OP__COUNT] = {
     [OP_GT] = DT_U8, [OP_LT] = DT_U8, [OP_GE] = DT_U8, [OP_LE] = DT_U8, [OP_EQ] = DT_U8,
     [OP_NE] = DT_U8, [OP_ARGMAX] = DT_I32, [OP_ARGMIN] = DT_I32,
+    [OP_TOPK] = DT_I32, [OP_ONE_HOT] = DT_U8,
 };
 
 /* The first input that decides an op's type: where's condition does not. */

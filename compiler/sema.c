@@ -1038,6 +1038,86 @@ static Val lower_arg_extremum(Ctx *c, const Builtin *b, const Expr *x, Args *a)
     return finish(c, n);
 }
 
+/* ---- routing and indexing: topk, one_hot, gather, cumsum ------------------- */
+
+static Val set_classes(Ctx *c, const Expr *at, Val v, IrNode *ids, int64_t classes);
+
+/* An op with one axis argument (argument `ai`, default the last) and one
+ * input: n->ia[0] = the axis, normalised. */
+static IrNode *axis_node(Ctx *c, const Builtin *b, IrOp op, const Expr *x, Args *a, int ai, IrNode *in)
+{
+    int64_t axis;
+    if (!norm_axis(c, a->e[ai] ? a->e[ai] : x, b->name, &a->v[0].t->shape, a->v[ai].i, &axis))
+        return NULL;
+    IrNode *n = node(c, op, x->loc, 1, &in);
+    if (n)
+        n->ia[0] = axis;
+    return n;
+}
+
+/* values, indices = topk(x, k, axis): only as the value of a tuple
+ * assignment of two names (st_unpack). The indices are TOPK's i32
+ * positions, the values gather(x, axis, indices). */
+static Val lower_topk(Ctx *c, const Builtin *b, const Expr *x, Args *a)
+{
+    if (c->unpack != x) {
+        diag_error(x->loc, "topk makes two values: bind them with a tuple assignment, "
+                   "e.g. 'values, indices = topk(x, 2)'");
+        return verr;
+    }
+    if (c->nparts != 2) {
+        diag_error(x->loc, "topk makes two values (values, indices), but the tuple assignment "
+                   "has %d names", c->nparts);
+        return verr;
+    }
+    IrNode *t = axis_node(c, b, OP_TOPK, x, a, 2, a->v[0].t);
+    if (t)
+        t->ia[1] = a->v[1].i;
+    Val at = t ? finish(c, t) : verr;
+    if (at.k != V_TENSOR)
+        return verr;
+    IrNode *in[2] = {a->v[0].t, at.t}, *gn = node(c, OP_GATHER, x->loc, 2, in);
+    if (gn)
+        gn->ia[0] = t->ia[0];
+    Val v = finish(c, gn);
+    if (v.k != V_TENSOR)
+        return verr;
+    c->parts[0] = v.t;
+    c->parts[1] = at.t;
+    return v;
+}
+
+/* one_hot(ids, n): ids read from data learn the bound n (set_classes) */
+static Val lower_one_hot(Ctx *c, const Builtin *b, const Expr *x, Args *a)
+{
+    IrNode *n = node(c, OP_ONE_HOT, x->loc, 1, &a->v[0].t);
+    if (n)
+        n->ia[0] = a->v[1].i;
+    Val v = finish(c, n);
+    return v.k == V_TENSOR ? set_classes(c, x, v, a->v[0].t, a->v[1].i) : v;
+}
+
+/* gather(x, axis, index), torch.gather; an index read from data learns the
+ * bound x.d[axis] (set_classes) */
+static Val lower_gather(Ctx *c, const Builtin *b, const Expr *x, Args *a)
+{
+    int64_t axis;
+    if (!norm_axis(c, a->e[1], b->name, &a->v[0].t->shape, a->v[1].i, &axis))
+        return verr;
+    IrNode *in[2] = {a->v[0].t, a->v[2].t}, *n = node(c, OP_GATHER, x->loc, 2, in);
+    if (n)
+        n->ia[0] = axis;
+    Val v = finish(c, n);
+    return v.k == V_TENSOR ? set_classes(c, x, v, in[1], in[0]->shape.d[axis]) : v;
+}
+
+/* cumsum(x, axis), torch.cumsum */
+static Val lower_cumsum(Ctx *c, const Builtin *b, const Expr *x, Args *a)
+{
+    IrNode *n = axis_node(c, b, OP_CUMSUM, x, a, 1, a->v[0].t);
+    return n ? finish(c, n) : verr;
+}
+
 /* The integer list argument `e` ([B, -1, 64]); -1 allowed when `minus1`. */
 static bool int_list(Ctx *c, const Expr *e, const char *fn, int64_t *out, int *n)
 {
@@ -1882,6 +1962,11 @@ static const Builtin builtins[] = {
      {REQ("x", A_TENSOR), REQ("axis", A_AXES), OPT("keepdim", A_BOOL, 0)}},
     {"argmax", OP_ARGMAX, lower_arg_extremum, false, {REQ("x", A_TENSOR), OPT("axis", A_INT, -1)}},
     {"argmin", OP_ARGMIN, lower_arg_extremum, false, {REQ("x", A_TENSOR), OPT("axis", A_INT, -1)}},
+    {"topk", OP_TOPK, lower_topk, false, {REQ("x", A_TENSOR), REQ("k", A_INT), OPT("axis", A_INT, -1)}},
+    {"one_hot", OP_ONE_HOT, lower_one_hot, false, {REQ("ids", A_TENSOR), REQ("n", A_INT)}},
+    {"gather", OP_GATHER, lower_gather, false,
+     {REQ("x", A_TENSOR), REQ("axis", A_INT), REQ("index", A_TENSOR)}},
+    {"cumsum", OP_CUMSUM, lower_cumsum, false, {REQ("x", A_TENSOR), REQ("axis", A_INT)}},
     {"softmax", OP_SOFTMAX, lower_axis, false, {REQ("x", A_TENSOR), OPT("axis", A_INT, -1)}},
     {"log_softmax", OP_LOG_SOFTMAX, lower_axis, false, {REQ("x", A_TENSOR), OPT("axis", A_INT, -1)}},
     {"cross_entropy", OP_CROSS_ENTROPY, lower_cross_entropy, false,

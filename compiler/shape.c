@@ -1120,3 +1120,81 @@ bool shape_MAXIMUM_MASK(IrGraph *g, IrNode *n) { return broadcast(g, n, sh(n, 0)
 bool shape_RMS_NORM_DX(IrGraph *g, IrNode *n) { return like_fwd_in(g, n, 0); }
 bool shape_RMS_NORM_DW(IrGraph *g, IrNode *n) { return like_fwd_in(g, n, 1); }
 bool shape_ROPE_GRAD(IrGraph *g, IrNode *n) { return like_fwd_in(g, n, 0); }
+
+/* ---- routing and indexing: topk, one_hot, gather, cumsum ------------------------------- */
+
+/* x [..., len, ...] -> i32 [..., k, ...]: ia[0] = axis, ia[1] = k in [1, len] */
+bool shape_TOPK(IrGraph *g, IrNode *n)
+{
+    if (!axis_ok(g, n, n->ia[0]))
+        return false;
+    Shape r = *sh(n, 0);
+    int64_t len = r.d[n->ia[0]];
+    if (n->ia[1] < 1 || n->ia[1] > len) {
+        diag_error(n->loc, "topk k = %lld is out of range for axis %lld of %s (1 to %lld)",
+                   (long long)n->ia[1], (long long)n->ia[0], str(g, &r), (long long)len);
+        return false;
+    }
+    r.d[n->ia[0]] = n->ia[1];
+    fix_type(n, DT_I32);
+    return set_shape(g, n, &r);
+}
+
+/* ids of any integer type [...] -> u8 [..., ia[0]] */
+bool shape_ONE_HOT(IrGraph *g, IrNode *n)
+{
+    if (!is_int(n->in[0]->type)) {
+        diag_error(n->loc, "one_hot needs integer ids (i32, u16 or u8), got %s",
+                   n->in[0]->type ? dt_name(n->in[0]->type) : "a float tensor");
+        return false;
+    }
+    if (!rank_in(g, n, 0, "ids of rank below 8", 0, MP_MAX_RANK - 1))
+        return false;
+    if (n->ia[0] < 1) {
+        diag_error(n->loc, "one_hot needs at least 1 class, got %lld", (long long)n->ia[0]);
+        return false;
+    }
+    Shape r = *sh(n, 0);
+    r.d[r.rank++] = n->ia[0];
+    fix_type(n, DT_U8);
+    return set_shape(g, n, &r);
+}
+
+/* (x, index): torch.gather's rule -- the same rank, index no longer than x
+ * on every axis but ia[0], integer; the result has index's shape */
+bool shape_GATHER(IrGraph *g, IrNode *n)
+{
+    const Shape *x = sh(n, 0), *ix = sh(n, 1);
+    if (!is_int(n->in[1]->type)) {
+        diag_error(n->loc, "gather needs an integer index (i32, u16 or u8), got %s",
+                   n->in[1]->type ? dt_name(n->in[1]->type) : "a float tensor");
+        return false;
+    }
+    if (!axis_ok(g, n, n->ia[0]))
+        return false;
+    bool fits = ix->rank == x->rank;
+    for (int i = 0; fits && i < x->rank; i++)
+        fits = i == n->ia[0] || ix->d[i] <= x->d[i];
+    if (!fits) {
+        diag_error(n->loc, "gather index %s does not fit %s along axis %lld: it needs the same "
+                   "rank and no larger size on the other axes", str(g, ix), str(g, x),
+                   (long long)n->ia[0]);
+        return false;
+    }
+    pass_type(n);
+    return set_shape(g, n, ix);
+}
+
+bool shape_CUMSUM(IrGraph *g, IrNode *n)
+{
+    return float_in(n, 0) && axis_ok(g, n, n->ia[0]) && set_shape(g, n, sh(n, 0));
+}
+
+/* (dy, index) -> the gathered x's shape; dy shaped like index */
+bool shape_GATHER_GRAD(IrGraph *g, IrNode *n)
+{
+    const Shape *x = fwd_in(n, 0);
+    if (!x || !same_shape(g, n, 0, 1))
+        return false;
+    return set_shape(g, n, x);
+}

@@ -2249,6 +2249,109 @@ static inline void mp_cu_fill(void *y, float v, int64_t n)
     mp_cu_each("full", n, f);
 }
 
+/* ---- routing and indexing: topk, one_hot, gather, cumsum ------------------------------- */
+
+/* topk: one item per column (o, i), one pass as mp_k_topk */
+template <int XT>
+struct MpCuTopk {
+    int32_t *y;
+    const void *x;
+    int64_t len, inner, k;
+    MP_HD void operator()(int64_t j) const { mp_topk_col(y, x, XT, j / inner, len, inner, j % inner, k); }
+};
+
+template <int XT>
+static inline void mp_cu_topk(void *y, const void *x, int64_t outer, int64_t len, int64_t inner, int64_t k)
+{
+    MpCuTopk<XT> f = {(int32_t *)y, x, len, inner, k};
+    mp_cu_each("topk", outer * inner, f);
+}
+
+/* one_hot: one item per element of the mask */
+template <int YT>
+struct MpCuOneHot {
+    void *y;
+    const void *ids;
+    int idt;
+    int64_t classes;
+    MP_HD void operator()(int64_t j) const
+    {
+        mp_cu_st(y, YT, j, mp_ld_id(ids, idt, j / classes) == j % classes ? 1.0f : 0.0f);
+    }
+};
+
+template <int YT>
+static inline void mp_cu_one_hot(void *y, const void *ids, int idt, int64_t n, int64_t classes)
+{
+    MpCuOneHot<YT> f = {y, ids, idt, classes};
+    mp_cu_each("one_hot", n * classes, f);
+}
+
+/* gather: one item per element of the result */
+template <int YT, int XT>
+struct MpCuGather {
+    void *y;
+    const void *x, *index;
+    int idt, axis;
+    MpCuDims xs, is;
+    MP_HD void operator()(int64_t j) const
+    {
+        int64_t id = mp_ld_id(index, idt, j);
+        mp_cu_st(y, YT, j, id >= 0 && id < xs.d[axis]
+                 ? mp_cu_ld(x, XT, mp_gather_at(j, is.rank, xs.d, is.d, axis, id)) : NAN);
+    }
+};
+
+template <int YT, int XT>
+static inline void mp_cu_gather(void *y, const void *x, const void *index, int idt, MpCuDims xs,
+                                MpCuDims is, int axis)
+{
+    MpCuGather<YT, XT> f = {y, x, index, idt, axis, xs, is};
+    mp_cu_each("gather", mp_numel(is.rank, is.d), f);
+}
+
+/* its gradient: zeros, then one item per index column (race-free, the
+ * order of the C program's sums) */
+struct MpCuGatherGrad {
+    void *dx;
+    int dxdt;
+    const void *dy;
+    int dydt;
+    const void *index;
+    int idt, axis;
+    MpCuDims xs, is;
+    MP_HD void operator()(int64_t c) const
+    {
+        mp_gather_grad_col(dx, dxdt, dy, dydt, index, idt, is.rank, xs.d, is.d, axis, c);
+    }
+};
+
+template <int DXT, int DYT>
+static inline void mp_cu_gather_grad(void *dx, const void *dy, const void *index, int idt, MpCuDims xs,
+                                     MpCuDims is, int axis)
+{
+    mp_cu_fill<DXT>(dx, 0.0f, mp_numel(xs.rank, xs.d));
+    MpCuGatherGrad f = {dx, DXT, dy, DYT, index, idt, axis, xs, is};
+    mp_cu_each("gather_grad", mp_numel(is.rank, is.d) / is.d[axis], f);
+}
+
+/* cumsum: one item per column (o, i), summed in double as the C program */
+template <int YT, int XT>
+struct MpCuCumsum {
+    void *y;
+    const void *x;
+    int64_t len, inner;
+    int reverse;
+    MP_HD void operator()(int64_t j) const { mp_cumsum_col(y, YT, x, XT, j / inner, len, inner, j % inner, reverse); }
+};
+
+template <int YT, int XT>
+static inline void mp_cu_cumsum(void *y, const void *x, int64_t outer, int64_t len, int64_t inner, int reverse)
+{
+    MpCuCumsum<YT, XT> f = {y, x, len, inner, reverse};
+    mp_cu_each("cumsum", outer * inner, f);
+}
+
 struct MpCuF_clamp {
     float lo, hi;
     MP_HD float operator()(float a) const { return mp_clamp(a, lo, hi); }

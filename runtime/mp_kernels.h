@@ -79,6 +79,12 @@
  *   mp_k_extremum(y,ydt, x,xdt, outer,len,inner, sign, index)   max (sign 1),
  *       min (-1) over len; index: the i32 position (argmax, argmin)
  *   mp_k_extremum_grad(dx,dxdt, dy,dydt, x,xdt, outer,len,inner, sign)
+ *   mp_k_topk(y, x,xdt, outer,len,inner, k)   i32 positions of the k largest
+ *       over len, largest first (ties: lower position first; NaN largest)
+ *   mp_k_one_hot(y,ydt, ids,idt, n, classes)   u8 [n, classes]
+ *   mp_k_gather(y,ydt, x,xdt, index,idt, rank, xsh, ish, axis)  torch.gather
+ *   mp_k_gather_grad(dx,dxdt, dy,dydt, index,idt, rank, xsh, ish, axis)
+ *   mp_k_cumsum(y,ydt, x,xdt, outer,len,inner, reverse)
  *   mp_k_rope(y,ydt, x,xdt, outer, P, inner, D, theta, half, sign)
  *       x viewed as [outer, P, inner] (P the positions, inner ending in the
  *       D features); sign -1 rotates back (the gradient)
@@ -1529,6 +1535,138 @@ static inline void mp_k_extremum_grad(void *dx, int dxdt, const void *dy, int dy
             for (int64_t l = 0; l < len; l++)
                 mp_st(dx, dxdt, (o * len + l) * inner + i, l == at ? mp_ld(dy, dydt, o * inner + i) : 0.0f);
         }
+}
+
+/* ---- routing and indexing: topk, one_hot, gather, cumsum ------------------ */
+
+/* topk's order: a comes before b when larger, a NaN before any number;
+ * equal values keep the order of their positions (lower first) */
+static inline MP_HD int mp_topk_before(float a, float b) { return (a != a && b == b) || a > b; }
+
+/* Column (o, i) of x viewed as [outer, len, inner]: the positions of its k
+ * largest, largest first, into y[o, 0..k, i], in one pass over x (each
+ * element inserted into the sorted positions kept so far). */
+static inline MP_HD void mp_topk_col(int32_t *y, const void *x, int xdt, int64_t o, int64_t len,
+                                     int64_t inner, int64_t i, int64_t k)
+{
+    const int64_t xb = o * len * inner + i, yb = o * k * inner + i;
+    int64_t n = 0;
+    for (int64_t l = 0; l < len; l++) {
+        float v = mp_ld(x, xdt, xb + l * inner);
+        if (n == k && !mp_topk_before(v, mp_ld(x, xdt, xb + (int64_t)y[yb + (k - 1) * inner] * inner)))
+            continue;
+        int64_t j = n < k ? n++ : k - 1;
+        for (; j > 0 && mp_topk_before(v, mp_ld(x, xdt, xb + (int64_t)y[yb + (j - 1) * inner] * inner)); j--)
+            y[yb + j * inner] = y[yb + (j - 1) * inner];
+        y[yb + j * inner] = (int32_t)l;
+    }
+}
+
+static inline void mp_k_topk(void *y, const void *x, int xdt, int64_t outer, int64_t len,
+                             int64_t inner, int64_t k)
+{
+    MP_OMP(parallel for if (outer * len * inner * k > MP_PAR_MIN))
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t i = 0; i < inner; i++)
+            mp_topk_col((int32_t *)y, x, xdt, o, len, inner, i, k);
+}
+
+/* y[i, c] = ids[i] == c: a u8 0/1 mask [n, classes]; an id out of range
+ * gives a row of zeros */
+static inline void mp_k_one_hot(void *y, int ydt, const void *ids, int idt, int64_t n, int64_t classes)
+{
+    MP_OMP(parallel for if (n * classes > MP_PAR_MIN))
+    for (int64_t i = 0; i < n; i++) {
+        int64_t id = mp_ld_id(ids, idt, i);
+        for (int64_t c = 0; c < classes; c++)
+            mp_st(y, ydt, i * classes + c, id == c ? 1.0f : 0.0f);
+    }
+}
+
+/* gather: the offset in x [rank, xsh] of element j of index [rank, ish]:
+ * j's coordinates, with id in place of the one along axis */
+static inline MP_HD int64_t mp_gather_at(int64_t j, int rank, const int64_t *xsh, const int64_t *ish,
+                                         int axis, int64_t id)
+{
+    int64_t off = 0, stride = 1;
+    for (int d = rank - 1; d >= 0; d--) {
+        int64_t c = j % ish[d];
+        j /= ish[d];
+        off += (d == axis ? id : c) * stride;
+        stride *= xsh[d];
+    }
+    return off;
+}
+
+/* y[j] = x at index[j] along axis (torch.gather); an index outside [0,
+ * xsh[axis]) gives NaN, never a read out of bounds */
+static inline void mp_k_gather(void *y, int ydt, const void *x, int xdt, const void *index, int idt,
+                               int rank, const int64_t *xsh, const int64_t *ish, int axis)
+{
+    int64_t n = 1;
+    for (int d = 0; d < rank; d++)
+        n *= ish[d];
+    MP_OMP(parallel for if (n > MP_PAR_MIN))
+    for (int64_t j = 0; j < n; j++) {
+        int64_t id = mp_ld_id(index, idt, j);
+        mp_st(y, ydt, j, id >= 0 && id < xsh[axis] ? mp_ld(x, xdt, mp_gather_at(j, rank, xsh, ish, axis, id)) : NAN);
+    }
+}
+
+/* Index column c (its coordinates off the axis, viewed as [outer, L,
+ * inner] around it) of gather's gradient: dy added into dx at each index
+ * of the column, in order. Different columns touch different elements. */
+static inline MP_HD void mp_gather_grad_col(void *dx, int dxdt, const void *dy, int dydt,
+                                            const void *index, int idt, int rank, const int64_t *xsh,
+                                            const int64_t *ish, int axis, int64_t c)
+{
+    int64_t inner = 1;
+    for (int d = axis + 1; d < rank; d++)
+        inner *= ish[d];
+    int64_t L = ish[axis], j0 = c / inner * L * inner + c % inner;
+    for (int64_t l = 0; l < L; l++) {
+        int64_t j = j0 + l * inner, id = mp_ld_id(index, idt, j);
+        if (id < 0 || id >= xsh[axis])
+            continue;
+        int64_t at = mp_gather_at(j, rank, xsh, ish, axis, id);
+        mp_st(dx, dxdt, at, mp_ld(dx, dxdt, at) + mp_ld(dy, dydt, j));
+    }
+}
+
+static inline void mp_k_gather_grad(void *dx, int dxdt, const void *dy, int dydt, const void *index,
+                                    int idt, int rank, const int64_t *xsh, const int64_t *ish, int axis)
+{
+    int64_t nx = 1, cols = 1;
+    for (int d = 0; d < rank; d++)
+        nx *= xsh[d], cols *= d == axis ? 1 : ish[d];
+    MP_OMP(parallel for if (nx > MP_PAR_MIN))
+    for (int64_t j = 0; j < nx; j++)
+        mp_st(dx, dxdt, j, 0.0f);
+    MP_OMP(parallel for if (cols * ish[axis] > MP_PAR_MIN))
+    for (int64_t c = 0; c < cols; c++)
+        mp_gather_grad_col(dx, dxdt, dy, dydt, index, idt, rank, xsh, ish, axis, c);
+}
+
+/* Column (o, i) of the cumulative sum along len, summed in double (as
+ * torch's CPU kernel); reverse: from the end (cumsum's gradient) */
+static inline MP_HD void mp_cumsum_col(void *y, int ydt, const void *x, int xdt, int64_t o, int64_t len,
+                                       int64_t inner, int64_t i, int reverse)
+{
+    double s = 0;
+    for (int64_t l = 0; l < len; l++) {
+        int64_t at = (o * len + (reverse ? len - 1 - l : l)) * inner + i;
+        s += (double)mp_ld(x, xdt, at);
+        mp_st(y, ydt, at, (float)s);
+    }
+}
+
+static inline void mp_k_cumsum(void *y, int ydt, const void *x, int xdt, int64_t outer, int64_t len,
+                               int64_t inner, int reverse)
+{
+    MP_OMP(parallel for if (outer * len * inner > MP_PAR_MIN))
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t i = 0; i < inner; i++)
+            mp_cumsum_col(y, ydt, x, xdt, o, len, inner, i, reverse);
 }
 
 /* y = where(c, a, b), the three broadcast to y (NumPy rules): rows of y's

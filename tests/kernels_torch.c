@@ -433,6 +433,36 @@ static void op_extremum(void)
     free(idx);
 }
 
+/* route O L I K G J: x [O, L, I], dy [O, K, I], ids i32 [O, I], index i32
+ * [O, G, J] (J <= I), dz [O, G, J] -> topk positions over L (as floats), its
+ * values (gather of x at them), their dx (gather_grad), cumsum over L,
+ * reverse cumsum, one_hot(ids, L), gather(x, 1, index) and its dx: 8 files */
+static void op_route(void)
+{
+    int64_t O = arg[0], L = arg[1], I = arg[2], K = arg[3], G = arg[4], J = arg[5];
+    int64_t n = O * L * I, nk = O * K * I, ng = O * G * J;
+    float *x = rdf(0, n), *dy = rdf(1, nk), *dz = rdf(4, ng);
+    int32_t *ids = rdi(2, O * I), *gi = rdi(3, ng), *at = malloc((size_t)nk * sizeof *at);
+    float *pos = buf(nk), *v = buf(nk), *dx = buf(n), *cs = buf(n), *oh = buf(O * I * L), *g = buf(ng);
+    int64_t xsh[3] = {O, L, I}, ksh[3] = {O, K, I}, gsh[3] = {O, G, J};
+    mp_k_topk(at, x, F32, O, L, I, K);
+    for (int64_t j = 0; j < nk; j++)
+        pos[j] = (float)at[j];
+    mp_k_gather(v, F32, x, F32, at, MP_I32, 3, xsh, ksh, 1);
+    mp_k_gather_grad(dx, F32, dy, F32, at, MP_I32, 3, xsh, ksh, 1);
+    wrf(0, pos, nk); wrf(1, v, nk); wrf(2, dx, n);
+    mp_k_cumsum(cs, F32, x, F32, O, L, I, 0);
+    wrf(3, cs, n);
+    mp_k_cumsum(cs, F32, x, F32, O, L, I, 1);
+    wrf(4, cs, n);
+    mp_k_one_hot(oh, F32, ids, MP_I32, O * I, L);
+    wrf(5, oh, O * I * L);
+    mp_k_gather(g, F32, x, F32, gi, MP_I32, 3, xsh, gsh, 1);
+    mp_k_gather_grad(dx, F32, dz, F32, gi, MP_I32, 3, xsh, gsh, 1);
+    wrf(6, g, ng); wrf(7, dx, n);
+    free(at);
+}
+
 static const struct {
     const char *name;
     void (*run)(void);
@@ -448,6 +478,7 @@ static const struct {
     {"elementwise2", op_elementwise2, 1}, {"rms_norm", op_rms_norm, 2}, {"rope", op_rope, 6},
     {"cross_entropy2", op_cross_entropy2, 5}, {"select", op_select, 2},
     {"extremum", op_extremum, 3},
+    {"route", op_route, 6},
 };
 
 int main(int argc, char **argv)

@@ -515,6 +515,44 @@ def case_extremum(driver, tmp):
             check(tag + "dx", got[k + 2], dx)
 
 
+def case_route(driver, tmp):
+    for O, L, I, K, G, J in ((3, 7, 5, 2, 4, 4), (4, 33, 1, 5, 9, 1), (2, 8, 3, 8, 3, 3)):
+        x, dy = f32(O, L, I, lo=-2, hi=2), f32(O, K, I)
+        x[:, 5 % L, :] = x[:, 1, :]                    # ties: the lower position first
+        x[:, 6 % L, 0] = x[:, 2, 0]
+        x[0, 3, 0] = np.nan                            # NaN is the largest, as torch
+        ids = rng.integers(0, L, size=(O, I)).astype(np.int32)
+        ids[0, 0] = L                                  # out of range: a row of zeros
+        gi = rng.integers(0, L, size=(O, G, J)).astype(np.int32)
+        gi[:, 0, :] = gi[:, -1, :]                     # repeats: the gradient adds up
+        dz = f32(O, G, J)
+        got = run(driver, tmp, "route", [O, L, I, K, G, J], [x, dy, ids, gi, dz], 8)
+        tag = "route [%d, %d, %d] k %d " % (O, L, I, K)
+        # torch.topk orders ties as its partial sort leaves them; the spec
+        # says lower index first: a stable descending sort (NaN first, as
+        # topk) gives that order, and topk's values must agree with it
+        tx = t(x)
+        at = torch.sort(tx.detach(), dim=1, descending=True, stable=True).indices[:, :K]
+        v = torch.gather(tx, 1, at)
+        (dx,) = grads(v, dy, tx)
+        nan9 = lambda a: np.nan_to_num(np.asarray(a, dtype=np.float64), nan=9.0)
+        check(tag + "topk = torch.topk's values", nan9(v.detach()), nan9(torch.topk(t(x), K, 1).values.detach()))
+        check(tag + "topk indices", got[0], at)
+        check(tag + "topk values", nan9(got[1]), nan9(v.detach()))
+        check(tag + "topk dx", got[2], dx)
+        cs = torch.from_numpy(x)
+        check(tag + "cumsum", nan9(got[3]), nan9(torch.cumsum(cs, 1)))
+        check(tag + "cumsum from the end", nan9(got[4]), nan9(torch.flip(torch.cumsum(torch.flip(cs, [1]), 1), [1])))
+        oh = F.one_hot(torch.from_numpy(np.clip(ids, 0, L - 1)).long(), L).numpy()
+        oh[0, 0, :] = 0
+        check(tag + "one_hot", got[5], oh)
+        tx = t(x)
+        g = torch.gather(tx, 1, torch.from_numpy(gi).long())
+        (dx,) = grads(g, dz, tx)
+        check(tag + "gather", nan9(got[6]), nan9(g.detach()))
+        check(tag + "gather dx", got[7], dx)
+
+
 def main():
     if len(sys.argv) not in (2, 3) or sys.argv[2:] not in ([], ["--no-conversions"]):
         print(__doc__)
@@ -526,7 +564,7 @@ def main():
                      case_layer_norm, case_batch_norm, case_softmax, case_losses,
                      case_activations, case_attention, case_attention_opt, case_embedding,
                      case_elementwise2, case_rms_norm, case_rope, case_cross_entropy2, case_select,
-                     case_extremum]:
+                     case_extremum, case_route]:
             case(driver, tmp)
     if failures:
         print("\n%d comparisons failed" % len(failures))

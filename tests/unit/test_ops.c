@@ -94,6 +94,8 @@ static const struct {
     {"gt", CL_FOLLOW}, {"lt", CL_FOLLOW}, {"ge", CL_FOLLOW}, {"le", CL_FOLLOW}, {"eq", CL_FOLLOW},
     {"ne", CL_FOLLOW}, {"where", CL_FOLLOW}, {"detach", CL_NONE}, {"full", CL_NONE},
     {"max", CL_FP32}, {"min", CL_FP32}, {"argmax", CL_NONE}, {"argmin", CL_NONE},
+    /* routing and indexing */
+    {"topk", CL_FOLLOW}, {"one_hot", CL_NONE}, {"gather", CL_NONE}, {"cumsum", CL_FP32},
 };
 
 static void classes_match_the_spec(void **state)
