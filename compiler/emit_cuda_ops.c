@@ -533,13 +533,13 @@ void emit_cuda_ONE_HOT(Emit *e, const IrNode *n)
 
 void emit_cuda_GATHER(Emit *e, const IrNode *n)
 {
-    em(e, "    mp_cu_gather%s(%s, %s, %s, %s, %s, %d);\n", T2(n, IN(0)), C(n), C(IN(0)), IDS(IN(1)),
+    em(e, "    mp_cu_gather_index%s(%s, %s, %s, %s, %s, %d);\n", T2(n, IN(0)), C(n), C(IN(0)), IDS(IN(1)),
        dims(e, IN(0)), dims(e, IN(1)), (int)n->ia[0]);
 }
 
 void emit_cuda_GATHER_GRAD(Emit *e, const IrNode *n)
 {
-    em(e, "    mp_cu_gather_grad%s(%s, %s, %s, %s, %s, %d);\n", T2(n, IN(0)), C(n), C(IN(0)), IDS(IN(1)),
+    em(e, "    mp_cu_gather_index_grad%s(%s, %s, %s, %s, %s, %d);\n", T2(n, IN(0)), C(n), C(IN(0)), IDS(IN(1)),
        dims(e, n), dims(e, IN(1)), (int)n->ia[0]);
 }
 

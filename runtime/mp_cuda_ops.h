@@ -2289,7 +2289,7 @@ static inline void mp_cu_one_hot(void *y, const void *ids, int idt, int64_t n, i
 
 /* gather: one item per element of the result */
 template <int YT, int XT>
-struct MpCuGather {
+struct MpCuGatherIndex {
     void *y;
     const void *x, *index;
     int idt, axis;
@@ -2303,16 +2303,16 @@ struct MpCuGather {
 };
 
 template <int YT, int XT>
-static inline void mp_cu_gather(void *y, const void *x, const void *index, int idt, MpCuDims xs,
+static inline void mp_cu_gather_index(void *y, const void *x, const void *index, int idt, MpCuDims xs,
                                 MpCuDims is, int axis)
 {
-    MpCuGather<YT, XT> f = {y, x, index, idt, axis, xs, is};
-    mp_cu_each("gather", mp_numel(is.rank, is.d), f);
+    MpCuGatherIndex<YT, XT> f = {y, x, index, idt, axis, xs, is};
+    mp_cu_each("gather_index", mp_numel(is.rank, is.d), f);
 }
 
 /* its gradient: zeros, then one item per index column (race-free, the
  * order of the C program's sums) */
-struct MpCuGatherGrad {
+struct MpCuGatherIndexGrad {
     void *dx;
     int dxdt;
     const void *dy;
@@ -2327,12 +2327,12 @@ struct MpCuGatherGrad {
 };
 
 template <int DXT, int DYT>
-static inline void mp_cu_gather_grad(void *dx, const void *dy, const void *index, int idt, MpCuDims xs,
+static inline void mp_cu_gather_index_grad(void *dx, const void *dy, const void *index, int idt, MpCuDims xs,
                                      MpCuDims is, int axis)
 {
     mp_cu_fill<DXT>(dx, 0.0f, mp_numel(xs.rank, xs.d));
-    MpCuGatherGrad f = {dx, DXT, dy, DYT, index, idt, axis, xs, is};
-    mp_cu_each("gather_grad", mp_numel(is.rank, is.d) / is.d[axis], f);
+    MpCuGatherIndexGrad f = {dx, DXT, dy, DYT, index, idt, axis, xs, is};
+    mp_cu_each("gather_index_grad", mp_numel(is.rank, is.d) / is.d[axis], f);
 }
 
 /* cumsum: one item per column (o, i), summed in double as the C program */

@@ -26,7 +26,9 @@
 #      emu_additions.mp: rope,
 #      rms_norm and the other additions, ignored targets; emu_select.mp:
 #      comparisons, where, masked_fill, detach, zeros / ones / full, u8
-#      masks next to f16 values; emu_split.mp:
+#      masks next to f16 values; emu_route.mp (also under float32,
+#      parameters checked as emu_columns'): topk, one_hot, gather, cumsum;
+#      emu_split.mp:
 #      chunk, slice, concat, expand, arange, integer ids among them;
 #      emu_mask.mp (also under float32): attention's mask and scale;
 #      emu_flash.mp (also under float32): attention's tiled kernels past
@@ -113,7 +115,7 @@ grep -q "sgd(lr = 0.05)" "$tmp/mbconv_sgd.mp" || bad "mbconv_sgd.mp: the optimiz
         echo "emu_build examples/$n.mp ${n}_f32 --precision float32"
         echo "c_build examples/$n.mp ${n}_f32 --precision float32"
     done
-    for n in emu_columns emu_flash emu_mid emu_mask; do
+    for n in emu_columns emu_flash emu_mid emu_mask emu_route; do
         echo "emu_build tests/cuda/$n.mp ${n}_f32 --precision float32"
         echo "c_build tests/cuda/$n.mp ${n}_f32 --precision float32"
     done
@@ -173,7 +175,7 @@ data_of() {   # data_of NAME [--data|--eval]: the model's input files
     mnist_cnn*) echo "$o image=$tmp/img4.npy $o label=$tmp/lab4.npy" ;;
     digits_mlp*) echo "$o pixels=$tmp/pix.npy $o label=$tmp/lab128.npy" ;;
     char_transformer*) echo "$o tokens=$tmp/tok.npy $o targets=$tmp/tgt.npy" ;;
-    emu_options* | emu_buffers* | emu_mid* | emu_select*) echo "$o x=$tmp/x12.npy $o y=$tmp/y5.npy" ;;
+    emu_options* | emu_buffers* | emu_mid* | emu_select* | emu_route*) echo "$o x=$tmp/x12.npy $o y=$tmp/y5.npy" ;;
     emu_nan*) echo "$o x=$tmp/x4.npy" ;;
     emu_wide* | emu_columns*) echo "$o x=$tmp/x8.npy $o y=$tmp/y3.npy" ;;
     emu_additions*) echo "$o tokens=$tmp/tok16.npy $o targets=$tmp/tgt16.npy" ;;
@@ -212,6 +214,8 @@ curve emu_wide 4 2e-3 MP_EMU=graph
 curve emu_columns 4 2e-3 MP_EMU=graph
 curve emu_additions 6 2e-3 MP_EMU=graph
 curve emu_select 6 2e-3 MP_EMU=graph
+curve emu_route 6 2e-3 MP_EMU=graph
+curve emu_route_f32 6 1e-4 MP_EMU=graph
 curve emu_split 6 2e-3 MP_EMU=graph
 curve emu_flash 6 2e-3 MP_EMU=graph
 curve emu_flash_f32 6 1e-4 MP_EMU=graph
@@ -249,7 +253,7 @@ print("parameters within %.2e relative (worst: %s)" % (worst, at))
 sys.exit(worst > 1e-5)
 EOF2
 }
-for n in emu_columns_f32 emu_mid_f32 mbconv_f32; do
+for n in emu_columns_f32 emu_mid_f32 mbconv_f32 emu_route_f32; do
     [ -x "$tmp/$n.emu" ] && [ -x "$tmp/$n.c.out" ] || continue
     if msg=$(params $n 2>&1); then
         echo "ok   $n: $msg"
