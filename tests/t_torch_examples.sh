@@ -141,6 +141,13 @@ run_case char_tf_bf16 tests/models/char_tf.mp mixed_bfloat16 30 5e-2 "$SHAKE" "$
 # a block shadowing gelu, const // % log exp sqrt (the front end's additions)
 run_case rnn_loop tests/models/rnn_loop.mp float32 40 1e-4 x=digits_x,label=digits_y x=digits_ex,label=digits_ey
 run_case rnn_loop_f16 tests/models/rnn_loop.mp mixed_float16 40 3e-2 x=digits_x,label=digits_y x=digits_ex,label=digits_ey
+# a Mixtral-style MoE block: topk, one_hot, gather, cumsum (routing and
+# indexing); float32 also against torch in float32 within 1e-6 (_torch32)
+for prec in float32 mixed_float16 mixed_bfloat16; do
+    tol=1e-4; [ $prec = float32 ] || tol=3e-2
+    run_case "moe_$prec" tests/models/moe.mp $prec 25 $tol x=digits_x,label=digits_y x=digits_ex,label=digits_ey
+done
+run_case moe_torch32 tests/models/moe.mp float32 25 1e-6 x=digits_x,label=digits_y x=digits_ex,label=digits_ey
 
 # examples/mnist_cnn.mp (Adam 2e-3 after batch_norm) is chaotic: torch's own
 # float32 and float64 runs part by more than 1e-4 after ~20 steps, so it is
@@ -197,6 +204,8 @@ for c in "${cases[@]}"; do
         fails+=("$name: $(head -n 1 "$out.fail")"); sed 's/^/    /' "$out.fail"; continue
     fi
     cmp="--tol $tol --dtype float64"      # float32: 1e-4 of the exact (float64) run
+    # _torch32: float32 against torch in float32 (the same roundings)
+    [[ $name == *_torch32 ]] && cmp="--tol $tol --dtype float32"
     # mixed: torch float32; the losses must also differ from it by more than
     # float32 rounding (2e-6), or the low precision type was not used
     [ "$prec" = float32 ] || cmp="--tol $tol --ptol 0 --etol $tol --min-diff 2e-6"

@@ -488,3 +488,64 @@ class Zoo3(nn.Module):
 
 
 TWINS["zoo3"] = Zoo3
+
+
+# ---- routing and indexing (tests/models/moe.mp) ------------------------------
+
+class MoeExpert(nn.Module):
+    """Hugging Face's MixtralBlockSparseTop2MLP: w2(silu(w1 x) * w3 x)."""
+    def __init__(self, D, F):
+        super().__init__()
+        self.w1 = nn.Linear(D, F, bias=False)
+        self.w2 = nn.Linear(F, D, bias=False)
+        self.w3 = nn.Linear(D, F, bias=False)
+
+    def forward(self, x):
+        return self.w2(F.silu(self.w1(x)) * self.w3(x))
+
+
+class MoeBlock(nn.Module):
+    """Hugging Face's MixtralSparseMoeBlock (router, softmax, top-k, the
+    weights renormalised, tokens dispatched to each expert and added back
+    with index_add_), with Switch Transformer's expert capacity: an
+    assignment past its expert's CAP-th, in token order, is dropped."""
+    def __init__(self, D, E, K, F, CAP):
+        super().__init__()
+        self.E, self.K, self.CAP = E, K, CAP
+        self.gate = nn.Linear(D, E, bias=False)
+        self.experts = nn.ModuleList([MoeExpert(D, F) for _ in range(E)])
+
+    def forward(self, h):
+        n, d = h.shape
+        probs = F.softmax(self.gate(h), dim=-1)
+        w, sel = torch.topk(probs, self.K, dim=-1)
+        mask = F.one_hot(sel, self.E)                                  # [n, K, E]
+        flat = mask.reshape(n * self.K, self.E).to(h.dtype)
+        pos = torch.cumsum(flat, 0) * flat
+        kept = ((pos <= self.CAP).reshape(n, self.K, self.E) * mask).sum(2)
+        w = w / w.sum(-1, keepdim=True) * kept
+        out = torch.zeros_like(h)
+        for e, expert in enumerate(self.experts):
+            tok, k = torch.where(sel == e)
+            out.index_add_(0, tok, expert(h[tok]) * w[tok, k, None])
+        aux = self.E * torch.sum(mask.to(h.dtype).mean(0) * probs.mean(0))   # load balancing
+        return out, aux
+
+
+class Moe(nn.Module):
+    """tests/models/moe.mp: a Mixtral-style sparse MoE block on the digits."""
+    def __init__(self, B=32, D=32, E=4, K=2, F=48, CAP=20, **_):
+        super().__init__()
+        self.inp = nn.Linear(64, D)
+        self.moe = MoeBlock(D, E, K, F, CAP)
+        self.logits = nn.Linear(D, 10)
+
+    def forward(self, bt):
+        h = F.silu(self.inp(bt["x"].to(self.inp.weight.dtype) / 16 - 0.5))
+        moe, aux = self.moe(h)
+        logits = self.logits(h + moe)
+        loss = F.cross_entropy(logits, bt["label"].long()) + 0.02 * aux
+        return loss, {"accuracy": accuracy(logits, bt["label"])}
+
+
+TWINS["moe"] = Moe
