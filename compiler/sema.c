@@ -1623,7 +1623,55 @@ static Val set_ignore(Ctx *c, const Expr *at, Val v, IrNode *labels, int64_t ign
     return v;
 }
 
-/* cross_entropy(logits, labels, ignore_index, label_smoothing), torch's. */
+/* s without axis `axis` */
+static Shape without_axis(const Shape *s, int64_t axis)
+{
+    Shape r = {.rank = s->rank - 1};
+    for (int i = 0, j = 0; i < s->rank; i++)
+        if (i != axis)
+            r.d[j++] = s->d[i];
+    return r;
+}
+
+/* cross_entropy's `axis` (the class axis): logits with their classes
+ * elsewhere than last get them moved last by one transpose, so the loss
+ * kernels read each position's classes as one contiguous row; when the
+ * labels fit axis 1 but the default is used, the error says so. */
+static IrNode *classes_last(Ctx *c, const Expr *x, Args *a, int ai)
+{
+    IrNode *lg = a->v[0].t;
+    const Shape *s = &lg->shape, *lab = &a->v[1].t->shape;
+    int64_t axis;
+    if (!norm_axis(c, a->e[ai] ? a->e[ai] : x, "cross_entropy", s, a->v[ai].i, &axis))
+        return NULL;
+    Shape last = without_axis(s, s->rank - 1), one = without_axis(s, 1);
+    if (!a->e[ai] && s->rank >= 3 && !shape_eq(&last, lab) && shape_eq(&one, lab)) {
+        diag_error(x->loc, "cross_entropy labels %s do not match logits %s with the classes on "
+                   "the last axis (the default); for classes on axis 1 (torch's [B, C, ...] "
+                   "layout), write axis = 1", shape_str(c->a, lab), shape_str(c->a, s));
+        return NULL;
+    }
+    if (axis == s->rank - 1)
+        return lg;
+    Shape want = without_axis(s, axis);
+    if (!shape_eq(&want, lab)) {
+        diag_error(x->loc, "cross_entropy labels %s do not match logits %s with the classes on "
+                   "axis %lld: they need the shape %s", shape_str(c->a, lab), shape_str(c->a, s),
+                   (long long)axis, shape_str(c->a, &want));
+        return NULL;
+    }
+    IrNode *t = node(c, OP_TRANSPOSE, x->loc, 1, &lg);
+    if (t) {
+        for (int i = 0, j = 0; i < s->rank; i++)
+            if (i != axis)
+                t->ia[j++] = i;
+        t->ia[s->rank - 1] = axis;
+    }
+    Val v = finish(c, t);
+    return v.k == V_TENSOR ? v.t : NULL;
+}
+
+/* cross_entropy(logits, labels, ignore_index, label_smoothing, axis), torch's. */
 static Val lower_cross_entropy(Ctx *c, const Builtin *b, const Expr *x, Args *a)
 {
     double ls = a->v[3].r;
@@ -1632,7 +1680,9 @@ static Val lower_cross_entropy(Ctx *c, const Builtin *b, const Expr *x, Args *a)
         diag_error(a->e[3]->loc, "label_smoothing must be in [0, 1], got %s", fmt_real(c, ls));
         return verr;
     }
-    IrNode *in[2] = {a->v[0].t, a->v[1].t};
+    IrNode *in[2] = {classes_last(c, x, a, 4), a->v[1].t};
+    if (!in[0])
+        return verr;
     IrNode *n = node(c, OP_CROSS_ENTROPY, x->loc, 2, in);
     if (n) {
         n->ia[0] = ignore;
@@ -1971,7 +2021,7 @@ static const Builtin builtins[] = {
     {"log_softmax", OP_LOG_SOFTMAX, lower_axis, false, {REQ("x", A_TENSOR), OPT("axis", A_INT, -1)}},
     {"cross_entropy", OP_CROSS_ENTROPY, lower_cross_entropy, false,
      {REQ("logits", A_TENSOR), REQ("labels", A_TENSOR), ABS("ignore_index", A_INT),
-      OPT("label_smoothing", A_REAL, 0)}},
+      OPT("label_smoothing", A_REAL, 0), OPT("axis", A_INT, -1)}},
     {"accuracy", OP_ACCURACY, lower_class_loss, false, T2("logits", "labels")},
     {"mse", OP_MSE, lower_binary, false, T2("pred", "target")},
     {"attention", OP_ATTENTION, lower_attention, false,

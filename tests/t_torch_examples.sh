@@ -148,6 +148,9 @@ for prec in float32 mixed_float16 mixed_bfloat16; do
     run_case "moe_$prec" tests/models/moe.mp $prec 25 $tol x=digits_x,label=digits_y x=digits_ex,label=digits_ey
 done
 run_case moe_torch32 tests/models/moe.mp float32 25 1e-6 x=digits_x,label=digits_y x=digits_ex,label=digits_ey
+# segmentation's layout: cross_entropy(logits [B, C, H, W], labels [B, H, W], axis = 1)
+run_case seg_float32 tests/models/seg.mp float32 25 1e-4 x=digits_x,label=digits_y x=digits_ex,label=digits_ey
+run_case seg_mixed_float16 tests/models/seg.mp mixed_float16 25 3e-2 x=digits_x,label=digits_y x=digits_ex,label=digits_ey
 
 # examples/mnist_cnn.mp (Adam 2e-3 after batch_norm) is chaotic: torch's own
 # float32 and float64 runs part by more than 1e-4 after ~20 steps, so it is

@@ -549,3 +549,24 @@ class Moe(nn.Module):
 
 
 TWINS["moe"] = Moe
+
+
+class Seg(nn.Module):
+    """tests/models/seg.mp: per-pixel cross-entropy with the classes on
+    axis 1 (torch's layout), ignore_index and label smoothing."""
+    def __init__(self, B=32, **_):
+        super().__init__()
+        self.B = B
+        self.h = nn.Conv2d(1, 8, 3, padding=1)
+        self.cls = nn.Conv2d(8, 3, 3, padding=1)
+
+    def forward(self, bt):
+        x = bt["x"].to(self.h.weight.dtype)
+        out = self.cls(F.relu(self.h((x / 16 - 0.5).reshape(self.B, 1, 8, 8))))
+        bands = torch.stack([torch.zeros_like(x), (x > 4).to(x.dtype), (x > 10).to(x.dtype) * 2], 2)
+        band = bands.argmax(2).reshape(self.B, 8, 8)
+        loss = F.cross_entropy(out, band, ignore_index=0, label_smoothing=0.1)
+        return loss, {}
+
+
+TWINS["seg"] = Seg
