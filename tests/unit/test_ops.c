@@ -94,6 +94,8 @@ static const struct {
     {"gt", CL_FOLLOW}, {"lt", CL_FOLLOW}, {"ge", CL_FOLLOW}, {"le", CL_FOLLOW}, {"eq", CL_FOLLOW},
     {"ne", CL_FOLLOW}, {"where", CL_FOLLOW}, {"detach", CL_NONE}, {"full", CL_NONE},
     {"max", CL_FP32}, {"min", CL_FP32}, {"argmax", CL_NONE}, {"argmin", CL_NONE},
+    /* recurrent layers: their products lowp, the cells f32 inside the op */
+    {"gru", CL_LOWP}, {"lstm", CL_LOWP},
 };
 
 static void classes_match_the_spec(void **state)
