@@ -1470,7 +1470,7 @@ static inline void mp_k_gru(void *s, int sdt, const void *gi, int gdt, const voi
     void *gh = mp_kalloc((size_t)(B * G * mp_dt_size(sdt)));
     for (int64_t t = 0; t < T; t++) {
         mp_rnn_hidden(gh, sdt, s, t, w, wdt, bias, bdt, B, T, H, G, W);
-        MP_OMP(parallel for if (B * H > MP_PAR_MIN / 16))
+        MP_OMP(parallel for if (B * H > MP_PAR_MIN / 4))
         for (int64_t e = 0; e < B * H; e++) {
             int64_t b = e / H, j = e % H, gb = (b * T + t) * G + j, sb = (b * T + t) * W + j;
             float v[5];
@@ -1493,7 +1493,7 @@ static inline void mp_k_gru_grad(void *o, int odt, const void *ds, int dsdt, con
     float *dhr = (float *)mp_kalloc((size_t)(B * H) * sizeof *dhr);
     memset(dhr, 0, (size_t)(B * H) * sizeof *dhr);
     for (int64_t t = T - 1; t >= 0; t--) {
-        MP_OMP(parallel for if (B * H > MP_PAR_MIN / 16))
+        MP_OMP(parallel for if (B * H > MP_PAR_MIN / 4))
         for (int64_t e = 0; e < B * H; e++) {
             int64_t b = e / H, j = e % H, gb = (b * T + t) * G + j, sb = (b * T + t) * W + j;
             float d[5];
@@ -1526,7 +1526,7 @@ static inline void mp_k_lstm(void *s, int sdt, const void *gi, int gdt, const vo
     memset(c, 0, (size_t)(B * H) * sizeof *c);
     for (int64_t t = 0; t < T; t++) {
         mp_rnn_hidden(gh, sdt, s, t, w, wdt, bias, bdt, B, T, H, G, W);
-        MP_OMP(parallel for if (B * H > MP_PAR_MIN / 16))
+        MP_OMP(parallel for if (B * H > MP_PAR_MIN / 4))
         for (int64_t e = 0; e < B * H; e++) {
             int64_t b = e / H, j = e % H, gb = (b * T + t) * G + j, sb = (b * T + t) * W + j;
             float p[4], v[6];
@@ -1550,7 +1550,7 @@ static inline void mp_k_lstm_grad(void *o, int odt, const void *ds, int dsdt, co
     float *dhr = (float *)mp_kalloc((size_t)(2 * B * H) * sizeof *dhr), *dcr = dhr + B * H;
     memset(dhr, 0, (size_t)(2 * B * H) * sizeof *dhr);
     for (int64_t t = T - 1; t >= 0; t--) {
-        MP_OMP(parallel for if (B * H > MP_PAR_MIN / 16))
+        MP_OMP(parallel for if (B * H > MP_PAR_MIN / 4))
         for (int64_t e = 0; e < B * H; e++) {
             int64_t b = e / H, j = e % H, gb = (b * T + t) * G + j, sb = (b * T + t) * W + j;
             float d[4];
