@@ -8,7 +8,10 @@
 # Models: bench/mnist_mlp2.mp (784-512-512-10, batch 128, Adam 1e-3, MNIST)
 # and examples/char_transformer.mp (batch 16 x 64 characters, AdamW 1e-3 with
 # weight decay 0.1, cosine schedule with warm-up, clipping at 1.0, tiny
-# shakespeare), each as its train block says. Columns: mpcc float32,
+# shakespeare) and examples/char_gru.mp (batch 32 x 64 characters, a
+# two-layer GRU of 128, Adam 2e-3, clipping at 5; its JAX twin runs
+# lax.scan over the steps), each as its train block says (MODELS="..."
+# picks some). Columns: mpcc float32,
 # mixed_float16, mixed_bfloat16 (the C target, built as its header's
 # "Faster" line says: cc -O3 -march=native -fopenmp), PyTorch eager float32
 # and torch.autocast('cpu', bfloat16) (TORCH_BF16=0 leaves it out), JAX jit
@@ -70,7 +73,7 @@ STEPS=${STEPS:-60}
 ROUNDS=${ROUNDS:-1}
 WARMUP=${WARMUP:-10}
 TOL=${TOL:-5e-4}
-LAST_TOL=${LAST_TOL:-mnist_mlp2=1e-2 char_transformer=1e-4}
+LAST_TOL=${LAST_TOL:-mnist_mlp2=1e-2 char_transformer=1e-4 char_gru=1e-4}
 JAX=${JAX:-1}
 TORCH_BF16=${TORCH_BF16:-1}
 PROFILE=${PROFILE:-1}
@@ -140,10 +143,11 @@ x, y = data.shakespeare_vocab(64, 16384, stride=64)    # 16384 windows of 64 cha
 np.save(os.path.join(sys.argv[1], "shake_x.npy"), x)
 np.save(os.path.join(sys.argv[1], "shake_y.npy"), y)
 PYEOF
-MODELS=(bench/mnist_mlp2.mp examples/char_transformer.mp)
+read -r -a MODELS <<<"${MODELS:-bench/mnist_mlp2.mp examples/char_transformer.mp examples/char_gru.mp}"
 declare -A DATA=(
     [mnist_mlp2]="--data image=$W/data/train_x.npy --data label=$W/data/train_y.npy"
-    [char_transformer]="--data tokens=$W/data/shake_x.npy --data targets=$W/data/shake_y.npy")
+    [char_transformer]="--data tokens=$W/data/shake_x.npy --data targets=$W/data/shake_y.npy"
+    [char_gru]="--data tokens=$W/data/shake_x.npy --data targets=$W/data/shake_y.npy")
 
 # count of the parameters in mpcc's plan
 plan_params() {

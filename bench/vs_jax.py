@@ -5,7 +5,8 @@ environment's python, which has jax and optax; no torch).
               --steps N --warmup W --out RESULT.json
 
 The twins below are written from the .mp files, in float32: mnist_mlp2
-(bench/mnist_mlp2.mp) and char_transformer (examples/char_transformer.mp).
+(bench/mnist_mlp2.mp), char_transformer (examples/char_transformer.mp) and
+char_gru (examples/char_gru.mp, lax.scan over the steps).
 Each names its parameters and their shapes from the model's constants, and
 the --init file must hold exactly those (so the parameter count is the
 twin's own, not the file's). One jax.jit step: loss, gradients, optax
@@ -95,7 +96,44 @@ def tf_loss(p, b, c):
     return xent(linear(p, "head", layer_norm(p, "ln_f", x)), b["targets"])
 
 
-TWINS = {"mnist_mlp2": (mlp2_shapes, mlp2_loss), "char_transformer": (tf_shapes, tf_loss)}
+# ---- examples/char_gru.mp ---------------------------------------------------
+def gru_shapes(c):
+    V, D, H = c["V"], c["D"], c["HID"]
+    s = {"embed.weight": (V, D), "head.weight": (V, H), "head.bias": (V,)}
+    for i, n in enumerate((D, H)):
+        s.update({f"rnn.weight_ih_l{i}": (3 * H, n), f"rnn.weight_hh_l{i}": (3 * H, H),
+                  f"rnn.bias_ih_l{i}": (3 * H,), f"rnn.bias_hh_l{i}": (3 * H,)})
+    return s
+
+
+def gru_layer(p, i, x):
+    """nn.GRU's layer i (batch_first): the input projection of all steps,
+    then lax.scan over the steps."""
+    wih, whh = p[f"rnn.weight_ih_l{i}"], p[f"rnn.weight_hh_l{i}"]
+    bih, bhh = p[f"rnn.bias_ih_l{i}"], p[f"rnn.bias_hh_l{i}"]
+    H = whh.shape[1]
+    gi = jnp.swapaxes(x @ wih.T + bih, 0, 1)                        # [T, B, 3H]
+
+    def cell(h, g):
+        gh = h @ whh.T + bhh
+        r = jax.nn.sigmoid(g[:, :H] + gh[:, :H])
+        z = jax.nn.sigmoid(g[:, H:2 * H] + gh[:, H:2 * H])
+        n = jnp.tanh(g[:, 2 * H:] + r * gh[:, 2 * H:])
+        h = (h - n) * z + n
+        return h, h
+    _, hs = jax.lax.scan(cell, jnp.zeros((x.shape[0], H), x.dtype), gi)
+    return jnp.swapaxes(hs, 0, 1)
+
+
+def gru_loss(p, b, c):
+    x = p["embed.weight"][b["tokens"]]
+    for i in range(2):
+        x = gru_layer(p, i, x)
+    return xent(linear(p, "head", x), b["targets"])
+
+
+TWINS = {"mnist_mlp2": (mlp2_shapes, mlp2_loss), "char_transformer": (tf_shapes, tf_loss),
+         "char_gru": (gru_shapes, gru_loss)}
 
 
 # ---- the train block -------------------------------------------------------

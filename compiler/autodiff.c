@@ -677,6 +677,37 @@ static int complain(const IrNode *n, const char *what)
     return 1;
 }
 
+/* Recurrent layers: one GRU_GRAD / LSTM_GRAD node runs the steps backwards
+ * (from dstate, the state and w_hh) and yields d gi, dW_hh and db_hh side
+ * by side in one flat value (ops.def); each wanted gradient is its SLICE,
+ * reshaped to its input's shape and cast to its type where that differs. */
+static void grad_recurrent(IrGraph *g, IrNode *n, IrOp op, IrNode *dy, IrNode **dx)
+{
+    IrNode *in[3] = {dy, n, n->in[1]};
+    Shape s = {1, {0}};
+    for (int i = 0; i < 3; i++)
+        s.d[0] += i < 2 ? shape_numel(&n->in[i]->shape) : n->in[1]->shape.d[0];
+    IrNode *all = mk_st(g, n, op, &s, n->compute, 3, in);
+    int64_t at = 0;
+    for (int i = 0; i < n->nin; i++) {
+        const Shape *xs = &n->in[i]->shape;
+        int64_t len = shape_numel(xs);
+        if (dx[i]) {
+            Shape ps = {1, {len}};
+            IrNode *p = mk_st(g, n, OP_SLICE, &ps, all->type, 1, &all);
+            p->ia[0] = 0;
+            p->ia[1] = at;
+            p->ia[2] = at + len;
+            if (xs->rank != 1)
+                p = mk_st(g, n, OP_RESHAPE, xs, all->type, 1, &p);
+            dx[i] = fit(g, n, i, p);
+        }
+        at += len;
+    }
+}
+void grad_GRU(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx) { grad_recurrent(g, n, OP_GRU_GRAD, dy, dx); }
+void grad_LSTM(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx) { grad_recurrent(g, n, OP_LSTM_GRAD, dy, dx); }
+
 static bool same_loc(SrcLoc a, SrcLoc b)
 {
     return a.file == b.file && a.line == b.line && a.col == b.col;
@@ -696,6 +727,9 @@ static bool shape_type_ok(const IrNode *n)
         return true;
     if (f->op == OP_ATTENTION && (n->op == OP_ATTENTION_GRAD || n->op == OP_SLICE))
         return n->type == attention_grad_type(f);   /* checked against the rule */
+    if ((f->op == OP_GRU || f->op == OP_LSTM) &&
+        (n->op == OP_GRU_GRAD || n->op == OP_LSTM_GRAD || n->op == OP_SLICE || n->op == OP_RESHAPE))
+        return n->type == f->compute;               /* the flat gradients and their parts */
     for (int i = 0; i < f->nin; i++)
         if (is_value(f->in[i], &n->shape, n->type))
             return true;

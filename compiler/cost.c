@@ -234,6 +234,18 @@ CostOp cost_op(const IrGraph *g, const IrNode *n)
         c.flops = att_flops(n->in[1], n->in[2], n->ia[0] != 0, 8);
         c.product = true;
         break;
+    case OP_GRU: case OP_LSTM:     /* (gi [B, T, G], w_hh [G, H]): a product per step + cells */
+        c.flops = 2.0 * numel(n->in[0]) * (double)n->in[1]->shape.d[1] + 10.0 * out;
+        c.launches = 2 * (int)n->shape.d[1];
+        c.product = true;
+        break;
+    case OP_GRU_GRAD: case OP_LSTM_GRAD: {   /* the steps' products, dW_hh, the cells */
+        const IrNode *gi = n->grad_of->in[0];
+        c.flops = 4.0 * numel(gi) * (double)n->in[2]->shape.d[1] + 20.0 * numel(n->in[1]);
+        c.launches = 2 * (int)gi->shape.d[1] + (int)gi->shape.d[0];
+        c.product = true;
+        break;
+    }
     case OP_EMBEDDING:             /* (ids, weight): the rows gathered */
         c.rd = bytes(n->in[0]) + out * dt_size(n->in[1]->type);
         break;

@@ -560,3 +560,23 @@ void emit_c_CUMSUM(Emit *e, const IrNode *n)
     emit_around_axis(IN(0), n->ia[0], &o, &l, &i);
     em(e, "    mp_k_cumsum(%s, %s, %lld, %lld, %lld, %d);\n", arg(e, n), arg(e, IN(0)), o, l, i, (int)n->ia[1]);
 }
+/* ---- recurrent layers: mp_k_gru / mp_k_lstm(s, gi, w_hh, b_hh, B, T, H) and their
+ * gradients (o, dstate, state, w_hh, B, T, H), runtime/mp_kernels_nn.h ---------------- */
+static void recurrent(Emit *e, const IrNode *n, const char *k)
+{
+    const IrNode *x = IN(0);
+    long long h = emit_dim(IN(1), -1);
+    em(e, "    mp_k_%s(%s, %s, %s, %s, %lld, %lld, %lld);\n", k, arg(e, n), arg(e, x), arg(e, IN(1)),
+       n->nin > 2 ? arg(e, IN(2)) : "NULL, MP_F32", emit_dim(x, 0), emit_dim(x, 1), h);
+}
+static void recurrent_grad(Emit *e, const IrNode *n, const char *k)
+{
+    const IrNode *st = IN(1);
+    long long h = emit_dim(IN(2), -1);
+    em(e, "    mp_k_%s(%s, %s, %s, %s, %lld, %lld, %lld);\n", k, arg(e, n), arg(e, IN(0)), arg(e, st),
+       arg(e, IN(2)), emit_dim(st, 0), emit_dim(st, 1), h);
+}
+void emit_c_GRU(Emit *e, const IrNode *n) { recurrent(e, n, "gru"); }
+void emit_c_LSTM(Emit *e, const IrNode *n) { recurrent(e, n, "lstm"); }
+void emit_c_GRU_GRAD(Emit *e, const IrNode *n) { recurrent_grad(e, n, "gru_grad"); }
+void emit_c_LSTM_GRAD(Emit *e, const IrNode *n) { recurrent_grad(e, n, "lstm_grad"); }

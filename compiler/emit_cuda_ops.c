@@ -550,3 +550,21 @@ void emit_cuda_CUMSUM(Emit *e, const IrNode *n)
     em(e, "    mp_cu_cumsum%s(%s, %s, %lld, %lld, %lld, %d);\n", T2(n, IN(0)), C(n), C(IN(0)), o, l, i,
        (int)n->ia[1]);
 }
+/* ---- recurrent layers: mp_cu_gru / mp_cu_lstm<S, GI, W, B>(s, gi, w_hh, b_hh, B, T, H)
+ * and their gradients <O, DS, S, W>(o, dstate, state, w_hh, B, T, H) ------------------- */
+static void recurrent(Emit *e, const IrNode *n, const char *k)
+{
+    const IrNode *x = IN(0), *w = IN(1), *b = n->nin > 2 ? IN(2) : NULL;
+    em(e, "    mp_cu_%s%s(%s, %s, %s, %s, %lld, %lld, %lld);\n", k, T4(n, x, w, b), C(n), C(x), C(w),
+       b ? C(b) : "NULL", emit_dim(x, 0), emit_dim(x, 1), emit_dim(w, -1));
+}
+static void recurrent_grad(Emit *e, const IrNode *n, const char *k)
+{
+    const IrNode *st = IN(1);
+    em(e, "    mp_cu_%s%s(%s, %s, %s, %s, %lld, %lld, %lld);\n", k, T4(n, IN(0), st, IN(2)), C(n),
+       C(IN(0)), C(st), C(IN(2)), emit_dim(st, 0), emit_dim(st, 1), emit_dim(IN(2), -1));
+}
+void emit_cuda_GRU(Emit *e, const IrNode *n) { recurrent(e, n, "gru"); }
+void emit_cuda_LSTM(Emit *e, const IrNode *n) { recurrent(e, n, "lstm"); }
+void emit_cuda_GRU_GRAD(Emit *e, const IrNode *n) { recurrent_grad(e, n, "gru_grad"); }
+void emit_cuda_LSTM_GRAD(Emit *e, const IrNode *n) { recurrent_grad(e, n, "lstm_grad"); }

@@ -1947,6 +1947,102 @@ static Val lower_full(Ctx *c, const Builtin *b, const Expr *x, Args *a)
     return finish(c, n);
 }
 
+/* ---- recurrent layers: gru, lstm ------------------------------------------ */
+
+/* A slice [lo, hi) of x along axis (a copy). */
+static IrNode *slice_of(Ctx *c, SrcLoc loc, IrNode *x, int axis, int64_t lo, int64_t hi)
+{
+    IrNode *n = node(c, OP_SLICE, loc, 1, &x);
+    if (n)
+        n->ia[0] = axis, n->ia[1] = lo, n->ia[2] = hi;
+    Val v = finish(c, n);
+    return v.k == V_TENSOR ? v.t : NULL;
+}
+
+/* Values [lo, lo + h) of the state's last step, [B, h], as [1, B, h]. */
+static IrNode *final_state(Ctx *c, SrcLoc loc, IrNode *st, int64_t lo, int64_t h)
+{
+    const Shape *s = &st->shape;
+    IrNode *last = slice_of(c, loc, st, 1, s->d[1] - 1, s->d[1]);
+    IrNode *part = last ? slice_of(c, loc, last, 2, lo, lo + h) : NULL;
+    Val v = part ? reshaped(c, loc, part, (Shape){3, {1, s->d[0], h}}) : verr;
+    return v.k == V_TENSOR ? v.t : NULL;
+}
+
+/* out = gru(x, hidden, layers, bias) / lstm(...): nn.GRU / nn.LSTM with
+ * batch_first, zero initial state. Per layer: parameters weight_ih_l<k>,
+ * weight_hh_l<k>, bias_ih_l<k>, bias_hh_l<k> (torch's order, gates r z n /
+ * i f g o, U(+-1/sqrt(hidden))); the input projection of all steps is one
+ * linear, the recurrence one GRU / LSTM node; out is the state's h. In a
+ * tuple assignment the final states [layers, B, hidden] follow (h; c). */
+static Val lower_rnn(Ctx *c, const Builtin *b, const Expr *x, Args *a)
+{
+    bool lstm = b->op == OP_LSTM;
+    int gates = lstm ? 4 : 3, nret = lstm ? 3 : 2;
+    IrNode *in = a->v[0].t;
+    int64_t hid = a->v[1].i, layers = a->v[2].i;
+    bool bias = a->v[3].i != 0;
+    double k = hid > 0 ? 1.0 / sqrt((double)hid) : 0;
+    const Init def = {INIT_UNIFORM, -k, k};
+    LayerArgs la;
+    if (c->unpack == x && c->nparts != nret) {
+        diag_error(x->loc, "%s makes %d values (out, h%s), but the tuple assignment has %d names",
+                   b->name, nret, lstm ? ", c" : "", c->nparts);
+        return verr;
+    }
+    if (!positive(c, a->e[1], "hidden size", hid) || !positive(c, a->e[2], "number of layers", layers) ||
+        !shape_expect_rank(c->g, x->loc, b->name, "an input [B, T, I] (batch_first)", &in->shape, 3, 3) ||
+        (!bias && !no_bias_init(a, 6, arena_printf(c->a, "%s(bias = false)", b->name))) ||
+        !layer_args(c, x, a, 4, def, def, &la))
+        return verr;
+    IrNode *hs[64], *cs[64];
+    if (layers > 64) {
+        diag_error(a->e[2]->loc, "%s has at most 64 layers, got %lld", b->name, (long long)layers);
+        return verr;
+    }
+    IrNode *out = in;
+    for (int64_t l = 0; l < layers; l++) {
+        int64_t isz = out->shape.d[2];
+        const char *leaf[4] = {"weight_ih_l%lld", "weight_hh_l%lld", "bias_ih_l%lld", "bias_hh_l%lld"};
+        IrNode *p[4] = {NULL, NULL, NULL, NULL};
+        for (int i = 0; i < (bias ? 4 : 2); i++) {
+            Shape s = i < 2 ? (Shape){2, {gates * hid, i == 0 ? isz : hid}} : (Shape){1, {gates * hid}};
+            p[i] = declare(c, x->loc, pname(c, la.name, arena_printf(c->a, leaf[i], (long long)l)), s,
+                           i < 2 ? la.w : la.b, s.d[s.rank - 1], gates * hid);
+            if (!p[i])
+                return verr;
+        }
+        IrNode *lin[3] = {out, p[0], p[2]};
+        Val gi = finish(c, node(c, OP_LINEAR, x->loc, bias ? 3 : 2, lin));
+        if (gi.k != V_TENSOR)
+            return verr;
+        IrNode *rin[3] = {gi.t, p[1], p[3]};
+        Val st = finish(c, node(c, b->op, x->loc, bias ? 3 : 2, rin));
+        if (st.k != V_TENSOR || !(out = slice_of(c, x->loc, st.t, 2, 0, hid)))
+            return verr;
+        if (c->unpack == x && (!(hs[l] = final_state(c, x->loc, st.t, 0, hid)) ||
+                               (lstm && !(cs[l] = final_state(c, x->loc, st.t, hid, hid)))))
+            return verr;
+    }
+    if (c->unpack == x) {
+        for (int r = 1; r < nret; r++) {
+            IrNode **parts = r == 1 ? hs : cs;
+            Val v = vtensor(parts[0]);
+            if (layers > 1) {
+                IrNode *n = node(c, OP_CONCAT, x->loc, (int)layers, parts);
+                if (n)
+                    n->ia[0] = 0;
+                v = finish(c, n);
+            }
+            if (v.k != V_TENSOR)
+                return verr;
+            c->parts[r] = v.t;
+        }
+        c->parts[0] = out;
+    }
+    return vtensor(out);
+}
+
 #define T1(n)  {REQ(n, A_TENSOR)}
 #define T2(n, m) {REQ(n, A_TENSOR), REQ(m, A_TENSOR)}
 
@@ -2050,6 +2146,12 @@ static const Builtin builtins[] = {
     {"i32", OP_CAST, bad_cast, false, {REQ("x", A_ANY)}},
     {"u8", OP_CAST, bad_cast, false, {REQ("x", A_ANY)}},
     {"u16", OP_CAST, bad_cast, false, {REQ("x", A_ANY)}},
+    {"gru", OP_GRU, lower_rnn, true,
+     {REQ("x", A_TENSOR), REQ("hidden", A_INT), OPT("layers", A_INT, 1), OPT("bias", A_BOOL, 1),
+      LAYER_TAIL}},
+    {"lstm", OP_LSTM, lower_rnn, true,
+     {REQ("x", A_TENSOR), REQ("hidden", A_INT), OPT("layers", A_INT, 1), OPT("bias", A_BOOL, 1),
+      LAYER_TAIL}},
 };
 #define N_BUILTINS ((int)(sizeof builtins / sizeof builtins[0]))
 

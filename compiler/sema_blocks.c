@@ -158,9 +158,11 @@ void sema_st_unpack(Ctx *c, const Stmt *s)
 {
     const Expr *v = s->value;
     bool block = v->kind == EX_CALL && sema_find_block(c, v->name);
-    if (!block && (v->kind != EX_CALL || (strcmp(v->name, "chunk") != 0 && strcmp(v->name, "topk") != 0))) {
-        diag_error(v->loc, "a tuple assignment needs chunk(x, n) or a block that returns several "
-                   "values; this expression makes one");
+    if (!block && (v->kind != EX_CALL ||
+                   (strcmp(v->name, "chunk") != 0 && strcmp(v->name, "topk") != 0 &&
+                    strcmp(v->name, "gru") != 0 && strcmp(v->name, "lstm") != 0))) {
+        diag_error(v->loc, "a tuple assignment needs chunk(x, n), topk, gru, lstm or a block that "
+                   "returns several values; this expression makes one");
         return;
     }
     IrNode *parts[64];

@@ -1096,6 +1096,29 @@ static bool arg_extremum(IrGraph *g, IrNode *n)
 bool shape_ARGMAX(IrGraph *g, IrNode *n) { return arg_extremum(g, n); }
 bool shape_ARGMIN(IrGraph *g, IrNode *n) { return arg_extremum(g, n); }
 
+/* Recurrent layers: (gi [B, T, G H], w_hh [G H, H] [, b_hh [G H]]) -> the
+ * state [B, T, W H], G gates (GRU 3, LSTM 4), W values a step keeps (GRU
+ * 5: h r z n and W_hn h + b_hn; LSTM 6: h c i f g o). */
+static bool recurrent(IrGraph *g, IrNode *n, int gates, int keep)
+{
+    if (!nin_is(n, 2, 3) || !all_float(n) || !rank_in(g, n, 0, "gates [B, T, G]", 3, 3) ||
+        !rank_in(g, n, 1, "a weight [G, H]", 2, 2))
+        return false;
+    const Shape *x = sh(n, 0), *w = sh(n, 1);
+    int64_t h = w->d[1];
+    if (w->d[0] != gates * h || x->d[2] != gates * h ||
+        (n->nin == 3 && (sh(n, 2)->rank != 1 || sh(n, 2)->d[0] != gates * h))) {
+        diag_error(n->loc, "%s needs gates [B, T, %d H], w_hh [%d H, H] and b_hh [%d H], got %s, %s%s%s",
+                   name_of(n), gates, gates, gates, str(g, x), str(g, w), n->nin == 3 ? ", " : "",
+                   n->nin == 3 ? str(g, sh(n, 2)) : "");
+        return false;
+    }
+    Shape r = {3, {x->d[0], x->d[1], keep * h}};
+    return set_shape(g, n, &r);
+}
+bool shape_GRU(IrGraph *g, IrNode *n) { return recurrent(g, n, 3, 5); }
+bool shape_LSTM(IrGraph *g, IrNode *n) { return recurrent(g, n, 4, 6); }
+
 /* (dy, x): x's shape, dy that of the reduction */
 bool shape_EXTREMUM_GRAD(IrGraph *g, IrNode *n)
 {
@@ -1198,3 +1221,19 @@ bool shape_GATHER_GRAD(IrGraph *g, IrNode *n)
         return false;
     return set_shape(g, n, x);
 }
+/* (dstate, state, w_hh) -> flat [B T G + G H + G]: d gi, dW_hh, db_hh. */
+static bool recurrent_grad(IrGraph *g, IrNode *n)
+{
+    const Shape *x = fwd_in(n, 0), *w = fwd_in(n, 1);
+    if (!x || !w)
+        return false;
+    if (!shape_eq(sh(n, 0), &n->grad_of->shape) || !shape_eq(sh(n, 1), &n->grad_of->shape)) {
+        diag_error(n->loc, "%s: gradient %s does not match the state %s", name_of(n),
+                   str(g, sh(n, 0)), str(g, &n->grad_of->shape));
+        return false;
+    }
+    Shape r = {1, {shape_numel(x) + shape_numel(w) + w->d[0]}};
+    return set_shape(g, n, &r);
+}
+bool shape_GRU_GRAD(IrGraph *g, IrNode *n) { return recurrent_grad(g, n); }
+bool shape_LSTM_GRAD(IrGraph *g, IrNode *n) { return recurrent_grad(g, n); }

@@ -2501,4 +2501,220 @@ static inline void mp_cu_rope(void *y, const void *x, int64_t outer, int64_t P, 
     mp_cu_each("rope", outer * P * inner, f);
 }
 
+
+/* ---- recurrent layers: GRU and LSTM, as mp_k_gru / mp_k_lstm (mp_kernels_nn.h): per
+ * step one product for all gates (cuBLAS; the bias put in place first, beta = 1, as
+ * linear) and one kernel of cells (mp_gru_cell / mp_lstm_cell, an item per element of
+ * [B, H]); backwards, per step a kernel of cell gradients and one product d h_{t-1} +=
+ * dg_t W_hh; then dW_hh as one product per sequence summed in f32 (beta = 1), db_hh
+ * as compensated sums down columns. The step loop runs on the host: T launches
+ * of each, whatever the program's size. Work space: the step's hidden product,
+ * the LSTM's f32 c; backwards the hidden gates' gradients, d h and d c (f32),
+ * dW_hh's f32 sum. */
+/* gh [B, G] = h_{t-1} W_hh^T + b_hh (h_{-1} = 0), stored as ST */
+template <int ST, int WT, int BT>
+static inline void mp_cu_rnn_hidden(void *gh, const void *s, int64_t t, const void *w,
+                                    const void *bias, int64_t B, int64_t T, int64_t H, int64_t G,
+                                    int64_t W)
+{
+    if (bias) {
+        MpCuFillBias<ST, BT> f = {gh, bias, G, 1};
+        mp_cu_each("rnn_bias", B * G, f);
+    } else if (t == 0) {
+        mp_cu_memset(gh, B * G * mp_cu_dt_size(ST));
+    }
+    if (t == 0)
+        return;
+    MpCuGemm g = mp_cu_gemm_of(0, 1, B, G, H, 1.0f, (const char *)s + (t - 1) * W * mp_cu_dt_size(ST),
+                               ST, T * W, w, WT, H, bias ? 1.0f : 0.0f, gh, ST, G);
+    mp_cu_gemm(&g);
+}
+
+template <int ST, int GT>
+struct MpCuGruCell {
+    void *s;
+    const void *gi, *gh;
+    int64_t t, T, H;
+    MP_HD void operator()(int64_t e) const
+    {
+        int64_t b = e / H, j = e % H, G = 3 * H, W = 5 * H;
+        int64_t gb = (b * T + t) * G + j, sb = (b * T + t) * W + j;
+        float v[5];
+        mp_gru_cell(mp_cu_ld(gi, GT, gb), mp_cu_ld(gi, GT, gb + H), mp_cu_ld(gi, GT, gb + 2 * H),
+                    mp_cu_ld(gh, ST, b * G + j), mp_cu_ld(gh, ST, b * G + H + j),
+                    mp_cu_ld(gh, ST, b * G + 2 * H + j), t ? mp_cu_ld(s, ST, sb - W) : 0.0f, v);
+        for (int k = 0; k < 5; k++)
+            mp_cu_st(s, ST, sb + k * H, v[k]);
+    }
+};
+
+template <int ST, int GT>
+struct MpCuLstmCell {
+    void *s;
+    float *c;
+    const void *gi, *gh;
+    int64_t t, T, H;
+    MP_HD void operator()(int64_t e) const
+    {
+        int64_t b = e / H, j = e % H, G = 4 * H, W = 6 * H;
+        int64_t gb = (b * T + t) * G + j, sb = (b * T + t) * W + j;
+        float p[4], v[6];
+        for (int k = 0; k < 4; k++)
+            p[k] = mp_cu_ld(gi, GT, gb + k * H) + mp_cu_ld(gh, ST, b * G + k * H + j);
+        mp_lstm_cell(p[0], p[1], p[2], p[3], c[e], v);
+        c[e] = v[1];
+        for (int k = 0; k < 6; k++)
+            mp_cu_st(s, ST, sb + k * H, v[k]);
+    }
+};
+
+template <int ST, int GT, int WT, int BT>
+static inline void mp_cu_gru(void *s, const void *gi, const void *w, const void *bias, int64_t B,
+                             int64_t T, int64_t H)
+{
+    void *gh = mp_cu_ws(B * 3 * H * mp_cu_dt_size(ST));
+    for (int64_t t = 0; t < T; t++) {
+        mp_cu_rnn_hidden<ST, WT, BT>(gh, s, t, w, bias, B, T, H, 3 * H, 5 * H);
+        MpCuGruCell<ST, GT> f = {s, gi, gh, t, T, H};
+        mp_cu_each("gru", B * H, f);
+    }
+}
+
+template <int ST, int GT, int WT, int BT>
+static inline void mp_cu_lstm(void *s, const void *gi, const void *w, const void *bias, int64_t B,
+                              int64_t T, int64_t H)
+{
+    int64_t at = mp_cu_round_up(B * 4 * H * mp_cu_dt_size(ST));
+    unsigned char *ws = mp_cu_ws(at + B * H * 4);
+    float *c = (float *)(ws + at);
+    mp_cu_memset(c, B * H * 4);
+    for (int64_t t = 0; t < T; t++) {
+        mp_cu_rnn_hidden<ST, WT, BT>(ws, s, t, w, bias, B, T, H, 4 * H, 6 * H);
+        MpCuLstmCell<ST, GT> f = {s, c, gi, ws, t, T, H};
+        mp_cu_each("lstm", B * H, f);
+    }
+}
+
+template <int OT, int DT, int ST>
+struct MpCuGruGradCell {
+    void *o, *dgh;
+    float *dhr;
+    const void *ds, *s;
+    int64_t t, T, H;
+    MP_HD void operator()(int64_t e) const
+    {
+        int64_t b = e / H, j = e % H, G = 3 * H, W = 5 * H;
+        int64_t gb = (b * T + t) * G + j, sb = (b * T + t) * W + j;
+        float d[5];
+        mp_gru_cell_grad(mp_cu_ld(ds, DT, sb) + dhr[e], t ? mp_cu_ld(s, ST, sb - W) : 0.0f,
+                         mp_cu_ld(s, ST, sb + H), mp_cu_ld(s, ST, sb + 2 * H),
+                         mp_cu_ld(s, ST, sb + 3 * H), mp_cu_ld(s, ST, sb + 4 * H), d);
+        for (int k = 0; k < 3; k++)
+            mp_cu_st(o, OT, gb + k * H, d[k]);
+        mp_cu_st(dgh, OT, gb, d[0]);
+        mp_cu_st(dgh, OT, gb + H, d[1]);
+        mp_cu_st(dgh, OT, gb + 2 * H, d[3]);
+        dhr[e] = d[4];
+    }
+};
+
+template <int OT, int DT, int ST>
+struct MpCuLstmGradCell {
+    void *o;
+    float *dhr, *dcr;
+    const void *ds, *s;
+    int64_t t, T, H;
+    MP_HD void operator()(int64_t e) const
+    {
+        int64_t b = e / H, j = e % H, G = 4 * H, W = 6 * H;
+        int64_t gb = (b * T + t) * G + j, sb = (b * T + t) * W + j;
+        float d[4];
+        mp_lstm_cell_grad(mp_cu_ld(ds, DT, sb) + dhr[e], mp_cu_ld(ds, DT, sb + H) + dcr[e],
+                          t ? mp_cu_ld(s, ST, sb - W + H) : 0.0f, mp_cu_ld(s, ST, sb + H),
+                          mp_cu_ld(s, ST, sb + 2 * H), mp_cu_ld(s, ST, sb + 3 * H),
+                          mp_cu_ld(s, ST, sb + 4 * H), mp_cu_ld(s, ST, sb + 5 * H), d, &dcr[e]);
+        for (int k = 0; k < 4; k++)
+            mp_cu_st(o, OT, gb + k * H, d[k]);
+    }
+};
+
+/* dW_hh's f32 sum stored as OT; db_hh[j]: the column sum of dg [B T, G] */
+template <int OT>
+struct MpCuRnnWeightGrads {
+    void *o;
+    const float *acc;
+    const void *dg;
+    int64_t rows, G, GH;
+    MP_HD void operator()(int64_t i) const
+    {
+        if (i < GH) {
+            mp_cu_st(o, OT, i, acc[i]);
+            return;
+        }
+        MpAcc sum = mp_acc_zero();
+        for (int64_t r = 0; r < rows; r++)
+            mp_acc_add(&sum, mp_cu_ld(dg, OT, r * G + i - GH));
+        mp_cu_st(o, OT, i, mp_acc_get(sum));
+    }
+};
+
+template <int OT, int ST>
+static inline void mp_cu_rnn_weight_grads(void *o, float *acc, const void *dg, const void *s,
+                                          int64_t B, int64_t T, int64_t H, int64_t G, int64_t W)
+{
+    if (T < 2)
+        mp_cu_memset(acc, G * H * 4);
+    for (int64_t b = 0; T > 1 && b < B; b++) {
+        MpCuGemm g = mp_cu_gemm_of(1, 0, G, H, T - 1, 1.0f,
+                                   (const char *)dg + (b * T + 1) * G * mp_cu_dt_size(OT), OT, G,
+                                   (const char *)s + b * T * W * mp_cu_dt_size(ST), ST, W,
+                                   b > 0 ? 1.0f : 0.0f, acc, MP_F32, H);
+        mp_cu_gemm(&g);
+    }
+    MpCuRnnWeightGrads<OT> f = {(char *)o + B * T * G * mp_cu_dt_size(OT), acc, dg, B * T, G, G * H};
+    mp_cu_each("rnn_weight_grads", G * H + G, f);
+}
+
+template <int OT, int DT, int ST, int WT>
+static inline void mp_cu_gru_grad(void *o, const void *ds, const void *s, const void *w, int64_t B,
+                                  int64_t T, int64_t H)
+{
+    int64_t G = 3 * H, a1 = mp_cu_round_up(B * T * G * mp_cu_dt_size(OT));
+    int64_t a2 = a1 + mp_cu_round_up(B * H * 4);
+    unsigned char *ws = mp_cu_ws(a2 + G * H * 4);
+    void *dgh = ws;
+    float *dhr = (float *)(ws + a1), *acc = (float *)(ws + a2);
+    mp_cu_memset(dhr, B * H * 4);
+    for (int64_t t = T - 1; t >= 0; t--) {
+        MpCuGruGradCell<OT, DT, ST> f = {o, dgh, dhr, ds, s, t, T, H};
+        mp_cu_each("gru_grad", B * H, f);
+        if (t == 0)
+            break;
+        MpCuGemm g = mp_cu_gemm_of(0, 0, B, H, G, 1.0f, (const char *)dgh + t * G * mp_cu_dt_size(OT),
+                                   OT, T * G, w, WT, H, 1.0f, dhr, MP_F32, H);
+        mp_cu_gemm(&g);
+    }
+    mp_cu_rnn_weight_grads<OT, ST>(o, acc, dgh, s, B, T, H, G, 5 * H);
+}
+
+template <int OT, int DT, int ST, int WT>
+static inline void mp_cu_lstm_grad(void *o, const void *ds, const void *s, const void *w, int64_t B,
+                                   int64_t T, int64_t H)
+{
+    int64_t G = 4 * H, a1 = mp_cu_round_up(2 * B * H * 4);
+    unsigned char *ws = mp_cu_ws(a1 + G * H * 4);
+    float *dhr = (float *)ws, *dcr = dhr + B * H, *acc = (float *)(ws + a1);
+    mp_cu_memset(dhr, 2 * B * H * 4);
+    for (int64_t t = T - 1; t >= 0; t--) {
+        MpCuLstmGradCell<OT, DT, ST> f = {o, dhr, dcr, ds, s, t, T, H};
+        mp_cu_each("lstm_grad", B * H, f);
+        if (t == 0)
+            break;
+        MpCuGemm g = mp_cu_gemm_of(0, 0, B, H, G, 1.0f, (const char *)o + t * G * mp_cu_dt_size(OT),
+                                   OT, T * G, w, WT, H, 0.0f, dhr, MP_F32, H);
+        mp_cu_gemm(&g);
+    }
+    mp_cu_rnn_weight_grads<OT, ST>(o, acc, o, s, B, T, H, G, 6 * H);
+}
+
 #endif

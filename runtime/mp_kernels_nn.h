@@ -1367,4 +1367,207 @@ static inline void mp_k_rope(void *y, int ydt, const void *x, int xdt, int64_t o
     }
 }
 
+
+/* ---- recurrent layers: GRU and LSTM (torch's cells, batch_first) ----------------------
+ * The state s [B, T, W] keeps per step h, then what the backward pass reads:
+ * GRU (W = 5H) h r z n and hn = W_hn h_{t-1} + b_hn; LSTM (W = 6H) h c i f
+ * g o. The input projection gi [B, T, G] (x W_ih^T + b_ih, G = 3H or 4H)
+ * is one product made before (a linear); per step ONE product gives
+ * h_{t-1} W_hh^T + b_hh for all gates, stored in the state's type (a
+ * product of the compute type), then the cells run in f32 (torch's
+ * formulas: h = (h_{t-1} - n) z + n; c = f c_{t-1} + i g, h = o tanh(c)).
+ * The LSTM's c goes from step to step in f32. The per-element math is
+ * shared with the CUDA program (mp_cuda_ops.h). */
+
+/* One GRU element: gates in f32 -> v[0..4] = h, r, z, n, hn. */
+static inline MP_HD void mp_gru_cell(float gir, float giz, float gin, float ghr, float ghz,
+                                     float ghn, float hp, float v[5])
+{
+    float r = mp_sigmoid(gir + ghr), z = mp_sigmoid(giz + ghz);
+    float n = mp_tanhf_p(gin + r * ghn);
+    v[0] = (hp - n) * z + n;
+    v[1] = r, v[2] = z, v[3] = n, v[4] = ghn;
+}
+
+/* Its gradient: dh (of h_t), h_{t-1} and the kept r z n hn -> d[0..2] the
+ * gates' pre-activations from gi (r, z, n), d[3] n's from W_hn h + b_hn, d[4]
+ * the part of d h_{t-1} that does not pass through W_hh. */
+static inline MP_HD void mp_gru_cell_grad(float dh, float hp, float r, float z, float n, float hn,
+                                          float d[5])
+{
+    float dn = dh * (1.0f - z) * (1.0f - n * n);
+    d[0] = dn * hn * r * (1.0f - r);
+    d[1] = dh * (hp - n) * z * (1.0f - z);
+    d[2] = dn;
+    d[3] = dn * r;
+    d[4] = dh * z;
+}
+
+/* One LSTM element: pre-activations i f g o and c_{t-1} (f32) -> v[0..5] =
+ * h, c, i, f, g, o. */
+static inline MP_HD void mp_lstm_cell(float pi, float pf, float pg, float po, float cp, float v[6])
+{
+    float i = mp_sigmoid(pi), f = mp_sigmoid(pf), g = mp_tanhf_p(pg), o = mp_sigmoid(po);
+    float c = f * cp + i * g;
+    v[0] = o * mp_tanhf_p(c);
+    v[1] = c, v[2] = i, v[3] = f, v[4] = g, v[5] = o;
+}
+
+/* Its gradient: dh, dc (from later steps and the state's c), c_{t-1}, the
+ * kept c i f g o -> d[0..3] the pre-activations' (i f g o), *dcp d c_{t-1}. */
+static inline MP_HD void mp_lstm_cell_grad(float dh, float dc, float cp, float c, float i, float f,
+                                           float g, float o, float d[4], float *dcp)
+{
+    float tc = mp_tanhf_p(c);
+    dc += dh * o * (1.0f - tc * tc);
+    d[0] = dc * g * i * (1.0f - i);
+    d[1] = dc * cp * f * (1.0f - f);
+    d[2] = dc * i * (1.0f - g * g);
+    d[3] = dh * tc * o * (1.0f - o);
+    *dcp = dc * f;
+}
+
+/* gh [B, G] = h_{t-1} W_hh^T + b_hh, stored as sdt; h_{t-1} = 0 at t = 0. */
+static inline void mp_rnn_hidden(void *gh, int sdt, const void *s, int64_t t, const void *w, int wdt,
+                                 const void *bias, int bdt, int64_t B, int64_t T, int64_t H,
+                                 int64_t G, int64_t W)
+{
+    if (t == 0) {
+        for (int64_t i = 0; i < B * G; i++)
+            mp_st(gh, sdt, i, bias ? mp_ld(bias, bdt, i % G) : 0.0f);
+        return;
+    }
+    MpGemm g = mp_gemm_linear(gh, sdt, mp_at(s, sdt, (t - 1) * W), sdt, w, wdt, bias, bdt, B, G, H);
+    g.lda = T * W;
+    mp_gemm_ex(&g);
+}
+
+/* dW_hh [G, H] = sum over b and t >= 1 of dg[b, t]^T h[b, t - 1] (dg [B, T, G]
+ * of type gdt), in f32 then stored as odt at dw; db_hh [G] = sum of dg. */
+static inline void mp_rnn_weight_grads(void *dw, void *db, int odt, const void *dg, int gdt,
+                                       const void *s, int sdt, int64_t B, int64_t T, int64_t H,
+                                       int64_t G, int64_t W)
+{
+    float *acc = (float *)mp_kalloc((size_t)(G * H) * sizeof *acc);
+    memset(acc, 0, (size_t)(G * H) * sizeof *acc);
+    for (int64_t b = 0; T > 1 && b < B; b++)
+        mp_gemm(1, 0, G, H, T - 1, 1.0f, mp_at(dg, gdt, (b * T + 1) * G), gdt, G,
+                mp_at(s, sdt, b * T * W), sdt, W, b > 0 ? 1.0f : 0.0f, acc, MP_F32, H);
+    mp_st_n(dw, odt, 0, 1, G * H, acc);
+    free(acc);
+    for (int64_t j = 0; j < G; j++) {
+        double sum = 0;
+        for (int64_t r = 0; r < B * T; r++)
+            sum += mp_ld(dg, gdt, r * G + j);
+        mp_st(db, odt, j, (float)sum);
+    }
+}
+
+static inline void mp_k_gru(void *s, int sdt, const void *gi, int gdt, const void *w, int wdt,
+                            const void *bias, int bdt, int64_t B, int64_t T, int64_t H)
+{
+    int64_t G = 3 * H, W = 5 * H;
+    void *gh = mp_kalloc((size_t)(B * G * mp_dt_size(sdt)));
+    for (int64_t t = 0; t < T; t++) {
+        mp_rnn_hidden(gh, sdt, s, t, w, wdt, bias, bdt, B, T, H, G, W);
+        MP_OMP(parallel for if (B * H > MP_PAR_MIN / 4))
+        for (int64_t e = 0; e < B * H; e++) {
+            int64_t b = e / H, j = e % H, gb = (b * T + t) * G + j, sb = (b * T + t) * W + j;
+            float v[5];
+            mp_gru_cell(mp_ld(gi, gdt, gb), mp_ld(gi, gdt, gb + H), mp_ld(gi, gdt, gb + 2 * H),
+                        mp_ld(gh, sdt, b * G + j), mp_ld(gh, sdt, b * G + H + j),
+                        mp_ld(gh, sdt, b * G + 2 * H + j), t ? mp_ld(s, sdt, sb - W) : 0.0f, v);
+            for (int k = 0; k < 5; k++)
+                mp_st(s, sdt, sb + k * H, v[k]);
+        }
+    }
+    free(gh);
+}
+
+/* o: d gi [B, T, G], dW_hh [G, H], db_hh [G] (ops.def GRU_GRAD). */
+static inline void mp_k_gru_grad(void *o, int odt, const void *ds, int dsdt, const void *s, int sdt,
+                                 const void *w, int wdt, int64_t B, int64_t T, int64_t H)
+{
+    int64_t G = 3 * H, W = 5 * H;
+    void *dgh = mp_kalloc((size_t)(B * T * G * mp_dt_size(odt)));
+    float *dhr = (float *)mp_kalloc((size_t)(B * H) * sizeof *dhr);
+    memset(dhr, 0, (size_t)(B * H) * sizeof *dhr);
+    for (int64_t t = T - 1; t >= 0; t--) {
+        MP_OMP(parallel for if (B * H > MP_PAR_MIN / 4))
+        for (int64_t e = 0; e < B * H; e++) {
+            int64_t b = e / H, j = e % H, gb = (b * T + t) * G + j, sb = (b * T + t) * W + j;
+            float d[5];
+            mp_gru_cell_grad(mp_ld(ds, dsdt, sb) + dhr[e], t ? mp_ld(s, sdt, sb - W) : 0.0f,
+                             mp_ld(s, sdt, sb + H), mp_ld(s, sdt, sb + 2 * H),
+                             mp_ld(s, sdt, sb + 3 * H), mp_ld(s, sdt, sb + 4 * H), d);
+            for (int k = 0; k < 3; k++)
+                mp_st(o, odt, gb + k * H, d[k]);
+            mp_st(dgh, odt, gb, d[0]);
+            mp_st(dgh, odt, gb + H, d[1]);
+            mp_st(dgh, odt, gb + 2 * H, d[3]);
+            dhr[e] = d[4];
+        }
+        if (t > 0)   /* d h_{t-1} += dgh_t W_hh */
+            mp_gemm(0, 0, B, H, G, 1.0f, mp_at(dgh, odt, t * G), odt, T * G, w, wdt, H, 1.0f, dhr,
+                    MP_F32, H);
+    }
+    mp_rnn_weight_grads((void *)mp_at(o, odt, B * T * G), (void *)mp_at(o, odt, B * T * G + G * H),
+                        odt, dgh, odt, s, sdt, B, T, H, G, W);
+    free(dhr);
+    free(dgh);
+}
+
+static inline void mp_k_lstm(void *s, int sdt, const void *gi, int gdt, const void *w, int wdt,
+                             const void *bias, int bdt, int64_t B, int64_t T, int64_t H)
+{
+    int64_t G = 4 * H, W = 6 * H;
+    void *gh = mp_kalloc((size_t)(B * G * mp_dt_size(sdt)));
+    float *c = (float *)mp_kalloc((size_t)(B * H) * sizeof *c);
+    memset(c, 0, (size_t)(B * H) * sizeof *c);
+    for (int64_t t = 0; t < T; t++) {
+        mp_rnn_hidden(gh, sdt, s, t, w, wdt, bias, bdt, B, T, H, G, W);
+        MP_OMP(parallel for if (B * H > MP_PAR_MIN / 4))
+        for (int64_t e = 0; e < B * H; e++) {
+            int64_t b = e / H, j = e % H, gb = (b * T + t) * G + j, sb = (b * T + t) * W + j;
+            float p[4], v[6];
+            for (int k = 0; k < 4; k++)
+                p[k] = mp_ld(gi, gdt, gb + k * H) + mp_ld(gh, sdt, b * G + k * H + j);
+            mp_lstm_cell(p[0], p[1], p[2], p[3], c[e], v);
+            c[e] = v[1];
+            for (int k = 0; k < 6; k++)
+                mp_st(s, sdt, sb + k * H, v[k]);
+        }
+    }
+    free(c);
+    free(gh);
+}
+
+/* o: d gi [B, T, G] (which is also d of the hidden product), dW_hh, db_hh. */
+static inline void mp_k_lstm_grad(void *o, int odt, const void *ds, int dsdt, const void *s, int sdt,
+                                  const void *w, int wdt, int64_t B, int64_t T, int64_t H)
+{
+    int64_t G = 4 * H, W = 6 * H;
+    float *dhr = (float *)mp_kalloc((size_t)(2 * B * H) * sizeof *dhr), *dcr = dhr + B * H;
+    memset(dhr, 0, (size_t)(2 * B * H) * sizeof *dhr);
+    for (int64_t t = T - 1; t >= 0; t--) {
+        MP_OMP(parallel for if (B * H > MP_PAR_MIN / 4))
+        for (int64_t e = 0; e < B * H; e++) {
+            int64_t b = e / H, j = e % H, gb = (b * T + t) * G + j, sb = (b * T + t) * W + j;
+            float d[4];
+            mp_lstm_cell_grad(mp_ld(ds, dsdt, sb) + dhr[e], mp_ld(ds, dsdt, sb + H) + dcr[e],
+                              t ? mp_ld(s, sdt, sb - W + H) : 0.0f, mp_ld(s, sdt, sb + H),
+                              mp_ld(s, sdt, sb + 2 * H), mp_ld(s, sdt, sb + 3 * H),
+                              mp_ld(s, sdt, sb + 4 * H), mp_ld(s, sdt, sb + 5 * H), d, &dcr[e]);
+            for (int k = 0; k < 4; k++)
+                mp_st(o, odt, gb + k * H, d[k]);
+        }
+        if (t > 0)   /* d h_{t-1} = dg_t W_hh */
+            mp_gemm(0, 0, B, H, G, 1.0f, mp_at(o, odt, t * G), odt, T * G, w, wdt, H, 0.0f, dhr,
+                    MP_F32, H);
+    }
+    mp_rnn_weight_grads((void *)mp_at(o, odt, B * T * G), (void *)mp_at(o, odt, B * T * G + G * H),
+                        odt, o, odt, s, sdt, B, T, H, G, W);
+    free(dhr);
+}
+
 #endif

@@ -461,6 +461,48 @@ static void op_route(void)
     mp_k_gather_grad(dx, F32, dz, F32, gi, MP_I32, 3, xsh, gsh, 1);
     wrf(6, g, ng); wrf(7, dx, n);
     free(at);
+/* rnn B T I H LSTM BIAS: x [B, T, I], w_ih [G, I], w_hh [G, H], b_ih, b_hh [G] (G =
+ * 3H or 4H), dout [B, T, H], dh [B, H], dc [B, H] -> out, h_n, c_n, dx, dw_ih, dw_hh,
+ * db_ih, db_hh: the linear of all steps, the recurrence, its gradient from d out and
+ * d of the final states (put into the state's gradient at the last step), then
+ * the linear's gradients, as the compiled program chains them */
+static void op_rnn(void)
+{
+    int64_t B = arg[0], T = arg[1], I = arg[2], H = arg[3], lstm = arg[4], bias = arg[5];
+    int64_t G = (lstm ? 4 : 3) * H, W = (lstm ? 6 : 5) * H, R = B * T;
+    float *x = rdf(0, R * I), *wih = rdf(1, G * I), *whh = rdf(2, G * H), *bih = rdf(3, G);
+    float *bhh = rdf(4, G), *dout = rdf(5, R * H), *dh = rdf(6, B * H), *dc = rdf(7, B * H);
+    float *gi = buf(R * G), *st = buf(R * W), *ds = buf(R * W), *g = buf(R * G + G * H + G);
+    float *out = buf(R * H), *hn = buf(B * H), *cn = buf(B * H), *dx = buf(R * I), *dwih = buf(G * I);
+    float *dbih = buf(G);
+    mp_k_linear(gi, F32, x, F32, wih, F32, bias ? bih : NULL, F32, R, G, I);
+    (lstm ? mp_k_lstm : mp_k_gru)(st, F32, gi, F32, whh, F32, bias ? bhh : NULL, F32, B, T, H);
+    memset(ds, 0, (size_t)(R * W) * sizeof *ds);
+    for (int64_t r = 0; r < R; r++)
+        for (int64_t j = 0; j < H; j++) {
+            out[r * H + j] = st[r * W + j];
+            ds[r * W + j] = dout[r * H + j];
+        }
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t j = 0; j < H; j++) {
+            int64_t last = (b * T + T - 1) * W + j;
+            hn[b * H + j] = st[last];
+            cn[b * H + j] = lstm ? st[last + H] : 0.0f;
+            ds[last] += dh[b * H + j];
+            if (lstm)
+                ds[last + H] += dc[b * H + j];
+        }
+    (lstm ? mp_k_lstm_grad : mp_k_gru_grad)(g, F32, ds, F32, st, F32, whh, F32, B, T, H);
+    mp_gemm(0, 0, R, I, G, 1.0f, g, F32, G, wih, F32, I, 0.0f, dx, F32, I);
+    mp_k_matmul_tn(dwih, F32, g, F32, x, F32, R, G, I, 0.0f);
+    for (int64_t j = 0; j < G; j++) {
+        double sum = 0;
+        for (int64_t r = 0; r < R; r++)
+            sum += g[r * G + j];
+        dbih[j] = (float)sum;
+    }
+    wrf(0, out, R * H); wrf(1, hn, B * H); wrf(2, cn, B * H); wrf(3, dx, R * I);
+    wrf(4, dwih, G * I); wrf(5, g + R * G, G * H); wrf(6, dbih, G); wrf(7, g + R * G + G * H, G);
 }
 
 static const struct {
@@ -479,6 +521,7 @@ static const struct {
     {"cross_entropy2", op_cross_entropy2, 5}, {"select", op_select, 2},
     {"extremum", op_extremum, 3},
     {"route", op_route, 6},
+    {"rnn", op_rnn, 6},
 };
 
 int main(int argc, char **argv)

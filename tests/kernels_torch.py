@@ -551,6 +551,45 @@ def case_route(driver, tmp):
         (dx,) = grads(g, dz, tx)
         check(tag + "gather", nan9(got[6]), nan9(g.detach()))
         check(tag + "gather dx", got[7], dx)
+def case_rnn(driver, tmp):
+    """gru and lstm against torch.nn.GRU / nn.LSTM (batch_first) with the same
+    weights: out, the final states and every gradient, from d out and d of
+    the final states"""
+    for lstm in (0, 1):
+        for B, T, I, H, bias in ((3, 7, 5, 4, 1), (2, 1, 3, 6, 1), (4, 12, 8, 16, 0)):
+            G = (4 if lstm else 3) * H
+            k = 1 / np.sqrt(H)
+            x, dout, dh, dc = f32(B, T, I), f32(B, T, H), f32(B, H), f32(B, H)
+            wih, whh = f32(G, I, lo=-k, hi=k), f32(G, H, lo=-k, hi=k)
+            bih, bhh = f32(G, lo=-k, hi=k), f32(G, lo=-k, hi=k)
+            got = run(driver, tmp, "rnn", [B, T, I, H, lstm, bias],
+                      [x, wih, whh, bih, bhh, dout, dh, dc], 8)
+            m = (torch.nn.LSTM if lstm else torch.nn.GRU)(I, H, batch_first=True, bias=bool(bias))
+            with torch.no_grad():
+                m.weight_ih_l0.copy_(torch.from_numpy(wih))
+                m.weight_hh_l0.copy_(torch.from_numpy(whh))
+                if bias:
+                    m.bias_ih_l0.copy_(torch.from_numpy(bih))
+                    m.bias_hh_l0.copy_(torch.from_numpy(bhh))
+            tx = t(x)
+            out, st = m(tx)
+            hn, cn = st if lstm else (st, None)
+            loss = (out * torch.from_numpy(dout)).sum() + (hn[0] * torch.from_numpy(dh)).sum()
+            if lstm:
+                loss = loss + (cn[0] * torch.from_numpy(dc)).sum()
+            loss.backward()
+            tag = "%s [%d, %d, %d] H %d%s " % ("lstm" if lstm else "gru", B, T, I, H,
+                                               "" if bias else " no bias")
+            check(tag + "out", got[0], out.detach())
+            check(tag + "h_n", got[1], hn.detach())
+            if lstm:
+                check(tag + "c_n", got[2], cn.detach())
+            check(tag + "dx", got[3], tx.grad)
+            check(tag + "dweight_ih", got[4], m.weight_ih_l0.grad)
+            check(tag + "dweight_hh", got[5], m.weight_hh_l0.grad)
+            if bias:
+                check(tag + "dbias_ih", got[6], m.bias_ih_l0.grad)
+                check(tag + "dbias_hh", got[7], m.bias_hh_l0.grad)
 
 
 def main():
@@ -565,6 +604,7 @@ def main():
                      case_activations, case_attention, case_attention_opt, case_embedding,
                      case_elementwise2, case_rms_norm, case_rope, case_cross_entropy2, case_select,
                      case_extremum, case_route]:
+                     case_extremum, case_rnn]:
             case(driver, tmp)
     if failures:
         print("\n%d comparisons failed" % len(failures))

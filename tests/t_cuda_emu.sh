@@ -24,6 +24,7 @@
 #      Adam, parameters checked so): depthwise, grouped, dilated, "same"
 #      convolutions and conv1d;
 #      emu_additions.mp: rope,
+#      emu_rnn.mp (also under float32, parameters checked): gru, lstm,
 #      rms_norm and the other additions, ignored targets; emu_select.mp:
 #      comparisons, where, masked_fill, detach, zeros / ones / full, u8
 #      masks next to f16 values; emu_route.mp (also under float32,
@@ -115,7 +116,7 @@ grep -q "sgd(lr = 0.05)" "$tmp/mbconv_sgd.mp" || bad "mbconv_sgd.mp: the optimiz
         echo "emu_build examples/$n.mp ${n}_f32 --precision float32"
         echo "c_build examples/$n.mp ${n}_f32 --precision float32"
     done
-    for n in emu_columns emu_flash emu_mid emu_mask emu_route; do
+    for n in emu_columns emu_flash emu_mid emu_mask emu_route emu_rnn; do
         echo "emu_build tests/cuda/$n.mp ${n}_f32 --precision float32"
         echo "c_build tests/cuda/$n.mp ${n}_f32 --precision float32"
     done
@@ -178,7 +179,7 @@ data_of() {   # data_of NAME [--data|--eval]: the model's input files
     emu_options* | emu_buffers* | emu_mid* | emu_select* | emu_route*) echo "$o x=$tmp/x12.npy $o y=$tmp/y5.npy" ;;
     emu_nan*) echo "$o x=$tmp/x4.npy" ;;
     emu_wide* | emu_columns*) echo "$o x=$tmp/x8.npy $o y=$tmp/y3.npy" ;;
-    emu_additions*) echo "$o tokens=$tmp/tok16.npy $o targets=$tmp/tgt16.npy" ;;
+    emu_additions* | emu_rnn*) echo "$o tokens=$tmp/tok16.npy $o targets=$tmp/tgt16.npy" ;;
     emu_split*) echo "$o tokens=$tmp/tok.npy $o targets=$tmp/tgt.npy" ;;
     emu_flash*) echo "$o tokens=$tmp/tok77.npy $o targets=$tmp/tgt77.npy" ;;
     emu_mask*) echo "$o tokens=$tmp/tok20.npy $o pad=$tmp/pad20.npy $o targets=$tmp/tgt20.npy" ;;
@@ -213,6 +214,8 @@ curve digits_mlp 6 1e-4 MP_EMU=graph
 curve emu_wide 4 2e-3 MP_EMU=graph
 curve emu_columns 4 2e-3 MP_EMU=graph
 curve emu_additions 6 2e-3 MP_EMU=graph
+curve emu_rnn 6 2e-3 MP_EMU=graph
+curve emu_rnn_f32 6 1e-4 MP_EMU=graph
 curve emu_select 6 2e-3 MP_EMU=graph
 curve emu_route 6 2e-3 MP_EMU=graph
 curve emu_route_f32 6 1e-4 MP_EMU=graph
@@ -253,7 +256,7 @@ print("parameters within %.2e relative (worst: %s)" % (worst, at))
 sys.exit(worst > 1e-5)
 EOF2
 }
-for n in emu_columns_f32 emu_mid_f32 mbconv_f32 emu_route_f32; do
+for n in emu_columns_f32 emu_mid_f32 mbconv_f32 emu_route_f32 emu_rnn_f32; do
     [ -x "$tmp/$n.emu" ] && [ -x "$tmp/$n.c.out" ] || continue
     if msg=$(params $n 2>&1); then
         echo "ok   $n: $msg"

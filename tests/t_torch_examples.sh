@@ -17,7 +17,8 @@
 # masks, where, detach, tensors of constants), a CNN with
 # batch_norm, a MobileNetV2-style net (mbconv: depthwise, grouped, dilated,
 # "same", conv1d), a char transformer, a GPT with chunk/slice/concat/expand/arange,
-# metrics, a recurrent network written with a for loop (rnn_loop), every
+# metrics, a recurrent network written with a for loop (rnn_loop), the GRU
+# language model (examples/char_gru.mp, float32 within 1e-6 a step), every
 # examples/*.mp, each in float32 and mixed precision; and
 # *_emulated cases, where the MLP twin rounds to f16 / bf16 exactly where
 # the precision plan does, so mixed precision is held to 1e-4 (f16) /
@@ -170,6 +171,9 @@ for prec in float32 mixed_float16; do
     run_case "example_digits_mlp_$prec" examples/digits_mlp.mp $prec 40 $tol \
         pixels=digits_x,label=digits_y pixels=digits_ex,label=digits_ey
     run_case "example_char_transformer_$prec" examples/char_transformer.mp $prec 30 $tol "$SHAKEV" "$SHAKEV_E"
+    # the GRU's per-step losses within 1e-6 of torch's float64 in float32
+    run_case "example_char_gru_$prec" examples/char_gru.mp $prec 30 "$([ $prec = float32 ] && echo 1e-6 || echo $tol)" \
+        "$SHAKEV" "$SHAKEV_E"
 done
 # every example has a case above, or in t_arch.sh (the real architectures),
 # or a PyTorch twin in another test that says so ("# PyTorch twin of

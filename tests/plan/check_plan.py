@@ -20,7 +20,7 @@ import sys
 FP32_OPS = {"softmax", "log_softmax", "layer_norm", "batch_norm", "exp", "log", "sqrt",
             "rsqrt", "sum", "mean", "cross_entropy", "mse", "accuracy", "pow", "rms_norm",
             "max", "min"}
-LOWP_OPS = {"matmul", "linear", "conv2d", "embedding", "attention"}
+LOWP_OPS = {"matmul", "linear", "conv2d", "embedding", "attention", "gru", "lstm"}
 FOLLOW_OPS = {"add", "sub", "mul", "div", "neg", "relu", "gelu", "tanh", "sigmoid", "silu",
               "dropout", "max_pool2d", "avg_pool2d", "global_avg_pool",
               "abs", "sin", "cos", "maximum", "minimum", "clamp", "rope", "randn", "rand",

@@ -454,6 +454,23 @@ class RnnLoop(nn.Module):
 TWINS["rnn_loop"] = RnnLoop
 
 
+class CharGru(nn.Module):
+    """examples/char_gru.mp: nn.GRU as it is, batch_first."""
+    def __init__(self, V=65, D=64, HID=128, **_):
+        super().__init__()
+        self.embed = nn.Embedding(V, D)
+        self.rnn = nn.GRU(D, HID, num_layers=2, batch_first=True)
+        self.head = nn.Linear(HID, V)
+
+    def forward(self, b):
+        h, _ = self.rnn(self.embed(b["tokens"].long()))
+        logits = self.head(h)
+        return xent(logits, b["targets"]), {"accuracy": accuracy(logits, b["targets"])}
+
+
+TWINS["char_gru"] = CharGru
+
+
 class Zoo3(nn.Module):
     """tests/models/zoo3.mp: comparisons, where, masked_fill, detach, zeros /
     ones / full, a bool mask promoted in arithmetic, max / min / argmax /

@@ -96,6 +96,8 @@ static const struct {
     {"max", CL_FP32}, {"min", CL_FP32}, {"argmax", CL_NONE}, {"argmin", CL_NONE},
     /* routing and indexing */
     {"topk", CL_FOLLOW}, {"one_hot", CL_NONE}, {"gather", CL_NONE}, {"cumsum", CL_FP32},
+    /* recurrent layers: their products lowp, the cells f32 inside the op */
+    {"gru", CL_LOWP}, {"lstm", CL_LOWP},
 };
 
 static void classes_match_the_spec(void **state)
