@@ -62,6 +62,7 @@ struct IrNode {
     SrcLoc loc;             /* the model source this node comes from */
     const char *name;       /* value name: statement target ("h"), parameter
                                name ("h.weight"), or NULL for temporaries */
+    const char *prelude;    /* the prelude block (softplus, ...) that made it */
     IrNode **in;            /* inputs, nin of them */
     int nin;
     Shape shape;            /* output shape */
