@@ -402,9 +402,9 @@ void emit_descriptors(Emit *e)
     for (int i = 0; i < g->nparams; i++) {
         const IrParam *p = &g->params[i];
         em(e, "    {\"%s\", %d, %s, %lld, %d, %.17g, %.17g, %lld, %lld, %d, NULL, NULL, %d, NULL, 0, "
-           "\"%s\"},\n", p->name, p->shape.rank, dims_init(e, &p->shape), (long long)shape_numel(&p->shape),
+           "\"%s\", %.17g},\n", p->name, p->shape.rank, dims_init(e, &p->shape), (long long)shape_numel(&p->shape),
            (int)p->init, p->a, p->b, (long long)p->fan_in, (long long)p->fan_out,
-           p->trainable && p->grad ? 1 : 0, p->no_decay ? 1 : 0, reader[i] ? reader[i] : "unused");
+           p->trainable && p->grad ? 1 : 0, p->no_decay ? 1 : 0, reader[i] ? reader[i] : "unused", p->c);
     }
     em(e, "};\n\nstatic const char *const mp_metric_names[%d] = {", g->nmetrics ? g->nmetrics : 1);
     for (int i = 0; i < g->nmetrics; i++)

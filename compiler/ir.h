@@ -97,6 +97,11 @@ typedef enum {
     INIT_NORMAL,                               /* a = std              */
     INIT_UNIFORM,                              /* a = lo, b = hi       */
     INIT_GLOROT_UNIFORM, INIT_HE_NORMAL,       /* from fan_in/fan_out  */
+    /* torch.nn.init's (LANGUAGE.md "Optimizers and initialisers"):
+     * he_uniform (a = 1: fan_out, as he_normal's a), glorot_normal,
+     * trunc_normal (a = std, b = lo, c = hi: redrawn outside [lo, hi]),
+     * torch_uniform: U(±1/√fan_in), torch_default() of Linear and Conv */
+    INIT_HE_UNIFORM, INIT_GLOROT_NORMAL, INIT_TRUNC_NORMAL, INIT_TORCH_UNIFORM,
 } InitKind;
 
 typedef struct IrParam {
@@ -105,6 +110,7 @@ typedef struct IrParam {
     Shape shape;
     InitKind init;
     double a, b;
+    double c;               /* trunc_normal's hi */
     int64_t fan_in, fan_out;
     bool trainable;         /* false: batch-norm running_mean / running_var,
                                a `buffer` */

@@ -711,13 +711,13 @@ static bool bind_args(Ctx *c, const Expr *callx, const char *fn, const ArgSpec *
 
 typedef struct Init {
     InitKind k;
-    double a, b;
+    double a, b, c;
 } Init;
 
 typedef struct InitFn {
     const char *name;
     InitKind k;
-    ArgSpec args[3];
+    ArgSpec args[4];    /* ends with an empty spec */
 } InitFn;
 
 static const InitFn init_fns[] = {
@@ -727,7 +727,11 @@ static const InitFn init_fns[] = {
     {"normal", INIT_NORMAL, {REQ("std", A_REAL)}},
     {"uniform", INIT_UNIFORM, {REQ("lo", A_REAL), REQ("hi", A_REAL)}},
     {"glorot_uniform", INIT_GLOROT_UNIFORM, {{0}}},
-    {"he_normal", INIT_HE_NORMAL, {{0}}},
+    {"he_normal", INIT_HE_NORMAL, {ABS("mode", A_STR)}},
+    {"he_uniform", INIT_HE_UNIFORM, {ABS("mode", A_STR)}},
+    {"glorot_normal", INIT_GLOROT_NORMAL, {{0}}},
+    {"trunc_normal", INIT_TRUNC_NORMAL, {REQ("std", A_REAL), ABS("a", A_REAL), ABS("b", A_REAL)}},
+    {"torch_default", INIT_TORCH_UNIFORM, {{0}}},
 };
 #define N_INIT_FNS ((int)(sizeof init_fns / sizeof init_fns[0]))
 
@@ -738,7 +742,8 @@ static bool eval_init(Ctx *c, const Expr *e, Init *out)
     bool is_call = e->kind == EX_CALL;
     if (!is_call && e->kind != EX_NAME) {
         diag_error(e->loc, "an initialiser must be zeros(), ones(), constant(v), normal(std), "
-                   "uniform(lo, hi), glorot_uniform() or he_normal()");
+                   "uniform(lo, hi), glorot_uniform(), glorot_normal(), he_normal(), he_uniform(), "
+                   "trunc_normal(std) or torch_default()");
         return false;
     }
     const char *names[N_INIT_FNS];
@@ -748,14 +753,31 @@ static bool eval_init(Ctx *c, const Expr *e, Init *out)
             continue;
         const InitFn *f = &init_fns[i];
         Args a;
-        if (!is_call && nspecs(f->args)) {
+        if (!is_call && f->args[0].need == ARG_REQ) {
             diag_error(e->loc, "initialiser %s needs its arguments: %s", f->name,
                        signature(c, f->name, f->args));
             return false;
         }
         if (is_call && !bind_args(c, e, f->name, f->args, &a))
             return false;
-        *out = (Init){f->k, is_call ? a.v[0].r : 0, is_call ? a.v[1].r : 0};
+        *out = (Init){f->k, is_call ? a.v[0].r : 0, is_call ? a.v[1].r : 0, 0};
+        if ((f->k == INIT_HE_NORMAL || f->k == INIT_HE_UNIFORM) && is_call && a.e[0]) {
+            const char *m = a.e[0]->name;    /* mode = "fan_in" (a = 0) | "fan_out" (a = 1) */
+            if (strcmp(m, "fan_in") != 0 && strcmp(m, "fan_out") != 0) {
+                diag_error(a.e[0]->loc, "%s's mode must be \"fan_in\" or \"fan_out\", got \"%s\"", f->name, m);
+                return false;
+            }
+            out->a = strcmp(m, "fan_out") == 0;
+        }
+        if (f->k == INIT_TRUNC_NORMAL) {     /* std, lo = a (-2 std), hi = b (2 std) */
+            double sd = a.v[0].r, lo = a.e[1] ? a.v[1].r : -2 * sd, hi = a.e[2] ? a.v[2].r : 2 * sd;
+            if (!(sd > 0) || !(lo < hi) || !(lo <= 8 * sd && hi >= -8 * sd)) {
+                diag_error(e->loc, "trunc_normal(std, a, b) needs std > 0 and a < b, within 8 std of 0 "
+                           "(else almost nothing is drawn there), got %g, %g, %g", sd, lo, hi);
+                return false;
+            }
+            *out = (Init){f->k, sd, lo, hi};
+        }
         if (f->k == INIT_NORMAL && !(out->a >= 0)) {
             diag_error(e->loc, "normal(std) needs std >= 0, got %g", out->a);
             return false;
@@ -771,7 +793,8 @@ static bool eval_init(Ctx *c, const Expr *e, Init *out)
         diag_error(e->loc, "unknown initialiser '%s', did you mean '%s'?", e->name, best);
     else
         diag_error(e->loc, "unknown initialiser '%s': expected zeros(), ones(), constant(v), "
-                   "normal(std), uniform(lo, hi), glorot_uniform() or he_normal()", e->name);
+                   "normal(std), uniform(lo, hi), glorot_uniform(), glorot_normal(), he_normal(), "
+                   "he_uniform(), trunc_normal(std) or torch_default()", e->name);
     return false;
 }
 
@@ -801,6 +824,7 @@ static IrNode *declare(Ctx *c, SrcLoc loc, const char *name, Shape s, Init init,
     p->init = init.k;
     p->a = init.a;
     p->b = init.b;
+    p->c = init.c;
     p->fan_in = fan_in;
     p->fan_out = fan_out;
     nameset_put(c->a, &c->params, name, c->g->nparams - 1);
@@ -879,6 +903,8 @@ typedef struct LayerArgs {
     Init w, b;
 } LayerArgs;
 
+static const Init init_ones_ = {INIT_ONES, 0, 0, 0};
+
 static bool layer_args(Ctx *c, const Expr *callx, const Args *a, int name_slot, Init wdef, Init bdef,
                        LayerArgs *out)
 {
@@ -889,13 +915,21 @@ static bool layer_args(Ctx *c, const Expr *callx, const Args *a, int name_slot, 
         ok = eval_init(c, a->e[name_slot + 1], &out->w);
     if (a->e[name_slot + 2])
         ok = eval_init(c, a->e[name_slot + 2], &out->b) && ok;
+    /* torch_default(): torch.nn's own for this layer. Linear and Conv:
+     * U(±1/√fan_in), the bias with the weight's fan_in (declare's); an
+     * Embedding N(0, 1); the norms ones and zeros */
+    bool norm = strstr(callx->name, "norm") != NULL, emb = strcmp(callx->name, "embedding") == 0;
+    if (out->w.k == INIT_TORCH_UNIFORM && (norm || emb))
+        out->w = norm ? init_ones_ : (Init){INIT_NORMAL, 1, 0, 0};
+    if (out->b.k == INIT_TORCH_UNIFORM && norm)
+        out->b = (Init){INIT_ZEROS, 0, 0, 0};
     out->name = ok ? layer_name(c, callx, a->e[name_slot]) : NULL;
     return out->name != NULL;
 }
 
-static const Init init_glorot = {INIT_GLOROT_UNIFORM, 0, 0};
-static const Init init_zeros = {INIT_ZEROS, 0, 0};
-static const Init init_ones = {INIT_ONES, 0, 0};
+static const Init init_glorot = {INIT_GLOROT_UNIFORM, 0, 0, 0};
+static const Init init_zeros = {INIT_ZEROS, 0, 0, 0};
+static const Init init_ones = {INIT_ONES, 0, 0, 0};
 
 /* ---- built-in operations ------------------------------------------------------------------ */
 
