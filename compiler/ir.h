@@ -150,6 +150,7 @@ typedef struct TrainCfg {
     OptKind opt;
     double lr, momentum, beta1, beta2, eps, weight_decay;
     bool nesterov;
+    double dampening;       /* sgd's */
     Policy policy;
     bool policy_set;        /* written in the train block (or --precision) */
     LossScaleKind ls;

@@ -2412,7 +2412,7 @@ typedef struct NamedSpec {
 
 static const NamedSpec optimizers[] = {
     {"sgd", OPT_SGD, {REQ("lr", A_REAL), OPT("momentum", A_REAL, 0), OPT("nesterov", A_BOOL, 0),
-                      OPT("weight_decay", A_REAL, 0), ABS("no_decay", A_LIST)}},
+                      OPT("weight_decay", A_REAL, 0), ABS("no_decay", A_LIST), OPT("dampening", A_REAL, 0)}},
     {"adam", OPT_ADAM, {OPT("lr", A_REAL, 1e-3), OPT("beta1", A_REAL, 0.9), OPT("beta2", A_REAL, 0.999),
                         OPT("eps", A_REAL, 1e-8), OPT("weight_decay", A_REAL, 0), ABS("no_decay", A_LIST)}},
     {"adamw", OPT_ADAMW, {OPT("lr", A_REAL, 1e-3), OPT("beta1", A_REAL, 0.9), OPT("beta2", A_REAL, 0.999),
@@ -2577,6 +2577,10 @@ static void tk_optimizer(Ctx *c, const TrainItem *it)
         in_range(it, arg_name(c, o, "momentum"), t->momentum, 0, false, INFINITY, false);
         if (t->nesterov && t->momentum <= 0)
             diag_error(it->value->loc, "sgd nesterov = true needs momentum > 0");
+        t->dampening = a.v[5].r;
+        in_range(it, arg_name(c, o, "dampening"), t->dampening, 0, false, 1, false);
+        if (t->nesterov && t->dampening != 0)
+            diag_error(it->value->loc, "sgd nesterov = true needs dampening = 0 (as torch)");
     } else {
         t->beta1 = a.v[1].r;
         t->beta2 = a.v[2].r;

@@ -112,6 +112,7 @@ typedef struct MpTrainCfg {
     double clip;                /* 0 = off */
     int64_t accumulate, steps, seed;
     int warmup_style;           /* MP_WARMUP_*: k/W (torch) or k/(W+1) (nanoGPT) */
+    double dampening;           /* SGD's (torch.optim.SGD dampening) */
 } MpTrainCfg;
 
 /* What the runtime tells the model's code for one call. */
