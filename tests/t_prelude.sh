@@ -98,6 +98,14 @@ grep -q "s.mp:4:7: note: block 'elu' shadows the built-in operation 'elu'" "$tmp
     bad "no note for the block that shadows the prelude's elu"
 grep -q " relu " "$tmp/s.plan" && ! grep -q "\[elu\]\| exp " "$tmp/s.plan" ||
     bad "the prelude's elu ran instead of the model's"
+for name in $(sed -nE 's/^block ([a-z0-9_]+)\(.*/\1/p' compiler/prelude.mp); do   # every one
+    printf 'model s\ninput x: f32[4, 8]\nparam w: [8] = ones()\nblock %s(a, b = 1) {\n  return relu(a) * b\n}\nloss = sum(%s(x * w))\ntrain {\n  optimizer = sgd(lr = 0.1)\n  minimize loss\n}\n' \
+        "$name" "$name" >"$tmp/s2.mp"
+    "$MPCC" "$tmp/s2.mp" --dump-plan=json >"$tmp/s2.json" 2>"$tmp/s2.err" &&
+        grep -q "note: block '$name' shadows the built-in operation '$name'" "$tmp/s2.err" &&
+        ! grep -q '"op": "\(exp\|log\|clamp\|abs\|minimum\|maximum\|div\)"' "$tmp/s2.json" ||
+        bad "a model's block named $name is not the one used"
+done
 printf 'model d\ninput x: f32[4]\nblock f(x, a = 1, b) {\n  return x * a * b\n}\n' >"$tmp/d.mp"
 "$MPCC" "$tmp/d.mp" 2>"$tmp/d.err"
 grep -q "d.mp:3:19: error: parameter 'b' needs a default value" "$tmp/d.err" ||
