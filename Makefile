@@ -55,10 +55,13 @@ $(B)/embed: tools/embed.c | $(B)
 	$(CC) -O2 -std=c11 -Wall -Werror -o $@ $<
 # The skeletons of the generated programs (templates/*.in) go into the same
 # file, a third table.
-$(B)/runtime_blob.c: $(B)/embed $(RUNTIME_HDR) $(wildcard templates/*.in)
+# The prelude (compiler/prelude.mp: operations written in the language) is
+# a fourth table, parsed by sema before the model.
+$(B)/runtime_blob.c: $(B)/embed $(RUNTIME_HDR) $(wildcard templates/*.in) compiler/prelude.mp
 	{ $(B)/embed runtime $$(cat runtime/AMALGAMATION) && \
 	  $(B)/embed -p mp_cuda_runtime runtime $$(cat runtime/AMALGAMATION_CUDA) && \
-	  $(B)/embed -p mp_template templates train.c.in train.cu.in; } > $@
+	  $(B)/embed -p mp_template templates train.c.in train.cu.in && \
+	  $(B)/embed -p mp_prelude compiler prelude.mp; } > $@
 $(B)/runtime_blob.o: $(B)/runtime_blob.c
 	$(CC) $(CFLAGS) -std=c11 -c -o $@ $<
 

@@ -114,6 +114,7 @@ struct Stmt {
     int ndims;
     const char **params;  /* BLOCK formal parameter names; UNPACK targets */
     SrcLoc *param_locs;
+    Expr **param_defs;    /* BLOCK: each parameter's default value, or NULL */
     int nparams;
     Stmt **body;          /* PRECISION, BLOCK, REPEAT, FOR */
     int nbody;

@@ -159,13 +159,32 @@ static void print_source(FILE *f, SrcLoc at)
     fputc('\n', f);
 }
 
+/* diag_redirect: messages about `from` go to `to`, saying `what`. */
+static struct {
+    const SrcFile *from;
+    SrcLoc to;
+    const char *what;
+} redir;
+
+void diag_redirect(const SrcFile *from, SrcLoc to, const char *what)
+{
+    redir.from = from;
+    redir.to = to;
+    redir.what = what;
+}
+
 static void vmessage(const char *kind, SrcLoc at, const char *fmt, va_list ap)
 {
     FILE *f = sink();
+    bool moved = redir.from && at.file == redir.from;
+    if (moved)
+        at = redir.to;
     if (at.file)
         fprintf(f, "%s:%d:%d: ", at.file->path, at.line, at.col);
     fprintf(f, "%s: ", kind);
     vfprintf(f, fmt, ap);
+    if (moved)
+        fprintf(f, " (%s)", redir.what);
     fputc('\n', f);
     if (at.file && at.line > 0 && at.file->len > 0)
         print_source(f, at);

@@ -44,6 +44,9 @@ void diag_reset(void);              /* counts back to zero (fuzzer, unit tests) 
 void diag_error(SrcLoc at, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void diag_warning(SrcLoc at, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void diag_note(SrcLoc at, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Until called again with from NULL: a message located in `from` (the
+ * prelude) is printed at `to` (the user's call), followed by " (what)". */
+void diag_redirect(const SrcFile *from, SrcLoc to, const char *what);
 int  diag_error_count(void);
 int  diag_warning_count(void);
 bool diag_too_many(void);           /* true once DIAG_MAX_ERRORS were reported */

@@ -402,9 +402,9 @@ void emit_descriptors(Emit *e)
     for (int i = 0; i < g->nparams; i++) {
         const IrParam *p = &g->params[i];
         em(e, "    {\"%s\", %d, %s, %lld, %d, %.17g, %.17g, %lld, %lld, %d, NULL, NULL, %d, NULL, 0, "
-           "\"%s\"},\n", p->name, p->shape.rank, dims_init(e, &p->shape), (long long)shape_numel(&p->shape),
+           "\"%s\", %.17g},\n", p->name, p->shape.rank, dims_init(e, &p->shape), (long long)shape_numel(&p->shape),
            (int)p->init, p->a, p->b, (long long)p->fan_in, (long long)p->fan_out,
-           p->trainable && p->grad ? 1 : 0, p->no_decay ? 1 : 0, reader[i] ? reader[i] : "unused");
+           p->trainable && p->grad ? 1 : 0, p->no_decay ? 1 : 0, reader[i] ? reader[i] : "unused", p->c);
     }
     em(e, "};\n\nstatic const char *const mp_metric_names[%d] = {", g->nmetrics ? g->nmetrics : 1);
     for (int i = 0; i < g->nmetrics; i++)
@@ -426,9 +426,9 @@ void emit_model_struct(Emit *e, const char *hooks)
        t->beta1, t->beta2, t->eps, t->weight_decay, t->nesterov ? 1 : 0);
     em(e, "     %d, %.17g, %.17g, %.17g, %lld,\n", (int)t->ls, t->ls_init, t->ls_growth, t->ls_backoff,
        (long long)t->ls_interval);
-    em(e, "     %d, %.17g, %.17g, %.17g, %lld, %lld, %lld, %d},\n", (int)t->sched, t->warmup,
+    em(e, "     %d, %.17g, %.17g, %.17g, %lld, %lld, %lld, %d, %.17g},\n", (int)t->sched, t->warmup,
        t->sched_min, t->clip, (long long)t->accumulate, (long long)t->steps, (long long)t->seed,
-       (int)t->warmup_style);
+       (int)t->warmup_style, t->dampening);
     em(e, "    %s,\n", hooks);
     em(e, "    %d, mp_values, %d,\n};\n", e->nvalues, emit_output(e));
 }

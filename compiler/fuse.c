@@ -212,6 +212,47 @@ static bool can_join(Fuse *f, const IrNode *n, int grp)
     return true;
 }
 
+/* A group that already reads `in` (not a single element), which n may
+ * join: in `relu(x) + log(1 + exp(-abs(x)))` with x stored, abs(x) joins
+ * relu(x)'s loop, so x is read once and the formula is one loop (the
+ * prelude's blocks, compiler/prelude.mp, are written so). 0: none. */
+static int sibling_group(Fuse *f, const IrNode *n, const IrNode *in)
+{
+    if (shape_numel(&in->shape) == 1)
+        return 0;
+    for (int u = f->nusers[in->id] - 1; u >= 0; u--) {
+        const IrNode *r = f->g->nodes[f->users[in->id][u]];
+        if (r->id < n->id && r->fused && can_join(f, n, r->fused))
+            return r->fused;
+    }
+    return 0;
+}
+
+/* n joins group grp: an input of n alone in a group of its own, all of
+ * whose readers come at or after n, moves into grp (the mask of minimum's
+ * gradient, made from forward values before the chain reached it): the
+ * group runs where its last node stands, after n. */
+static void adopt_inputs(Fuse *f, const IrNode *n, int grp)
+{
+    const IrNode *last = f->g->nodes[f->last[grp]];
+    for (int k = 0; k < n->nin; k++) {
+        IrNode *b = n->in[k];
+        int h = b->fused;
+        if (!h || h == grp || !fusable(f, b) || f->first[h] != b->id || f->last[h] != b->id || b->phase != n->phase
+            || shape_numel(&b->shape) != shape_numel(&n->shape) || b->rep != last->rep
+            || b->copy != last->copy || f->for_loss[b->id] != f->for_loss[n->id])
+            continue;
+        bool later = true;
+        for (int u = 0; u < f->nusers[b->id] && later; u++)
+            later = f->users[b->id][u] >= n->id;
+        if (!later)
+            continue;
+        b->fused = grp;
+        if (b->id < f->first[grp])
+            f->first[grp] = b->id;
+    }
+}
+
 static void form_groups(Fuse *f)
 {
     IrGraph *g = f->g;
@@ -230,8 +271,12 @@ static void form_groups(Fuse *f)
         for (int k = 0; k < n->nin && !grp; k++)
             if (n->in[k]->fused && can_join(f, n, n->in[k]->fused))
                 grp = n->in[k]->fused;
+        for (int k = 0; k < n->nin && !grp; k++)
+            grp = sibling_group(f, n, n->in[k]);
         if (!grp)
             f->first[grp = ++f->ngroups] = i;
+        else
+            adopt_inputs(f, n, grp);
         n->fused = grp;
         f->last[grp] = i;
     }

@@ -62,6 +62,7 @@ struct IrNode {
     SrcLoc loc;             /* the model source this node comes from */
     const char *name;       /* value name: statement target ("h"), parameter
                                name ("h.weight"), or NULL for temporaries */
+    const char *prelude;    /* the prelude block (softplus, ...) that made it */
     IrNode **in;            /* inputs, nin of them */
     int nin;
     Shape shape;            /* output shape */
@@ -96,6 +97,11 @@ typedef enum {
     INIT_NORMAL,                               /* a = std              */
     INIT_UNIFORM,                              /* a = lo, b = hi       */
     INIT_GLOROT_UNIFORM, INIT_HE_NORMAL,       /* from fan_in/fan_out  */
+    /* torch.nn.init's (LANGUAGE.md "Optimizers and initialisers"):
+     * he_uniform (a = 1: fan_out, as he_normal's a), glorot_normal,
+     * trunc_normal (a = std, b = lo, c = hi: redrawn outside [lo, hi]),
+     * torch_uniform: U(±1/√fan_in), torch_default() of Linear and Conv */
+    INIT_HE_UNIFORM, INIT_GLOROT_NORMAL, INIT_TRUNC_NORMAL, INIT_TORCH_UNIFORM,
 } InitKind;
 
 typedef struct IrParam {
@@ -104,6 +110,7 @@ typedef struct IrParam {
     Shape shape;
     InitKind init;
     double a, b;
+    double c;               /* trunc_normal's hi */
     int64_t fan_in, fan_out;
     bool trainable;         /* false: batch-norm running_mean / running_var,
                                a `buffer` */
@@ -143,6 +150,7 @@ typedef struct TrainCfg {
     OptKind opt;
     double lr, momentum, beta1, beta2, eps, weight_decay;
     bool nesterov;
+    double dampening;       /* sgd's */
     Policy policy;
     bool policy_set;        /* written in the train block (or --precision) */
     LossScaleKind ls;

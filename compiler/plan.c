@@ -89,8 +89,12 @@ static const char *display_name(const IrGraph *g, const IrNode *n)
     for (int i = 0; i < g->nparams; i++)
         if (g->params[i].grad == n)
             return arena_printf(g->arena, "grad(%s)", g->params[i].name);
+    if (n->prelude)            /* a temporary of a prelude block: "[softplus]" */
+        return arena_printf(g->arena, "[%s]", n->prelude);
     if (n->grad_of && n->grad_of->name)
         return arena_printf(g->arena, "bwd(%s)", n->grad_of->name);
+    if (n->grad_of && n->grad_of->prelude)
+        return arena_printf(g->arena, "bwd([%s])", n->grad_of->prelude);
     return "-";
 }
 

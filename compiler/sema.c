@@ -56,6 +56,8 @@ static const char *describe(Ctx *c, Val v)
         return v.i ? "true" : "false";
     if (v.k == V_TENSOR)
         return arena_printf(c->a, "a tensor %s", shape_str(c->a, &v.t->shape));
+    if (v.k == V_EXPR)
+        return v.x->kind == EX_STR ? arena_printf(c->a, "the string \"%s\"", v.x->name) : "a list";
     return "nothing";
 }
 
@@ -310,6 +312,10 @@ static bool need_operand(Ctx *c, const Expr *e, Val v, const char *what)
 static Val eval_binary(Ctx *c, const Expr *e)
 {
     Val x = eval(c, e->lhs), y = eval(c, e->rhs);
+    if (x.k == V_BOOL)          /* true and false count as 1 and 0, as in Python */
+        x = vint(x.i);
+    if (y.k == V_BOOL)
+        y = vint(y.i);
     const char *what = e->op == 'P' ? "'**'" : e->op == 'D' ? "'//'" : e->op == '%' ? "'%'"
                                                                   : shape_op_name(binop_of[e->op]);
     bool okx = need_operand(c, e->lhs, x, what), oky = need_operand(c, e->rhs, y, what);
@@ -597,6 +603,10 @@ static bool convert_arg(Ctx *c, const char *fn, const ArgSpec *sp, const Expr *e
         *out = vnone;          /* read by the op itself (axes, pair_arg) */
         return true;
     }
+    if (sp->kind == A_VALUE && (e->kind == EX_STR || e->kind == EX_LIST)) {
+        *out = sema_block_arg(c, e);   /* a block's parameter: passed on as written */
+        return true;
+    }
     if (sp->kind == A_STR || sp->kind == A_LIST || sp->kind == A_INIT) {
         bool fits = sp->kind == A_INIT ||
                     (sp->kind == A_STR ? e->kind == EX_STR : e->kind == EX_LIST);
@@ -614,17 +624,30 @@ static bool convert_arg(Ctx *c, const char *fn, const ArgSpec *sp, const Expr *e
             : sp->kind == A_INT || sp->kind == A_AXES || sp->kind == A_PAIR ? v.k == V_INT
             : sp->kind == A_REAL   ? is_num(v)
             : sp->kind == A_BOOL   ? v.k == V_BOOL
+            : sp->kind == A_VALUE  ? v.k != V_NONE
                                    : v.k == V_TENSOR || is_num(v);
     static const char *const want[] = {
         [A_TENSOR] = "a tensor", [A_INT] = "an integer", [A_REAL] = "a number",
         [A_BOOL] = "true or false", [A_ANY] = "a tensor or a number",
         [A_AXES] = "an integer or a list of integers",
-        [A_PAIR] = "an integer or a pair [h, w]",
+        [A_PAIR] = "an integer or a pair [h, w]", [A_VALUE] = "a value",
     };
     if (!ok)
         diag_error(e->loc, "argument '%s' of %s must be %s, got %s", sp->name, fn, want[sp->kind],
                    describe(c, v));
     return ok;
+}
+
+/* A block's parameter bound to a string or a list (V_EXPR) stands for
+ * that expression as written: `sum(x, axis)` with axis = [2, 3]. */
+static const Expr *as_written(Ctx *c, const Expr *e)
+{
+    if (e->kind != EX_NAME)
+        return e;
+    Sym *s = find_local(c->scope, e->name);
+    if (!s && c->scope->parent)
+        s = find_local(c->top, e->name);
+    return s && s->v.k == V_EXPR ? s->v.x : e;
 }
 
 /* Positional arguments, then key = value ones, matched against spec;
@@ -640,7 +663,7 @@ static bool bind_args(Ctx *c, const Expr *callx, const char *fn, const ArgSpec *
         return false;
     }
     for (int i = 0; i < callx->nargs; i++) {
-        a->e[i] = callx->args[i];
+        a->e[i] = as_written(c, callx->args[i]);
         ok = convert_arg(c, fn, &spec[i], a->e[i], &a->v[i]) && ok;
     }
     for (int k = 0; k < callx->nkwargs; k++) {
@@ -665,8 +688,8 @@ static bool bind_args(Ctx *c, const Expr *callx, const char *fn, const ArgSpec *
             ok = false;
             continue;
         }
-        a->e[i] = kw->value;
-        ok = convert_arg(c, fn, &spec[i], kw->value, &a->v[i]) && ok;
+        a->e[i] = as_written(c, kw->value);
+        ok = convert_arg(c, fn, &spec[i], a->e[i], &a->v[i]) && ok;
     }
     for (int i = 0; i < ns; i++) {
         if (a->e[i] || spec[i].need >= ARG_ABSENT)
@@ -688,13 +711,13 @@ static bool bind_args(Ctx *c, const Expr *callx, const char *fn, const ArgSpec *
 
 typedef struct Init {
     InitKind k;
-    double a, b;
+    double a, b, c;
 } Init;
 
 typedef struct InitFn {
     const char *name;
     InitKind k;
-    ArgSpec args[3];
+    ArgSpec args[4];    /* ends with an empty spec */
 } InitFn;
 
 static const InitFn init_fns[] = {
@@ -704,7 +727,11 @@ static const InitFn init_fns[] = {
     {"normal", INIT_NORMAL, {REQ("std", A_REAL)}},
     {"uniform", INIT_UNIFORM, {REQ("lo", A_REAL), REQ("hi", A_REAL)}},
     {"glorot_uniform", INIT_GLOROT_UNIFORM, {{0}}},
-    {"he_normal", INIT_HE_NORMAL, {{0}}},
+    {"he_normal", INIT_HE_NORMAL, {ABS("mode", A_STR)}},
+    {"he_uniform", INIT_HE_UNIFORM, {ABS("mode", A_STR)}},
+    {"glorot_normal", INIT_GLOROT_NORMAL, {{0}}},
+    {"trunc_normal", INIT_TRUNC_NORMAL, {REQ("std", A_REAL), ABS("a", A_REAL), ABS("b", A_REAL)}},
+    {"torch_default", INIT_TORCH_UNIFORM, {{0}}},
 };
 #define N_INIT_FNS ((int)(sizeof init_fns / sizeof init_fns[0]))
 
@@ -715,7 +742,8 @@ static bool eval_init(Ctx *c, const Expr *e, Init *out)
     bool is_call = e->kind == EX_CALL;
     if (!is_call && e->kind != EX_NAME) {
         diag_error(e->loc, "an initialiser must be zeros(), ones(), constant(v), normal(std), "
-                   "uniform(lo, hi), glorot_uniform() or he_normal()");
+                   "uniform(lo, hi), glorot_uniform(), glorot_normal(), he_normal(), he_uniform(), "
+                   "trunc_normal(std) or torch_default()");
         return false;
     }
     const char *names[N_INIT_FNS];
@@ -725,14 +753,31 @@ static bool eval_init(Ctx *c, const Expr *e, Init *out)
             continue;
         const InitFn *f = &init_fns[i];
         Args a;
-        if (!is_call && nspecs(f->args)) {
+        if (!is_call && f->args[0].need == ARG_REQ) {
             diag_error(e->loc, "initialiser %s needs its arguments: %s", f->name,
                        signature(c, f->name, f->args));
             return false;
         }
         if (is_call && !bind_args(c, e, f->name, f->args, &a))
             return false;
-        *out = (Init){f->k, is_call ? a.v[0].r : 0, is_call ? a.v[1].r : 0};
+        *out = (Init){f->k, is_call ? a.v[0].r : 0, is_call ? a.v[1].r : 0, 0};
+        if ((f->k == INIT_HE_NORMAL || f->k == INIT_HE_UNIFORM) && is_call && a.e[0]) {
+            const char *m = a.e[0]->name;    /* mode = "fan_in" (a = 0) | "fan_out" (a = 1) */
+            if (strcmp(m, "fan_in") != 0 && strcmp(m, "fan_out") != 0) {
+                diag_error(a.e[0]->loc, "%s's mode must be \"fan_in\" or \"fan_out\", got \"%s\"", f->name, m);
+                return false;
+            }
+            out->a = strcmp(m, "fan_out") == 0;
+        }
+        if (f->k == INIT_TRUNC_NORMAL) {     /* std, lo = a (-2 std), hi = b (2 std) */
+            double sd = a.v[0].r, lo = a.e[1] ? a.v[1].r : -2 * sd, hi = a.e[2] ? a.v[2].r : 2 * sd;
+            if (!(sd > 0) || !(lo < hi) || !(lo <= 8 * sd && hi >= -8 * sd)) {
+                diag_error(e->loc, "trunc_normal(std, a, b) needs std > 0 and a < b, within 8 std of 0 "
+                           "(else almost nothing is drawn there), got %g, %g, %g", sd, lo, hi);
+                return false;
+            }
+            *out = (Init){f->k, sd, lo, hi};
+        }
         if (f->k == INIT_NORMAL && !(out->a >= 0)) {
             diag_error(e->loc, "normal(std) needs std >= 0, got %g", out->a);
             return false;
@@ -748,7 +793,8 @@ static bool eval_init(Ctx *c, const Expr *e, Init *out)
         diag_error(e->loc, "unknown initialiser '%s', did you mean '%s'?", e->name, best);
     else
         diag_error(e->loc, "unknown initialiser '%s': expected zeros(), ones(), constant(v), "
-                   "normal(std), uniform(lo, hi), glorot_uniform() or he_normal()", e->name);
+                   "normal(std), uniform(lo, hi), glorot_uniform(), glorot_normal(), he_normal(), "
+                   "he_uniform(), trunc_normal(std) or torch_default()", e->name);
     return false;
 }
 
@@ -778,6 +824,7 @@ static IrNode *declare(Ctx *c, SrcLoc loc, const char *name, Shape s, Init init,
     p->init = init.k;
     p->a = init.a;
     p->b = init.b;
+    p->c = init.c;
     p->fan_in = fan_in;
     p->fan_out = fan_out;
     nameset_put(c->a, &c->params, name, c->g->nparams - 1);
@@ -856,6 +903,8 @@ typedef struct LayerArgs {
     Init w, b;
 } LayerArgs;
 
+static const Init init_ones_ = {INIT_ONES, 0, 0, 0};
+
 static bool layer_args(Ctx *c, const Expr *callx, const Args *a, int name_slot, Init wdef, Init bdef,
                        LayerArgs *out)
 {
@@ -866,13 +915,21 @@ static bool layer_args(Ctx *c, const Expr *callx, const Args *a, int name_slot, 
         ok = eval_init(c, a->e[name_slot + 1], &out->w);
     if (a->e[name_slot + 2])
         ok = eval_init(c, a->e[name_slot + 2], &out->b) && ok;
+    /* torch_default(): torch.nn's own for this layer. Linear and Conv:
+     * U(±1/√fan_in), the bias with the weight's fan_in (declare's); an
+     * Embedding N(0, 1); the norms ones and zeros */
+    bool norm = strstr(callx->name, "norm") != NULL, emb = strcmp(callx->name, "embedding") == 0;
+    if (out->w.k == INIT_TORCH_UNIFORM && (norm || emb))
+        out->w = norm ? init_ones_ : (Init){INIT_NORMAL, 1, 0, 0};
+    if (out->b.k == INIT_TORCH_UNIFORM && norm)
+        out->b = (Init){INIT_ZEROS, 0, 0, 0};
     out->name = ok ? layer_name(c, callx, a->e[name_slot]) : NULL;
     return out->name != NULL;
 }
 
-static const Init init_glorot = {INIT_GLOROT_UNIFORM, 0, 0};
-static const Init init_zeros = {INIT_ZEROS, 0, 0};
-static const Init init_ones = {INIT_ONES, 0, 0};
+static const Init init_glorot = {INIT_GLOROT_UNIFORM, 0, 0, 0};
+static const Init init_zeros = {INIT_ZEROS, 0, 0, 0};
+static const Init init_ones = {INIT_ONES, 0, 0, 0};
 
 /* ---- built-in operations ------------------------------------------------------------------ */
 
@@ -893,6 +950,8 @@ static Val lower_unary(Ctx *c, const Builtin *b, const Expr *x, Args *a)
 {
     return op1(c, b->op, x->loc, a->v[0].t);
 }
+
+static Val cross_entropy_mean(Ctx *c, const Expr *x, Args *a);
 
 static Val lower_binary(Ctx *c, const Builtin *b, const Expr *x, Args *a)
 {
@@ -1671,8 +1730,105 @@ static IrNode *classes_last(Ctx *c, const Expr *x, Args *a, int ai)
     return v.k == V_TENSOR ? v.t : NULL;
 }
 
-/* cross_entropy(logits, labels, ignore_index, label_smoothing, axis), torch's. */
+/* ---- loss reductions: reduction = "mean" | "sum" (LANGUAGE.md "Losses") ---------------------- */
+
+/* *sum: the reduction `e` (NULL: absent, the mean) is "sum". */
+static bool sum_reduction(Ctx *c, const Expr *e, bool *sum)
+{
+    *sum = e && strcmp(e->name, "sum") == 0;
+    if (!e || *sum || strcmp(e->name, "mean") == 0)
+        return true;
+    diag_error(e->loc, "reduction must be \"mean\" or \"sum\", got \"%s\"", e->name);
+    return false;
+}
+
+/* numel(x, axis): how many elements of x the axes (an integer or a list;
+ * absent: every axis) hold, an integer constant (var's count). */
+static Val lower_numel(Ctx *c, const Builtin *b, const Expr *x, Args *a)
+{
+    const Shape *s = &a->v[0].t->shape;
+    int64_t ax[MP_MAX_RANK], n = 1;
+    int nax = 0;
+    if (a->e[1] && a->e[1]->kind == EX_LIST) {
+        if (!int_list(c, a->e[1], b->name, ax, &nax))
+            return verr;
+    } else if (a->e[1]) {
+        ax[nax++] = a->v[1].i;
+    } else {
+        for (int i = 0; i < s->rank; i++)
+            ax[nax++] = i;
+    }
+    for (int k = 0; k < nax; k++) {
+        if (!norm_axis(c, a->e[1] ? a->e[1] : x, b->name, s, ax[k], &ax[k]))
+            return verr;
+        n *= s->d[ax[k]];
+    }
+    return vint(n);
+}
+
+/* reduce(x, reduction = "mean"): the mean or the sum of every element,
+ * how the prelude's losses (compiler/prelude.mp) apply their reduction. */
+static Val lower_reduce_loss(Ctx *c, const Builtin *b, const Expr *x, Args *a)
+{
+    bool sum;
+    if (!sum_reduction(c, a->e[1], &sum))
+        return verr;
+    IrNode *n = node(c, sum ? OP_SUM : OP_MEAN, x->loc, 1, &a->v[0].t);
+    if (n)
+        n->ia[0] = -1;
+    return finish(c, n);
+}
+
+/* A built-in loss's mean `v` (cross_entropy, mse: one kernel each) as the
+ * sum torch's reduction = "sum" gives: times the number of terms, a
+ * constant, or (`counted`, cross_entropy's ignore_index) the labels that
+ * are not ignored. */
+static Val loss_sum(Ctx *c, const Expr *x, Val v, double terms, IrNode *labels, const Val *ignore)
+{
+    if (v.k != V_TENSOR)
+        return v;
+    Val k = const_node(c, x->loc, ignore ? ignore->r : terms);
+    if (k.k == V_TENSOR && ignore) {           /* sum(f32(labels != ignore)) */
+        IrNode *ne[2] = {labels, k.t};
+        k = finish(c, node(c, OP_NE, x->loc, 2, ne));
+        IrNode *f = k.k == V_TENSOR ? node(c, OP_CAST, x->loc, 1, &k.t) : NULL;
+        if (f)
+            f->type = DT_F32;
+        k = finish(c, f);
+        IrNode *n = k.k == V_TENSOR ? node(c, OP_SUM, x->loc, 1, &k.t) : NULL;
+        if (n)
+            n->ia[0] = -1;
+        k = finish(c, n);
+    }
+    if (k.k != V_TENSOR)
+        return verr;
+    IrNode *in[2] = {v.t, k.t};
+    return finish(c, node(c, OP_MUL, x->loc, 2, in));
+}
+
+static Val lower_mse(Ctx *c, const Builtin *b, const Expr *x, Args *a)
+{
+    bool sum;
+    if (!sum_reduction(c, a->e[2], &sum))
+        return verr;
+    Val v = lower_binary(c, b, x, a);
+    return sum && v.k == V_TENSOR ? loss_sum(c, x, v, (double)shape_numel(&v.t->in[0]->shape), NULL, NULL) : v;
+}
+
+/* cross_entropy(logits, labels, ignore_index, label_smoothing, axis, reduction), torch's. */
 static Val lower_cross_entropy(Ctx *c, const Builtin *b, const Expr *x, Args *a)
+{
+    bool sum;
+    if (!sum_reduction(c, a->e[5], &sum))
+        return verr;
+    Val v = cross_entropy_mean(c, x, a);
+    if (!sum || v.k != V_TENSOR)
+        return v;
+    bool ignore = a->e[2] && a->v[2].k == V_INT;
+    return loss_sum(c, x, v, (double)shape_numel(&a->v[1].t->shape), a->v[1].t, ignore ? &a->v[2] : NULL);
+}
+
+static Val cross_entropy_mean(Ctx *c, const Expr *x, Args *a)
 {
     double ls = a->v[3].r;
     bool ignore = a->e[2] && a->v[2].k == V_INT;
@@ -2117,9 +2273,11 @@ static const Builtin builtins[] = {
     {"log_softmax", OP_LOG_SOFTMAX, lower_axis, false, {REQ("x", A_TENSOR), OPT("axis", A_INT, -1)}},
     {"cross_entropy", OP_CROSS_ENTROPY, lower_cross_entropy, false,
      {REQ("logits", A_TENSOR), REQ("labels", A_TENSOR), ABS("ignore_index", A_INT),
-      OPT("label_smoothing", A_REAL, 0), OPT("axis", A_INT, -1)}},
+      OPT("label_smoothing", A_REAL, 0), OPT("axis", A_INT, -1), ABS("reduction", A_STR)}},
     {"accuracy", OP_ACCURACY, lower_class_loss, false, T2("logits", "labels")},
-    {"mse", OP_MSE, lower_binary, false, T2("pred", "target")},
+    {"mse", OP_MSE, lower_mse, false, {REQ("pred", A_TENSOR), REQ("target", A_TENSOR), ABS("reduction", A_STR)}},
+    {"reduce", OP_SUM, lower_reduce_loss, false, {REQ("x", A_TENSOR), ABS("reduction", A_STR)}},
+    {"numel", OP_SUM, lower_numel, false, {REQ("x", A_TENSOR), ABS("axis", A_AXES)}},
     {"attention", OP_ATTENTION, lower_attention, false,
      {REQ("q", A_TENSOR), REQ("k", A_TENSOR), REQ("v", A_TENSOR), OPT("causal", A_BOOL, 0),
       ABS("mask", A_TENSOR), ABS("scale", A_REAL)}},
@@ -2491,7 +2649,7 @@ typedef struct NamedSpec {
 
 static const NamedSpec optimizers[] = {
     {"sgd", OPT_SGD, {REQ("lr", A_REAL), OPT("momentum", A_REAL, 0), OPT("nesterov", A_BOOL, 0),
-                      OPT("weight_decay", A_REAL, 0), ABS("no_decay", A_LIST)}},
+                      OPT("weight_decay", A_REAL, 0), ABS("no_decay", A_LIST), OPT("dampening", A_REAL, 0)}},
     {"adam", OPT_ADAM, {OPT("lr", A_REAL, 1e-3), OPT("beta1", A_REAL, 0.9), OPT("beta2", A_REAL, 0.999),
                         OPT("eps", A_REAL, 1e-8), OPT("weight_decay", A_REAL, 0), ABS("no_decay", A_LIST)}},
     {"adamw", OPT_ADAMW, {OPT("lr", A_REAL, 1e-3), OPT("beta1", A_REAL, 0.9), OPT("beta2", A_REAL, 0.999),
@@ -2656,6 +2814,10 @@ static void tk_optimizer(Ctx *c, const TrainItem *it)
         in_range(it, arg_name(c, o, "momentum"), t->momentum, 0, false, INFINITY, false);
         if (t->nesterov && t->momentum <= 0)
             diag_error(it->value->loc, "sgd nesterov = true needs momentum > 0");
+        t->dampening = a.v[5].r;
+        in_range(it, arg_name(c, o, "dampening"), t->dampening, 0, false, 1, false);
+        if (t->nesterov && t->dampening != 0)
+            diag_error(it->value->loc, "sgd nesterov = true needs dampening = 0 (as torch)");
     } else {
         t->beta1 = a.v[1].r;
         t->beta2 = a.v[2].r;

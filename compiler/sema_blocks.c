@@ -88,6 +88,32 @@ static bool values_fit(Ctx *c, const Expr *e, const Block *b)
     return true;
 }
 
+static Val expand(Ctx *c, const Expr *e, Block *b, const Args *a);
+
+/* A prelude block called from the user's model: its nodes and messages
+ * are put at the user's call (file:line:col), its temporaries are unnamed
+ * (the plan shows them as "[softplus]"), so nothing stores them and the
+ * fusion pass sees one chain. */
+static Val prelude_call(Ctx *c, const Expr *e, Block *b, const Args *a)
+{
+    int first = c->g->nnodes;
+    const char *what = arena_printf(c->a, "in '%s', a block of the prelude", b->s->name);
+    c->prelude_call = e;
+    diag_redirect(c->prelude, e->loc, what);
+    Val r = expand(c, e, b, a);
+    diag_redirect(NULL, e->loc, NULL);
+    c->prelude_call = NULL;
+    for (int i = first; i < c->g->nnodes; i++) {
+        IrNode *n = c->g->nodes[i];
+        if (n->loc.file != c->prelude)
+            continue;          /* an argument's own node, made at the user's call */
+        n->loc = e->loc;
+        n->name = NULL;
+        n->prelude = b->s->name;
+    }
+    return r;
+}
+
 /* Expands block b at the call e: a fresh scope holding the arguments, the
  * parameters named under the call's name (none with name = ""). */
 Val sema_call_block(Ctx *c, const Expr *e, Block *b)
@@ -106,8 +132,8 @@ Val sema_call_block(Ctx *c, const Expr *e, Block *b)
         b->bad = true;
         return verr;
     }
-    for (int i = 0; i < bs->nparams; i++)
-        spec[i] = (ArgSpec)REQ(bs->params[i], A_ANY);
+    for (int i = 0; i < bs->nparams; i++)   /* a default is filled in below */
+        spec[i] = (ArgSpec){bs->params[i], A_VALUE, bs->param_defs[i] ? ARG_ABSENT : ARG_REQ, 0};
     if (e->nargs > bs->nparams) {   /* `name` is only ever a keyword */
         const char *sig = sema_signature(c, bs->name, spec);
         diag_error(e->args[bs->nparams]->loc, "block %s takes %d argument%s, got %d", sig,
@@ -118,6 +144,23 @@ Val sema_call_block(Ctx *c, const Expr *e, Block *b)
     Args a;
     if (!sema_bind_args(c, e, bs->name, spec, &a))
         return verr;
+    for (int i = 0; i < bs->nparams; i++)
+        if (!a.e[i]) {
+            a.e[i] = bs->param_defs[i];
+            a.v[i] = sema_block_arg(c, a.e[i]);
+            if (a.v[i].k == V_ERR)
+                return verr;
+        }
+    if (b->prelude && !c->prelude_call)
+        return prelude_call(c, e, b, &a);
+    return expand(c, e, b, &a);
+}
+
+/* The body of block b at the call e, its arguments bound in a. */
+static Val expand(Ctx *c, const Expr *e, Block *b, const Args *args)
+{
+    const Stmt *bs = b->s;
+    Args a = *args;
     const Expr *name_arg = a.e[bs->nparams];
     bool flat = name_arg && !name_arg->name[0];      /* name = "": no name level */
     if (name_arg && !flat && !b->has_params) {
@@ -131,22 +174,28 @@ Val sema_call_block(Ctx *c, const Expr *e, Block *b)
 
     Frame saved = enter(c);
     Scope *sc = &c->frames[c->depth];
-    *sc = (Scope){sc->syms, 0, sc->cap, c->top, b};
+    *sc = (Scope){sc->syms, 0, sc->cap, b->prelude ? NULL : c->top, b};  /* the prelude sees
+                                                                  none of the model's names */
     c->scope = sc;
     if (*layer)
         c->prefix = arena_printf(c->a, "%s%s.", c->prefix, layer);
     for (int i = 0; i < bs->nparams; i++)
         sema_bind(c, bs->params[i], SYM_VALUE, a.v[i], bs->param_locs[i]);
     int errs = diag_error_count();
-    sema_run_body(c, bs->body, bs->nbody);
+    if (b->prelude)            /* a wrong call: one message, at the first statement it breaks */
+        for (int i = 0; i < bs->nbody && diag_error_count() == errs; i++)
+            sema_run_body(c, &bs->body[i], 1);
+    else
+        sema_run_body(c, bs->body, bs->nbody);
     Val r = c->ret;
     if (diag_error_count() > errs)
         b->bad = true;             /* one report per mistake, not per call */
     else if (b->nrets > 1 && c->nrets == b->nrets)
         memcpy(c->parts, c->rets, sizeof *c->parts * (size_t)b->nrets);
     leave(c, &saved);
-    if (r.k == V_NONE && !b->bad) {
-        diag_error(e->loc, "block '%s' returns no value", bs->name);
+    if (r.k == V_NONE) {       /* a bad block was reported where it went wrong */
+        if (!b->bad)
+            diag_error(e->loc, "block '%s' returns no value", bs->name);
         return verr;
     }
     return r;
@@ -318,31 +367,69 @@ static bool check_returns(Stmt *const *body, int n, bool block_body)
     return ok;
 }
 
-void sema_collect_blocks(Ctx *c)
+static void collect(Ctx *c, const Ast *ast, bool prelude)
 {
-    const Ast *ast = c->ast;
-    c->blocks = arena_alloc(c->a, sizeof *c->blocks * (size_t)(ast->nstmts + 1));
-    c->path = arena_alloc(c->a, sizeof *c->path * (size_t)(ast->nstmts + 1));
     for (int i = 0; i < ast->nstmts; i++) {
         const Stmt *s = ast->stmts[i];
         if (s->kind != ST_BLOCK)
             continue;
-        const Block *old = sema_find_block(c, s->name);
-        if (old) {
+        Block *old = (Block *)sema_find_block(c, s->name);
+        if (old && !old->prelude) {
             diag_error(s->name_loc, "block '%s' is defined twice", s->name);
             diag_note(old->s->name_loc, "the first definition is here");
             continue;
         }
-        if (sema_find_builtin(s->name))     /* models keep compiling as built-ins are added */
+        if (old || sema_find_builtin(s->name))  /* models keep compiling as built-ins are added */
             diag_note(s->name_loc, "block '%s' shadows the built-in operation '%s'", s->name, s->name);
         /* duplicate parameter names are reported by the parser */
         bool ok = check_returns(s->body, s->nbody, true);
         const Stmt *last = s->nbody ? s->body[s->nbody - 1] : NULL;
         int nrets = last && last->kind == ST_RETURN && last->nvalues > 1 ? last->nvalues : 1;
-        c->blocks[c->nblocks++] = (Block){.s = s, .nrets = nrets, .bad = !ok};
+        Block b = {.s = s, .nrets = nrets, .bad = !ok, .prelude = prelude};
+        if (old)
+            *old = b;           /* the user's block takes the prelude's place */
+        else
+            c->blocks[c->nblocks++] = b;
     }
+}
+
+/* The prelude (compiler/prelude.mp, embedded at build time): operations
+ * written in the language, parsed before the model as its blocks. */
+extern const int mp_prelude_count;
+extern const char *const mp_prelude_names[], *const mp_prelude_texts[];
+
+static const Ast *parse_prelude(Ctx *c)
+{
+    SrcFile *f = arena_alloc(c->a, sizeof *f);
+    f->path = "compiler/prelude.mp";
+    f->text = mp_prelude_texts[0];
+    f->len = (long)strlen(f->text);
+    c->prelude = f;
+    int errs = diag_error_count();
+    const Ast *ast = ast_parse(c->a, f);
+    MP_ASSERT(diag_error_count() == errs);   /* t_prelude parses it on every build */
+    return ast;
+}
+
+void sema_collect_blocks(Ctx *c)
+{
+    const Ast *ast = c->ast, *pre = parse_prelude(c);
+    size_t n = (size_t)(ast->nstmts + pre->nstmts + 1);
+    c->blocks = arena_alloc(c->a, sizeof *c->blocks * n);
+    c->path = arena_alloc(c->a, sizeof *c->path * n);
+    collect(c, pre, true);
+    collect(c, ast, false);
     for (int i = 0; i < c->nblocks; i++)
         visit_block(c, &c->blocks[i]);
+}
+
+/* A block's argument: a string or a list is passed on as written (V_EXPR);
+ * anything else is evaluated. */
+Val sema_block_arg(Ctx *c, const Expr *e)
+{
+    if (e->kind == EX_STR || e->kind == EX_LIST)
+        return (Val){V_EXPR, .x = e};
+    return sema_eval(c, e);
 }
 
 /* ---- for loops ---------------------------------------------------------------------------------- */

@@ -19,21 +19,24 @@
 
 /* ---- values ------------------------------------------------------------ */
 
-typedef enum { V_ERR, V_NONE, V_INT, V_REAL, V_BOOL, V_TENSOR } ValKind;
+/* V_EXPR: a string or a list given to a block's parameter, passed on as
+ * written to the operations that read it (`reduction`, `axis = [2, 3]`). */
+typedef enum { V_ERR, V_NONE, V_INT, V_REAL, V_BOOL, V_TENSOR, V_EXPR } ValKind;
 
 typedef struct Val {
     ValKind k;
     int64_t i;          /* V_INT, V_BOOL */
     double r;           /* V_INT (as a double too), V_REAL */
     IrNode *t;          /* V_TENSOR */
+    const Expr *x;      /* V_EXPR: an EX_STR or EX_LIST */
 } Val;
 
-static const Val verr = {V_ERR, 0, 0, NULL};
-static const Val vnone = {V_NONE, 0, 0, NULL};
-static inline Val vint(int64_t i) { return (Val){V_INT, i, (double)i, NULL}; }
-static inline Val vreal(double r) { return (Val){V_REAL, 0, r, NULL}; }
-static inline Val vbool(bool b) { return (Val){V_BOOL, b, b, NULL}; }
-static inline Val vtensor(IrNode *t) { return (Val){V_TENSOR, 0, 0, t}; }
+static const Val verr = {V_ERR, 0, 0, NULL, NULL};
+static const Val vnone = {V_NONE, 0, 0, NULL, NULL};
+static inline Val vint(int64_t i) { return (Val){V_INT, i, (double)i, NULL, NULL}; }
+static inline Val vreal(double r) { return (Val){V_REAL, 0, r, NULL, NULL}; }
+static inline Val vbool(bool b) { return (Val){V_BOOL, b, b, NULL, NULL}; }
+static inline Val vtensor(IrNode *t) { return (Val){V_TENSOR, 0, 0, t, NULL}; }
 static inline bool is_num(Val v) { return v.k == V_INT || v.k == V_REAL; }
 static inline bool is_int_type(DType t) { return t == DT_I32 || t == DT_U8 || t == DT_U16; }
 
@@ -58,6 +61,7 @@ typedef struct Block {
     bool has_params;    /* declares parameters, itself or through its calls */
     int state;          /* cycle search: 0 unseen, 1 on the path, 2 done */
     bool bad;           /* in a cycle, or its expansion reported errors */
+    bool prelude;       /* from compiler/prelude.mp (a user's block shadows it) */
 } Block;
 
 typedef struct Scope {
@@ -113,6 +117,9 @@ typedef struct Ctx {
     int npath;
     bool stop;              /* node limit reached: make nothing more */
     const Stmt *train;
+    const SrcFile *prelude;     /* compiler/prelude.mp's text, parsed first */
+    const Expr *prelude_call;   /* the user's call being expanded by a prelude
+                                   block (its nodes and messages are put there) */
 } Ctx;
 
 /* ---- arguments of calls -------------------------------------------------------------- */
@@ -128,6 +135,8 @@ typedef enum {
     A_ANY,      /* a tensor or a number (casts, block arguments) */
     A_AXES,     /* an integer constant or a list: reductions' axis */
     A_PAIR,     /* an integer, or [h, w] or "same": read by the op */
+    A_VALUE,    /* a block's argument: any of the above (a string or a
+                   list as written: V_EXPR)                      */
 } ArgKind;
 
 /* required / has a default / may be absent / may be absent and is not
@@ -171,6 +180,7 @@ bool sema_builtin_layer(const struct Builtin *b);     /* declares parameters */
 /* sema_blocks.c */
 const Block *sema_find_block(Ctx *c, const char *name);
 Val sema_call_block(Ctx *c, const Expr *e, Block *b);
+Val sema_block_arg(Ctx *c, const Expr *e);
 void sema_collect_blocks(Ctx *c);
 void sema_st_block(Ctx *c, const Stmt *s);
 void sema_st_return(Ctx *c, const Stmt *s);

@@ -122,6 +122,8 @@ static Expr *call(Parser *p, const char *name, SrcLoc at, ArgVec *a, SrcLoc clos
 static void add_arg(Parser *p, ArgVec *a, Expr *e, const Kwarg *kw);
 static Stmt *new_stmt(Parser *p, StmtKind k, SrcLoc loc);
 static void add_name(Parser *p, Vec *names, const char *name, SrcLoc at);
+static void add_param(Parser *p, Vec *names, const char *name, SrcLoc at, Expr *def);
+static void set_defaults(Parser *p, Stmt *s, const Vec *names);
 static void plain(const char *name, SrcLoc at);
 static Stmt *named(Parser *p, StmtKind k, SrcLoc loc, const char *name, SrcLoc name_loc);
 static void set_body(Stmt *s, Vec *body);
@@ -148,7 +150,7 @@ static void check_item(Parser *p, Vec *items, const TrainItem *it);
 %token EQ_OP "'=='" NE_OP "'!='" LE_OP "'<='" GE_OP "'>='"
 %token BAD "invalid token"   /* the scanner reported it already */
 
-%type <vec> lines body exprs list names opt_names tlines tbody
+%type <vec> lines body exprs list names opt_params params tlines tbody
 %type <stmt> stmt
 %type <expr> expr add mul mat unary power primary
 %type <str> callee
@@ -231,10 +233,11 @@ stmt: MODEL NAME                { $$ = named(p, ST_MODEL, @1, $2, @2); }
             $$->type_loc = @2;
             set_body($$, &$3);
         }
-    | BLOCK NAME '(' opt_names ')' body
+    | BLOCK NAME '(' opt_params ')' body
         {
             $$ = named(p, ST_BLOCK, @1, $2, @2);
             set_names(p, $$, &$4, "parameter");
+            set_defaults(p, $$, &$4);
             set_body($$, &$6);
         }
     | RETURN exprs              { $$ = new_stmt(p, ST_RETURN, @1); set_values($$, &$2); }
@@ -271,11 +274,17 @@ opt_window: %empty              { $$ = 0; }
           | WINDOW              { $$ = 1; }
           ;
 
-/* block parameters, kept as Kwargs (name + location) while parsing */
-opt_names: %empty               { $$ = (Vec){0}; }
-         | names                { $$ = $1; }
-         | names ','            { $$ = $1; }
-         ;
+/* block parameters, kept as Kwargs (name + location + default) while
+ * parsing: `x` or `slope = 0.01` (defaults after the required ones) */
+opt_params: %empty              { $$ = (Vec){0}; }
+          | params              { $$ = $1; }
+          | params ','          { $$ = $1; }
+          ;
+params: NAME                    { $$ = (Vec){0}; add_name(p, &$$, $1, @1); }
+      | NAME '=' expr           { $$ = (Vec){0}; add_param(p, &$$, $1, @1, $3); }
+      | params ',' NAME         { $$ = $1; add_name(p, &$$, $3, @3); }
+      | params ',' NAME '=' expr { $$ = $1; add_param(p, &$$, $3, @3, $5); }
+      ;
 names: NAME                     { $$ = (Vec){0}; add_name(p, &$$, $1, @1); }
      | names ',' NAME           { $$ = $1; add_name(p, &$$, $3, @3); }
      ;
@@ -529,6 +538,34 @@ static void add_name(Parser *p, Vec *names, const char *name, SrcLoc at)
     plain(name, at);
     Kwarg k = {name, at, NULL};
     vec_push(p->arena, names, &k, sizeof k);
+}
+
+/* A block parameter with a default value: `slope = 0.01`. Once one has a
+ * default, every later one needs one too (as in Python). */
+static void add_param(Parser *p, Vec *names, const char *name, SrcLoc at, Expr *def)
+{
+    add_name(p, names, name, at);
+    ((Kwarg *)names->v)[names->n - 1].value = def;
+}
+
+/* s->param_defs from the list (NULL: required), which must be after the
+ * required parameters. Runs after set_names (a name given twice is
+ * dropped there, and its default with it). */
+static void set_defaults(Parser *p, Stmt *s, const Vec *names)
+{
+    const Kwarg *k = names->v;
+    s->param_defs = arena_alloc(p->arena, (size_t)(names->n ? names->n : 1) * sizeof(Expr *));
+    bool seen = false;
+    for (int i = 0, j = 0; i < names->n && j < s->nparams; i++) {
+        if (strcmp(k[i].key, s->params[j]) != 0 || k[i].key_loc.col != s->param_locs[j].col
+            || k[i].key_loc.line != s->param_locs[j].line)
+            continue;
+        if (!k[i].value && seen)
+            diag_error(k[i].key_loc, "parameter '%s' needs a default value: it follows one "
+                       "that has one", k[i].key);
+        seen |= k[i].value != NULL;
+        s->param_defs[j++] = k[i].value;
+    }
 }
 
 /* s->params from the list, each name once (`what` names them in errors). */

@@ -196,7 +196,7 @@ struct MpCuDecide {
         s->floor_skips = 0;
         s->coef = s->cfg.clip > 0 ? mp_clip_coef(s->grad_norm, s->cfg.clip) : 1.0f;
         s->updates++;
-        s->k = s->cfg.opt == MP_OPT_SGD ? mp_sgd_k(&s->cfg, h->lr)
+        s->k = s->cfg.opt == MP_OPT_SGD ? mp_sgd_k(&s->cfg, h->lr, s->updates)
              : mp_adam_k(&s->cfg, h->lr, s->updates, s->cfg.opt == MP_OPT_ADAMW);
     }
 };

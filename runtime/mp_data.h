@@ -118,11 +118,19 @@ static inline int mp_init_param(MpParam *p, int index, uint64_t seed, MpErr *e)
     MpRng r;
     double a = p->a, b = p->b, lim = 0;
     mp_rng_seed(&r, seed, 1 + (uint64_t)index);
-    if (p->init == MP_INIT_GLOROT_UNIFORM && p->fan_in + p->fan_out > 0)
-        lim = sqrt(6.0 / (double)(p->fan_in + p->fan_out));
-    else if (p->init == MP_INIT_HE_NORMAL && p->fan_in > 0)
-        lim = sqrt(2.0 / (double)p->fan_in);
-    else if (p->init == MP_INIT_GLOROT_UNIFORM || p->init == MP_INIT_HE_NORMAL)
+    int64_t fan = p->init == MP_INIT_GLOROT_UNIFORM || p->init == MP_INIT_GLOROT_NORMAL
+                      ? p->fan_in + p->fan_out
+                  : (p->init == MP_INIT_HE_NORMAL || p->init == MP_INIT_HE_UNIFORM) && a == 1
+                      ? p->fan_out : p->fan_in;   /* he_*: a = 1 is mode = "fan_out" */
+    switch (p->init) {         /* torch.nn.init's bound or std from the fan */
+    case MP_INIT_GLOROT_UNIFORM: lim = sqrt(6.0 / (double)fan); break;
+    case MP_INIT_GLOROT_NORMAL: lim = sqrt(2.0 / (double)fan); break;
+    case MP_INIT_HE_NORMAL: lim = sqrt(2.0 / (double)fan); break;
+    case MP_INIT_HE_UNIFORM: lim = sqrt(6.0 / (double)fan); break;
+    case MP_INIT_TORCH_UNIFORM: lim = 1 / sqrt((double)fan); break;
+    default: fan = 1; break;
+    }
+    if (fan <= 0)
         return mp_errf(e, "parameter '%s': fan_in/fan_out are 0, cannot initialise", p->name);
     for (int64_t i = 0; i < p->numel; i++) {
         double v;
@@ -133,7 +141,13 @@ static inline int mp_init_param(MpParam *p, int index, uint64_t seed, MpErr *e)
         case MP_INIT_NORMAL: v = a * mp_rng_normal(&r); break;
         case MP_INIT_UNIFORM: v = a + (b - a) * mp_rng_uniform(&r); break;
         case MP_INIT_GLOROT_UNIFORM: v = -lim + 2 * lim * mp_rng_uniform(&r); break;
-        case MP_INIT_HE_NORMAL: v = lim * mp_rng_normal(&r); break;
+        case MP_INIT_HE_NORMAL: case MP_INIT_GLOROT_NORMAL: v = lim * mp_rng_normal(&r); break;
+        case MP_INIT_HE_UNIFORM: case MP_INIT_TORCH_UNIFORM: v = -lim + 2 * lim * mp_rng_uniform(&r); break;
+        case MP_INIT_TRUNC_NORMAL:   /* N(0, a) redrawn until in [b, c] (sema: b < c, [b, c] within 8 std of 0) */
+            do
+                v = a * mp_rng_normal(&r);
+            while (v < b || v > p->c);
+            break;
         default: return mp_errf(e, "parameter '%s': unknown initialiser %d", p->name, p->init);
         }
         p->value[i] = (float)v;

@@ -50,7 +50,8 @@ enum { MP_F64 = 7, MP_I64 = 8 };
 
 /* Parameter initialisers: values equal mpcc's InitKind. */
 enum { MP_INIT_ZEROS, MP_INIT_ONES, MP_INIT_CONSTANT, MP_INIT_NORMAL,
-       MP_INIT_UNIFORM, MP_INIT_GLOROT_UNIFORM, MP_INIT_HE_NORMAL };
+       MP_INIT_UNIFORM, MP_INIT_GLOROT_UNIFORM, MP_INIT_HE_NORMAL,
+       MP_INIT_HE_UNIFORM, MP_INIT_GLOROT_NORMAL, MP_INIT_TRUNC_NORMAL, MP_INIT_TORCH_UNIFORM };
 
 enum { MP_OPT_SGD, MP_OPT_ADAM, MP_OPT_ADAMW };
 enum { MP_LS_NONE, MP_LS_STATIC, MP_LS_DYNAMIC };
@@ -94,6 +95,7 @@ typedef struct MpParam {
     int work_dt;
     const char *reader;         /* the op that reads it, and where: "conv2d,
                                    model.mp:12 (h)" (--gradcheck's messages) */
+    double c;                   /* a third init argument (trunc_normal's hi) */
 } MpParam;
 
 #define MP_WORK_OTHER (-1)
@@ -110,6 +112,7 @@ typedef struct MpTrainCfg {
     double clip;                /* 0 = off */
     int64_t accumulate, steps, seed;
     int warmup_style;           /* MP_WARMUP_*: k/W (torch) or k/(W+1) (nanoGPT) */
+    double dampening;           /* SGD's (torch.optim.SGD dampening) */
 } MpTrainCfg;
 
 /* What the runtime tells the model's code for one call. */

@@ -5,8 +5,9 @@
  * exactly what torch.optim / torch.cuda.amp do, in f32 with the scalar
  * factors computed in double and rounded to f32 as torch's CPU kernels do:
  *
- *   SGD   (torch.optim.SGD, dampening 0)
- *         d = g + wd*p;  b = momentum*b + d  (b starts at 0, so step 1 gives b = d)
+ *   SGD   (torch.optim.SGD)
+ *         d = g + wd*p;  b = momentum*b + (1-dampening)*d  (b starts at 0, and
+ *         step 1 takes b = d, undampened, as torch's first buffer)
  *         d = nesterov ? d + momentum*b : b  (momentum 0: no buffer, d = g + wd*p)
  *         p = p - lr*d
  *   Adam  (torch.optim.Adam, amsgrad off), t = number of updates applied
@@ -83,13 +84,16 @@ static inline double mp_sched_lr(const MpTrainCfg *c, double lr, int64_t k)
 typedef struct MpOptK {
     int adam, decoupled, l2, nesterov;
     float wd, mom, a;                     /* SGD: a = -lr */
+    float damp;                           /* SGD: 1 - dampening, 1 at update 1 */
     float fb1, fb2, c1, c2, step, bc2, eps, shrink;   /* Adam */
 } MpOptK;
 
-static inline MP_HD MpOptK mp_sgd_k(const MpTrainCfg *c, double lr)
+/* t is the 1-based count of updates applied, including this one. */
+static inline MP_HD MpOptK mp_sgd_k(const MpTrainCfg *c, double lr, int64_t t)
 {
     MpOptK k;
     memset(&k, 0, sizeof k);
+    k.damp = t <= 1 ? 1.0f : (float)(1 - c->dampening);
     k.l2 = c->weight_decay != 0;
     k.nesterov = c->nesterov;
     k.wd = (float)c->weight_decay;
@@ -125,7 +129,10 @@ static inline MP_HD void mp_sgd_elem(const MpOptK *k, float *p, float g, float *
 {
     float d = k->l2 ? g + k->wd * *p : g;
     if (buf) {
-        *buf = *buf * k->mom + d;
+        if (k->damp == 1.0f)           /* dampening 0 (or update 1): d as it is */
+            *buf = *buf * k->mom + d;
+        else                           /* torch's add_(d, alpha = 1 - dampening): one fma */
+            *buf = fmaf(k->damp, d, *buf * k->mom);
         d = k->nesterov ? d + k->mom * *buf : *buf;
     }
     *p += k->a * d;
@@ -140,7 +147,7 @@ static inline void mp_sgd_loop(float *p, const float *g, float *buf, int64_t n, 
 static inline void mp_sgd_update(float *p, const float *g, float *buf, int64_t n,
                                  double lr, const MpTrainCfg *c)
 {
-    MpOptK k = mp_sgd_k(c, lr);
+    MpOptK k = mp_sgd_k(c, lr, 2);    /* an update after the first: dampening applies */
     mp_sgd_loop(p, g, buf, n, &k);
 }
 
@@ -278,7 +285,7 @@ static inline int mp_optim_slots(const MpTrainCfg *c, const char **names)
 /* The factors of update t (1-based) at rate lr, for c's optimizer. */
 static inline MpOptK mp_optim_k(const MpTrainCfg *c, double lr, int64_t t)
 {
-    return c->opt == MP_OPT_SGD ? mp_sgd_k(c, lr) : mp_adam_k(c, lr, t, c->opt == MP_OPT_ADAMW);
+    return c->opt == MP_OPT_SGD ? mp_sgd_k(c, lr, t) : mp_adam_k(c, lr, t, c->opt == MP_OPT_ADAMW);
 }
 
 static inline void mp_optim_update(const MpTrainCfg *c, int no_decay, float *p, const float *g,

@@ -45,7 +45,8 @@ def torch_run(cfg, p0, grads):
     opt = cfg["opt"]
     if opt == "sgd":
         o = torch.optim.SGD(params, lr=cfg["lr"], momentum=cfg["momentum"],
-                            nesterov=bool(cfg["nesterov"]), weight_decay=cfg["wd"], foreach=False)
+                            nesterov=bool(cfg["nesterov"]), weight_decay=cfg["wd"],
+                            dampening=cfg["dampening"], foreach=False)
     else:
         cls = torch.optim.Adam if opt == "adam" else torch.optim.AdamW
         o = cls(params, lr=cfg["lr"], betas=(cfg["b1"], cfg["b2"]), eps=cfg["eps"],
@@ -71,7 +72,8 @@ def torch_run(cfg, p0, grads):
 def drive_run(cfg, p0, grads):
     args = [DRIVE, cfg["opt"], repr(cfg["lr"]), repr(cfg["momentum"]), str(cfg["nesterov"]),
             repr(cfg["wd"]), repr(cfg["b1"]), repr(cfg["b2"]), repr(cfg["eps"]), cfg["sched"],
-            repr(cfg["warmup"]), repr(cfg["min"]), str(STEPS), repr(cfg["clip"]), str(N)]
+            repr(cfg["warmup"]), repr(cfg["min"]), str(STEPS), repr(cfg["clip"]), str(N),
+            repr(cfg["dampening"])]
     inp = p0.astype("<f4").tobytes() + grads.astype("<f4").tobytes()
     out = subprocess.run(args, input=inp, stdout=subprocess.PIPE, check=True).stdout
     rec = np.dtype([("lr", "<f8"), ("p", "<f4", (N,))])
@@ -88,7 +90,7 @@ def close(a, b, scale):
 
 def base(**kw):
     cfg = dict(opt="sgd", lr=0.1, momentum=0.0, nesterov=0, wd=0.0, b1=0.9, b2=0.999,
-               eps=1e-8, sched="constant", warmup=0, min=0.0, clip=0.0)
+               eps=1e-8, sched="constant", warmup=0, min=0.0, clip=0.0, dampening=0.0)
     cfg.update(kw)
     return cfg
 
@@ -97,6 +99,7 @@ CONFIGS = {
     "sgd": base(),
     "sgd momentum wd": base(momentum=0.9, wd=0.01),
     "sgd nesterov wd": base(momentum=0.9, nesterov=1, wd=1e-3, lr=0.05),
+    "sgd momentum dampening wd": base(momentum=0.9, dampening=0.3, wd=0.01),
     "sgd momentum linear warmup": base(momentum=0.8, sched="linear", warmup=5),
     "adam": base(opt="adam", lr=1e-2),
     "adam wd betas eps": base(opt="adam", lr=3e-3, wd=0.1, b1=0.8, b2=0.99, eps=1e-6),

@@ -23,9 +23,9 @@ int main(int argc, char **argv)
 {
     static const char *const opts[] = {"sgd", "adam", "adamw"};
     static const char *const scheds[] = {"constant", "cosine", "linear"};
-    if (argc != 15) {
+    if (argc != 16) {
         fprintf(stderr, "usage: optim_drive OPT LR MOMENTUM NESTEROV WD BETA1 BETA2 EPS SCHED "
-                "WARMUP MIN STEPS CLIP N\n");
+                "WARMUP MIN STEPS CLIP N DAMPENING\n");
         return 2;
     }
     MpTrainCfg c;
@@ -44,6 +44,7 @@ int main(int argc, char **argv)
     c.steps = atoll(argv[12]);
     c.clip = atof(argv[13]);
     long n = atol(argv[14]);
+    c.dampening = atof(argv[15]);
     float *p = malloc(sizeof(float) * (size_t)n), *g = malloc(sizeof(float) * (size_t)n);
     float *s0 = calloc((size_t)n, sizeof(float)), *s1 = calloc((size_t)n, sizeof(float));
     float *slot[2] = {s0, s1};

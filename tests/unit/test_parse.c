@@ -370,7 +370,7 @@ static void test_syntax_errors(void **state)
     check_error("model m\nx = f(a, b\ny = 2\n", "t.mp:3:1: error: expected ')' (to close '(' at line 2), found 'y'");
     check_error("model m\nx = (1 + 2]\n", "t.mp:2:11: error: expected an operator or ')', found ']'");
     check_error("model m\nx = f(a, [1, 2)\n", "t.mp:2:15: error: expected ']', found ')'");
-    check_error("model m\nblock f(a b) {\n}\n", "expected ')' or ',', found 'b'");
+    check_error("model m\nblock f(a b) {\n}\n", "expected ')', found 'b'");
     check_error("model m\nx = f(a,, b)\n", "expected an expression or ')', found ','");
     check_error("model m\nparam w: f32[3] = zeros()\n", "a parameter has no type");
     check_error("model m\nx = f32 * y\n", "expected '(', found '*'");
