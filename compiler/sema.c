@@ -2139,7 +2139,7 @@ static Val lower_rnn(Ctx *c, const Builtin *b, const Expr *x, Args *a)
     int64_t hid = a->v[1].i, layers = a->v[2].i;
     bool bias = a->v[3].i != 0;
     double k = hid > 0 ? 1.0 / sqrt((double)hid) : 0;
-    const Init def = {INIT_UNIFORM, -k, k};
+    const Init def = {INIT_UNIFORM, -k, k, 0};
     LayerArgs la;
     if (c->unpack == x && c->nparts != nret) {
         diag_error(x->loc, "%s makes %d values (out, h%s), but the tuple assignment has %d names",
