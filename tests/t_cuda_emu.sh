@@ -561,6 +561,11 @@ if [ -x "$tmp/emu_mid_f32.emu" ]; then
     param_mutant emu_mid_f32 emu_mid_m3 's/o \* h\.inner + col, r0, s\.l1, step)/o * h.inner + col, r0, s.l1, 2 * step)/' \
         "sum over axis 1: every other row of a tile dropped"
 fi
+if [ -x "$tmp/emu_rnn_f32.emu" ]; then
+    param_mutant emu_rnn_f32 emu_rnn_m1 \
+        's/OT, T \* G, w, WT, H, 1\.0f, dhr, MP_F32, H);/OT, T * G, w, WT, H, 0.0f, dhr, MP_F32, H);/' \
+        "gru's back-propagation through time: the product overwrites d h_{t-1}'s direct part"
+fi
 
 # ---- 8. attention's tiled kernels ------------------------------------------------
 # attention's tiled kernels, kernel by kernel against the C program's
