@@ -138,7 +138,10 @@ Val sema_call_block(Ctx *c, const Expr *e, Block *b)
     for (int i = 0; i < bs->nparams; i++)
         sema_bind(c, bs->params[i], SYM_VALUE, a.v[i], bs->param_locs[i]);
     int errs = diag_error_count();
+    ir_scope_enter(c->g, SC_BLOCK, *layer ? arena_printf(c->a, "%.*s", (int)strlen(c->prefix) - 1,
+                   c->prefix) : bs->name, bs->name, 0, 0);
     sema_run_body(c, bs->body, bs->nbody);
+    ir_scope_leave(c->g);
     Val r = c->ret;
     if (diag_error_count() > errs)
         b->bad = true;             /* one report per mistake, not per call */
