@@ -17,8 +17,9 @@
 #      (tests/plan/check_html.py compares the DOM with the json);
 #   3. GPT-2's page (bf16, and under --precision mixed_float16 with loss
 #      scaling) before any click shows at most 60 boxes, inside 1920 x 1080
-#      with its text at least 9 px high; #expand=transformer.h (what a
-#      click on the box does) shows the layer's ops; the page made with
+#      with its text at least 9 px high; a click on the box (#click=,
+#      which dispatches one) and #expand=transformer.h show the layer's
+#      ops; #search=ln_1 finds the json's ln_1 nodes; the page made with
 #      --gpu h100 shows the cost in its summary.
 # Without chromium part 2 and 3 are skipped (SKIP, exit 0); CI has it.
 set -u
@@ -95,9 +96,13 @@ for v in gpt2 g16; do
     echo "-- $v"
     open_page "$tmp/$v.html" "" "$tmp/$v.c.dom" &&
         { $PY tests/plan/check_html.py collapsed "$tmp/$v.c.dom" "$tmp/$v.json" transformer.h || fail=1; }
-    open_page "$tmp/$v.html" "#expand=transformer.h" "$tmp/$v.x.dom" &&
+    open_page "$tmp/$v.html" "#click=transformer.h" "$tmp/$v.x.dom" &&
         { $PY tests/plan/check_html.py expanded "$tmp/$v.x.dom" "$tmp/$v.json" transformer.h || fail=1; }
 done
+open_page "$tmp/gpt2.html" "#expand=transformer.h" "$tmp/gpt2.e.dom" &&
+    { $PY tests/plan/check_html.py expanded "$tmp/gpt2.e.dom" "$tmp/gpt2.json" transformer.h || fail=1; }
+open_page "$tmp/gpt2.html" "#search=ln_1" "$tmp/gpt2.s.dom" &&
+    { $PY tests/plan/check_html.py search "$tmp/gpt2.s.dom" "$tmp/gpt2.json" ln_1 || fail=1; }
 open_page "$tmp/g16.html" "#expand=all" "$tmp/g16.all.dom" &&
     { $PY tests/plan/check_html.py all "$tmp/g16.all.dom" "$tmp/g16.json" || fail=1; }
 "$MPCC" examples/gpt2.mp --dump-plan=html --gpu h100 >"$tmp/gc.html" || bad "--dump-plan=html --gpu h100 failed"

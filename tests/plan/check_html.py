@@ -7,9 +7,13 @@ usage: check_html.py MODE DOM.html PLAN.json [REPEAT]
                   boxes and the whole page inside 1920 x 1080 with its text
                   at least 9 px high (when REPEAT is given: GPT-2), REPEAT's
                   box "REPEAT xN" shown, N its copies in the json
-  MODE expanded   the page of #expand=REPEAT (what a click on its box does):
-                  the box is gone, the layer's ops are shown (each copy's
-                  layer_norm nodes, named by the json)
+  MODE expanded   the page of #click=REPEAT (a click on its box) or
+                  #expand=REPEAT: the box is gone, the layer's ops are shown
+                  (each copy's layer_norm nodes, found by their parameters'
+                  names in the json)
+  MODE search     the page of #search=REPEAT: as many matches as json nodes
+                  whose name (or, unnamed in the backward pass, their forward
+                  node's) holds REPEAT, and boxes outlined
   MODE all        the page of #expand=all: every node of the json drawn once,
                   its compute type as the json's, filled with the legend's
                   colour of that type (one colour per type), casts (and only
@@ -35,6 +39,8 @@ class Dom(HTMLParser):
         self.shape_of = {}    # data-key of an item -> (tag, attrs) of its first shape
         self.errors_text = ""
         self.in_errors = False
+        self.found_text = ""
+        self.in_found = False
 
     def handle_starttag(self, tag, attrs):
         a = dict(attrs)
@@ -45,6 +51,7 @@ class Dom(HTMLParser):
                     self.shape_of.setdefault(pa["data-key"], (tag, a))
                     break
         self.in_errors = a.get("id") == "errors"
+        self.in_found = a.get("id") == "found"
         self.stack.append((tag, a))
 
     def handle_endtag(self, tag):
@@ -52,11 +59,13 @@ class Dom(HTMLParser):
             t, _ = self.stack.pop()
             if t == tag:
                 break
-        self.in_errors = False
+        self.in_errors = self.in_found = False
 
     def handle_data(self, d):
         if self.in_errors:
             self.errors_text += d
+        if self.in_found:
+            self.found_text += d
 
     def find(self, pred):
         return [a for t, a in self.tags if pred(t, a)]
@@ -92,12 +101,12 @@ def main():
     node_items = [a for a in items if "node" in a["class"].split()]
 
     copies = None
-    if repeat:
+    if repeat and mode != "search":
         pat = re.compile(re.escape(repeat) + r"\.(\d+)\.")
         copies = len({m.group(1) for n in nodes if n["name"] for m in [pat.match(n["name"])] if m})
         if copies < 2:
             bad("the json names no copies of %s" % repeat)
-    label = "%s \u00d7%d" % (repeat, copies) if repeat else None
+    label = "%s \u00d7%d" % (repeat, copies) if copies else None
 
     if mode == "collapsed":
         if repeat:
@@ -113,8 +122,8 @@ def main():
         print("  %d boxes, %s x %s px, text %s px" % (len(items), st["data-page-width"],
                                                       st["data-page-height"], st["data-font-px"]))
     elif mode == "expanded":
-        if [g for g in groups if g.get("data-label") == label]:
-            bad("%r is still a closed box after #expand=%s" % (label, repeat))
+        if [g for g in groups if g.get("data-label") == label and g.get("data-phase") == "forward"]:
+            bad("the forward pass's %r is still a closed box" % label)
         shown = {int(a["data-id"]) for a in node_items}
         want = {n["id"] for n in nodes if n["op"] == "layer_norm" and n["phase"] == "forward"
                 and (n["inputs"] and any((nodes[i["from"]]["name"] or "").startswith(repeat + ".")
@@ -184,6 +193,19 @@ def main():
         ncast = sum(want.values())
         print("  %d nodes, %d edges (%d through casts) as in the json; computes %s" % (
             len(by_id), len(got), ncast, sorted({n["compute"] for n in nodes})))
+    elif mode == "search":
+        def name(n):
+            if n["name"]:
+                return n["name"]
+            g = n.get("grad_of")
+            return nodes[g]["name"] or "" if g is not None else ""
+        want = sum(repeat in name(n) for n in nodes)
+        m = re.match(r"(\d+) nodes match, in (\d+) boxes", dom.found_text)
+        hits = [a for a in items if "hit" in a["class"].split()]
+        if not m or int(m.group(1)) != want or int(m.group(2)) != len(hits) or not hits:
+            bad("search %r: the page says %r with %d boxes outlined; %d nodes match in the json"
+                % (repeat, dom.found_text, len(hits), want))
+        print("  %s (the json: %d nodes)" % (dom.found_text, want))
     else:
         bad("unknown mode %s" % mode)
 
