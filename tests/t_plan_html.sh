@@ -21,7 +21,8 @@
 #      which dispatches one) and #expand=transformer.h show the layer's
 #      ops; #search=ln_1 finds the json's ln_1 nodes; the page made with
 #      --gpu h100 shows the cost in its summary.
-# Without chromium part 2 and 3 are skipped (SKIP, exit 0); CI has it.
+# Without chromium (or with CHROMIUM= set empty) parts 2 and 3 are skipped
+# (SKIP, exit 0); CI has it. CHROMIUM=PATH names another browser binary.
 set -u
 cd "$(dirname "$0")/.."
 . tests/py/lib.sh
@@ -57,17 +58,17 @@ for bad_args in "--dump-plan=json --collapse" "--collapse" "--dump-plan=cost --g
         bad "mpcc $bad_args: exit $rc, wanted 2 and a message: $(head -n 2 "$tmp/u.err")"
 done
 
-CHROMIUM=$(command -v chromium || command -v chromium-browser || true)
+CHROMIUM=${CHROMIUM-$(command -v chromium || command -v chromium-browser || true)}
 if [ -z "$CHROMIUM" ]; then
     echo "SKIP: chromium not found: the pages are not opened in a browser here (.ci/run installs Debian's chromium)"
-    exit $fail
+    exit "$fail"
 fi
 
 # open PAGE HASH DOM: the page's DOM after its script ran, in a 1920 x 1080
 # window; chromium ends when the page has loaded and its timers are done
 # (virtual time: nothing waits on the clock)
 open_page() {
-    timeout 120 "$CHROMIUM" --headless --disable-gpu --no-sandbox --no-first-run \
+    timeout 120 "$CHROMIUM" --headless --disable-gpu --no-sandbox --disable-dev-shm-usage --no-first-run \
         --user-data-dir="$tmp/profile" --window-size=1920,1080 --hide-scrollbars \
         --virtual-time-budget=10000 --dump-dom "file://$1$2" >"$3" 2>"$3.err" ||
         { bad "chromium on $1$2: exit $?: $(tail -n 3 "$3.err")"; return 1; }
@@ -111,5 +112,5 @@ open_page "$tmp/gc.html" "" "$tmp/gc.dom" && {
     $PY tests/plan/check_html.py collapsed "$tmp/gc.dom" "$tmp/gpt2.json" transformer.h || fail=1
 }
 
-[ $fail -eq 0 ] && echo "t_plan_html: all passed"
-exit $fail
+[ "$fail" -eq 0 ] && echo "t_plan_html: all passed"
+exit "$fail"
