@@ -19,7 +19,8 @@ struct CostDevice;
 void plan_dump_html(FILE *out, const IrGraph *g, const struct CostDevice *dev);
 
 /* A group's name for people: "transformer.h ×12", "transformer.h.3",
- * "attn: causal_self_attention" (the page's script says the same). */
+ * "transformer.h.3.attn: causal_self_attention" (the page's script says
+ * the same, naming a group inside another from there: "attn: ..."). */
 const char *plan_scope_label(Arena *a, const IrScope *s);
 
 /* s as a JSON string (null for NULL), escaped; for cost.c's json too. */
