@@ -60,7 +60,7 @@ $(B)/embed: tools/embed.c | $(B)
 $(B)/runtime_blob.c: $(B)/embed $(RUNTIME_HDR) $(wildcard templates/*.in) compiler/prelude.mp
 	{ $(B)/embed runtime $$(cat runtime/AMALGAMATION) && \
 	  $(B)/embed -p mp_cuda_runtime runtime $$(cat runtime/AMALGAMATION_CUDA) && \
-	  $(B)/embed -p mp_template templates train.c.in train.cu.in && \
+	  $(B)/embed -p mp_template templates train.c.in train.cu.in plan.html.in && \
 	  $(B)/embed -p mp_prelude compiler prelude.mp; } > $@
 $(B)/runtime_blob.o: $(B)/runtime_blob.c
 	$(CC) $(CFLAGS) -std=c11 -c -o $@ $<

@@ -659,6 +659,7 @@ void ad_backward(IrGraph *g)
         for (int k = from; k < g->nnodes; k++) {
             g->nodes[k]->rep = g->nodes[i]->rep;
             g->nodes[k]->copy = g->nodes[i]->copy;
+            g->nodes[k]->scope = g->nodes[i]->scope;
         }
     }
     for (int i = 0; i < g->nparams; i++) {

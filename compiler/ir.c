@@ -72,7 +72,23 @@ static IrNode *new_node(IrGraph *g, IrOp op, SrcLoc loc, int nin, IrNode *const 
         n->in[i] = in[i];
     }
     n->cls = op_info[op].cls;
+    n->scope = g->scope;
     return n;
+}
+
+IrScope *ir_scope_enter(IrGraph *g, ScopeKind kind, const char *name, const char *block,
+                        int copy, int count)
+{
+    IrScope *s = arena_alloc(g->arena, sizeof *s);
+    *s = (IrScope){kind, name, block, copy, count, ++g->nscopes, g->scope};
+    g->scope = s;
+    return s;
+}
+
+void ir_scope_leave(IrGraph *g)
+{
+    MP_ASSERT(g->scope != NULL);
+    g->scope = (IrScope *)g->scope->parent;
 }
 
 static void reserve(IrGraph *g, int extra)
@@ -118,6 +134,7 @@ static IrNode *insert(IrGraph *g, IrNode *anchor, bool after, IrOp op, SrcLoc lo
     n->id = -1;
     n->rep = anchor->rep;
     n->copy = anchor->copy;
+    n->scope = anchor->scope;
     g->pend[g->npend] = n;
     g->pend_anchor[g->npend++] = after ? -anchor->id - 1 : anchor->id;
     return n;

@@ -54,6 +54,23 @@ typedef enum {
     OP__COUNT
 } IrOp;
 
+/* A group of nodes that the plan's page and `--dump-plan=dot --collapse`
+ * (plan_html.c) draw as one box: a `repeat` (all its copies), one copy of
+ * it, or one block call. sema enters and leaves them; a node belongs to
+ * the innermost one open when it was made (NULL: the model's top level). */
+typedef enum { SC_REPEAT, SC_COPY, SC_BLOCK } ScopeKind;
+typedef struct IrScope IrScope;
+struct IrScope {
+    ScopeKind kind;
+    const char *name;       /* repeat: "transformer.h"; block: its layer name
+                               ("attn"), or the block's name when unnamed */
+    const char *block;      /* block calls: the block's name */
+    int copy;               /* SC_COPY: 0, 1, ... */
+    int count;              /* SC_REPEAT: copies */
+    int id;                 /* 1, 2, ... in the order entered */
+    const IrScope *parent;
+};
+
 typedef struct IrNode IrNode;
 struct IrNode {
     int id;                 /* index in g->nodes */
@@ -81,6 +98,9 @@ struct IrNode {
                                outermost `repeat` (1-based; 0: none); casts
                                take their anchor's, backward nodes their
                                grad_of's: the emitters' loops (emit_loop.c) */
+    const IrScope *scope;   /* the group that made it (casts take their
+                               anchor's, backward nodes their grad_of's,
+                               optimizer steps their parameter's) */
     int fused;              /* fuse.c: fusion group (1, 2, ...), 0 = none;
                                a group runs as one pass where its last
                                node stands */
@@ -184,6 +204,8 @@ typedef struct IrGraph {
     int64_t batch;          /* the first dimension of the inputs */
     DType lowp;             /* set by prec.c from train.policy */
     IrNode *loss_scale;     /* OP_LOSS_SCALE, the seed of the backward pass */
+    IrScope *scope;         /* the group open now (sema) */
+    int nscopes;
     bool fused;             /* fuse.c ran: the emitters may also fold a weight
                                gradient's product into its accumulation */
     /* insertions not yet placed in nodes[] (ir_insert_before/after): each
@@ -208,6 +230,11 @@ IrNode  *ir_insert_before(IrGraph *g, IrNode *before, IrOp op, SrcLoc loc,
 IrNode  *ir_insert_after(IrGraph *g, IrNode *after, IrOp op, SrcLoc loc,
                          int nin, IrNode *const *in);
 void     ir_renumber(IrGraph *g);
+/* Open a group inside the one open now (the nodes made until it is left
+ * belong to it), and leave it. */
+IrScope *ir_scope_enter(IrGraph *g, ScopeKind kind, const char *name, const char *block,
+                        int copy, int count);
+void     ir_scope_leave(IrGraph *g);
 IrParam *ir_add_param(IrGraph *g, const char *name, SrcLoc loc, Shape shape);
 IrInput *ir_add_input(IrGraph *g, const char *name, SrcLoc loc, DType t, Shape shape);
 IrMetric *ir_add_metric(IrGraph *g, const char *name, SrcLoc loc, IrNode *n);

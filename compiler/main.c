@@ -1,7 +1,8 @@
 /* main.c - mpcc's command line (TRAINER.md "mpcc's command line").
  *
  *   mpcc MODEL.mp [-o FILE] [--target cuda|c] [--precision POLICY]
- *                 [--dump-plan[=text|json|dot|cost|cost-json]] [--gpu NAME]
+ *                 [--dump-plan[=text|json|dot|html|cost|cost-json]] [--collapse]
+ *                 [--gpu NAME]
  *                 [--fuse | --no-fuse] [--no-loop]
  *                 [--version] [--help]
  *
@@ -37,12 +38,15 @@ static const char usage[] =
     "  --target cuda|c         CUDA program (default) or portable C\n"
     "  --precision POLICY      float32, mixed_float16 or mixed_bfloat16 (overrides the\n"
     "                          train block)\n"
-    "  --dump-plan[=FORMAT]    print the precision plan: text (default), json or dot;\n"
+    "  --dump-plan[=FORMAT]    print the precision plan: text (default), json, dot, or\n"
+    "                          html (one self-contained page: repeats and blocks as\n"
+    "                          boxes that open on a click, search, a node's row on hover);\n"
     "                          cost or cost-json: each op's FLOPs, bytes and roofline\n"
     "                          time on the --gpu device, the step's time and MFU;\n"
     "                          no program is written unless -o is given too\n"
+    "  --collapse              with --dump-plan=dot: each repeat and block call one box\n"
     "  --gpu NAME              the device of --dump-plan=cost: h100, h200, a100, l4, or\n"
-    "                          cpu (this machine)\n"
+    "                          cpu (this machine); with html the summary shows the cost\n"
     "  --no-loop               write every copy of a repeat out in full, instead of\n"
     "                          one function per body called in a loop (for tests)\n"
     "  --fuse, --no-fuse       fuse chains of elementwise ops into one pass over memory\n"
@@ -61,6 +65,7 @@ typedef struct Options {
     bool dump_ast;              /* hidden developer flag: print the tree, stop */
     bool no_loop;               /* --no-loop: repeat copies written out in full */
     PlanFormat fmt;
+    bool collapse;              /* --collapse: dot with repeats and blocks as boxes */
     int cost;                   /* --dump-plan=cost 1, cost-json 2 */
     const char *gpu;            /* --gpu */
     int policy;                 /* -1: the train block decides */
@@ -124,12 +129,17 @@ static int parse_args(int argc, char **argv, Options *o)
                 o->fmt = PLAN_JSON;
             else if (strcmp(f, "dot") == 0)
                 o->fmt = PLAN_DOT;
+            else if (strcmp(f, "html") == 0)
+                o->fmt = PLAN_HTML;
             else if (strcmp(f, "cost") == 0 || strcmp(f, "cost-json") == 0)
                 o->cost = f[4] ? 2 : 1;
             else {
-                diag_usage("unknown plan format '%s', expected text, json, dot, cost or cost-json", f);
+                diag_usage("unknown plan format '%s', expected text, json, dot, html, cost or "
+                           "cost-json", f);
                 return EXIT_USAGE;
             }
+        } else if (strcmp(a, "--collapse") == 0) {
+            o->collapse = true;
         } else if (strcmp(a, "--fuse") == 0 || strcmp(a, "--no-fuse") == 0) {
             o->fuse = a[2] == 'f';
         } else if (strcmp(a, "--dump-ast") == 0) {
@@ -154,8 +164,12 @@ static int parse_args(int argc, char **argv, Options *o)
                    cost_device_keys());
         return EXIT_USAGE;
     }
-    if (o->gpu && !o->cost) {
-        diag_usage("--gpu only applies to --dump-plan=cost or --dump-plan=cost-json");
+    if (o->collapse && !(o->dump && !o->cost && o->fmt == PLAN_DOT)) {
+        diag_usage("--collapse only applies to --dump-plan=dot");
+        return EXIT_USAGE;
+    }
+    if (o->gpu && !o->cost && !(o->dump && o->fmt == PLAN_HTML)) {
+        diag_usage("--gpu only applies to --dump-plan=cost, cost-json or html");
         return EXIT_USAGE;
     }
     if (o->gpu && !cost_device(o->gpu)) {
@@ -226,8 +240,10 @@ int main(int argc, char **argv)
 
     if (o.dump && o.cost)
         cost_dump(stdout, g, cost_device(o.gpu), o.cost == 2);
+    else if (o.dump && o.fmt == PLAN_HTML)
+        plan_dump_html(stdout, g, o.gpu ? cost_device(o.gpu) : NULL);
     else if (o.dump)
-        plan_dump(stdout, g, o.fmt);
+        plan_dump(stdout, g, o.collapse ? PLAN_DOT_COLLAPSED : o.fmt);
     if (!o.dump || o.output) {
         if (!o.output)
             o.output = arena_printf(&arena, "%s.%s", g->model, o.target_c ? "c" : "cu");

@@ -5,7 +5,10 @@
  * - json: the keys of PRECISION.md's example and a few more, one node per
  *   line so golden files diff well;
  * - dot: a Graphviz digraph, nodes filled by compute type, casts drawn as
- *   diamonds, one cluster per phase, a dashed one per fusion group.
+ *   diamonds, one cluster per phase, a dashed one per fusion group; with
+ *   --collapse each outermost repeat and block call of a phase one box
+ *   (their nodes' fusion groups are not drawn);
+ * - html: plan_html.c.
  * Fusion groups (fuse.h) show as the text's `fused` column and the json's
  * `fused` / `stored` keys only when there are any (not under --no-fuse).
  *
@@ -313,25 +316,145 @@ static void dot_groups(FILE *out, const IrGraph *g, Phase ph)
     }
 }
 
-static void dump_dot(FILE *out, const IrGraph *g)
+/* ---- dot --collapse ------------------------------------------------------ */
+
+const char *plan_scope_label(Arena *a, const IrScope *s)
+{
+    switch (s->kind) {
+    case SC_REPEAT: return arena_printf(a, "%s \u00d7%d", s->name, s->count);
+    case SC_COPY:   return arena_printf(a, "%s.%d", s->name, s->copy);
+    case SC_BLOCK:  break;
+    }
+    return strcmp(s->name, s->block) == 0 ? s->name : arena_printf(a, "%s: %s", s->name, s->block);
+}
+
+static const IrScope *outermost(const IrScope *s)
+{
+    while (s && s->parent)
+        s = s->parent;
+    return s;
+}
+
+/* What stands for node n in the collapsed picture: its own id, or its
+ * outermost group's box in its phase, numbered after the nodes. */
+static int shown_as(const IrGraph *g, const IrNode *n)
+{
+    const IrScope *s = outermost(n->scope);
+    return s ? g->nnodes + (int)n->phase * (g->nscopes + 1) + s->id : n->id;
+}
+
+/* The box of group s in phase ph: its name, how many nodes it holds and
+ * their arithmetic by compute type; filled with the type most of it runs
+ * in. */
+static void dot_box(FILE *out, const IrGraph *g, const IrScope *s, Phase ph)
+{
+    int count = 0, by_type[DT_U16 + 1] = {0}, casts = 0;
+    for (int i = 0; i < g->nnodes; i++) {
+        const IrNode *n = g->nodes[i];
+        if (n->phase != ph || outermost(n->scope) != s)
+            continue;
+        count++;
+        casts += n->op == OP_CAST;
+        if (n->op != OP_CAST && op_info[n->op].kind != OPK_DATA && op_info[n->op].cls != CL_NONE)
+            by_type[n->compute]++;
+    }
+    DType most = DT_F32;
+    for (DType t = DT_F32; t <= DT_U16; t++)
+        if (by_type[t] > by_type[most])
+            most = t;
+    fprintf(out, "    b%d [label=\"", shown_as(g, &(IrNode){.phase = ph, .scope = s}));
+    dot_str(out, plan_scope_label(g->arena, s));
+    fprintf(out, "\\n%d nodes:", count);
+    for (DType t = DT_F32; t <= DT_U16; t++)
+        if (by_type[t])
+            fprintf(out, " %d %s,", by_type[t], dt_name(t));
+    fprintf(out, " %d casts\", shape=box, peripheries=2, fillcolor=\"%s\"];\n", casts,
+            dot_color(most));
+}
+
+static int cmp_pair(const void *a, const void *b)
+{
+    const int *x = a, *y = b;
+    return x[0] != y[0] ? (x[0] > y[0]) - (x[0] < y[0]) : (x[1] > y[1]) - (x[1] < y[1]);
+}
+
+/* One edge per pair of things shown, dashed and marked "cast" when one of
+ * the edges it stands for reads through a cast (pair[2]). Edges between
+ * passes are left out (the page does the same): the passes then stand side
+ * by side, each top to bottom, and the picture fits a screen's height. */
+static void dot_collapsed_edges(FILE *out, const IrGraph *g)
+{
+    int n = 0, cap = 64;
+    int (*pair)[3] = malloc(sizeof *pair * (size_t)cap);
+    MP_ASSERT(pair != NULL);
+    for (int i = 0; i < g->nnodes; i++) {
+        const IrNode *d = g->nodes[i];
+        for (int k = 0; k < d->nin; k++) {
+            int a = shown_as(g, d->in[k]), b = shown_as(g, d);
+            if (a == b || d->in[k]->phase != d->phase)
+                continue;
+            if (n == cap) {
+                cap *= 2;
+                pair = realloc(pair, sizeof *pair * (size_t)cap);
+                MP_ASSERT(pair != NULL);
+            }
+            pair[n][0] = a;
+            pair[n][1] = b;
+            pair[n++][2] = d->in[k]->op == OP_CAST;
+        }
+    }
+    qsort(pair, (size_t)n, sizeof *pair, cmp_pair);
+    for (int i = 0; i < n;) {
+        int j = i, cast = 0;
+        for (; j < n && pair[j][0] == pair[i][0] && pair[j][1] == pair[i][1]; j++)
+            cast |= pair[j][2];
+        fprintf(out, "  %c%d -> %c%d%s;\n", pair[i][0] < g->nnodes ? 'n' : 'b', pair[i][0],
+                pair[i][1] < g->nnodes ? 'n' : 'b', pair[i][1],
+                cast ? " [style=dashed, xlabel=\"cast\"]" : "");
+        i = j;
+    }
+    free(pair);
+}
+
+static void dump_dot(FILE *out, const IrGraph *g, bool collapse)
 {
     fputs("digraph \"", out);
     dot_str(out, g->model ? g->model : "model");
     fprintf(out, "\" {\n  graph [rankdir=TB, labelloc=t, fontname=\"Helvetica\", label=\"");
     dot_str(out, g->model ? g->model : "model");
-    fprintf(out, ": %s (f16 orange, bf16 purple, f32 blue, integer grey, casts diamonds)\"];\n"
+    fprintf(out, ": %s (f16 orange, bf16 purple, f32 blue, integer grey, casts diamonds%s)\"%s];\n"
             "  node [shape=box, style=\"filled,rounded\", fontname=\"Helvetica\", fontsize=10];\n"
-            "  edge [fontname=\"Helvetica\", fontsize=9];\n", prec_policy_name(g->train.policy));
+            "  edge [fontname=\"Helvetica\", fontsize=9];\n", prec_policy_name(g->train.policy),
+            collapse ? ", double boxes repeats and blocks, dashed edges casts; edges between passes "
+            "not drawn" : "",
+            collapse ? ", newrank=true, ranksep=0.2, nodesep=0.15" : "");
     for (Phase ph = PH_FORWARD; ph <= PH_OPTIMIZER; ph++) {
         fprintf(out, "  subgraph cluster_%s {\n    label=\"%s\";\n", phase_name(ph), phase_name(ph));
-        for (int i = 0; i < g->nnodes; i++)
-            if (g->nodes[i]->phase == ph && !g->nodes[i]->fused)
-                dot_node(out, g, g->nodes[i]);
-        dot_groups(out, g, ph);
+        for (int i = 0; i < g->nnodes; i++) {
+            const IrNode *n = g->nodes[i];
+            const IrScope *s = outermost(n->scope);
+            if (n->phase != ph || (n->fused && !collapse) || (collapse && s))
+                continue;
+            dot_node(out, g, n);
+        }
+        for (int i = 0; collapse && i < g->nnodes; i++) {  /* each box where its first node is */
+            const IrNode *n = g->nodes[i];
+            const IrScope *s = outermost(n->scope);
+            bool first = s && n->phase == ph;
+            for (int j = 0; j < i && first; j++)
+                first = !(g->nodes[j]->phase == ph && outermost(g->nodes[j]->scope) == s);
+            if (first)
+                dot_box(out, g, s, ph);
+        }
+        if (!collapse)
+            dot_groups(out, g, ph);
         fputs("  }\n", out);
     }
-    for (int i = 0; i < g->nnodes; i++)
-        dot_edges(out, g->nodes[i]);
+    if (collapse)
+        dot_collapsed_edges(out, g);
+    else
+        for (int i = 0; i < g->nnodes; i++)
+            dot_edges(out, g->nodes[i]);
     fputs("}\n", out);
 }
 
@@ -552,6 +675,8 @@ void plan_dump(FILE *out, const IrGraph *g, PlanFormat fmt)
     switch (fmt) {
     case PLAN_TEXT: dump_text(out, g); break;
     case PLAN_JSON: dump_json(out, g); break;
-    case PLAN_DOT:  dump_dot(out, g); break;
+    case PLAN_DOT:  dump_dot(out, g, false); break;
+    case PLAN_DOT_COLLAPSED: dump_dot(out, g, true); break;
+    case PLAN_HTML: plan_dump_html(out, g, NULL); break;
     }
 }

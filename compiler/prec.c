@@ -408,6 +408,7 @@ static void add_optimizer(IrGraph *g)
         s->ia[0] = i;
         s->name = p->name;
         s->shape = p->shape;
+        s->scope = p->node->scope;
     }
 }
 

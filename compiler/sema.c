@@ -2585,11 +2585,14 @@ static void st_repeat(Ctx *c, const Stmt *s)
     if (outer)
         c->nrepeats++;
     c->in_repeat = true;
+    ir_scope_enter(c->g, SC_REPEAT, arena_printf(c->a, "%s%s", prefix, s->name), NULL, 0, (int)n);
     for (int64_t i = 0; i < n && !c->stop && !diag_too_many(); i++) {
         int errs = diag_error_count(), before = c->g->nnodes;
         c->iter = ++c->next_iter;
         c->prefix = arena_printf(c->a, "%s%s.%lld.", prefix, s->name, (long long)i);
+        ir_scope_enter(c->g, SC_COPY, c->g->scope->name, NULL, (int)i, 0);
         run_body(c, s->body, s->nbody);
+        ir_scope_leave(c->g);
         tag_copy(c, outer, before, (int)i);
         if (diag_error_count() > errs)
             break;                 /* each copy would say the same */
@@ -2604,6 +2607,7 @@ static void st_repeat(Ctx *c, const Stmt *s)
             break;
         }
     }
+    ir_scope_leave(c->g);
     c->prefix = prefix;
     c->iter = iter;
     c->repeat_base = base;

@@ -182,11 +182,14 @@ static Val expand(Ctx *c, const Expr *e, Block *b, const Args *args)
     for (int i = 0; i < bs->nparams; i++)
         sema_bind(c, bs->params[i], SYM_VALUE, a.v[i], bs->param_locs[i]);
     int errs = diag_error_count();
+    ir_scope_enter(c->g, SC_BLOCK, *layer ? arena_printf(c->a, "%.*s", (int)strlen(c->prefix) - 1,
+                   c->prefix) : bs->name, bs->name, 0, 0);
     if (b->prelude)            /* a wrong call: one message, at the first statement it breaks */
         for (int i = 0; i < bs->nbody && diag_error_count() == errs; i++)
             sema_run_body(c, &bs->body[i], 1);
     else
         sema_run_body(c, bs->body, bs->nbody);
+    ir_scope_leave(c->g);
     Val r = c->ret;
     if (diag_error_count() > errs)
         b->bad = true;             /* one report per mistake, not per call */
