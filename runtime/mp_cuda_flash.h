@@ -8,23 +8,24 @@
  * to `lse` when asked. S = q k^T and o += P v are mma.sync m16n8k16 with
  * f32 accumulation, their operands the tiles of q, k, v staged in dynamic
  * shared memory as the compute type (64 rows of D rounded up to 16, 8
- * halves of padding a row: 52 KB at D 128, above the 48 KB a block gets
- * without cudaFuncSetAttribute's opt-in), P the S accumulators rounded to
+ * halves of padding a row: 27 KB at D 64; a layout above the 48 KB a block
+ * gets without cudaFuncSetAttribute is opted in by mp_cu_rows_sh), P the S accumulators rounded to
  * the compute type in place (the C layout of two n-tiles is the A layout
  * of one k-tile). The scores see the same rules as the f32 tiles
  * (mp_cuda_items.h: mp_cu_att_sees, mp_cu_att_mask: causal, cross, u8 and
  * f32 additive masks), element by element inside the tile.
  *
  * Against the C program (normalise, round P, then P v) the sums run in
- * another order and P is rounded before it is normalised: y agrees to
- * within the rounding of P (2^-11 relative in f16, 2^-8 in bf16) times
- * max |v|, tests/cuda/emu_attention.cu's 4e-3.
+ * another order and P is rounded before it is normalised: the two differ
+ * by up to twice P's rounding (2^-11 relative in f16, 2^-8 in bf16) of
+ * sum |P v| plus one unit of y's last place, tests/cuda/emu_attention.cu's
+ * 2e-3 (f16) and 1e-2 (bf16) of max |y|.
  *
- * FLOPs: a block's key tile is 4 D' mma's a warp for each of its 4 warps
- * (D' = D rounded up to 16), 2048 FMAs each: 2 x 64 x 64 x D' FMAs, the
- * 4 x 64 x 64 x D FLOPs FlashAttention-2 counts when D is a multiple of 16;
- * causal, the diagonal tiles are computed whole (mp_cu_fa_fmas counts it:
- * 1.06x FA-2's causal count at T 1024).
+ * FLOPs: a block's key tile of BC = 64 keys is D' BC / 16 mma's a warp, 4 warps (D' = D rounded up to 16), 2048 FMAs
+ * each: 2 x 64 x BC x D' FMAs, the 4 x 64 x BC x D FLOPs FlashAttention-2
+ * counts when D is a multiple of 16; causal, the diagonal tiles are
+ * computed whole (mp_cu_fa_fmas counts it: 1.06x FA-2's causal count at
+ * T 1024, D 64).
  *
  * In the CPU stand-in (tests/cuda/mp_cuda_emu.h) mma.sync and the quad
  * shuffles are barriers of the block's fibers: each lane posts its
@@ -36,13 +37,29 @@
 #include "mp_cuda.h"
 
 #define MP_CU_FA_BR 64             /* query rows of a block: 4 warps of 16 */
-#define MP_CU_FA_BC 64             /* keys of a tile */
 #define MP_CU_FA_NT 128            /* threads of a block */
 #define MP_CU_FA_PAD 8             /* halves after each staged row (banks) */
-#define MP_CU_FA_DMAX 128          /* the largest head size it takes */
+#define MP_CU_FA_DMAX 64           /* the largest head size it takes: at D' 128
+                                      the output's 64 registers a thread beside
+                                      the rest take ptxas to 160 (sm_90), past
+                                      t_cuda_build's 128; those heads run on the
+                                      f32 tiles */
 
-/* The staged tiles' bytes for D' (q, k, v: 64 rows of D' + PAD halves). */
-#define MP_CU_FA_BYTES(DP) (3 * 64 * ((DP) + MP_CU_FA_PAD) * 2)
+/* Keys of a tile for D' (one constant for every D' it takes now; a larger
+ * D' would want fewer, its output's registers beside the scores') */
+#define MP_CU_FA_BC(DP) 64
+
+/* The staged tiles' bytes for D': q (64 rows), k and v (BC rows), each
+ * row D' + PAD halves. */
+#define MP_CU_FA_BYTES(DP) ((64 + 2 * MP_CU_FA_BC(DP)) * ((DP) + MP_CU_FA_PAD) * 2)
+
+/* Loops over a thread's registers are unrolled: an array indexed by a
+ * variable would live in local memory (a stack frame). */
+#ifdef __CUDA_ARCH__
+#define MP_CU_UNROLL _Pragma("unroll")
+#else
+#define MP_CU_UNROLL
+#endif
 
 /* name: the block's dynamic shared memory as halves (bytes: its size) */
 #ifdef __CUDA_ARCH__
@@ -150,13 +167,13 @@ static inline MP_HD int64_t mp_cu_fa_keys(const MpCuFa *a, int64_t i0)
     return a->causal && last < a->Tk ? last : a->Tk;
 }
 
-/* 64 rows of x (type xdt; head h of `rows`, from row r0) into s as the
+/* n rows of x (type xdt; head h of `rows`, from row r0) into s as the
  * compute type, D' halves a row (zeros past D and past the last row) */
 template <int DP>
-static inline MP_HD void mp_cu_fa_stage(uint16_t *s, const void *x, int xdt, int64_t rows, int64_t h,
-                                        int64_t r0, int64_t D, int bf, const MpCuTeam &t)
+static inline MP_HD void mp_cu_fa_stage(uint16_t *s, int n, const void *x, int xdt, int64_t rows,
+                                        int64_t h, int64_t r0, int64_t D, int bf, const MpCuTeam &t)
 {
-    for (int e = t.tid; e < 64 * DP; e += t.nt) {
+    for (int e = t.tid; e < n * DP; e += t.nt) {
         int r = e / DP, d = e % DP;
         float v = r0 + r < rows && d < D ? mp_cu_ld(x, xdt, (h * rows + r0 + r) * D + d) : 0.0f;
         s[r * (DP + MP_CU_FA_PAD) + d] = (uint16_t)mp_cu_fa_half(v, bf);
@@ -182,6 +199,7 @@ static inline MP_HD float mp_cu_fa_score(const MpCuFa *a, float acc, int64_t h, 
 template <int DP>
 struct MpCuFaFwd {
     static constexpr int most = MP_CU_FA_NT;
+    static constexpr int BC = MP_CU_FA_BC(DP), NB = BC / 8;   /* keys, n-tiles of a key tile */
     MpCuFa a;
     MP_HD void operator()(int64_t it, const MpCuTeam &t) const
     {
@@ -189,59 +207,71 @@ struct MpCuFaFwd {
         const int ld = DP + MP_CU_FA_PAD, w = t.tid / 32, lane = t.tid % 32;
         const int g = lane >> 2, c = (lane & 3) * 2;
         int64_t h = it / a.nqt, i0 = it % a.nqt * MP_CU_FA_BR;
-        uint16_t *qs = sh, *ks = qs + 64 * ld, *vs = ks + 64 * ld;
+        uint16_t *qs = sh, *ks = qs + 64 * ld, *vs = ks + BC * ld;
         float o[DP / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+        MP_CU_UNROLL
         for (int d = 0; d < DP / 8; d++)
             o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.0f;
         t.sync();   /* the block's previous item is done with the tiles */
-        mp_cu_fa_stage<DP>(qs, a.q, a.qdt, a.T, h, i0, a.D, a.bf, t);
+        mp_cu_fa_stage<DP>(qs, 64, a.q, a.qdt, a.T, h, i0, a.D, a.bf, t);
         int64_t nk = mp_cu_fa_keys(&a, i0);
-        for (int64_t j0 = 0; j0 < nk; j0 += MP_CU_FA_BC) {
+        for (int64_t j0 = 0; j0 < nk; j0 += BC) {
             t.sync();   /* the previous key tile's readers are done */
-            mp_cu_fa_stage<DP>(ks, a.k, a.kdt, a.Tk, h, j0, a.D, a.bf, t);
-            mp_cu_fa_stage<DP>(vs, a.v, a.vdt, a.Tk, h, j0, a.D, a.bf, t);
+            mp_cu_fa_stage<DP>(ks, BC, a.k, a.kdt, a.Tk, h, j0, a.D, a.bf, t);
+            mp_cu_fa_stage<DP>(vs, BC, a.v, a.vdt, a.Tk, h, j0, a.D, a.bf, t);
             t.sync();   /* q, k, v staged: every warp sees them */
-            float s[8][4];
-            for (int n = 0; n < 8; n++)
+            float s[NB][4];
+            MP_CU_UNROLL
+            for (int n = 0; n < NB; n++)
                 s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+            MP_CU_UNROLL
             for (int kk = 0; kk < DP; kk += 16) {   /* S = q k^T */
                 const uint16_t *q0 = qs + (16 * w + g) * ld + kk + c, *q1 = q0 + 8 * ld;
                 uint32_t fa[4] = {mp_cu_fa_pair(q0, 1), mp_cu_fa_pair(q1, 1),
                                   mp_cu_fa_pair(q0 + 8, 1), mp_cu_fa_pair(q1 + 8, 1)};
-                for (int n = 0; n < 8; n++) {
+                MP_CU_UNROLL
+                for (int n = 0; n < NB; n++) {
                     const uint16_t *k0 = ks + (8 * n + g) * ld + kk + c;
                     uint32_t fb[2] = {mp_cu_fa_pair(k0, 1), mp_cu_fa_pair(k0 + 8, 1)};
                     mp_cu_mma(t, s[n], fa, fb, a.bf);
                 }
             }
             float mx[2] = {m[0], m[1]};
-            for (int n = 0; n < 8; n++)
+            MP_CU_UNROLL
+            for (int n = 0; n < NB; n++)
+                MP_CU_UNROLL
                 for (int e = 0; e < 4; e++) {
                     int64_t i = i0 + 16 * w + g + (e >> 1) * 8, j = j0 + 8 * n + c + (e & 1);
                     s[n][e] = mp_cu_fa_score(&a, s[n][e], h, i, j);
                     mx[e >> 1] = s[n][e] > mx[e >> 1] ? s[n][e] : mx[e >> 1];
                 }
+            MP_CU_UNROLL
             for (int r = 0; r < 2; r++) {   /* the new max; o and l in its units */
                 mx[r] = mp_cu_quad(t, mx[r], 0);
                 float f = m[r] == -INFINITY ? 0.0f : mp_expf_p(m[r] - mx[r]);
                 m[r] = mx[r];
                 l[r] *= f;
+                MP_CU_UNROLL
                 for (int d = 0; d < DP / 8; d++) {
                     o[d][2 * r] *= f;
                     o[d][2 * r + 1] *= f;
                 }
             }
-            for (int n = 0; n < 8; n++)
+            MP_CU_UNROLL
+            for (int n = 0; n < NB; n++)
+                MP_CU_UNROLL
                 for (int e = 0; e < 4; e++) {
                     float p = s[n][e] == -INFINITY ? 0.0f : mp_expf_p(s[n][e] - m[e >> 1]);
                     s[n][e] = p;
                     l[e >> 1] += p;
                 }
-            for (int kc = 0; kc < 4; kc++) {   /* o += P v, 16 keys at a time */
+            MP_CU_UNROLL
+            for (int kc = 0; kc < NB / 2; kc++) {   /* o += P v, 16 keys at a time */
                 uint32_t fa[4] = {mp_cu_fa_pack(s[2 * kc][0], s[2 * kc][1], a.bf),
                                   mp_cu_fa_pack(s[2 * kc][2], s[2 * kc][3], a.bf),
                                   mp_cu_fa_pack(s[2 * kc + 1][0], s[2 * kc + 1][1], a.bf),
                                   mp_cu_fa_pack(s[2 * kc + 1][2], s[2 * kc + 1][3], a.bf)};
+                MP_CU_UNROLL
                 for (int d = 0; d < DP / 8; d++) {
                     const uint16_t *v0 = vs + (16 * kc + c) * ld + 8 * d + g;
                     uint32_t fb[2] = {mp_cu_fa_pair(v0, ld), mp_cu_fa_pair(v0 + 8 * ld, ld)};
@@ -249,13 +279,16 @@ struct MpCuFaFwd {
                 }
             }
         }
+        MP_CU_UNROLL
         for (int r = 0; r < 2; r++) {
             l[r] = mp_cu_quad(t, l[r], 1);
             int64_t i = i0 + 16 * w + g + 8 * r;
             if (i >= a.T)
                 continue;
             float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;   /* a row that sees no key: 0 */
+            MP_CU_UNROLL
             for (int d = 0; d < DP / 8; d++)
+                MP_CU_UNROLL
                 for (int e = 0; e < 2; e++)
                     if (8 * d + c + e < a.D)
                         mp_cu_st(a.o, a.odt, (h * a.T + i) * a.D + 8 * d + c + e, o[d][2 * r + e] * inv);
@@ -266,18 +299,18 @@ struct MpCuFaFwd {
 };
 
 /* FMAs the forward's mma's do for BH heads (the kernel's own loops: every
- * block, every key tile it walks, 4 warps x (D'/16 x 8 + 4 x D'/8) mma's
- * of 16 x 8 x 16), to compare with FlashAttention-2's 2 BH T T' D
+ * block, every key tile it walks, 4 warps x (D'/16 x BC/8 + BC/16 x D'/8)
+ * mma's of 16 x 8 x 16), to compare with FlashAttention-2's 2 BH T T' D
  * (causal: half). */
 static inline double mp_cu_fa_fmas(int64_t BH, int64_t T, int64_t Tk, int64_t D, int causal)
 {
-    int64_t dp = D <= 16 ? 16 : D <= 32 ? 32 : D <= 64 ? 64 : 128, tiles = 0;
+    int64_t dp = D <= 16 ? 16 : D <= 32 ? 32 : 64, bc = MP_CU_FA_BC(dp), tiles = 0;
     MpCuFa a = {};
     a.Tk = Tk;
     a.causal = causal;
     for (int64_t i0 = 0; i0 < T; i0 += MP_CU_FA_BR)
-        tiles += (mp_cu_fa_keys(&a, i0) + MP_CU_FA_BC - 1) / MP_CU_FA_BC;
-    double per_tile = 4.0 * (dp / 16 * 8 + 4 * (dp / 8)) * 16 * 8 * 16;
+        tiles += (mp_cu_fa_keys(&a, i0) + bc - 1) / bc;
+    double per_tile = 4.0 * (dp / 16 * (bc / 8) + bc / 16 * (dp / 8)) * 16 * 8 * 16;
     return (double)BH * (double)tiles * per_tile;
 }
 
@@ -327,7 +360,7 @@ static inline int mp_cu_fa_ready(void) { return !mp_emu_serial(); }
 #endif
 
 /* y = attention(q, k, v) on Tensor Cores (mp_cu_attention's arguments,
- * cdt f16 or bf16, D <= 128); lse: NULL or [BH T] floats. */
+ * cdt f16 or bf16, D <= MP_CU_FA_DMAX); lse: NULL or [BH T] floats. */
 template <int DP>
 static inline void mp_cu_fa_forward(MpCuFa a, int64_t BH)
 {
@@ -342,10 +375,8 @@ static inline void mp_cu_fa_run(MpCuFa a, int64_t BH)
         mp_cu_fa_forward<16>(a, BH);
     else if (a.D <= 32)
         mp_cu_fa_forward<32>(a, BH);
-    else if (a.D <= 64)
-        mp_cu_fa_forward<64>(a, BH);
     else
-        mp_cu_fa_forward<128>(a, BH);
+        mp_cu_fa_forward<64>(a, BH);
 }
 
 #endif
