@@ -154,30 +154,30 @@ static double att_flops(const IrNode *q, const IrNode *k, bool causal, double pe
 
 /* The work of the CUDA program's attention kernels, in FLOPs (time is
  * work over the rate; the table's FLOPs stay the model's):
- *   forward, f16 / bf16, head size up to 64 (MP_CU_FA_DMAX): Tensor Cores
- *     (runtime/mp_cuda_flash.h), 4 D' per (query, key) pair of every tile
- *     it walks, whole tiles of 64 queries x 64 keys, D' = D rounded up to
- *     16, 32 or 64 (causal: the tiles at or left of the diagonal);
- *   forward otherwise: the f32 tiles (mp_cuda_ops.h), 6 D a pair on CUDA
- *     cores (the scores for the max and sum, again for P; P v);
- *   backward: the f32 tiles, 20 D a pair on CUDA cores (attention_grad_q:
- *     the scores three times, dP twice, dq; attention_grad_kv: the scores,
- *     dP, dv, dk). */
+ *   f16 / bf16, head size up to 64 (MP_CU_FA_DMAX): Tensor Cores
+ *     (runtime/mp_cuda_flash.h), per (query, key) pair of every tile of
+ *     64 x 64 walked (causal: the tiles at or left of the diagonal), D'
+ *     = D rounded up to 16, 32 or 64: 4 D' forward, 18 D' backward;
+ *   otherwise the f32 tiles (mp_cuda_ops.h) on CUDA cores, per pair: 6 D
+ *     forward (the scores for the max and sum, again for P; P v), 20 D
+ *     backward (attention_grad_q: the scores three times, dP twice, dq;
+ *     attention_grad_kv: the scores, dP, dv, dk). */
 static double att_work(const IrNode *n, const IrNode *q, const IrNode *k, bool causal, bool *tc)
 {
     const Shape *s = &q->shape;
     double bh = (double)s->d[0] * (double)s->d[1], D = (double)s->d[3];
     int64_t T = s->d[2], Tk = k->shape.d[2];
-    *tc = n->op == OP_ATTENTION && (n->compute == DT_F16 || n->compute == DT_BF16) && D <= 64;
+    bool fwd = n->op == OP_ATTENTION;
+    *tc = (n->compute == DT_F16 || n->compute == DT_BF16) && D <= 64;
     if (!*tc)
-        return (n->op == OP_ATTENTION ? 6 : 20) * bh * att_pairs((double)T, (double)Tk, causal) * D;
-    int64_t dp = D <= 16 ? 16 : D <= 32 ? 32 : 64, bc = 64;
+        return (fwd ? 6 : 20) * bh * att_pairs((double)T, (double)Tk, causal) * D;
+    int64_t dp = D <= 16 ? 16 : D <= 32 ? 32 : 64;
     double pairs = 0;
     for (int64_t i0 = 0; i0 < T; i0 += 64) {
         int64_t keys = causal && i0 + 64 < Tk ? i0 + 64 : Tk;
-        pairs += 64.0 * (double)((keys + bc - 1) / bc * bc);
+        pairs += 64.0 * (double)((keys + 63) / 64 * 64);
     }
-    return 4 * bh * pairs * (double)dp;
+    return (fwd ? 4 : 18) * bh * pairs * (double)dp;
 }
 
 /* Per-element FLOPs of the ops that are not products or copies. */

@@ -314,6 +314,300 @@ static inline double mp_cu_fa_fmas(int64_t BH, int64_t T, int64_t Tk, int64_t D,
     return (double)BH * (double)tiles * per_tile;
 }
 
+/* ---- the backward on Tensor Cores ------------------------------------------------
+ * Two kernels and no atomics (as the f32 tiles), each 4 warps over 16-row
+ * slices of a tile of 64, the products mma.sync's in chunks of 16 so that
+ * a chunk's scores and dP are one A fragment:
+ *   attention_grad_q_tc, per query tile: pass 1 over the key tiles it sees,
+ *     S = q k^T and dP = dy v^T, the rows' running max m, sum l of exp and
+ *     sum of exp dP (online: both rescaled when m grows), so D = that / l
+ *     = rowsum(P dP); pass 2, S and dP again, dS = P (dP - D) scale rounded
+ *     to the compute type (mp_cu_att_ds, as the C program) and dq += dS k;
+ *     leaves each row's m, l, D (st, [BH T, 3] floats of the op's work space);
+ *   attention_grad_kv_tc, per key tile (warp w: keys 16 w..16 w + 15): over
+ *     the query tiles that see it, S^T = k q^T and dP^T = v dy^T, P^T from
+ *     the rows' m and l (mp_cu_att_p, rounded: Pr), dS^T, dv += Pr^T dy and
+ *     dk += dS^T q.
+ * Per (query, key) pair and D': 2 + 2 (pass 1) + 2 + 2 + 2 (pass 2) + 2 + 2
+ * + 2 + 2: 18 FLOPs against FlashAttention-2's 10 (which keeps the
+ * forward's log-sum-exp and rowsum(dy y), and adds dq atomically):
+ * mp_cu_fa_bwd_fmas counts it. */
+
+/* chunk kc (16 rows of the staged tile bs) as the B operand of an n-tile
+ * pair: rows 8 n + g of bs, d from kk (the "k^T" reading: B[d][row]) */
+template <int DP>
+static inline MP_HD void mp_cu_fa_rows_b(uint32_t fb[2], const uint16_t *bs, int n, int kk, int g, int c)
+{
+    const uint16_t *b0 = bs + (8 * n + g) * (DP + MP_CU_FA_PAD) + kk + c;
+    fb[0] = mp_cu_fa_pair(b0, 1);
+    fb[1] = mp_cu_fa_pair(b0 + 8, 1);
+}
+
+/* rows 16 kc.. of bs as the B operand B[row][d] (columns 8 d..) */
+template <int DP>
+static inline MP_HD void mp_cu_fa_cols_b(uint32_t fb[2], const uint16_t *bs, int kc, int d, int g, int c)
+{
+    const int ld = DP + MP_CU_FA_PAD;
+    const uint16_t *b0 = bs + (16 * kc + c) * ld + 8 * d + g;
+    fb[0] = mp_cu_fa_pair(b0, ld);
+    fb[1] = mp_cu_fa_pair(b0 + 8 * ld, ld);
+}
+
+/* s[nn] += (rows 16 w.. of as) (rows 16 kc + 8 nn.. of bs)^T over D', nn < 2:
+ * the chunk's two n-tiles of 8 */
+template <int DP>
+static inline MP_HD void mp_cu_fa_chunk(float s[2][4], const uint16_t *as, const uint16_t *bs, int w,
+                                        int kc, int g, int c, int bf, const MpCuTeam &t)
+{
+    const int ld = DP + MP_CU_FA_PAD;
+    MP_CU_UNROLL
+    for (int nn = 0; nn < 2; nn++)
+        s[nn][0] = s[nn][1] = s[nn][2] = s[nn][3] = 0.0f;
+    MP_CU_UNROLL
+    for (int kk = 0; kk < DP; kk += 16) {
+        const uint16_t *a0 = as + (16 * w + g) * ld + kk + c, *a1 = a0 + 8 * ld;
+        uint32_t fa[4] = {mp_cu_fa_pair(a0, 1), mp_cu_fa_pair(a1, 1), mp_cu_fa_pair(a0 + 8, 1),
+                          mp_cu_fa_pair(a1 + 8, 1)};
+        MP_CU_UNROLL
+        for (int nn = 0; nn < 2; nn++) {
+            uint32_t fb[2];
+            mp_cu_fa_rows_b<DP>(fb, bs, 2 * kc + nn, kk, g, c);
+            mp_cu_mma(t, s[nn], fa, fb, bf);
+        }
+    }
+}
+
+/* x[2][4] (an accumulator pair) as one A fragment, rounded */
+static inline MP_HD void mp_cu_fa_a(uint32_t fa[4], const float x[2][4], int bf)
+{
+    fa[0] = mp_cu_fa_pack(x[0][0], x[0][1], bf);
+    fa[1] = mp_cu_fa_pack(x[0][2], x[0][3], bf);
+    fa[2] = mp_cu_fa_pack(x[1][0], x[1][1], bf);
+    fa[3] = mp_cu_fa_pack(x[1][2], x[1][3], bf);
+}
+
+/* The backward's problem: the forward's, with dy and the gradient g
+ * [BH, T + 2 T', D] (dq, dk, dv a head) in place of y. */
+struct MpCuFaB {
+    MpCuFa a;
+    const void *dy;
+    int dydt;
+    float *st;                     /* [BH T, 3]: m, l, D */
+    int64_t nkt;                   /* key tiles of 64 a head */
+};
+
+template <int DP>
+struct MpCuFaDq {
+    static constexpr int most = MP_CU_FA_NT;
+    MpCuFaB b;
+    MP_HD void operator()(int64_t it, const MpCuTeam &t) const
+    {
+        MP_CU_SHARED_DYN(sh, 4 * 64 * (DP + MP_CU_FA_PAD) * 2, t);
+        const MpCuFa &a = b.a;
+        const int ld = DP + MP_CU_FA_PAD, w = t.tid / 32, lane = t.tid % 32;
+        const int g = lane >> 2, c = (lane & 3) * 2;
+        int64_t h = it / a.nqt, i0 = it % a.nqt * MP_CU_FA_BR;
+        uint16_t *qs = sh, *dys = qs + 64 * ld, *ks = dys + 64 * ld, *vs = ks + 64 * ld;
+        float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, pd[2] = {0.0f, 0.0f};
+        float dq[DP / 8][4];
+        MP_CU_UNROLL
+        for (int d = 0; d < DP / 8; d++)
+            dq[d][0] = dq[d][1] = dq[d][2] = dq[d][3] = 0.0f;
+        t.sync();   /* the block's previous item is done with the tiles */
+        mp_cu_fa_stage<DP>(qs, 64, a.q, a.qdt, a.T, h, i0, a.D, a.bf, t);
+        mp_cu_fa_stage<DP>(dys, 64, b.dy, b.dydt, a.T, h, i0, a.D, a.bf, t);
+        int64_t nk = mp_cu_fa_keys(&a, i0);
+        for (int pass = 0; pass < 2; pass++) {
+            float inv[2], dd[2];
+            MP_CU_UNROLL
+            for (int r = 0; r < 2; r++) {   /* pass 1's sums (0 in pass 0) */
+                inv[r] = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
+                dd[r] = pd[r] * inv[r];
+            }
+            for (int64_t j0 = 0; j0 < nk; j0 += 64) {
+                t.sync();   /* the previous key tile's readers are done */
+                mp_cu_fa_stage<DP>(ks, 64, a.k, a.kdt, a.Tk, h, j0, a.D, a.bf, t);
+                mp_cu_fa_stage<DP>(vs, 64, a.v, a.vdt, a.Tk, h, j0, a.D, a.bf, t);
+                t.sync();   /* staged: every warp sees them */
+                MP_CU_UNROLL
+                for (int kc = 0; kc < 4; kc++) {
+                    float s[2][4], dp[2][4];
+                    mp_cu_fa_chunk<DP>(s, qs, ks, w, kc, g, c, a.bf, t);    /* q k^T */
+                    mp_cu_fa_chunk<DP>(dp, dys, vs, w, kc, g, c, a.bf, t);  /* dy v^T */
+                    float mx[2] = {m[0], m[1]};
+                    MP_CU_UNROLL
+                    for (int nn = 0; nn < 2; nn++)
+                        MP_CU_UNROLL
+                        for (int e = 0; e < 4; e++) {
+                            int64_t i = i0 + 16 * w + g + (e >> 1) * 8;
+                            int64_t j = j0 + 16 * kc + 8 * nn + c + (e & 1);
+                            s[nn][e] = mp_cu_fa_score(&a, s[nn][e], h, i, j);
+                            mx[e >> 1] = s[nn][e] > mx[e >> 1] ? s[nn][e] : mx[e >> 1];
+                        }
+                    if (pass == 0) {   /* m, l, sum of exp dP */
+                        MP_CU_UNROLL
+                        for (int r = 0; r < 2; r++) {
+                            mx[r] = mp_cu_quad(t, mx[r], 0);
+                            float f = m[r] == -INFINITY ? 0.0f : mp_expf_p(m[r] - mx[r]);
+                            m[r] = mx[r];
+                            l[r] *= f;
+                            pd[r] *= f;
+                        }
+                        MP_CU_UNROLL
+                        for (int nn = 0; nn < 2; nn++)
+                            MP_CU_UNROLL
+                            for (int e = 0; e < 4; e++) {
+                                float p = mp_cu_att_p(s[nn][e], m[e >> 1], 1.0f);
+                                l[e >> 1] += p;
+                                pd[e >> 1] += p * dp[nn][e];
+                            }
+                        continue;
+                    }
+                    MP_CU_UNROLL
+                    for (int nn = 0; nn < 2; nn++)   /* dS, then dq += dS k */
+                        MP_CU_UNROLL
+                        for (int e = 0; e < 4; e++)
+                            s[nn][e] = mp_cu_att_ds(mp_cu_att_p(s[nn][e], m[e >> 1], inv[e >> 1]),
+                                                    dp[nn][e], dd[e >> 1], a.scale, a.bf ? MP_BF16 : MP_F16);
+                    uint32_t fa[4];
+                    mp_cu_fa_a(fa, s, a.bf);
+                    MP_CU_UNROLL
+                    for (int d = 0; d < DP / 8; d++) {
+                        uint32_t fb[2];
+                        mp_cu_fa_cols_b<DP>(fb, ks, kc, d, g, c);
+                        mp_cu_mma(t, dq[d], fa, fb, a.bf);
+                    }
+                }
+            }
+            if (pass == 0) {
+                MP_CU_UNROLL
+                for (int r = 0; r < 2; r++) {
+                    l[r] = mp_cu_quad(t, l[r], 1);
+                    pd[r] = mp_cu_quad(t, pd[r], 1);
+                }
+            }
+        }
+        MP_CU_UNROLL
+        for (int r = 0; r < 2; r++) {
+            int64_t i = i0 + 16 * w + g + 8 * r;
+            if (i >= a.T)
+                continue;
+            MP_CU_UNROLL
+            for (int d = 0; d < DP / 8; d++)
+                MP_CU_UNROLL
+                for (int e = 0; e < 2; e++)
+                    if (8 * d + c + e < a.D)
+                        mp_cu_st(a.o, a.odt, h * (a.T + 2 * a.Tk) * a.D + i * a.D + 8 * d + c + e,
+                                 dq[d][2 * r + e]);
+            if (c == 0) {
+                float *st = b.st + (h * a.T + i) * 3;
+                st[0] = m[r];
+                st[1] = l[r];
+                st[2] = l[r] > 0.0f ? pd[r] / l[r] : 0.0f;
+            }
+        }
+    }
+};
+
+template <int DP>
+struct MpCuFaDkv {
+    static constexpr int most = MP_CU_FA_NT;
+    MpCuFaB b;
+    MP_HD void operator()(int64_t it, const MpCuTeam &t) const
+    {
+        MP_CU_SHARED_DYN(sh, 4 * 64 * (DP + MP_CU_FA_PAD) * 2 + 3 * 64 * 4, t);
+        const MpCuFa &a = b.a;
+        const int ld = DP + MP_CU_FA_PAD, w = t.tid / 32, lane = t.tid % 32;
+        const int g = lane >> 2, c = (lane & 3) * 2;
+        int64_t h = it / b.nkt, j0 = it % b.nkt * 64;
+        uint16_t *ks = sh, *vs = ks + 64 * ld, *qs = vs + 64 * ld, *dys = qs + 64 * ld;
+        float *sm = (float *)(dys + 64 * ld), *sinv = sm + 64, *sd = sinv + 64;
+        float dk[DP / 8][4], dv[DP / 8][4];
+        MP_CU_UNROLL
+        for (int d = 0; d < DP / 8; d++)
+            MP_CU_UNROLL
+            for (int e = 0; e < 4; e++)
+                dk[d][e] = dv[d][e] = 0.0f;
+        t.sync();   /* the block's previous item is done with the tiles */
+        mp_cu_fa_stage<DP>(ks, 64, a.k, a.kdt, a.Tk, h, j0, a.D, a.bf, t);
+        mp_cu_fa_stage<DP>(vs, 64, a.v, a.vdt, a.Tk, h, j0, a.D, a.bf, t);
+        for (int64_t i0 = a.causal ? j0 : 0; i0 < a.T; i0 += 64) {
+            t.sync();   /* the previous query tile's readers are done */
+            mp_cu_fa_stage<DP>(qs, 64, a.q, a.qdt, a.T, h, i0, a.D, a.bf, t);
+            mp_cu_fa_stage<DP>(dys, 64, b.dy, b.dydt, a.T, h, i0, a.D, a.bf, t);
+            for (int r = t.tid; r < 64; r += t.nt) {
+                const float *st = b.st + (h * a.T + i0 + r) * 3;
+                int in = i0 + r < a.T && st[1] > 0.0f;
+                sm[r] = in ? st[0] : 0.0f;
+                sinv[r] = in ? 1.0f / st[1] : 0.0f;
+                sd[r] = in ? st[2] : 0.0f;
+            }
+            t.sync();   /* staged: every warp sees them */
+            MP_CU_UNROLL
+            for (int qc = 0; qc < 4; qc++) {
+                float s[2][4], dp[2][4];
+                mp_cu_fa_chunk<DP>(s, ks, qs, w, qc, g, c, a.bf, t);    /* k q^T */
+                mp_cu_fa_chunk<DP>(dp, vs, dys, w, qc, g, c, a.bf, t);  /* v dy^T */
+                MP_CU_UNROLL
+                for (int nn = 0; nn < 2; nn++)
+                    MP_CU_UNROLL
+                    for (int e = 0; e < 4; e++) {
+                        int r = 16 * qc + 8 * nn + c + (e & 1);   /* the query, in the tile */
+                        int64_t j = j0 + 16 * w + g + (e >> 1) * 8;
+                        float p = mp_cu_att_p(mp_cu_fa_score(&a, s[nn][e], h, i0 + r, j), sm[r], sinv[r]);
+                        s[nn][e] = p;
+                        dp[nn][e] = mp_cu_att_ds(p, dp[nn][e], sd[r], a.scale, a.bf ? MP_BF16 : MP_F16);
+                    }
+                uint32_t fp[4], fs[4];
+                mp_cu_fa_a(fp, s, a.bf);
+                mp_cu_fa_a(fs, dp, a.bf);
+                MP_CU_UNROLL
+                for (int d = 0; d < DP / 8; d++) {
+                    uint32_t fb[2];
+                    mp_cu_fa_cols_b<DP>(fb, dys, qc, d, g, c);
+                    mp_cu_mma(t, dv[d], fp, fb, a.bf);   /* Pr^T dy */
+                    mp_cu_fa_cols_b<DP>(fb, qs, qc, d, g, c);
+                    mp_cu_mma(t, dk[d], fs, fb, a.bf);   /* dS^T q */
+                }
+            }
+        }
+        MP_CU_UNROLL
+        for (int r = 0; r < 2; r++) {
+            int64_t j = j0 + 16 * w + g + 8 * r;
+            if (j >= a.Tk)
+                continue;
+            int64_t at = h * (a.T + 2 * a.Tk) * a.D + (a.T + j) * a.D;
+            MP_CU_UNROLL
+            for (int d = 0; d < DP / 8; d++)
+                MP_CU_UNROLL
+                for (int e = 0; e < 2; e++)
+                    if (8 * d + c + e < a.D) {
+                        mp_cu_st(a.o, a.odt, at + 8 * d + c + e, dk[d][2 * r + e]);
+                        mp_cu_st(a.o, a.odt, at + a.Tk * a.D + 8 * d + c + e, dv[d][2 * r + e]);
+                    }
+        }
+    }
+};
+
+/* FMAs the backward's mma's do (its kernels' loops: attention_grad_q_tc
+ * per (query tile, key tile) it walks 4 warps x (pass 1: 4 chunks x 2
+ * products x 2 n-tiles x D'/16; pass 2: the same + 4 x D'/8); _kv_tc per
+ * (key tile, query tile) 4 warps x 4 chunks x (2 x 2 x D'/16 + 2 x D'/8)). */
+static inline double mp_cu_fa_bwd_fmas(int64_t BH, int64_t T, int64_t Tk, int64_t D, int causal)
+{
+    int64_t dp = D <= 16 ? 16 : D <= 32 ? 32 : 64, qtiles = 0, ktiles = 0;
+    MpCuFa a = {};
+    a.Tk = Tk;
+    a.causal = causal;
+    for (int64_t i0 = 0; i0 < T; i0 += MP_CU_FA_BR)
+        qtiles += (mp_cu_fa_keys(&a, i0) + 63) / 64;
+    for (int64_t j0 = 0; j0 < Tk; j0 += 64)
+        ktiles += ((T - (causal ? j0 : 0)) + 63) / 64;
+    double q = 4.0 * (2 * 4 * 2 * 2 * (dp / 16) + 4 * (dp / 8));
+    double kv = 4.0 * 4 * (2 * 2 * (dp / 16) + 2 * (dp / 8));
+    return (double)BH * (qtiles * q + ktiles * kv) * 16 * 8 * 16;
+}
+
 /* The forward on Tensor Cores can run here: the stand-in's fibers (not
  * MP_EMU_SERIAL's one thread a block), or a GPU build whose kernels were
  * compiled for sm_80 or later (mma.sync m16n8k16; PTX for an older arch,
@@ -366,6 +660,29 @@ static inline void mp_cu_fa_forward(MpCuFa a, int64_t BH)
 {
     MpCuFaFwd<DP> f = {a};
     mp_cu_rows_sh("attention_tc", BH * a.nqt, MP_CU_FA_NT, MP_CU_FA_BYTES(DP), f);
+}
+
+/* dq, dk, dv of attention on Tensor Cores into b.a.o (g), stats at b.st */
+template <int DP>
+static inline void mp_cu_fa_backward(MpCuFaB b, int64_t BH)
+{
+    MpCuFaDq<DP> fq = {b};
+    MpCuFaDkv<DP> fkv = {b};
+    mp_cu_rows_sh("attention_grad_q_tc", BH * b.a.nqt, MP_CU_FA_NT, 4 * 64 * (DP + MP_CU_FA_PAD) * 2, fq);
+    mp_cu_rows_sh("attention_grad_kv_tc", BH * b.nkt, MP_CU_FA_NT,
+                  4 * 64 * (DP + MP_CU_FA_PAD) * 2 + 3 * 64 * 4, fkv);
+}
+
+static inline void mp_cu_fa_grad(MpCuFaB b, int64_t BH)
+{
+    b.a.nqt = (b.a.T + MP_CU_FA_BR - 1) / MP_CU_FA_BR;
+    b.nkt = (b.a.Tk + 63) / 64;
+    if (b.a.D <= 16)
+        mp_cu_fa_backward<16>(b, BH);
+    else if (b.a.D <= 32)
+        mp_cu_fa_backward<32>(b, BH);
+    else
+        mp_cu_fa_backward<64>(b, BH);
 }
 
 static inline void mp_cu_fa_run(MpCuFa a, int64_t BH)
