@@ -61,7 +61,11 @@
 #   8. attention's tiled kernels against the C program's, kernel by kernel
 #      (tests/cuda/emu_attention.cu), and two flash bugs caught there: no
 #      barrier after a key tile is staged in shared memory (passes with one
-#      thread per block), the running sum not rescaled when the max grows.
+#      thread per block), the running sum not rescaled when the max grows;
+#      the Tensor Core kernels (mp_cuda_flash.h: mma.sync through the
+#      stand-in's PTX fragment layout) there too, their mma counts and
+#      FLOPs, and seven of their mutants caught (fragment layouts in the
+#      kernel and in the stand-in, rescaling, the backward's dv and D).
 # Skipped (exit 0) only when there is no C++ compiler.
 set -u
 cd "$(dirname "$0")/.."

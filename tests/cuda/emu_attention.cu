@@ -13,6 +13,16 @@
  * y, dq, dk and dv must each be within tol * max |C's value| of the C
  * program's (tol 2e-5 in f32; 4e-3 in f16 / bf16: one rounding of the
  * stored result either way, 2^-11 and 2^-8 relative, differs).
+ * f16 / bf16 heads up to 64 run on Tensor Cores (runtime/mp_cuda_flash.h,
+ * mma.sync through the stand-in's fragments; more cases: D 16, 32, 48,
+ * 64, T past two tiles of 64, causal, cross, masks): there P is rounded
+ * before it is normalised, so y's tolerance is twice P's rounding plus
+ * one unit of y's last place: 2e-3 (f16), 1e-2 (bf16); the forward's and
+ * the backward's mma.sync's, counted by the stand-in, must equal what
+ * mp_cu_fa_fmas / mp_cu_fa_bwd_fmas compute from the kernels' loops, and
+ * the forward's FLOPs at GPT-2 small's heads (T 1024, D 64) at most 1.1x
+ * FlashAttention-2's 4 B H T T' D (causal: half); the backward's ratio to
+ * FA-2's 2.5x is printed ("info"), not yet held to it.
  * Built and run by tests/t_cuda_emu.sh:
  *     g++ -std=c++17 -x c++ -DMP_CU_EMU -include tests/cuda/mp_cuda_emu.h \
  *         -Iruntime tests/cuda/emu_attention.cu
