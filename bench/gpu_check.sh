@@ -15,7 +15,8 @@
 #      racecheck, synccheck and initcheck on mnist_cnn and char_transformer:
 #      "ERROR SUMMARY: 0 errors" each;
 #   5. GPT-2 small (GPT2=path, default examples/gpt2.mp, when it exists):
-#      the device memory it needs, 2 steps as the C program's (5e-2), then
+#      the device memory it needs, its attention on Tensor Cores
+#      (mp_cuda_flash.h), 2 steps as the C program's (5e-2), then
 #      GPT2_STEPS steps for speed (see the section for its parameters).
 # Writes bench/out/check/. Takes about 6 minutes on an H200 with 16 cores.
 set -u
@@ -152,14 +153,17 @@ fi
 
 # ---- 5. GPT-2 small: its device memory, 2 steps as the C program's, then speed ----------
 # examples/gpt2.mp with GPT-2 small's sizes written into its constants (B 8,
-# T 1024, vocab 50257, width 768, 12 heads, 12 layers, no dropout), trained on
+# T 1024, vocab 50304 (nanoGPT's 50257 padded to a multiple of 64, as
+# examples/gpt2.mp's header says; the tokens stay below 50257), width 768,
+# 12 heads of 64 (attention on Tensor Cores: checked in MP_CUDA_VERBOSE's
+# line), 12 layers, no dropout), trained on
 # a random u16 token stream (GPT2_DATA: other --data arguments, e.g. nanoGPT's
 # train.bin as seq=FILE), GPT2_STEPS (50) timed steps.
 gpt2_check() {
     local steps=${GPT2_STEPS:-50}
     [ -f examples/gpt2.mp ] || { echo "skip GPT-2: examples/gpt2.mp does not exist"; return; }
     sed -e 's/^const B = .*/const B = 8/' -e 's/^const T = .*/const T = 1024/' \
-        -e 's/^const V = .*/const V = 50257/' -e 's/^const D = .*/const D = 768/' \
+        -e 's/^const V = .*/const V = 50304/' -e 's/^const D = .*/const D = 768/' \
         -e 's/^const H = .*/const H = 12/' -e 's/^const L = .*/const L = 12/' \
         -e 's/^const P = .*/const P = 0.0/' examples/gpt2.mp >"$out/gpt2s.mp"
     build "$out/gpt2s.mp" gpt2 --precision mixed_float16 | tee -a "$out/builds"
@@ -175,6 +179,8 @@ np.random.RandomState(3).randint(0, 50257, 1 << 20).astype('<u2').tofile('$out/g
     MP_CUDA_VERBOSE=1 "$out/gpt2.gpu" $d --no-shuffle --steps 2 --log-every 1 --log "$out/gpt2.gpu.jsonl" \
         >/dev/null 2>"$out/gpt2.err" || { bad "GPT-2: a run failed:"; cat "$out/gpt2.err"; return; }
     grep "^cuda:" "$out/gpt2.err"
+    grep -q "attention on Tensor Cores" "$out/gpt2.err" ||
+        bad "GPT-2: its f16 attention did not run on Tensor Cores (ARCH=$ARCH: sm_80 or later)"
     if msg=$(compare "$out/gpt2.cpu.jsonl" "$out/gpt2.gpu.jsonl" 5e-2 2>&1); then
         echo "ok   GPT-2: 2 steps as the C program's, $msg"
     else
@@ -185,6 +191,11 @@ np.random.RandomState(3).randint(0, 50257, 1 << 20).astype('<u2').tofile('$out/g
         { bad "GPT-2: $steps steps failed:"; tail -n 5 "$out/gpt2.speed"; return; }
     echo "GPT-2 small on the GPU (samples/s of 1024 tokens):"
     tail -n 3 "$out/gpt2.speed"
+    local dev=h100   # the cost model's prediction, to set beside the measured step
+    nvidia-smi -L | grep -q H200 && dev=h200
+    nvidia-smi -L | grep -q A100 && dev=a100
+    echo "GPT-2 small predicted (mpcc --dump-plan=cost --gpu $dev):"
+    ./mpcc "$out/gpt2s.mp" --precision mixed_float16 --dump-plan=cost --gpu $dev | tail -n 4
 }
 gpt2_check
 exit $fail

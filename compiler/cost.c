@@ -152,6 +152,34 @@ static double att_flops(const IrNode *q, const IrNode *k, bool causal, double pe
     return per * bh * att_pairs(T, (double)k->shape.d[2], causal) * D;
 }
 
+/* The work of the CUDA program's attention kernels, in FLOPs (time is
+ * work over the rate; the table's FLOPs stay the model's):
+ *   f16 / bf16, head size up to 64 (MP_CU_FA_DMAX): Tensor Cores
+ *     (runtime/mp_cuda_flash.h), per (query, key) pair of every tile of
+ *     64 x 64 walked (causal: the tiles at or left of the diagonal), D'
+ *     = D rounded up to 16, 32 or 64: 4 D' forward, 18 D' backward;
+ *   otherwise the f32 tiles (mp_cuda_ops.h) on CUDA cores, per pair: 6 D
+ *     forward (the scores for the max and sum, again for P; P v), 20 D
+ *     backward (attention_grad_q: the scores three times, dP twice, dq;
+ *     attention_grad_kv: the scores, dP, dv, dk). */
+static double att_work(const IrNode *n, const IrNode *q, const IrNode *k, bool causal, bool *tc)
+{
+    const Shape *s = &q->shape;
+    double bh = (double)s->d[0] * (double)s->d[1], D = (double)s->d[3];
+    int64_t T = s->d[2], Tk = k->shape.d[2];
+    bool fwd = n->op == OP_ATTENTION;
+    *tc = (n->compute == DT_F16 || n->compute == DT_BF16) && D <= 64;
+    if (!*tc)
+        return (fwd ? 6 : 20) * bh * att_pairs((double)T, (double)Tk, causal) * D;
+    int64_t dp = D <= 16 ? 16 : D <= 32 ? 32 : 64;
+    double pairs = 0;
+    for (int64_t i0 = 0; i0 < T; i0 += 64) {
+        int64_t keys = causal && i0 + 64 < Tk ? i0 + 64 : Tk;
+        pairs += 64.0 * (double)((keys + 63) / 64 * 64);
+    }
+    return (fwd ? 4 : 18) * bh * pairs * (double)dp;
+}
+
 /* Per-element FLOPs of the ops that are not products or copies. */
 static double elem_flops(IrOp op)
 {
@@ -194,6 +222,7 @@ CostOp cost_op(const IrGraph *g, const IrNode *n)
     if (n->fused && fuse_last(g, n) != n && !(n == n->fused_first && fuse_is_product(n)))
         c.launches = 0;            /* the group runs where its last node stands */
     double out = numel(n), per;
+    bool tc = false;               /* attention: on Tensor Cores */
     switch (n->op) {
     case OP_MATMUL: {
         ProductDims d = fuse_matmul_dims(n);
@@ -228,10 +257,12 @@ CostOp cost_op(const IrGraph *g, const IrNode *n)
         break;
     case OP_ATTENTION:
         c.flops = att_flops(n->in[0], n->in[1], n->ia[0] != 0, 4);
+        c.work = att_work(n, n->in[0], n->in[1], n->ia[0] != 0, &tc);
         c.product = true;
         break;
     case OP_ATTENTION_GRAD:        /* (dy, q, k, v) */
         c.flops = att_flops(n->in[1], n->in[2], n->ia[0] != 0, 8);
+        c.work = att_work(n, n->in[1], n->in[2], n->ia[0] != 0, &tc);
         c.product = true;
         break;
     case OP_GRU: case OP_LSTM:     /* (gi [B, T, G], w_hh [G, H]): a product per step + cells */
@@ -298,7 +329,7 @@ CostOp cost_op(const IrGraph *g, const IrNode *n)
         break;
     }
     if (c.product)
-        c.unit = n->compute == DT_F16 || n->compute == DT_BF16 ? n->compute : DT_F32;
+        c.unit = (n->compute == DT_F16 || n->compute == DT_BF16) && (tc || !c.work) ? n->compute : DT_F32;
     return c;
 }
 
@@ -351,7 +382,8 @@ static Step measure(const IrGraph *g, const CostDevice *dev)
         r->n = n;
         r->c = c;
         r->runs = n->phase == PH_OPTIMIZER || n->hoisted ? 1 : acc;
-        r->t_flops = c.flops / peak_of(dev, c.unit);
+        bool gpu = strcmp(dev->key, "cpu") != 0;   /* work: the CUDA program's kernels */
+        r->t_flops = (gpu && c.work > 0 ? c.work : c.flops) / peak_of(dev, c.unit);
         r->t_bytes = (c.rd + c.wr) / dev->bandwidth;
         double roof = r->t_flops > r->t_bytes ? r->t_flops : r->t_bytes;
         r->time = r->runs * (roof + c.launches * dev->launch);

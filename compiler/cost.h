@@ -31,6 +31,8 @@ const char *cost_device_keys(void);
 /* What one node of the graph costs each time it runs. */
 typedef struct CostOp {
     double flops;                  /* multiply and add: 2 FLOPs */
+    double work;                   /* FLOPs the kernels run, where not flops (0):
+                                      attention's tiles and recomputation */
     double rd, wr;                 /* bytes read, written */
     int launches;                  /* kernels (0: a view, or inside a fused group) */
     DType unit;                    /* the rate it runs at: DT_F16 / DT_BF16 Tensor

@@ -34,6 +34,7 @@
 #define MP_CUDA_OPS_H
 
 #include "mp_cuda.h"
+#include "mp_cuda_flash.h"   /* attention's forward on Tensor Cores */
 #include "mp_kernels_nn.h"   /* MpAttnOpt: attention's options, as the C program reads them */
 
 typedef struct MpCuDims {
@@ -2113,6 +2114,12 @@ static inline void mp_cu_attention(void *y, const void *q, const void *k, const 
     a.causal = causal;
     a.cdt = cdt;
     mp_cu_att_tiles("attention", &a, 4, o);
+    if ((cdt == MP_F16 || cdt == MP_BF16) && D <= MP_CU_FA_DMAX && mp_cu_fa_ready()) {
+        MpCuFa f = {q, k, v, y, QT, KT, VT, YT, NULL, T, Tk, D, 0, causal, cdt == MP_BF16,
+                    a.scale, a.mask, a.mdt, a.H, {a.ms[0], a.ms[1], a.ms[2], a.ms[3]}};
+        mp_cu_fa_run(f, BH);   /* Tensor Cores (mp_cuda_flash.h) */
+        return;
+    }
     MpCuAttFwd f = {a};
     mp_cu_rows("attention", BH * a.nqt, MP_CU_ATT_NT, f);
 }
@@ -2127,6 +2134,13 @@ static inline void mp_cu_attention_grad(void *g, const void *dy, const void *q, 
     a.cdt = cdt;
     a.st = (float *)mp_cu_ws(BH * T * 3 * (int64_t)sizeof(float));
     mp_cu_att_tiles("attention_grad", &a, 6, o);
+    if ((cdt == MP_F16 || cdt == MP_BF16) && D <= MP_CU_FA_DMAX && mp_cu_fa_ready()) {
+        MpCuFaB b = {{q, k, v, g, QT, KT, VT, GT, NULL, T, Tk, D, 0, causal, cdt == MP_BF16,
+                      a.scale, a.mask, a.mdt, a.H, {a.ms[0], a.ms[1], a.ms[2], a.ms[3]}},
+                     dy, DYT, a.st, 0};
+        mp_cu_fa_grad(b, BH);   /* Tensor Cores (mp_cuda_flash.h) */
+        return;
+    }
     MpCuAttDq fq = {a};
     MpCuAttDkv fkv = {a};
     mp_cu_rows("attention_grad_q", BH * a.nqt, MP_CU_ATT_NT, fq);

@@ -554,11 +554,14 @@ static inline int mp_cu_start_steps(MpErr *e)
     const char *v = getenv("MP_CUDA_VERBOSE");
     if (v && *v == '1')
         fprintf(stderr, "cuda: %s, %d SMs; %.1f MiB of device memory in one allocation "
-                "(--dry-run's figure %.1f; arena %.1f, workspace %.1f); training set %s; steps %s\n",
+                "(--dry-run's figure %.1f; arena %.1f, workspace %.1f); training set %s; steps %s; "
+                "f16 / bf16 attention %s\n",
                 mp_cu.device, mp_cu.sms, (double)mp_cu.mem_bytes / (1 << 20),
                 (double)mp_cu_bytes(mp_cu.t) / (1 << 20), (double)mp_cu.model->arena_bytes / (1 << 20),
                 (double)mp_cu.ws_need / (1 << 20), mp_cu.data ? "on the device" : "gathered on the host",
-                mp_cu.graphs ? "as CUDA graphs after one eager step" : "launched one by one");
+                mp_cu.graphs ? "as CUDA graphs after one eager step" : "launched one by one",
+                mp_cu_fa_ready() ? "on Tensor Cores (mma.sync, mp_cuda_flash.h)"
+                                 : "on the f32 tiles (kernels built for an arch before sm_80)");
     return 0;
 }
 

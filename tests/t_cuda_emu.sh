@@ -64,7 +64,11 @@
 #   8. attention's tiled kernels against the C program's, kernel by kernel
 #      (tests/cuda/emu_attention.cu), and two flash bugs caught there: no
 #      barrier after a key tile is staged in shared memory (passes with one
-#      thread per block), the running sum not rescaled when the max grows.
+#      thread per block), the running sum not rescaled when the max grows;
+#      the Tensor Core kernels (mp_cuda_flash.h: mma.sync through the
+#      stand-in's PTX fragment layout) there too, their mma counts and
+#      FLOPs, and seven of their mutants caught (fragment layouts in the
+#      kernel and in the stand-in, rescaling, the backward's dv and D).
 # Skipped (exit 0) only when there is no C++ compiler.
 set -u
 cd "$(dirname "$0")/.."
@@ -575,13 +579,16 @@ fi
 # (threads read the tile before the others wrote it: passes with one thread
 # per block), and the online softmax's running sum not rescaled when the
 # running max grows
-att_build() {   # att_build NAME [SED]: emu_attention.cu on runtime/ (mutated by SED)
-    mkdir -p "$tmp/rt_$1" && cp runtime/*.h "$tmp/rt_$1/"
+att_build() {   # att_build NAME [SED]: emu_attention.cu on runtime/ and the stand-in (mutated by SED)
+    mkdir -p "$tmp/rt_$1" && cp runtime/*.h tests/cuda/mp_cuda_emu.h "$tmp/rt_$1/"
     if [ -n "${2:-}" ]; then
-        sed -i "$2" "$tmp/rt_$1/mp_cuda_ops.h" "$tmp/rt_$1/mp_cuda_items.h"
-        diff -rq runtime "$tmp/rt_$1" >/dev/null && { bad "attention mutant $1: the mutation did not apply"; return 1; }
+        sed -i "$2" "$tmp/rt_$1/mp_cuda_ops.h" "$tmp/rt_$1/mp_cuda_items.h" "$tmp/rt_$1/mp_cuda_flash.h" \
+            "$tmp/rt_$1/mp_cuda_emu.h"
+        { diff -rq runtime "$tmp/rt_$1" | grep -q '^Files' ||
+          ! cmp -s tests/cuda/mp_cuda_emu.h "$tmp/rt_$1/mp_cuda_emu.h"; } ||
+            { bad "attention mutant $1: the mutation did not apply"; return 1; }
     fi
-    "$CXX" -std=c++17 -O1 -x c++ -DMP_CU_EMU -include tests/cuda/mp_cuda_emu.h -I"$tmp/rt_$1" \
+    "$CXX" -std=c++17 -O1 -x c++ -DMP_CU_EMU -include "$tmp/rt_$1/mp_cuda_emu.h" -I"$tmp/rt_$1" \
         tests/cuda/emu_attention.cu -o "$tmp/$1" -lm >"$tmp/$1.log" 2>&1 ||
         { bad "tests/cuda/emu_attention.cu ($1) does not build:"; head -n 20 "$tmp/$1.log"; return 1; }
 }
@@ -601,6 +608,23 @@ att_mutant() {   # att_mutant NAME WHAT SED SERIAL: caught; SERIAL 1: passes wit
 }
 att_mutant att_barrier "no barrier after staging a key tile" '/t\.sync();   \/\* the key tile staged/d' 1
 att_mutant att_rescale "the running sum not rescaled" '/^        l->[sc] \*= f;$/d' 0
+# the Tensor Core kernels (mp_cuda_flash.h) against the PTX ISA's fragments
+# as the stand-in lays them out: a kernel that loads v's B fragment with
+# row and column swapped; one that builds P's A fragment from the wrong
+# accumulators (a1 from the next n-tile); a stand-in whose A layout puts
+# a2, a3 in rows g + 8 (as a1) instead of g; the running output not
+# rescaled when a row's max grows; the backward's dv from dS instead of P
+# and its D = rowsum(P dP) not divided by the row's sum; the quad's max
+# taken over a pair
+att_mutant att_tc_vfrag "v's fragment, row and column swapped" \
+    's/vs + (16 \* kc + c) \* ld + 8 \* d + g;/vs + (16 * kc + g) * ld + 8 * d + c;/' 0
+att_mutant att_tc_pfrag "P's fragment from the wrong accumulators" \
+    's/mp_cu_fa_pack(s\[2 \* kc\]\[2\], s\[2 \* kc\]\[3\], a.bf),/mp_cu_fa_pack(s[2 * kc + 1][0], s[2 * kc + 1][1], a.bf),/' 0
+att_mutant att_tc_emu_a "the stand-in's A fragment rows" 's/(i < 2 || (i >= 4 \&\& i < 6)) ? 0 : 8/i < 4 ? 0 : 8/' 0
+att_mutant att_tc_rescale "the output not rescaled" '/^                    o\[d\]\[2 \* r + 1\] \*= f;$/d' 0
+att_mutant att_tc_dv "dv from dS in place of P" 's/mp_cu_mma(t, dv\[d\], fp, fb, a.bf);/mp_cu_mma(t, dv[d], fs, fb, a.bf);/' 0
+att_mutant att_tc_d "D = rowsum(P dP) left unnormalised" 's|st\[2\] = l\[r\] > 0.0f ? pd\[r\] / l\[r\] : 0.0f;|st[2] = pd[r];|' 0
+att_mutant att_tc_quad "the quad's max over a pair" 's/for (int o = 1; o <= 2; o <<= 1) {/for (int o = 1; o <= 1; o <<= 1) {/; s/float p = b->width ? x + y : (y > x ? y : x), q = b->width ? z + u : (u > z ? u : z);/float p = b->width ? x + y : (y > x ? y : x), q = p;/' 0
 
 echo "t_cuda_emu: $(( $(date +%s) - start ))s"
 exit $fail

@@ -13,6 +13,16 @@
  * y, dq, dk and dv must each be within tol * max |C's value| of the C
  * program's (tol 2e-5 in f32; 4e-3 in f16 / bf16: one rounding of the
  * stored result either way, 2^-11 and 2^-8 relative, differs).
+ * f16 / bf16 heads up to 64 run on Tensor Cores (runtime/mp_cuda_flash.h,
+ * mma.sync through the stand-in's fragments; more cases: D 16, 32, 48,
+ * 64, T past two tiles of 64, causal, cross, masks): there P is rounded
+ * before it is normalised, so y's tolerance is twice P's rounding plus
+ * one unit of y's last place: 2e-3 (f16), 1e-2 (bf16); the forward's and
+ * the backward's mma.sync's, counted by the stand-in, must equal what
+ * mp_cu_fa_fmas / mp_cu_fa_bwd_fmas compute from the kernels' loops, and
+ * the forward's FLOPs at GPT-2 small's heads (T 1024, D 64) at most 1.1x
+ * FlashAttention-2's 4 B H T T' D (causal: half); the backward's ratio to
+ * FA-2's 2.5x is printed ("info"), not yet held to it.
  * Built and run by tests/t_cuda_emu.sh:
  *     g++ -std=c++17 -x c++ -DMP_CU_EMU -include tests/cuda/mp_cuda_emu.h \
  *         -Iruntime tests/cuda/emu_attention.cu
@@ -116,10 +126,16 @@ static int run(const Case &c)
     void *dyo = to_dev(y), *dg = to_dev(g);   /* overwritten; the stand-in frees none */
     mp_cu_memset(dyo, (int64_t)y.size());
     mp_cu_memset(dg, (int64_t)g.size());
+    int64_t m0 = mp_emu_mmas;
     mp_cu_attention<DT, DT, DT, DT>(dyo, dq, dk, dv, c.BH, c.T, c.Tk, c.D, c.causal, DT,
                                     o ? &od : NULL);
+    mp_cu_ok(cudaStreamSynchronize(mp_cu.st), "sync");
+    int64_t mmas = mp_emu_mmas - m0;
+    m0 = mp_emu_mmas;
     mp_cu_attention_grad<DT, DT, DT, DT, DT>(dg, ddy, dq, dk, dv, c.BH, c.T, c.Tk, c.D, c.causal, DT,
                                              o ? &od : NULL);
+    mp_cu_ok(cudaStreamSynchronize(mp_cu.st), "sync");
+    int64_t bmmas = mp_emu_mmas - m0;
     std::vector<unsigned char> yc = to_host(dyo, y.size()), gc = to_host(dg, g.size());
     int64_t sg = (c.T + 2 * c.Tk) * c.D;
     double e[4] = {rel(y.data(), yc.data(), DT, 0, c.T * c.D, c.T * c.D, c.BH),
@@ -129,13 +145,26 @@ static int run(const Case &c)
     double tol = DT == MP_F32 ? 2e-5 : 4e-3, worst = 0;
     for (double x : e)
         worst = x > worst ? x : worst;
-    int ok = worst <= tol;
+    int tc = DT != MP_F32 && c.D <= MP_CU_FA_DMAX && mp_cu_fa_ready();
+    double ytol = !tc ? tol : DT == MP_F16 ? 2e-3 : 1e-2;
+    int ok = e[1] <= tol && e[2] <= tol && e[3] <= tol && e[0] <= ytol;
+    if (tc && mmas != mp_cu_fa_fmas(c.BH, c.T, c.Tk, c.D, c.causal) / (16 * 8 * 16)) {
+        printf("FAIL the forward ran %lld mma.sync's, mp_cu_fa_fmas counts %.0f\n", (long long)mmas,
+               mp_cu_fa_fmas(c.BH, c.T, c.Tk, c.D, c.causal) / (16 * 8 * 16));
+        ok = 0;
+    }
+    if (tc && bmmas != mp_cu_fa_bwd_fmas(c.BH, c.T, c.Tk, c.D, c.causal) / (16 * 8 * 16)) {
+        printf("FAIL the backward ran %lld mma.sync's, mp_cu_fa_bwd_fmas counts %.0f\n", (long long)bmmas,
+               mp_cu_fa_bwd_fmas(c.BH, c.T, c.Tk, c.D, c.causal) / (16 * 8 * 16));
+        ok = 0;
+    }
     static const char *const opts[] = {"", " scale", " u8 key padding", " f32 mask"};
-    printf("%s BH %lld T %lld T' %lld D %lld %s %s%s%s: y %.1e dq %.1e dk %.1e dv %.1e (tol %.0e)\n",
+    printf("%s BH %lld T %lld T' %lld D %lld %s %s%s%s: y %.1e dq %.1e dk %.1e dv %.1e (tol %.0e%s)\n",
            ok ? "ok  " : "FAIL", (long long)c.BH, (long long)c.T, (long long)c.Tk, (long long)c.D,
            c.causal ? "causal" : "full", DT == MP_F32 ? "f32" : DT == MP_F16 ? "f16" : "bf16",
            opts[c.opt],
-           mp_emu_serial() ? " (one thread per block)" : "", e[0], e[1], e[2], e[3], tol);
+           mp_emu_serial() ? " (one thread per block)" : "", e[0], e[1], e[2], e[3], tol,
+           tc ? DT == MP_F16 ? ", y 2e-3 on Tensor Cores" : ", y 1e-2 on Tensor Cores" : "");
     return ok;
 }
 
@@ -156,8 +185,29 @@ int main(void)
         {1, 37, 37, 128, 1, MP_BF16}, {2, 64, 64, 64, 1, MP_F16},  {1, 1, 5, 16, 0, MP_F32},
         {2, 77, 77, 16, 1, MP_F32, 1}, {4, 77, 77, 16, 1, MP_F32, 2}, {4, 45, 77, 64, 0, MP_F16, 2},
         {2, 77, 77, 16, 1, MP_F32, 3}, {2, 70, 45, 32, 0, MP_BF16, 3},
+        /* Tensor Cores: D 16..128 (48, 80: padded to 64, 128), T past two
+         * tiles of 64, causal cross (T' above and below T), masks */
+        {2, 150, 150, 64, 1, MP_F16}, {2, 150, 150, 64, 1, MP_BF16}, {1, 130, 70, 48, 0, MP_F16},
+        {1, 70, 130, 80, 0, MP_BF16}, {1, 130, 130, 128, 1, MP_F16}, {2, 100, 100, 16, 1, MP_BF16},
+        {4, 90, 140, 32, 0, MP_F16, 2}, {2, 140, 90, 64, 0, MP_F16, 3}, {2, 65, 65, 128, 0, MP_BF16, 1},
     };
     int fails = 0;
+    /* FLOPs: the forward's (counted from its loops, which the cases check
+     * against the mma.sync's the stand-in ran) against FlashAttention-2's
+     * 4 BH T T' D (causal: half) at GPT-2 small's heads (T 1024, D 64) */
+    for (int causal = 0; causal < 2; causal++) {
+        double fa2 = 4.0 * 96 * 1024 * 1024 * 64 / (causal ? 2 : 1);
+        double ours = 2 * mp_cu_fa_fmas(96, 1024, 1024, 64, causal), r = ours / fa2;
+        printf("%s FLOPs of the forward, GPT-2 small %s: %.4g, FlashAttention-2's %.4g: %.3fx (at most 1.1x)\n",
+               r <= 1.1 ? "ok  " : "FAIL", causal ? "causal" : "full", ours, fa2, r);
+        fails += r > 1.1;
+        /* the backward: reported, not yet held to FlashAttention-2's 2.5x
+         * (mp_cuda_flash.h: it recomputes the rows' log-sum-exp and D) */
+        double bwd = 2 * mp_cu_fa_bwd_fmas(96, 1024, 1024, 64, causal);
+        printf("info FLOPs of the backward, GPT-2 small %s: %.4g, FlashAttention-2's %.4g: %.3fx; "
+               "forward and backward %.3fx\n", causal ? "causal" : "full", bwd, 2.5 * fa2,
+               bwd / (2.5 * fa2), (ours + bwd) / (3.5 * fa2));
+    }
     for (const Case &c : cases)
         fails += !run_case(c);
     setenv("MP_EMU_SERIAL", "1", 1);

@@ -47,6 +47,7 @@
 #ifndef MP_CUDA_EMU_H
 #define MP_CUDA_EMU_H
 
+#include <cmath>
 #include <csignal>
 #include <cstdint>
 #include <cstdio>
@@ -501,7 +502,87 @@ struct MpEmuBlock {
     float rm[32];                  /* max_lanes' result per lane */
     int64_t ra;
     std::vector<float> shm;        /* the block's shared memory (MP_CU_SHARED_F32) */
+    std::vector<uint32_t> mab;     /* mma: each thread's A (4) and B (2) registers, */
+    std::vector<float> mcd;        /* its C (4) in, D (4) out; quad: value, result */
+    int mbf;                       /* mma: bf16 operands (else f16) */
 };
+
+/* warp-wide mma.sync's run so far (the FLOP test of emu_attention.cu) */
+static int64_t mp_emu_mmas;
+
+/* ---- mma.sync.aligned.m16n8k16.row.col.f32.{f16,bf16}.{f16,bf16}.f32 --------------------
+ * The PTX ISA's fragments (Matrix Fragments for mma.m16n8k16 with floating
+ * point type), written here from its tables and from nowhere else, so that
+ * a kernel that puts an element in another lane's register is wrong here
+ * as on a GPU. groupID = lane >> 2, threadID_in_group (tg) = lane % 4:
+ *   A 16x16 row-major, a0..a7 (.f16x2 registers a0a1, a2a3, a4a5, a6a7;
+ *     the lower index in the lower half): row groupID for a0, a1, a4, a5,
+ *     groupID + 8 otherwise; col tg * 2 + (i & 1), + 8 for i >= 4;
+ *   B 16x8 ("col"), b0..b3 (registers b0b1, b2b3): row (k) tg * 2 + (i & 1),
+ *     + 8 for i >= 2; col groupID;
+ *   C, D 16x8 f32, c0..c3: row groupID for c0, c1, groupID + 8 for c2, c3;
+ *     col tg * 2 + (i & 1).
+ * D = A B + C with f32 products and sums (an f16 or bf16 product is exact in
+ * f32), the 16 products of an element added in k order. */
+static inline float mp_emu_half(uint32_t h, int bf)
+{
+    h &= 0xFFFFu;
+    if (bf) {
+        uint32_t u = h << 16;
+        float f;
+        memcpy(&f, &u, 4);
+        return f;
+    }
+    int e = (int)(h >> 10 & 31), m = (int)(h & 1023);
+    float v = e == 0 ? ldexpf((float)m, -24) : e == 31 ? (m ? NAN : INFINITY)
+                     : ldexpf((float)(m | 1024), e - 25);
+    return h & 0x8000u ? -v : v;
+}
+
+static void mp_emu_mma_combine(MpEmuBlock *b)
+{
+    for (int w = 0; w < b->nt / 32; w++) {
+        float A[16][16], B[16][8];
+        const uint32_t *r = b->mab.data() + (size_t)w * 32 * 6;
+        for (int lane = 0; lane < 32; lane++) {
+            int g = lane >> 2, tg = lane & 3;
+            for (int i = 0; i < 8; i++) {
+                float x = mp_emu_half(r[lane * 6 + i / 2] >> (i & 1) * 16, b->mbf);
+                A[g + ((i < 2 || (i >= 4 && i < 6)) ? 0 : 8)][tg * 2 + (i & 1) + (i >= 4 ? 8 : 0)] = x;
+            }
+            for (int i = 0; i < 4; i++)
+                B[tg * 2 + (i & 1) + (i >= 2 ? 8 : 0)][g] =
+                    mp_emu_half(r[lane * 6 + 4 + i / 2] >> (i & 1) * 16, b->mbf);
+        }
+        for (int lane = 0; lane < 32; lane++) {
+            int g = lane >> 2, tg = lane & 3;
+            float *cd = b->mcd.data() + (size_t)(w * 32 + lane) * 4;
+            for (int i = 0; i < 4; i++) {
+                int row = g + (i >= 2 ? 8 : 0), col = tg * 2 + (i & 1);
+                float s = cd[i];
+                for (int k = 0; k < 16; k++)
+                    s += A[row][k] * B[k][col];
+                cd[i] = s;
+            }
+        }
+    }
+    mp_emu_mmas += b->nt / 32;
+}
+
+/* __shfl_xor_sync over a quad (lanes 4q..4q+3): lane l's result is
+ * op(op(v[l], v[l ^ 1]), op(v[l ^ 2], v[l ^ 3])), the butterfly's order
+ * (width: 0 max, 1 sum). */
+static void mp_emu_quad_combine(MpEmuBlock *b)
+{
+    std::vector<float> v(b->nt);
+    for (int i = 0; i < b->nt; i++)
+        v[(size_t)i] = b->mcd[(size_t)i * 4];
+    for (int i = 0; i < b->nt; i++) {
+        float x = v[(size_t)i], y = v[(size_t)(i ^ 1)], z = v[(size_t)(i ^ 2)], u = v[(size_t)(i ^ 3)];
+        float p = b->width ? x + y : (y > x ? y : x), q = b->width ? z + u : (u > z ? u : z);
+        b->mcd[(size_t)i * 4] = b->width ? p + q : (q > p ? q : p);
+    }
+}
 
 /* Fibers: on x86-64 a switch of six registers and the FP control words
  * (no system call: blocks of 256 threads switch often); elsewhere ucontext. */
@@ -637,6 +718,9 @@ static inline void mp_emu_block(const char *name, int nt, const std::function<vo
     b.as.assign((size_t)nt, 0.0f);
     b.ac.assign((size_t)nt, 0.0f);
     b.width = 1;
+    b.mab.assign((size_t)nt * 6, 0);
+    b.mcd.assign((size_t)nt * 4, 0.0f);
+    b.mbf = 0;
     while (mp_emu_f.stacks.size() < (size_t)nt)
         mp_emu_f.stacks.push_back((char *)malloc(MP_EMU_STACK));
     mp_emu_f.fib.resize((size_t)nt);

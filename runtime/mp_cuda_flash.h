@@ -1,0 +1,699 @@
+/* mp_cuda_flash.h - attention's forward on Tensor Cores (f16 / bf16
+ * products), FlashAttention-2's way: a block of four warps owns 64 query
+ * rows of one head (16 a warp), walks the key tiles of 64 (causal: those at
+ * or left of its last row), and keeps each row's running max m, sum of
+ * exp l and output o in the registers of the lanes that hold the row
+ * (online softmax: o and l rescaled by exp(m_old - m_new) when the max
+ * grows); y = o / l once at the end, and each row's log-sum-exp m + log l
+ * to `lse` when asked. S = q k^T and o += P v are mma.sync m16n8k16 with
+ * f32 accumulation, their operands the tiles of q, k, v staged in dynamic
+ * shared memory as the compute type (64 rows of D rounded up to 16, 8
+ * halves of padding a row: 27 KB at D 64; a layout above the 48 KB a block
+ * gets without cudaFuncSetAttribute is opted in by mp_cu_rows_sh), P the S accumulators rounded to
+ * the compute type in place (the C layout of two n-tiles is the A layout
+ * of one k-tile). The scores see the same rules as the f32 tiles
+ * (mp_cuda_items.h: mp_cu_att_sees, mp_cu_att_mask: causal, cross, u8 and
+ * f32 additive masks), element by element inside the tile.
+ *
+ * Against the C program (normalise, round P, then P v) the sums run in
+ * another order and P is rounded before it is normalised: the two differ
+ * by up to twice P's rounding (2^-11 relative in f16, 2^-8 in bf16) of
+ * sum |P v| plus one unit of y's last place, tests/cuda/emu_attention.cu's
+ * 2e-3 (f16) and 1e-2 (bf16) of max |y|.
+ *
+ * FLOPs: a block's key tile of BC = 64 keys is D' BC / 16 mma's a warp, 4 warps (D' = D rounded up to 16), 2048 FMAs
+ * each: 2 x 64 x BC x D' FMAs, the 4 x 64 x BC x D FLOPs FlashAttention-2
+ * counts when D is a multiple of 16; causal, the diagonal tiles are
+ * computed whole (mp_cu_fa_fmas counts it: 1.06x FA-2's causal count at
+ * T 1024, D 64).
+ *
+ * In the CPU stand-in (tests/cuda/mp_cuda_emu.h) mma.sync and the quad
+ * shuffles are barriers of the block's fibers: each lane posts its
+ * registers and the stand-in multiplies the fragments as the PTX ISA lays
+ * them out, so a lane that loads another's element is wrong there. */
+#ifndef MP_CUDA_FLASH_H
+#define MP_CUDA_FLASH_H
+
+#include "mp_cuda.h"
+
+#define MP_CU_FA_BR 64             /* query rows of a block: 4 warps of 16 */
+#define MP_CU_FA_NT 128            /* threads of a block */
+#define MP_CU_FA_PAD 8             /* halves after each staged row (banks) */
+#define MP_CU_FA_DMAX 64           /* the largest head size it takes: at D' 128
+                                      the output's 64 registers a thread beside
+                                      the rest take ptxas to 160 (sm_90), past
+                                      t_cuda_build's 128; those heads run on the
+                                      f32 tiles */
+
+/* Keys of a tile for D' (one constant for every D' it takes now; a larger
+ * D' would want fewer, its output's registers beside the scores') */
+#define MP_CU_FA_BC(DP) 64
+
+/* The staged tiles' bytes for D': q (64 rows), k and v (BC rows), each
+ * row D' + PAD halves. */
+#define MP_CU_FA_BYTES(DP) ((64 + 2 * MP_CU_FA_BC(DP)) * ((DP) + MP_CU_FA_PAD) * 2)
+
+/* Loops over a thread's registers are unrolled: an array indexed by a
+ * variable would live in local memory (a stack frame). */
+#ifdef __CUDA_ARCH__
+#define MP_CU_UNROLL _Pragma("unroll")
+#else
+#define MP_CU_UNROLL
+#endif
+
+/* name: the block's dynamic shared memory as halves (bytes: its size) */
+#ifdef __CUDA_ARCH__
+#define MP_CU_SHARED_DYN(name, bytes, t)                                       \
+    extern __shared__ __align__(16) unsigned char mp_cu_dyn_sh[];              \
+    uint16_t *name = (uint16_t *)mp_cu_dyn_sh
+#elif defined(MP_CU_EMU)
+#define MP_CU_SHARED_DYN(name, bytes, t) uint16_t *name = (uint16_t *)mp_emu_shared((t).emu, (size_t)(bytes) / 4)
+#else
+#define MP_CU_SHARED_DYN(name, bytes, t) uint16_t *name = (uint16_t *)0  /* nvcc's host pass */
+#endif
+
+/* d += a b: one warp's mma.sync.aligned.m16n8k16.row.col.f32 of f16 (bf:
+ * bf16) fragments (layouts: the PTX ISA's, as tests/cuda/mp_cuda_emu.h). */
+static inline MP_HD void mp_cu_mma(const MpCuTeam &t, float d[4], const uint32_t a[4],
+                                   const uint32_t b[2], int bf)
+{
+#ifdef __CUDA_ARCH__
+#if __CUDA_ARCH__ >= 800
+    if (bf)
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+                     "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+    else
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+                     "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+    (void)t;
+#else
+    (void)t; (void)d; (void)a; (void)b; (void)bf;
+    __trap();                      /* never launched: mp_cu_fa_ready */
+#endif
+#elif defined(MP_CU_EMU)
+    MpEmuBlock *e = t.emu;
+    memcpy(&e->mab[(size_t)t.tid * 6], a, 4 * sizeof *a);
+    memcpy(&e->mab[(size_t)t.tid * 6 + 4], b, 2 * sizeof *b);
+    memcpy(&e->mcd[(size_t)t.tid * 4], d, 4 * sizeof *d);
+    e->mbf = bf;
+    mp_emu_barrier(e, 9, mp_emu_mma_combine);
+    memcpy(d, &e->mcd[(size_t)t.tid * 4], 4 * sizeof *d);
+#else
+    (void)t; (void)d; (void)a; (void)b; (void)bf;
+#endif
+}
+
+/* The max (sum: the sum) of v over the thread's quad (the four lanes that
+ * hold one row of an mma accumulator), __shfl_xor_sync's butterfly. */
+static inline MP_HD float mp_cu_quad(const MpCuTeam &t, float v, int sum)
+{
+#ifdef __CUDA_ARCH__
+    (void)t;
+    for (int o = 1; o <= 2; o <<= 1) {
+        float u = __shfl_xor_sync(0xffffffffu, v, o);
+        v = sum ? v + u : u > v ? u : v;
+    }
+    return v;
+#elif defined(MP_CU_EMU)
+    t.emu->mcd[(size_t)t.tid * 4] = v;
+    t.emu->width = sum;
+    mp_emu_barrier(t.emu, 10, mp_emu_quad_combine);
+    return t.emu->mcd[(size_t)t.tid * 4];
+#else
+    (void)t; (void)sum;
+    return v;
+#endif
+}
+
+static inline MP_HD uint32_t mp_cu_fa_half(float x, int bf)
+{
+    return bf ? mp_f32_to_bf16(x) : mp_f32_to_f16(x);
+}
+
+/* lo, hi rounded to the compute type, one .f16x2 / .bf16x2 register */
+static inline MP_HD uint32_t mp_cu_fa_pack(float lo, float hi, int bf)
+{
+    return mp_cu_fa_half(lo, bf) | mp_cu_fa_half(hi, bf) << 16;
+}
+
+/* halves p[0] (low) and p[step] (high) as one register */
+static inline MP_HD uint32_t mp_cu_fa_pair(const uint16_t *p, int step)
+{
+    return p[0] | (uint32_t)p[step] << 16;
+}
+
+/* One attention problem on Tensor Cores (mp_cu_attention's arguments). */
+struct MpCuFa {
+    const void *q, *k, *v;
+    void *o;
+    int qdt, kdt, vdt, odt;
+    float *lse;                    /* [BH T]: each row's m + log l, or NULL */
+    int64_t T, Tk, D, nqt;         /* nqt: query tiles of 64 a head */
+    int causal, bf;
+    float scale;
+    const void *mask;              /* options (MpAttnOpt, mp_kernels_nn.h) */
+    int mdt;
+    int64_t H, ms[4];
+};
+
+/* Keys a query tile from i0 walks: every T', or causal up to its last row. */
+static inline MP_HD int64_t mp_cu_fa_keys(const MpCuFa *a, int64_t i0)
+{
+    int64_t last = i0 + MP_CU_FA_BR;
+    return a->causal && last < a->Tk ? last : a->Tk;
+}
+
+/* n rows of x (type xdt; head h of `rows`, from row r0) into s as the
+ * compute type, D' halves a row (zeros past D and past the last row) */
+template <int DP>
+static inline MP_HD void mp_cu_fa_stage(uint16_t *s, int n, const void *x, int xdt, int64_t rows,
+                                        int64_t h, int64_t r0, int64_t D, int bf, const MpCuTeam &t)
+{
+    for (int e = t.tid; e < n * DP; e += t.nt) {
+        int r = e / DP, d = e % DP;
+        float v = r0 + r < rows && d < D ? mp_cu_ld(x, xdt, (h * rows + r0 + r) * D + d) : 0.0f;
+        s[r * (DP + MP_CU_FA_PAD) + d] = (uint16_t)mp_cu_fa_half(v, bf);
+    }
+}
+
+/* The score of query row i, key j of head h from the product acc: scaled,
+ * masked, -INFINITY where the row does not see the key (or is past T). */
+static inline MP_HD float mp_cu_fa_score(const MpCuFa *a, float acc, int64_t h, int64_t i, int64_t j)
+{
+    if (i >= a->T || !mp_cu_att_sees(i, j, a->Tk, a->causal))
+        return -INFINITY;
+    float s = acc * a->scale;
+    if (a->mask)
+        s = mp_cu_att_mask(s, a->mask, a->mdt,
+                           h / a->H * a->ms[0] + h % a->H * a->ms[1] + i * a->ms[2] + j * a->ms[3]);
+    return s;
+}
+
+/* Forward: item (head, query tile of 64). Warp w holds rows 16 w + g and
+ * 16 w + g + 8 of the tile (g = lane / 4) in its accumulators' registers
+ * 0, 1 and 2, 3; columns 2 (lane % 4) and + 1 of each n-tile of 8. */
+template <int DP>
+struct MpCuFaFwd {
+    static constexpr int most = MP_CU_FA_NT;
+    static constexpr int BC = MP_CU_FA_BC(DP), NB = BC / 8;   /* keys, n-tiles of a key tile */
+    MpCuFa a;
+    MP_HD void operator()(int64_t it, const MpCuTeam &t) const
+    {
+        MP_CU_SHARED_DYN(sh, MP_CU_FA_BYTES(DP), t);
+        const int ld = DP + MP_CU_FA_PAD, w = t.tid / 32, lane = t.tid % 32;
+        const int g = lane >> 2, c = (lane & 3) * 2;
+        int64_t h = it / a.nqt, i0 = it % a.nqt * MP_CU_FA_BR;
+        uint16_t *qs = sh, *ks = qs + 64 * ld, *vs = ks + BC * ld;
+        float o[DP / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+        MP_CU_UNROLL
+        for (int d = 0; d < DP / 8; d++)
+            o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.0f;
+        t.sync();   /* the block's previous item is done with the tiles */
+        mp_cu_fa_stage<DP>(qs, 64, a.q, a.qdt, a.T, h, i0, a.D, a.bf, t);
+        int64_t nk = mp_cu_fa_keys(&a, i0);
+        for (int64_t j0 = 0; j0 < nk; j0 += BC) {
+            t.sync();   /* the previous key tile's readers are done */
+            mp_cu_fa_stage<DP>(ks, BC, a.k, a.kdt, a.Tk, h, j0, a.D, a.bf, t);
+            mp_cu_fa_stage<DP>(vs, BC, a.v, a.vdt, a.Tk, h, j0, a.D, a.bf, t);
+            t.sync();   /* q, k, v staged: every warp sees them */
+            float s[NB][4];
+            MP_CU_UNROLL
+            for (int n = 0; n < NB; n++)
+                s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+            MP_CU_UNROLL
+            for (int kk = 0; kk < DP; kk += 16) {   /* S = q k^T */
+                const uint16_t *q0 = qs + (16 * w + g) * ld + kk + c, *q1 = q0 + 8 * ld;
+                uint32_t fa[4] = {mp_cu_fa_pair(q0, 1), mp_cu_fa_pair(q1, 1),
+                                  mp_cu_fa_pair(q0 + 8, 1), mp_cu_fa_pair(q1 + 8, 1)};
+                MP_CU_UNROLL
+                for (int n = 0; n < NB; n++) {
+                    const uint16_t *k0 = ks + (8 * n + g) * ld + kk + c;
+                    uint32_t fb[2] = {mp_cu_fa_pair(k0, 1), mp_cu_fa_pair(k0 + 8, 1)};
+                    mp_cu_mma(t, s[n], fa, fb, a.bf);
+                }
+            }
+            float mx[2] = {m[0], m[1]};
+            MP_CU_UNROLL
+            for (int n = 0; n < NB; n++)
+                MP_CU_UNROLL
+                for (int e = 0; e < 4; e++) {
+                    int64_t i = i0 + 16 * w + g + (e >> 1) * 8, j = j0 + 8 * n + c + (e & 1);
+                    s[n][e] = mp_cu_fa_score(&a, s[n][e], h, i, j);
+                    mx[e >> 1] = s[n][e] > mx[e >> 1] ? s[n][e] : mx[e >> 1];
+                }
+            MP_CU_UNROLL
+            for (int r = 0; r < 2; r++) {   /* the new max; o and l in its units */
+                mx[r] = mp_cu_quad(t, mx[r], 0);
+                float f = m[r] == -INFINITY ? 0.0f : mp_expf_p(m[r] - mx[r]);
+                m[r] = mx[r];
+                l[r] *= f;
+                MP_CU_UNROLL
+                for (int d = 0; d < DP / 8; d++) {
+                    o[d][2 * r] *= f;
+                    o[d][2 * r + 1] *= f;
+                }
+            }
+            MP_CU_UNROLL
+            for (int n = 0; n < NB; n++)
+                MP_CU_UNROLL
+                for (int e = 0; e < 4; e++) {
+                    float p = s[n][e] == -INFINITY ? 0.0f : mp_expf_p(s[n][e] - m[e >> 1]);
+                    s[n][e] = p;
+                    l[e >> 1] += p;
+                }
+            MP_CU_UNROLL
+            for (int kc = 0; kc < NB / 2; kc++) {   /* o += P v, 16 keys at a time */
+                uint32_t fa[4] = {mp_cu_fa_pack(s[2 * kc][0], s[2 * kc][1], a.bf),
+                                  mp_cu_fa_pack(s[2 * kc][2], s[2 * kc][3], a.bf),
+                                  mp_cu_fa_pack(s[2 * kc + 1][0], s[2 * kc + 1][1], a.bf),
+                                  mp_cu_fa_pack(s[2 * kc + 1][2], s[2 * kc + 1][3], a.bf)};
+                MP_CU_UNROLL
+                for (int d = 0; d < DP / 8; d++) {
+                    const uint16_t *v0 = vs + (16 * kc + c) * ld + 8 * d + g;
+                    uint32_t fb[2] = {mp_cu_fa_pair(v0, ld), mp_cu_fa_pair(v0 + 8 * ld, ld)};
+                    mp_cu_mma(t, o[d], fa, fb, a.bf);
+                }
+            }
+        }
+        MP_CU_UNROLL
+        for (int r = 0; r < 2; r++) {
+            l[r] = mp_cu_quad(t, l[r], 1);
+            int64_t i = i0 + 16 * w + g + 8 * r;
+            if (i >= a.T)
+                continue;
+            float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;   /* a row that sees no key: 0 */
+            MP_CU_UNROLL
+            for (int d = 0; d < DP / 8; d++)
+                MP_CU_UNROLL
+                for (int e = 0; e < 2; e++)
+                    if (8 * d + c + e < a.D)
+                        mp_cu_st(a.o, a.odt, (h * a.T + i) * a.D + 8 * d + c + e, o[d][2 * r + e] * inv);
+            if (a.lse && c == 0)
+                a.lse[h * a.T + i] = l[r] > 0.0f ? m[r] + logf(l[r]) : -INFINITY;
+        }
+    }
+};
+
+/* FMAs the forward's mma's do for BH heads (the kernel's own loops: every
+ * block, every key tile it walks, 4 warps x (D'/16 x BC/8 + BC/16 x D'/8)
+ * mma's of 16 x 8 x 16), to compare with FlashAttention-2's 2 BH T T' D
+ * (causal: half). */
+static inline double mp_cu_fa_fmas(int64_t BH, int64_t T, int64_t Tk, int64_t D, int causal)
+{
+    int64_t dp = D <= 16 ? 16 : D <= 32 ? 32 : 64, bc = MP_CU_FA_BC(dp), tiles = 0;
+    MpCuFa a = {};
+    a.Tk = Tk;
+    a.causal = causal;
+    for (int64_t i0 = 0; i0 < T; i0 += MP_CU_FA_BR)
+        tiles += (mp_cu_fa_keys(&a, i0) + bc - 1) / bc;
+    double per_tile = 4.0 * (dp / 16 * (bc / 8) + bc / 16 * (dp / 8)) * 16 * 8 * 16;
+    return (double)BH * (double)tiles * per_tile;
+}
+
+/* ---- the backward on Tensor Cores ------------------------------------------------
+ * Two kernels and no atomics (as the f32 tiles), each 4 warps over 16-row
+ * slices of a tile of 64, the products mma.sync's in chunks of 16 so that
+ * a chunk's scores and dP are one A fragment:
+ *   attention_grad_q_tc, per query tile: pass 1 over the key tiles it sees,
+ *     S = q k^T and dP = dy v^T, the rows' running max m, sum l of exp and
+ *     sum of exp dP (online: both rescaled when m grows), so D = that / l
+ *     = rowsum(P dP); pass 2, S and dP again, dS = P (dP - D) scale rounded
+ *     to the compute type (mp_cu_att_ds, as the C program) and dq += dS k;
+ *     leaves each row's m, l, D (st, [BH T, 3] floats of the op's work space);
+ *   attention_grad_kv_tc, per key tile (warp w: keys 16 w..16 w + 15): over
+ *     the query tiles that see it, S^T = k q^T and dP^T = v dy^T, P^T from
+ *     the rows' m and l (mp_cu_att_p, rounded: Pr), dS^T, dv += Pr^T dy and
+ *     dk += dS^T q.
+ * Per (query, key) pair and D': 2 + 2 (pass 1) + 2 + 2 + 2 (pass 2) + 2 + 2
+ * + 2 + 2: 18 FLOPs against FlashAttention-2's 10 (which keeps the
+ * forward's log-sum-exp and rowsum(dy y), and adds dq atomically):
+ * mp_cu_fa_bwd_fmas counts it. */
+
+/* chunk kc (16 rows of the staged tile bs) as the B operand of an n-tile
+ * pair: rows 8 n + g of bs, d from kk (the "k^T" reading: B[d][row]) */
+template <int DP>
+static inline MP_HD void mp_cu_fa_rows_b(uint32_t fb[2], const uint16_t *bs, int n, int kk, int g, int c)
+{
+    const uint16_t *b0 = bs + (8 * n + g) * (DP + MP_CU_FA_PAD) + kk + c;
+    fb[0] = mp_cu_fa_pair(b0, 1);
+    fb[1] = mp_cu_fa_pair(b0 + 8, 1);
+}
+
+/* rows 16 kc.. of bs as the B operand B[row][d] (columns 8 d..) */
+template <int DP>
+static inline MP_HD void mp_cu_fa_cols_b(uint32_t fb[2], const uint16_t *bs, int kc, int d, int g, int c)
+{
+    const int ld = DP + MP_CU_FA_PAD;
+    const uint16_t *b0 = bs + (16 * kc + c) * ld + 8 * d + g;
+    fb[0] = mp_cu_fa_pair(b0, ld);
+    fb[1] = mp_cu_fa_pair(b0 + 8 * ld, ld);
+}
+
+/* s[nn] += (rows 16 w.. of as) (rows 16 kc + 8 nn.. of bs)^T over D', nn < 2:
+ * the chunk's two n-tiles of 8 */
+template <int DP>
+static inline MP_HD void mp_cu_fa_chunk(float s[2][4], const uint16_t *as, const uint16_t *bs, int w,
+                                        int kc, int g, int c, int bf, const MpCuTeam &t)
+{
+    const int ld = DP + MP_CU_FA_PAD;
+    MP_CU_UNROLL
+    for (int nn = 0; nn < 2; nn++)
+        s[nn][0] = s[nn][1] = s[nn][2] = s[nn][3] = 0.0f;
+    MP_CU_UNROLL
+    for (int kk = 0; kk < DP; kk += 16) {
+        const uint16_t *a0 = as + (16 * w + g) * ld + kk + c, *a1 = a0 + 8 * ld;
+        uint32_t fa[4] = {mp_cu_fa_pair(a0, 1), mp_cu_fa_pair(a1, 1), mp_cu_fa_pair(a0 + 8, 1),
+                          mp_cu_fa_pair(a1 + 8, 1)};
+        MP_CU_UNROLL
+        for (int nn = 0; nn < 2; nn++) {
+            uint32_t fb[2];
+            mp_cu_fa_rows_b<DP>(fb, bs, 2 * kc + nn, kk, g, c);
+            mp_cu_mma(t, s[nn], fa, fb, bf);
+        }
+    }
+}
+
+/* x[2][4] (an accumulator pair) as one A fragment, rounded */
+static inline MP_HD void mp_cu_fa_a(uint32_t fa[4], const float x[2][4], int bf)
+{
+    fa[0] = mp_cu_fa_pack(x[0][0], x[0][1], bf);
+    fa[1] = mp_cu_fa_pack(x[0][2], x[0][3], bf);
+    fa[2] = mp_cu_fa_pack(x[1][0], x[1][1], bf);
+    fa[3] = mp_cu_fa_pack(x[1][2], x[1][3], bf);
+}
+
+/* The backward's problem: the forward's, with dy and the gradient g
+ * [BH, T + 2 T', D] (dq, dk, dv a head) in place of y. */
+struct MpCuFaB {
+    MpCuFa a;
+    const void *dy;
+    int dydt;
+    float *st;                     /* [BH T, 3]: m, l, D */
+    int64_t nkt;                   /* key tiles of 64 a head */
+};
+
+template <int DP>
+struct MpCuFaDq {
+    static constexpr int most = MP_CU_FA_NT;
+    MpCuFaB b;
+    MP_HD void operator()(int64_t it, const MpCuTeam &t) const
+    {
+        MP_CU_SHARED_DYN(sh, 4 * 64 * (DP + MP_CU_FA_PAD) * 2, t);
+        const MpCuFa &a = b.a;
+        const int ld = DP + MP_CU_FA_PAD, w = t.tid / 32, lane = t.tid % 32;
+        const int g = lane >> 2, c = (lane & 3) * 2;
+        int64_t h = it / a.nqt, i0 = it % a.nqt * MP_CU_FA_BR;
+        uint16_t *qs = sh, *dys = qs + 64 * ld, *ks = dys + 64 * ld, *vs = ks + 64 * ld;
+        float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, pd[2] = {0.0f, 0.0f};
+        float dq[DP / 8][4];
+        MP_CU_UNROLL
+        for (int d = 0; d < DP / 8; d++)
+            dq[d][0] = dq[d][1] = dq[d][2] = dq[d][3] = 0.0f;
+        t.sync();   /* the block's previous item is done with the tiles */
+        mp_cu_fa_stage<DP>(qs, 64, a.q, a.qdt, a.T, h, i0, a.D, a.bf, t);
+        mp_cu_fa_stage<DP>(dys, 64, b.dy, b.dydt, a.T, h, i0, a.D, a.bf, t);
+        int64_t nk = mp_cu_fa_keys(&a, i0);
+        for (int pass = 0; pass < 2; pass++) {
+            float inv[2], dd[2];
+            MP_CU_UNROLL
+            for (int r = 0; r < 2; r++) {   /* pass 1's sums (0 in pass 0) */
+                inv[r] = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
+                dd[r] = pd[r] * inv[r];
+            }
+            for (int64_t j0 = 0; j0 < nk; j0 += 64) {
+                t.sync();   /* the previous key tile's readers are done */
+                mp_cu_fa_stage<DP>(ks, 64, a.k, a.kdt, a.Tk, h, j0, a.D, a.bf, t);
+                mp_cu_fa_stage<DP>(vs, 64, a.v, a.vdt, a.Tk, h, j0, a.D, a.bf, t);
+                t.sync();   /* staged: every warp sees them */
+                MP_CU_UNROLL
+                for (int kc = 0; kc < 4; kc++) {
+                    float s[2][4], dp[2][4];
+                    mp_cu_fa_chunk<DP>(s, qs, ks, w, kc, g, c, a.bf, t);    /* q k^T */
+                    mp_cu_fa_chunk<DP>(dp, dys, vs, w, kc, g, c, a.bf, t);  /* dy v^T */
+                    float mx[2] = {m[0], m[1]};
+                    MP_CU_UNROLL
+                    for (int nn = 0; nn < 2; nn++)
+                        MP_CU_UNROLL
+                        for (int e = 0; e < 4; e++) {
+                            int64_t i = i0 + 16 * w + g + (e >> 1) * 8;
+                            int64_t j = j0 + 16 * kc + 8 * nn + c + (e & 1);
+                            s[nn][e] = mp_cu_fa_score(&a, s[nn][e], h, i, j);
+                            mx[e >> 1] = s[nn][e] > mx[e >> 1] ? s[nn][e] : mx[e >> 1];
+                        }
+                    if (pass == 0) {   /* m, l, sum of exp dP */
+                        MP_CU_UNROLL
+                        for (int r = 0; r < 2; r++) {
+                            mx[r] = mp_cu_quad(t, mx[r], 0);
+                            float f = m[r] == -INFINITY ? 0.0f : mp_expf_p(m[r] - mx[r]);
+                            m[r] = mx[r];
+                            l[r] *= f;
+                            pd[r] *= f;
+                        }
+                        MP_CU_UNROLL
+                        for (int nn = 0; nn < 2; nn++)
+                            MP_CU_UNROLL
+                            for (int e = 0; e < 4; e++) {
+                                float p = mp_cu_att_p(s[nn][e], m[e >> 1], 1.0f);
+                                l[e >> 1] += p;
+                                pd[e >> 1] += p * dp[nn][e];
+                            }
+                        continue;
+                    }
+                    MP_CU_UNROLL
+                    for (int nn = 0; nn < 2; nn++)   /* dS, then dq += dS k */
+                        MP_CU_UNROLL
+                        for (int e = 0; e < 4; e++)
+                            s[nn][e] = mp_cu_att_ds(mp_cu_att_p(s[nn][e], m[e >> 1], inv[e >> 1]),
+                                                    dp[nn][e], dd[e >> 1], a.scale, a.bf ? MP_BF16 : MP_F16);
+                    uint32_t fa[4];
+                    mp_cu_fa_a(fa, s, a.bf);
+                    MP_CU_UNROLL
+                    for (int d = 0; d < DP / 8; d++) {
+                        uint32_t fb[2];
+                        mp_cu_fa_cols_b<DP>(fb, ks, kc, d, g, c);
+                        mp_cu_mma(t, dq[d], fa, fb, a.bf);
+                    }
+                }
+            }
+            if (pass == 0) {
+                MP_CU_UNROLL
+                for (int r = 0; r < 2; r++) {
+                    l[r] = mp_cu_quad(t, l[r], 1);
+                    pd[r] = mp_cu_quad(t, pd[r], 1);
+                }
+            }
+        }
+        MP_CU_UNROLL
+        for (int r = 0; r < 2; r++) {
+            int64_t i = i0 + 16 * w + g + 8 * r;
+            if (i >= a.T)
+                continue;
+            MP_CU_UNROLL
+            for (int d = 0; d < DP / 8; d++)
+                MP_CU_UNROLL
+                for (int e = 0; e < 2; e++)
+                    if (8 * d + c + e < a.D)
+                        mp_cu_st(a.o, a.odt, h * (a.T + 2 * a.Tk) * a.D + i * a.D + 8 * d + c + e,
+                                 dq[d][2 * r + e]);
+            if (c == 0) {
+                float *st = b.st + (h * a.T + i) * 3;
+                st[0] = m[r];
+                st[1] = l[r];
+                st[2] = l[r] > 0.0f ? pd[r] / l[r] : 0.0f;
+            }
+        }
+    }
+};
+
+template <int DP>
+struct MpCuFaDkv {
+    static constexpr int most = MP_CU_FA_NT;
+    MpCuFaB b;
+    MP_HD void operator()(int64_t it, const MpCuTeam &t) const
+    {
+        MP_CU_SHARED_DYN(sh, 4 * 64 * (DP + MP_CU_FA_PAD) * 2 + 3 * 64 * 4, t);
+        const MpCuFa &a = b.a;
+        const int ld = DP + MP_CU_FA_PAD, w = t.tid / 32, lane = t.tid % 32;
+        const int g = lane >> 2, c = (lane & 3) * 2;
+        int64_t h = it / b.nkt, j0 = it % b.nkt * 64;
+        uint16_t *ks = sh, *vs = ks + 64 * ld, *qs = vs + 64 * ld, *dys = qs + 64 * ld;
+        float *sm = (float *)(dys + 64 * ld), *sinv = sm + 64, *sd = sinv + 64;
+        float dk[DP / 8][4], dv[DP / 8][4];
+        MP_CU_UNROLL
+        for (int d = 0; d < DP / 8; d++)
+            MP_CU_UNROLL
+            for (int e = 0; e < 4; e++)
+                dk[d][e] = dv[d][e] = 0.0f;
+        t.sync();   /* the block's previous item is done with the tiles */
+        mp_cu_fa_stage<DP>(ks, 64, a.k, a.kdt, a.Tk, h, j0, a.D, a.bf, t);
+        mp_cu_fa_stage<DP>(vs, 64, a.v, a.vdt, a.Tk, h, j0, a.D, a.bf, t);
+        for (int64_t i0 = a.causal ? j0 : 0; i0 < a.T; i0 += 64) {
+            t.sync();   /* the previous query tile's readers are done */
+            mp_cu_fa_stage<DP>(qs, 64, a.q, a.qdt, a.T, h, i0, a.D, a.bf, t);
+            mp_cu_fa_stage<DP>(dys, 64, b.dy, b.dydt, a.T, h, i0, a.D, a.bf, t);
+            for (int r = t.tid; r < 64; r += t.nt) {
+                const float *st = b.st + (h * a.T + i0 + r) * 3;
+                int in = i0 + r < a.T && st[1] > 0.0f;
+                sm[r] = in ? st[0] : 0.0f;
+                sinv[r] = in ? 1.0f / st[1] : 0.0f;
+                sd[r] = in ? st[2] : 0.0f;
+            }
+            t.sync();   /* staged: every warp sees them */
+            MP_CU_UNROLL
+            for (int qc = 0; qc < 4; qc++) {
+                float s[2][4], dp[2][4];
+                mp_cu_fa_chunk<DP>(s, ks, qs, w, qc, g, c, a.bf, t);    /* k q^T */
+                mp_cu_fa_chunk<DP>(dp, vs, dys, w, qc, g, c, a.bf, t);  /* v dy^T */
+                MP_CU_UNROLL
+                for (int nn = 0; nn < 2; nn++)
+                    MP_CU_UNROLL
+                    for (int e = 0; e < 4; e++) {
+                        int r = 16 * qc + 8 * nn + c + (e & 1);   /* the query, in the tile */
+                        int64_t j = j0 + 16 * w + g + (e >> 1) * 8;
+                        float p = mp_cu_att_p(mp_cu_fa_score(&a, s[nn][e], h, i0 + r, j), sm[r], sinv[r]);
+                        s[nn][e] = p;
+                        dp[nn][e] = mp_cu_att_ds(p, dp[nn][e], sd[r], a.scale, a.bf ? MP_BF16 : MP_F16);
+                    }
+                uint32_t fp[4], fs[4];
+                mp_cu_fa_a(fp, s, a.bf);
+                mp_cu_fa_a(fs, dp, a.bf);
+                MP_CU_UNROLL
+                for (int d = 0; d < DP / 8; d++) {
+                    uint32_t fb[2];
+                    mp_cu_fa_cols_b<DP>(fb, dys, qc, d, g, c);
+                    mp_cu_mma(t, dv[d], fp, fb, a.bf);   /* Pr^T dy */
+                    mp_cu_fa_cols_b<DP>(fb, qs, qc, d, g, c);
+                    mp_cu_mma(t, dk[d], fs, fb, a.bf);   /* dS^T q */
+                }
+            }
+        }
+        MP_CU_UNROLL
+        for (int r = 0; r < 2; r++) {
+            int64_t j = j0 + 16 * w + g + 8 * r;
+            if (j >= a.Tk)
+                continue;
+            int64_t at = h * (a.T + 2 * a.Tk) * a.D + (a.T + j) * a.D;
+            MP_CU_UNROLL
+            for (int d = 0; d < DP / 8; d++)
+                MP_CU_UNROLL
+                for (int e = 0; e < 2; e++)
+                    if (8 * d + c + e < a.D) {
+                        mp_cu_st(a.o, a.odt, at + 8 * d + c + e, dk[d][2 * r + e]);
+                        mp_cu_st(a.o, a.odt, at + a.Tk * a.D + 8 * d + c + e, dv[d][2 * r + e]);
+                    }
+        }
+    }
+};
+
+/* FMAs the backward's mma's do (its kernels' loops: attention_grad_q_tc
+ * per (query tile, key tile) it walks 4 warps x (pass 1: 4 chunks x 2
+ * products x 2 n-tiles x D'/16; pass 2: the same + 4 x D'/8); _kv_tc per
+ * (key tile, query tile) 4 warps x 4 chunks x (2 x 2 x D'/16 + 2 x D'/8)). */
+static inline double mp_cu_fa_bwd_fmas(int64_t BH, int64_t T, int64_t Tk, int64_t D, int causal)
+{
+    int64_t dp = D <= 16 ? 16 : D <= 32 ? 32 : 64, qtiles = 0, ktiles = 0;
+    MpCuFa a = {};
+    a.Tk = Tk;
+    a.causal = causal;
+    for (int64_t i0 = 0; i0 < T; i0 += MP_CU_FA_BR)
+        qtiles += (mp_cu_fa_keys(&a, i0) + 63) / 64;
+    for (int64_t j0 = 0; j0 < Tk; j0 += 64)
+        ktiles += ((T - (causal ? j0 : 0)) + 63) / 64;
+    double q = 4.0 * (2 * 4 * 2 * 2 * (dp / 16) + 4 * (dp / 8));
+    double kv = 4.0 * 4 * (2 * 2 * (dp / 16) + 2 * (dp / 8));
+    return (double)BH * (qtiles * q + ktiles * kv) * 16 * 8 * 16;
+}
+
+/* The forward on Tensor Cores can run here: the stand-in's fibers (not
+ * MP_EMU_SERIAL's one thread a block), or a GPU build whose kernels were
+ * compiled for sm_80 or later (mma.sync m16n8k16; PTX for an older arch,
+ * JIT-compiled for a newer GPU, would run the __trap). */
+static inline int mp_cu_fa_ready(void);
+
+#ifndef MP_CU_EMU
+template <class F>
+static inline void mp_cu_rows_sh(const char *name, int64_t rows, int threads, int bytes, F f)
+{
+    if (mp_cu.measure || rows <= 0)
+        return;
+    mp_cu_rows_fit<F>(name, threads);
+    static int opted;              /* the dynamic shared memory this kernel was opted in to */
+    if (bytes > 48 * 1024 && bytes > opted) {
+        mp_cu_ok(cudaFuncSetAttribute(mp_cu_k_rows<MpCuMost<F>::n, F>,
+                                      cudaFuncAttributeMaxDynamicSharedMemorySize, bytes), name);
+        opted = bytes;
+    }
+    mp_cu_k_rows<MpCuMost<F>::n, F><<<mp_cu_blocks(rows, 1), threads, (size_t)bytes, mp_cu.st>>>(rows, f);
+    mp_cu_launched(name);
+}
+
+static inline int mp_cu_fa_ready(void)
+{
+    static int ok = -1;
+    if (ok < 0) {
+        cudaFuncAttributes at;
+        ok = cudaFuncGetAttributes(&at, mp_cu_k_rows<MP_CU_FA_NT, MpCuFaFwd<64> >) == cudaSuccess &&
+             at.ptxVersion >= 80;
+        cudaGetLastError();        /* a failed query is no fault of a kernel */
+    }
+    return ok;
+}
+#else
+template <class F>
+static inline void mp_cu_rows_sh(const char *name, int64_t rows, int threads, int bytes, F f)
+{
+    (void)bytes;                   /* the stand-in's shared memory grows to what is asked */
+    mp_cu_rows(name, rows, threads, f);
+}
+
+static inline int mp_cu_fa_ready(void) { return !mp_emu_serial(); }
+#endif
+
+/* y = attention(q, k, v) on Tensor Cores (mp_cu_attention's arguments,
+ * cdt f16 or bf16, D <= MP_CU_FA_DMAX); lse: NULL or [BH T] floats. */
+template <int DP>
+static inline void mp_cu_fa_forward(MpCuFa a, int64_t BH)
+{
+    MpCuFaFwd<DP> f = {a};
+    mp_cu_rows_sh("attention_tc", BH * a.nqt, MP_CU_FA_NT, MP_CU_FA_BYTES(DP), f);
+}
+
+/* dq, dk, dv of attention on Tensor Cores into b.a.o (g), stats at b.st */
+template <int DP>
+static inline void mp_cu_fa_backward(MpCuFaB b, int64_t BH)
+{
+    MpCuFaDq<DP> fq = {b};
+    MpCuFaDkv<DP> fkv = {b};
+    mp_cu_rows_sh("attention_grad_q_tc", BH * b.a.nqt, MP_CU_FA_NT, 4 * 64 * (DP + MP_CU_FA_PAD) * 2, fq);
+    mp_cu_rows_sh("attention_grad_kv_tc", BH * b.nkt, MP_CU_FA_NT,
+                  4 * 64 * (DP + MP_CU_FA_PAD) * 2 + 3 * 64 * 4, fkv);
+}
+
+static inline void mp_cu_fa_grad(MpCuFaB b, int64_t BH)
+{
+    b.a.nqt = (b.a.T + MP_CU_FA_BR - 1) / MP_CU_FA_BR;
+    b.nkt = (b.a.Tk + 63) / 64;
+    if (b.a.D <= 16)
+        mp_cu_fa_backward<16>(b, BH);
+    else if (b.a.D <= 32)
+        mp_cu_fa_backward<32>(b, BH);
+    else
+        mp_cu_fa_backward<64>(b, BH);
+}
+
+static inline void mp_cu_fa_run(MpCuFa a, int64_t BH)
+{
+    a.nqt = (a.T + MP_CU_FA_BR - 1) / MP_CU_FA_BR;
+    if (a.D <= 16)
+        mp_cu_fa_forward<16>(a, BH);
+    else if (a.D <= 32)
+        mp_cu_fa_forward<32>(a, BH);
+    else
+        mp_cu_fa_forward<64>(a, BH);
+}
+
+#endif
