@@ -16,7 +16,7 @@ void emit_begin(Emit *e, FILE *out, const IrGraph *g)
     e->g = g;
     arena_init(&e->scratch);
     e->a = &e->scratch;
-    e->mp = memplan_build(e->a, g);
+    e->mp = g->mem ? g->mem : memplan_build(e->a, g);
     e->names = arena_alloc(e->a, sizeof *e->names * (size_t)(g->nnodes + 1));
 }
 

@@ -2,7 +2,7 @@
  *
  *   mpcc MODEL.mp [-o FILE] [--target cuda|c] [--precision POLICY]
  *                 [--dump-plan[=text|json|dot|cost|cost-json]] [--gpu NAME]
- *                 [--fuse | --no-fuse] [--no-loop]
+ *                 [--fuse | --no-fuse] [--no-loop] [--memory-budget SIZE]
  *                 [--version] [--help]
  *
  * Runs the phases of docs/DESIGN.md in order and stops after the first
@@ -16,6 +16,8 @@
 #include "emit.h"
 #include "cost.h"
 #include "fuse.h"
+#include "memplan.h"
+#include "recompute.h"
 #include "plan.h"
 #include "prec.h"
 #include "sema.h"
@@ -43,6 +45,9 @@ static const char usage[] =
     "                          no program is written unless -o is given too\n"
     "  --gpu NAME              the device of --dump-plan=cost: h100, h200, a100, l4, or\n"
     "                          cpu (this machine)\n"
+    "  --memory-budget SIZE    bound the memory of a training step (e.g. 6GiB; overrides\n"
+    "                          the train block's memory_budget): forward values are\n"
+    "                          recomputed in the backward pass until it is met\n"
     "  --no-loop               write every copy of a repeat out in full, instead of\n"
     "                          one function per body called in a loop (for tests)\n"
     "  --fuse, --no-fuse       fuse chains of elementwise ops into one pass over memory\n"
@@ -64,6 +69,7 @@ typedef struct Options {
     int cost;                   /* --dump-plan=cost 1, cost-json 2 */
     const char *gpu;            /* --gpu */
     int policy;                 /* -1: the train block decides */
+    int64_t budget;             /* --memory-budget, bytes; 0: the train block's */
 } Options;
 
 static bool parse_policy(const char *s, int *out)
@@ -93,7 +99,7 @@ static int parse_args(int argc, char **argv, Options *o)
             printf("mpcc %s\n", MPCC_VERSION);
             return EXIT_OK;
         } else if (strcmp(a, "-o") == 0 || strcmp(a, "--target") == 0 || strcmp(a, "--precision") == 0
-                   || strcmp(a, "--gpu") == 0) {
+                   || strcmp(a, "--gpu") == 0 || strcmp(a, "--memory-budget") == 0) {
             if (i + 1 >= argc) {
                 diag_usage("%s needs a value", a);
                 return EXIT_USAGE;
@@ -101,6 +107,13 @@ static int parse_args(int argc, char **argv, Options *o)
             val = argv[++i];
             if (a[1] == 'o')
                 o->output = val;
+            else if (strcmp(a, "--memory-budget") == 0) {
+                if (!recompute_parse_size(val, &o->budget)) {
+                    diag_usage("--memory-budget '%s': expected a size in bytes, or with kB, MB, GB, "
+                               "KiB, MiB or GiB (e.g. 6GiB)", val);
+                    return EXIT_USAGE;
+                }
+            }
             else if (strcmp(a, "--gpu") == 0)
                 o->gpu = val;
             else if (strcmp(a, "--target") == 0) {
@@ -221,8 +234,11 @@ int main(int argc, char **argv)
     prec_finish(g);
     if (diag_error_count())
         return EXIT_MODEL;
-    if (o.fuse)
-        fuse_graph(g);
+    memplan_fold_casts(g);
+    if (o.budget)
+        g->train.memory_budget_loc = g->model_loc;
+    if (!recompute_plan(g, o.budget ? o.budget : g->train.memory_budget, g->train.memory_budget_loc, o.fuse))
+        return EXIT_MODEL;
 
     if (o.dump && o.cost)
         cost_dump(stdout, g, cost_device(o.gpu), o.cost == 2);
