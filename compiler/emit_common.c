@@ -148,6 +148,8 @@ const char *where(Emit *e, const IrNode *n)
 const char *describe(Emit *e, const IrNode *n)
 {
     const char *what = op_info[n->op].name;
+    if (n->recomputes)
+        return arena_printf(e->a, "%s, recomputed, %s", what, where(e, n));
     if (n->phase == PH_BACKWARD)
         return arena_printf(e->a, "%s, gradient, %s", what, where(e, n));
     return arena_printf(e->a, "%s, %s", what, where(e, n));

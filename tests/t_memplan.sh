@@ -12,7 +12,7 @@
 #   2. every example and tests/models model, C program, trained 3 steps on
 #      synthetic data with evaluations: without a budget, and at the smallest
 #      budget its plan names (everything that frees memory recomputed), fused
-#      and unfused: the same log lines (all but samples_per_s) and
+#      and unfused (each at its own smallest budget): the same log lines (all but samples_per_s) and
 #      byte-identical checkpoints; the plan's parameters, gradients,
 #      optimizer state and arena are what the C program's --dry-run says it
 #      allocates, and the arena is the one the code allocates;
@@ -87,11 +87,13 @@ models() {
 models >"$tmp/models"
 while read -r mp; do
     n=$(basename "$mp" .mp)
-    b=$(smallest "$mp") && [ -n "$b" ] || { bad "$n: no smallest budget named"; continue; }
+    # the smallest budget of each: fusion changes what is stored
+    b=$(smallest "$mp" --fuse) && [ -n "$b" ] || { bad "$n: no smallest budget named"; continue; }
+    u=$(smallest "$mp" --no-fuse) && [ -n "$u" ] || { bad "$n: no smallest budget named (--no-fuse)"; continue; }
     echo "$b" >"$tmp/$n.budget"
-    echo "build_trainer $mp $tmp/$n.none --fuse -- -O1"
-    echo "build_trainer $mp $tmp/$n.fuse --fuse --memory-budget $b -- -O1"
-    echo "build_trainer $mp $tmp/$n.no-fuse --no-fuse --memory-budget $b -- -O1"
+    echo "build_trainer $mp $tmp/$n.none --fuse -- -O0"
+    echo "build_trainer $mp $tmp/$n.fuse --fuse --memory-budget $b -- -O0"
+    echo "build_trainer $mp $tmp/$n.no-fuse --no-fuse --memory-budget $u -- -O0"
 done <"$tmp/models" >"$tmp/jobs"
 export -f build_trainer
 export MPCC
