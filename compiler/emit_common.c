@@ -16,7 +16,7 @@ void emit_begin(Emit *e, FILE *out, const IrGraph *g)
     e->g = g;
     arena_init(&e->scratch);
     e->a = &e->scratch;
-    e->mp = memplan_build(e->a, g);
+    e->mp = g->mem ? g->mem : memplan_build(e->a, g);
     e->names = arena_alloc(e->a, sizeof *e->names * (size_t)(g->nnodes + 1));
 }
 
@@ -148,6 +148,8 @@ const char *where(Emit *e, const IrNode *n)
 const char *describe(Emit *e, const IrNode *n)
 {
     const char *what = op_info[n->op].name;
+    if (n->recomputes)
+        return arena_printf(e->a, "%s, recomputed, %s", what, where(e, n));
     if (n->phase == PH_BACKWARD)
         return arena_printf(e->a, "%s, gradient, %s", what, where(e, n));
     return arena_printf(e->a, "%s, %s", what, where(e, n));

@@ -7,6 +7,8 @@
  *               node; inserts CAST nodes (one per value and type)
  *   autodiff.c  ad_backward(): appends the backward nodes
  *   prec.c      prec_finish(): loss scaling and optimizer nodes, checks
+ *   memplan.c   memplan_fold_casts() (before fusion), memplan_build()
+ *               (after it): the memory plan, g->mem
  *   plan.c      --dump-plan; emit_*.c code generators
  *
  * Invariants: a node's inputs come before it in g->nodes; node->id is its
@@ -108,6 +110,8 @@ struct IrNode {
                                register, never stored */
     struct IrNode *fused_first, *fused_last;  /* the group's first and last
                                members (fuse_last()), set with `fused` */
+    struct IrNode *recomputes; /* recompute.c: the forward node this copy (a
+                               backward node) computes again */
 };
 
 /* ---- the model's declarations ---------------------------------------- */
@@ -182,6 +186,8 @@ typedef struct TrainCfg {
     WarmupStyle warmup_style;
     double clip;            /* 0 = off */
     int64_t accumulate, steps, seed;
+    int64_t memory_budget;  /* bytes, 0 = none (recompute.h) */
+    SrcLoc memory_budget_loc;
     const char **fp16_ops, **fp32_ops;   /* op names, as written */
     int nfp16_ops, nfp32_ops;
     SrcLoc loc;             /* the train block */
@@ -208,6 +214,8 @@ typedef struct IrGraph {
     int nscopes;
     bool fused;             /* fuse.c ran: the emitters may also fold a weight
                                gradient's product into its accumulation */
+    struct MemPlan *mem;    /* memplan.c's phase (after fusion): where each
+                               value lives; the plan and the emitters read it */
     /* insertions not yet placed in nodes[] (ir_insert_before/after): each
      * goes before (or after) its anchor node, in insertion order */
     IrNode **pend;

@@ -3,7 +3,7 @@
  *   mpcc MODEL.mp [-o FILE] [--target cuda|c] [--precision POLICY]
  *                 [--dump-plan[=text|json|dot|html|cost|cost-json]] [--collapse]
  *                 [--gpu NAME]
- *                 [--fuse | --no-fuse] [--no-loop]
+ *                 [--fuse | --no-fuse] [--no-loop] [--memory-budget SIZE]
  *                 [--version] [--help]
  *
  * Runs the phases of docs/DESIGN.md in order and stops after the first
@@ -17,6 +17,8 @@
 #include "emit.h"
 #include "cost.h"
 #include "fuse.h"
+#include "memplan.h"
+#include "recompute.h"
 #include "plan.h"
 #include "prec.h"
 #include "sema.h"
@@ -47,6 +49,9 @@ static const char usage[] =
     "  --collapse              with --dump-plan=dot: each repeat and block call one box\n"
     "  --gpu NAME              the device of --dump-plan=cost: h100, h200, a100, l4, or\n"
     "                          cpu (this machine); with html the summary shows the cost\n"
+    "  --memory-budget SIZE    bound the memory of a training step (e.g. 6GiB; overrides\n"
+    "                          the train block's memory_budget): forward values are\n"
+    "                          recomputed in the backward pass until it is met\n"
     "  --no-loop               write every copy of a repeat out in full, instead of\n"
     "                          one function per body called in a loop (for tests)\n"
     "  --fuse, --no-fuse       fuse chains of elementwise ops into one pass over memory\n"
@@ -69,6 +74,7 @@ typedef struct Options {
     int cost;                   /* --dump-plan=cost 1, cost-json 2 */
     const char *gpu;            /* --gpu */
     int policy;                 /* -1: the train block decides */
+    int64_t budget;             /* --memory-budget, bytes; 0: the train block's */
 } Options;
 
 static bool parse_policy(const char *s, int *out)
@@ -98,7 +104,7 @@ static int parse_args(int argc, char **argv, Options *o)
             printf("mpcc %s\n", MPCC_VERSION);
             return EXIT_OK;
         } else if (strcmp(a, "-o") == 0 || strcmp(a, "--target") == 0 || strcmp(a, "--precision") == 0
-                   || strcmp(a, "--gpu") == 0) {
+                   || strcmp(a, "--gpu") == 0 || strcmp(a, "--memory-budget") == 0) {
             if (i + 1 >= argc) {
                 diag_usage("%s needs a value", a);
                 return EXIT_USAGE;
@@ -106,6 +112,13 @@ static int parse_args(int argc, char **argv, Options *o)
             val = argv[++i];
             if (a[1] == 'o')
                 o->output = val;
+            else if (strcmp(a, "--memory-budget") == 0) {
+                if (!recompute_parse_size(val, &o->budget)) {
+                    diag_usage("--memory-budget '%s': expected a size in bytes, or with kB, MB, GB, "
+                               "KiB, MiB or GiB (e.g. 6GiB)", val);
+                    return EXIT_USAGE;
+                }
+            }
             else if (strcmp(a, "--gpu") == 0)
                 o->gpu = val;
             else if (strcmp(a, "--target") == 0) {
@@ -235,8 +248,11 @@ int main(int argc, char **argv)
     prec_finish(g);
     if (diag_error_count())
         return EXIT_MODEL;
-    if (o.fuse)
-        fuse_graph(g);
+    memplan_fold_casts(g);
+    if (o.budget)
+        g->train.memory_budget_loc = g->model_loc;
+    if (!recompute_plan(g, o.budget ? o.budget : g->train.memory_budget, g->train.memory_budget_loc, o.fuse))
+        return EXIT_MODEL;
 
     if (o.dump && o.cost)
         cost_dump(stdout, g, cost_device(o.gpu), o.cost == 2);

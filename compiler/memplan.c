@@ -176,10 +176,57 @@ static void insert(Placed *pl, const Buf *b, int64_t at)
     summarize(bk, &pl->sum[k]);
 }
 
+/* The input a node's kernel may overwrite with its result when nothing
+ * reads that input later, or -1. */
+static int writes_over(const IrNode *n)
+{
+    return n->op == OP_CROSS_ENTROPY_GRAD ? 1 : -1;
+}
+
+const char *const memplan_kind_name[MEM__KINDS] = {"working copies", "activations", "gradients"};
+
+MemKind memplan_kind(const IrNode *n)
+{
+    return n->hoisted ? MEM_WORK : n->phase == PH_FORWARD ? MEM_ACT : MEM_GRAD;
+}
+
+static int64_t aligned(int64_t b) { return (b + MEMPLAN_ALIGN - 1) / MEMPLAN_ALIGN * MEMPLAN_ALIGN; }
+
+/* The most bytes live at once over the step, and their kinds there. */
+static void find_peak(Arena *a, const IrGraph *g, MemPlan *mp, const Buf *bufs, int nb)
+{
+    int n = g->nnodes;
+    int64_t *delta = arena_alloc(a, sizeof *delta * (size_t)(n + 3));   /* time t + 1 */
+    for (int k = 0; k < nb; k++) {
+        delta[bufs[k].first + 1] += aligned(bufs[k].size);
+        delta[bufs[k].last + 2] -= aligned(bufs[k].size);
+    }
+    int64_t live = 0;
+    for (int t = 0; t <= n + 1; t++) {
+        live += delta[t];
+        if (live > mp->peak_bytes) {
+            mp->peak_bytes = live;
+            mp->peak_at = t - 1;
+        }
+    }
+    for (int k = 0; k < nb; k++)
+        if (bufs[k].first <= mp->peak_at && mp->peak_at <= bufs[k].last)
+            mp->peak_kind[memplan_kind(g->nodes[bufs[k].node])] += aligned(bufs[k].size);
+}
+
+int64_t memplan_step_bytes(const MemPlan *mp)
+{
+    return 2 * mp->param_bytes + mp->state_bytes + mp->arena_bytes;
+}
+
 MemPlan *memplan_build(Arena *a, const IrGraph *g)
 {
     int n = g->nnodes;
     MemPlan *mp = arena_alloc(a, sizeof *mp);
+    for (int p = 0; p < g->nparams; p++)
+        mp->param_bytes += (shape_numel(&g->params[p].shape) + 15) / 16 * 16 * (int64_t)sizeof(float);
+    int slots = g->train.opt == OPT_SGD ? g->train.momentum != 0 : 2;   /* mp_optim_slots */
+    mp->state_bytes = slots * mp->param_bytes;
     mp->kind = arena_alloc(a, sizeof *mp->kind * (size_t)(n + 1));
     mp->offset = arena_alloc(a, sizeof *mp->offset * (size_t)(n + 1));
     mp->root = arena_alloc(a, sizeof *mp->root * (size_t)(n + 1));
@@ -213,16 +260,33 @@ MemPlan *memplan_build(Arena *a, const IrGraph *g)
     for (int m = 0; m < g->nmetrics; m++)
         mp->last_use[mp->root[g->metrics[m].node->id]] = n;
 
+    /* A kernel that may write over an input it reads for the last time takes
+     * that input's buffer (cross_entropy's gradient over the logits: each
+     * element is read, then written, by the same thread, after the row's
+     * statistics). The shared buffer lives until the writer's last reader. */
+    int *over = arena_alloc(a, sizeof *over * (size_t)(n + 1));
+    for (int i = 0; i < n; i++) {
+        const IrNode *v = g->nodes[i];
+        int j = writes_over(v), r = j >= 0 ? mp->root[v->in[j]->id] : -1;
+        over[i] = -1;
+        if (r >= 0 && mp->kind[i] == BUF_ARENA && !v->fused && mp->kind[r] == BUF_ARENA
+            && !g->nodes[r]->hoisted && mp->last_use[r] == i && memplan_bytes(g->nodes[r]) == memplan_bytes(v)) {
+            over[i] = r;
+            mp->last_use[r] = mp->last_use[i];
+        }
+    }
+
     Buf *bufs = arena_alloc(a, sizeof *bufs * (size_t)(n + 1));
     int nb = 0;
     for (int i = 0; i < n; i++) {
-        if (mp->kind[i] != BUF_ARENA)
+        if (mp->kind[i] != BUF_ARENA || over[i] >= 0)
             continue;
         const IrNode *v = g->nodes[i];
         bufs[nb++] = (Buf){i, memplan_bytes(v), v->hoisted ? -1 : i, mp->last_use[i]};
         mp->naive_bytes += memplan_bytes(v);
     }
     qsort(bufs, (size_t)nb, sizeof *bufs, by_size_desc);
+    find_peak(a, g, mp, bufs, nb);
 
     Placed placed = {a, NULL, NULL, 0, 0};
     for (int k = 0; k < nb; k++) {
@@ -232,6 +296,130 @@ MemPlan *memplan_build(Arena *a, const IrGraph *g)
         if (at + bufs[k].size > mp->arena_bytes)
             mp->arena_bytes = at + bufs[k].size;
     }
+    for (int i = 0; i < n; i++)
+        if (over[i] >= 0)
+            mp->offset[i] = mp->offset[over[i]];
     mp->arena_bytes = (mp->arena_bytes + MEMPLAN_ALIGN - 1) / MEMPLAN_ALIGN * MEMPLAN_ALIGN;
     return mp;
+}
+
+/* ---- casts converted where their value is loaded or stored --------------------- */
+
+/* Kernels that load input `j` through the runtime's typed loads (any float
+ * type, widened to f32 in registers): a widening cast in front of it costs
+ * a buffer and a pass over memory and changes no bit. */
+static bool loads_any_float(const IrNode *u, int j)
+{
+    switch (u->op) {
+    case OP_CROSS_ENTROPY:
+    case OP_LAYER_NORM:
+    case OP_RMS_NORM: return j == 0;
+    case OP_CROSS_ENTROPY_GRAD: return j == 1;
+    case OP_LAYER_NORM_DX:
+    case OP_LAYER_NORM_DW:
+    case OP_RMS_NORM_DX:
+    case OP_RMS_NORM_DW: return j == 0 || j == 1;
+    default: return false;
+    }
+}
+
+/* Kernels that compute in f32 and round only where they store through the
+ * runtime's typed stores: storing in the narrow type is what a narrowing
+ * cast after them does (the same rounding, mp_st / mp_cu_st). */
+static bool stores_any_float(const IrNode *p)
+{
+    switch (p->op) {
+    case OP_CROSS_ENTROPY_GRAD:
+    case OP_LAYER_NORM:
+    case OP_LAYER_NORM_DX:
+    case OP_RMS_NORM:
+    case OP_RMS_NORM_DX: return p->compute == DT_F32;
+    default: return false;
+    }
+}
+
+/* A value the runtime or the plan holds on to by pointer. */
+static bool pinned(const IrGraph *g, const IrNode *n)
+{
+    if (n == g->loss)
+        return true;
+    for (int m = 0; m < g->nmetrics; m++)
+        if (g->metrics[m].node == n)
+            return true;
+    for (int p = 0; p < g->nparams; p++)
+        if (g->params[p].grad == n || g->params[p].node == n)
+            return true;
+    return false;
+}
+
+/* A cast the plan inserted, of one float type to another. */
+static bool plan_cast(const IrNode *n)
+{
+    return n->op == OP_CAST && !n->hoisted && n->override == DT_NONE && n->nin == 1
+           && dt_is_float(n->type) && dt_is_float(n->in[0]->type);
+}
+
+static void count_uses(const IrGraph *g, int *uses)
+{
+    memset(uses, 0, sizeof *uses * (size_t)g->nnodes);
+    for (int i = 0; i < g->nnodes; i++)
+        for (int j = 0; j < g->nodes[i]->nin; j++)
+            uses[g->nodes[i]->in[j]->id]++;
+}
+
+/* Every read of `from` reads `to` instead. */
+static void reroute(IrGraph *g, const IrNode *from, IrNode *to)
+{
+    for (int i = from->id + 1; i < g->nnodes; i++)
+        for (int j = 0; j < g->nodes[i]->nin; j++)
+            if (g->nodes[i]->in[j] == from)
+                g->nodes[i]->in[j] = to;
+}
+
+int memplan_fold_casts(IrGraph *g)
+{
+    int n = g->nnodes, folded = 0;
+    int *uses = arena_alloc(g->arena, sizeof *uses * (size_t)(n + 1));
+    IrNode **into = arena_alloc(g->arena, sizeof *into * (size_t)(n + 1));   /* removed: its stand-in */
+    count_uses(g, uses);
+    /* widening (f16 -> f32): the readers load the narrow value themselves */
+    for (int i = 0; i < n; i++) {
+        IrNode *c = g->nodes[i];
+        if (!plan_cast(c) || c->type != DT_F32 || c->in[0]->type == DT_F32 || !uses[i] || pinned(g, c))
+            continue;
+        int ok = 0;
+        for (int k = i + 1; k < n; k++)
+            for (int j = 0; j < g->nodes[k]->nin; j++)
+                if (g->nodes[k]->in[j] == c)
+                    ok += loads_any_float(g->nodes[k], j) ? 1 : -n;
+        if (ok != uses[i])
+            continue;
+        reroute(g, c, c->in[0]);
+        into[i] = c->in[0];
+    }
+    count_uses(g, uses);
+    /* narrowing (f32 -> f16): the one producer stores the narrow value */
+    for (int i = 0; i < n; i++) {
+        IrNode *c = g->nodes[i], *p = c->nin ? c->in[0] : NULL;
+        if (into[i] || !plan_cast(c) || c->type == DT_F32 || p->type != DT_F32 || uses[p->id] != 1
+            || !stores_any_float(p) || pinned(g, p) || pinned(g, c))
+            continue;
+        p->type = c->type;
+        reroute(g, c, p);
+        into[i] = p;
+    }
+    int out = 0;
+    for (int i = 0; i < n; i++) {
+        IrNode *v = g->nodes[i];
+        if (into[i]) {
+            folded++;
+            continue;
+        }
+        if (v->grad_of && v->grad_of->id >= 0 && v->grad_of->id < n && into[v->grad_of->id])
+            v->grad_of = into[v->grad_of->id];   /* the gradient of the value it stood for */
+        g->nodes[out++] = v;
+    }
+    g->nnodes = out;
+    ir_renumber(g);
+    return folded;
 }

@@ -26,6 +26,17 @@ typedef enum {
     BUF_NONE,                      /* optimizer nodes: no value */
 } BufKind;
 
+/* What an arena buffer holds, for the plan's summary. */
+typedef enum {
+    MEM_WORK,                      /* working copies of parameters (hoisted casts) */
+    MEM_ACT,                       /* forward values (activations) */
+    MEM_GRAD,                      /* backward values (gradients) */
+    MEM__KINDS
+} MemKind;
+
+MemKind memplan_kind(const IrNode *n);
+extern const char *const memplan_kind_name[MEM__KINDS];
+
 typedef struct MemPlan {
     BufKind *kind;                 /* per node id */
     int64_t *offset;               /* BUF_ARENA: byte offset */
@@ -33,12 +44,35 @@ typedef struct MemPlan {
     int *last_use;                 /* index of the last node reading it */
     int64_t arena_bytes;           /* size of the one arena */
     int64_t naive_bytes;           /* sum of all buffers without sharing */
+    /* The step's peak: the most bytes live at once (the arena holds them
+     * and the gaps sharing leaves), where (a node index) and by kind. */
+    int64_t peak_bytes;
+    int peak_at;
+    int64_t peak_kind[MEM__KINDS];
+    /* The runtime's flat f32 buffers (each parameter rounded up to 16
+     * floats, as mp_train.h lays them out): parameters, gradients (as many
+     * bytes), optimizer state (its slots). */
+    int64_t param_bytes, state_bytes;
+    int64_t budget;                /* recompute.h: the budget met (0: none) */
 } MemPlan;
+
+/* What one training step allocates: parameters, gradients, optimizer state
+ * and the arena (the figure a budget bounds). */
+int64_t memplan_step_bytes(const MemPlan *mp);
 
 /* A product heading a fusion group gets a buffer even where the group
  * keeps it in registers: the CUDA program's cuBLAS writes it there, and
  * both targets keep one memory plan (the C program leaves it unwritten). */
 MemPlan *memplan_build(Arena *a, const IrGraph *g);
 int64_t  memplan_bytes(const IrNode *n);   /* numel x element size */
+
+/* Before fusion: a cast the plan inserted whose every reader converts while
+ * it loads (layer_norm, rms_norm, cross_entropy and their gradients read
+ * f16 / bf16 directly) is removed, its readers read its input; a narrowing
+ * cast that is the one reader of a kernel computing in f32 and rounding
+ * where it stores (cross_entropy's gradient, the norms) is removed, the
+ * kernel stores that type itself. Bit-identical: the same conversions, in
+ * registers instead of through a buffer. Returns how many were removed. */
+int      memplan_fold_casts(IrGraph *g);
 
 #endif

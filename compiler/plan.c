@@ -22,8 +22,10 @@
  * and backward; casts counts every CAST node, the user's and the
  * backward's included; activation bytes are prec_memory()'s. */
 #include "plan.h"
+#include "memplan.h"
 #include "ops.h"
 #include "prec.h"
+#include "recompute.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -50,6 +52,103 @@ static Summary summarize(const IrGraph *g)
     }
     s.mem = prec_memory(g);
     return s;
+}
+
+/* ---- the memory plan (memplan.h, recompute.h) -------------------------------- */
+
+static const MemPlan *plan_mem(const IrGraph *g)
+{
+    return g->mem ? g->mem : memplan_build(g->arena, g);
+}
+
+/* The forward values the backward pass reads (through views: the value
+ * viewed), and the copy that recomputes each, if one does. */
+typedef struct Saved {
+    bool *saved;
+    const IrNode **copy;
+    int n;
+    int64_t kept_bytes, recomputed_bytes;
+} Saved;
+
+static Saved saved_values(const IrGraph *g, const MemPlan *mp)
+{
+    Saved s = {arena_alloc(g->arena, sizeof *s.saved * (size_t)(g->nnodes + 1)),
+               arena_alloc(g->arena, sizeof *s.copy * (size_t)(g->nnodes + 1)), 0, 0, 0};
+    for (int i = 0; i < g->nnodes; i++) {
+        const IrNode *v = g->nodes[i];
+        if (v->recomputes && mp->kind[v->recomputes->id] == BUF_ARENA) {
+            s.copy[v->recomputes->id] = v;
+            s.saved[v->recomputes->id] = true;
+        }
+        if (v->phase != PH_BACKWARD)
+            continue;
+        for (int j = 0; j < v->nin; j++) {
+            const IrNode *u = g->nodes[mp->root[v->in[j]->id]];
+            if (u->phase == PH_FORWARD && !u->hoisted && mp->kind[u->id] == BUF_ARENA)
+                s.saved[u->id] = true;
+        }
+    }
+    for (int i = 0; i < g->nnodes; i++)
+        if (s.saved[i]) {
+            s.n++;
+            *(s.copy[i] ? &s.recomputed_bytes : &s.kept_bytes) += memplan_bytes(g->nodes[i]);
+        }
+    return s;
+}
+
+static void text_saved(FILE *out, const IrGraph *g)
+{
+    const MemPlan *mp = plan_mem(g);
+    Saved s = saved_values(g, mp);
+    fprintf(out, "\nsaved for the backward pass (%d values): kept, or recomputed in the backward "
+            "pass by a copy (#id) from the values it reads\n"
+            "   id  name                op             bytes        how\n", s.n);
+    for (int i = 0; i < g->nnodes; i++) {
+        if (!s.saved[i])
+            continue;
+        const IrNode *v = g->nodes[i], *c = s.copy[i];
+        fprintf(out, "%5d  %-18s  %-13s  %-11lld  ", i, v->name ? v->name : "-", op_info[v->op].name,
+                (long long)memplan_bytes(v));
+        if (!c) {
+            fputs("kept\n", out);
+            continue;
+        }
+        fprintf(out, "recomputed by #%d (from", c->id);
+        for (int j = 0; j < c->nin; j++)
+            fprintf(out, "%s #%d", j ? "," : "", c->in[j]->id);
+        fputs(")\n", out);
+    }
+}
+
+static void json_memory(FILE *out, const IrGraph *g)
+{
+    const MemPlan *mp = plan_mem(g);
+    Saved s = saved_values(g, mp);
+    double added, flops = recompute_flops(g, &added);
+    fprintf(out, ",\n \"memory\": {\"step_bytes\": %lld, \"param_bytes\": %lld, \"grad_bytes\": %lld, "
+            "\"state_bytes\": %lld, \"arena_bytes\": %lld, \"peak_bytes\": %lld, \"peak_at\": %d, "
+            "\"activations\": %lld, \"gradients\": %lld, \"working_copies\": %lld, \"budget\": %lld, "
+            "\"flops\": %.17g, \"flops_recomputed\": %.17g,\n  \"saved\": [",
+            (long long)memplan_step_bytes(mp), (long long)mp->param_bytes, (long long)mp->param_bytes,
+            (long long)mp->state_bytes, (long long)mp->arena_bytes, (long long)mp->peak_bytes, mp->peak_at,
+            (long long)mp->peak_kind[MEM_ACT], (long long)mp->peak_kind[MEM_GRAD],
+            (long long)mp->peak_kind[MEM_WORK], (long long)mp->budget, flops, added);
+    int k = 0;
+    for (int i = 0; i < g->nnodes; i++) {
+        if (!s.saved[i])
+            continue;
+        const IrNode *c = s.copy[i];
+        fprintf(out, "%s{\"id\": %d, \"bytes\": %lld, \"recomputed\": %s", k++ ? ", " : "", i,
+                (long long)memplan_bytes(g->nodes[i]), c ? "true" : "false");
+        if (c) {
+            fprintf(out, ", \"copy\": %d, \"from\": [", c->id);
+            for (int j = 0; j < c->nin; j++)
+                fprintf(out, "%s%d", j ? ", " : "", c->in[j]->id);
+            fputc(']', out);
+        }
+        fputc('}', out);
+    }
+    fputs("]}", out);
 }
 
 /* The types of a parameter's working copies (its forward casts), in the
@@ -211,6 +310,8 @@ static void json_node(FILE *out, const IrNode *n)
     fprintf(out, ", \"type\": \"%s\"", dt_name(n->type));
     if (n->grad_of)
         fprintf(out, ", \"grad_of\": %d", n->grad_of->id);
+    if (n->recomputes)
+        fprintf(out, ", \"recomputes\": %d", n->recomputes->id);
     if (n->op == OP_CAST)
         fprintf(out, ", \"hoisted\": %s, \"user\": %s", n->hoisted ? "true" : "false",
                 user_cast(n) ? "true" : "false");
@@ -237,10 +338,12 @@ static void dump_json(FILE *out, const IrGraph *g)
         fputs(i ? ",\n" : "\n", out);
         json_node(out, g->nodes[i]);
     }
+    fputs(g->nnodes ? "\n ]" : "]", out);
+    json_memory(out, g);
     Summary s = summarize(g);
-    fprintf(out, "%s],\n \"summary\": {\"lowp_ops\": %d, \"f32_ops\": %d, \"casts\": %d, "
+    fprintf(out, ",\n \"summary\": {\"lowp_ops\": %d, \"f32_ops\": %d, \"casts\": %d, "
             "\"hoisted_casts\": %d, \"activation_bytes\": %lld, \"activation_bytes_f32\": %lld}}\n",
-            g->nnodes ? "\n " : "", s.lowp_ops, s.f32_ops, s.casts, s.hoisted,
+            s.lowp_ops, s.f32_ops, s.casts, s.hoisted,
             (long long)s.mem.bytes, (long long)s.mem.bytes_f32);
 }
 
@@ -628,7 +731,9 @@ static const char *human_bytes(Arena *a, int64_t b)
         return arena_printf(a, "%lld B", (long long)b);
     if (b < 1024 * 1024)
         return arena_printf(a, "%.1f KiB", (double)b / 1024);
-    return arena_printf(a, "%.1f MiB", (double)b / (1024.0 * 1024.0));
+    if (b < 1024 * 1024 * 1024)
+        return arena_printf(a, "%.1f MiB", (double)b / (1024.0 * 1024.0));
+    return arena_printf(a, "%.2f GiB", (double)b / (1024.0 * 1024.0 * 1024.0));
 }
 
 static void text_summary(FILE *out, const IrGraph *g)
@@ -645,6 +750,21 @@ static void text_summary(FILE *out, const IrGraph *g)
     if (s.mem.bytes_f32 > 0)
         fprintf(out, "; the plan keeps %.0f%% of that",
                 100.0 * (double)s.mem.bytes / (double)s.mem.bytes_f32);
+    fputs("\n", out);
+    const MemPlan *mp = plan_mem(g);
+    double added, flops = recompute_flops(g, &added);
+    int64_t step = memplan_step_bytes(mp);
+    fprintf(out, "  memory       %lld bytes (%s) a step: parameters %lld, gradients %lld, optimizer "
+            "state %lld\n               (the runtime's f32 buffers), arena %lld (%s)\n", (long long)step,
+            human_bytes(g->arena, step), (long long)mp->param_bytes, (long long)mp->param_bytes,
+            (long long)mp->state_bytes, (long long)mp->arena_bytes, human_bytes(g->arena, mp->arena_bytes));
+    fprintf(out, "  arena        peak %lld bytes live after #%d: activations %lld, gradients %lld, working "
+            "copies %lld\n", (long long)mp->peak_bytes, mp->peak_at, (long long)mp->peak_kind[MEM_ACT],
+            (long long)mp->peak_kind[MEM_GRAD], (long long)mp->peak_kind[MEM_WORK]);
+    fprintf(out, "  flops        %.4g a step; recomputation adds %.4g (%.1f%%)", flops, added,
+            flops > 0 ? 100.0 * added / flops : 0.0);
+    if (mp->budget)
+        fprintf(out, "; budget %lld bytes (%s) met", (long long)mp->budget, human_bytes(g->arena, mp->budget));
     fputs("\n", out);
 }
 
@@ -667,6 +787,7 @@ static void dump_text(FILE *out, const IrGraph *g)
     text_nodes(out, g);
     text_loss_scale(out, g);
     text_params(out, g);
+    text_saved(out, g);
     text_summary(out, g);
 }
 

@@ -27,6 +27,7 @@
  * share in sema_int.h. */
 #include "sema_int.h"
 #include "ops.h"
+#include "recompute.h"
 #include "shape.h"
 
 #include <limits.h>
@@ -2919,6 +2920,18 @@ static void tk_clip(Ctx *c, const TrainItem *it)
         c->g->train.clip = v;
 }
 
+/* memory_budget = "6GiB": recompute.h */
+static void tk_memory_budget(Ctx *c, const TrainItem *it)
+{
+    const Expr *e = it->value;
+    if (e->kind != EX_STR || !recompute_parse_size(e->name, &c->g->train.memory_budget)) {
+        diag_error(e->loc, "memory_budget must be a size as a string: bytes, or with kB, MB, GB, KiB, "
+                   "MiB or GiB, e.g. memory_budget = \"6GiB\"");
+        return;
+    }
+    c->g->train.memory_budget_loc = e->loc;
+}
+
 static void tk_accumulate(Ctx *c, const TrainItem *it) { train_int(c, it, 1, &c->g->train.accumulate); }
 static void tk_steps(Ctx *c, const TrainItem *it) { train_int(c, it, 1, &c->g->train.steps); }
 static void tk_seed(Ctx *c, const TrainItem *it) { train_int(c, it, 0, &c->g->train.seed); }
@@ -2998,7 +3011,7 @@ static const TrainKey train_keys[] = {
     {"optimizer", tk_optimizer}, {"precision", tk_precision}, {"loss_scale", tk_loss_scale},
     {"lr_schedule", tk_schedule}, {"clip_grad_norm", tk_clip}, {"accumulate", tk_accumulate},
     {"fp16_ops", tk_fp16}, {"fp32_ops", tk_fp32}, {"steps", tk_steps}, {"seed", tk_seed},
-    {"minimize", tk_minimize},
+    {"memory_budget", tk_memory_budget}, {"minimize", tk_minimize},   /* minimize last */
 };
 #define N_TRAIN_KEYS ((int)(sizeof train_keys / sizeof train_keys[0]))
 
