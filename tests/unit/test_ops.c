@@ -94,6 +94,9 @@ static const struct {
     {"gt", CL_FOLLOW}, {"lt", CL_FOLLOW}, {"ge", CL_FOLLOW}, {"le", CL_FOLLOW}, {"eq", CL_FOLLOW},
     {"ne", CL_FOLLOW}, {"where", CL_FOLLOW}, {"detach", CL_NONE}, {"full", CL_NONE},
     {"max", CL_FP32}, {"min", CL_FP32}, {"argmax", CL_NONE}, {"argmin", CL_NONE},
+    /* "Convolution, padding, resampling" */
+    {"conv_transpose2d", CL_LOWP}, {"pad", CL_NONE}, {"upsample", CL_FOLLOW},
+    {"group_norm", CL_FP32},
 };
 
 static void classes_match_the_spec(void **state)
