@@ -808,3 +808,40 @@ bool ad_check(IrGraph *g)
     }
     return bad + check_params(g) == 0;
 }
+
+/* ---- image operations ------------------------------------------------------------ */
+
+/* conv_transpose2d is the adjoint of a conv2d from its output to its input:
+ * dx is that conv2d of dy, dw its weight gradient with the roles of x and dy
+ * exchanged, the bias a channel sum. */
+void grad_CONV_TRANSPOSE2D(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx)
+{
+    if (dx[0])
+        copy_attrs(dx[0] = MK(g, n, OP_CONV_TRANSPOSE2D_DX, n->in[0], dy, n->in[1]), n);
+    if (dx[1])
+        copy_attrs(dx[1] = MK(g, n, OP_CONV_TRANSPOSE2D_DW, n->in[1], dy, n->in[0]), n);
+    if (n->nin > 2 && dx[2])
+        dx[2] = MK(g, n, OP_CHANNEL_SUM, n->in[2], dy);
+}
+
+/* pad's gradient is the opposite pad of dy: what was padded is cropped,
+ * what was cropped comes back as zeros. */
+void grad_PAD(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx)
+{
+    IrNode *p = MK(g, n, OP_PAD, n->in[0], dy);
+    for (int i = 0; i < 8; i++)
+        p->ia[i] = -n->ia[i];
+    dx[0] = p;
+}
+
+void grad_UPSAMPLE(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx)
+{
+    copy_attrs(dx[0] = MK(g, n, OP_UPSAMPLE_GRAD, n->in[0], dy), n);
+}
+
+/* Per (sample, group) statistics, per channel affine: the bias sums over
+ * all axes but the channels'. */
+void grad_GROUP_NORM(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx)
+{
+    norm(g, n, dy, dx, OP_GROUP_NORM_DX, OP_GROUP_NORM_DW, OP_CHANNEL_SUM);
+}

@@ -189,14 +189,14 @@ static double elem_flops(IrOp op)
         return 5;
     case OP_LAYER_NORM: case OP_LAYER_NORM_DX: case OP_LAYER_NORM_DW: case OP_BATCH_NORM:
     case OP_BATCH_NORM_DX: case OP_BATCH_NORM_DW: case OP_RMS_NORM: case OP_RMS_NORM_DX:
-    case OP_RMS_NORM_DW:
+    case OP_RMS_NORM_DW: case OP_GROUP_NORM: case OP_GROUP_NORM_DX: case OP_GROUP_NORM_DW:
         return 8;
     case OP_ADAM: case OP_ADAMW:
         return 12;
     case OP_SGD:
         return 4;
     case OP_CHUNK: case OP_SLICE: case OP_CONCAT: case OP_EXPAND: case OP_ARANGE:
-    case OP_TRANSPOSE: case OP_SLICE_GRAD: case OP_CAST: case OP_EMBEDDING:
+    case OP_TRANSPOSE: case OP_SLICE_GRAD: case OP_CAST: case OP_EMBEDDING: case OP_PAD:
     case OP_ONE_HOT: case OP_GATHER:
         return 0;
     default:
@@ -255,6 +255,20 @@ CostOp cost_op(const IrGraph *g, const IrNode *n)
         c.flops = 2.0 * numel(n->in[0]) * out / (double)n->shape.d[0];
         c.product = true;
         break;
+    case OP_CONV_TRANSPOSE2D:      /* 2 |x| (c/G) k k, + bias: conv2d_dx's product */
+    case OP_CONV_TRANSPOSE2D_DX:   /* the conv2d of dy: 2 |x| (c/G) k k */
+    case OP_CONV_TRANSPOSE2D_DW: { /* (dy, x): 2 |x| (c/G) k k */
+        const IrNode *f = n->op == OP_CONV_TRANSPOSE2D ? n : n->grad_of;
+        c.flops = 2.0 * numel(f->in[0]) * numel(f->in[1]) / (double)f->in[1]->shape.d[0]
+                + (n->op == OP_CONV_TRANSPOSE2D && n->nin > 2 ? out : 0);
+        c.product = true;
+        break;
+    }
+    case OP_UPSAMPLE: case OP_UPSAMPLE_GRAD:   /* per output (dy) element: bilinear 4
+                                                  weighted reads, nearest a copy (an add) */
+        c.flops = (n->ia[2] ? 8.0 : n->op == OP_UPSAMPLE ? 0.0 : 1.0) *
+                  (n->op == OP_UPSAMPLE ? out : numel(n->in[0]));
+        break;
     case OP_ATTENTION:
         c.flops = att_flops(n->in[0], n->in[1], n->ia[0] != 0, 4);
         c.work = att_work(n, n->in[0], n->in[1], n->ia[0] != 0, &tc);
@@ -288,6 +302,7 @@ CostOp cost_op(const IrGraph *g, const IrNode *n)
         c.flops = numel(n->in[0]);
         break;
     case OP_CROSS_ENTROPY: case OP_LAYER_NORM_DW: case OP_BATCH_NORM_DW: case OP_RMS_NORM_DW:
+    case OP_GROUP_NORM_DW:
     case OP_BATCH_NORM:
         c.flops = elem_flops(n->op) * numel(n->in[0]);
         break;

@@ -580,3 +580,56 @@ void emit_c_GRU(Emit *e, const IrNode *n) { recurrent(e, n, "gru"); }
 void emit_c_LSTM(Emit *e, const IrNode *n) { recurrent(e, n, "lstm"); }
 void emit_c_GRU_GRAD(Emit *e, const IrNode *n) { recurrent_grad(e, n, "gru_grad"); }
 void emit_c_LSTM_GRAD(Emit *e, const IrNode *n) { recurrent_grad(e, n, "lstm_grad"); }
+/* ---- image operations ------------------------------------------------------------ */
+void emit_c_CONV_TRANSPOSE2D(Emit *e, const IrNode *n)
+{
+    em(e, "    mp_k_conv_transpose2d(%s, %s, %s, %s,\n                %s);\n", arg(e, n), arg(e, IN(0)),
+       arg(e, IN(1)), n->nin > 2 ? arg(e, IN(2)) : "NULL, MP_F32", emit_conv_transpose(e, n));
+}
+
+/* (dy, weight): the conv2d of dy, whose adjoint the forward is */
+void emit_c_CONV_TRANSPOSE2D_DX(Emit *e, const IrNode *n)
+{
+    em(e, "    mp_k_conv2d(%s, %s, %s, NULL, MP_F32,\n                %s);\n", arg(e, n), arg(e, IN(0)),
+       arg(e, IN(1)), emit_conv_transpose(e, n->grad_of));
+}
+
+/* (dy, x): that conv2d's weight gradient, x in the place of its dy */
+void emit_c_CONV_TRANSPOSE2D_DW(Emit *e, const IrNode *n)
+{
+    em(e, "    mp_k_conv2d_dw(%s, %s, %s,\n                   %s, 0.0f);\n", arg(e, n), arg(e, IN(1)),
+       arg(e, IN(0)), emit_conv_transpose(e, n->grad_of));
+}
+
+void emit_c_PAD(Emit *e, const IrNode *n)
+{
+    em(e, "    mp_k_pad(%s, %s, %s);\n", arg(e, n), arg(e, IN(0)), emit_pad(e, n));
+}
+
+void emit_c_UPSAMPLE(Emit *e, const IrNode *n)
+{
+    em(e, "    mp_k_upsample(%s, %s, %s);\n", arg(e, n), arg(e, IN(0)), emit_upsample(e, n));
+}
+
+void emit_c_UPSAMPLE_GRAD(Emit *e, const IrNode *n)
+{
+    em(e, "    mp_k_upsample_grad(%s, %s, %s);\n", arg(e, n), arg(e, IN(0)), emit_upsample(e, n->grad_of));
+}
+
+void emit_c_GROUP_NORM(Emit *e, const IrNode *n)
+{
+    em(e, "    mp_k_group_norm(%s, %s, %s, %s, %s);\n", arg(e, n), arg(e, IN(0)), arg(e, IN(1)),
+       arg(e, IN(2)), emit_group_norm(e, n));
+}
+
+void emit_c_GROUP_NORM_DX(Emit *e, const IrNode *n)
+{
+    em(e, "    mp_k_group_norm_dx(%s, %s, %s, %s, %s);\n", arg(e, n), arg(e, IN(0)), arg(e, IN(1)),
+       arg(e, IN(2)), emit_group_norm(e, n->grad_of));
+}
+
+void emit_c_GROUP_NORM_DW(Emit *e, const IrNode *n)
+{
+    em(e, "    mp_k_group_norm_dw(%s, %s, %s, %s, 0.0f);\n", arg(e, n), arg(e, IN(0)), arg(e, IN(1)),
+       emit_group_norm(e, n->grad_of));
+}

@@ -613,3 +613,56 @@ const char *emit_ce_attrs(Emit *e, const IrNode *f)
                                   : "MP_NO_IGNORE";
     return arena_printf(e->a, "%s, (float)%.9g", ignore, f->fa[0]);
 }
+
+/* ---- image operations ------------------------------------------------------------- */
+
+/* "N, mp_conv_of(...)" of conv_transpose2d node f: the conv2d from its
+ * output y [N, c, H, W] to its input x [N, Cin, OH, OW], whose adjoint it
+ * is (the weight [Cin, c / G, kh, kw] is that conv's [F, C / G, kh, kw]). */
+const char *emit_conv_transpose(Emit *e, const IrNode *f)
+{
+    const IrNode *x = f->in[0], *w = f->in[1];
+    const int64_t *a = f->ia;
+    return arena_printf(e->a, "%lld, mp_conv_of(%lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, %lld, "
+                        "%lld, 1, 1, %lld, %lld, %lld)", emit_dim(x, 0), emit_dim(f, 1), emit_dim(f, 2),
+                        emit_dim(f, 3), emit_dim(x, 1), emit_dim(w, 2), emit_dim(w, 3), (long long)a[0],
+                        (long long)a[1], (long long)a[2], (long long)a[3], (long long)a[6],
+                        emit_dim(x, 2), emit_dim(x, 3));
+}
+
+/* "outer, xs, ys, before, value" of pad node n (x -> n): the last four axes
+ * (size 1 where the rank is lower), F.pad's list turned to axis order. */
+const char *emit_pad(Emit *e, const IrNode *n)
+{
+    const Shape *x = &n->in[0]->shape, *y = &n->shape;
+    long long outer = 1, xs[4], ys[4], before[4];
+    for (int d = 0; d < x->rank - 4; d++)
+        outer *= (long long)x->d[d];
+    for (int q = 0; q < 4; q++) {
+        int d = x->rank - 4 + q;
+        xs[q] = d >= 0 ? (long long)x->d[d] : 1;
+        ys[q] = d >= 0 ? (long long)y->d[d] : 1;
+        before[q] = (long long)n->ia[2 * (3 - q)];
+    }
+    return arena_printf(e->a, "%lld, (const int64_t[]){%lld, %lld, %lld, %lld}, (const int64_t[]){%lld, "
+                        "%lld, %lld, %lld}, (const int64_t[]){%lld, %lld, %lld, %lld}, (float)%.9g", outer,
+                        xs[0], xs[1], xs[2], xs[3], ys[0], ys[1], ys[2], ys[3], before[0], before[1],
+                        before[2], before[3], n->fa[0]);
+}
+
+/* "P, H, W, sh, sw, mode" of upsample node f (x [N, C, H, W]) */
+const char *emit_upsample(Emit *e, const IrNode *f)
+{
+    const IrNode *x = f->in[0];
+    return arena_printf(e->a, "%lld, %lld, %lld, %lld, %lld, %d", emit_dim(x, 0) * emit_dim(x, 1),
+                        emit_dim(x, 2), emit_dim(x, 3), (long long)f->ia[0], (long long)f->ia[1],
+                        (int)f->ia[2]);
+}
+
+/* "N, C, S, G, eps" of group_norm node f (x [N, C, ...], S the rest) */
+const char *emit_group_norm(Emit *e, const IrNode *f)
+{
+    long long b, c, s;
+    emit_ncs(f->in[0], &b, &c, &s);
+    return arena_printf(e->a, "%lld, %lld, %lld, %lld, (float)%.9g", b, c, s, (long long)f->ia[0], f->fa[0]);
+}

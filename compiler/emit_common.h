@@ -94,6 +94,14 @@ const char *emit_nchw(Emit *e, const IrNode *x);   /* "N, C, H, W" */
 /* "N, mp_conv_of(C, H, W, F, kh, kw, ...)": the batch and geometry of the
  * convolution node f (CONV2D), for its kernels and its gradients' */
 const char *emit_conv(Emit *e, const IrNode *f);
+/* the same for conv_transpose2d node f: its adjoint conv2d (y -> x) */
+const char *emit_conv_transpose(Emit *e, const IrNode *f);
+/* "outer, xs, ys, before, value" of a pad node (mp_k_pad's arguments) */
+const char *emit_pad(Emit *e, const IrNode *n);
+/* "P, H, W, sh, sw, mode" of an upsample node */
+const char *emit_upsample(Emit *e, const IrNode *f);
+/* "N, C, S, G, eps" of a group_norm node */
+const char *emit_group_norm(Emit *e, const IrNode *f);
 /* "k, stride, padding" of the pooling node f, and for avg_pool2d ", incl"
  * (count_include_pad) */
 const char *emit_pool(Emit *e, const IrNode *f);

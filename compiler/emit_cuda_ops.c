@@ -568,3 +568,58 @@ void emit_cuda_GRU(Emit *e, const IrNode *n) { recurrent(e, n, "gru"); }
 void emit_cuda_LSTM(Emit *e, const IrNode *n) { recurrent(e, n, "lstm"); }
 void emit_cuda_GRU_GRAD(Emit *e, const IrNode *n) { recurrent_grad(e, n, "gru_grad"); }
 void emit_cuda_LSTM_GRAD(Emit *e, const IrNode *n) { recurrent_grad(e, n, "lstm_grad"); }
+/* ---- image operations ------------------------------------------------------------ */
+void emit_cuda_CONV_TRANSPOSE2D(Emit *e, const IrNode *n)
+{
+    const IrNode *x = IN(0), *w = IN(1), *b = n->nin > 2 ? IN(2) : NULL;
+    em(e, "    mp_cu_conv_transpose2d%s(%s, %s, %s, %s,\n                %s);\n", T4(n, x, w, b), C(n), C(x),
+       C(w), b ? C(b) : "NULL", emit_conv_transpose(e, n));
+}
+
+/* (dy, weight): the conv2d of dy, whose adjoint the forward is */
+void emit_cuda_CONV_TRANSPOSE2D_DX(Emit *e, const IrNode *n)
+{
+    em(e, "    mp_cu_conv2d%s(%s, %s, %s, NULL,\n                %s);\n", T4(n, IN(0), IN(1), NULL), C(n),
+       C(IN(0)), C(IN(1)), emit_conv_transpose(e, n->grad_of));
+}
+
+/* (dy, x): that conv2d's weight gradient, x in the place of its dy */
+void emit_cuda_CONV_TRANSPOSE2D_DW(Emit *e, const IrNode *n)
+{
+    em(e, "    mp_cu_conv2d_dw%s(%s, %s, %s,\n                   %s, 0.0f);\n", T3(n, IN(1), IN(0)), C(n),
+       C(IN(1)), C(IN(0)), emit_conv_transpose(e, n->grad_of));
+}
+
+void emit_cuda_PAD(Emit *e, const IrNode *n)
+{
+    em(e, "    mp_cu_pad%s(%s, %s, %s);\n", T2(n, IN(0)), C(n), C(IN(0)), emit_pad(e, n));
+}
+
+void emit_cuda_UPSAMPLE(Emit *e, const IrNode *n)
+{
+    em(e, "    mp_cu_upsample%s(%s, %s, %s);\n", T2(n, IN(0)), C(n), C(IN(0)), emit_upsample(e, n));
+}
+
+void emit_cuda_UPSAMPLE_GRAD(Emit *e, const IrNode *n)
+{
+    em(e, "    mp_cu_upsample_grad%s(%s, %s, %s);\n", T2(n, IN(0)), C(n), C(IN(0)),
+       emit_upsample(e, n->grad_of));
+}
+
+void emit_cuda_GROUP_NORM(Emit *e, const IrNode *n)
+{
+    em(e, "    mp_cu_group_norm%s(%s, %s, %s, %s, %s);\n", T4(n, IN(0), IN(1), IN(2)), C(n), C(IN(0)),
+       C(IN(1)), C(IN(2)), emit_group_norm(e, n));
+}
+
+void emit_cuda_GROUP_NORM_DX(Emit *e, const IrNode *n)
+{
+    em(e, "    mp_cu_group_norm_dx%s(%s, %s, %s, %s, %s);\n", T4(n, IN(0), IN(1), IN(2)), C(n),
+       C(IN(0)), C(IN(1)), C(IN(2)), emit_group_norm(e, n->grad_of));
+}
+
+void emit_cuda_GROUP_NORM_DW(Emit *e, const IrNode *n)
+{
+    em(e, "    mp_cu_group_norm_dw%s(%s, %s, %s, %s, 0.0f);\n", T3(n, IN(0), IN(1)), C(n), C(IN(0)),
+       C(IN(1)), emit_group_norm(e, n->grad_of));
+}

@@ -52,6 +52,7 @@ static const bool risky[OP__COUNT] = {
     [OP_SOFTMAX] = true, [OP_LOG_SOFTMAX] = true, [OP_EXP] = true, [OP_LOG] = true,
     [OP_SUM] = true, [OP_MEAN] = true, [OP_LAYER_NORM] = true, [OP_BATCH_NORM] = true,
     [OP_CROSS_ENTROPY] = true, [OP_MSE] = true, [OP_RMS_NORM] = true, [OP_POW] = true,
+    [OP_GROUP_NORM] = true,
 };
 
 /* Losses and metrics: the scalar they produce is stored in f32. */

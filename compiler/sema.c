@@ -1414,6 +1414,16 @@ static bool pair_arg(Ctx *c, const char *fn, const Args *a, int i, const char *w
     return true;
 }
 
+/* A convolution's groups (argument 6) must divide both channel counts. */
+static bool groups_divide(const Args *a, const char *fn, int64_t ci, int64_t co, int64_t G)
+{
+    if (ci % G == 0 && co % G == 0)
+        return true;
+    diag_error(a->e[6]->loc, "%s groups = %lld must divide the input channels (%lld) and the "
+               "output channels (%lld)", fn, (long long)G, (long long)ci, (long long)co);
+    return false;
+}
+
 /* conv2d(x, c, kernel, stride, padding, dilation, groups, bias): weight
  * [c, Cin / groups, kh, kw], as nn.Conv2d. conv1d: x [N, Cin, L] and weight
  * [c, Cin / groups, k] (nn.Conv1d) are viewed as conv2d's with a height of
@@ -1436,11 +1446,8 @@ static Val lower_conv(Ctx *c, const Builtin *b, const Expr *x, Args *a)
         !layer_args(c, x, a, 8, init_glorot, init_zeros, &la))
         return verr;
     int64_t ci = in->shape.d[1];
-    if (ci % G || co % G) {
-        diag_error(a->e[6]->loc, "%s groups = %lld must divide the input channels (%lld) and the "
-                   "output channels (%lld)", fn, (long long)G, (long long)ci, (long long)co);
+    if (!groups_divide(a, fn, ci, co, G))
         return verr;
-    }
     if (same && (s[0] != 1 || s[1] != 1)) {
         diag_error(a->e[4]->loc, "%s padding = \"same\" needs stride 1 (as torch), got stride %lld", fn,
                    (long long)(s[0] != 1 ? s[0] : s[1]));
@@ -2200,6 +2207,123 @@ static Val lower_rnn(Ctx *c, const Builtin *b, const Expr *x, Args *a)
     return vtensor(out);
 }
 
+/* ---- image operations (LANGUAGE.md "Convolution, padding, resampling") ---- */
+
+/* conv_transpose2d(x, c, kernel, stride, padding, output_padding, groups,
+ * bias): weight [Cin, c / groups, kh, kw] and bias [c], as
+ * nn.ConvTranspose2d (whose initialisers read fan_in from the weight's
+ * axis 1: c / groups kh kw). */
+static Val lower_conv_transpose(Ctx *c, const Builtin *b, const Expr *x, Args *a)
+{
+    const char *fn = b->name;
+    IrNode *in = a->v[0].t;
+    int64_t co = a->v[1].i, G = a->v[6].i, k[2], s[2], p[2], op[2], rf, fi, fo;
+    LayerArgs la;
+    if (!positive(c, a->e[1], "conv_transpose2d output channels", co) ||
+        !pair_arg(c, fn, a, 2, "kernel", true, 1, k, NULL) ||
+        !pair_arg(c, fn, a, 3, "stride", true, 1, s, NULL) ||
+        !pair_arg(c, fn, a, 4, "padding", true, 0, p, NULL) ||
+        !pair_arg(c, fn, a, 5, "output_padding", true, 0, op, NULL) ||
+        !positive(c, a->e[6] ? a->e[6] : x, "conv_transpose2d groups", G) ||
+        !shape_expect_rank(c->g, x->loc, fn, "NCHW input [N, C, H, W]", &in->shape, 4, 4) ||
+        !layer_args(c, x, a, 8, init_glorot, init_zeros, &la))
+        return verr;
+    int64_t ci = in->shape.d[1];
+    if (!groups_divide(a, fn, ci, co, G))
+        return verr;
+    for (int i = 0; i < 2; i++)
+        if (op[i] >= s[i]) {
+            diag_error(a->e[5]->loc, "%s output_padding must be smaller than the stride (as torch), "
+                       "got output_padding %lld with stride %lld", fn, (long long)op[i], (long long)s[i]);
+            return verr;
+        }
+    if (__builtin_mul_overflow(k[0], k[1], &rf) || __builtin_mul_overflow(co / G, rf, &fi) ||
+        __builtin_mul_overflow(ci, rf, &fo))
+        fi = fo = INT64_MAX;   /* the weight's element count is refused below */
+    IrNode *ins[3] = {in, declare(c, x->loc, pname(c, la.name, "weight"),
+                                  (Shape){4, {ci, co / G, k[0], k[1]}}, la.w, fi, fo), NULL};
+    if (a->v[7].i)
+        ins[2] = declare(c, x->loc, pname(c, la.name, "bias"), (Shape){1, {co}}, la.b, fi, fo);
+    if (!ins[1] || (a->v[7].i && !ins[2]))
+        return verr;
+    IrNode *n = node(c, OP_CONV_TRANSPOSE2D, x->loc, a->v[7].i ? 3 : 2, ins);
+    if (n) {
+        int64_t at[7] = {s[0], s[1], p[0], p[1], op[0], op[1], G};
+        memcpy(n->ia, at, sizeof at);
+    }
+    return finish(c, n);
+}
+
+/* pad(x, [p...], value): F.pad's constant mode; the list (last axis first,
+ * before and after) has an even length of at most 8 (the last 4 axes). */
+static Val lower_pad(Ctx *c, const Builtin *b, const Expr *x, Args *a)
+{
+    const Expr *l = a->e[1];
+    int64_t p[MP_MAX_RANK] = {0};
+    int np;
+    if (l->nargs % 2 || l->nargs > 8 || l->nargs == 0) {
+        diag_error(l->loc, "pad needs a list of 2, 4, 6 or 8 sizes ([left, right, top, bottom, ...], "
+                   "last axis first), got %d", l->nargs);
+        return verr;
+    }
+    if (!int_list(c, l, "pad", p, &np))
+        return verr;
+    IrNode *n = node(c, OP_PAD, x->loc, 1, &a->v[0].t);
+    if (n) {
+        memcpy(n->ia, p, sizeof p);
+        n->fa[0] = a->v[2].r;
+    }
+    return finish(c, n);
+}
+
+/* group_norm(x, groups, eps): weight and bias [C] (nn.GroupNorm, affine) */
+static Val lower_group_norm(Ctx *c, const Builtin *b, const Expr *x, Args *a)
+{
+    IrNode *in = a->v[0].t;
+    int64_t G = a->v[1].i;
+    LayerArgs la;
+    if (!positive(c, a->e[1], "group_norm groups", G) ||
+        !shape_expect_rank(c->g, x->loc, "group_norm", "an input [N, C, ...]", &in->shape, 2,
+                           MP_MAX_RANK) ||
+        !layer_args(c, x, a, 3, init_ones, init_zeros, &la))
+        return verr;
+    int64_t ch = in->shape.d[1];
+    if (ch % G) {
+        diag_error(a->e[1]->loc, "group_norm groups = %lld must divide the channels (%lld)",
+                   (long long)G, (long long)ch);
+        return verr;
+    }
+    Shape s = {1, {ch}};
+    IrNode *ins[3] = {in, declare(c, x->loc, pname(c, la.name, "weight"), s, la.w, ch, ch),
+                      declare(c, x->loc, pname(c, la.name, "bias"), s, la.b, ch, ch)};
+    if (!ins[1] || !ins[2])
+        return verr;
+    IrNode *n = node(c, OP_GROUP_NORM, x->loc, 3, ins);
+    if (n) {
+        n->ia[0] = G;
+        n->fa[0] = a->v[2].r;
+    }
+    return finish(c, n);
+}
+
+/* upsample(x, scale, mode): an integer scale or a pair [h, w]; "nearest" or
+ * "bilinear" (align_corners false, as F.interpolate's default). */
+static Val lower_upsample(Ctx *c, const Builtin *b, const Expr *x, Args *a)
+{
+    static const char *const modes[] = {"nearest", "bilinear"};
+    int64_t s[2];
+    if (!pair_arg(c, "upsample", a, 1, "scale", true, 1, s, NULL))
+        return verr;
+    int mode = choice(c, a, 2, "upsample", "mode", modes, 2);
+    IrNode *n = mode < 0 ? NULL : node(c, OP_UPSAMPLE, x->loc, 1, &a->v[0].t);
+    if (n) {
+        n->ia[0] = s[0];
+        n->ia[1] = s[1];
+        n->ia[2] = mode;
+    }
+    return finish(c, n);
+}
+
 #define T1(n)  {REQ(n, A_TENSOR)}
 #define T2(n, m) {REQ(n, A_TENSOR), REQ(m, A_TENSOR)}
 
@@ -2299,6 +2423,16 @@ static const Builtin builtins[] = {
     {"zeros", OP_FULL, lower_full, false, {REQ("dims", A_LIST)}},
     {"ones", OP_FULL, lower_full, false, {REQ("dims", A_LIST)}},
     {"full", OP_FULL, lower_full, false, {REQ("dims", A_LIST), REQ("value", A_REAL)}},
+    {"conv_transpose2d", OP_CONV_TRANSPOSE2D, lower_conv_transpose, true,
+     {REQ("x", A_TENSOR), REQ("c", A_INT), REQ("kernel", A_PAIR), OPT("stride", A_PAIR, 1),
+      OPT("padding", A_PAIR, 0), OPT("output_padding", A_PAIR, 0), OPT("groups", A_INT, 1),
+      OPT("bias", A_BOOL, 1), LAYER_TAIL}},
+    {"pad", OP_PAD, lower_pad, false,
+     {REQ("x", A_TENSOR), REQ("p", A_LIST), OPT("value", A_REAL, 0)}},
+    {"group_norm", OP_GROUP_NORM, lower_group_norm, true,
+     {REQ("x", A_TENSOR), REQ("groups", A_INT), OPT("eps", A_REAL, 1e-5), LAYER_TAIL}},
+    {"upsample", OP_UPSAMPLE, lower_upsample, false,
+     {REQ("x", A_TENSOR), REQ("scale", A_PAIR), ABS("mode", A_STR)}},
     {"f32", OP_CAST, lower_cast, false, {REQ("x", A_ANY)}},
     {"f16", OP_CAST, lower_cast, false, {REQ("x", A_ANY)}},
     {"bf16", OP_CAST, lower_cast, false, {REQ("x", A_ANY)}},

@@ -1237,3 +1237,111 @@ static bool recurrent_grad(IrGraph *g, IrNode *n)
 }
 bool shape_GRU_GRAD(IrGraph *g, IrNode *n) { return recurrent_grad(g, n); }
 bool shape_LSTM_GRAD(IrGraph *g, IrNode *n) { return recurrent_grad(g, n); }
+/* ---- image operations (LANGUAGE.md "Convolution, padding, resampling") ------------ */
+
+/* (x [N, Cin, H, W], weight [Cin, c / groups, kh, kw] [, bias [c]]) -> [N, c,
+ * (H - 1) s - 2 p + kh + op, ...], nn.ConvTranspose2d's sizes. */
+bool shape_CONV_TRANSPOSE2D(IrGraph *g, IrNode *n)
+{
+    if (!nin_is(n, 2, 3) || !all_float(n) || !rank_in(g, n, 0, nchw, 4, 4) ||
+        !rank_in(g, n, 1, "a weight [Cin, c / groups, kh, kw]", 4, 4))
+        return false;
+    const Shape *x = sh(n, 0), *w = sh(n, 1);
+    int64_t G = n->ia[6], co = w->d[1] * G;
+    if (G < 1 || x->d[1] % G || w->d[0] != x->d[1]) {
+        diag_error(n->loc, "conv_transpose2d weight %s does not fit input %s with groups %lld: needs "
+                   "[%lld, c / groups, kh, kw]", str(g, w), str(g, x), (long long)G, (long long)x->d[1]);
+        return false;
+    }
+    if (n->nin == 3 && (sh(n, 2)->rank != 1 || sh(n, 2)->d[0] != co)) {
+        diag_error(n->loc, "conv_transpose2d bias must be [%lld], got %s", (long long)co, str(g, sh(n, 2)));
+        return false;
+    }
+    Shape r = *x;
+    r.d[1] = co;
+    for (int i = 0; i < 2; i++) {
+        int64_t k = w->d[2 + i], s = n->ia[i], p = n->ia[2 + i], op = n->ia[4 + i], o;
+        if (s < 1 || p < 0 || op < 0 || op >= s) {
+            diag_error(n->loc, "conv_transpose2d needs stride >= 1, padding >= 0 and 0 <= "
+                       "output_padding < stride, got stride %lld, padding %lld, output_padding %lld",
+                       (long long)s, (long long)p, (long long)op);
+            return false;
+        }
+        if (__builtin_mul_overflow(x->d[2 + i] - 1, s, &o) || __builtin_add_overflow(o, k + op, &o) ||
+            o - 2 * p < 1) {
+            diag_error(n->loc, "conv_transpose2d of input %s with kernel %lld x %lld, stride %lld and "
+                       "padding %lld has no output", str(g, x), (long long)w->d[2], (long long)w->d[3],
+                       (long long)s, (long long)p);
+            return false;
+        }
+        r.d[2 + i] = o - 2 * p;
+    }
+    return set_shape(g, n, &r);
+}
+
+/* F.pad's list ia[0..7] (last axis first, before / after); a crop may not
+ * leave an axis empty. */
+bool shape_PAD(IrGraph *g, IrNode *n)
+{
+    Shape r = *sh(n, 0);
+    for (int k = 0; k < 4; k++) {
+        if (!n->ia[2 * k] && !n->ia[2 * k + 1])
+            continue;
+        int a = r.rank - 1 - k;
+        if (a < 0) {
+            diag_error(n->loc, "pad's list of %d entries pads %d axes, but %s has %d", 2 * k + 2, k + 1,
+                       str(g, sh(n, 0)), r.rank);
+            return false;
+        }
+        int64_t d = r.d[a] + n->ia[2 * k] + n->ia[2 * k + 1];
+        if (d < 1) {
+            diag_error(n->loc, "pad leaves axis %d of %s with %lld elements", a, str(g, sh(n, 0)),
+                       (long long)d);
+            return false;
+        }
+        r.d[a] = d;
+    }
+    return set_shape(g, n, &r);
+}
+
+/* NCHW x [N, C, H, W] -> [N, C, H sh, W sw] */
+bool shape_UPSAMPLE(IrGraph *g, IrNode *n)
+{
+    if (!float_in(n, 0) || !rank_in(g, n, 0, nchw, 4, 4))
+        return false;
+    Shape r = *sh(n, 0);
+    for (int i = 0; i < 2; i++)
+        if (n->ia[i] < 1 || __builtin_mul_overflow(r.d[2 + i], n->ia[i], &r.d[2 + i])) {
+            diag_error(n->loc, "upsample needs a scale >= 1 that keeps %s's size in range, got %lld",
+                       str(g, sh(n, 0)), (long long)n->ia[i]);
+            return false;
+        }
+    return set_shape(g, n, &r);
+}
+
+bool shape_CONV_TRANSPOSE2D_DX(IrGraph *g, IrNode *n) { return like_fwd_in(g, n, 0); }
+bool shape_CONV_TRANSPOSE2D_DW(IrGraph *g, IrNode *n) { return like_fwd_in(g, n, 1); }
+bool shape_UPSAMPLE_GRAD(IrGraph *g, IrNode *n) { return like_fwd_in(g, n, 0); }
+
+/* (x [N, C, ...], weight [C], bias [C]); groups ia[0] divides C */
+bool shape_GROUP_NORM(IrGraph *g, IrNode *n)
+{
+    if (!all_float(n) || !rank_in(g, n, 0, "an input [N, C, ...]", 2, MP_MAX_RANK))
+        return false;
+    int64_t C = sh(n, 0)->d[1];
+    if (n->ia[0] < 1 || C % n->ia[0]) {
+        diag_error(n->loc, "group_norm groups = %lld must divide the channels %lld of %s",
+                   (long long)n->ia[0], (long long)C, str(g, sh(n, 0)));
+        return false;
+    }
+    for (int i = 1; i < 3; i++)
+        if (sh(n, i)->rank != 1 || sh(n, i)->d[0] != C) {
+            diag_error(n->loc, "group_norm %s must be [%lld], got %s", i == 1 ? "weight" : "bias",
+                       (long long)C, str(g, sh(n, i)));
+            return false;
+        }
+    return set_shape(g, n, sh(n, 0));
+}
+
+bool shape_GROUP_NORM_DX(IrGraph *g, IrNode *n) { return like_fwd_in(g, n, 0); }
+bool shape_GROUP_NORM_DW(IrGraph *g, IrNode *n) { return like_fwd_in(g, n, 1); }

@@ -504,6 +504,14 @@ static inline MP_HD int64_t mp_cu_norm_at(const MpCuNorm *g, int64_t base, int64
     return base + (e / g->inner) * g->outer + e % g->inner;
 }
 
+/* The weight (and bias) index of a set's element e: one per set (per = 0:
+ * wi, batch norm), or one per `per` consecutive elements from wi (layer
+ * norm: per 1, wi 0; group norm: per S, wi the group's first channel). */
+static inline MP_HD int64_t mp_cu_norm_wi(int64_t per, int64_t wi, int64_t e)
+{
+    return per ? wi + e / per : wi;
+}
+
 /* This thread's share of the sum of x - shift (or of its squares). */
 static inline MP_HD MpAcc mp_cu_norm_sum(const MpCuNorm *g, const void *x, int xdt, int64_t base,
                                          float shift, int tid, int nt, int squares)
@@ -517,17 +525,17 @@ static inline MP_HD MpAcc mp_cu_norm_sum(const MpCuNorm *g, const void *x, int x
 }
 
 /* Sums of dy*w and of dy*w*xhat (w: 1 when NULL) for the input gradient;
- * the weight is per element (layer norm) or one per set (batch norm). */
+ * the weight's index as mp_cu_norm_wi says. */
 static inline MP_HD void mp_cu_norm_grad_sums(const MpCuNorm *g, const void *dy, int dydt,
                                               const void *x, int xdt, const void *w, int wdt,
-                                              int w_per_elem, int64_t wi, int64_t base,
+                                              int64_t w_per_elem, int64_t wi, int64_t base,
                                               float mean, float rstd, int tid, int nt,
                                               MpAcc *s1, MpAcc *s2)
 {
     MpAcc a = mp_acc_zero(), b = mp_acc_zero();
     for (int64_t e = tid; e < g->count; e += nt) {
         int64_t at = mp_cu_norm_at(g, base, e);
-        float wv = w ? mp_cu_ld(w, wdt, w_per_elem ? e : wi) : 1.0f;
+        float wv = w ? mp_cu_ld(w, wdt, mp_cu_norm_wi(w_per_elem, wi, e)) : 1.0f;
         float gy = mp_cu_ld(dy, dydt, at) * wv;
         float xh = (mp_cu_ld(x, xdt, at) - mean) * rstd;
         mp_acc_add(&a, gy);
@@ -551,23 +559,24 @@ static inline MP_HD void mp_cu_norm_dx_at(void *dx, int dxdt, const void *dy, in
 /* dx = rstd (dy*w - mean(dy*w) - xhat mean(dy*w*xhat)) */
 static inline MP_HD void mp_cu_norm_grad_put(const MpCuNorm *g, void *dx, int dxdt, const void *dy,
                                              int dydt, const void *x, int xdt, const void *w,
-                                             int wdt, int w_per_elem, int64_t wi, int64_t base,
+                                             int wdt, int64_t w_per_elem, int64_t wi, int64_t base,
                                              float mean, float rstd, float s1, float s2, int tid,
                                              int nt)
 {
     float m1 = s1 / (float)g->count, m2 = s2 / (float)g->count;
     for (int64_t e = tid; e < g->count; e += nt) {
         int64_t at = mp_cu_norm_at(g, base, e);
-        float wv = w ? mp_cu_ld(w, wdt, w_per_elem ? e : wi) : 1.0f;
+        float wv = w ? mp_cu_ld(w, wdt, mp_cu_norm_wi(w_per_elem, wi, e)) : 1.0f;
         mp_cu_norm_dx_at(dx, dxdt, dy, dydt, x, xdt, at, wv, mean, rstd, m1, m2);
     }
 }
 
-/* y = (x - mean) rstd w + b, w and b per element (layer norm) or one per
- * set (batch norm: (x - mean) (rstd w) + b); NULL: 1, 0. As mp_kernels_nn.h. */
+/* y = (x - mean) rstd w + b, w and b per element or per `w_per_elem`
+ * elements (layer norm, group norm) or one per set (batch norm: (x - mean)
+ * (rstd w) + b); NULL: 1, 0. As mp_kernels_nn.h. */
 static inline MP_HD void mp_cu_norm_put(const MpCuNorm *g, void *y, int ydt, const void *x, int xdt,
                                         const void *w, int wdt, const void *b, int bdt,
-                                        int w_per_elem, int64_t wi, int64_t base, float mean,
+                                        int64_t w_per_elem, int64_t wi, int64_t base, float mean,
                                         float rstd, int tid, int nt)
 {
     float sc = rstd * (w && !w_per_elem ? mp_cu_ld(w, wdt, wi) : 1.0f);
@@ -575,8 +584,10 @@ static inline MP_HD void mp_cu_norm_put(const MpCuNorm *g, void *y, int ydt, con
     for (int64_t e = tid; e < g->count; e += nt) {
         int64_t at = mp_cu_norm_at(g, base, e);
         float v = mp_cu_ld(x, xdt, at) - mean;
-        if (w_per_elem)
-            v = v * rstd * (w ? mp_cu_ld(w, wdt, e) : 1.0f) + (b ? mp_cu_ld(b, bdt, e) : 0.0f);
+        if (w_per_elem) {
+            int64_t k = mp_cu_norm_wi(w_per_elem, wi, e);
+            v = v * rstd * (w ? mp_cu_ld(w, wdt, k) : 1.0f) + (b ? mp_cu_ld(b, bdt, k) : 0.0f);
+        }
         else
             v = v * sc + sh;
         mp_cu_st(y, ydt, at, v);

@@ -18,6 +18,8 @@
  *   mp_cu_cross_entropy, _grad, mse, _grad, accuracy
  *   mp_cu_matmul, matmul_tn, linear                  (cuBLAS)
  *   mp_cu_conv2d, _dx, _dw          (im2col + cuBLAS per group; depthwise direct)
+ *   mp_cu_conv_transpose2d          (conv2d_dx's product + col2im, + bias)
+ *   mp_cu_pad, upsample, upsample_grad, group_norm (+ _dx, _dw)   (at the end)
  *   pools, global_avg_pool, embedding, layer_norm, batch_norm, attention
  *   additions (at the end): abs sin cos gelu_tanh (+ _grad), maximum,
  *   minimum, maximum_mask, clamp, pow (+ _grad), rms_norm (+ _dx, _dw),
@@ -1183,12 +1185,22 @@ struct MpCuIm2col {
     MP_HD void operator()(int64_t i) const { mp_cu_st(col, CT, i, mp_cu_im2col_at(&v, N, x, XT, i, by_image)); }
 };
 
-template <int DXT>
+/* bias[c] (conv_transpose2d; NULL: none) of element i of [N, C, H, W] */
+static inline MP_HD float mp_cu_plane_bias(const MpConv *v, const void *bias, int bdt, int64_t i)
+{
+    return bias ? mp_cu_ld(bias, bdt, i / (v->H * v->W) % v->C) : 0.0f;
+}
+
+template <int DXT, int BT>
 struct MpCuCol2im {
     void *dx;
     const float *dcol;
+    const void *bias;
     MpConv v;
-    MP_HD void operator()(int64_t i) const { mp_cu_st(dx, DXT, i, mp_cu_col2im_at(&v, dcol, MP_F32, i)); }
+    MP_HD void operator()(int64_t i) const
+    {
+        mp_cu_st(dx, DXT, i, mp_cu_col2im_at(&v, dcol, MP_F32, i) + mp_cu_plane_bias(&v, bias, BT, i));
+    }
 };
 
 template <int YT, int XT, int WT, int BT>
@@ -1199,12 +1211,15 @@ struct MpCuDepthwise {
     MP_HD void operator()(int64_t i) const { mp_cu_st(y, YT, i, mp_cu_depthwise_at(&v, x, XT, w, WT, bias, BT, i)); }
 };
 
-template <int DXT, int DYT, int WT>
+template <int DXT, int DYT, int WT, int BT>
 struct MpCuDepthwiseDx {
     void *dx;
-    const void *dy, *w;
+    const void *dy, *w, *bias;
     MpConv v;
-    MP_HD void operator()(int64_t i) const { mp_cu_st(dx, DXT, i, mp_cu_depthwise_dx_at(&v, dy, DYT, w, WT, i)); }
+    MP_HD void operator()(int64_t i) const
+    {
+        mp_cu_st(dx, DXT, i, mp_cu_depthwise_dx_at(&v, dy, DYT, w, WT, i) + mp_cu_plane_bias(&v, bias, BT, i));
+    }
 };
 
 template <int DYT, int XT>
@@ -1269,18 +1284,20 @@ static inline void mp_cu_conv2d(void *y, const void *x, const void *w, const voi
 }
 
 /* dcol_g[n] = w_g^T [C/G kh kw, F/G] @ dy_g[n] [F/G, OH OW] in f32, then
- * col2im sums it into dx */
-template <int DXT, int DYT, int WT>
-static inline void mp_cu_conv2d_dx(void *dx, const void *dy, const void *w, int64_t N, MpConv v)
+ * col2im sums it into dx (+ bias[c] when not NULL): conv2d's input
+ * gradient, and conv_transpose2d's forward */
+template <int DXT, int DYT, int WT, int BT>
+static inline void mp_cu_conv_adjoint(const char *name, void *dx, const void *dy, const void *w,
+                                      const void *bias, int64_t N, MpConv v)
 {
     int64_t ohw = v.OH * v.OW, nx = N * v.C * v.H * v.W;
     if (mp_conv_depthwise(&v)) {
-        MpCuDepthwiseDx<DXT, DYT, WT> d = {dx, dy, w, v};
-        mp_cu_each("conv2d_dx", nx, d);
+        MpCuDepthwiseDx<DXT, DYT, WT, BT> d = {dx, dy, w, bias, v};
+        mp_cu_each(name, nx, d);
         return;
     }
     int64_t ckk = v.C * v.kh * v.kw, gk = ckk / v.G, fg = v.F / v.G;
-    MpCuCol2im<DXT> f = {dx, (const float *)mp_cu_ws(N * ckk * ohw * 4), v};
+    MpCuCol2im<DXT, BT> f = {dx, (const float *)mp_cu_ws(N * ckk * ohw * 4), bias, v};
     for (int64_t g = 0; g < v.G; g++) {
         MpCuGemm m = mp_cu_gemm_of(1, 0, gk, ohw, fg, 1.0f, mp_cu_elem(w, WT, g * fg * gk), WT, gk,
                                    mp_cu_elem(dy, DYT, g * fg * ohw), DYT, ohw, 0.0f,
@@ -1290,7 +1307,22 @@ static inline void mp_cu_conv2d_dx(void *dx, const void *dy, const void *w, int6
         m.sc = ckk * ohw;
         mp_cu_gemm(&m);
     }
-    mp_cu_each("conv2d_dx", nx, f);
+    mp_cu_each(name, nx, f);
+}
+
+template <int DXT, int DYT, int WT>
+static inline void mp_cu_conv2d_dx(void *dx, const void *dy, const void *w, int64_t N, MpConv v)
+{
+    mp_cu_conv_adjoint<DXT, DYT, WT, MP_F32>("conv2d_dx", dx, dy, w, NULL, N, v);
+}
+
+/* conv_transpose2d: the adjoint of the conv2d v from y to x, + bias (its
+ * gradients are that conv2d and its weight gradient, see emit_cuda_ops.c) */
+template <int YT, int XT, int WT, int BT>
+static inline void mp_cu_conv_transpose2d(void *y, const void *x, const void *w, const void *bias,
+                                          int64_t N, MpConv v)
+{
+    mp_cu_conv_adjoint<YT, XT, WT, BT>("conv_transpose2d", y, x, w, bias, N, v);
 }
 
 /* dw_g [F/G, C/G kh kw] = dy_g as [F/G, N OH OW] @ (x's im2col, group g's
@@ -1481,7 +1513,7 @@ static MP_HD void mp_cu_norm_moments(const MpCuTeam &t, const MpCuNorm *g, const
 /* dx of one set: the two sums of the gradient, then dx. */
 template <int DXT, int DYT, int XT, int WT>
 static MP_HD void mp_cu_norm_dx(const MpCuTeam &t, const MpCuNorm *g, void *dx, const void *dy,
-                                const void *x, const void *w, int w_per_elem, int64_t wi,
+                                const void *x, const void *w, int64_t w_per_elem, int64_t wi,
                                 int64_t base, float eps)
 {
     float mean, rstd;
@@ -2729,6 +2761,162 @@ static inline void mp_cu_lstm_grad(void *o, const void *ds, const void *s, const
         mp_cu_gemm(&g);
     }
     mp_cu_rnn_weight_grads<OT, ST>(o, acc, o, s, B, T, H, G, 6 * H);
+/* ---- pad, upsample ------------------------------------------------------------- */
+
+/* pad: y [outer, ys[0..3]] from x [outer, xs[0..3]], index j of axis k
+ * reading x's j - before[k], value outside */
+typedef struct MpCuPad { int64_t xs[4], ys[4], before[4]; } MpCuPad;
+
+template <int YT, int XT>
+struct MpCuPadOp {
+    void *y;
+    const void *x;
+    MpCuPad p;
+    float value;
+    MP_HD void operator()(int64_t i) const
+    {
+        int64_t rest = i, xi = 0, stride = 1;
+        for (int k = 3; k >= 0; k--) {
+            int64_t j = rest % p.ys[k] - p.before[k];
+            rest /= p.ys[k];
+            if (j < 0 || j >= p.xs[k]) {
+                mp_cu_st(y, YT, i, value);
+                return;
+            }
+            xi += j * stride;
+            stride *= p.xs[k];
+        }
+        mp_cu_mv(y, YT, i, x, XT, xi + rest * stride);
+    }
+};
+
+template <int YT, int XT>
+static inline void mp_cu_pad(void *y, const void *x, int64_t outer, const int64_t *xs, const int64_t *ys,
+                             const int64_t *before, float value)
+{
+    MpCuPadOp<YT, XT> f = {y, x, {}, value};
+    for (int k = 0; k < 4; k++) {
+        f.p.xs[k] = xs[k];
+        f.p.ys[k] = ys[k];
+        f.p.before[k] = before[k];
+    }
+    mp_cu_each("pad", outer * ys[0] * ys[1] * ys[2] * ys[3], f);
+}
+
+/* upsample (grad 0) and its gradient (grad 1): one element per item, the
+ * C program's per-element functions (mp_kernels.h) */
+template <int YT, int XT>
+struct MpCuUpsample {
+    void *y;
+    const void *x;
+    int64_t H, W, sh, sw;
+    int mode, grad;
+    MP_HD void operator()(int64_t e) const
+    {
+        mp_cu_st(y, YT, e, grad ? mp_upsample_grad_at(x, XT, H, W, sh, sw, mode, e)
+                                : mp_upsample_at(x, XT, H, W, sh, sw, mode, e));
+    }
+};
+
+template <int YT, int XT>
+static inline void mp_cu_upsample(void *y, const void *x, int64_t P, int64_t H, int64_t W, int64_t sh,
+                                  int64_t sw, int mode)
+{
+    MpCuUpsample<YT, XT> f = {y, x, H, W, sh, sw, mode, 0};
+    mp_cu_each("upsample", P * H * sh * W * sw, f);
+}
+
+template <int DXT, int DYT>
+static inline void mp_cu_upsample_grad(void *dx, const void *dy, int64_t P, int64_t H, int64_t W,
+                                       int64_t sh, int64_t sw, int mode)
+{
+    MpCuUpsample<DXT, DYT> f = {dx, dy, H, W, sh, sw, mode, 1};
+    mp_cu_each("upsample_grad", P * H * W, f);
+}
+
+/* ---- group_norm: a block per (sample, group) row of x [N, C, S] ------------------- */
+
+template <int YT, int XT, int WT, int BT>
+struct MpCuGroupNorm {
+    void *y;
+    const void *x, *w, *b;
+    int64_t C, S, G;
+    float eps;
+    MP_HD void operator()(int64_t r, const MpCuTeam &t) const
+    {
+        int64_t len = C / G * S;
+        MpCuNorm g = {len, len, 0};
+        float mean, rstd;
+        mp_cu_norm_moments<XT>(t, &g, x, r * len, eps, &mean, &rstd, NULL);
+        mp_cu_norm_put(&g, y, YT, x, XT, w, WT, b, BT, S, r % G * (C / G), r * len, mean, rstd, t.tid, t.nt);
+    }
+};
+
+template <int YT, int XT, int WT, int BT>
+static inline void mp_cu_group_norm(void *y, const void *x, const void *w, const void *b, int64_t N,
+                                    int64_t C, int64_t S, int64_t G, float eps)
+{
+    MpCuGroupNorm<YT, XT, WT, BT> f = {y, x, w, b, C, S, G, eps};
+    mp_cu_rows("group_norm", N * G, mp_cu_row_threads(C / G * S), f);
+}
+
+template <int DXT, int DYT, int XT, int WT>
+struct MpCuGroupNormDx {
+    void *dx;
+    const void *dy, *x, *w;
+    int64_t C, S, G;
+    float eps;
+    MP_HD void operator()(int64_t r, const MpCuTeam &t) const
+    {
+        int64_t len = C / G * S;
+        MpCuNorm g = {len, len, 0};
+        mp_cu_norm_dx<DXT, DYT, XT, WT>(t, &g, dx, dy, x, w, S, r % G * (C / G), r * len, eps);
+    }
+};
+
+template <int DXT, int DYT, int XT, int WT>
+static inline void mp_cu_group_norm_dx(void *dx, const void *dy, const void *x, const void *w, int64_t N,
+                                       int64_t C, int64_t S, int64_t G, float eps)
+{
+    MpCuGroupNormDx<DXT, DYT, XT, WT> f = {dx, dy, x, w, C, S, G, eps};
+    mp_cu_rows("group_norm_dx", N * G, mp_cu_row_threads(C / G * S), f);
+}
+
+/* dw[c]: a block per channel over its N S values (batch norm's set), each
+ * image's values normalised with its row's statistics (st, from
+ * MpCuRowStats over the N G rows) */
+template <int DWT, int DYT, int XT>
+struct MpCuGroupNormDw {
+    void *dw;
+    const void *dy, *x;
+    const float *st;
+    int64_t N, C, S, G;
+    float beta;
+    MP_HD void operator()(int64_t c, const MpCuTeam &t) const
+    {
+        MpCuNorm g = {N * S, S, C * S};
+        MpAcc a = mp_acc_zero();
+        for (int64_t e = t.tid; e < g.count; e += t.nt) {
+            int64_t at = mp_cu_norm_at(&g, c * S, e);
+            const float *m = st + 2 * (e / S * G + c / (C / G));
+            mp_acc_add(&a, mp_cu_ld(dy, DYT, at) * ((mp_cu_ld(x, XT, at) - m[0]) * m[1]));
+        }
+        MpAcc s = t.sum(a);
+        if (t.tid == 0)
+            mp_cu_st_beta(dw, DWT, c, mp_acc_get(s), beta);
+    }
+};
+
+template <int DWT, int DYT, int XT>
+static inline void mp_cu_group_norm_dw(void *dw, const void *dy, const void *x, int64_t N, int64_t C,
+                                       int64_t S, int64_t G, float eps, float beta)
+{
+    int64_t len = C / G * S;
+    float *st = (float *)mp_cu_ws(N * G * 2 * (int64_t)sizeof(float));
+    MpCuRowStats<XT> a = {st, x, len, eps};
+    mp_cu_rows("group_norm_dw", N * G, mp_cu_row_threads(len), a);
+    MpCuGroupNormDw<DWT, DYT, XT> f = {dw, dy, x, st, N, C, S, G, beta};
+    mp_cu_rows("group_norm_dw", C, 256, f);
 }
 
 #endif

@@ -103,6 +103,14 @@
  *       y[N,F,OH,OW]; groups, dilation, padding as torch's F.conv2d
  *   mp_k_conv2d_dx(dx,dxdt, dy,dydt, w,wdt, N, conv)
  *   mp_k_conv2d_dw(dw,dwdt, dy,dydt, x,xdt, N, conv, beta)
+ *   mp_k_conv_transpose2d(y,ydt, x,xdt, w,wdt, bias,bdt, N, conv)   conv: the
+ *       conv2d from y [N,C,H,W] to x [N,F,OH,OW]; w [F,C/G,kh,kw]
+ *   mp_k_pad(y,ydt, x,xdt, outer, xs[4], ys[4], before[4], value)   the last
+ *       four axes (xs -> ys), before[k] added to axis k's index (< 0 crops)
+ *   mp_k_upsample(y,ydt, x,xdt, P,H,W, sh,sw, mode); _grad(dx, dy, ...)
+ *   mp_k_group_norm(y,ydt, x,xdt, w,wdt, b,bdt, N,C,S, G, eps)   x[N,C,S]
+ *   mp_k_group_norm_dx(dx,dxdt, dy,dydt, x,xdt, w,wdt, N,C,S, G, eps)
+ *   mp_k_group_norm_dw(dw,dwdt, dy,dydt, x,xdt, N,C,S, G, eps, beta)
  *   mp_k_max_pool2d(y,ydt, x,xdt, N,C,H,W, k,stride,pad)
  *       OH = (H + 2 pad - k)/stride + 1, the padding never the maximum
  *   mp_k_max_pool2d_grad(dx,dxdt, dy,dydt, x,xdt, N,C,H,W, k,stride,pad)
@@ -440,6 +448,76 @@ static inline MP_HD float mp_fence(float v)
     volatile float w = v;
     return w;
 #endif
+}
+
+/* upsample along one axis (both programs): output o of an axis scaled by
+ * s from n inputs reads inputs i0 and i1 with weights 1 - l and l. Nearest:
+ * i0 = i1 = o / s (torch's floor(o * (1/s)) for an integer s). Bilinear,
+ * align_corners false, as torch with a scale factor: src = (o + 0.5) (1/s)
+ * - 0.5 in f32, at least 0; i0 = floor(src), i1 = i0 + 1 but at most n - 1. */
+static inline MP_HD void mp_up_src(int64_t o, int64_t s, int64_t n, int mode, int64_t *i0,
+                                   int64_t *i1, float *l)
+{
+    if (!mode) {
+        *i0 = *i1 = o / s;
+        *l = 0.0f;
+        return;
+    }
+    float src = (float)(1.0 / (double)s) * ((float)o + 0.5f) - 0.5f;
+    if (src < 0.0f)
+        src = 0.0f;
+    int64_t i = (int64_t)src;
+    *i0 = i;
+    *i1 = i < n - 1 ? i + 1 : i;
+    *l = src - (float)i;
+}
+
+/* The weight of input i in output o along one axis (0 if o does not read
+ * it). Outputs reading input i lie in [(i - 1) s, (i + 2) s). */
+static inline MP_HD float mp_up_weight(int64_t o, int64_t s, int64_t n, int mode, int64_t i)
+{
+    int64_t i0, i1;
+    float l;
+    mp_up_src(o, s, n, mode, &i0, &i1, &l);
+    return (i0 == i ? 1.0f - l : 0.0f) + (i1 == i ? l : 0.0f);
+}
+
+/* Element e of upsample's y [P, H sh, W sw] from x [P, H, W]. */
+static inline MP_HD float mp_upsample_at(const void *x, int xdt, int64_t H, int64_t W, int64_t sh,
+                                         int64_t sw, int mode, int64_t e)
+{
+    int64_t OW = W * sw, OH = H * sh, ox = e % OW, oy = e / OW % OH, p = e / (OW * OH);
+    int64_t y0, y1, x0, x1;
+    float ly, lx;
+    mp_up_src(oy, sh, H, mode, &y0, &y1, &ly);
+    mp_up_src(ox, sw, W, mode, &x0, &x1, &lx);
+    const int64_t o = p * H * W;
+    float a = (1.0f - lx) * mp_ld(x, xdt, o + y0 * W + x0) + lx * mp_ld(x, xdt, o + y0 * W + x1);
+    float b = (1.0f - lx) * mp_ld(x, xdt, o + y1 * W + x0) + lx * mp_ld(x, xdt, o + y1 * W + x1);
+    return (1.0f - ly) * a + ly * b;
+}
+
+/* Element e of upsample's input gradient dx [P, H, W]: the outputs that
+ * read it, rows then columns in order, each times its two weights. */
+static inline MP_HD float mp_upsample_grad_at(const void *dy, int dydt, int64_t H, int64_t W,
+                                              int64_t sh, int64_t sw, int mode, int64_t e)
+{
+    int64_t OW = W * sw, OH = H * sh, ix = e % W, iy = e / W % H, p = e / (W * H);
+    int64_t ylo = (iy - 1) * sh, yhi = (iy + 2) * sh, xlo = (ix - 1) * sw, xhi = (ix + 2) * sw;
+    float s = 0.0f;
+    for (int64_t oy = ylo < 0 ? 0 : ylo; oy < yhi && oy < OH; oy++) {
+        float wy = mp_up_weight(oy, sh, H, mode, iy);
+        if (wy == 0.0f)
+            continue;
+        float r = 0.0f;
+        for (int64_t ox = xlo < 0 ? 0 : xlo; ox < xhi && ox < OW; ox++) {
+            float wx = mp_up_weight(ox, sw, W, mode, ix);
+            if (wx != 0.0f)
+                r += wx * mp_ld(dy, dydt, (p * OH + oy) * OW + ox);
+        }
+        s += wy * r;
+    }
+    return s;
 }
 
 /* p[off + i*stride] -> dst[i] as f32, i < n (stride 0 broadcasts one

@@ -134,10 +134,21 @@ static inline void mp_conv_depthwise_fwd(void *y, int ydt, const void *x, int xd
     }
 }
 
+/* Plane c of an adjoint's result (conv_transpose2d) gets bias[c], after its
+ * sums (the CUDA program's order). */
+static inline void mp_conv_add_bias(float *plane, const void *bias, int bdt, int64_t c, int64_t n)
+{
+    if (!bias)
+        return;
+    float b = mp_ld(bias, bdt, c);
+    for (int64_t i = 0; i < n; i++) plane[i] += b;
+}
+
 /* Depthwise input gradient: plane (n, c) gathers its m output planes, each
  * tap in order, in f32; one thread per plane. */
 static inline void mp_conv_depthwise_dx(void *dx, int dxdt, const void *dy, int dydt,
-                                        const void *w, int wdt, int64_t N, const MpConv *v)
+                                        const void *w, int wdt, const void *bias, int bdt,
+                                        int64_t N, const MpConv *v)
 {
     int64_t m = v->F / v->C, hw = v->H * v->W, npix = v->OH * v->OW, kk = v->kh * v->kw;
     MP_OMP(parallel if (N * v->F * npix * kk > MP_PAR_MIN))
@@ -154,6 +165,7 @@ static inline void mp_conv_depthwise_dx(void *dx, int dxdt, const void *dy, int 
                 for (int64_t t = 0; t < kk; t++)
                     mp_conv_tap(dyp, g, v, t / v->kw, t % v->kw, wk[t], 1);
             }
+            mp_conv_add_bias(g, bias, bdt, c, hw);
             mp_st_n(dx, dxdt, pl * hw, 1, hw, g);
         }
         free(g);
@@ -232,13 +244,14 @@ static inline void mp_k_conv2d(void *y, int ydt, const void *x, int xdt, const v
     }
 }
 
-/* dx[N, C, H, W] from dy[N, F, OH, OW]: per group col = w_g^T dy_g, then
- * col2im; depthwise directly. */
-static inline void mp_k_conv2d_dx(void *dx, int dxdt, const void *dy, int dydt,
-                                  const void *w, int wdt, int64_t N, MpConv v)
+/* dx[N, C, H, W] from dy[N, F, OH, OW] (+ bias[C] when not NULL): per group
+ * col = w_g^T dy_g, then col2im; depthwise directly. The input gradient of
+ * conv2d, and conv_transpose2d's forward (one product per group). */
+static inline void mp_conv_adjoint(void *dx, int dxdt, const void *dy, int dydt, const void *w,
+                                   int wdt, const void *bias, int bdt, int64_t N, MpConv v)
 {
     if (mp_conv_depthwise(&v)) {
-        mp_conv_depthwise_dx(dx, dxdt, dy, dydt, w, wdt, N, &v);
+        mp_conv_depthwise_dx(dx, dxdt, dy, dydt, w, wdt, bias, bdt, N, &v);
         return;
     }
     int64_t cg = v.C / v.G, fg = v.F / v.G, npix = v.OH * v.OW, ckk = cg * v.kh * v.kw;
@@ -256,11 +269,29 @@ static inline void mp_k_conv2d_dx(void *dx, int dxdt, const void *dy, int dydt,
                         npix);
                 mp_col2im(img + g * cg * v.H * v.W, col, cg, &v);
             }
+            for (int64_t c = 0; bias && c < v.C; c++)
+                mp_conv_add_bias(img + c * v.H * v.W, bias, bdt, c, v.H * v.W);
             mp_st_n(dx, dxdt, n * nx, 1, nx, img);
         }
         free(col);
         free(img);
     }
+}
+
+static inline void mp_k_conv2d_dx(void *dx, int dxdt, const void *dy, int dydt,
+                                  const void *w, int wdt, int64_t N, MpConv v)
+{
+    mp_conv_adjoint(dx, dxdt, dy, dydt, w, wdt, NULL, MP_F32, N, v);
+}
+
+/* conv_transpose2d: y[N, c, H, W] from x[N, Cin, OH, OW] and w[Cin, c / G,
+ * kh, kw], v the conv2d from y's image to x's (C = c, F = Cin): the adjoint
+ * of that conv, + bias[c]. Its input gradient is that conv2d of dy
+ * (mp_k_conv2d, no bias), its weight gradient mp_k_conv2d_dw(dw, x, dy). */
+static inline void mp_k_conv_transpose2d(void *y, int ydt, const void *x, int xdt, const void *w,
+                                         int wdt, const void *bias, int bdt, int64_t N, MpConv v)
+{
+    mp_conv_adjoint(y, ydt, x, xdt, w, wdt, bias, bdt, N, v);
 }
 
 /* dw[F, C / G, kh, kw] = sum over images of dy_g [F/G, OH OW] col_g^T per
@@ -1568,6 +1599,136 @@ static inline void mp_k_lstm_grad(void *o, int odt, const void *ds, int dsdt, co
     mp_rnn_weight_grads((void *)mp_at(o, odt, B * T * G), (void *)mp_at(o, odt, B * T * G + G * H),
                         odt, o, odt, s, sdt, B, T, H, G, W);
     free(dhr);
+/* ---- pad, upsample -------------------------------------------------------- */
+
+/* pad: x viewed as [outer, xs[0..3]], y as [outer, ys[0..3]]; y's element
+ * at index j of axis k is x's at j - before[k], or value where that is
+ * outside x. Each row of the last axis: the part inside copied (the bits
+ * when the types agree), the rest filled. */
+static inline void mp_k_pad(void *y, int ydt, const void *x, int xdt, int64_t outer,
+                            const int64_t *xs, const int64_t *ys, const int64_t *before, float value)
+{
+    int64_t rows = outer * ys[0] * ys[1] * ys[2], Y = ys[3], X = xs[3];
+    int64_t lo = before[3] > 0 ? before[3] : 0, hi = mp_min64(Y, before[3] + X);
+    MP_OMP(parallel for if (rows * Y > MP_PAR_MIN))
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t rest = r, xr = 0, stride = 1, inside = 1;
+        for (int k = 2; k >= 0; k--) {
+            int64_t j = rest % ys[k] - before[k];
+            rest /= ys[k];
+            inside &= j >= 0 && j < xs[k];
+            xr += j * stride;
+            stride *= xs[k];
+        }
+        xr += rest * stride;
+        int64_t yo = r * Y;
+        if (!inside || hi <= lo) {
+            for (int64_t i = 0; i < Y; i++) mp_st(y, ydt, yo + i, value);
+            continue;
+        }
+        for (int64_t i = 0; i < lo; i++) mp_st(y, ydt, yo + i, value);
+        mp_copy_run(y, ydt, yo + lo, x, xdt, xr * X + lo - before[3], hi - lo);
+        for (int64_t i = hi; i < Y; i++) mp_st(y, ydt, yo + i, value);
+    }
+}
+
+/* upsample: y [P, H sh, W sw] from x [P, H, W] (mp_upsample_at) */
+static inline void mp_k_upsample(void *y, int ydt, const void *x, int xdt, int64_t P, int64_t H,
+                                 int64_t W, int64_t sh, int64_t sw, int mode)
+{
+    int64_t ny = P * H * sh * W * sw;
+    MP_OMP(parallel for if (ny > MP_PAR_MIN))
+    for (int64_t e = 0; e < ny; e++)
+        mp_st(y, ydt, e, mp_upsample_at(x, xdt, H, W, sh, sw, mode, e));
+}
+
+/* dx [P, H, W]: each input gathers the outputs that read it, in order */
+static inline void mp_k_upsample_grad(void *dx, int dxdt, const void *dy, int dydt, int64_t P,
+                                      int64_t H, int64_t W, int64_t sh, int64_t sw, int mode)
+{
+    int64_t nx = P * H * W;
+    MP_OMP(parallel for if (nx * sh * sw > MP_PAR_MIN))
+    for (int64_t e = 0; e < nx; e++)
+        mp_st(dx, dxdt, e, mp_upsample_grad_at(dy, dydt, H, W, sh, sw, mode, e));
+}
+
+/* ---- group_norm ------------------------------------------------------------ */
+
+/* x [N, C, S] in N G rows of C/G channels' S values each (contiguous): each
+ * row normalised with its mean and biased variance (mp_moments), then the
+ * channel's affine, ((x - mean) rstd) w[c] + b[c], as nn.GroupNorm. */
+#define MP_GN_ROWS(N, C, S, G, NBUF, ...)                                       \
+    int64_t cg = (C) / (G), len = cg * (S);                                    \
+    MP_OMP(parallel if ((N) * (C) * (S) > MP_PAR_MIN))                          \
+    {                                                                          \
+        float *buf = (float *)mp_kalloc((size_t)(NBUF) * (size_t)len * sizeof(float)); \
+        MP_OMP(for schedule(static))                                           \
+        for (int64_t r = 0; r < (N) * (G); r++) {                              \
+            int64_t c0 = r % (G) * cg;                                         \
+            float mean, rstd;                                                  \
+            mp_ld_n(x, xdt, r * len, 1, len, buf);                             \
+            mp_moments(buf, len, eps, &mean, &rstd);                           \
+            __VA_ARGS__;                                                       \
+        }                                                                      \
+        free(buf);                                                             \
+    }
+
+static inline void mp_k_group_norm(void *y, int ydt, const void *x, int xdt, const void *w, int wdt,
+                                   const void *b, int bdt, int64_t N, int64_t C, int64_t S, int64_t G,
+                                   float eps)
+{
+    MP_GN_ROWS(N, C, S, G, 1,
+        for (int64_t j = 0; j < len; j++) {
+            int64_t c = c0 + j / S;
+            buf[j] = (buf[j] - mean) * rstd * (w ? mp_ld(w, wdt, c) : 1.0f) + (b ? mp_ld(b, bdt, c) : 0.0f);
+        }
+        mp_st_n(y, ydt, r * len, 1, len, buf))
+}
+
+/* dx = rstd (g - mean(g) - xhat mean(g xhat)) over the row, g = dy w[c] */
+static inline void mp_k_group_norm_dx(void *dx, int dxdt, const void *dy, int dydt, const void *x,
+                                      int xdt, const void *w, int wdt, int64_t N, int64_t C, int64_t S,
+                                      int64_t G, float eps)
+{
+    MP_GN_ROWS(N, C, S, G, 2,
+        float *g = buf + len;
+        mp_ld_n(dy, dydt, r * len, 1, len, g);
+        for (int64_t j = 0; j < len; j++) {
+            buf[j] = (buf[j] - mean) * rstd;
+            g[j] *= w ? mp_ld(w, wdt, c0 + j / S) : 1.0f;
+        }
+        mp_norm_dx_row(g, buf, len, rstd);
+        mp_st_n(dx, dxdt, r * len, 1, len, g))
+}
+
+/* dw[C] = sum over N and S of dy xhat (+ beta dw): every row's statistics
+ * first, then each channel's sum in double, images in order. */
+static inline void mp_k_group_norm_dw(void *dw, int dwdt, const void *dy, int dydt, const void *x,
+                                      int xdt, int64_t N, int64_t C, int64_t S, int64_t G, float eps,
+                                      float beta)
+{
+    float *st = (float *)mp_kalloc((size_t)(2 * N * G + C) * sizeof *st), *out = st + 2 * N * G;
+    {
+        MP_GN_ROWS(N, C, S, G, 1, (void)c0; st[2 * r] = mean; st[2 * r + 1] = rstd)
+    }
+    MP_OMP(parallel if (N * C * S > MP_PAR_MIN))
+    {
+        float *v = (float *)mp_kalloc((size_t)(2 * S) * sizeof *v), *g = v + S;
+        MP_OMP(for schedule(static))
+        for (int64_t c = 0; c < C; c++) {
+            double s = 0;
+            for (int64_t n = 0; n < N; n++) {
+                const float *m = st + 2 * (n * G + c / (C / G));
+                mp_ld_n(x, xdt, (n * C + c) * S, 1, S, v);
+                mp_ld_n(dy, dydt, (n * C + c) * S, 1, S, g);
+                for (int64_t i = 0; i < S; i++) s += g[i] * ((v[i] - m[0]) * m[1]);
+            }
+            out[c] = (float)s;
+        }
+        free(v);
+    }
+    mp_st_beta(dw, dwdt, 0, C, out, beta);
+    free(st);
 }
 
 #endif

@@ -503,6 +503,63 @@ static void op_rnn(void)
     }
     wrf(0, out, R * H); wrf(1, hn, B * H); wrf(2, cn, B * H); wrf(3, dx, R * I);
     wrf(4, dwih, G * I); wrf(5, g + R * G, G * H); wrf(6, dbih, G); wrf(7, g + R * G + G * H, G);
+/* conv_transpose2d N Cin H W Cout kh kw sh sw ph pw oph opw G OH OW: x, w,
+ * b, dy -> y, dx, dw, db (OH, OW: y's size, from torch); the kernels as
+ * the generated program calls them: the adjoint conv2d v from y to x */
+static void op_conv_transpose2d(void)
+{
+    int64_t N = arg[0], C = arg[1], H = arg[2], W = arg[3], F = arg[4], kh = arg[5], kw = arg[6];
+    int64_t G = arg[13], OH = arg[14], OW = arg[15];
+    MpConv v = mp_conv_of(F, OH, OW, C, kh, kw, arg[7], arg[8], arg[9], arg[10], 1, 1, G, H, W);
+    int64_t nx = N * C * H * W, nw = C * F / G * kh * kw, ny = N * F * OH * OW;
+    float *x = rdf(0, nx), *w = rdf(1, nw), *b = rdf(2, F), *dy = rdf(3, ny);
+    float *y = buf(ny), *dx = buf(nx), *dw = buf(nw), *db = buf(F);
+    mp_k_conv_transpose2d(y, F32, x, F32, w, F32, b, F32, N, v);
+    mp_k_conv2d(dx, F32, dy, F32, w, F32, NULL, F32, N, v);
+    mp_k_conv2d_dw(dw, F32, x, F32, dy, F32, N, v, 0.0f);
+    mp_k_channel_sum(db, F32, dy, F32, N, F, OH * OW, 0.0f);
+    wrf(0, y, ny); wrf(1, dx, nx); wrf(2, dw, nw); wrf(3, db, F);
+}
+
+/* pad outer xs[4] ys[4] before[4] 4value: x, dy -> y, dx (dx: the pad of dy
+ * by the negated list, as autodiff makes it) */
+static void op_pad(void)
+{
+    int64_t outer = arg[0], *xs = arg + 1, *ys = arg + 5, *before = arg + 9, nx = outer, ny = outer;
+    int64_t back[4];
+    for (int k = 0; k < 4; k++) {
+        nx *= xs[k];
+        ny *= ys[k];
+        back[k] = -before[k];
+    }
+    float *x = rdf(0, nx), *dy = rdf(1, ny), *y = buf(ny), *dx = buf(nx);
+    mp_k_pad(y, F32, x, F32, outer, xs, ys, before, (float)arg[13] / 4);
+    mp_k_pad(dx, F32, dy, F32, outer, ys, xs, back, 0.0f);
+    wrf(0, y, ny); wrf(1, dx, nx);
+}
+
+/* upsample P H W sh sw mode: x, dy -> y, dx */
+static void op_upsample(void)
+{
+    int64_t P = arg[0], H = arg[1], W = arg[2], sh = arg[3], sw = arg[4], nx = P * H * W;
+    int64_t ny = nx * sh * sw;
+    float *x = rdf(0, nx), *dy = rdf(1, ny), *y = buf(ny), *dx = buf(nx);
+    mp_k_upsample(y, F32, x, F32, P, H, W, sh, sw, (int)arg[5]);
+    mp_k_upsample_grad(dx, F32, dy, F32, P, H, W, sh, sw, (int)arg[5]);
+    wrf(0, y, ny); wrf(1, dx, nx);
+}
+
+/* group_norm N C S G: x, w, b, dy -> y, dx, dw, db (eps 1e-5) */
+static void op_group_norm(void)
+{
+    int64_t N = arg[0], C = arg[1], S = arg[2], G = arg[3], n = N * C * S;
+    float *x = rdf(0, n), *w = rdf(1, C), *b = rdf(2, C), *dy = rdf(3, n);
+    float *y = buf(n), *dx = buf(n), *dw = buf(C), *db = buf(C);
+    mp_k_group_norm(y, F32, x, F32, w, F32, b, F32, N, C, S, G, 1e-5f);
+    mp_k_group_norm_dx(dx, F32, dy, F32, x, F32, w, F32, N, C, S, G, 1e-5f);
+    mp_k_group_norm_dw(dw, F32, dy, F32, x, F32, N, C, S, G, 1e-5f, 0.0f);
+    mp_k_channel_sum(db, F32, dy, F32, N, C, S, 0.0f);
+    wrf(0, y, n); wrf(1, dx, n); wrf(2, dw, C); wrf(3, db, C);
 }
 
 static const struct {
@@ -522,6 +579,8 @@ static const struct {
     {"extremum", op_extremum, 3},
     {"route", op_route, 6},
     {"rnn", op_rnn, 6},
+    {"conv_transpose2d", op_conv_transpose2d, 16}, {"pad", op_pad, 14},
+    {"upsample", op_upsample, 6}, {"group_norm", op_group_norm, 4},
 };
 
 int main(int argc, char **argv)

@@ -590,6 +590,88 @@ def case_rnn(driver, tmp):
             if bias:
                 check(tag + "dbias_ih", got[6], m.bias_ih_l0.grad)
                 check(tag + "dbias_hh", got[7], m.bias_hh_l0.grad)
+def case_conv_transpose2d(driver, tmp):
+    # (N, Cin, H, W, Cout, kernel, stride, padding, output_padding, groups):
+    # plain, strided with output_padding, grouped, depthwise (groups = Cin =
+    # Cout: the direct kernels; and a multiplier), pairs
+    pair = lambda v: v if isinstance(v, tuple) else (v, v)
+    for (N, C, H, W, Fo, k, s, p, op, G) in (
+            (2, 3, 5, 4, 4, 3, 1, 0, 0, 1), (2, 4, 5, 6, 3, 3, 2, 1, 1, 1),
+            (2, 4, 4, 4, 6, 4, 2, 1, 0, 2), (2, 6, 5, 5, 6, 3, 2, 1, 1, 6),
+            (1, 4, 6, 5, 8, 3, 1, 1, 0, 4), (2, 4, 5, 3, 4, 2, 2, 0, 0, 1),
+            (2, 3, 4, 5, 5, (3, 2), (2, 3), (1, 0), (1, 2), 1)):
+        (kh, kw), (sh, sw), (ph, pw), (oh, ow) = pair(k), pair(s), pair(p), pair(op)
+        x, w, b = f32(N, C, H, W), f32(C, Fo // G, kh, kw), f32(Fo)
+        tx, tw, tb = (torch.from_numpy(a.astype(np.float64)).requires_grad_() for a in (x, w, b))
+        y = F.conv_transpose2d(tx, tw, tb, stride=s, padding=p, output_padding=op, groups=G)
+        dy = f32(*y.shape)
+        dx, dw_, db = grads(y, dy.astype(np.float64), tx, tw, tb)
+        sizes = [N, C, H, W, Fo, kh, kw, sh, sw, ph, pw, oh, ow, G, y.shape[2], y.shape[3]]
+        got = run(driver, tmp, "conv_transpose2d", sizes, [x, w, b, dy], 4)
+        tag = "conv_transpose2d k%s s%s p%s op%s g%d " % (k, s, p, op, G)
+        for name, g, want in zip(("y", "dx", "dw", "db"), got, (y.detach(), dx, dw_, db)):
+            check(tag + name, g, want, 1e-6, 1e-6)
+
+
+def case_pad(driver, tmp):
+    # F.pad's constant mode: last axis first, negative entries crop, a value,
+    # ranks below and above four (the leading axes as one)
+    for shape, lst, value4 in (((2, 3, 5, 4), (1, 2), 0), ((2, 3, 5, 4), (1, 2, -1, 3, 0, 1), 2),
+                               ((3, 7), (-2, 1), -3), ((2, 2, 3, 4, 5), (0, 1, 2, 0, -1, 1, 1, 1), 1),
+                               ((4, 6), (2, 3, 1, 0), 0)):
+        x = f32(*shape)
+        tx = t(x)
+        y = F.pad(tx, lst, value=value4 / 4)
+        dy = f32(*y.shape)
+        (dx,) = grads(y, dy, tx)
+        r = len(shape)
+        outer = int(np.prod(shape[:max(0, r - 4)]))
+        xs = [1] * max(0, 4 - r) + list(shape[-4:])
+        ys = [1] * max(0, 4 - r) + list(y.shape[-4:])
+        full = list(lst) + [0] * (8 - len(lst))
+        before = [full[2 * (3 - q)] for q in range(4)]
+        got = run(driver, tmp, "pad", [outer] + xs + ys + before + [value4], [x, dy], 2)
+        tag = "pad %s %s " % (shape, lst)
+        check(tag + "y", got[0], y.detach(), 0, 0)
+        check(tag + "dx", got[1], dx, 0, 0)
+
+
+def case_upsample(driver, tmp):
+    # F.interpolate with an integer scale factor: nearest, bilinear
+    # (align_corners false), a pair of scales, an edge of one pixel
+    for (N, C, H, W, sh, sw, mode) in ((2, 3, 4, 5, 2, 2, "nearest"), (1, 2, 3, 4, 3, 2, "nearest"),
+                                       (2, 3, 4, 5, 2, 2, "bilinear"), (1, 2, 5, 3, 3, 4, "bilinear"),
+                                       (2, 2, 1, 4, 2, 3, "bilinear"), (1, 1, 6, 6, 5, 5, "bilinear")):
+        x = f32(N, C, H, W)
+        tx = torch.from_numpy(x).requires_grad_()
+        kw = {} if mode == "nearest" else {"align_corners": False}
+        y = F.interpolate(tx, scale_factor=(sh, sw), mode=mode, **kw)
+        dy = f32(*y.shape)
+        (dx,) = grads(y, dy, tx)
+        got = run(driver, tmp, "upsample", [N * C, H, W, sh, sw, int(mode == "bilinear")], [x, dy], 2)
+        tag = "upsample %s %dx%d " % (mode, sh, sw)
+        check(tag + "y", got[0], y.detach(), 1e-6, 1e-6)
+        check(tag + "dx", got[1], dx, 1e-6, 1e-6)
+
+
+def case_group_norm(driver, tmp):
+    # nn.GroupNorm: NCHW, [N, C, L], one group (layer norm over C, H, W), one
+    # channel per group (instance norm), an offset that a one-pass variance
+    # would lose
+    for (shape, G) in (((2, 6, 4, 5), 3), ((3, 4, 7), 2), ((2, 4, 3, 3), 1), ((2, 6, 5, 4), 6),
+                       ((1, 8, 16), 4)):
+        x, w, b = f32(*shape), f32(shape[1]), f32(shape[1])
+        if G == 6:
+            x += 20.0
+        tx, tw, tb = (torch.from_numpy(a.astype(np.float64)).requires_grad_() for a in (x, w, b))
+        y = F.group_norm(tx, G, tw, tb, eps=1e-5)
+        dy = f32(*y.shape)
+        dx, dw_, db = grads(y, dy.astype(np.float64), tx, tw, tb)
+        S = int(np.prod(shape[2:]))
+        got = run(driver, tmp, "group_norm", [shape[0], shape[1], S, G], [x, w, b, dy], 4)
+        tag = "group_norm %s G%d " % (shape, G)
+        for name, g, want in zip(("y", "dx", "dw", "db"), got, (y.detach(), dx, dw_, db)):
+            check(tag + name, g, want, 1e-5, 1e-5)
 
 
 def main():
@@ -603,8 +685,8 @@ def main():
                      case_layer_norm, case_batch_norm, case_softmax, case_losses,
                      case_activations, case_attention, case_attention_opt, case_embedding,
                      case_elementwise2, case_rms_norm, case_rope, case_cross_entropy2, case_select,
-                     case_extremum, case_route]:
-                     case_extremum, case_rnn]:
+                     case_extremum, case_route, case_rnn, case_conv_transpose2d, case_pad,
+                     case_upsample, case_group_norm]:
             case(driver, tmp)
     if failures:
         print("\n%d comparisons failed" % len(failures))

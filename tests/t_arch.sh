@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# t_arch.sh - examples/gpt2.mp, llama.mp and resnet18.mp against their
-# PyTorch twins (tests/py/arch.py: nanoGPT's GPT, llama2.c's Transformer,
-# pytorch-cifar's ResNet-18, with the references' own module names).
+# t_arch.sh - examples/gpt2.mp, llama.mp, resnet18.mp, mobilenetv2.mp and
+# unet.mp against their PyTorch twins (tests/py/arch.py: nanoGPT's GPT,
+# llama2.c's Transformer, pytorch-cifar's ResNet-18, torchvision's
+# MobileNetV2, milesial's U-Net, with the references' own module names).
 #
 #   1. Every example at its own (default) size compiles with mpcc and the C
 #      compiler (cc -O2); both times are printed.
@@ -51,7 +52,7 @@ TOK="--data seq=$W/tok_train.bin --eval seq=$W/tok_val.bin"
 FMN="--data image=$W/fx.npy --data label=$W/fy.npy --eval image=$W/fex.npy --eval label=$W/fey.npy"
 
 # ---- 1. the examples as they are: mpcc and cc -O2 --------------------------
-for ex in gpt2 llama resnet18; do
+for ex in gpt2 llama resnet18 mobilenetv2 unet; do
     [ -n "${ONLY:-}" ] && [[ $ex != *$ONLY* ]] && continue
     t0=$(date +%s%N)
     if ! "$MPCC" "examples/$ex.mp" --target c -o "$W/$ex-full.c" 2>"$W/$ex-full.err"; then
@@ -93,6 +94,12 @@ done
 # gradient and the optimizer to account.
 small resnet18 "B=8 W=4" 's/optimizer   = sgd(lr = 0.1,/optimizer   = sgd(lr = 1e-4,/'
 grep -q 'sgd(lr = 1e-4,' "$W/resnet18.mp" || fails+=("examples/resnet18.mp: its optimizer line was not rewritten")
+# MobileNetV2 at full width (its 262 tensors), a batch of 8 and no dropout;
+# SGD's lr 0.05 shortened to 1e-3 for the same reason as the ResNet's.
+small mobilenetv2 "B=8 P=0.0" 's/optimizer  = sgd(lr = 0.05,/optimizer  = sgd(lr = 1e-3,/'
+grep -q 'sgd(lr = 1e-3,' "$W/mobilenetv2.mp" || fails+=("examples/mobilenetv2.mp: its optimizer line was not rewritten")
+small unet "B=4 W=4"
+UNI="--data image=$W/fx.npy --eval image=$W/fex.npy"
 
 cases=()   # name|model|precision|tol|data
 add() { [ -n "${ONLY:-}" ] && [[ $1 != *$ONLY* ]] && return; cases+=("$1|$W/$2.mp|$3|$4|$5"); }
@@ -102,6 +109,10 @@ add llama_float32 llama float32 1e-4 "$TOK"
 add llama_mixed_float16 llama mixed_float16 3e-2 "$TOK"
 add resnet18_float32 resnet18 float32 1e-4 "$FMN"
 add resnet18_mixed_float16 resnet18 mixed_float16 3e-2 "$FMN"
+add mobilenetv2_float32 mobilenetv2 float32 1e-4 "$FMN"
+add mobilenetv2_mixed_float16 mobilenetv2 mixed_float16 3e-2 "$FMN"
+add unet_float32 unet float32 1e-4 "$UNI"
+add unet_mixed_float16 unet mixed_float16 3e-2 "$UNI"
 
 : >"$W/init.batch"
 for c in "${cases[@]}"; do
@@ -150,4 +161,4 @@ if [ ${#fails[@]} -gt 0 ]; then
     printf 'FAIL %s\n' "${fails[@]}"
     exit 1
 fi
-echo "gpt2, llama and resnet18 agree with their PyTorch twins"
+echo "gpt2, llama, resnet18, mobilenetv2 and unet agree with their PyTorch twins"

@@ -32,6 +32,7 @@
 #      emu_split.mp:
 #      chunk, slice, concat, expand, arange, integer ids among them;
 #      emu_mask.mp (also under float32): attention's mask and scale;
+#      emu_image.mp (also under float32): conv_transpose2d, pad, upsample;
 #      emu_flash.mp (also under float32): attention's tiled kernels past
 #      one tile, causal and not, cross attention, head sizes 16 and 64) on synthetic
 #      data with --no-shuffle: the logged loss of every step and the eval
@@ -120,7 +121,7 @@ grep -q "sgd(lr = 0.05)" "$tmp/mbconv_sgd.mp" || bad "mbconv_sgd.mp: the optimiz
         echo "emu_build examples/$n.mp ${n}_f32 --precision float32"
         echo "c_build examples/$n.mp ${n}_f32 --precision float32"
     done
-    for n in emu_columns emu_flash emu_mid emu_mask emu_route emu_rnn; do
+    for n in emu_columns emu_flash emu_mid emu_mask emu_route emu_rnn emu_image; do
         echo "emu_build tests/cuda/$n.mp ${n}_f32 --precision float32"
         echo "c_build tests/cuda/$n.mp ${n}_f32 --precision float32"
     done
@@ -180,7 +181,7 @@ data_of() {   # data_of NAME [--data|--eval]: the model's input files
     mnist_cnn*) echo "$o image=$tmp/img4.npy $o label=$tmp/lab4.npy" ;;
     digits_mlp*) echo "$o pixels=$tmp/pix.npy $o label=$tmp/lab128.npy" ;;
     char_transformer*) echo "$o tokens=$tmp/tok.npy $o targets=$tmp/tgt.npy" ;;
-    emu_options* | emu_buffers* | emu_mid* | emu_select* | emu_route*) echo "$o x=$tmp/x12.npy $o y=$tmp/y5.npy" ;;
+    emu_options* | emu_buffers* | emu_mid* | emu_select* | emu_route* | emu_image*) echo "$o x=$tmp/x12.npy $o y=$tmp/y5.npy" ;;
     emu_nan*) echo "$o x=$tmp/x4.npy" ;;
     emu_wide* | emu_columns*) echo "$o x=$tmp/x8.npy $o y=$tmp/y3.npy" ;;
     emu_additions* | emu_rnn*) echo "$o tokens=$tmp/tok16.npy $o targets=$tmp/tgt16.npy" ;;
@@ -228,6 +229,8 @@ curve emu_flash 6 2e-3 MP_EMU=graph
 curve emu_flash_f32 6 1e-4 MP_EMU=graph
 curve emu_mask 6 2e-3 MP_EMU=graph
 curve emu_mask_f32 6 1e-4 MP_EMU=graph
+curve emu_image 6 2e-3 MP_EMU=graph
+curve emu_image_f32 6 1e-4 MP_EMU=graph
 for n in mnist_cnn_f32 char_transformer_f32; do curve "$n" 6 1e-4 MP_EMU=graph; done
 curve emu_columns_f32 4 1e-4 MP_EMU=graph
 curve emu_mid 4 2e-3 MP_EMU=graph

@@ -345,3 +345,124 @@ class ResNet(nn.Module):
 
 
 TWINS = {"gpt2": GPT, "llama": Transformer, "resnet18": ResNet}
+
+
+# ---- torchvision's MobileNetV2 (models/mobilenetv2.py) -----------------------
+# The module tree of torchvision's network (torchvision is not installed
+# here): Conv2dNormActivation is Sequential(conv, bn, ReLU6), InvertedResidual
+# keeps its layers in .conv, the network in .features and .classifier.
+
+def conv_bn_relu6(inp, oup, k, stride=1, groups=1):
+    return nn.Sequential(nn.Conv2d(inp, oup, k, stride, (k - 1) // 2, groups=groups, bias=False),
+                         nn.BatchNorm2d(oup), nn.ReLU6(inplace=False))
+
+
+class InvertedResidual(nn.Module):
+    def __init__(self, inp, oup, stride, expand_ratio):
+        super().__init__()
+        hidden = int(round(inp * expand_ratio))
+        self.use_res_connect = stride == 1 and inp == oup
+        layers = [] if expand_ratio == 1 else [conv_bn_relu6(inp, hidden, 1)]
+        layers += [conv_bn_relu6(hidden, hidden, 3, stride, groups=hidden),
+                   nn.Conv2d(hidden, oup, 1, 1, 0, bias=False), nn.BatchNorm2d(oup)]
+        self.conv = nn.Sequential(*layers)
+
+    def forward(self, x):
+        return x + self.conv(x) if self.use_res_connect else self.conv(x)
+
+
+class MobileNetV2(nn.Module):
+    """torchvision's mobilenet_v2 (width 1.0) with IN input channels; consts
+    of examples/mobilenetv2.mp: CLASSES, P (the classifier's dropout)."""
+    SETTINGS = ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1),
+                (6, 160, 3, 2), (6, 320, 1, 1))
+
+    def __init__(self, CLASSES=10, P=0.2, IN=1, **_):
+        super().__init__()
+        inp, features = 32, [conv_bn_relu6(IN, 32, 3, 2)]
+        for t, c, n, s in self.SETTINGS:
+            for i in range(n):
+                features.append(InvertedResidual(inp, c, s if i == 0 else 1, t))
+                inp = c
+        features.append(conv_bn_relu6(inp, 1280, 1))
+        self.features = nn.Sequential(*features)
+        self.classifier = nn.Sequential(nn.Dropout(P), nn.Linear(1280, CLASSES))
+
+    def forward(self, batch):
+        x = batch["image"].to(self.classifier[1].weight.dtype) / 255
+        x = F.adaptive_avg_pool2d(self.features(x), (1, 1))
+        logits = self.classifier(torch.flatten(x, 1))
+        label = batch["label"].long()
+        return F.cross_entropy(logits, label), {"accuracy": (logits.argmax(-1) == label).double().mean()}
+
+
+TWINS["mobilenetv2"] = MobileNetV2
+
+
+# ---- milesial/Pytorch-UNet (unet_parts.py, bilinear=False) ---------------------
+
+class DoubleConv(nn.Module):
+    def __init__(self, in_channels, out_channels):
+        super().__init__()
+        self.double_conv = nn.Sequential(
+            nn.Conv2d(in_channels, out_channels, kernel_size=3, padding=1, bias=False),
+            nn.BatchNorm2d(out_channels), nn.ReLU(inplace=True),
+            nn.Conv2d(out_channels, out_channels, kernel_size=3, padding=1, bias=False),
+            nn.BatchNorm2d(out_channels), nn.ReLU(inplace=True))
+
+    def forward(self, x):
+        return self.double_conv(x)
+
+
+class Down(nn.Module):
+    def __init__(self, in_channels, out_channels):
+        super().__init__()
+        self.maxpool_conv = nn.Sequential(nn.MaxPool2d(2), DoubleConv(in_channels, out_channels))
+
+    def forward(self, x):
+        return self.maxpool_conv(x)
+
+
+class Up(nn.Module):
+    def __init__(self, in_channels, out_channels):
+        super().__init__()
+        self.up = nn.ConvTranspose2d(in_channels, in_channels // 2, kernel_size=2, stride=2)
+        self.conv = DoubleConv(in_channels, out_channels)
+
+    def forward(self, x1, x2):
+        x1 = self.up(x1)
+        dy, dx = x2.size()[2] - x1.size()[2], x2.size()[3] - x1.size()[3]
+        x1 = F.pad(x1, [dx // 2, dx - dx // 2, dy // 2, dy - dy // 2])
+        return self.conv(torch.cat([x2, x1], dim=1))
+
+
+class OutConv(nn.Module):
+    def __init__(self, in_channels, out_channels):
+        super().__init__()
+        self.conv = nn.Conv2d(in_channels, out_channels, kernel_size=1)
+
+    def forward(self, x):
+        return self.conv(x)
+
+
+class UNet(nn.Module):
+    """milesial's UNet, two levels (inc, down1, down2, up1, up2, outc) from W
+    channels; consts of examples/unet.mp: W, CLASSES. The loss: per-pixel
+    cross-entropy against the mask image/255 > 0.5."""
+    def __init__(self, W=16, CLASSES=2, **_):
+        super().__init__()
+        self.inc = DoubleConv(1, W)
+        self.down1, self.down2 = Down(W, 2 * W), Down(2 * W, 4 * W)
+        self.up1, self.up2 = Up(4 * W, 2 * W), Up(2 * W, W)
+        self.outc = OutConv(W, CLASSES)
+
+    def forward(self, batch):
+        x = batch["image"].to(self.outc.conv.weight.dtype) / 255
+        x1 = self.inc(x)
+        x2 = self.down1(x1)
+        logits = self.outc(self.up2(self.up1(self.down2(x2), x2), x1))
+        mask = (x > 0.5).long()[:, 0]
+        return F.cross_entropy(logits, mask), {"pixel_accuracy": (logits.argmax(1) == mask).double().mean()}
+
+
+TWINS["unet"] = UNet

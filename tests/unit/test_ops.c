@@ -98,6 +98,9 @@ static const struct {
     {"topk", CL_FOLLOW}, {"one_hot", CL_NONE}, {"gather", CL_NONE}, {"cumsum", CL_FP32},
     /* recurrent layers: their products lowp, the cells f32 inside the op */
     {"gru", CL_LOWP}, {"lstm", CL_LOWP},
+    /* "Convolution, padding, resampling" */
+    {"conv_transpose2d", CL_LOWP}, {"pad", CL_NONE}, {"upsample", CL_FOLLOW},
+    {"group_norm", CL_FP32},
 };
 
 static void classes_match_the_spec(void **state)
