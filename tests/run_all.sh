@@ -30,6 +30,21 @@ export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 jobs=${JOBS:-2}
 logdir=$B/test-logs
 mkdir -p "$logdir"
+# The compile cache (tests/cc_cache.sh): cc, gcc, clang, g++, c++ and
+# clang++ on the tests' PATH copy a build made before with the same
+# compiler, options and preprocessed source (by another test, or by make
+# test where make test-nofuse's program is the same) instead of compiling
+# again. It lives in $B/cc-cache (make clean empties it); MP_CC_CACHE=0
+# compiles everything.
+export MP_CC_CACHE_DIR=$PWD/$B/cc-cache
+mkdir -p "$MP_CC_CACHE_DIR/bin"
+for c in cc gcc clang g++ c++ clang++; do    # those installed (tests ask command -v)
+    rm -f "$MP_CC_CACHE_DIR/bin/$c"
+    command -v "$c" >/dev/null && ln -s "$PWD/tests/cc_cache.sh" "$MP_CC_CACHE_DIR/bin/$c"
+done
+export PATH=$MP_CC_CACHE_DIR/bin:$PATH
+hits0=$(cat "$MP_CC_CACHE_DIR/log" 2>/dev/null | grep -c '^hit ')
+misses0=$(cat "$MP_CC_CACHE_DIR/log" 2>/dev/null | grep -c '^miss ')
 
 # The source that carries a test's markers: the script, or a unit's .c.
 source_of() { case $1 in *.sh) echo "$1" ;; *) echo "tests/unit/$(basename "$1").c" ;; esac; }
@@ -68,25 +83,31 @@ order() {
 }
 
 run_one() {    # run_one TEST: its log, a result line in $logdir/NAME.result
-    local t=$1 name start rc
+    local t=$1 name start rc cpu
     name=$(basename "$t")
     start=$(date +%s)
     timeout 1800 "$t" >"$logdir/$name.log" 2>&1
     rc=$?
-    echo "$rc $(( $(date +%s) - start ))" >"$logdir/$name.result"
+    # the CPU seconds of the test's processes (this subshell's children,
+    # the second line of bash's times: user and system), for the report
+    times >"$logdir/$name.times"
+    cpu=$(awk 'NR == 2 { for (i = 1; i <= 2; i++) { split($i, t, /[ms]/); s += t[1] * 60 + t[2] }
+                         printf "%.0f", s }' "$logdir/$name.times")
+    echo "$rc $(( $(date +%s) - start )) $cpu" >"$logdir/$name.result"
 }
 
 report() {     # report NAME: PASS/FAIL line (and the log's tail on failure)
-    local name=$1 rc s
-    read -r rc s <"$logdir/$name.result"
+    local name=$1 rc s cpu
+    read -r rc s cpu <"$logdir/$name.result"
     echo "$name $s" >>"$logdir/times.new"
+    cpu_total=$((cpu_total + ${cpu:-0}))
     if [ "$rc" -eq 0 ]; then
         pass=$((pass + 1))
-        echo "PASS $name (${s}s)"
+        echo "PASS $name (${s}s, ${cpu:-?}s CPU)"
     else
         fail=$((fail + 1))
         failed+=("$name")
-        echo "FAIL $name (${s}s, exit $rc); last lines of $logdir/$name.log:"
+        echo "FAIL $name (${s}s, ${cpu:-?}s CPU, exit $rc); last lines of $logdir/$name.log:"
         tail -n 30 "$logdir/$name.log" | sed 's/^/    /'
     fi
 }
@@ -107,7 +128,7 @@ finish_one() { # block until one running test exits (bash's wait -n -p: its
     unset "running[$pid]"
 }
 
-pass=0 fail=0 failed=()
+pass=0 fail=0 failed=() cpu_total=0
 : >"$logdir/times.new"
 declare -A running=()     # pid -> test name
 mapfile -t queue < <(order)
@@ -134,6 +155,9 @@ else
 fi
 
 echo
+hits=$(cat "$MP_CC_CACHE_DIR/log" 2>/dev/null | grep -c '^hit ')
+misses=$(cat "$MP_CC_CACHE_DIR/log" 2>/dev/null | grep -c '^miss ')
+echo "tests' CPU time ${cpu_total}s; compile cache: $((hits - hits0)) builds copied, $((misses - misses0)) compiled"
 [ "$fail" -gt 0 ] && echo "failed: ${failed[*]}"
 if [ ${#skipped[@]} -gt 0 ]; then
     echo "$pass passed, $fail failed, ${#skipped[@]} skipped"

@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# cc_cache.sh - the tests' compile cache. tests/run_all.sh puts links to this
+# script named cc, gcc, clang, g++, c++ and clang++ first on the tests' PATH
+# ($B/cc-cache/bin), so that a generated program compiled again with the
+# same compiler and options (by another test, or by make test-nofuse where
+# fusion does not change the program) is copied, not rebuilt: most of the
+# suite's CPU time is the C compiler's.
+#
+# A build is cached only when it is one source file (.c .cc .cpp .cu) to an
+# output named by -o; anything else (several inputs, -E, -M*, no -o, a
+# response file, stdin) runs the real compiler untouched. The key is the
+# real compiler (path, size, time), the options (without -o's argument and
+# with the source's name replaced) and the source as the preprocessor sees
+# it (`-E -P` with the same options: every header, -include and -D counts;
+# where a path could reach the output, -g or __FILE__, the key has it too).
+# A hit replays the compiler's standard output and exit status 0; builds
+# that fail or print anything on stderr (a warning names its source's
+# path) are not kept. MP_CC_CACHE=0 turns the cache off (every
+# call goes to the real compiler); $B/cc-cache/log has one line a build
+# (hit or miss, the compiler's CPU seconds, the compiler, the options):
+# run_all.sh counts them.
+set -u
+name=${0##*/}
+self_dir=$(cd "${0%/*}" && pwd)
+path=
+IFS=: read -ra dirs <<<"$PATH"
+for d in "${dirs[@]}"; do
+    [ "$d" = "$self_dir" ] || path=${path:+$path:}$d
+done
+export PATH=$path          # the compiler's own helpers are the real ones
+real=$(command -v "$name") || { echo "cc_cache.sh: no $name on PATH" >&2; exit 127; }
+[ "${MP_CC_CACHE:-1}" = 0 ] && exec "$real" "$@"
+
+out= src= nsrc=0 pass=0 key_args=() pre_args=() g=0
+args=("$@")
+for ((i = 0; i < ${#args[@]}; i++)); do
+    a=${args[i]}
+    case $a in
+    -o) out=${args[i + 1]:-}; i=$((i + 1)); continue ;;
+    -o*) out=${a#-o}; continue ;;
+    -E | -M* | -S | -save-temps* | @* | - | --help | --version | -v | -dumpversion | -print*) pass=1 ;;
+    -g*) g=1 ;;
+    -l* | -L* | -Wl,* | -pthread) key_args+=("$a"); continue ;;   # linker only
+    -x | -include | -imacros | -I | -D | -U | -isystem | -iquote | -idirafter | -Xpreprocessor)
+        key_args+=("$a" "${args[i + 1]:-}"); pre_args+=("$a" "${args[i + 1]:-}"); i=$((i + 1)); continue ;;
+    -Xlinker | -Xassembler | -MF | -MT | -MQ) pass=1 ;;
+    -*) ;;
+    *.c | *.cc | *.cpp | *.cxx | *.cu) src=$a; nsrc=$((nsrc + 1)); key_args+=("SOURCE"); pre_args+=("$a"); continue ;;
+    *) pass=1 ;;              # an object, an archive, anything else
+    esac
+    key_args+=("$a")
+    pre_args+=("$a")
+done
+if [ $pass = 1 ] || [ $nsrc != 1 ] || [ -z "$out" ] || [ "$out" = - ] || [ ! -f "$src" ]; then
+    exec "$real" "$@"
+fi
+cache=${MP_CC_CACHE_DIR:?run_all.sh sets MP_CC_CACHE_DIR}
+mkdir -p "$cache/objs"
+pre=$("$real" "${pre_args[@]}" -E -P -o - 2>/dev/null | sha256sum) || exec "$real" "$@"
+key=$( {
+    printf '%s\n' "$real" "$(stat -L -c '%s %Y' "$real")" "${key_args[@]}" "$pre"
+    if [ $g = 1 ] || grep -q '__FILE__\|__BASE_FILE__' "$src"; then printf '%s\n' "$PWD" "$src"; fi
+} | sha256sum | cut -c1-40)
+entry=$cache/objs/$key
+log() { printf '%s %s %s %s\n' "$1" "$2" "$name" "${key_args[*]}" >>"$cache/log"; }
+if [ -e "$entry.done" ]; then
+    if [ "$out" = /dev/null ] || cp "$entry.out" "$out" 2>/dev/null; then
+        [ -x "$entry.out" ] && [ "$out" != /dev/null ] && chmod +x "$out"
+        cat "$entry.stdout"
+        log hit 0
+        exit 0
+    fi
+fi
+tmp=$(mktemp -d "$cache/objs/tmp.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+"$real" "$@" >"$tmp/stdout" 2>"$tmp/stderr"
+rc=$?
+cat "$tmp/stdout"
+cat "$tmp/stderr" >&2
+if [ $rc = 0 ] && [ ! -s "$tmp/stderr" ]; then    # warnings name this source: not kept
+    # a new entry appears whole (its .done last) or not at all
+    if [ "$out" = /dev/null ]; then : >"$tmp/out"; else cp -p "$out" "$tmp/out"; fi &&
+        mv "$tmp/out" "$entry.out" && mv "$tmp/stdout" "$entry.stdout" &&
+        : >"$entry.done"
+fi
+# the compiler's CPU seconds (user + system: the second line of times)
+times >"$tmp/times"
+log miss "$(awk 'NR == 2 { for (i = 1; i <= 2; i++) { split($i, t, /[ms]/); s += t[1] * 60 + t[2] }
+                         printf "%.2f", s }' "$tmp/times")"
+exit $rc
