@@ -2761,6 +2761,8 @@ static inline void mp_cu_lstm_grad(void *o, const void *ds, const void *s, const
         mp_cu_gemm(&g);
     }
     mp_cu_rnn_weight_grads<OT, ST>(o, acc, o, s, B, T, H, G, 6 * H);
+}
+
 /* ---- pad, upsample ------------------------------------------------------------- */
 
 /* pad: y [outer, ys[0..3]] from x [outer, xs[0..3]], index j of axis k

@@ -1599,6 +1599,8 @@ static inline void mp_k_lstm_grad(void *o, int odt, const void *ds, int dsdt, co
     mp_rnn_weight_grads((void *)mp_at(o, odt, B * T * G), (void *)mp_at(o, odt, B * T * G + G * H),
                         odt, o, odt, s, sdt, B, T, H, G, W);
     free(dhr);
+}
+
 /* ---- pad, upsample -------------------------------------------------------- */
 
 /* pad: x viewed as [outer, xs[0..3]], y as [outer, ys[0..3]]; y's element

@@ -503,6 +503,8 @@ static void op_rnn(void)
     }
     wrf(0, out, R * H); wrf(1, hn, B * H); wrf(2, cn, B * H); wrf(3, dx, R * I);
     wrf(4, dwih, G * I); wrf(5, g + R * G, G * H); wrf(6, dbih, G); wrf(7, g + R * G + G * H, G);
+}
+
 /* conv_transpose2d N Cin H W Cout kh kw sh sw ph pw oph opw G OH OW: x, w,
  * b, dy -> y, dx, dw, db (OH, OW: y's size, from torch); the kernels as
  * the generated program calls them: the adjoint conv2d v from y to x */
