@@ -461,6 +461,8 @@ static void op_route(void)
     mp_k_gather_grad(dx, F32, dz, F32, gi, MP_I32, 3, xsh, gsh, 1);
     wrf(6, g, ng); wrf(7, dx, n);
     free(at);
+}
+
 /* rnn B T I H LSTM BIAS: x [B, T, I], w_ih [G, I], w_hh [G, H], b_ih, b_hh [G] (G =
  * 3H or 4H), dout [B, T, H], dh [B, H], dc [B, H] -> out, h_n, c_n, dx, dw_ih, dw_hh,
  * db_ih, db_hh: the linear of all steps, the recurrence, its gradient from d out and
