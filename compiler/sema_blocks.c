@@ -99,6 +99,7 @@ static Val prelude_call(Ctx *c, const Expr *e, Block *b, const Args *a)
     int first = c->g->nnodes;
     const char *what = arena_printf(c->a, "in '%s', a block of the prelude", b->s->name);
     c->prelude_call = e;
+    c->prelude_errs = diag_error_count();
     diag_redirect(c->prelude, e->loc, what);
     Val r = expand(c, e, b, a);
     diag_redirect(NULL, e->loc, NULL);
@@ -182,11 +183,7 @@ static Val expand(Ctx *c, const Expr *e, Block *b, const Args *args)
     for (int i = 0; i < bs->nparams; i++)
         sema_bind(c, bs->params[i], SYM_VALUE, a.v[i], bs->param_locs[i]);
     int errs = diag_error_count();
-    if (b->prelude)            /* a wrong call: one message, at the first statement it breaks */
-        for (int i = 0; i < bs->nbody && diag_error_count() == errs; i++)
-            sema_run_body(c, &bs->body[i], 1);
-    else
-        sema_run_body(c, bs->body, bs->nbody);
+    sema_run_body(c, bs->body, bs->nbody);
     Val r = c->ret;
     if (diag_error_count() > errs)
         b->bad = true;             /* one report per mistake, not per call */
