@@ -5,7 +5,13 @@
  * `h = enc(x)`), or under no name level with `name = ""`. A block may
  * have the name of a built-in operation: it is then used at every call of
  * that name (noted once, at the block). `return mu, logvar` gives several
- * values, bound only by a tuple assignment of as many names.
+ * values, bound only by a tuple assignment of as many names. Parameters
+ * may have defaults; a string or a list argument is passed on as written.
+ *
+ * The prelude (compiler/prelude.mp, embedded) is parsed first: its blocks
+ * are operations written in the language, shadowed by a model's block of
+ * the same name; an expansion called from the model is put at the call
+ * (prelude_call: messages, locations, unnamed temporaries).
  *
  * `for i in A .. B { ... }` unrolls its body with i a constant; it adds no
  * name level, so a layer declared in every iteration under one name is one
