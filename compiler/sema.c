@@ -2773,8 +2773,11 @@ static StmtFn *const stmt_of[] = {
 static void run_body(Ctx *c, Stmt *const *body, int n)
 {
     c->nest++;
-    for (int i = 0; i < n && !c->stop && !diag_too_many() && !c->returned; i++)
+    for (int i = 0; i < n && !c->stop && !diag_too_many() && !c->returned; i++) {
+        if (c->prelude_call && diag_error_count() > c->prelude_errs)
+            break;             /* a prelude block called wrongly: one message */
         stmt_of[body[i]->kind](c, body[i]);
+    }
     c->nest--;
 }
 

@@ -5,7 +5,13 @@
  * `h = enc(x)`), or under no name level with `name = ""`. A block may
  * have the name of a built-in operation: it is then used at every call of
  * that name (noted once, at the block). `return mu, logvar` gives several
- * values, bound only by a tuple assignment of as many names.
+ * values, bound only by a tuple assignment of as many names. Parameters
+ * may have defaults; a string or a list argument is passed on as written.
+ *
+ * The prelude (compiler/prelude.mp, embedded) is parsed first: its blocks
+ * are operations written in the language, shadowed by a model's block of
+ * the same name; an expansion called from the model is put at the call
+ * (prelude_call: messages, locations, unnamed temporaries).
  *
  * `for i in A .. B { ... }` unrolls its body with i a constant; it adds no
  * name level, so a layer declared in every iteration under one name is one
@@ -99,6 +105,7 @@ static Val prelude_call(Ctx *c, const Expr *e, Block *b, const Args *a)
     int first = c->g->nnodes;
     const char *what = arena_printf(c->a, "in '%s', a block of the prelude", b->s->name);
     c->prelude_call = e;
+    c->prelude_errs = diag_error_count();
     diag_redirect(c->prelude, e->loc, what);
     Val r = expand(c, e, b, a);
     diag_redirect(NULL, e->loc, NULL);
@@ -184,11 +191,7 @@ static Val expand(Ctx *c, const Expr *e, Block *b, const Args *args)
     int errs = diag_error_count();
     ir_scope_enter(c->g, SC_BLOCK, *layer ? arena_printf(c->a, "%.*s", (int)strlen(c->prefix) - 1,
                    c->prefix) : bs->name, bs->name, 0, 0);
-    if (b->prelude)            /* a wrong call: one message, at the first statement it breaks */
-        for (int i = 0; i < bs->nbody && diag_error_count() == errs; i++)
-            sema_run_body(c, &bs->body[i], 1);
-    else
-        sema_run_body(c, bs->body, bs->nbody);
+    sema_run_body(c, bs->body, bs->nbody);
     ir_scope_leave(c->g);
     Val r = c->ret;
     if (diag_error_count() > errs)

@@ -120,6 +120,7 @@ typedef struct Ctx {
     const SrcFile *prelude;     /* compiler/prelude.mp's text, parsed first */
     const Expr *prelude_call;   /* the user's call being expanded by a prelude
                                    block (its nodes and messages are put there) */
+    int prelude_errs;           /* errors before it: its expansion stops at one more */
 } Ctx;
 
 /* ---- arguments of calls -------------------------------------------------------------- */
