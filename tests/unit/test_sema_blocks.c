@@ -148,7 +148,7 @@ static const Case several_value_errors[] = {
     {"model m\ninput x: f32[4, 8]\nblock f(t) {\n  return t, 3\n}\na, b = f(x)\n",
      "the values of 'return a, b' must be tensors, got 3"},
     {"model m\ninput x: f32[4, 8]\na, b = relu(x)\n",
-     "a tuple assignment needs chunk(x, n), gru, lstm or a block that returns several values"},
+     "a tuple assignment needs chunk(x, n), topk, gru, lstm or a block that returns several values"},
     {"model m\ninput x: f32[4, 8]\nblock f(t) {\n  return linear(t, 2, name = \"a\"), t\n}\na, b = f(x)\n",
      "f declares parameters and needs a name: a tuple assignment has no one target"},
 };
