@@ -19,14 +19,14 @@ import sys
 
 FP32_OPS = {"softmax", "log_softmax", "layer_norm", "batch_norm", "exp", "log", "sqrt",
             "rsqrt", "sum", "mean", "cross_entropy", "mse", "accuracy", "pow", "rms_norm",
-            "max", "min", "group_norm"}
+            "max", "min", "group_norm", "cumsum"}
 LOWP_OPS = {"matmul", "linear", "conv2d", "embedding", "attention", "gru", "lstm", "conv_transpose2d"}
 FOLLOW_OPS = {"add", "sub", "mul", "div", "neg", "relu", "gelu", "tanh", "sigmoid", "silu",
               "dropout", "max_pool2d", "avg_pool2d", "global_avg_pool",
               "abs", "sin", "cos", "maximum", "minimum", "clamp", "rope", "randn", "rand",
-              "gt", "lt", "ge", "le", "eq", "ne", "where", "upsample"}
+              "gt", "lt", "ge", "le", "eq", "ne", "where", "upsample", "topk"}
 MASK_OPS = {"gt", "lt", "ge", "le", "eq", "ne"}       # u8 0/1 masks, whatever they compare in
-INDEX_OPS = {"argmax", "argmin"}                      # i32 indices
+INDEX_OPS = {"argmax", "argmin", "topk"}              # i32 indices
 VIEW_OPS = {"reshape", "transpose", "flatten"}
 FLOATS = {"f32", "f16", "bf16"}
 LOWP_OF = {"float32": "f32", "mixed_float16": "f16", "mixed_bfloat16": "bf16"}
