@@ -2,8 +2,11 @@
 #   test_tmp        a fresh folder $tmp, removed on exit; fail=0, and
 #       bad MSG prints "FAIL: MSG" and sets fail=1 (a test's start)
 #   build_trainer MODEL.mp OUT [mpcc options...] [-- cc options...]
-#       mpcc --target c, then cc (default -O2; -l options are put after the
-#       source); OUT is the binary, OUT.c the source.
+#       mpcc --target c, then cc (default -O1: the same numbers as -O2,
+#       which has no -ffast-math either, in two thirds of the compile time,
+#       most of a test's CPU; t_warnings builds every model at -O2 and -O3;
+#       -l options are put after the source); OUT is the binary, OUT.c the
+#       source.
 #       Prints what failed and returns 1 on failure.
 #   emu_trainer MODEL.mp OUT [mpcc options...]
 #       the CUDA program built for the CPU stand-in (tests/cuda/mp_cuda_emu.h)
@@ -40,7 +43,7 @@ build_trainer() {
     for a in "$@"; do    # libraries go after the source, for the linker
         if [[ $a == -l* ]]; then libs=("$a" "${libs[@]}"); else ccopt+=("$a"); fi
     done
-    [ ${#ccopt[@]} -eq 0 ] && ccopt=(-O2)
+    [ ${#ccopt[@]} -eq 0 ] && ccopt=(-O1)
     if ! "$MPCC" "$model" --target c "${mp[@]}" -o "$out.c" 2>"$out.mpcc.err"; then
         echo "mpcc failed on $model (${mp[*]}):"; head -n 20 "$out.mpcc.err"; return 1
     fi
