@@ -417,6 +417,7 @@ struct MpCuFaDq {
         mp_cu_fa_stage<DP>(qs, 64, a.q, a.qdt, a.T, h, i0, a.D, a.bf, t);
         mp_cu_fa_stage<DP>(dys, 64, b.dy, b.dydt, a.T, h, i0, a.D, a.bf, t);
         int64_t nk = mp_cu_fa_keys(&a, i0);
+        MP_CU_UNROLL   /* pass a constant in each copy: its arrays stay registers */
         for (int pass = 0; pass < 2; pass++) {
             float inv[2], dd[2];
             MP_CU_UNROLL
