@@ -325,17 +325,12 @@ static bool loads_any_float(const IrNode *u, int j)
 
 /* Kernels that compute in f32 and round only where they store through the
  * runtime's typed stores: storing in the narrow type is what a narrowing
- * cast after them does (the same rounding, mp_st / mp_cu_st). */
+ * cast after them does (the same rounding, mp_st / mp_cu_st). Only
+ * cross-entropy's gradient, which PRECISION.md lets write the logits' type:
+ * a forward fp32-class op's output stays f32 (the plan's rules). */
 static bool stores_any_float(const IrNode *p)
 {
-    switch (p->op) {
-    case OP_CROSS_ENTROPY_GRAD:
-    case OP_LAYER_NORM:
-    case OP_LAYER_NORM_DX:
-    case OP_RMS_NORM:
-    case OP_RMS_NORM_DX: return p->compute == DT_F32;
-    default: return false;
-    }
+    return p->op == OP_CROSS_ENTROPY_GRAD && p->compute == DT_F32;
 }
 
 /* A value the runtime or the plan holds on to by pointer. */

@@ -69,9 +69,8 @@ int64_t  memplan_bytes(const IrNode *n);   /* numel x element size */
 /* Before fusion: a cast the plan inserted whose every reader converts while
  * it loads (layer_norm, rms_norm, cross_entropy and their gradients read
  * f16 / bf16 directly) is removed, its readers read its input; a narrowing
- * cast that is the one reader of a kernel computing in f32 and rounding
- * where it stores (cross_entropy's gradient, the norms) is removed, the
- * kernel stores that type itself. Bit-identical: the same conversions, in
+ * cast that is the one reader of cross_entropy's gradient (computed in f32,
+ * rounded where it stores) is removed, the kernel stores that type itself. Bit-identical: the same conversions, in
  * registers instead of through a buffer. Returns how many were removed. */
 int      memplan_fold_casts(IrGraph *g);
 
