@@ -6,6 +6,7 @@
 # built, saved before any step, and tests/py/init_check.py draws torch's
 # for the same shapes: the same law (mean, spread, bounds). Bad arguments
 # are errors at the initialiser.
+# run_all: fusion-independent (initial weights are drawn before any op runs: make test-nofuse skips it)
 set -u
 cd "$(dirname "$0")/.."
 . tests/py/lib.sh

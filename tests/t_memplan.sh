@@ -19,6 +19,7 @@
 #   3. the CUDA program on the CPU stand-in (char_transformer, mixed_float16:
 #      layer norms and cross-entropy reading f16) with and without the
 #      budget: identical checkpoints.
+# run_all: fusion-independent (it builds every model fused and unfused itself: make test-nofuse skips it)
 set -u
 cd "$(dirname "$0")/.."
 . tests/py/lib.sh

@@ -23,6 +23,7 @@
 #      --gpu h100 shows the cost in its summary.
 # Without chromium (or with CHROMIUM= set empty) parts 2 and 3 are skipped
 # (SKIP, exit 0); CI has it. CHROMIUM=PATH names another browser binary.
+# run_all: once (the page draws whatever plan fusion made; the default, fused one is enough: make test-nofuse skips it)
 set -u
 cd "$(dirname "$0")/.."
 . tests/py/lib.sh
