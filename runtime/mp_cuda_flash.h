@@ -590,13 +590,19 @@ struct MpCuFaDkv {
     }
 };
 
+/* The head width attention_grad_q_tc runs at: 16, else 64. At 32 its
+ * kernel needs more than the 128 registers a thread that t_cuda_build's
+ * ptxas gate allows (sm_90: 96 used and a 4-byte spill), so heads of 17 to
+ * 32 run the 64-wide kernel, their upper half zeros (as heads of 33 to 63). */
+static inline int64_t mp_cu_fa_dq_width(int64_t D) { return D <= 16 ? 16 : 64; }
+
 /* FMAs the backward's mma's do (its kernels' loops: attention_grad_q_tc
  * per (query tile, key tile) it walks 4 warps x (pass 1: 4 chunks x 2
  * products x 2 n-tiles x D'/16; pass 2: the same + 4 x D'/8); _kv_tc per
  * (key tile, query tile) 4 warps x 4 chunks x (2 x 2 x D'/16 + 2 x D'/8)). */
 static inline double mp_cu_fa_bwd_fmas(int64_t BH, int64_t T, int64_t Tk, int64_t D, int causal)
 {
-    int64_t dp = D <= 16 ? 16 : D <= 32 ? 32 : 64, qtiles = 0, ktiles = 0;
+    int64_t dp = D <= 16 ? 16 : D <= 32 ? 32 : 64, dq = mp_cu_fa_dq_width(D), qtiles = 0, ktiles = 0;
     MpCuFa a = {};
     a.Tk = Tk;
     a.causal = causal;
@@ -604,7 +610,7 @@ static inline double mp_cu_fa_bwd_fmas(int64_t BH, int64_t T, int64_t Tk, int64_
         qtiles += (mp_cu_fa_keys(&a, i0) + 63) / 64;
     for (int64_t j0 = 0; j0 < Tk; j0 += 64)
         ktiles += ((T - (causal ? j0 : 0)) + 63) / 64;
-    double q = 4.0 * (2 * 4 * 2 * 2 * (dp / 16) + 4 * (dp / 8));
+    double q = 4.0 * (2 * 4 * 2 * 2 * (dq / 16) + 4 * (dq / 8));
     double kv = 4.0 * 4 * (2 * 2 * (dp / 16) + 2 * (dp / 8));
     return (double)BH * (qtiles * q + ktiles * kv) * 16 * 8 * 16;
 }
@@ -664,12 +670,12 @@ static inline void mp_cu_fa_forward(MpCuFa a, int64_t BH)
 }
 
 /* dq, dk, dv of attention on Tensor Cores into b.a.o (g), stats at b.st */
-template <int DP>
+template <int DQ, int DP>   /* DQ: mp_cu_fa_dq_width */
 static inline void mp_cu_fa_backward(MpCuFaB b, int64_t BH)
 {
-    MpCuFaDq<DP> fq = {b};
+    MpCuFaDq<DQ> fq = {b};
     MpCuFaDkv<DP> fkv = {b};
-    mp_cu_rows_sh("attention_grad_q_tc", BH * b.a.nqt, MP_CU_FA_NT, 4 * 64 * (DP + MP_CU_FA_PAD) * 2, fq);
+    mp_cu_rows_sh("attention_grad_q_tc", BH * b.a.nqt, MP_CU_FA_NT, 4 * 64 * (DQ + MP_CU_FA_PAD) * 2, fq);
     mp_cu_rows_sh("attention_grad_kv_tc", BH * b.nkt, MP_CU_FA_NT,
                   4 * 64 * (DP + MP_CU_FA_PAD) * 2 + 3 * 64 * 4, fkv);
 }
@@ -679,11 +685,11 @@ static inline void mp_cu_fa_grad(MpCuFaB b, int64_t BH)
     b.a.nqt = (b.a.T + MP_CU_FA_BR - 1) / MP_CU_FA_BR;
     b.nkt = (b.a.Tk + 63) / 64;
     if (b.a.D <= 16)
-        mp_cu_fa_backward<16>(b, BH);
+        mp_cu_fa_backward<16, 16>(b, BH);
     else if (b.a.D <= 32)
-        mp_cu_fa_backward<32>(b, BH);
+        mp_cu_fa_backward<64, 32>(b, BH);
     else
-        mp_cu_fa_backward<64>(b, BH);
+        mp_cu_fa_backward<64, 64>(b, BH);
 }
 
 static inline void mp_cu_fa_run(MpCuFa a, int64_t BH)
