@@ -48,7 +48,7 @@ train {
   minimize loss
 }
 MP
-    "$MPCC" "$tmp/f.mp" --precision float32 --dump-plan=json >"$tmp/f.json" &&
+    "$MPCC" "$tmp/f.mp" --precision float32 --fuse --dump-plan=json >"$tmp/f.json" &&
         "$MPCC" "$tmp/f.mp" --precision float32 --no-fuse --dump-plan=json >"$tmp/f0.json" &&
         $PY - "$tmp/f.json" "$tmp/f0.json" "$1" <<'PY'
 import json, sys
