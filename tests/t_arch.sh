@@ -21,7 +21,9 @@
 #      trainer's.
 # Data: tiny shakespeare through build/text2bin (u16 .bin token streams),
 # Fashion-MNIST through build/idx2npy --pad 2 (32x32), from ../shared/data.
-# ONLY=substring runs the matching cases; JOBS (2) trainers at a time.
+# ARCH_ONLY=substring runs the matching cases (not ONLY, which run_all.sh
+# uses to pick this script: ONLY=t_arch ran no case and passed); a filter
+# that matches no case fails. JOBS (2) trainers at a time.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=tests/py/lib.sh
@@ -53,7 +55,7 @@ FMN="--data image=$W/fx.npy --data label=$W/fy.npy --eval image=$W/fex.npy --eva
 
 # ---- 1. the examples as they are: mpcc and cc -O2 --------------------------
 for ex in gpt2 llama resnet18 mobilenetv2 unet; do
-    [ -n "${ONLY:-}" ] && [[ $ex != *$ONLY* ]] && continue
+    [ -n "${ARCH_ONLY:-}" ] && [[ $ex != *$ARCH_ONLY* && $ARCH_ONLY != $ex* ]] && continue
     t0=$(date +%s%N)
     if ! "$MPCC" "examples/$ex.mp" --target c -o "$W/$ex-full.c" 2>"$W/$ex-full.err"; then
         fails+=("examples/$ex.mp: mpcc failed: $(head -n 1 "$W/$ex-full.err")"); continue
@@ -114,7 +116,7 @@ cases=()   # name|model|precision|tol|data|steps
 # parameter check's 1%, as torch float32 does (the loss agrees).
 ARCH_PENDING="mobilenetv2_float32"
 add() {
-    [ -n "${ONLY:-}" ] && [[ $1 != *$ONLY* ]] && return
+    [ -n "${ARCH_ONLY:-}" ] && [[ $1 != *$ARCH_ONLY* ]] && return
     if [[ " $ARCH_PENDING " == *" $1 "* ]] && [ "${PENDING:-}" != run ]; then
         echo "PENDING (left out, see ARCH_PENDING): $1"; return
     fi
@@ -131,6 +133,9 @@ add mobilenetv2_mixed_float16 mobilenetv2 mixed_float16 3e-2 "$FMN" 1
 add unet_float32 unet float32 1e-4 "$UNI"
 add unet_mixed_float16 unet mixed_float16 3e-2 "$UNI"
 
+if [ ${#cases[@]} -eq 0 ]; then
+    echo "FAIL: ARCH_ONLY=${ARCH_ONLY:-} matches no case"; exit 1
+fi
 : >"$W/init.batch"
 for c in "${cases[@]}"; do
     IFS='|' read -r name model _ <<<"$c"
