@@ -25,6 +25,9 @@ check 2 "cannot read 'nosuch.mp'" nosuch.mp
 check 2 "Is a directory" "$ROOT/examples"
 check 2 "cannot write '$tmp/no/dir/x.c'" "$M" --target c -o "$tmp/no/dir/x.c"
 check 2 "unknown target 'fpga', expected cuda or c" "$M" --target fpga
+check 2 "--memory-budget '6XB': expected a size in bytes" "$M" --memory-budget 6XB --dump-plan
+check 2 "--memory-budget '-1': expected a size" "$M" --memory-budget -1 --dump-plan
+check 2 "--collapse" "$M" --dump-plan=json --collapse
 check 2 "unknown precision policy 'f8'" "$M" --precision f8
 check 2 "unknown plan format 'svg'" "$M" --dump-plan=svg
 check 2 "-o needs a value" "$M" -o
