@@ -43,16 +43,7 @@ export -f build_pair build_trainer
 export tmp MPCC HARD PY
 # every model as it is, but ResNet-18 narrowed (W = 8, batch 16): the same
 # graph, a hundredth of the arithmetic
-models() {
-    for mp in examples/*.mp tests/models/*.mp tests/fuse/*.mp; do
-        if [ "$(basename "$mp")" = resnet18.mp ]; then
-            sed 's/^const B = [0-9]*/const B = 16/; s/^const W = [0-9]*/const W = 8/' "$mp" >"$tmp/resnet18.mp"
-            mp=$tmp/resnet18.mp
-        fi
-        echo "$mp"
-    done
-}
-models >"$tmp/models"
+small_models examples/*.mp tests/models/*.mp tests/fuse/*.mp >"$tmp/models"
 while read -r mp; do
     n=$(basename "$mp" .mp)
     echo "build_pair $mp $n fuse"

@@ -76,16 +76,7 @@ fi
 [ $? = 2 ] && grep -q "expected a size" "$tmp/g.err" || bad "--memory-budget 4.5XB: $(cat "$tmp/g.err")"
 
 echo "== 2. every model, C program: the smallest budget trains to the same bits"
-models() {
-    for mp in examples/*.mp tests/models/*.mp; do
-        if [ "$(basename "$mp")" = resnet18.mp ]; then
-            sed 's/^const B = [0-9]*/const B = 16/; s/^const W = [0-9]*/const W = 8/' "$mp" >"$tmp/resnet18.mp"
-            mp=$tmp/resnet18.mp
-        fi
-        echo "$mp"
-    done
-}
-models >"$tmp/models"
+small_models examples/*.mp tests/models/*.mp >"$tmp/models"
 while read -r mp; do
     n=$(basename "$mp" .mp)
     # the smallest budget of each: fusion changes what is stored

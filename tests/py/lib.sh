@@ -154,3 +154,17 @@ pause_end() {
     exec 7>&- 8>&-
     rm -f "$pause_fifo.at" "$pause_fifo.go"
 }
+
+# small_models GLOB...: the models of GLOB, one a line, resnet18 at a size a
+# test can train in seconds (B 16, W 8, a copy in $tmp) -- the model lists of
+# t_fuse and t_memplan
+small_models() {
+    local mp
+    for mp in "$@"; do
+        if [ "$(basename "$mp")" = resnet18.mp ]; then
+            sed 's/^const B = [0-9]*/const B = 16/; s/^const W = [0-9]*/const W = 8/' "$mp" >"$tmp/resnet18.mp"
+            mp=$tmp/resnet18.mp
+        fi
+        echo "$mp"
+    done
+}
