@@ -9,12 +9,18 @@
 #   2. the GEMM-bound MLP (bench/mlp4096.mp: 4 x 4096, batch 8192): the
 #      same, and the achieved TFLOP/s of both against the cuBLAS float16
 #      peak measured in this run (torch_bench.py --peak);
-#   3. peak device memory: the mpcc program's one allocation and the
+#   3. GPT-2 small (examples/gpt2.mp at bench/gpu_check.sh's sizes, batch
+#      8 x 1024, mixed_float16; built by gpu_check.sh, which runs first)
+#      against nanoGPT's model in PyTorch (torch_bench.py --model gpt2), eager
+#      AMP and torch.compile: ms/step, and TFLOP/s by nanoGPT's count;
+#   4. peak device memory: the mpcc program's one allocation and the
 #      process's use as nvidia-smi sees it, against PyTorch's
 #      max_memory_reserved and its process's use.
 # Goals (issue 4): >= 3x PyTorch eager AMP on (1), >= 70% of the cuBLAS peak
 # on (2), no more peak memory than PyTorch.
-# Takes about 5 minutes on an H200 (the nvcc builds are most of it).
+# Takes about 5 minutes on an H200 (the nvcc builds are most of it; programs
+# gpu_check.sh PREBUILD=1 built ahead, bench_NAME.gpu, are used instead).
+# TORCH_MODES (default "eager compile compile-cudagraphs") picks the PyTorch runs.
 set -u
 cd "$(dirname "$0")/.."
 PY=${PY:-python3}
@@ -29,6 +35,7 @@ nvidia-smi -L || { echo "gpu_bench: no GPU"; exit 2; }
 # ---- programs and data --------------------------------------------------------------
 ./mpcc examples/mnist_mlp.mp -o "$out/mnist_mlp.cu" && ./mpcc bench/mlp4096.mp -o "$out/mlp4096.cu" || exit 1
 for n in mnist_mlp mlp4096; do
+    if [ -x "$out/check/bench_$n.gpu" ]; then cp "$out/check/bench_$n.gpu" "$out/$n"; continue; fi
     "$NVCC" -O3 -arch="$ARCH" "$out/$n.cu" -o "$out/$n" >"$out/$n.nvcc.log" 2>&1 &
 done
 "$PY" - "$out" <<'EOF'
@@ -65,8 +72,8 @@ mpcc_run() {   # mpcc_run NAME STEPS LOG_EVERY data...
     watch $pid "$out/$n.smi"
     wait $pid || { echo "gpu_bench: $n failed:"; cat "$out/$n.err"; exit 1; }
 }
-torch_run() {  # torch_run NAME MODE STEPS
-    "$PY" bench/torch_bench.py --model "$1" --mode "$2" --steps "$3" >"$out/torch_$1_$2.json" \
+torch_run() {  # torch_run NAME MODE STEPS [WARMUP]; each run at most TORCH_S (150) seconds
+    timeout "${TORCH_S:-150}" "$PY" bench/torch_bench.py --model "$1" --mode "$2" --steps "$3" --warmup "${4:-30}" >"$out/torch_$1_$2.json" \
         2>"$out/torch_$1_$2.err" &
     local pid=$!
     watch $pid "$out/torch_$1_$2.smi"
@@ -74,16 +81,23 @@ torch_run() {  # torch_run NAME MODE STEPS
 }
 mpcc_run mnist_mlp 6000 1000 --data image="$out/img.npy" --data label="$out/lab.npy"
 mpcc_run mlp4096 120 20 --data x="$out/x4096.npy" --data y="$out/y4096.npy"
-for m in eager compile compile-cudagraphs; do
+models="mnist_mlp mlp4096"
+if [ -x "$out/check/gpt2s.gpu" ] && [ -f "$out/check/gpt2_tok.bin" ]; then
+    cp "$out/check/gpt2s.gpu" "$out/gpt2"
+    mpcc_run gpt2 30 5 --data seq="$out/check/gpt2_tok.bin"
+    models="$models gpt2"
+fi
+for m in ${TORCH_MODES:-eager compile compile-cudagraphs}; do   # GPT-2 first: it matters most
+    case $models in *gpt2*) [ $m = compile-cudagraphs ] || torch_run gpt2 $m 30 8 ;; esac
     torch_run mnist_mlp $m 2000
     torch_run mlp4096 $m 60
 done
 "$PY" bench/torch_bench.py --peak >"$out/peak.json" || exit 1
 
 # ---- the table -----------------------------------------------------------------------------------
-"$PY" - "$out" <<'EOF'
+"$PY" - "$out" "$models" <<'EOF'
 import json, os, re, sys
-d = sys.argv[1]
+d, models = sys.argv[1], sys.argv[2].split()
 def mpcc(n):
     lines = [json.loads(l) for l in open(f"{d}/{n}.jsonl") if '"samples_per_s"' in l]
     sps = [l["samples_per_s"] for l in lines[1:]] or [lines[-1]["samples_per_s"]]   # after warm-up
@@ -92,25 +106,31 @@ def mpcc(n):
             "smi_mib": int(open(f"{d}/{n}.smi").read()), "loss": lines[-1]["loss"]}
 def torch(n, m):
     p = f"{d}/torch_{n}_{m}.json"
-    if not os.path.exists(p) or not open(p).read().strip():
+    if not os.path.exists(p):
+        return "not run"
+    if not open(p).read().strip():
         return None
     r = json.load(open(p))
     r["smi_mib"] = int(open(f"{d}/torch_{n}_{m}.smi").read())
     return r
 peak = json.load(open(f"{d}/peak.json"))
 flops = {"mnist_mlp": 128 * (2 * 2 * (784 * 512 + 512 * 10) + 2 * 512 * 10),
-         "mlp4096": 8192 * (2 * 2 * (4 * 4096 * 4096 + 4096 * 16) + 2 * (3 * 4096 * 4096 + 4096 * 16))}
-batch = {"mnist_mlp": 128, "mlp4096": 8192}
+         "mlp4096": 8192 * (2 * 2 * (4 * 4096 * 4096 + 4096 * 16) + 2 * (3 * 4096 * 4096 + 4096 * 16)),
+         # nanoGPT's estimate_mfu: 6 N (parameters less wpe) + 12 L H Q T per token
+         "gpt2": 8 * 1024 * (6 * (124475904 - 1024 * 768) + 12 * 12 * 12 * 64 * 1024)}
+batch = {"mnist_mlp": 128, "mlp4096": 8192, "gpt2": 8}
 res = {"peak": peak, "models": {}}
 print("| model | program | samples/s | x eager AMP | TFLOP/s | % of cuBLAS peak | device memory (process) |")
 print("| --- | --- | --- | --- | --- | --- | --- |")
-for n in ("mnist_mlp", "mlp4096"):
+for n in models:
     m = mpcc(n)
     runs = {"mpcc": m}
     for mode in ("eager", "compile", "compile-cudagraphs"):
         runs["torch " + mode] = torch(n, mode)
-    eager = runs["torch eager"]["samples_per_s"] if runs["torch eager"] else None
+    eager = runs["torch eager"]["samples_per_s"] if isinstance(runs["torch eager"], dict) else None
     for name, r in runs.items():
+        if r == "not run":
+            continue
         if not r:
             print(f"| {n} | {name} | failed | | | | |")
             continue
@@ -118,7 +138,8 @@ for n in ("mnist_mlp", "mlp4096"):
         mem = (f"{r['alloc_mib']:.0f} MiB allocated ({r['smi_mib']} MiB)" if name == "mpcc"
                else f"{r['max_reserved'] / 2**20:.0f} MiB reserved ({r['smi_mib']} MiB)")
         ratio = f"{r['samples_per_s'] / eager:.2f}" if eager else "-"
-        print(f"| {n} | {name} | {r['samples_per_s']:.0f} | {ratio} | {tf:.1f} | "
+        print(f"| {n} | {name} | {r['samples_per_s']:.0f} ({1e3 * batch[n] / r['samples_per_s']:.1f} ms/step) | "
+              f"{ratio} | {tf:.1f} | "
               f"{100 * tf / peak['peak_tflops']:.0f}% | {mem} |")
     res["models"][n] = runs
 print(f"\ncuBLAS float16 peak measured in this run: {peak['peak_tflops']:.0f} TFLOP/s {peak['shapes']}")

@@ -6,7 +6,8 @@
 #   1. every tests/gradcheck model, built with nvcc -O3, passes --gradcheck
 #      on the GPU (float32, TF32 off: the real kernels and cuBLAS calls
 #      against finite differences);
-#   2. every example, from the same --init checkpoint and --no-shuffle:
+#   2. every example, from the same seed's initial values (the two targets
+#      draw them alike) and --no-shuffle:
 #      the loss of every step and the evaluation equal the C program's,
 #      1e-4 relative under float32 (TF32 off), 5e-2 under its own mixed
 #      policy; the same with MP_CUDA_GRAPH=0 (kernels one by one);
@@ -19,6 +20,16 @@
 #      (mp_cuda_flash.h), 2 steps as the C program's (5e-2), then
 #      GPT2_STEPS steps for speed (see the section for its parameters).
 # Writes bench/out/check/. Takes about 6 minutes on an H200 with 16 cores.
+#
+# PREBUILD=1 does, on a machine without a GPU, everything that needs none:
+# it builds every program (nvcc for ARCH's machine code alone, no PTX, so
+# the binaries are small) and runs the C programs' side of (2) and (5),
+# then packs bench/out/check into bench/out/carry/check.tar.xz. On the GPU's
+# machine, gpu_check.sh unpacks that archive first and reuses what it holds:
+# a lent GPU's minutes go to the GPU (bench/gpu_run.sh). PREBUILT_ONLY=1
+# skips the programs not built ahead instead of building them there.
+# For a short lease: LOSS_GRAPHS=1 (the loss curves with CUDA graphs only),
+# SKIP_SAN=1 (no compute-sanitizer).
 set -u
 cd "$(dirname "$0")/.."
 PY=${PY:-python3}
@@ -26,22 +37,33 @@ NVCC=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
 SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 ARCH=${ARCH:-sm_90}
 out=bench/out/check
+PREBUILD=${PREBUILD:-0}
 mkdir -p "$out"
 fail=0
 bad() { echo "FAIL: $*"; fail=1; }
 [ -x ./mpcc ] || { echo "gpu_check: ./mpcc is not built (make)"; exit 2; }
-nvidia-smi -L || { echo "gpu_check: no GPU"; exit 2; }
+if [ "$PREBUILD" = 1 ]; then
+    gpu() { return 1; }      # the GPU's steps are skipped
+else
+    gpu() { return 0; }
+    nvidia-smi -L || { echo "gpu_check: no GPU"; exit 2; }
+    if [ -f bench/out/carry/check.tar.xz ]; then tar -xJf bench/out/carry/check.tar.xz -C "$out" || exit 2; fi
+fi
 
 # ---- building (in parallel) ----------------------------------------------------------
-build() {   # build MODEL.mp NAME [mpcc options]
+build() {   # build MODEL.mp NAME [mpcc options]; kept when built before (PREBUILD)
     local mp=$1 n=$2
     shift 2
+    [ -x "$out/$n.gpu" ] && [ -x "$out/$n.cpu" ] && return
+    [ "${PREBUILT_ONLY:-0}" = 1 ] && { echo "skip $n: not built ahead (PREBUILT_ONLY=1)"; return; }
     ./mpcc "$mp" "$@" -o "$out/$n.cu" && ./mpcc "$mp" "$@" --target c -o "$out/$n.c" &&
-        "$NVCC" -O3 -arch="$ARCH" "$out/$n.cu" -o "$out/$n.gpu" >"$out/$n.nvcc" 2>&1 &&
+        "$NVCC" -O3 -gencode "arch=compute_${ARCH#sm_},code=$ARCH" "$out/$n.cu" -o "$out/$n.gpu" \
+            >"$out/$n.nvcc" 2>&1 &&
         cc -O2 "$out/$n.c" -o "$out/$n.cpu" -lm || echo "FAIL: $n does not build"
 }
 export -f build
 export NVCC ARCH out
+[ "${PREBUILT_ONLY:-0}" = 1 ] && export PREBUILT_ONLY
 {
     for f in tests/gradcheck/*.mp; do echo "$f $(basename "$f" .mp) --precision float32"; done
     for f in examples/*.mp; do
@@ -53,15 +75,18 @@ export NVCC ARCH out
 grep -q FAIL "$out/builds" && fail=1
 
 # ---- 1. gradients on the GPU ------------------------------------------------------------
-for f in tests/gradcheck/*.mp; do
-    n=$(basename "$f" .mp)
-    [ -x "$out/$n.gpu" ] || continue
-    "$out/$n.gpu" --gradcheck >"$out/$n.gc" 2>&1 && echo "ok   gradcheck $n" ||
-        { bad "gradcheck $n on the GPU:"; tail -n 8 "$out/$n.gc"; }
-done
+# (eight at a time: one GPU runs several small programs at once)
+gc_models=$(for f in tests/gradcheck/*.mp; do n=$(basename "$f" .mp); [ -x "$out/$n.gpu" ] && echo "$n"; done)
+if gpu; then
+    echo "$gc_models" | xargs -P 8 -I{} sh -c "'$out/{}.gpu' --gradcheck >'$out/{}.gc' 2>&1; echo \$? >'$out/{}.gc.rc'"
+    for n in $gc_models; do
+        [ "$(cat "$out/$n.gc.rc")" = 0 ] && echo "ok   gradcheck $n" ||
+            { bad "gradcheck $n on the GPU:"; tail -n 8 "$out/$n.gc"; }
+    done
+fi
 
 # ---- data ---------------------------------------------------------------------------------
-"$PY" - "$out" <<'EOF'
+[ -f "$out/chars.bin" ] || "$PY" - "$out" <<'EOF'
 import numpy as np, sys
 d, r = sys.argv[1], np.random.RandomState(7)
 np.save(d + "/img.npy", r.randint(0, 256, (2048, 784)).astype(np.uint8))
@@ -70,6 +95,8 @@ np.save(d + "/lab.npy", r.randint(0, 10, (2048,)).astype(np.int32))
 np.save(d + "/pix.npy", (r.rand(2048, 64) * 16).astype(np.float32))
 np.save(d + "/tok.npy", r.randint(0, 65, (512, 64)).astype(np.int32))
 np.save(d + "/tgt.npy", r.randint(0, 65, (512, 64)).astype(np.int32))
+np.save(d + "/img32.npy", r.randint(0, 256, (2048, 1, 32, 32)).astype(np.uint8))
+r.randint(0, 65, 1 << 16).astype("<u2").tofile(d + "/chars.bin")
 EOF
 data_of() {
     local o=${2:---data}
@@ -77,79 +104,15 @@ data_of() {
     mnist_mlp*) echo "$o image=$out/img.npy $o label=$out/lab.npy" ;;
     mnist_cnn*) echo "$o image=$out/img4.npy $o label=$out/lab.npy" ;;
     digits_mlp*) echo "$o pixels=$out/pix.npy $o label=$out/lab.npy" ;;
-    char_transformer*) echo "$o tokens=$out/tok.npy $o targets=$out/tgt.npy" ;;
+    char_transformer* | char_gru*) echo "$o tokens=$out/tok.npy $o targets=$out/tgt.npy" ;;
+    gpt2* | llama*) echo "$o seq=$out/chars.bin" ;;
+    resnet18* | mobilenetv2*) echo "$o image=$out/img32.npy $o label=$out/lab.npy" ;;
+    unet*) echo "$o image=$out/img32.npy" ;;
+    vae*) echo "$o image=$out/img.npy" ;;
+    *) echo "gpu_check: no data for $1" >&2 ;;
     esac
 }
 compare() { "$PY" tests/cuda/compare_logs.py "$@"; }   # A.jsonl B.jsonl TOL
-
-# ---- 2. loss curves against the C program ------------------------------------------------------
-for f in examples/*.mp; do
-    b=$(basename "$f" .mp)
-    for n in "$b" "${b}_f32"; do
-        [ -x "$out/$n.gpu" ] && [ -x "$out/$n.cpu" ] || continue
-        tol=5e-2
-        [ "$n" = "${b}_f32" ] || [ "$b" = digits_mlp ] && tol=1e-4
-        d="$(data_of "$n") $(data_of "$n" --eval)"
-        # shellcheck disable=SC2086
-        "$out/$n.cpu" $(data_of "$n") --steps 0 --save "$out/$n.init.safetensors" >/dev/null 2>&1
-        for g in 1 0; do
-            # shellcheck disable=SC2086
-            "$out/$n.cpu" $d --init "$out/$n.init.safetensors" --no-shuffle --steps 40 --log-every 1 \
-                --eval-every 20 --log "$out/$n.cpu.jsonl" >/dev/null 2>&1 &&
-            MP_CUDA_GRAPH=$g "$out/$n.gpu" $d --init "$out/$n.init.safetensors" --no-shuffle --steps 40 \
-                --log-every 1 --eval-every 20 --log "$out/$n.gpu.jsonl" >/dev/null 2>"$out/$n.gpu.err" ||
-                { bad "$n: a run failed:"; cat "$out/$n.gpu.err"; continue; }
-            if msg=$(compare "$out/$n.cpu.jsonl" "$out/$n.gpu.jsonl" $tol 2>&1); then
-                echo "ok   $n (graphs $g): 40 steps as the C program's, $msg"
-            else
-                bad "$n (graphs $g): $msg"
-            fi
-        done
-    done
-done
-
-# ---- 3. checkpoints GPU -> CPU -> GPU ---------------------------------------------------------
-for n in mnist_mlp char_transformer; do
-    [ -x "$out/$n.gpu" ] || continue
-    d=$(data_of "$n")
-    # shellcheck disable=SC2086
-    "$out/$n.cpu" $d --steps 12 --log-every 1 --log "$out/$n.straight.jsonl" >/dev/null 2>&1 &&
-    "$out/$n.gpu" $d --steps 4 --save "$out/$n.a.safetensors" >/dev/null 2>&1 &&
-    "$out/$n.cpu" $d --steps 8 --resume "$out/$n.a.safetensors" --save "$out/$n.b.safetensors" \
-        --log-every 1 --log "$out/$n.mixed.jsonl" >/dev/null 2>&1 &&
-    "$out/$n.gpu" $d --steps 12 --resume "$out/$n.b.safetensors" --log-every 1 \
-        --log "$out/$n.mixed.jsonl" >/dev/null 2>&1 || { bad "$n: checkpoints across devices failed"; continue; }
-    tail -n 8 "$out/$n.straight.jsonl" >"$out/$n.tail.jsonl"
-    msg=$(compare "$out/$n.tail.jsonl" "$out/$n.mixed.jsonl" 5e-2 2>&1) &&
-        echo "ok   $n: GPU -> CPU -> GPU checkpoints, $msg" || bad "$n: checkpoints: $msg"
-done
-
-# ---- 4. compute-sanitizer ------------------------------------------------------------------------
-if [ -x "$SAN" ]; then
-    san() {   # san TOOL NAME [env]
-        local tool=$1 n=$2
-        shift 2
-        [ -x "$out/$n.gpu" ] || return
-        # shellcheck disable=SC2046
-        env "$@" "$SAN" --tool "$tool" --error-exitcode 99 "$out/$n.gpu" $(data_of "$n") --steps 3 \
-            >"$out/$n.$tool.log" 2>&1
-        if grep -q "ERROR SUMMARY: 0 errors" "$out/$n.$tool.log"; then
-            echo "ok   compute-sanitizer --tool $tool $n $*"
-        else
-            bad "compute-sanitizer --tool $tool $n $*:"; tail -n 30 "$out/$n.$tool.log"
-        fi
-    }
-    for f in examples/*.mp; do
-        n=$(basename "$f" .mp)
-        san memcheck "$n" MP_CUDA_GRAPH=1
-        san memcheck "$n" MP_CUDA_GRAPH=0
-    done
-    for n in mnist_cnn char_transformer; do
-        for tool in racecheck synccheck initcheck; do san $tool "$n" MP_CUDA_GRAPH=0; done
-    done
-else
-    bad "compute-sanitizer not found"
-fi
 
 # ---- 5. GPT-2 small: its device memory, 2 steps as the C program's, then speed ----------
 # examples/gpt2.mp with GPT-2 small's sizes written into its constants (B 8,
@@ -166,36 +129,126 @@ gpt2_check() {
         -e 's/^const V = .*/const V = 50304/' -e 's/^const D = .*/const D = 768/' \
         -e 's/^const H = .*/const H = 12/' -e 's/^const L = .*/const L = 12/' \
         -e 's/^const P = .*/const P = 0.0/' examples/gpt2.mp >"$out/gpt2s.mp"
-    build "$out/gpt2s.mp" gpt2 --precision mixed_float16 | tee -a "$out/builds"
-    [ -x "$out/gpt2.gpu" ] || return
-    "$PY" -c "
+    build "$out/gpt2s.mp" gpt2s --precision mixed_float16 | tee -a "$out/builds"
+    [ -x "$out/gpt2s.gpu" ] || return
+    [ -f "$out/gpt2_tok.bin" ] || "$PY" -c "
 import numpy as np
 np.random.RandomState(3).randint(0, 50257, 1 << 20).astype('<u2').tofile('$out/gpt2_tok.bin')"
     local d=${GPT2_DATA:-"--data seq=$out/gpt2_tok.bin"}
+    if [ ! -s "$out/gpt2s.cpu.jsonl" ]; then   # the C program's 2 steps, once (PREBUILD: ahead)
+        # shellcheck disable=SC2086
+        "$out/gpt2s.cpu" $d --no-shuffle --steps 2 --log-every 1 --log "$out/gpt2s.cpu.jsonl" >/dev/null 2>&1 ||
+            { bad "GPT-2: the C program's 2 steps failed"; rm -f "$out/gpt2s.cpu.jsonl"; return; }
+    fi
+    gpu || return 0
     # shellcheck disable=SC2086
-    "$out/gpt2.gpu" $d --dry-run 2>&1 | tee "$out/gpt2.dry"
+    "$out/gpt2s.gpu" $d --dry-run 2>&1 | tee "$out/gpt2s.dry"
     # shellcheck disable=SC2086
-    "$out/gpt2.cpu" $d --no-shuffle --steps 2 --log-every 1 --log "$out/gpt2.cpu.jsonl" >/dev/null 2>&1 &&
-    MP_CUDA_VERBOSE=1 "$out/gpt2.gpu" $d --no-shuffle --steps 2 --log-every 1 --log "$out/gpt2.gpu.jsonl" \
-        >/dev/null 2>"$out/gpt2.err" || { bad "GPT-2: a run failed:"; cat "$out/gpt2.err"; return; }
-    grep "^cuda:" "$out/gpt2.err"
-    grep -q "attention on Tensor Cores" "$out/gpt2.err" ||
+    MP_CUDA_VERBOSE=1 "$out/gpt2s.gpu" $d --no-shuffle --steps 2 --log-every 1 --log "$out/gpt2s.gpu.jsonl" \
+        >/dev/null 2>"$out/gpt2s.err" || { bad "GPT-2: a run failed:"; cat "$out/gpt2s.err"; return; }
+    grep "^cuda:" "$out/gpt2s.err"
+    grep -q "attention on Tensor Cores" "$out/gpt2s.err" ||
         bad "GPT-2: its f16 attention did not run on Tensor Cores (ARCH=$ARCH: sm_80 or later)"
-    if msg=$(compare "$out/gpt2.cpu.jsonl" "$out/gpt2.gpu.jsonl" 5e-2 2>&1); then
+    if msg=$(compare "$out/gpt2s.cpu.jsonl" "$out/gpt2s.gpu.jsonl" 5e-2 2>&1); then
         echo "ok   GPT-2: 2 steps as the C program's, $msg"
     else
         bad "GPT-2: $msg"
     fi
     # shellcheck disable=SC2086
-    "$out/gpt2.gpu" $d --steps "$steps" --log-every 10 >"$out/gpt2.speed" 2>&1 ||
-        { bad "GPT-2: $steps steps failed:"; tail -n 5 "$out/gpt2.speed"; return; }
+    "$out/gpt2s.gpu" $d --steps "$steps" --log-every 10 >"$out/gpt2s.speed" 2>&1 ||
+        { bad "GPT-2: $steps steps failed:"; tail -n 5 "$out/gpt2s.speed"; return; }
     echo "GPT-2 small on the GPU (samples/s of 1024 tokens):"
-    tail -n 3 "$out/gpt2.speed"
+    tail -n 3 "$out/gpt2s.speed"
     local dev=h100   # the cost model's prediction, to set beside the measured step
     nvidia-smi -L | grep -q H200 && dev=h200
     nvidia-smi -L | grep -q A100 && dev=a100
     echo "GPT-2 small predicted (mpcc --dump-plan=cost --gpu $dev):"
     ./mpcc "$out/gpt2s.mp" --precision mixed_float16 --dump-plan=cost --gpu $dev | tail -n 4
 }
-gpt2_check
+[ "${GPT2_FIRST:-0}" = 1 ] && gpt2_check
+
+# ---- 2. loss curves against the C program ------------------------------------------------------
+for f in examples/*.mp; do
+    b=$(basename "$f" .mp)
+    for n in "$b" "${b}_f32"; do
+        [ -x "$out/$n.gpu" ] && [ -x "$out/$n.cpu" ] || continue
+        tol=5e-2
+        [ "$n" = "${b}_f32" ] || [ "$b" = digits_mlp ] && tol=1e-4
+        d="$(data_of "$n") $(data_of "$n" --eval)"
+        if [ ! -s "$out/$n.cpu.jsonl" ]; then   # the C program's run, once (PREBUILD: ahead)
+            # shellcheck disable=SC2086
+            "$out/$n.cpu" $d --no-shuffle --steps 40 --log-every 1 \
+                --eval-every 20 --log "$out/$n.cpu.jsonl" >/dev/null 2>&1 ||
+                { bad "$n: the C program's run failed"; rm -f "$out/$n.cpu.jsonl"; continue; }
+        fi
+        gpu || continue
+        for g in ${LOSS_GRAPHS:-1 0}; do
+            # shellcheck disable=SC2086
+            MP_CUDA_GRAPH=$g "$out/$n.gpu" $d --no-shuffle --steps 40 \
+                --log-every 1 --eval-every 20 --log "$out/$n.gpu.jsonl" >/dev/null 2>"$out/$n.gpu.err" ||
+                { bad "$n: a run failed:"; cat "$out/$n.gpu.err"; continue; }
+            if msg=$(compare "$out/$n.cpu.jsonl" "$out/$n.gpu.jsonl" $tol 2>&1); then
+                echo "ok   $n (graphs $g): 40 steps as the C program's, $msg"
+            else
+                bad "$n (graphs $g): $msg"
+            fi
+        done
+    done
+done
+
+# ---- 3. checkpoints GPU -> CPU -> GPU ---------------------------------------------------------
+for n in mnist_mlp char_transformer; do
+    gpu && [ -x "$out/$n.gpu" ] || continue
+    d=$(data_of "$n")
+    # shellcheck disable=SC2086
+    "$out/$n.cpu" $d --steps 12 --log-every 1 --log "$out/$n.straight.jsonl" >/dev/null 2>&1 &&
+    "$out/$n.gpu" $d --steps 4 --save "$out/$n.a.safetensors" >/dev/null 2>&1 &&
+    "$out/$n.cpu" $d --steps 8 --resume "$out/$n.a.safetensors" --save "$out/$n.b.safetensors" \
+        --log-every 1 --log "$out/$n.mixed.jsonl" >/dev/null 2>&1 &&
+    "$out/$n.gpu" $d --steps 12 --resume "$out/$n.b.safetensors" --log-every 1 \
+        --log "$out/$n.mixed.jsonl" >/dev/null 2>&1 || { bad "$n: checkpoints across devices failed"; continue; }
+    tail -n 8 "$out/$n.straight.jsonl" >"$out/$n.tail.jsonl"
+    msg=$(compare "$out/$n.tail.jsonl" "$out/$n.mixed.jsonl" 5e-2 2>&1) &&
+        echo "ok   $n: GPU -> CPU -> GPU checkpoints, $msg" || bad "$n: checkpoints: $msg"
+done
+
+# ---- 4. compute-sanitizer ------------------------------------------------------------------------
+if ! gpu || [ "${SKIP_SAN:-0}" = 1 ]; then
+    :
+elif [ -x "$SAN" ]; then
+    san() {   # san TOOL NAME GRAPHS: one run, its log $out/NAME.TOOL.gGRAPHS.log
+        local tool=$1 n=$2 g=$3
+        [ -x "$out/$n.gpu" ] || return
+        # shellcheck disable=SC2046
+        MP_CUDA_GRAPH=$g "$SAN" --tool "$tool" --error-exitcode 99 "$out/$n.gpu" $(data_of "$n") --steps 3 \
+            >"$out/$n.$tool.g$g.log" 2>&1
+    }
+    export -f san data_of
+    export SAN
+    {   # (six at a time)
+        for f in examples/*.mp; do echo "memcheck $(basename "$f" .mp) 1"; echo "memcheck $(basename "$f" .mp) 0"; done
+        for n in mnist_cnn char_transformer; do
+            for tool in racecheck synccheck initcheck; do echo "$tool $n 0"; done
+        done
+    } >"$out/san.list"
+    xargs -P 6 -L 1 bash -c 'san "$@"' _ <"$out/san.list"
+    while read -r tool n g; do
+        [ -x "$out/$n.gpu" ] || continue
+        if grep -q "ERROR SUMMARY: 0 errors" "$out/$n.$tool.g$g.log"; then
+            echo "ok   compute-sanitizer --tool $tool $n MP_CUDA_GRAPH=$g"
+        else
+            bad "compute-sanitizer --tool $tool $n MP_CUDA_GRAPH=$g:"; tail -n 30 "$out/$n.$tool.g$g.log"
+        fi
+    done <"$out/san.list"
+else
+    bad "compute-sanitizer not found"
+fi
+
+[ "${GPT2_FIRST:-0}" = 1 ] || gpt2_check
+if [ "$PREBUILD" = 1 ]; then   # what the GPU's machine unpacks (bench/gpu_run.sh carries it)
+    mkdir -p bench/out/carry
+    (cd "$out" && tar -cJf ../carry/check.tar.xz --exclude='*.cu' --exclude='*.c' --exclude='*.nvcc' \
+        --exclude='*.o' ./*.gpu ./*.cpu ./*.jsonl ./*.npy ./*.bin ./*.mp ./builds) || fail=1
+    ls -l bench/out/carry/check.tar.xz
+fi
 exit $fail

@@ -21,7 +21,40 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 
+class GPT(nn.Module):
+    """GPT-2 small as nanoGPT's model.py writes it (examples/gpt2.mp with the
+    sizes bench/gpu_check.sh gives it): vocabulary 50304, 1024 positions,
+    12 layers of 12 heads of 64, biases, no dropout, lm_head tied to wte,
+    attention through scaled_dot_product_attention (FlashAttention)."""
+
+    def __init__(self, V=50304, T=1024, D=768, H=12, L=12):
+        super().__init__()
+        self.H = H
+        self.wte, self.wpe = nn.Embedding(V, D), nn.Embedding(T, D)
+        self.blocks = nn.ModuleList(nn.ModuleDict({
+            "ln_1": nn.LayerNorm(D), "c_attn": nn.Linear(D, 3 * D), "attn_proj": nn.Linear(D, D),
+            "ln_2": nn.LayerNorm(D), "c_fc": nn.Linear(D, 4 * D), "mlp_proj": nn.Linear(4 * D, D)})
+            for _ in range(L))
+        self.ln_f = nn.LayerNorm(D)
+        for p in self.parameters():
+            if p.dim() == 2:
+                nn.init.normal_(p, 0.0, 0.02)
+
+    def forward(self, idx):
+        B, T = idx.shape
+        x = self.wte(idx) + self.wpe(torch.arange(T, device=idx.device))
+        for b in self.blocks:
+            q, k, v = b["c_attn"](b["ln_1"](x)).split(x.size(2), dim=2)
+            q, k, v = (t.view(B, T, self.H, -1).transpose(1, 2) for t in (q, k, v))
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            x = x + b["attn_proj"](y.transpose(1, 2).contiguous().view(B, T, -1))
+            x = x + b["mlp_proj"](F.gelu(b["c_fc"](b["ln_2"](x))))
+        return self.ln_f(x) @ self.wte.weight.t()
+
+
 def network(model):
+    if model == "gpt2":             # examples/gpt2.mp at GPT-2 small, batch 8
+        return GPT(), 8
     if model == "mnist_mlp":        # examples/mnist_mlp.mp
         return nn.Sequential(nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 10)), 128
     if model == "mlp4096":          # bench/mlp4096.mp
@@ -34,6 +67,9 @@ def network(model):
 
 def batches(model, batch, n, dev):
     g = torch.Generator(device="cpu").manual_seed(0)
+    if model == "gpt2":
+        seq = torch.randint(0, 50257, (n, batch, 1025), generator=g)
+        return seq[:, :, :-1].contiguous().to(dev), seq[:, :, 1:].contiguous().to(dev)
     if model == "mnist_mlp":
         x = torch.randint(0, 256, (n, batch, 784), generator=g, dtype=torch.uint8)
         y = torch.randint(0, 10, (n, batch), generator=g)
@@ -47,7 +83,13 @@ def train(args):
     dev = "cuda"
     net, batch = network(args.model)
     net = net.to(dev)
-    opt = torch.optim.Adam(net.parameters(), lr=1e-3 if args.model == "mnist_mlp" else 1e-4)
+    if args.model == "gpt2":        # nanoGPT's configure_optimizers and clipping
+        decay = [p for p in net.parameters() if p.dim() >= 2]
+        rest = [p for p in net.parameters() if p.dim() < 2]
+        opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}],
+                                lr=6e-4, betas=(0.9, 0.95), fused=True)
+    else:
+        opt = torch.optim.Adam(net.parameters(), lr=1e-3 if args.model == "mnist_mlp" else 1e-4)
     scaler = torch.cuda.amp.GradScaler(init_scale=32768.0)
     fwd = net
     if args.mode == "compile":
@@ -62,8 +104,11 @@ def train(args):
             x = x.float() / 255
         with torch.autocast("cuda", dtype=torch.float16):
             logits = fwd(x)
-            loss = F.cross_entropy(logits.float(), y)
+            loss = F.cross_entropy(logits.float().flatten(0, -2), y.flatten())
         scaler.scale(loss).backward()
+        if args.model == "gpt2":
+            scaler.unscale_(opt)
+            torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
         scaler.step(opt)
         scaler.update()
         opt.zero_grad(set_to_none=True)
