@@ -114,6 +114,15 @@ plan "$tmp/fp8_current.mp" default fp8:recipe=current fp8:amax_history=1 fp8:mar
 sed 's/fp8_ops   = \[matmul\]//' tests/plan/fp8.mp >"$tmp/fp8_nolist.mp"
 plan "$tmp/fp8_nolist.mp" default node:a.compute=e4m3 node:q.compute=bf16 node:q.rule=class \
     fp8:slots=6 summary:fp8_products=5
+# under a memory budget a dw product may read a recomputed x: with x's slot
+if "$MPCC" examples/gpt2.mp --precision mixed_float8 --memory-budget 30MiB --dump-plan=json >"$tmp/plan.json" \
+        2>"$tmp/err" && grep -q '"recomputes"' "$tmp/plan.json" &&
+    out=$("$PY" tests/plan/check_plan.py <"$tmp/plan.json"); then
+    echo "ok   examples/gpt2.mp (mixed_float8, --memory-budget 30MiB): recomputed operands"
+else
+    echo "FAIL examples/gpt2.mp (mixed_float8, --memory-budget 30MiB): $(head -n 3 "$tmp/err") ${out:-}"
+    fail=1
+fi
 warns tests/plan/fp8.mp "warning: fp8 has no effect under precision mixed_bfloat16" --precision mixed_bfloat16
 # Its program is not generated yet: an error (exit 1) rather than a program
 # that trains something else, and no file; a mixed_float8 model with no

@@ -133,8 +133,8 @@ def check_casts(plan):
 def check_backward(plan):
     nodes = plan["nodes"]
     for n in nodes:
-        if n["phase"] != "backward" or n["op"] in ("cast", "loss_scale"):
-            continue
+        if n["phase"] != "backward" or n["op"] in ("cast", "loss_scale") or "recomputes" in n:
+            continue                  # (a recomputing copy is its forward node again)
         f = nodes[n["grad_of"]]
         if n["op"] == "add" and n["compute"] == n["type"]:
             continue                  # a sum of contributions
@@ -242,6 +242,8 @@ def check_fp8(plan):
                 fail(f"backward #{n['id']} {n['op']} is quantised, its forward node is not")
             continue
         fslot = {i["from"]: i["slot"] for i in fp8_inputs(f)}
+        for i in q:                   # a recomputed operand stands for its forward value
+            i["from"] = nodes[i["from"]].get("recomputes", i["from"])
         if len(q) != 2 or n["compute"] != "e5m2":
             fail(f"backward #{n['id']}: gradient of a quantised product, inputs {n['inputs']}")
             continue
