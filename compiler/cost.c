@@ -421,7 +421,8 @@ static Step measure(const IrGraph *g, const CostDevice *dev)
         s.top10 += order[i]->time;
     s.top10 = s.time > 0 ? s.top10 / s.time : 0;
     s.policy = g->train.policy == POLICY_MIXED_F16 ? DT_F16
-             : g->train.policy == POLICY_MIXED_BF16 ? DT_BF16 : DT_F32;
+             : g->train.policy == POLICY_MIXED_BF16 || g->train.policy == POLICY_MIXED_F8 ? DT_BF16
+             : DT_F32;   /* mixed_float8: its products costed at bf16 until its program quantises */
     s.peak = peak_of(dev, s.policy);
     s.mfu = s.time > 0 ? s.flops / (s.peak * s.time) : 0;
     return s;

@@ -57,6 +57,7 @@ IrGraph *ir_new(Arena *a)
     g->train.ls_interval = 2000;
     g->train.accumulate = 1;
     g->train.steps = 1000;
+    g->train.fp8_history = 16;
     return g;
 }
 

@@ -112,6 +112,9 @@ struct IrNode {
                                members (fuse_last()), set with `fused` */
     struct IrNode *recomputes; /* recompute.c: the forward node this copy (a
                                backward node) computes again */
+    int fp8[2];             /* mixed_float8 (prec.c): the scale slot (1-based,
+                               g->fp8_slots) input 0 / 1 of a product is
+                               quantised with; 0: read as it is */
 };
 
 /* ---- the model's declarations ---------------------------------------- */
@@ -164,7 +167,22 @@ typedef struct IrMetric {
     IrNode *node;           /* scalar f32 */
 } IrMetric;
 
-typedef enum { POLICY_FLOAT32, POLICY_MIXED_F16, POLICY_MIXED_BF16 } Policy;
+typedef enum { POLICY_FLOAT32, POLICY_MIXED_F16, POLICY_MIXED_BF16, POLICY_MIXED_F8 } Policy;
+typedef enum { FP8_DELAYED, FP8_CURRENT } Fp8Recipe;
+typedef enum { FP8_E4M3, FP8_E5M2 } Fp8Format;     /* = runtime/mp_fp8.h's MpFp8Fmt */
+
+/* mixed_float8: one per-tensor scale (PRECISION.md "Additions: TF32 and
+ * FP8"): in which format, for which product, and the value quantised with
+ * it: input k of `reader`, the first product that reads it (read through
+ * the product, so that later passes that rewrite inputs, like
+ * memplan_fold_casts(), keep it right). */
+typedef struct Fp8Slot {
+    Fp8Format fmt;
+    char role;              /* 'x', 'w' (forward inputs), 'g' (dy, backward) */
+    const struct IrNode *reader;
+    int k;
+    const struct IrNode *product;  /* the forward product it belongs to */
+} Fp8Slot;
 typedef enum { OPT_SGD, OPT_ADAM, OPT_ADAMW } OptKind;
 typedef enum { LS_NONE, LS_STATIC, LS_DYNAMIC } LossScaleKind;
 typedef enum { SCHED_CONSTANT, SCHED_COSINE, SCHED_LINEAR } SchedKind;
@@ -190,6 +208,11 @@ typedef struct TrainCfg {
     SrcLoc memory_budget_loc;
     const char **fp16_ops, **fp32_ops;   /* op names, as written */
     int nfp16_ops, nfp32_ops;
+    Fp8Recipe fp8;          /* mixed_float8's scaling: delayed (default) or current */
+    int64_t fp8_history, fp8_margin;     /* amax_history (delayed), margin */
+    bool fp8_set;           /* `fp8 = ...` written */
+    const char **fp8_ops;   /* products quantised whatever their operands */
+    int nfp8_ops;
     SrcLoc loc;             /* the train block */
 } TrainCfg;
 
@@ -209,6 +232,8 @@ typedef struct IrGraph {
     TrainCfg train;
     int64_t batch;          /* the first dimension of the inputs */
     DType lowp;             /* set by prec.c from train.policy */
+    Fp8Slot *fp8_slots;     /* mixed_float8's scale slots, IrNode.fp8 - 1 */
+    int nfp8_slots;
     IrNode *loss_scale;     /* OP_LOSS_SCALE, the seed of the backward pass */
     IrScope *scope;         /* the group open now (sema) */
     int nscopes;

@@ -33,8 +33,19 @@
 
 typedef struct Summary {
     int lowp_ops, f32_ops, casts, hoisted;
+    int fp8_fwd, fp8_bwd;      /* quantised products (mixed_float8) */
     PrecMemory mem;
 } Summary;
+
+/* mixed_float8's state: per scale slot its amax history (delayed: that
+ * many steps; current: the step's own) and its scale exponent, 4 bytes
+ * each, kept across steps and in checkpoints. */
+static int64_t fp8_history(const TrainCfg *t) { return t->fp8 == FP8_DELAYED ? t->fp8_history : 1; }
+static int64_t fp8_state_bytes(const IrGraph *g)
+{
+    return (int64_t)g->nfp8_slots * (fp8_history(&g->train) + 1) * 4;
+}
+static const char *fp8_role(const Fp8Slot *s) { return s->role == 'x' ? "x" : s->role == 'w' ? "w" : "dy"; }
 
 static Summary summarize(const IrGraph *g)
 {
@@ -48,6 +59,8 @@ static Summary summarize(const IrGraph *g)
                    && op_info[n->op].cls != CL_NONE) {
             s.lowp_ops += prec_is_lowp(n->compute);
             s.f32_ops += n->compute == DT_F32;
+            if (n->fp8[0] || n->fp8[1])
+                *(n->phase == PH_FORWARD ? &s.fp8_fwd : &s.fp8_bwd) += 1;
         }
     }
     s.mem = prec_memory(g);
@@ -175,6 +188,21 @@ static PrecClass shown_class(const IrNode *n) { return n->op == OP_CAST ? CL_NON
 static PrecRule shown_rule(const IrNode *n) { return n->op == OP_CAST ? RULE_CAST : n->rule; }
 static DType shown_compute(const IrNode *n) { return n->op == OP_CAST ? n->type : n->compute; }
 
+/* mixed_float8: a quantised product shows the format of its inputs (e4m3
+ * forward; e5m2 dy with e4m3 backward) as its compute type; its output is
+ * still its type (bf16). */
+static bool is_fp8(const IrNode *n) { return n->fp8[0] || n->fp8[1]; }
+static const char *shown_compute_name(const IrNode *n)
+{
+    if (is_fp8(n))
+        return n->phase == PH_FORWARD ? "e4m3" : "e5m2";
+    return dt_name(shown_compute(n));
+}
+static const char *input_type_name(const IrGraph *g, const IrNode *n, int k)
+{
+    return k < 2 && n->fp8[k] ? prec_fp8_name(g->fp8_slots[n->fp8[k] - 1].fmt) : dt_name(n->in[k]->type);
+}
+
 static const char *phase_name(Phase p)
 {
     static const char *const names[] = {"forward", "backward", "optimizer"};
@@ -294,17 +322,21 @@ static void json_params(FILE *out, const IrGraph *g)
     fputs(g->nparams ? "\n ],\n" : "],\n", out);
 }
 
-static void json_node(FILE *out, const IrNode *n)
+static void json_node(FILE *out, const IrGraph *g, const IrNode *n)
 {
     fprintf(out, "  {\"id\": %d, \"phase\": \"%s\", \"line\": %d, \"name\": ", n->id,
             phase_name(n->phase), n->loc.line);
     json_str(out, n->name);
     fprintf(out, ", \"op\": \"%s\", \"class\": \"%s\", \"rule\": \"%s\", \"compute\": \"%s\", "
             "\"inputs\": [", op_info[n->op].name, prec_class_name(shown_class(n)),
-            prec_rule_name(shown_rule(n)), dt_name(shown_compute(n)));
-    for (int k = 0; k < n->nin; k++)
-        fprintf(out, "%s{\"from\": %d, \"type\": \"%s\", \"cast\": %s}", k ? ", " : "",
+            prec_rule_name(shown_rule(n)), shown_compute_name(n));
+    for (int k = 0; k < n->nin; k++) {
+        fprintf(out, "%s{\"from\": %d, \"type\": \"%s\", \"cast\": %s", k ? ", " : "",
                 n->in[k]->id, dt_name(n->in[k]->type), n->in[k]->op == OP_CAST ? "true" : "false");
+        if (k < 2 && n->fp8[k])
+            fprintf(out, ", \"fp8\": \"%s\", \"slot\": %d", input_type_name(g, n, k), n->fp8[k]);
+        fputc('}', out);
+    }
     fputs("], \"shape\": ", out);
     json_shape(out, &n->shape);
     fprintf(out, ", \"type\": \"%s\"", dt_name(n->type));
@@ -318,6 +350,24 @@ static void json_node(FILE *out, const IrNode *n)
     if (n->fused)
         fprintf(out, ", \"fused\": %d, \"stored\": %s", n->fused, n->fused_internal ? "false" : "true");
     fputc('}', out);
+}
+
+/* mixed_float8's recipe and scale slots (only under that policy, so other
+ * plans are unchanged). */
+static void json_fp8(FILE *out, const IrGraph *g)
+{
+    const TrainCfg *t = &g->train;
+    if (t->policy != POLICY_MIXED_F8)
+        return;
+    fprintf(out, ",\n \"fp8\": {\"recipe\": \"%s\", \"amax_history\": %lld, \"margin\": %lld, "
+            "\"slots\": [", prec_fp8_recipe_name(t->fp8), (long long)fp8_history(t), (long long)t->fp8_margin);
+    for (int i = 0; i < g->nfp8_slots; i++) {
+        const Fp8Slot *s = &g->fp8_slots[i];
+        fprintf(out, "%s\n  {\"slot\": %d, \"format\": \"%s\", \"role\": \"%s\", \"of\": %d, "
+                "\"product\": %d}", i ? "," : "", i + 1, prec_fp8_name(s->fmt), fp8_role(s), prec_fp8_of(s)->id,
+                s->product->id);
+    }
+    fputs(g->nfp8_slots ? "\n ]}" : "]}", out);
 }
 
 static void dump_json(FILE *out, const IrGraph *g)
@@ -336,15 +386,21 @@ static void dump_json(FILE *out, const IrGraph *g)
     fputs(" \"nodes\": [", out);
     for (int i = 0; i < g->nnodes; i++) {
         fputs(i ? ",\n" : "\n", out);
-        json_node(out, g->nodes[i]);
+        json_node(out, g, g->nodes[i]);
     }
     fputs(g->nnodes ? "\n ]" : "]", out);
     json_memory(out, g);
+    json_fp8(out, g);
     Summary s = summarize(g);
     fprintf(out, ",\n \"summary\": {\"lowp_ops\": %d, \"f32_ops\": %d, \"casts\": %d, "
-            "\"hoisted_casts\": %d, \"activation_bytes\": %lld, \"activation_bytes_f32\": %lld}}\n",
+            "\"hoisted_casts\": %d, \"activation_bytes\": %lld, \"activation_bytes_f32\": %lld",
             s.lowp_ops, s.f32_ops, s.casts, s.hoisted,
             (long long)s.mem.bytes, (long long)s.mem.bytes_f32);
+    if (g->train.policy == POLICY_MIXED_F8)
+        fprintf(out, ", \"fp8_products\": %d, \"fp8_forward\": %d, \"fp8_slots\": %d, "
+                "\"fp8_state_bytes\": %lld", s.fp8_fwd + s.fp8_bwd, s.fp8_fwd, g->nfp8_slots,
+                (long long)fp8_state_bytes(g));
+    fputs("}}\n", out);
 }
 
 /* ---- dot ----------------------------------------------------------------- */
@@ -569,15 +625,20 @@ static const char *const col_title[NCOL] = {
 };
 #define MAX_SHOWN_INPUTS 3
 
-static char *inputs_text(Arena *a, const IrNode *n)
+static char *inputs_text(const IrGraph *g, const IrNode *n)
 {
+    Arena *a = g->arena;
     if (n->nin == 0)
         return "-";
     char *s = "";
     int shown = n->nin > MAX_SHOWN_INPUTS ? MAX_SHOWN_INPUTS : n->nin;
     for (int k = 0; k < shown; k++)
-        s = arena_printf(a, "%s%s#%d %s%s", s, k ? ", " : "", n->in[k]->id,
-                         dt_name(n->in[k]->type), n->in[k]->op == OP_CAST ? "*" : "");
+        if (k < 2 && n->fp8[k])        /* quantised: format and scale slot */
+            s = arena_printf(a, "%s%s#%d %s s#%d", s, k ? ", " : "", n->in[k]->id,
+                             input_type_name(g, n, k), n->fp8[k]);
+        else
+            s = arena_printf(a, "%s%s#%d %s%s", s, k ? ", " : "", n->in[k]->id,
+                             dt_name(n->in[k]->type), n->in[k]->op == OP_CAST ? "*" : "");
     if (shown < n->nin)
         s = arena_printf(a, "%s +%d more", s, n->nin - shown);
     return s;
@@ -592,10 +653,10 @@ static void row_cells(const IrGraph *g, const IrNode *n, const char **cell)
     cell[C_OP] = op_info[n->op].name;
     cell[C_CLASS] = prec_class_name(shown_class(n));
     cell[C_RULE] = user_cast(n) ? "user" : prec_rule_name(shown_rule(n));
-    cell[C_COMPUTE] = dt_name(shown_compute(n));
+    cell[C_COMPUTE] = shown_compute_name(n);
     cell[C_OUTPUT] = arena_printf(a, "%s %s", shape_str(a, &n->shape), dt_name(n->type));
     cell[C_FUSED] = !n->fused ? "-" : arena_printf(a, "%d%s", n->fused, n->fused_internal ? " reg" : "");
-    cell[C_INPUTS] = inputs_text(a, n);
+    cell[C_INPUTS] = inputs_text(g, n);
 }
 
 /* w[C_FUSED] < 0: no fusion groups, no column (the plan of --no-fuse). */
@@ -701,6 +762,32 @@ static void text_loss_scale(FILE *out, const IrGraph *g)
         fprintf(out, "  clipping: gradient norm clipped to %g, on the unscaled gradients\n", t->clip);
 }
 
+static void text_fp8(FILE *out, const IrGraph *g)
+{
+    const TrainCfg *t = &g->train;
+    if (t->policy != POLICY_MIXED_F8)
+        return;
+    fprintf(out, "\nfp8 scaling: %s (amax_history %lld, margin %lld), %d scale slots\n",
+            prec_fp8_recipe_name(t->fp8), (long long)fp8_history(t), (long long)t->fp8_margin,
+            g->nfp8_slots);
+    fputs("  each quantised tensor v has a scale s = 2^(floor(log2(max / amax)) - margin), max\n"
+          "  448 (e4m3) or 57344 (e5m2); q = round-to-nearest-even(v * s) saturated to +-max;\n"
+          "  the product of quantised a and b is divided by sa * sb in f32\n", out);
+    if (t->fp8 == FP8_DELAYED)
+        fprintf(out, "  amax: the largest |v| over the last %lld steps (the first step: its own)\n",
+                (long long)t->fp8_history);
+    else
+        fputs("  amax: the largest |v| of the tensor itself (one more pass)\n", out);
+    if (g->nfp8_slots)
+        fputs("  slot  format  role  value  product\n", out);
+    for (int i = 0; i < g->nfp8_slots; i++) {
+        const Fp8Slot *s = &g->fp8_slots[i];
+        const char *slot = arena_printf(g->arena, "s#%d", i + 1);
+        fprintf(out, "  %-4s  %-6s  %-4s  #%-4d  #%d %s (line %d)\n", slot, prec_fp8_name(s->fmt),
+                fp8_role(s), prec_fp8_of(s)->id, s->product->id, op_info[s->product->op].name, s->product->loc.line);
+    }
+}
+
 static void text_params(FILE *out, const IrGraph *g)
 {
     int wn = (int)strlen("name"), ws = (int)strlen("shape");
@@ -742,6 +829,10 @@ static void text_summary(FILE *out, const IrGraph *g)
     fprintf(out, "\nsummary\n  operations   %d in %s, %d in f32; %d casts (%d hoisted: parameter "
             "working copies)\n", s.lowp_ops, dt_name(g->lowp == DT_F32 ? DT_F16 : g->lowp),
             s.f32_ops, s.casts, s.hoisted);
+    if (g->train.policy == POLICY_MIXED_F8)
+        fprintf(out, "  fp8          %d products quantised (%d forward e4m3, %d backward e5m2 x e4m3); "
+                "%d scale slots,\n               %lld bytes of amax histories and scales (in checkpoints)\n",
+                s.fp8_fwd + s.fp8_bwd, s.fp8_fwd, s.fp8_bwd, g->nfp8_slots, (long long)fp8_state_bytes(g));
     fprintf(out, "  activations  %lld bytes (%s) kept for the backward pass under %s\n",
             (long long)s.mem.bytes, human_bytes(g->arena, s.mem.bytes),
             prec_policy_name(g->train.policy));
@@ -779,6 +870,9 @@ static void dump_text(FILE *out, const IrGraph *g)
           "statement or precision region), list (fp16_ops/fp32_ops), class, cast\n"
           "(inserted by the plan), user (a cast written in the model);\n"
           "inputs: #id type, * = read through a cast node\n", out);
+    if (g->train.policy == POLICY_MIXED_F8)
+        fputs("fp8: a quantised input shows its format and scale slot (#id e4m3 s#1); the\n"
+              "product's compute column shows e4m3 (forward) or e5m2 (dy, backward)\n", out);
     if (any_fused(g))
         fputs("fused: the fusion group that runs the node, one pass over memory where its\n"
               "last node stands; reg = kept in registers, never stored; a group that starts\n"
@@ -786,6 +880,7 @@ static void dump_text(FILE *out, const IrGraph *g)
               "after it (CUDA: cuBLAS stores the product)\n", out);
     text_nodes(out, g);
     text_loss_scale(out, g);
+    text_fp8(out, g);
     text_params(out, g);
     text_saved(out, g);
     text_summary(out, g);

@@ -39,9 +39,22 @@
  *   that sema.c reports at the list; on a graph made otherwise, fp16_ops
  *   is looked at first.
  *
+ * - mixed_float8 (PRECISION.md "Additions: TF32 and FP8"): the lowp type is
+ *   bf16; a product is quantised (IrNode.fp8) when it is a linear or a
+ *   matmul whose second operand is a parameter, by the class rule (a typed
+ *   statement, a region, fp16_ops or fp32_ops keep it out), or a linear or
+ *   matmul named in fp8_ops (rule list) unless a typed statement or region
+ *   overrides it. Its parameter operand is read as the f32 master weight
+ *   (quantised once, never through a bf16 copy), its other operands as
+ *   bf16. Forward inputs get an e4m3 scale slot each, in node order; after
+ *   autodiff (prec_finish()), the backward products of a quantised product
+ *   (its grad_of's MATMUL / MATMUL_TN) read the forward inputs with their
+ *   slots and dy with one e5m2 slot per product, shared by dx and dw.
+ *
  * Invariants after prec_forward(): every forward node has compute and type
  * set (DT_NONE nowhere); every float input of a lowp, fp32 or override
- * node has that node's compute type; ids are renumbered. */
+ * node has that node's compute type, except a quantised input (IrNode.fp8),
+ * which may be an f32 parameter; ids are renumbered. */
 #include "prec.h"
 #include "ops.h"
 
@@ -73,9 +86,15 @@ static int first_typed(const IrNode *n) { return n->op == OP_WHERE ? 1 : 0; }
 
 const char *prec_policy_name(Policy p)
 {
-    static const char *const names[] = {"float32", "mixed_float16", "mixed_bfloat16"};
+    static const char *const names[] = {"float32", "mixed_float16", "mixed_bfloat16", "mixed_float8"};
     return names[p];
 }
+
+const IrNode *prec_fp8_of(const Fp8Slot *s) { return s->reader->in[s->k]; }
+
+const char *prec_fp8_name(Fp8Format f) { return f == FP8_E4M3 ? "e4m3" : "e5m2"; }
+
+const char *prec_fp8_recipe_name(Fp8Recipe r) { return r == FP8_DELAYED ? "delayed" : "current"; }
 
 const char *prec_class_name(PrecClass c)
 {
@@ -189,6 +208,64 @@ static void check_lists(IrGraph *g)
     const TrainCfg *t = &g->train;
     if (t->nfp16_ops > 0 && g->lowp == DT_F32)
         diag_warning(t->loc, "fp16_ops has no effect under precision float32: nothing is lowered");
+    if ((t->fp8_set || t->nfp8_ops > 0) && t->policy != POLICY_MIXED_F8)
+        diag_warning(t->loc, "%s has no effect under precision %s: only mixed_float8 quantises "
+                     "products to FP8", t->fp8_set ? "fp8" : "fp8_ops", prec_policy_name(t->policy));
+}
+
+/* ---- mixed_float8: quantised products and their scale slots --------------- */
+
+/* A new scale slot; returns its number (1-based, IrNode.fp8). */
+static int fp8_slot(IrGraph *g, Fp8Format fmt, char role, const IrNode *reader, int k,
+                    const IrNode *product)
+{
+    if ((g->nfp8_slots & (g->nfp8_slots - 1)) == 0) {      /* 0, 1, 2, 4, ...: grow */
+        Fp8Slot *big = arena_alloc(g->arena, sizeof *big * (size_t)(g->nfp8_slots ? 2 * g->nfp8_slots : 1));
+        if (g->nfp8_slots)
+            memcpy(big, g->fp8_slots, sizeof *big * (size_t)g->nfp8_slots);
+        g->fp8_slots = big;
+    }
+    g->fp8_slots[g->nfp8_slots] = (Fp8Slot){fmt, role, reader, k, product};
+    return ++g->nfp8_slots;
+}
+
+/* Is forward node n (class decided) a product that mixed_float8 quantises?
+ * A listed one gets rule list. */
+static bool fp8_product(const IrGraph *g, IrNode *n)
+{
+    if (g->train.policy != POLICY_MIXED_F8 || (n->op != OP_LINEAR && n->op != OP_MATMUL)
+        || n->cls != CL_LOWP || n->rule == RULE_OVERRIDE)
+        return false;
+    if (n->rule == RULE_CLASS && n->in[1]->op == OP_PARAM)
+        return true;
+    if (!in_list(g->train.fp8_ops, g->train.nfp8_ops, op_info[n->op].name))
+        return false;
+    n->rule = RULE_LIST;
+    return true;
+}
+
+/* The backward products of quantised forward products: their forward
+ * operands with the forward slots, dy with one e5m2 slot per product. */
+static void fp8_backward(IrGraph *g)
+{
+    int *dy_slot = arena_alloc(g->arena, sizeof *dy_slot * (size_t)(g->nnodes + 1));
+    for (int i = 0; i < g->nnodes; i++) {
+        IrNode *b = g->nodes[i];
+        const IrNode *f = b->grad_of;
+        if (b->phase != PH_BACKWARD || !f || !(f->fp8[0] || f->fp8[1])
+            || (b->op != OP_MATMUL && b->op != OP_MATMUL_TN))
+            continue;
+        for (int k = 0; k < 2; k++) {
+            if (b->in[k] == f->in[0] || b->in[k] == f->in[1]) {
+                b->fp8[k] = f->fp8[b->in[k] == f->in[0] ? 0 : 1];
+                continue;
+            }
+            if (!dy_slot[f->id])
+                dy_slot[f->id] = fp8_slot(g, FP8_E5M2, 'g', b, k, f);
+            MP_ASSERT(prec_fp8_of(&g->fp8_slots[dy_slot[f->id] - 1]) == b->in[k]);   /* one dy for dx and dw */
+            b->fp8[k] = dy_slot[f->id];
+        }
+    }
 }
 
 /* ---- one forward node ---------------------------------------------------- */
@@ -295,11 +372,16 @@ static void plan_op(IrGraph *g, CastCache *c, IrNode *n)
     MP_ASSERT(n->compute != DT_NONE);
     bool casts = n->rule == RULE_OVERRIDE || n->cls == CL_LOWP || n->cls == CL_FP32 ||
                  (n->cls == CL_NONE && n->nin > 1);
+    bool fp8 = fp8_product(g, n);
     for (int i = 0; casts && i < n->nin; i++) {
         IrNode *in = n->in[i];
+        if (fp8 && i < 2 && in->op == OP_PARAM)
+            continue;                   /* quantised from the master weight */
         if (in->op != OP_CONST && dt_is_float(in->type) && in->type != n->compute)
             n->in[i] = cast_to(g, c, in, n->compute, n);
     }
+    for (int i = 0; fp8 && i < 2; i++)
+        n->fp8[i] = fp8_slot(g, FP8_E4M3, n->in[i]->op == OP_PARAM ? 'w' : 'x', n, i, n);
     n->type = scalar_f32_out[n->op] ? DT_F32 : fixed_out[n->op] ? fixed_out[n->op] : n->compute;
     warn_risky(g, n);
 }
@@ -312,7 +394,7 @@ static void resolve_loss_scale(IrGraph *g)
 
 static DType policy_lowp(Policy p)
 {
-    static const DType lowp[] = {DT_F32, DT_F16, DT_BF16};
+    static const DType lowp[] = {DT_F32, DT_F16, DT_BF16, DT_BF16};
     return lowp[p];
 }
 
@@ -364,7 +446,7 @@ static void check_backward(IrGraph *g)
         if (op_info[n->op].cls != CL_LOWP)
             continue;
         for (int k = 0; k < n->nin; k++)
-            if (dt_is_float(n->in[k]->type) && n->in[k]->type != n->compute)
+            if (dt_is_float(n->in[k]->type) && n->in[k]->type != n->compute && !(k < 2 && n->fp8[k]))
                 n->in[k] = cast_to(g, &cache, n->in[k], n->compute, n);
         i = n->id;
     }
@@ -416,6 +498,7 @@ static void add_optimizer(IrGraph *g)
 void prec_finish(IrGraph *g)
 {
     resolve_loss_scale(g);
+    fp8_backward(g);
     check_backward(g);
     add_optimizer(g);
     ir_renumber(g);
@@ -447,6 +530,7 @@ PrecMemory prec_memory(const IrGraph *g)
 {
     PrecMemory m = {0, 0};
     bool *seen = arena_alloc(g->arena, (size_t)g->nnodes + 1);
+    bool *seen8 = arena_alloc(g->arena, (size_t)g->nnodes + 1);
     bool *seen32 = arena_alloc(g->arena, (size_t)g->nnodes + 1);
     for (int i = 0; i < g->nnodes; i++) {
         const IrNode *n = g->nodes[i];
@@ -454,10 +538,12 @@ PrecMemory prec_memory(const IrGraph *g)
             continue;
         for (int k = 0; k < n->nin; k++) {
             const IrNode *v = n->in[k];
-            if (v->phase != PH_FORWARD || v->op == OP_PARAM || v->op == OP_CONST || seen[v->id])
+            bool q = k < 2 && n->fp8[k];          /* read as its e4m3 copy */
+            if (v->phase != PH_FORWARD || v->op == OP_PARAM || v->op == OP_CONST
+                || (q ? seen8 : seen)[v->id])
                 continue;
-            seen[v->id] = true;
-            m.bytes += shape_numel(&v->shape) * dt_size(v->type);
+            (q ? seen8 : seen)[v->id] = true;
+            m.bytes += shape_numel(&v->shape) * (q ? 1 : dt_size(v->type));
             const IrNode *s = f32_source(v);
             if (s->op != OP_PARAM && !seen32[s->id]) {
                 seen32[s->id] = true;

@@ -21,7 +21,9 @@ void prec_finish(IrGraph *g);
 
 /* Activation memory: bytes of the distinct forward values read by the
  * backward pass (not parameters' master weights, not CONST scalars), under
- * the plan's types (lowp working copies included) and under float32 for
+ * the plan's types (lowp working copies included; a value a backward
+ * product reads quantised counts its e4m3 copy, one byte an element,
+ * besides any other read of it) and under float32 for
  * the same graph (float values at 4 bytes, a float-to-float cast counted
  * as its source, so a working copy of a parameter counts nothing). */
 typedef struct PrecMemory {
@@ -30,6 +32,9 @@ typedef struct PrecMemory {
 PrecMemory prec_memory(const IrGraph *g);
 
 const char *prec_policy_name(Policy p);   /* "mixed_float16" */
+const char *prec_fp8_name(Fp8Format f);   /* "e4m3" */
+const char *prec_fp8_recipe_name(Fp8Recipe r); /* "delayed" */
+const IrNode *prec_fp8_of(const Fp8Slot *s); /* the value a scale slot quantises */
 const char *prec_class_name(PrecClass c); /* "lowp" */
 const char *prec_rule_name(PrecRule r);   /* "class" */
 const char *prec_ls_name(LossScaleKind k); /* "dynamic" */

@@ -2816,6 +2816,12 @@ static const NamedSpec policies[] = {
     {"float32", POLICY_FLOAT32, {{0}}},
     {"mixed_float16", POLICY_MIXED_F16, {{0}}},
     {"mixed_bfloat16", POLICY_MIXED_BF16, {{0}}},
+    {"mixed_float8", POLICY_MIXED_F8, {{0}}},
+    {0},
+};
+static const NamedSpec fp8_recipes[] = {
+    {"delayed", FP8_DELAYED, {OPT("amax_history", A_INT, 16), OPT("margin", A_INT, 0)}},
+    {"current", FP8_CURRENT, {OPT("margin", A_INT, 0)}},
     {0},
 };
 
@@ -3108,6 +3114,36 @@ static void op_list(Ctx *c, const TrainItem *it, const char ***out, int *n)
     *out = names;
 }
 
+/* fp8 = delayed(amax_history, margin) | current(margin): mixed_float8's
+ * scales (prec.c, runtime/mp_fp8.h). */
+static void tk_fp8(Ctx *c, const TrainItem *it)
+{
+    Args a;
+    const NamedSpec *r = named_value(c, it, fp8_recipes, &a);
+    if (!r)
+        return;
+    TrainCfg *t = &c->g->train;
+    t->fp8 = (Fp8Recipe)r->kind;
+    t->fp8_set = true;
+    if (t->fp8 == FP8_DELAYED) {
+        t->fp8_history = a.v[0].i;
+        in_range(it, arg_name(c, r, "amax_history"), (double)t->fp8_history, 1, false, 1024, false);
+    }
+    t->fp8_margin = a.v[t->fp8 == FP8_DELAYED ? 1 : 0].i;
+    in_range(it, arg_name(c, r, "margin"), (double)t->fp8_margin, 0, false, 32, false);
+}
+
+/* fp8_ops: products (linear, matmul) quantised whatever their operands. */
+static void tk_fp8_ops(Ctx *c, const TrainItem *it)
+{
+    TrainCfg *t = &c->g->train;
+    op_list(c, it, &t->fp8_ops, &t->nfp8_ops);
+    for (int i = 0; i < t->nfp8_ops; i++)
+        if (strcmp(t->fp8_ops[i], "linear") != 0 && strcmp(t->fp8_ops[i], "matmul") != 0)
+            diag_error(it->value->args[i]->loc, "fp8_ops lists products, linear or matmul; "
+                       "'%s' is not one", t->fp8_ops[i]);
+}
+
 static void tk_fp16(Ctx *c, const TrainItem *it) { op_list(c, it, &c->g->train.fp16_ops, &c->g->train.nfp16_ops); }
 static void tk_fp32(Ctx *c, const TrainItem *it) { op_list(c, it, &c->g->train.fp32_ops, &c->g->train.nfp32_ops); }
 
@@ -3148,7 +3184,8 @@ static const TrainKey train_keys[] = {
     {"optimizer", tk_optimizer}, {"precision", tk_precision}, {"loss_scale", tk_loss_scale},
     {"lr_schedule", tk_schedule}, {"clip_grad_norm", tk_clip}, {"accumulate", tk_accumulate},
     {"fp16_ops", tk_fp16}, {"fp32_ops", tk_fp32}, {"steps", tk_steps}, {"seed", tk_seed},
-    {"memory_budget", tk_memory_budget}, {"minimize", tk_minimize},   /* minimize last */
+    {"memory_budget", tk_memory_budget}, {"fp8", tk_fp8}, {"fp8_ops", tk_fp8_ops},
+    {"minimize", tk_minimize},   /* minimize last */
 };
 #define N_TRAIN_KEYS ((int)(sizeof train_keys / sizeof train_keys[0]))
 
@@ -3173,6 +3210,23 @@ static void train_item(Ctx *c, const TrainItem *it, const TrainItem **seen)
         diag_error(it->loc, "unknown train setting '%s', did you mean '%s'?", it->key, best);
     else
         diag_error(it->loc, "unknown train setting '%s'", it->key);
+}
+
+/* An op in fp8_ops and in fp16_ops or fp32_ops contradicts itself (prec.c
+ * warns when fp8 settings meet another policy: --precision may change it). */
+static void check_fp8_ops(const TrainCfg *t, const TrainItem *fp8_ops)
+{
+    if (fp8_ops)
+        for (int i = 0; i < t->nfp8_ops; i++) {
+            bool in16 = false, in32 = false;
+            for (int j = 0; j < t->nfp16_ops; j++)
+                in16 |= strcmp(t->fp8_ops[i], t->fp16_ops[j]) == 0;
+            for (int j = 0; j < t->nfp32_ops; j++)
+                in32 |= strcmp(t->fp8_ops[i], t->fp32_ops[j]) == 0;
+            if (in16 || in32)
+                diag_error(fp8_ops->value->loc, "'%s' is in both fp8_ops and %s", t->fp8_ops[i],
+                           in16 ? "fp16_ops" : "fp32_ops");
+        }
 }
 
 /* Ops named in both fp16_ops and fp32_ops contradict each other. */
@@ -3241,6 +3295,7 @@ static void train_block(Ctx *c, const Stmt *s)
     if (!seen[N_TRAIN_KEYS - 1])
         diag_error(s->loc, "the train block needs 'minimize NAME' (the scalar loss to minimise)");
     check_op_lists(t, seen[7]);   /* fp32_ops */
+    check_fp8_ops(t, seen[12]);   /* fp8_ops */
     check_schedule(t, seen[3], seen[8]);   /* lr_schedule, steps */
     if (c->g->loss && !loss_trains_something(c->g))
         diag_error(seen[N_TRAIN_KEYS - 1]->value->loc, "'%s' does not depend on any trainable "

@@ -55,7 +55,7 @@ for mp in examples/*.mp tests/plan/*.mp tests/gradcheck/*.mp; do
     own_lowp=0 own_ls=0
     grep -qE 'f16|bf16' "$mp" && own_lowp=1
     grep -qE '^[[:space:]]*loss_scale' "$mp" && own_ls=1
-    for pol in float32 mixed_float16 mixed_bfloat16; do
+    for pol in float32 mixed_float16 mixed_bfloat16 mixed_float8; do
         want=()
         [ "$pol" = float32 ] && [ $own_lowp = 0 ] && want+=(nolowp)
         [ "$pol" = mixed_float16 ] && [ $own_ls = 0 ] && want+=(loss_scale=dynamic)
@@ -92,6 +92,57 @@ plan tests/plan/regions.mp default node:g.rule=override node:g.compute=f32 \
 warns tests/plan/regions.mp "regions.mp:13:10: warning: 'mean' computes in f16"
 plan tests/plan/shared_weight.mp default node:a.compute=bf16 node:b.compute=f32 \
     node:c.compute=bf16 copies:w=bf16 loss_scale=none
+
+# mixed_float8 (PRECISION.md "Additions: TF32 and FP8"; check_plan.py's
+# check_fp8 holds the general rules): the MLP's hidden linear is quantised,
+# its weight read as the f32 master (no bf16 copy), the f32 logits are not;
+# the activations kept are mixed_bfloat16's (599556 bytes) with x's bf16
+# copy (2 bytes an element) traded for its e4m3 copy (1 byte): 128 x 784
+# fewer.
+plan examples/mnist_mlp.mp mixed_float8 copies:h.weight=none copies:h.bias=bf16 \
+    node:logits.compute=f32 all:linear.compute=e4m3,f32 fp8:recipe=delayed fp8:amax_history=16 \
+    fp8:margin=0 fp8:slots=3 summary:fp8_products=2 summary:fp8_forward=1 \
+    summary:activation_bytes=$((599556 - 128 * 784))
+# (4 forward products; backward: h.weight 1, a 2, the a @ aᵀ 2, q 2)
+plan tests/plan/fp8.mp default node:a.compute=e4m3 node:a.rule=class node:q.compute=e4m3 \
+    node:q.rule=list node:g.compute=bf16 node:y.compute=f32 all:linear.compute=bf16,e4m3,f32 \
+    copies:w=none copies:h.weight=none copies:g.weight=bf16 fp8:recipe=delayed \
+    fp8:amax_history=4 fp8:margin=1 fp8:slots=12 summary:fp8_products=11 summary:fp8_state_bytes=240
+sed 's/delayed(amax_history = 4, margin = 1)/current(margin = 2)/' tests/plan/fp8.mp >"$tmp/fp8_current.mp"
+plan "$tmp/fp8_current.mp" default fp8:recipe=current fp8:amax_history=1 fp8:margin=2 \
+    fp8:slots=12 summary:fp8_state_bytes=96
+sed 's/fp8_ops   = \[matmul\]//' tests/plan/fp8.mp >"$tmp/fp8_nolist.mp"
+plan "$tmp/fp8_nolist.mp" default node:a.compute=e4m3 node:q.compute=bf16 node:q.rule=class \
+    fp8:slots=6 summary:fp8_products=5
+# under a memory budget a dw product may read a recomputed x: with x's slot
+if "$MPCC" examples/gpt2.mp --precision mixed_float8 --memory-budget 30MiB --dump-plan=json >"$tmp/plan.json" \
+        2>"$tmp/err" && grep -q '"recomputes"' "$tmp/plan.json" &&
+    out=$("$PY" tests/plan/check_plan.py <"$tmp/plan.json"); then
+    echo "ok   examples/gpt2.mp (mixed_float8, --memory-budget 30MiB): recomputed operands"
+else
+    echo "FAIL examples/gpt2.mp (mixed_float8, --memory-budget 30MiB): $(head -n 3 "$tmp/err") ${out:-}"
+    fail=1
+fi
+warns tests/plan/fp8.mp "warning: fp8 has no effect under precision mixed_bfloat16" --precision mixed_bfloat16
+# Its program is not generated yet: an error (exit 1) rather than a program
+# that trains something else, and no file; a mixed_float8 model with no
+# quantised product is mixed_bfloat16's program.
+"$MPCC" tests/plan/fp8.mp --target c -o "$tmp/fp8.c" 2>"$tmp/err"
+rc=$?
+if [ $rc = 1 ] && grep -q "fp8.mp:.*precision mixed_float8: mpcc plans the FP8 products" "$tmp/err" && [ ! -e "$tmp/fp8.c" ]; then
+    echo "ok   tests/plan/fp8.mp: no program yet (exit 1, said so)"
+else
+    echo "FAIL tests/plan/fp8.mp --target c: exit $rc, $(cat "$tmp/err")"
+    fail=1
+fi
+if "$MPCC" examples/mnist_cnn.mp --precision mixed_float8 --target c -o "$tmp/cnn.c" 2>"$tmp/err" &&
+    "$MPCC" examples/mnist_cnn.mp --precision mixed_bfloat16 --target c -o "$tmp/cnn_bf16.c" 2>>"$tmp/err" &&
+    cmp -s <(grep -v mixed_ "$tmp/cnn.c") <(grep -v mixed_ "$tmp/cnn_bf16.c"); then
+    echo "ok   examples/mnist_cnn.mp: mixed_float8 with no quantised product is mixed_bfloat16's program"
+else
+    echo "FAIL examples/mnist_cnn.mp under mixed_float8: $(head -n 3 "$tmp/err")"
+    fail=1
+fi
 
 # The dot form is valid Graphviz: parsed (nop) for every example, laid out
 # (dot -Tsvg) for the small ones -- the transformer's layout takes seconds.

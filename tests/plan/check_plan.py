@@ -9,6 +9,8 @@ every model and policy; the model-specific expectations live there.
 Expectations use the dump's own names:
     node:NAME.type=f32     the last forward node named NAME has type f32
     node:NAME.rule=list    ... its rule (class, compute, op likewise)
+    fp8:KEY=V              mixed_float8's recipe key (fp8:slots: how many)
+    summary:KEY=V          a summary value
     all:OP.compute=f16     every forward OP node has compute f16 (any field)
     copies:PARAM=f16       the parameter's working copies (comma list, or none)
     loss_scale=none        the loss scale kind
@@ -29,7 +31,8 @@ MASK_OPS = {"gt", "lt", "ge", "le", "eq", "ne"}       # u8 0/1 masks, whatever t
 INDEX_OPS = {"argmax", "argmin", "topk"}              # i32 indices
 VIEW_OPS = {"reshape", "transpose", "flatten"}
 FLOATS = {"f32", "f16", "bf16"}
-LOWP_OF = {"float32": "f32", "mixed_float16": "f16", "mixed_bfloat16": "bf16"}
+LOWP_OF = {"float32": "f32", "mixed_float16": "f16", "mixed_bfloat16": "bf16", "mixed_float8": "bf16"}
+FP8_MAX_HISTORY = 1024
 SCALAR_F32 = {"cross_entropy", "mse", "accuracy"}
 
 errors = []
@@ -81,6 +84,8 @@ def check_forward_node(plan, n, nodes):
     if op in ("input", "param", "const"):
         return
     rule, cls, comp = n["rule"], n["class"], n["compute"]
+    if comp == "e4m3":
+        return                        # a quantised product: check_fp8
     if rule == "class":
         want = ("lowp" if op in LOWP_OPS else "fp32" if op in FP32_OPS
                 else "follow" if op in FOLLOW_OPS else "none")
@@ -128,11 +133,15 @@ def check_casts(plan):
 def check_backward(plan):
     nodes = plan["nodes"]
     for n in nodes:
-        if n["phase"] != "backward" or n["op"] in ("cast", "loss_scale"):
-            continue
+        if n["phase"] != "backward" or n["op"] in ("cast", "loss_scale") or "recomputes" in n:
+            continue                  # (a recomputing copy is its forward node again)
         f = nodes[n["grad_of"]]
         if n["op"] == "add" and n["compute"] == n["type"]:
             continue                  # a sum of contributions
+        if f["compute"] == "e4m3":    # a quantised product's gradients: check_fp8
+            if n["compute"] != ("e5m2" if n["op"] in ("matmul", "matmul_tn") else "bf16"):
+                fail(f"backward #{n['id']} {n['op']} of quantised #{f['id']} computes in {n['compute']}")
+            continue
         if n["compute"] != f["compute"]:
             fail(f"backward #{n['id']} {n['op']} computes in {n['compute']}, "
                  f"its forward node #{f['id']} in {f['compute']}")
@@ -172,6 +181,96 @@ def check_summary(plan):
             fail(f"param {p['name']}: copies {p['copies']}, casts say {copies}")
 
 
+def fp8_inputs(n):
+    return [i for i in n["inputs"] if "fp8" in i]
+
+
+def check_fp8(plan):
+    """mixed_float8 (PRECISION.md "Additions: TF32 and FP8"): which products
+    are quantised, their formats and scale slots, the backward products'
+    reuse of the forward slots and one e5m2 dy slot per product."""
+    nodes = plan["nodes"]
+    if plan["policy"] != "mixed_float8":
+        if "fp8" in plan or any(fp8_inputs(n) or n["compute"] in ("e4m3", "e5m2") for n in nodes):
+            fail(f"FP8 in a {plan['policy']} plan")
+        return
+    f8 = plan["fp8"]
+    hist = f8["amax_history"] if f8["recipe"] == "delayed" else 1
+    if not 1 <= hist <= FP8_MAX_HISTORY or f8["margin"] < 0:
+        fail(f"fp8 recipe {f8}")
+    slots = {s["slot"]: s for s in f8["slots"]}
+    if sorted(slots) != list(range(1, len(slots) + 1)):
+        fail(f"fp8 slots are not numbered 1..{len(slots)}")
+    used = {}
+    fwd = [n for n in nodes if n["phase"] == "forward" and n["op"] in ("linear", "matmul")]
+    for n in fwd:
+        q, ins = fp8_inputs(n), n["inputs"]
+        by_class = n["rule"] == "class" and n["class"] == "lowp" and nodes[ins[1]["from"]]["op"] == "param"
+        if by_class and not q:
+            fail(f"#{n['id']} {n['op']}: a product with a parameter, by class, is not quantised")
+        if not q:
+            continue
+        if len(q) != 2 or q != ins[:2] or n["compute"] != "e4m3" or n["type"] != "bf16":
+            fail(f"#{n['id']} {n['op']}: quantised, but inputs {ins[:2]}, compute {n['compute']}, "
+                 f"type {n['type']}")
+        if n["rule"] not in ("class", "list") or n["class"] != "lowp":
+            fail(f"#{n['id']} {n['op']}: quantised under rule {n['rule']}, class {n['class']}")
+        for i in q:
+            src = nodes[i["from"]]
+            # parameters from the f32 master weight, never a bf16 copy; the rest as bf16
+            want = "f32" if src["op"] == "param" else "bf16"
+            if i["fp8"] != "e4m3" or i["type"] != want:
+                fail(f"#{n['id']}: forward input #{src['id']} is {i['type']} as {i['fp8']}")
+            s = slots.get(i["slot"])
+            if not s or (s["format"], s["of"], s["product"]) != ("e4m3", src["id"], n["id"]) \
+                    or s["role"] != ("w" if src["op"] == "param" else "x"):
+                fail(f"#{n['id']}: slot {i['slot']} is {s}")
+            if i["slot"] in used:
+                fail(f"slot {i['slot']} used by #{used[i['slot']]} and #{n['id']}")
+            used[i["slot"]] = n["id"]
+            if src["op"] == "cast" and nodes[src["inputs"][0]["from"]]["op"] == "param":
+                fail(f"#{n['id']}: reads parameter #{src['inputs'][0]['from']} through a cast")
+    dy_slot = {}
+    for n in nodes:
+        if n["phase"] != "backward":
+            continue
+        q = fp8_inputs(n)
+        f = nodes[n["grad_of"]] if "grad_of" in n else None
+        quantised_f = f is not None and fp8_inputs(f)
+        if n["op"] not in ("matmul", "matmul_tn") or not quantised_f:
+            if q or n["compute"] == "e5m2":
+                fail(f"backward #{n['id']} {n['op']} is quantised, its forward node is not")
+            continue
+        fslot = {i["from"]: i["slot"] for i in fp8_inputs(f)}
+        for i in q:                   # a recomputed operand stands for its forward value
+            i["from"] = nodes[i["from"]].get("recomputes", i["from"])
+        if len(q) != 2 or n["compute"] != "e5m2":
+            fail(f"backward #{n['id']}: gradient of a quantised product, inputs {n['inputs']}")
+            continue
+        for i in q:
+            if i["from"] in fslot:
+                if i["fp8"] != "e4m3" or i["slot"] != fslot[i["from"]]:
+                    fail(f"backward #{n['id']}: forward operand #{i['from']} not read with its slot")
+                continue
+            s = slots.get(i["slot"])
+            if i["fp8"] != "e5m2" or not s or (s["format"], s["role"], s["of"], s["product"]) != \
+                    ("e5m2", "dy", i["from"], f["id"]):
+                fail(f"backward #{n['id']}: dy #{i['from']} as {i['fp8']}, slot {s}")
+            if dy_slot.setdefault(f["id"], i["slot"]) != i["slot"]:
+                fail(f"backward #{n['id']}: a second dy slot for product #{f['id']}")
+            used[i["slot"]] = n["id"]
+    if sorted(used) != sorted(slots):
+        fail(f"slots {sorted(set(slots) - set(used))} are not used")
+    sm = plan["summary"]
+    products = sum(bool(fp8_inputs(n)) for n in nodes)
+    forward = sum(bool(fp8_inputs(n)) for n in nodes if n["phase"] == "forward")
+    if (sm["fp8_products"], sm["fp8_forward"], sm["fp8_slots"]) != (products, forward, len(slots)):
+        fail(f"summary fp8 counts {sm}, the plan has {products} products ({forward} forward), "
+             f"{len(slots)} slots")
+    if sm["fp8_state_bytes"] != len(slots) * (hist + 1) * 4:
+        fail(f"fp8_state_bytes {sm['fp8_state_bytes']} for {len(slots)} slots of history {hist}")
+
+
 def check_expect(plan, e):
     nodes = plan["nodes"]
     if e == "nolowp":
@@ -182,6 +281,11 @@ def check_expect(plan, e):
     key, want = e.split("=", 1)
     if key == "loss_scale":
         got = plan["loss_scale"]["kind"]
+    elif key.startswith("fp8:"):          # fp8:recipe=delayed, fp8:slots=12 (a count)
+        f8 = plan["fp8"]
+        got = str(len(f8["slots"]) if key[4:] == "slots" else f8[key[4:]])
+    elif key.startswith("summary:"):
+        got = str(plan["summary"][key[8:]])
     elif key.startswith("copies:"):
         ps = [p for p in plan["params"] if p["name"] == key[7:]]
         if not ps:
@@ -216,6 +320,7 @@ def main():
     check_backward(plan)
     check_optimizer(plan)
     check_summary(plan)
+    check_fp8(plan)
     for e in sys.argv[1:]:
         check_expect(plan, e)
     for e in errors:

@@ -1,0 +1,125 @@
+/* mp_fp8.h - FP8 (e4m3 and e5m2) <-> f32, bit-exact, and the power-of-two
+ * per-tensor scales of the mixed_float8 policy (PRECISION.md "Additions:
+ * TF32 and FP8"), shared by the C and CUDA programs.
+ *
+ * The two formats are those of "FP8 Formats for Deep Learning"
+ * (Micikevicius et al. 2022), as ml_dtypes names them:
+ *   e4m3 (float8_e4m3fn)  bias 7, 3 mantissa bits, max 448, no infinities,
+ *                         S.1111.111 is NaN; smallest subnormal 2^-9
+ *   e5m2 (float8_e5m2)    bias 15, 2 mantissa bits, max 57344, IEEE-like
+ *                         infinities and NaNs; smallest subnormal 2^-16
+ * Values are stored as uint8_t and converted in integer arithmetic on the
+ * bit patterns, as mp_half.h does, so both targets round identically:
+ *   f32 -> fp8   round to nearest, ties to even; |x| >= max (infinities
+ *                included) saturates to +-max; NaN becomes the format's
+ *                quiet NaN with the sign kept (e4m3 S.1111.111, e5m2
+ *                S.11111.10). This is ml_dtypes' cast of the value clamped
+ *                to [-max, max] (ml_dtypes itself, unclamped, overflows to
+ *                NaN in e4m3 and to inf in e5m2).
+ *   fp8 -> f32   exact; NaN comes back as the quiet f32 NaN with its sign.
+ * tests/t_fp8.sh checks both directions against ml_dtypes on every pattern
+ * and on 10^7 random values.
+ *
+ * Scales: a tensor whose recorded amax is A is quantised as
+ * q = fp8(v * 2^e) with e = floor(log2(max / A)) - margin, computed exactly
+ * (the largest e with A * 2^e <= max, from the exponents of A and max, with
+ * no division that could round), and clamped to [-MP_FP8_EMAX, MP_FP8_EMAX]
+ * so that 2^e and 2^-e are normal f32 numbers. An amax that is zero or not
+ * finite leaves the exponent as it was (a tensor of zeros has no scale of
+ * its own; a non-finite step is skipped anyway). Multiplying by 2^e is exact
+ * unless the product leaves the f32 range, so the scale changes no value
+ * apart from the fp8 rounding itself. */
+#ifndef MP_FP8_H
+#define MP_FP8_H
+
+#include <stdint.h>
+#include "mp_half.h"
+
+typedef enum { MP_E4M3 = 0, MP_E5M2 = 1 } MpFp8Fmt;
+
+#define MP_FP8_E4M3_MAX 448.0f
+#define MP_FP8_E5M2_MAX 57344.0f
+#define MP_FP8_EMAX 100
+
+/* bias, mantissa bits, |max|'s f32 bits, |max|'s fp8 bits, quiet NaN */
+static inline MP_HD int mp_fp8_bias(MpFp8Fmt f) { return f == MP_E4M3 ? 7 : 15; }
+static inline MP_HD int mp_fp8_mbits(MpFp8Fmt f) { return f == MP_E4M3 ? 3 : 2; }
+static inline MP_HD float mp_fp8_max(MpFp8Fmt f)
+{
+    return f == MP_E4M3 ? MP_FP8_E4M3_MAX : MP_FP8_E5M2_MAX;
+}
+
+static inline MP_HD uint8_t mp_f32_to_fp8(float v, MpFp8Fmt f)
+{
+    const int bias = mp_fp8_bias(f), mb = mp_fp8_mbits(f);
+    uint32_t x = mp_f32_bits(v);
+    uint8_t sign = (uint8_t)((x >> 24) & 0x80u);
+    uint32_t a = x & 0x7fffffffu;
+    if (a > 0x7f800000u)                            /* NaN */
+        return (uint8_t)(sign | (f == MP_E4M3 ? 0x7fu : 0x7eu));
+    if (a >= mp_f32_bits(mp_fp8_max(f)))            /* saturate, inf too */
+        return (uint8_t)(sign | (f == MP_E4M3 ? 0x7eu : 0x7bu));
+    if (a >= (uint32_t)(127 + 1 - bias) << 23)      /* normal result */
+        return (uint8_t)(sign | mp_shift_rne(a - ((uint32_t)(127 - bias) << 23), 23 - mb));
+    if (a <= (uint32_t)(127 - bias - mb) << 23)     /* <= half the smallest: 0 */
+        return sign;
+    /* subnormal result: the value in units of 2^(1 - bias - mb), rounded
+     * (a carry gives the smallest normal's pattern, as it should) */
+    int e32 = (int)(a >> 23);
+    uint32_t mant = (a & 0x7fffffu) | 0x800000u;
+    return (uint8_t)(sign | mp_shift_rne(mant, 151 - bias - mb - e32));
+}
+
+static inline MP_HD float mp_fp8_to_f32(uint8_t q, MpFp8Fmt f)
+{
+    const int bias = mp_fp8_bias(f), mb = mp_fp8_mbits(f);
+    uint32_t sign = (uint32_t)(q & 0x80u) << 24;
+    uint32_t e = (q & 0x7fu) >> mb, m = q & ((1u << mb) - 1);
+    if (f == MP_E4M3 ? (e == 15 && m == 7) : (e == 31 && m != 0))
+        return mp_bits_f32(sign | 0x7fc00000u);
+    if (f == MP_E5M2 && e == 31)
+        return mp_bits_f32(sign | 0x7f800000u);
+    if (e == 0) {                                   /* m * 2^(1 - bias - mb) */
+        float v = (float)m * mp_bits_f32((uint32_t)(127 + 1 - bias - mb) << 23);
+        return mp_bits_f32(sign | mp_f32_bits(v));
+    }
+    return mp_bits_f32(sign | ((e + 127 - bias) << 23) | (m << (23 - mb)));
+}
+
+/* v rounded to format f, as an f32 (every fp8 value is an f16 and an f32
+ * value exactly): what a product of quantised operands reads. */
+static inline MP_HD float mp_fp8_round(float v, MpFp8Fmt f)
+{
+    return mp_fp8_to_f32(mp_f32_to_fp8(v, f), f);
+}
+
+/* 2^e as an f32, e in [-126, 127] */
+static inline MP_HD float mp_pow2f(int e)
+{
+    return mp_bits_f32((uint32_t)(e + 127) << 23);
+}
+
+/* The scale exponent for amax under format f and margin: the largest e with
+ * amax * 2^e <= max, less margin, clamped to +-MP_FP8_EMAX; prev when amax is
+ * zero, negative or not finite. */
+static inline MP_HD int mp_fp8_scale_exp(float amax, MpFp8Fmt f, int margin, int prev)
+{
+    uint32_t a = mp_f32_bits(amax);
+    if (!(amax > 0.0f) || a >= 0x7f800000u)
+        return prev;
+    uint32_t mx = mp_f32_bits(mp_fp8_max(f));
+    int ea = (int)(a >> 23), em = (int)(mx >> 23);
+    uint32_t ma = a & 0x7fffffu;
+    if (ea == 0) {                                  /* subnormal amax: normalise */
+        ea = 1;
+        while (!(ma & 0x800000u)) {
+            ma <<= 1;
+            ea--;
+        }
+        ma &= 0x7fffffu;
+    }
+    int e = em - ea - (ma > (mx & 0x7fffffu)) - margin;
+    return e > MP_FP8_EMAX ? MP_FP8_EMAX : e < -MP_FP8_EMAX ? -MP_FP8_EMAX : e;
+}
+
+#endif
