@@ -406,6 +406,7 @@ void emit_c_CLIP_GRAD_NORM(Emit *e, const IrNode *n) { (void)e; (void)n; }
 void emit_c_SGD(Emit *e, const IrNode *n) { (void)e; (void)n; }
 void emit_c_ADAM(Emit *e, const IrNode *n) { (void)e; (void)n; }
 void emit_c_ADAMW(Emit *e, const IrNode *n) { (void)e; (void)n; }
+void emit_c_RMSPROP(Emit *e, const IrNode *n) { (void)e; (void)n; }
 
 /* ---- elementwise, norm and rope additions --------------------------------------------- */
 void emit_c_ABS(Emit *e, const IrNode *n) { unary(e, n, "abs"); }

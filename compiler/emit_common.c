@@ -428,9 +428,10 @@ void emit_model_struct(Emit *e, const char *hooks)
        t->beta1, t->beta2, t->eps, t->weight_decay, t->nesterov ? 1 : 0);
     em(e, "     %d, %.17g, %.17g, %.17g, %lld,\n", (int)t->ls, t->ls_init, t->ls_growth, t->ls_backoff,
        (long long)t->ls_interval);
-    em(e, "     %d, %.17g, %.17g, %.17g, %lld, %lld, %lld, %d, %.17g},\n", (int)t->sched, t->warmup,
+    em(e, "     %d, %.17g, %.17g, %.17g, %lld, %lld, %lld, %d, %.17g,\n", (int)t->sched, t->warmup,
        t->sched_min, t->clip, (long long)t->accumulate, (long long)t->steps, (long long)t->seed,
        (int)t->warmup_style, t->dampening);
+    em(e, "     %.17g, %d},\n", t->alpha, t->centered ? 1 : 0);
     em(e, "    %s,\n", hooks);
     em(e, "    %d, mp_values, %d,\n};\n", e->nvalues, emit_output(e));
 }

@@ -405,6 +405,7 @@ void emit_cuda_CLIP_GRAD_NORM(Emit *e, const IrNode *n) { (void)e; (void)n; }
 void emit_cuda_SGD(Emit *e, const IrNode *n) { (void)e; (void)n; }
 void emit_cuda_ADAM(Emit *e, const IrNode *n) { (void)e; (void)n; }
 void emit_cuda_ADAMW(Emit *e, const IrNode *n) { (void)e; (void)n; }
+void emit_cuda_RMSPROP(Emit *e, const IrNode *n) { (void)e; (void)n; }
 
 /* ---- elementwise, norm and rope additions ------------------------------------------------------ */
 void emit_cuda_ABS(Emit *e, const IrNode *n) { unary(e, n, "abs"); }

@@ -165,7 +165,7 @@ typedef struct IrMetric {
 } IrMetric;
 
 typedef enum { POLICY_FLOAT32, POLICY_MIXED_F16, POLICY_MIXED_BF16 } Policy;
-typedef enum { OPT_SGD, OPT_ADAM, OPT_ADAMW } OptKind;
+typedef enum { OPT_SGD, OPT_ADAM, OPT_ADAMW, OPT_RMSPROP } OptKind;   /* = MP_OPT_* */
 typedef enum { LS_NONE, LS_STATIC, LS_DYNAMIC } LossScaleKind;
 typedef enum { SCHED_CONSTANT, SCHED_COSINE, SCHED_LINEAR } SchedKind;
 typedef enum { WARMUP_TORCH, WARMUP_NANOGPT } WarmupStyle;   /* = MP_WARMUP_* */
@@ -175,6 +175,8 @@ typedef struct TrainCfg {
     double lr, momentum, beta1, beta2, eps, weight_decay;
     bool nesterov;
     double dampening;       /* sgd's */
+    double alpha;           /* rmsprop's */
+    bool centered;          /* rmsprop's */
     Policy policy;
     bool policy_set;        /* written in the train block (or --precision) */
     LossScaleKind ls;
@@ -192,6 +194,9 @@ typedef struct TrainCfg {
     int nfp16_ops, nfp32_ops;
     SrcLoc loc;             /* the train block */
 } TrainCfg;
+
+/* Optimizer state buffers per parameter (the runtime's mp_optim_slots). */
+int opt_slots(const TrainCfg *t);
 
 typedef struct IrGraph {
     Arena *arena;

@@ -2797,6 +2797,9 @@ static const NamedSpec optimizers[] = {
     {"adamw", OPT_ADAMW, {OPT("lr", A_REAL, 1e-3), OPT("beta1", A_REAL, 0.9), OPT("beta2", A_REAL, 0.999),
                           OPT("eps", A_REAL, 1e-8), OPT("weight_decay", A_REAL, 0.01),
                           ABS("no_decay", A_LIST)}},
+    {"rmsprop", OPT_RMSPROP, {REQ("lr", A_REAL), OPT("alpha", A_REAL, 0.99), OPT("eps", A_REAL, 1e-8),
+                              OPT("momentum", A_REAL, 0), OPT("centered", A_BOOL, 0),
+                              OPT("weight_decay", A_REAL, 0), ABS("no_decay", A_LIST)}},
     {0},
 };
 static const NamedSpec loss_scales[] = {
@@ -2960,6 +2963,15 @@ static void tk_optimizer(Ctx *c, const TrainItem *it)
         in_range(it, arg_name(c, o, "dampening"), t->dampening, 0, false, 1, false);
         if (t->nesterov && t->dampening != 0)
             diag_error(it->value->loc, "sgd nesterov = true needs dampening = 0 (as torch)");
+    } else if (t->opt == OPT_RMSPROP) {
+        t->alpha = a.v[1].r;
+        t->eps = a.v[2].r;
+        t->momentum = a.v[3].r;
+        t->centered = a.v[4].i;
+        t->weight_decay = a.v[5].r;
+        in_range(it, arg_name(c, o, "alpha"), t->alpha, 0, false, 1, false);
+        in_range(it, arg_name(c, o, "eps"), t->eps, 0, true, INFINITY, false);
+        in_range(it, arg_name(c, o, "momentum"), t->momentum, 0, false, INFINITY, false);
     } else {
         t->beta1 = a.v[1].r;
         t->beta2 = a.v[2].r;

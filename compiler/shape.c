@@ -984,6 +984,7 @@ static bool step(IrGraph *g, IrNode *n)
 bool shape_SGD(IrGraph *g, IrNode *n) { return step(g, n); }
 bool shape_ADAM(IrGraph *g, IrNode *n) { return step(g, n); }
 bool shape_ADAMW(IrGraph *g, IrNode *n) { return step(g, n); }
+bool shape_RMSPROP(IrGraph *g, IrNode *n) { return step(g, n); }
 
 /* ---- elementwise, norm and rope additions ---------------------------------------- */
 
