@@ -198,7 +198,7 @@ static double elem_flops(IrOp op)
     case OP_RMSPROP:                          /* centered with momentum: 10 */
         return 10;
     case OP_CHUNK: case OP_SLICE: case OP_CONCAT: case OP_EXPAND: case OP_ARANGE:
-    case OP_TRANSPOSE: case OP_SLICE_GRAD: case OP_CAST: case OP_EMBEDDING: case OP_PAD:
+    case OP_TRANSPOSE: case OP_SLICE_GRAD: case OP_CAST: case OP_EMBEDDING: case OP_PAD: case OP_PAD_GRAD:
     case OP_ONE_HOT: case OP_GATHER:
         return 0;
     default:

@@ -195,6 +195,9 @@ typedef struct TrainCfg {
     SrcLoc loc;             /* the train block */
 } TrainCfg;
 
+/* pad's mode (fa[1]): 0 constant, 1 reflect, 2 replicate, 3 circular (MP_PAD_*) */
+static inline int pad_mode(const IrNode *n) { return (int)n->fa[1]; }
+
 /* Optimizer state buffers per parameter (the runtime's mp_optim_slots). */
 int opt_slots(const TrainCfg *t);
 

@@ -354,7 +354,7 @@ static inline int mp_optim_slots(const MpTrainCfg *c, const char **names)
 /* One optimizer update of one parameter; slot[] as named by mp_optim_slots;
  * no_decay: the parameter's MpParam.no_decay. */
 /* The factors of update t (1-based) at rate lr, for c's optimizer. */
-static inline MpOptK mp_optim_k(const MpTrainCfg *c, double lr, int64_t t)
+static inline MP_HD MpOptK mp_optim_k(const MpTrainCfg *c, double lr, int64_t t)
 {
     return c->opt == MP_OPT_SGD ? mp_sgd_k(c, lr, t)
          : c->opt == MP_OPT_RMSPROP ? mp_rms_k(c, lr)

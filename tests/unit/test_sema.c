@@ -430,6 +430,20 @@ static void train_defaults(void **state)
     assert_int_equal(opt_slots(&g->train), 3);
     lower_err(HEAD "z = x\n" LOSS "train {\n  optimizer = rmsprop(lr = 0.01, alpha = 1.5)\n  minimize loss\n}\n",
               "rmsprop alpha must be in [0, 1], got 1.5");
+    lower_err("model m\ninput x: f32[2, 3, 4, 4]\nz = upsample(x, 2, align_corners = true)\nloss = sum(z)\n"
+              "train {\n  minimize loss\n}\n", "align_corners applies to mode = \"bilinear\" only");
+    lower_err("model m\ninput x: f32[2, 3, 4, 4]\nz = pad(x, [1, 1], mode = \"mirror\")\nloss = sum(z)\n"
+              "train {\n  minimize loss\n}\n", "unknown pad mode \"mirror\"");
+    lower_err("model m\ninput x: f32[2, 3, 4, 4]\nz = pad(x, [1, 1], value = 2, mode = \"reflect\")\n"
+              "loss = sum(z)\ntrain {\n  minimize loss\n}\n", "pad value applies to mode = \"constant\" only");
+    lower_err("model m\ninput x: f32[2, 3, 4, 4]\nz = pad(x, [4, 1], mode = \"reflect\")\nloss = sum(z)\n"
+              "train {\n  minimize loss\n}\n", "pad mode \"reflect\" takes pads smaller than the axis: 4");
+    lower_err("model m\ninput x: f32[2, 3, 4, 4]\nz = pad(x, [5, 1], mode = \"circular\")\nloss = sum(z)\n"
+              "train {\n  minimize loss\n}\n", "pads no larger than the axis: 5");
+    lower_err("model m\ninput x: f32[2, 3, 4, 4]\nz = pad(x, [-1, 1], mode = \"replicate\")\nloss = sum(z)\n"
+              "train {\n  minimize loss\n}\n", "takes no negative pads");
+    lower_err("model m\ninput x: f32[4, 4]\nz = pad(x, [1, 1, 1, 1], mode = \"replicate\")\nloss = sum(z)\n"
+              "train {\n  minimize loss\n}\n", "at least one axis before them");
     lower_err(HEAD "z = x\n" LOSS "train {\n  optimizer = rmsprop(alpha = 0.9)\n  minimize loss\n}\n",
               "lr");
 
