@@ -825,9 +825,14 @@ void grad_CONV_TRANSPOSE2D(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx)
 }
 
 /* pad's gradient is the opposite pad of dy: what was padded is cropped,
- * what was cropped comes back as zeros. */
+ * what was cropped comes back as zeros. In the other modes an input may
+ * be read by several outputs: PAD_GRAD sums them. */
 void grad_PAD(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx)
 {
+    if (pad_mode(n)) {
+        copy_attrs(dx[0] = MK(g, n, OP_PAD_GRAD, n->in[0], dy), n);
+        return;
+    }
     IrNode *p = MK(g, n, OP_PAD, n->in[0], dy);
     for (int i = 0; i < 8; i++)
         p->ia[i] = -n->ia[i];

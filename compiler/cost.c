@@ -195,8 +195,10 @@ static double elem_flops(IrOp op)
         return 12;
     case OP_SGD:
         return 4;
+    case OP_RMSPROP:                          /* centered with momentum: 10 */
+        return 10;
     case OP_CHUNK: case OP_SLICE: case OP_CONCAT: case OP_EXPAND: case OP_ARANGE:
-    case OP_TRANSPOSE: case OP_SLICE_GRAD: case OP_CAST: case OP_EMBEDDING: case OP_PAD:
+    case OP_TRANSPOSE: case OP_SLICE_GRAD: case OP_CAST: case OP_EMBEDDING: case OP_PAD: case OP_PAD_GRAD:
     case OP_ONE_HOT: case OP_GATHER:
         return 0;
     default:
@@ -327,8 +329,8 @@ CostOp cost_op(const IrGraph *g, const IrNode *n)
         c.flops = 2 * all / 4;
         break;
     }
-    case OP_SGD: case OP_ADAM: case OP_ADAMW: {  /* (param, grad) */
-        double p = numel(n->in[0]), state = n->op != OP_SGD ? 2 : g->train.momentum != 0 ? 1 : 0;
+    case OP_SGD: case OP_ADAM: case OP_ADAMW: case OP_RMSPROP: {  /* (param, grad) */
+        double p = numel(n->in[0]), state = opt_slots(&g->train);
         c.rd = p * 4 * (2 + state);                /* master, gradient, state */
         c.wr = p * 4 * (1 + state);
         for (int i = 0; i < g->nnodes; i++) {      /* its working copies */

@@ -406,6 +406,7 @@ void emit_c_CLIP_GRAD_NORM(Emit *e, const IrNode *n) { (void)e; (void)n; }
 void emit_c_SGD(Emit *e, const IrNode *n) { (void)e; (void)n; }
 void emit_c_ADAM(Emit *e, const IrNode *n) { (void)e; (void)n; }
 void emit_c_ADAMW(Emit *e, const IrNode *n) { (void)e; (void)n; }
+void emit_c_RMSPROP(Emit *e, const IrNode *n) { (void)e; (void)n; }
 
 /* ---- elementwise, norm and rope additions --------------------------------------------- */
 void emit_c_ABS(Emit *e, const IrNode *n) { unary(e, n, "abs"); }
@@ -603,7 +604,13 @@ void emit_c_CONV_TRANSPOSE2D_DW(Emit *e, const IrNode *n)
 
 void emit_c_PAD(Emit *e, const IrNode *n)
 {
-    em(e, "    mp_k_pad(%s, %s, %s);\n", arg(e, n), arg(e, IN(0)), emit_pad(e, n));
+    em(e, "    mp_k_pad%s(%s, %s, %s);\n", pad_mode(n) ? "_mode" : "", arg(e, n), arg(e, IN(0)),
+       emit_pad(e, n));
+}
+
+void emit_c_PAD_GRAD(Emit *e, const IrNode *n)
+{
+    em(e, "    mp_k_pad_grad(%s, %s, %s);\n", arg(e, n), arg(e, IN(0)), emit_pad(e, n->grad_of));
 }
 
 void emit_c_UPSAMPLE(Emit *e, const IrNode *n)

@@ -428,9 +428,10 @@ void emit_model_struct(Emit *e, const char *hooks)
        t->beta1, t->beta2, t->eps, t->weight_decay, t->nesterov ? 1 : 0);
     em(e, "     %d, %.17g, %.17g, %.17g, %lld,\n", (int)t->ls, t->ls_init, t->ls_growth, t->ls_backoff,
        (long long)t->ls_interval);
-    em(e, "     %d, %.17g, %.17g, %.17g, %lld, %lld, %lld, %d, %.17g},\n", (int)t->sched, t->warmup,
+    em(e, "     %d, %.17g, %.17g, %.17g, %lld, %lld, %lld, %d, %.17g,\n", (int)t->sched, t->warmup,
        t->sched_min, t->clip, (long long)t->accumulate, (long long)t->steps, (long long)t->seed,
        (int)t->warmup_style, t->dampening);
+    em(e, "     %.17g, %d},\n", t->alpha, t->centered ? 1 : 0);
     em(e, "    %s,\n", hooks);
     em(e, "    %d, mp_values, %d,\n};\n", e->nvalues, emit_output(e));
 }
@@ -631,7 +632,8 @@ const char *emit_conv_transpose(Emit *e, const IrNode *f)
 }
 
 /* "outer, xs, ys, before, value" of pad node n (x -> n): the last four axes
- * (size 1 where the rank is lower), F.pad's list turned to axis order. */
+ * (size 1 where the rank is lower), F.pad's list turned to axis order;
+ * "..., before, mode" in a mode other than constant (mp_k_pad_mode's). */
 const char *emit_pad(Emit *e, const IrNode *n)
 {
     const Shape *x = &n->in[0]->shape, *y = &n->shape;
@@ -644,10 +646,13 @@ const char *emit_pad(Emit *e, const IrNode *n)
         ys[q] = d >= 0 ? (long long)y->d[d] : 1;
         before[q] = (long long)n->ia[2 * (3 - q)];
     }
-    return arena_printf(e->a, "%lld, (const int64_t[]){%lld, %lld, %lld, %lld}, (const int64_t[]){%lld, "
-                        "%lld, %lld, %lld}, (const int64_t[]){%lld, %lld, %lld, %lld}, (float)%.9g", outer,
-                        xs[0], xs[1], xs[2], xs[3], ys[0], ys[1], ys[2], ys[3], before[0], before[1],
-                        before[2], before[3], n->fa[0]);
+    const char *geom = arena_printf(e->a, "%lld, (const int64_t[]){%lld, %lld, %lld, %lld}, (const "
+                                    "int64_t[]){%lld, %lld, %lld, %lld}, (const int64_t[]){%lld, %lld, "
+                                    "%lld, %lld}", outer, xs[0], xs[1], xs[2], xs[3], ys[0], ys[1], ys[2],
+                                    ys[3], before[0], before[1], before[2], before[3]);
+    if (pad_mode(n))
+        return arena_printf(e->a, "%s, %d", geom, pad_mode(n));
+    return arena_printf(e->a, "%s, (float)%.9g", geom, n->fa[0]);
 }
 
 /* "P, H, W, sh, sw, mode" of upsample node f (x [N, C, H, W]) */

@@ -96,7 +96,8 @@ const char *emit_nchw(Emit *e, const IrNode *x);   /* "N, C, H, W" */
 const char *emit_conv(Emit *e, const IrNode *f);
 /* the same for conv_transpose2d node f: its adjoint conv2d (y -> x) */
 const char *emit_conv_transpose(Emit *e, const IrNode *f);
-/* "outer, xs, ys, before, value" of a pad node (mp_k_pad's arguments) */
+/* "outer, xs, ys, before, value" of a pad node (mp_k_pad's arguments);
+ * "..., before, mode" for the other modes (mp_k_pad_mode's, _grad's) */
 const char *emit_pad(Emit *e, const IrNode *n);
 /* "P, H, W, sh, sw, mode" of an upsample node */
 const char *emit_upsample(Emit *e, const IrNode *f);

@@ -405,6 +405,7 @@ void emit_cuda_CLIP_GRAD_NORM(Emit *e, const IrNode *n) { (void)e; (void)n; }
 void emit_cuda_SGD(Emit *e, const IrNode *n) { (void)e; (void)n; }
 void emit_cuda_ADAM(Emit *e, const IrNode *n) { (void)e; (void)n; }
 void emit_cuda_ADAMW(Emit *e, const IrNode *n) { (void)e; (void)n; }
+void emit_cuda_RMSPROP(Emit *e, const IrNode *n) { (void)e; (void)n; }
 
 /* ---- elementwise, norm and rope additions ------------------------------------------------------ */
 void emit_cuda_ABS(Emit *e, const IrNode *n) { unary(e, n, "abs"); }
@@ -592,7 +593,13 @@ void emit_cuda_CONV_TRANSPOSE2D_DW(Emit *e, const IrNode *n)
 
 void emit_cuda_PAD(Emit *e, const IrNode *n)
 {
-    em(e, "    mp_cu_pad%s(%s, %s, %s);\n", T2(n, IN(0)), C(n), C(IN(0)), emit_pad(e, n));
+    em(e, "    mp_cu_pad%s%s(%s, %s, %s);\n", pad_mode(n) ? "_mode" : "", T2(n, IN(0)), C(n), C(IN(0)),
+       emit_pad(e, n));
+}
+
+void emit_cuda_PAD_GRAD(Emit *e, const IrNode *n)
+{
+    em(e, "    mp_cu_pad_grad%s(%s, %s, %s);\n", T2(n, IN(0)), C(n), C(IN(0)), emit_pad(e, n->grad_of));
 }
 
 void emit_cuda_UPSAMPLE(Emit *e, const IrNode *n)

@@ -41,6 +41,18 @@ char *shape_str(Arena *a, const Shape *s)
     return arena_strdup(a, buf);
 }
 
+int opt_slots(const TrainCfg *t)
+{
+    switch (t->opt) {
+    case OPT_SGD:
+        return t->momentum != 0;
+    case OPT_RMSPROP:                 /* square_avg, momentum_buffer, grad_avg */
+        return 1 + (t->momentum != 0) + t->centered;
+    default:
+        return 2;                     /* exp_avg, exp_avg_sq */
+    }
+}
+
 IrGraph *ir_new(Arena *a)
 {
     IrGraph *g = arena_alloc(a, sizeof *g);
@@ -48,6 +60,7 @@ IrGraph *ir_new(Arena *a)
     g->train.opt = OPT_ADAM;
     g->train.lr = 1e-3;
     g->train.beta1 = 0.9;
+    g->train.alpha = 0.99;
     g->train.beta2 = 0.999;
     g->train.eps = 1e-8;
     g->train.policy = POLICY_MIXED_F16;

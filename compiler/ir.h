@@ -183,7 +183,7 @@ typedef struct Fp8Slot {
     int k;
     const struct IrNode *product;  /* the forward product it belongs to */
 } Fp8Slot;
-typedef enum { OPT_SGD, OPT_ADAM, OPT_ADAMW } OptKind;
+typedef enum { OPT_SGD, OPT_ADAM, OPT_ADAMW, OPT_RMSPROP } OptKind;   /* = MP_OPT_* */
 typedef enum { LS_NONE, LS_STATIC, LS_DYNAMIC } LossScaleKind;
 typedef enum { SCHED_CONSTANT, SCHED_COSINE, SCHED_LINEAR } SchedKind;
 typedef enum { WARMUP_TORCH, WARMUP_NANOGPT } WarmupStyle;   /* = MP_WARMUP_* */
@@ -193,6 +193,8 @@ typedef struct TrainCfg {
     double lr, momentum, beta1, beta2, eps, weight_decay;
     bool nesterov;
     double dampening;       /* sgd's */
+    double alpha;           /* rmsprop's */
+    bool centered;          /* rmsprop's */
     Policy policy;
     bool policy_set;        /* written in the train block (or --precision) */
     LossScaleKind ls;
@@ -215,6 +217,12 @@ typedef struct TrainCfg {
     int nfp8_ops;
     SrcLoc loc;             /* the train block */
 } TrainCfg;
+
+/* pad's mode (fa[1]): 0 constant, 1 reflect, 2 replicate, 3 circular (MP_PAD_*) */
+static inline int pad_mode(const IrNode *n) { return (int)n->fa[1]; }
+
+/* Optimizer state buffers per parameter (the runtime's mp_optim_slots). */
+int opt_slots(const TrainCfg *t);
 
 typedef struct IrGraph {
     Arena *arena;

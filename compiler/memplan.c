@@ -225,7 +225,7 @@ MemPlan *memplan_build(Arena *a, const IrGraph *g)
     MemPlan *mp = arena_alloc(a, sizeof *mp);
     for (int p = 0; p < g->nparams; p++)
         mp->param_bytes += (shape_numel(&g->params[p].shape) + 15) / 16 * 16 * (int64_t)sizeof(float);
-    int slots = g->train.opt == OPT_SGD ? g->train.momentum != 0 : 2;   /* mp_optim_slots */
+    int slots = opt_slots(&g->train);
     mp->state_bytes = slots * mp->param_bytes;
     mp->kind = arena_alloc(a, sizeof *mp->kind * (size_t)(n + 1));
     mp->offset = arena_alloc(a, sizeof *mp->offset * (size_t)(n + 1));

@@ -372,7 +372,7 @@ static void json_fp8(FILE *out, const IrGraph *g)
 
 static void dump_json(FILE *out, const IrGraph *g)
 {
-    static const char *const opt[] = {"sgd", "adam", "adamw"};
+    static const char *const opt[] = {"sgd", "adam", "adamw", "rmsprop"};
     const TrainCfg *t = &g->train;
     fputs("{\"model\": ", out);
     json_str(out, g->model);

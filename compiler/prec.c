@@ -474,7 +474,8 @@ static int param_grads(const IrGraph *g, IrNode **out)
 
 static void add_optimizer(IrGraph *g)
 {
-    static const IrOp step_op[] = {[OPT_SGD] = OP_SGD, [OPT_ADAM] = OP_ADAM, [OPT_ADAMW] = OP_ADAMW};
+    static const IrOp step_op[] = {[OPT_SGD] = OP_SGD, [OPT_ADAM] = OP_ADAM, [OPT_ADAMW] = OP_ADAMW,
+                                   [OPT_RMSPROP] = OP_RMSPROP};
     IrNode **grads = arena_alloc(g->arena, sizeof *grads * (size_t)(g->nparams + 1));
     int ngrads = param_grads(g, grads);
     if (g->train.ls != LS_NONE)

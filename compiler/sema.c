@@ -2254,13 +2254,26 @@ static Val lower_conv_transpose(Ctx *c, const Builtin *b, const Expr *x, Args *a
     return finish(c, n);
 }
 
-/* pad(x, [p...], value): F.pad's constant mode; the list (last axis first,
- * before and after) has an even length of at most 8 (the last 4 axes). */
+/* pad(x, [p...], value, mode): F.pad; the list (last axis first, before
+ * and after) has an even length of at most 8 (the last 4 axes); mode
+ * "constant" (value), "reflect", "replicate" or "circular" (shape_PAD
+ * checks the sizes). */
 static Val lower_pad(Ctx *c, const Builtin *b, const Expr *x, Args *a)
 {
+    static const char *const modes[] = {"constant", "reflect", "replicate", "circular"};
     const Expr *l = a->e[1];
     int64_t p[MP_MAX_RANK] = {0};
-    int np;
+    int np, mode = 0;
+    for (; a->e[3] && mode < 4 && strcmp(a->e[3]->name, modes[mode]); mode++) {}
+    if (mode == 4) {
+        diag_error(a->e[3]->loc, "unknown pad mode \"%s\": expected \"constant\", \"reflect\", "
+                   "\"replicate\" or \"circular\"", a->e[3]->name);
+        return verr;
+    }
+    if (mode && a->e[2]) {
+        diag_error(a->e[2]->loc, "pad value applies to mode = \"constant\" only (as F.pad)");
+        return verr;
+    }
     if (l->nargs % 2 || l->nargs > 8 || l->nargs == 0) {
         diag_error(l->loc, "pad needs a list of 2, 4, 6 or 8 sizes ([left, right, top, bottom, ...], "
                    "last axis first), got %d", l->nargs);
@@ -2272,6 +2285,7 @@ static Val lower_pad(Ctx *c, const Builtin *b, const Expr *x, Args *a)
     if (n) {
         memcpy(n->ia, p, sizeof p);
         n->fa[0] = a->v[2].r;
+        n->fa[1] = mode;
     }
     return finish(c, n);
 }
@@ -2306,8 +2320,10 @@ static Val lower_group_norm(Ctx *c, const Builtin *b, const Expr *x, Args *a)
     return finish(c, n);
 }
 
-/* upsample(x, scale, mode): an integer scale or a pair [h, w]; "nearest" or
- * "bilinear" (align_corners false, as F.interpolate's default). */
+/* upsample(x, scale, mode, align_corners): an integer scale or a pair
+ * [h, w]; "nearest" or "bilinear", align_corners false (F.interpolate's
+ * default) or true (bilinear only, as torch). ia[2]: 0 nearest, 1
+ * bilinear, 2 bilinear with align_corners. */
 static Val lower_upsample(Ctx *c, const Builtin *b, const Expr *x, Args *a)
 {
     static const char *const modes[] = {"nearest", "bilinear"};
@@ -2315,6 +2331,13 @@ static Val lower_upsample(Ctx *c, const Builtin *b, const Expr *x, Args *a)
     if (!pair_arg(c, "upsample", a, 1, "scale", true, 1, s, NULL))
         return verr;
     int mode = choice(c, a, 2, "upsample", "mode", modes, 2);
+    if (mode == 0 && a->e[3]) {
+        diag_error(a->e[3]->loc, "upsample align_corners applies to mode = \"bilinear\" only "
+                   "(as F.interpolate): leave it out for \"nearest\"");
+        return verr;
+    }
+    if (mode == 1 && a->e[3] && a->v[3].i)
+        mode = 2;
     IrNode *n = mode < 0 ? NULL : node(c, OP_UPSAMPLE, x->loc, 1, &a->v[0].t);
     if (n) {
         n->ia[0] = s[0];
@@ -2428,11 +2451,11 @@ static const Builtin builtins[] = {
       OPT("padding", A_PAIR, 0), OPT("output_padding", A_PAIR, 0), OPT("groups", A_INT, 1),
       OPT("bias", A_BOOL, 1), LAYER_TAIL}},
     {"pad", OP_PAD, lower_pad, false,
-     {REQ("x", A_TENSOR), REQ("p", A_LIST), OPT("value", A_REAL, 0)}},
+     {REQ("x", A_TENSOR), REQ("p", A_LIST), OPT("value", A_REAL, 0), ABS("mode", A_STR)}},
     {"group_norm", OP_GROUP_NORM, lower_group_norm, true,
      {REQ("x", A_TENSOR), REQ("groups", A_INT), OPT("eps", A_REAL, 1e-5), LAYER_TAIL}},
     {"upsample", OP_UPSAMPLE, lower_upsample, false,
-     {REQ("x", A_TENSOR), REQ("scale", A_PAIR), ABS("mode", A_STR)}},
+     {REQ("x", A_TENSOR), REQ("scale", A_PAIR), ABS("mode", A_STR), ABS("align_corners", A_BOOL)}},
     {"f32", OP_CAST, lower_cast, false, {REQ("x", A_ANY)}},
     {"f16", OP_CAST, lower_cast, false, {REQ("x", A_ANY)}},
     {"bf16", OP_CAST, lower_cast, false, {REQ("x", A_ANY)}},
@@ -2797,6 +2820,9 @@ static const NamedSpec optimizers[] = {
     {"adamw", OPT_ADAMW, {OPT("lr", A_REAL, 1e-3), OPT("beta1", A_REAL, 0.9), OPT("beta2", A_REAL, 0.999),
                           OPT("eps", A_REAL, 1e-8), OPT("weight_decay", A_REAL, 0.01),
                           ABS("no_decay", A_LIST)}},
+    {"rmsprop", OPT_RMSPROP, {REQ("lr", A_REAL), OPT("alpha", A_REAL, 0.99), OPT("eps", A_REAL, 1e-8),
+                              OPT("momentum", A_REAL, 0), OPT("centered", A_BOOL, 0),
+                              OPT("weight_decay", A_REAL, 0), ABS("no_decay", A_LIST)}},
     {0},
 };
 static const NamedSpec loss_scales[] = {
@@ -2966,6 +2992,15 @@ static void tk_optimizer(Ctx *c, const TrainItem *it)
         in_range(it, arg_name(c, o, "dampening"), t->dampening, 0, false, 1, false);
         if (t->nesterov && t->dampening != 0)
             diag_error(it->value->loc, "sgd nesterov = true needs dampening = 0 (as torch)");
+    } else if (t->opt == OPT_RMSPROP) {
+        t->alpha = a.v[1].r;
+        t->eps = a.v[2].r;
+        t->momentum = a.v[3].r;
+        t->centered = a.v[4].i;
+        t->weight_decay = a.v[5].r;
+        in_range(it, arg_name(c, o, "alpha"), t->alpha, 0, false, 1, false);
+        in_range(it, arg_name(c, o, "eps"), t->eps, 0, true, INFINITY, false);
+        in_range(it, arg_name(c, o, "momentum"), t->momentum, 0, false, INFINITY, false);
     } else {
         t->beta1 = a.v[1].r;
         t->beta2 = a.v[2].r;

@@ -984,6 +984,7 @@ static bool step(IrGraph *g, IrNode *n)
 bool shape_SGD(IrGraph *g, IrNode *n) { return step(g, n); }
 bool shape_ADAM(IrGraph *g, IrNode *n) { return step(g, n); }
 bool shape_ADAMW(IrGraph *g, IrNode *n) { return step(g, n); }
+bool shape_RMSPROP(IrGraph *g, IrNode *n) { return step(g, n); }
 
 /* ---- elementwise, norm and rope additions ---------------------------------------- */
 
@@ -1280,14 +1281,37 @@ bool shape_CONV_TRANSPOSE2D(IrGraph *g, IrNode *n)
 }
 
 /* F.pad's list ia[0..7] (last axis first, before / after); a crop may not
- * leave an axis empty. */
+ * leave an axis empty. Reflect, replicate and circular pad the last 1 to 3
+ * axes of a tensor with at least one more (a batch axis, as F.pad), by no
+ * negative amount; reflect's pads are < the axis, circular's <= it. */
 bool shape_PAD(IrGraph *g, IrNode *n)
 {
+    static const char *const modes[] = {"constant", "reflect", "replicate", "circular"};
     Shape r = *sh(n, 0);
+    int mode = pad_mode(n), axes = 0;
+    for (int k = 0; k < 4; k++)
+        if (n->ia[2 * k] || n->ia[2 * k + 1])
+            axes = k + 1;
+    if (mode && (axes > 3 || r.rank < axes + 1 || !float_in(n, 0))) {
+        diag_error(n->loc, "pad mode \"%s\" pads the last 1 to 3 axes of a float tensor with at least one "
+                   "axis before them (as F.pad), got %d axes of %s", modes[mode], axes, str(g, sh(n, 0)));
+        return false;
+    }
     for (int k = 0; k < 4; k++) {
         if (!n->ia[2 * k] && !n->ia[2 * k + 1])
             continue;
         int a = r.rank - 1 - k;
+        for (int e = 0; mode && a >= 0 && e < 2; e++) {
+            int64_t p = n->ia[2 * k + e], d = r.d[a];
+            const char *need = p < 0 ? "no negative pads (crop in mode \"constant\")"
+                             : mode == 1 && p >= d ? "pads smaller than the axis"
+                             : mode == 3 && p > d ? "pads no larger than the axis" : NULL;
+            if (need) {
+                diag_error(n->loc, "pad mode \"%s\" takes %s: %lld on axis %d of %s", modes[mode], need,
+                           (long long)p, a, str(g, sh(n, 0)));
+                return false;
+            }
+        }
         if (a < 0) {
             diag_error(n->loc, "pad's list of %d entries pads %d axes, but %s has %d", 2 * k + 2, k + 1,
                        str(g, sh(n, 0)), r.rank);
@@ -1322,6 +1346,7 @@ bool shape_UPSAMPLE(IrGraph *g, IrNode *n)
 bool shape_CONV_TRANSPOSE2D_DX(IrGraph *g, IrNode *n) { return like_fwd_in(g, n, 0); }
 bool shape_CONV_TRANSPOSE2D_DW(IrGraph *g, IrNode *n) { return like_fwd_in(g, n, 1); }
 bool shape_UPSAMPLE_GRAD(IrGraph *g, IrNode *n) { return like_fwd_in(g, n, 0); }
+bool shape_PAD_GRAD(IrGraph *g, IrNode *n) { return like_fwd_in(g, n, 0); }
 
 /* (x [N, C, ...], weight [C], bias [C]); groups ia[0] divides C */
 bool shape_GROUP_NORM(IrGraph *g, IrNode *n)

@@ -6,10 +6,12 @@
  *                                   statistics included), F32, its shape
  *   optimizer.<slot>.<param name>   for each trainable parameter; slots:
  *                                   momentum_buffer (SGD with momentum),
- *                                   exp_avg and exp_avg_sq (Adam, AdamW)
+ *                                   exp_avg and exp_avg_sq (Adam, AdamW),
+ *                                   square_avg, momentum_buffer (momentum
+ *                                   > 0), grad_avg (centered) (RMSprop)
  * and string metadata (numbers in decimal, %.17g for reals):
  *   format "mpcc-checkpoint-1", model, policy, source, mpcc_version,
- *   optimizer (sgd|adam|adamw), step, optimizer_updates (Adam's t), seed,
+ *   optimizer (sgd|adam|adamw|rmsprop), step, optimizer_updates (Adam's t), seed,
  *   loss_scale, good_steps, skipped_steps, floor_skips (consecutive skipped
  *   steps at the lowest scale), data_rng (the data stream's xoshiro256**
  *   state before this epoch's shuffle: 4 x 16 hex digits), data_epoch,
@@ -48,8 +50,8 @@ typedef struct MpTrainer {
     int64_t *offset;            /* of each parameter in the flat buffers */
     float *params, *grads;      /* flat f32 buffers, same layout */
     int nslots;
-    const char *slot_name[2];
-    float *slot[2];             /* optimizer state, same layout */
+    const char *slot_name[MP_OPT_SLOTS];
+    float *slot[MP_OPT_SLOTS];  /* optimizer state, same layout */
     int64_t step;               /* optimizer steps done, skipped ones included */
     int64_t updates;            /* optimizer updates applied */
     MpScaler ls;
@@ -68,7 +70,8 @@ typedef struct MpTrainer {
 
 static inline const char *mp_opt_name(int opt)
 {
-    return opt == MP_OPT_SGD ? "sgd" : opt == MP_OPT_ADAM ? "adam" : "adamw";
+    return opt == MP_OPT_SGD ? "sgd" : opt == MP_OPT_ADAM ? "adam"
+         : opt == MP_OPT_RMSPROP ? "rmsprop" : "adamw";
 }
 
 /* ---- writing ------------------------------------------------------------ */

@@ -141,7 +141,7 @@ typedef struct MpCu {
     unsigned char *mem;            /* the one allocation */
     int64_t mem_bytes;
     unsigned char *arena, *ws, *blas_ws, *in[3];   /* in[2]: evaluation, eager */
-    float *params, *grads, *slot[2], *outs;
+    float *params, *grads, *slot[MP_OPT_SLOTS], *outs;
     MpAcc *part;                   /* the unscale pass's partial sums (two each) */
     int nparts;
     MpCuState *state;

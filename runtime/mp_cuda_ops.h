@@ -19,7 +19,7 @@
  *   mp_cu_matmul, matmul_tn, linear                  (cuBLAS)
  *   mp_cu_conv2d, _dx, _dw          (im2col + cuBLAS per group; depthwise direct)
  *   mp_cu_conv_transpose2d          (conv2d_dx's product + col2im, + bias)
- *   mp_cu_pad, upsample, upsample_grad, group_norm (+ _dx, _dw)   (at the end)
+ *   mp_cu_pad (+ _mode, _grad), upsample, upsample_grad, group_norm (+ _dx, _dw)   (at the end)
  *   pools, global_avg_pool, embedding, layer_norm, batch_norm, attention
  *   additions (at the end): abs sin cos gelu_tanh (+ _grad), maximum,
  *   minimum, maximum_mask, clamp, pow (+ _grad), rms_norm (+ _dx, _dw),
@@ -2803,6 +2803,50 @@ static inline void mp_cu_pad(void *y, const void *x, int64_t outer, const int64_
         f.p.before[k] = before[k];
     }
     mp_cu_each("pad", outer * ys[0] * ys[1] * ys[2] * ys[3], f);
+}
+
+/* pad in mode reflect / replicate / circular (grad 0) and its gradient
+ * (grad 1): one element per item, mp_kernels.h's per-element functions */
+template <int YT, int XT>
+struct MpCuPadMode {
+    void *y;
+    const void *x;
+    MpCuPad p;
+    int mode, grad;
+    MP_HD void operator()(int64_t e) const
+    {
+        mp_cu_st(y, YT, e, grad ? mp_pad_grad_at(x, XT, p.xs, p.ys, p.before, mode, e)
+                                : mp_pad_mode_at(x, XT, p.xs, p.ys, p.before, mode, e));
+    }
+};
+
+template <int YT, int XT>
+static inline void mp_cu_pad_mode_run(void *y, const void *x, int64_t outer, const int64_t *xs,
+                                      const int64_t *ys, const int64_t *before, int mode, int grad)
+{
+    MpCuPadMode<YT, XT> f = {y, x, {}, mode, grad};
+    int64_t n = outer;
+    for (int k = 0; k < 4; k++) {
+        f.p.xs[k] = xs[k];
+        f.p.ys[k] = ys[k];
+        f.p.before[k] = before[k];
+        n *= grad ? xs[k] : ys[k];
+    }
+    mp_cu_each(grad ? "pad_grad" : "pad", n, f);
+}
+
+template <int YT, int XT>
+static inline void mp_cu_pad_mode(void *y, const void *x, int64_t outer, const int64_t *xs, const int64_t *ys,
+                                  const int64_t *before, int mode)
+{
+    mp_cu_pad_mode_run<YT, XT>(y, x, outer, xs, ys, before, mode, 0);
+}
+
+template <int DXT, int DYT>
+static inline void mp_cu_pad_grad(void *dx, const void *dy, int64_t outer, const int64_t *xs, const int64_t *ys,
+                                  const int64_t *before, int mode)
+{
+    mp_cu_pad_mode_run<DXT, DYT>(dx, dy, outer, xs, ys, before, mode, 1);
 }
 
 /* upsample (grad 0) and its gradient (grad 1): one element per item, the

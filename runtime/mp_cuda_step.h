@@ -196,8 +196,7 @@ struct MpCuDecide {
         s->floor_skips = 0;
         s->coef = s->cfg.clip > 0 ? mp_clip_coef(s->grad_norm, s->cfg.clip) : 1.0f;
         s->updates++;
-        s->k = s->cfg.opt == MP_OPT_SGD ? mp_sgd_k(&s->cfg, h->lr, s->updates)
-             : mp_adam_k(&s->cfg, h->lr, s->updates, s->cfg.opt == MP_OPT_ADAMW);
+        s->k = mp_optim_k(&s->cfg, h->lr, s->updates);
     }
 };
 
@@ -207,7 +206,7 @@ struct MpCuDecide {
 struct MpCuUpdate {
     const MpCuState *s;
     const MpCuTile *tiles;
-    float *p, *s0, *s1;
+    float *p, *st[MP_OPT_SLOTS];   /* st: the optimizer state (mp_optim_slots) */
     const float *g;
     unsigned char *arena;          /* the working copies' (MpCuTile.work_at) */
     MP_HD void operator()(int64_t b, const MpCuTeam &t) const
@@ -217,14 +216,18 @@ struct MpCuUpdate {
             return;
         MpOptK k = tl.no_decay ? mp_optk_no_decay(s->k) : s->k;
         float coef = s->coef;
+        float *rb = MP_RMS_BUF(&k, st), *ra = MP_RMS_AVG(&k, st);
         void *w = tl.work_dt ? arena + tl.work_at : NULL;
         for (int64_t i = tl.start + t.tid; i < tl.start + tl.len; i += t.nt) {
             if (tl.train) {
                 float gi = coef != 1.0f ? g[i] * coef : g[i];
                 if (k.adam)
-                    mp_adam_elem(&k, &p[i], gi, &s0[i], &s1[i]);
+                    mp_adam_elem(&k, &p[i], gi, &st[0][i], &st[1][i]);
+                else if (k.rms)
+                    mp_rms_elem(&k, &p[i], gi, &st[0][i], rb ? &rb[i] : (float *)NULL,
+                                ra ? &ra[i] : (float *)NULL);
                 else
-                    mp_sgd_elem(&k, &p[i], gi, s0 ? &s0[i] : (float *)NULL);
+                    mp_sgd_elem(&k, &p[i], gi, st[0] ? &st[0][i] : (float *)NULL);
             }
             if (w)
                 mp_cu_st(w, tl.work_dt, i - tl.start, p[i]);
@@ -324,8 +327,8 @@ static inline void mp_cu_step_body(int s)
     MpCuUnscale un = {mp_cu.grads, t->total, (t->total + mp_cu.nparts - 1) / mp_cu.nparts,
                       mp_cu.state, mp_cu.part};
     MpCuDecide de = {mp_cu.state, r.hdr, mp_cu.part, mp_cu.nparts};
-    MpCuUpdate up = {mp_cu.state, mp_cu.tiles, mp_cu.params, mp_cu.slot[0], mp_cu.slot[1],
-                     mp_cu.grads, mp_cu.arena};
+    MpCuUpdate up = {mp_cu.state, mp_cu.tiles, mp_cu.params,
+                     {mp_cu.slot[0], mp_cu.slot[1], mp_cu.slot[2]}, mp_cu.grads, mp_cu.arena};
     mp_cu_rows("unscale", mp_cu.nparts, 256, un);
     mp_cu_one("decide", de);
     mp_cu_rows("update", mp_cu.ntiles, 256, up);
@@ -408,7 +411,7 @@ static inline int64_t mp_cu_layout(unsigned char *mem)
     MP_CU_CUT(mp_cu.arena, unsigned char *, mp_cu.model->arena_bytes);
     MP_CU_CUT(mp_cu.params, float *, fl);
     MP_CU_CUT(mp_cu.grads, float *, fl);
-    for (int s = 0; s < 2; s++)
+    for (int s = 0; s < MP_OPT_SLOTS; s++)
         MP_CU_CUT(mp_cu.slot[s], float *, s < t->nslots ? fl : 0);
     for (int s = 0; s < 2; s++)
         MP_CU_CUT(mp_cu.in[s], unsigned char *, mp_cu.host ? 0 : mp_cu.slot_bytes);
@@ -422,7 +425,7 @@ static inline int64_t mp_cu_layout(unsigned char *mem)
     for (int i = 0; mp_cu.data && i < t->m->ninputs; i++)
         MP_CU_CUT(mp_cu.data[i], unsigned char *, t->data.arr[i].nbytes);
 #undef MP_CU_CUT
-    for (int s = 0; s < 2; s++)
+    for (int s = 0; s < MP_OPT_SLOTS; s++)
         if (s >= t->nslots)
             mp_cu.slot[s] = NULL;
     return at;

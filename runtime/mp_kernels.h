@@ -107,6 +107,8 @@
  *       conv2d from y [N,C,H,W] to x [N,F,OH,OW]; w [F,C/G,kh,kw]
  *   mp_k_pad(y,ydt, x,xdt, outer, xs[4], ys[4], before[4], value)   the last
  *       four axes (xs -> ys), before[k] added to axis k's index (< 0 crops)
+ *   mp_k_pad_mode(y,ydt, x,xdt, outer, xs, ys, before, mode)   reflect,
+ *       replicate, circular (MP_PAD_*); mp_k_pad_grad(dx, dy, the same)
  *   mp_k_upsample(y,ydt, x,xdt, P,H,W, sh,sw, mode); _grad(dx, dy, ...)
  *   mp_k_group_norm(y,ydt, x,xdt, w,wdt, b,bdt, N,C,S, G, eps)   x[N,C,S]
  *   mp_k_group_norm_dx(dx,dxdt, dy,dydt, x,xdt, w,wdt, N,C,S, G, eps)
@@ -451,10 +453,14 @@ static inline MP_HD float mp_fence(float v)
 }
 
 /* upsample along one axis (both programs): output o of an axis scaled by
- * s from n inputs reads inputs i0 and i1 with weights 1 - l and l. Nearest:
- * i0 = i1 = o / s (torch's floor(o * (1/s)) for an integer s). Bilinear,
- * align_corners false, as torch with a scale factor: src = (o + 0.5) (1/s)
- * - 0.5 in f32, at least 0; i0 = floor(src), i1 = i0 + 1 but at most n - 1. */
+ * s from n inputs reads inputs i0 and i1 with weights 1 - l and l. Nearest
+ * (mode 0): i0 = i1 = o / s (torch's floor(o * (1/s)) for an integer s).
+ * Bilinear, align_corners false (mode 1), as torch with a scale factor:
+ * src = (o + 0.5) (1/s) - 0.5 in f32, at least 0; align_corners true
+ * (mode 2): src = o (n - 1) / (n s - 1) in f32 (0 when n s = 1), as torch
+ * (which then ignores the scale factor); i0 = floor(src), i1 = i0 + 1 but
+ * at most n - 1. Either way the outputs that read input i lie in
+ * [(i - 1) s, (i + 2) s) (mp_upsample_grad_at). */
 static inline MP_HD void mp_up_src(int64_t o, int64_t s, int64_t n, int mode, int64_t *i0,
                                    int64_t *i1, float *l)
 {
@@ -463,7 +469,11 @@ static inline MP_HD void mp_up_src(int64_t o, int64_t s, int64_t n, int mode, in
         *l = 0.0f;
         return;
     }
-    float src = (float)(1.0 / (double)s) * ((float)o + 0.5f) - 0.5f;
+    float src;
+    if (mode == 2)
+        src = n * s > 1 ? (float)(n - 1) / (float)(n * s - 1) * (float)o : 0.0f;
+    else
+        src = (float)(1.0 / (double)s) * ((float)o + 0.5f) - 0.5f;
     if (src < 0.0f)
         src = 0.0f;
     int64_t i = (int64_t)src;
@@ -517,6 +527,89 @@ static inline MP_HD float mp_upsample_grad_at(const void *dy, int dydt, int64_t 
         }
         s += wy * r;
     }
+    return s;
+}
+
+/* pad's modes other than constant (both programs), along one axis of n
+ * inputs padded by b before: output j reads input mp_pad_src. Reflect (1):
+ * mirrored about the edge, the edge not repeated (pads < n); replicate
+ * (2): the edge repeated; circular (3): wrapped around (pads <= n). */
+enum { MP_PAD_CONSTANT, MP_PAD_REFLECT, MP_PAD_REPLICATE, MP_PAD_CIRCULAR };
+
+static inline MP_HD int64_t mp_pad_src(int mode, int64_t j, int64_t b, int64_t n)
+{
+    int64_t q = j - b;
+    if (mode == MP_PAD_REFLECT) {
+        q = q < 0 ? -q : q;
+        return q >= n ? 2 * (n - 1) - q : q;
+    }
+    if (mode == MP_PAD_REPLICATE)
+        return q < 0 ? 0 : q >= n ? n - 1 : q;
+    return (q % n + n) % n;
+}
+
+/* The outputs j in [0, Y) of one axis that read input i, as up to 3
+ * ranges [lo, hi) in increasing order; returns how many. */
+static inline MP_HD int mp_pad_readers(int mode, int64_t i, int64_t b, int64_t n, int64_t Y,
+                                       int64_t *lo, int64_t *hi)
+{
+    int r = 0;
+    if (mode == MP_PAD_REPLICATE) {
+        lo[0] = i == 0 ? 0 : i + b;
+        hi[0] = i == n - 1 ? Y : i + b + 1;
+        return 1;
+    }
+    if (mode == MP_PAD_REFLECT) {
+        if (i >= 1 && b - i >= 0)
+            lo[r] = b - i, hi[r] = b - i + 1, r++;
+        lo[r] = i + b, hi[r] = i + b + 1, r++;
+        if (i < n - 1 && b + 2 * (n - 1) - i < Y)
+            lo[r] = b + 2 * (n - 1) - i, hi[r] = lo[r] + 1, r++;
+        return r;
+    }
+    for (int64_t j = (i + b) % n; j < Y && r < 3; j += n)
+        lo[r] = j, hi[r] = j + 1, r++;
+    return r;
+}
+
+/* Element e of y [outer, ys[0..3]] padded from x [outer, xs[0..3]] in a
+ * mode other than constant. */
+static inline MP_HD float mp_pad_mode_at(const void *x, int xdt, const int64_t *xs, const int64_t *ys,
+                                         const int64_t *before, int mode, int64_t e)
+{
+    int64_t rest = e, xi = 0, stride = 1;
+    for (int k = 3; k >= 0; k--) {
+        xi += mp_pad_src(mode, rest % ys[k], before[k], xs[k]) * stride;
+        rest /= ys[k];
+        stride *= xs[k];
+    }
+    return mp_ld(x, xdt, xi + rest * stride);
+}
+
+/* Element e of the gradient dx [outer, xs[0..3]] of such a pad: the sum of
+ * the dy elements that read it, in increasing order of index. */
+static inline MP_HD float mp_pad_grad_at(const void *dy, int dydt, const int64_t *xs, const int64_t *ys,
+                                         const int64_t *before, int mode, int64_t e)
+{
+    int64_t lo[4][3], hi[4][3], rest = e;
+    int nr[4];
+    for (int k = 3; k >= 0; k--) {
+        nr[k] = mp_pad_readers(mode, rest % xs[k], before[k], xs[k], ys[k], lo[k], hi[k]);
+        rest /= xs[k];
+    }
+    int64_t base = rest * ys[0] * ys[1] * ys[2] * ys[3];
+    float s = 0.0f;
+    for (int a = 0; a < nr[0]; a++)
+        for (int64_t j0 = lo[0][a]; j0 < hi[0][a]; j0++)
+            for (int b = 0; b < nr[1]; b++)
+                for (int64_t j1 = lo[1][b]; j1 < hi[1][b]; j1++)
+                    for (int c = 0; c < nr[2]; c++)
+                        for (int64_t j2 = lo[2][c]; j2 < hi[2][c]; j2++) {
+                            int64_t row = base + ((j0 * ys[1] + j1) * ys[2] + j2) * ys[3];
+                            for (int d = 0; d < nr[3]; d++)
+                                for (int64_t j3 = lo[3][d]; j3 < hi[3][d]; j3++)
+                                    s += mp_ld(dy, dydt, row + j3);
+                        }
     return s;
 }
 

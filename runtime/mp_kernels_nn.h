@@ -1634,6 +1634,26 @@ static inline void mp_k_pad(void *y, int ydt, const void *x, int xdt, int64_t ou
     }
 }
 
+/* pad in mode reflect, replicate or circular (mp_pad_mode_at), and its
+ * gradient (mp_pad_grad_at): xs, ys, before as mp_k_pad's */
+static inline void mp_k_pad_mode(void *y, int ydt, const void *x, int xdt, int64_t outer,
+                                 const int64_t *xs, const int64_t *ys, const int64_t *before, int mode)
+{
+    int64_t n = outer * ys[0] * ys[1] * ys[2] * ys[3];
+    MP_OMP(parallel for if (n > MP_PAR_MIN))
+    for (int64_t e = 0; e < n; e++)
+        mp_st(y, ydt, e, mp_pad_mode_at(x, xdt, xs, ys, before, mode, e));
+}
+
+static inline void mp_k_pad_grad(void *dx, int dxdt, const void *dy, int dydt, int64_t outer,
+                                 const int64_t *xs, const int64_t *ys, const int64_t *before, int mode)
+{
+    int64_t n = outer * xs[0] * xs[1] * xs[2] * xs[3];
+    MP_OMP(parallel for if (n > MP_PAR_MIN))
+    for (int64_t e = 0; e < n; e++)
+        mp_st(dx, dxdt, e, mp_pad_grad_at(dy, dydt, xs, ys, before, mode, e));
+}
+
 /* upsample: y [P, H sh, W sw] from x [P, H, W] (mp_upsample_at) */
 static inline void mp_k_upsample(void *y, int ydt, const void *x, int xdt, int64_t P, int64_t H,
                                  int64_t W, int64_t sh, int64_t sw, int mode)

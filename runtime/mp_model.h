@@ -53,7 +53,7 @@ enum { MP_INIT_ZEROS, MP_INIT_ONES, MP_INIT_CONSTANT, MP_INIT_NORMAL,
        MP_INIT_UNIFORM, MP_INIT_GLOROT_UNIFORM, MP_INIT_HE_NORMAL,
        MP_INIT_HE_UNIFORM, MP_INIT_GLOROT_NORMAL, MP_INIT_TRUNC_NORMAL, MP_INIT_TORCH_UNIFORM };
 
-enum { MP_OPT_SGD, MP_OPT_ADAM, MP_OPT_ADAMW };
+enum { MP_OPT_SGD, MP_OPT_ADAM, MP_OPT_ADAMW, MP_OPT_RMSPROP };
 enum { MP_LS_NONE, MP_LS_STATIC, MP_LS_DYNAMIC };
 enum { MP_SCHED_CONSTANT, MP_SCHED_COSINE, MP_SCHED_LINEAR };
 enum { MP_WARMUP_TORCH, MP_WARMUP_NANOGPT };   /* values equal mpcc's WarmupStyle */
@@ -113,6 +113,8 @@ typedef struct MpTrainCfg {
     int64_t accumulate, steps, seed;
     int warmup_style;           /* MP_WARMUP_*: k/W (torch) or k/(W+1) (nanoGPT) */
     double dampening;           /* SGD's (torch.optim.SGD dampening) */
+    double alpha;               /* RMSprop's smoothing constant */
+    int centered;               /* RMSprop's: divide by the gradient's estimated variance */
 } MpTrainCfg;
 
 /* What the runtime tells the model's code for one call. */

@@ -14,6 +14,14 @@
  *         d = g + wd*p;  m = b1*m + (1-b1)*d;  v = b2*v + (1-b2)*d*d
  *         p = p - lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps)
  *   AdamW (torch.optim.AdamW): p = p*(1 - lr*wd), then Adam with wd = 0.
+ *   RMSprop (torch.optim.RMSprop)
+ *         d = g + wd*p;  s = alpha*s + (1-alpha)*d*d
+ *         centered: a = alpha*a + (1-alpha)*d;  r = sqrt(s - a*a) + eps
+ *         otherwise r = sqrt(s) + eps
+ *         momentum: b = momentum*b + d/r;  p = p - lr*b
+ *         otherwise p = p - lr*d/r
+ *         state: square_avg, then momentum_buffer (momentum > 0), then
+ *         grad_avg (centered): up to MP_OPT_SLOTS buffers.
  *
  * A parameter with no_decay set (MpParam.no_decay: the train block's
  * no_decay patterns, torch's parameter group with weight_decay 0) is
@@ -60,6 +68,7 @@
 #include "mp_vmath.h"
 
 #define MP_PI 3.14159265358979323846
+#define MP_OPT_SLOTS 3     /* optimizer state buffers at most (centered RMSprop with momentum) */
 
 /* ---- learning-rate schedules ---------------------------------------- */
 
@@ -82,10 +91,11 @@ static inline double mp_sched_lr(const MpTrainCfg *c, double lr, int64_t k)
 /* The factors of one update, worked out once per step in double and
  * rounded to f32. */
 typedef struct MpOptK {
-    int adam, decoupled, l2, nesterov;
+    int adam, rms, decoupled, l2, nesterov, centered;
     float wd, mom, a;                     /* SGD: a = -lr */
     float damp;                           /* SGD: 1 - dampening, 1 at update 1 */
     float fb1, fb2, c1, c2, step, bc2, eps, shrink;   /* Adam */
+    float alpha, ca;                      /* RMSprop: alpha, 1 - alpha (and eps, mom, a) */
 } MpOptK;
 
 /* t is the 1-based count of updates applied, including this one. */
@@ -178,6 +188,58 @@ static inline MP_HD void mp_adam_elem(const MpOptK *k, float *p, float g, float 
         *p *= k->shrink;
     float d = k->l2 ? g + k->wd * *p : g;
     MP_ADAM_MVP(*p, d, *m, *v, *k);
+}
+
+/* The factors of an RMSprop update (they do not depend on t). */
+static inline MP_HD MpOptK mp_rms_k(const MpTrainCfg *c, double lr)
+{
+    MpOptK k;
+    memset(&k, 0, sizeof k);
+    k.rms = 1;
+    k.centered = c->centered;
+    k.l2 = c->weight_decay != 0;
+    k.wd = (float)c->weight_decay;
+    k.alpha = (float)c->alpha;
+    k.ca = (float)(1 - c->alpha);
+    k.eps = (float)c->eps;
+    k.mom = (float)c->momentum;
+    k.a = (float)-lr;
+    return k;
+}
+
+/* RMSprop on one element, in the order of torch's single-tensor RMSprop
+ * (square_avg.mul_(alpha).addcmul_(d, d, 1 - alpha), ..., addcdiv_);
+ * buf is NULL without momentum, avg NULL unless centered. */
+static inline MP_HD void mp_rms_elem(const MpOptK *k, float *p, float g, float *sq, float *buf,
+                                     float *avg)
+{
+    float d = k->l2 ? g + k->wd * *p : g;
+    *sq = *sq * k->alpha + k->ca * d * d;
+    float r;
+    if (avg) {
+        *avg = *avg * k->alpha + k->ca * d;
+        r = sqrtf(*sq - *avg * *avg) + k->eps;
+    } else {
+        r = sqrtf(*sq) + k->eps;
+    }
+    if (buf) {
+        *buf = *buf * k->mom + d / r;
+        *p += k->a * *buf;
+    } else {
+        *p += k->a * d / r;
+    }
+}
+
+/* The RMSprop buffers among s[] (as mp_optim_slots names them). */
+#define MP_RMS_BUF(k, s) ((k)->mom != 0 ? (s)[1] : (float *)0)
+#define MP_RMS_AVG(k, s) ((k)->centered ? (s)[(k)->mom != 0 ? 2 : 1] : (float *)0)
+
+/* RMSprop on n elements; s[] as mp_optim_slots names them. */
+static inline void mp_rms_loop(const MpOptK *k, float *p, const float *g, float *const *s, int64_t n)
+{
+    float *sq = s[0], *buf = MP_RMS_BUF(k, s), *avg = MP_RMS_AVG(k, s);
+    for (int64_t i = 0; i < n; i++)
+        mp_rms_elem(k, &p[i], g[i], &sq[i], buf ? &buf[i] : (float *)0, avg ? &avg[i] : (float *)0);
 }
 
 /* The Adam step on n elements, as torch's single-tensor Adam. `restrict`,
@@ -275,6 +337,15 @@ static inline int mp_optim_slots(const MpTrainCfg *c, const char **names)
         names[0] = "momentum_buffer";
         return c->momentum != 0;
     }
+    if (c->opt == MP_OPT_RMSPROP) {
+        int n = 0;
+        names[n++] = "square_avg";
+        if (c->momentum != 0)
+            names[n++] = "momentum_buffer";
+        if (c->centered)
+            names[n++] = "grad_avg";
+        return n;
+    }
     names[0] = "exp_avg";
     names[1] = "exp_avg_sq";
     return 2;
@@ -283,9 +354,11 @@ static inline int mp_optim_slots(const MpTrainCfg *c, const char **names)
 /* One optimizer update of one parameter; slot[] as named by mp_optim_slots;
  * no_decay: the parameter's MpParam.no_decay. */
 /* The factors of update t (1-based) at rate lr, for c's optimizer. */
-static inline MpOptK mp_optim_k(const MpTrainCfg *c, double lr, int64_t t)
+static inline MP_HD MpOptK mp_optim_k(const MpTrainCfg *c, double lr, int64_t t)
 {
-    return c->opt == MP_OPT_SGD ? mp_sgd_k(c, lr, t) : mp_adam_k(c, lr, t, c->opt == MP_OPT_ADAMW);
+    return c->opt == MP_OPT_SGD ? mp_sgd_k(c, lr, t)
+         : c->opt == MP_OPT_RMSPROP ? mp_rms_k(c, lr)
+         : mp_adam_k(c, lr, t, c->opt == MP_OPT_ADAMW);
 }
 
 static inline void mp_optim_update(const MpTrainCfg *c, int no_decay, float *p, const float *g,
@@ -296,6 +369,8 @@ static inline void mp_optim_update(const MpTrainCfg *c, int no_decay, float *p, 
         k = mp_optk_no_decay(k);
     if (c->opt == MP_OPT_SGD)
         mp_sgd_loop(p, g, c->momentum != 0 ? slot[0] : (float *)0, n, &k);
+    else if (c->opt == MP_OPT_RMSPROP)
+        mp_rms_loop(&k, p, g, slot, n);
     else
         mp_adam_loop(p, g, slot[0], slot[1], n, k);
 }
@@ -308,10 +383,11 @@ static inline void mp_optim_update(const MpTrainCfg *c, int no_decay, float *p, 
  * (clipping), each product rounded to f32 as when mp_unscale_sumsq and
  * mp_clip write them back, then k's update (no_decay already applied to k).
  * The same values as those two passes and mp_optim_update, in one pass over
- * memory; g is left as it was. s1 is NULL for SGD, s0 too without momentum. */
+ * memory; g is left as it was. s[] holds the state buffers at p's offset,
+ * as mp_optim_slots names them (NULL where there are fewer). */
 MP_NO_ERRNO static inline void mp_optim_span(const MpOptK *k, float *MP_RESTRICT p,
-                                             const float *MP_RESTRICT g, float *s0,
-                                             float *s1, int64_t n, float inv, float coef)
+                                             const float *MP_RESTRICT g, float *const *s,
+                                             int64_t n, float inv, float coef)
 {
     for (int64_t c = 0; c < n; c += MP_OPT_TILE) {
         float u[MP_OPT_TILE];
@@ -321,10 +397,15 @@ MP_NO_ERRNO static inline void mp_optim_span(const MpOptK *k, float *MP_RESTRICT
         if (coef != 1.0f)
             for (int64_t i = 0; i < m; i++)
                 u[i] *= coef;
+        float *sc[MP_OPT_SLOTS];
+        for (int j = 0; j < MP_OPT_SLOTS; j++)
+            sc[j] = s[j] ? s[j] + c : (float *)0;
         if (k->adam)
-            mp_adam_fast(p + c, u, s0 + c, s1 + c, m, k);
+            mp_adam_fast(p + c, u, sc[0], sc[1], m, k);
+        else if (k->rms)
+            mp_rms_loop(k, p + c, u, sc, m);
         else
-            mp_sgd_loop(p + c, u, s0 ? s0 + c : (float *)0, m, k);
+            mp_sgd_loop(p + c, u, sc[0], m, k);
     }
 }
 

@@ -315,8 +315,8 @@ static inline void mp_free(MpTrainer *t)
     free(t->offset);
     free(t->params);
     free(t->grads);
-    free(t->slot[0]);
-    free(t->slot[1]);
+    for (int s = 0; s < MP_OPT_SLOTS; s++)
+        free(t->slot[s]);
     free(t->step_idx);
     free(t->micro_loss);
     free(t->order.perm);
@@ -515,9 +515,11 @@ static inline void mp_optim_chunk(MpTrainer *t, const MpOptK *k, int64_t lo, int
         /* with a working copy a tile at a time, written while it is in cache */
         for (int64_t c = s; c < end; c += tile) {
             int64_t n = mp_min64(end - c, tile);
+            float *sc[MP_OPT_SLOTS];
+            for (int j = 0; j < MP_OPT_SLOTS; j++)
+                sc[j] = t->slot[j] ? t->slot[j] + c : NULL;
             if (q->trainable)
-                mp_optim_span(&kq, t->params + c, t->grads + c, t->slot[0] ? t->slot[0] + c : NULL,
-                              t->slot[1] ? t->slot[1] + c : NULL, n, inv, coef);
+                mp_optim_span(&kq, t->params + c, t->grads + c, sc, n, inv, coef);
             if (half)
                 mp_st_n(q->work, q->work_dt, c - t->offset[i], 1, n, t->params + c);
         }

@@ -525,8 +525,9 @@ static void op_conv_transpose2d(void)
     wrf(0, y, ny); wrf(1, dx, nx); wrf(2, dw, nw); wrf(3, db, F);
 }
 
-/* pad outer xs[4] ys[4] before[4] 4value: x, dy -> y, dx (dx: the pad of dy
- * by the negated list, as autodiff makes it) */
+/* pad outer xs[4] ys[4] before[4] 4value mode: x, dy -> y, dx (dx: the pad of dy
+ * by the negated list, as autodiff makes it; in the other modes MP_PAD_*:
+ * mp_k_pad_mode and mp_k_pad_grad) */
 static void op_pad(void)
 {
     int64_t outer = arg[0], *xs = arg + 1, *ys = arg + 5, *before = arg + 9, nx = outer, ny = outer;
@@ -537,8 +538,13 @@ static void op_pad(void)
         back[k] = -before[k];
     }
     float *x = rdf(0, nx), *dy = rdf(1, ny), *y = buf(ny), *dx = buf(nx);
-    mp_k_pad(y, F32, x, F32, outer, xs, ys, before, (float)arg[13] / 4);
-    mp_k_pad(dx, F32, dy, F32, outer, ys, xs, back, 0.0f);
+    if (arg[14]) {            /* reflect, replicate, circular */
+        mp_k_pad_mode(y, F32, x, F32, outer, xs, ys, before, (int)arg[14]);
+        mp_k_pad_grad(dx, F32, dy, F32, outer, xs, ys, before, (int)arg[14]);
+    } else {
+        mp_k_pad(y, F32, x, F32, outer, xs, ys, before, (float)arg[13] / 4);
+        mp_k_pad(dx, F32, dy, F32, outer, ys, xs, back, 0.0f);
+    }
     wrf(0, y, ny); wrf(1, dx, nx);
 }
 
@@ -583,7 +589,7 @@ static const struct {
     {"extremum", op_extremum, 3},
     {"route", op_route, 6},
     {"rnn", op_rnn, 6},
-    {"conv_transpose2d", op_conv_transpose2d, 16}, {"pad", op_pad, 14},
+    {"conv_transpose2d", op_conv_transpose2d, 16}, {"pad", op_pad, 15},
     {"upsample", op_upsample, 6}, {"group_norm", op_group_norm, 4},
 };
 

@@ -615,13 +615,25 @@ def case_conv_transpose2d(driver, tmp):
 
 def case_pad(driver, tmp):
     # F.pad's constant mode: last axis first, negative entries crop, a value,
-    # ranks below and above four (the leading axes as one)
-    for shape, lst, value4 in (((2, 3, 5, 4), (1, 2), 0), ((2, 3, 5, 4), (1, 2, -1, 3, 0, 1), 2),
-                               ((3, 7), (-2, 1), -3), ((2, 2, 3, 4, 5), (0, 1, 2, 0, -1, 1, 1, 1), 1),
-                               ((4, 6), (2, 3, 1, 0), 0)):
+    # ranks below and above four (the leading axes as one); reflect,
+    # replicate and circular on 1 to 3 axes, pads up to the limits (reflect
+    # < size, circular <= size), an axis of one (replicate)
+    modes = ["constant", "reflect", "replicate", "circular"]
+    for shape, lst, value4, mode in (((2, 3, 5, 4), (1, 2), 0, 0), ((2, 3, 5, 4), (1, 2, -1, 3, 0, 1), 2, 0),
+                                     ((3, 7), (-2, 1), -3, 0), ((2, 2, 3, 4, 5), (0, 1, 2, 0, -1, 1, 1, 1), 1, 0),
+                                     ((4, 6), (2, 3, 1, 0), 0, 0),
+                                     ((2, 3, 5, 4), (3, 2, 1, 4), 0, 1), ((2, 7), (6, 1), 0, 1),
+                                     ((2, 3, 4, 5, 3), (2, 1, 0, 3, 3, 2), 0, 1),
+                                     ((2, 3, 5, 4), (5, 2, 1, 3), 0, 2), ((3, 1, 6), (2, 3), 0, 2),
+                                     ((2, 2, 3, 4, 5), (1, 4, 2, 0, 3, 1), 0, 2),
+                                     ((2, 3, 5, 4), (4, 1, 5, 2), 0, 3), ((2, 2, 6), (1, 6), 0, 3),
+                                     ((1, 2, 3, 4, 5), (5, 5, 0, 4, 3, 1), 0, 3)):
         x = f32(*shape)
         tx = t(x)
-        y = F.pad(tx, lst, value=value4 / 4)
+        if mode:
+            y = F.pad(tx, lst, mode=modes[mode])
+        else:
+            y = F.pad(tx, lst, value=value4 / 4)
         dy = f32(*y.shape)
         (dx,) = grads(y, dy, tx)
         r = len(shape)
@@ -630,25 +642,33 @@ def case_pad(driver, tmp):
         ys = [1] * max(0, 4 - r) + list(y.shape[-4:])
         full = list(lst) + [0] * (8 - len(lst))
         before = [full[2 * (3 - q)] for q in range(4)]
-        got = run(driver, tmp, "pad", [outer] + xs + ys + before + [value4], [x, dy], 2)
-        tag = "pad %s %s " % (shape, lst)
+        got = run(driver, tmp, "pad", [outer] + xs + ys + before + [value4, mode], [x, dy], 2)
+        tag = "pad %s %s %s " % (modes[mode], shape, lst)
         check(tag + "y", got[0], y.detach(), 0, 0)
-        check(tag + "dx", got[1], dx, 0, 0)
+        if mode:   # sums of a few dy values, in another order than torch's
+            check(tag + "dx", got[1], dx, 1e-6, 1e-6)
+        else:
+            check(tag + "dx", got[1], dx, 0, 0)
 
 
 def case_upsample(driver, tmp):
     # F.interpolate with an integer scale factor: nearest, bilinear
-    # (align_corners false), a pair of scales, an edge of one pixel
+    # (align_corners false and true: "corners"), a pair of scales, an edge
+    # of one pixel, a scale of 1 on one axis
     for (N, C, H, W, sh, sw, mode) in ((2, 3, 4, 5, 2, 2, "nearest"), (1, 2, 3, 4, 3, 2, "nearest"),
                                        (2, 3, 4, 5, 2, 2, "bilinear"), (1, 2, 5, 3, 3, 4, "bilinear"),
-                                       (2, 2, 1, 4, 2, 3, "bilinear"), (1, 1, 6, 6, 5, 5, "bilinear")):
+                                       (2, 2, 1, 4, 2, 3, "bilinear"), (1, 1, 6, 6, 5, 5, "bilinear"),
+                                       (2, 3, 4, 5, 2, 2, "corners"), (1, 2, 5, 3, 3, 4, "corners"),
+                                       (2, 2, 1, 4, 2, 3, "corners"), (1, 1, 7, 6, 5, 1, "corners"),
+                                       (1, 2, 9, 13, 4, 3, "corners")):
         x = f32(N, C, H, W)
         tx = torch.from_numpy(x).requires_grad_()
-        kw = {} if mode == "nearest" else {"align_corners": False}
-        y = F.interpolate(tx, scale_factor=(sh, sw), mode=mode, **kw)
+        kw = {} if mode == "nearest" else {"align_corners": mode == "corners"}
+        y = F.interpolate(tx, scale_factor=(sh, sw), mode="nearest" if mode == "nearest" else "bilinear", **kw)
         dy = f32(*y.shape)
         (dx,) = grads(y, dy, tx)
-        got = run(driver, tmp, "upsample", [N * C, H, W, sh, sw, int(mode == "bilinear")], [x, dy], 2)
+        got = run(driver, tmp, "upsample", [N * C, H, W, sh, sw, ["nearest", "bilinear", "corners"].index(mode)],
+                  [x, dy], 2)
         tag = "upsample %s %dx%d " % (mode, sh, sw)
         check(tag + "y", got[0], y.detach(), 1e-6, 1e-6)
         check(tag + "dx", got[1], dx, 1e-6, 1e-6)

@@ -33,6 +33,8 @@
 #      chunk, slice, concat, expand, arange, integer ids among them;
 #      emu_mask.mp (also under float32): attention's mask and scale;
 #      emu_image.mp (also under float32): conv_transpose2d, pad, upsample;
+#      emu_rmsprop.mp: RMSprop's three state buffers (parameters checked,
+#      and a checkpoint passed between the programs);
 #      emu_flash.mp (also under float32): attention's tiled kernels past
 #      one tile, causal and not, cross attention, head sizes 16 and 64) on synthetic
 #      data with --no-shuffle: the logged loss of every step and the eval
@@ -181,7 +183,7 @@ data_of() {   # data_of NAME [--data|--eval]: the model's input files
     mnist_cnn*) echo "$o image=$tmp/img4.npy $o label=$tmp/lab4.npy" ;;
     digits_mlp*) echo "$o pixels=$tmp/pix.npy $o label=$tmp/lab128.npy" ;;
     char_transformer*) echo "$o tokens=$tmp/tok.npy $o targets=$tmp/tgt.npy" ;;
-    emu_options* | emu_buffers* | emu_mid* | emu_select* | emu_route* | emu_image*) echo "$o x=$tmp/x12.npy $o y=$tmp/y5.npy" ;;
+    emu_options* | emu_buffers* | emu_rmsprop* | emu_mid* | emu_select* | emu_route* | emu_image*) echo "$o x=$tmp/x12.npy $o y=$tmp/y5.npy" ;;
     emu_nan*) echo "$o x=$tmp/x4.npy" ;;
     emu_wide* | emu_columns*) echo "$o x=$tmp/x8.npy $o y=$tmp/y3.npy" ;;
     emu_additions* | emu_rnn*) echo "$o tokens=$tmp/tok16.npy $o targets=$tmp/tgt16.npy" ;;
@@ -231,6 +233,7 @@ curve emu_mask 6 2e-3 MP_EMU=graph
 curve emu_mask_f32 6 1e-4 MP_EMU=graph
 curve emu_image 6 2e-3 MP_EMU=graph
 curve emu_image_f32 6 1e-4 MP_EMU=graph
+curve emu_rmsprop 8 1e-4 MP_EMU=graph
 for n in mnist_cnn_f32 char_transformer_f32; do curve "$n" 6 1e-4 MP_EMU=graph; done
 curve emu_columns_f32 4 1e-4 MP_EMU=graph
 curve emu_mid 4 2e-3 MP_EMU=graph
@@ -263,7 +266,7 @@ print("parameters within %.2e relative (worst: %s)" % (worst, at))
 sys.exit(worst > 1e-5)
 EOF2
 }
-for n in emu_columns_f32 emu_mid_f32 mbconv_f32 emu_route_f32 emu_rnn_f32; do
+for n in emu_columns_f32 emu_mid_f32 mbconv_f32 emu_route_f32 emu_rnn_f32 emu_rmsprop; do
     [ -x "$tmp/$n.emu" ] && [ -x "$tmp/$n.c.out" ] || continue
     if msg=$(params $n 2>&1); then
         echo "ok   $n: $msg"
@@ -300,6 +303,7 @@ ckpt() {
 ckpt mnist_mlp
 ckpt emu_options
 ckpt emu_buffers
+ckpt emu_rmsprop
 
 # ---- 3b. buffers: loaded by --init, never changed by training -------------------
 buffers_init() {

@@ -5,6 +5,8 @@
 # Shuffling on (the data order's state is part of the checkpoint); the
 # split points fall mid-epoch and on an epoch boundary (1000 samples: 31
 # batches of 32 per epoch, 31 steps of 2x16 for resume_accum).
+# resume_rmsprop: resume_adam with centered RMSprop with momentum (its
+# three state buffers square_avg, momentum_buffer, grad_avg).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 . tests/py/lib.sh
@@ -24,9 +26,15 @@ run() {
 # same KIND A B: bit-for-bit comparison, failures counted
 same() { $PY tests/py/same.py "$@" || fail=1; }
 
-for m in resume_adam resume_accum; do
+sed -e 's/^model resume_adam$/model resume_rmsprop/' \
+    -e 's/^  optimizer   = adam(lr = 1e-3)$/  optimizer   = rmsprop(lr = 1e-3, momentum = 0.9, centered = true, weight_decay = 1e-4)/' \
+    tests/models/resume_adam.mp >"$W/resume_rmsprop.mp"
+grep -q "rmsprop(lr" "$W/resume_rmsprop.mp" || { echo "resume_rmsprop.mp: the optimizer was not replaced"; fail=1; }
+for m in resume_adam resume_accum resume_rmsprop; do
     echo "== $m"
-    build_trainer tests/models/$m.mp "$W/$m" || { fail=1; continue; }
+    mp=tests/models/$m.mp
+    [ -f "$mp" ] || mp=$W/$m.mp
+    build_trainer "$mp" "$W/$m" || { fail=1; continue; }
     t=$W/$m
     run "$t" "$t.full.jsonl" "$t.full.safetensors" 40 || { fail=1; continue; }
     # 20 + 20

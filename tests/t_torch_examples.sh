@@ -104,6 +104,9 @@ variant mlp_sgd_wd          'optimizer = sgd(lr = 0.1, weight_decay = 0.01)'
 variant mlp_adam            'optimizer = adam(lr = 1e-3)'
 variant mlp_adam_keys       'optimizer = adam(lr = 1e-3, beta1 = 0.8, beta2 = 0.99, eps = 1e-6, weight_decay = 0.01)'
 variant mlp_adamw           'optimizer = adamw(lr = 2e-3)'
+variant mlp_rmsprop         'optimizer = rmsprop(lr = 1e-3)'
+variant mlp_rmsprop_all     'optimizer = rmsprop(lr = 5e-4, alpha = 0.9, eps = 1e-6, momentum = 0.8, centered = true, weight_decay = 0.01)'
+variant mlp_rmsprop_centered 'optimizer = rmsprop(lr = 1e-3, centered = true, no_decay = [vectors], weight_decay = 0.1)'
 variant mlp_cosine_warmup   'optimizer = adamw(lr = 2e-3, weight_decay = 0.1)' 'lr_schedule = cosine(warmup = 5, min = 1e-4)'
 variant mlp_cosine          'optimizer = sgd(lr = 0.1, momentum = 0.5)' 'lr_schedule = cosine(min = 0.01)'
 variant mlp_linear_warmup   'optimizer = adam(lr = 2e-3)' 'lr_schedule = linear(warmup = 8)'
@@ -124,9 +127,11 @@ variant mlp_nanogpt_linear  'optimizer = sgd(lr = 0.1)' 'lr_schedule = linear(wa
 for v in mlp_sgd mlp_sgd_momentum mlp_sgd_nesterov_wd mlp_sgd_wd mlp_adam mlp_adam_keys \
          mlp_adamw mlp_cosine_warmup mlp_cosine mlp_linear_warmup mlp_linear mlp_clip \
          mlp_accumulate mlp_accum_clip mlp_nodecay_vectors mlp_nodecay_glob mlp_nanogpt_warmup \
-         mlp_nanogpt_linear; do
+         mlp_nanogpt_linear mlp_rmsprop mlp_rmsprop_all mlp_rmsprop_centered; do
     run_case "$v" "$W/$v.mp" float32 40 1e-4 "$MNIST" "$MNIST_E"
 done
+# RMSprop with every option against torch.optim.RMSprop in float32, 1e-6 a step
+run_case mlp_rmsprop_all_torch32 "$W/mlp_rmsprop_all.mp" float32 25 1e-6 "$MNIST" "$MNIST_E"
 run_case mlp_adam_f16 "$W/mlp_adam.mp" mixed_float16 40 3e-2 "$MNIST" "$MNIST_E"
 # the same against a twin that rounds as the plan does (models.py, lowp):
 # f16 1e-4, bf16 1e-3 (its coarser rounding flips more often with the

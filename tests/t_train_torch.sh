@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # run_all: fusion-independent (mpcc's default fusion plays no part: make test-nofuse skips it)
 # t_train_torch.sh - the trainer's optimizers (SGD, momentum, nesterov, weight
-# decay, Adam, AdamW), LR schedules and gradient clipping against torch 1.13:
+# decay, Adam, AdamW, RMSprop), LR schedules and gradient clipping against torch 1.13:
 # tests/train_torch/optim_drive.c runs runtime/mp_optim.h on the numbers
 # that tests/train_torch/check_optim.py also feeds to torch.optim.
 set -euo pipefail

@@ -153,7 +153,7 @@ def check_optimizer(plan):
     unscale = [n for n in steps if n["op"] == "unscale"]
     if (plan["loss_scale"]["kind"] != "none") != bool(unscale):
         fail(f"loss scale {plan['loss_scale']['kind']} but {len(unscale)} unscale nodes")
-    updates = [n for n in steps if n["op"] in ("sgd", "adam", "adamw")]
+    updates = [n for n in steps if n["op"] in ("sgd", "adam", "adamw", "rmsprop")]
     for u in updates:
         p, g = (nodes[i["from"]] for i in u["inputs"])
         if p["op"] != "param" or g["type"] != "f32" or g["phase"] != "backward":

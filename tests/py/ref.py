@@ -127,6 +127,10 @@ def optimizer(tr, named):
     if name == "adamw":
         return torch.optim.AdamW(params, lr=lr, betas=betas, eps=kw.get("eps", 1e-8),
                                  weight_decay=kw.get("weight_decay", 0.01))
+    if name == "rmsprop":
+        return torch.optim.RMSprop(params, lr=lr, alpha=kw.get("alpha", 0.99), eps=kw.get("eps", 1e-8),
+                                   momentum=kw.get("momentum", 0), centered=kw.get("centered", False),
+                                   weight_decay=kw.get("weight_decay", 0))
     sys.exit(f"ref.py: unknown optimizer {name}")
 
 

@@ -47,6 +47,10 @@ def torch_run(cfg, p0, grads):
         o = torch.optim.SGD(params, lr=cfg["lr"], momentum=cfg["momentum"],
                             nesterov=bool(cfg["nesterov"]), weight_decay=cfg["wd"],
                             dampening=cfg["dampening"], foreach=False)
+    elif opt == "rmsprop":
+        o = torch.optim.RMSprop(params, lr=cfg["lr"], alpha=cfg["alpha"], eps=cfg["eps"],
+                                weight_decay=cfg["wd"], momentum=cfg["momentum"],
+                                centered=bool(cfg["centered"]), foreach=False)
     else:
         cls = torch.optim.Adam if opt == "adam" else torch.optim.AdamW
         o = cls(params, lr=cfg["lr"], betas=(cfg["b1"], cfg["b2"]), eps=cfg["eps"],
@@ -73,7 +77,7 @@ def drive_run(cfg, p0, grads):
     args = [DRIVE, cfg["opt"], repr(cfg["lr"]), repr(cfg["momentum"]), str(cfg["nesterov"]),
             repr(cfg["wd"]), repr(cfg["b1"]), repr(cfg["b2"]), repr(cfg["eps"]), cfg["sched"],
             repr(cfg["warmup"]), repr(cfg["min"]), str(STEPS), repr(cfg["clip"]), str(N),
-            repr(cfg["dampening"])]
+            repr(cfg["dampening"]), repr(cfg["alpha"]), str(cfg["centered"])]
     inp = p0.astype("<f4").tobytes() + grads.astype("<f4").tobytes()
     out = subprocess.run(args, input=inp, stdout=subprocess.PIPE, check=True).stdout
     rec = np.dtype([("lr", "<f8"), ("p", "<f4", (N,))])
@@ -90,7 +94,8 @@ def close(a, b, scale):
 
 def base(**kw):
     cfg = dict(opt="sgd", lr=0.1, momentum=0.0, nesterov=0, wd=0.0, b1=0.9, b2=0.999,
-               eps=1e-8, sched="constant", warmup=0, min=0.0, clip=0.0, dampening=0.0)
+               eps=1e-8, sched="constant", warmup=0, min=0.0, clip=0.0, dampening=0.0,
+               alpha=0.99, centered=0)
     cfg.update(kw)
     return cfg
 
@@ -108,6 +113,12 @@ CONFIGS = {
     "adamw cosine warmup min": base(opt="adamw", lr=1e-2, wd=0.05, sched="cosine", warmup=5, min=1e-4),
     "adamw linear warmup clip": base(opt="adamw", lr=2e-2, sched="linear", warmup=8, clip=1.0),
     "sgd cosine": base(momentum=0.5, sched="cosine", min=0.01),
+    "rmsprop": base(opt="rmsprop", lr=1e-2),
+    "rmsprop alpha eps wd": base(opt="rmsprop", lr=3e-3, alpha=0.9, eps=1e-6, wd=0.1),
+    "rmsprop momentum": base(opt="rmsprop", lr=1e-3, momentum=0.9),
+    "rmsprop centered": base(opt="rmsprop", lr=1e-3, centered=1, alpha=0.95),
+    "rmsprop centered momentum wd clip": base(opt="rmsprop", lr=1e-3, centered=1, momentum=0.5,
+                                              wd=0.01, clip=1.0, sched="cosine", warmup=4),
 }
 
 

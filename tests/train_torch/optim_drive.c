@@ -1,7 +1,8 @@
 /* optim_drive.c - runs the runtime's optimizer, schedule and clipping
  * (runtime/mp_optim.h) on given numbers, for tests/t_train_torch.sh.
  *   optim_drive OPT LR MOMENTUM NESTEROV WD BETA1 BETA2 EPS SCHED WARMUP MIN STEPS CLIP N
- * OPT: sgd|adam|adamw; SCHED: constant|linear|cosine; CLIP 0 = off.
+ *               DAMPENING ALPHA CENTERED
+ * OPT: sgd|adam|adamw|rmsprop; SCHED: constant|linear|cosine; CLIP 0 = off.
  * stdin: N f32 initial parameters, then STEPS x N f32 gradients.
  * stdout: per step k = 1..STEPS: the f64 lr used, then the N f32 parameters
  * after the step. */
@@ -21,16 +22,16 @@ static int pick(const char *s, const char *const *names, int n)
 
 int main(int argc, char **argv)
 {
-    static const char *const opts[] = {"sgd", "adam", "adamw"};
+    static const char *const opts[] = {"sgd", "adam", "adamw", "rmsprop"};
     static const char *const scheds[] = {"constant", "cosine", "linear"};
-    if (argc != 16) {
+    if (argc != 18) {
         fprintf(stderr, "usage: optim_drive OPT LR MOMENTUM NESTEROV WD BETA1 BETA2 EPS SCHED "
-                "WARMUP MIN STEPS CLIP N DAMPENING\n");
+                "WARMUP MIN STEPS CLIP N DAMPENING ALPHA CENTERED\n");
         return 2;
     }
     MpTrainCfg c;
     memset(&c, 0, sizeof c);
-    c.opt = pick(argv[1], opts, 3);         /* MP_OPT_SGD, _ADAM, _ADAMW */
+    c.opt = pick(argv[1], opts, 4);         /* MP_OPT_SGD, _ADAM, _ADAMW, _RMSPROP */
     c.lr = atof(argv[2]);
     c.momentum = atof(argv[3]);
     c.nesterov = atoi(argv[4]);
@@ -45,10 +46,13 @@ int main(int argc, char **argv)
     c.clip = atof(argv[13]);
     long n = atol(argv[14]);
     c.dampening = atof(argv[15]);
+    c.alpha = atof(argv[16]);
+    c.centered = atoi(argv[17]);
     float *p = malloc(sizeof(float) * (size_t)n), *g = malloc(sizeof(float) * (size_t)n);
     float *s0 = calloc((size_t)n, sizeof(float)), *s1 = calloc((size_t)n, sizeof(float));
-    float *slot[2] = {s0, s1};
-    if (!p || !g || !s0 || !s1 || fread(p, sizeof(float), (size_t)n, stdin) != (size_t)n)
+    float *s2 = calloc((size_t)n, sizeof(float));
+    float *slot[MP_OPT_SLOTS] = {s0, s1, s2};
+    if (!p || !g || !s0 || !s1 || !s2 || fread(p, sizeof(float), (size_t)n, stdin) != (size_t)n)
         return 1;
     for (int64_t k = 1; k <= c.steps; k++) {
         if (fread(g, sizeof(float), (size_t)n, stdin) != (size_t)n)

@@ -111,16 +111,18 @@ static void test_adam_l2_vs_adamw(void **st)
 static void test_no_decay(void **st)
 {
     (void)st;
-    static const int opts[] = {MP_OPT_SGD, MP_OPT_ADAM, MP_OPT_ADAMW};
-    for (int o = 0; o < 3; o++) {
+    static const int opts[] = {MP_OPT_SGD, MP_OPT_ADAM, MP_OPT_ADAMW, MP_OPT_RMSPROP};
+    for (int o = 0; o < 4; o++) {
         MpTrainCfg c = cfg_of(opts[o], 0.1), c0;
         c.weight_decay = 0.5;
         c.momentum = 0.9;
+        c.alpha = 0.99;
+        c.centered = 1;
         c0 = c;
         c0.weight_decay = 0;
         float p[2] = {1, -2}, q[2] = {1, -2}, r[2] = {1, -2};
-        float m[3][2] = {{0}}, v[3][2] = {{0}};
-        float *slot[3][2] = {{m[0], v[0]}, {m[1], v[1]}, {m[2], v[2]}};
+        float m[3][2] = {{0}}, v[3][2] = {{0}}, w[3][2] = {{0}};
+        float *slot[3][MP_OPT_SLOTS] = {{m[0], v[0], w[0]}, {m[1], v[1], w[1]}, {m[2], v[2], w[2]}};
         for (int t = 1; t <= 3; t++) {
             float g[2] = {0.5f / (float)t, -0.25f * (float)t};
             mp_optim_update(&c, 1, p, g, slot[0], 2, 0.1, t);    /* no_decay */
@@ -139,7 +141,7 @@ static void test_no_decay(void **st)
 static void test_optim_slots(void **st)
 {
     (void)st;
-    const char *names[2];
+    const char *names[MP_OPT_SLOTS];
     MpTrainCfg c = cfg_of(MP_OPT_SGD, 0.1);
     assert_int_equal(mp_optim_slots(&c, names), 0);
     c.momentum = 0.5;
@@ -149,6 +151,56 @@ static void test_optim_slots(void **st)
     assert_int_equal(mp_optim_slots(&c, names), 2);
     assert_string_equal(names[0], "exp_avg");
     assert_string_equal(names[1], "exp_avg_sq");
+    c.opt = MP_OPT_RMSPROP;                 /* torch.optim.RMSprop's state names */
+    c.momentum = 0;
+    assert_int_equal(mp_optim_slots(&c, names), 1);
+    assert_string_equal(names[0], "square_avg");
+    c.centered = 1;
+    assert_int_equal(mp_optim_slots(&c, names), 2);
+    assert_string_equal(names[1], "grad_avg");
+    c.momentum = 0.9;
+    assert_int_equal(mp_optim_slots(&c, names), 3);
+    assert_string_equal(names[0], "square_avg");
+    assert_string_equal(names[1], "momentum_buffer");
+    assert_string_equal(names[2], "grad_avg");
+}
+
+/* RMSprop's first two updates of one value, worked out by hand:
+ * g = 2, p = 1, alpha 0.9, lr 0.01, eps 1e-8. */
+static void test_rmsprop_first_steps(void **st)
+{
+    (void)st;
+    MpTrainCfg c = cfg_of(MP_OPT_RMSPROP, 0.01);
+    c.alpha = 0.9;
+    float p = 1, g = 2, sq = 0, buf = 0, avg = 0;
+    float *plain[MP_OPT_SLOTS] = {&sq, NULL, NULL};
+    mp_optim_update(&c, 0, &p, &g, plain, 1, c.lr, 1);
+    NEAR(sq, 0.4);                              /* 0.1 * 4 */
+    NEAR(p, 1 - 0.01 * 2 / sqrt(0.4));
+    mp_optim_update(&c, 0, &p, &g, plain, 1, c.lr, 2);
+    NEAR(sq, 0.76);                             /* 0.9 * 0.4 + 0.4 */
+    NEAR(p, 1 - 0.01 * 2 / sqrt(0.4) - 0.01 * 2 / sqrt(0.76));
+    /* centered with momentum 0.5 and weight decay 0.1 */
+    c.centered = 1;
+    c.momentum = 0.5;
+    c.weight_decay = 0.1;
+    p = 1, sq = 0;
+    float *all[MP_OPT_SLOTS] = {&sq, &buf, &avg};
+    mp_optim_update(&c, 0, &p, &g, all, 1, c.lr, 1);
+    double d = 2 + 0.1 * 1;                     /* L2: 2.1 */
+    double s1 = 0.1 * d * d, a1 = 0.1 * d, b1 = d / sqrt(s1 - a1 * a1);
+    NEAR(sq, s1);
+    NEAR(avg, a1);
+    NEAR(buf, b1);
+    NEAR(p, 1 - 0.01 * b1);
+    double p1 = 1 - 0.01 * b1, d2 = 2 + 0.1 * p1;
+    mp_optim_update(&c, 0, &p, &g, all, 1, c.lr, 2);
+    double s2 = 0.9 * s1 + 0.1 * d2 * d2, a2 = 0.9 * a1 + 0.1 * d2;
+    double b2 = 0.5 * b1 + d2 / sqrt(s2 - a2 * a2);
+    NEAR(sq, s2);
+    NEAR(avg, a2);
+    NEAR(buf, b2);
+    assert_true(fabs(p - (p1 - 0.01 * b2)) <= 1e-5);
 }
 
 static void test_sched_constant(void **st)
@@ -312,41 +364,51 @@ static void test_unscale_and_clip(void **st)
 static void test_span_matches_passes(void **st)
 {
     (void)st;
-    enum { N = 2 * MP_OPT_TILE + 37 };
-    static const int opts[] = {MP_OPT_SGD, MP_OPT_SGD, MP_OPT_SGD, MP_OPT_ADAM, MP_OPT_ADAMW};
-    static const double moms[] = {0, 0.9, 0.9, 0, 0};
-    for (int o = 0; o < 5; o++)
+    enum { N = 2 * MP_OPT_TILE + 37, NOPT = 8 };
+    static const int opts[NOPT] = {MP_OPT_SGD, MP_OPT_SGD, MP_OPT_SGD, MP_OPT_ADAM, MP_OPT_ADAMW,
+                                   MP_OPT_RMSPROP, MP_OPT_RMSPROP, MP_OPT_RMSPROP};
+    static const double moms[NOPT] = {0, 0.9, 0.9, 0, 0, 0, 0.9, 0.5};
+    for (int o = 0; o < NOPT; o++)
         for (int nd = 0; nd < 2; nd++) {
             MpTrainCfg c = cfg_of(opts[o], 0.01);
             c.momentum = moms[o];
             c.nesterov = o == 2;
             c.weight_decay = 0.1;
-            float p0[N], g0[N], a0[N], b0[N], p1[N], a1[N], b1[N], g1[N];
+            c.alpha = 0.9;
+            c.centered = o >= 6;      /* rmsprop centered, with and without momentum... */
+            if (o == 7)
+                c.momentum = 0;       /* ...centered alone: grad_avg is the second slot */
+            const char *names[MP_OPT_SLOTS];
+            int nslots = mp_optim_slots(&c, names);
+            float p0[N], g0[N], p1[N], g1[N], s0[MP_OPT_SLOTS][N], s1[MP_OPT_SLOTS][N];
             for (int i = 0; i < N; i++) {
                 p0[i] = p1[i] = sinf((float)i) * 0.5f;
                 g0[i] = g1[i] = cosf((float)i * 0.7f) * 1024.0f;
-                a0[i] = a1[i] = 0.01f * (float)(i % 7);
-                b0[i] = b1[i] = 0.001f * (float)(i % 5);
+                for (int j = 0; j < MP_OPT_SLOTS; j++)
+                    s0[j][i] = s1[j][i] = j == 0 ? 0.01f * (float)(i % 7 + 1) : 0.001f * (float)(i % 5);
             }
             float inv = 1.0f / 1024.0f;
             double norm = sqrt(mp_unscale_sumsq(g0, N, inv));
             float coef = mp_clip_coef(norm, 0.5);
             assert_true(coef < 1.0f);
             mp_clip(g0, N, norm, 0.5);
-            float *slot0[2] = {a0, b0};
+            float *slot0[MP_OPT_SLOTS], *slot1[MP_OPT_SLOTS];
+            for (int j = 0; j < MP_OPT_SLOTS; j++) {
+                slot0[j] = j < nslots ? s0[j] : NULL;
+                slot1[j] = j < nslots ? s1[j] : NULL;
+            }
             for (int t = 1; t <= 3; t++)
                 mp_optim_update(&c, nd, p0, g0, slot0, N, 0.01, t);
             for (int t = 1; t <= 3; t++) {
                 MpOptK k = mp_optim_k(&c, 0.01, t);
                 if (nd)
                     k = mp_optk_no_decay(k);
-                int sgd = c.opt == MP_OPT_SGD;
-                mp_optim_span(&k, p1, g1, sgd && c.momentum == 0 ? NULL : a1, sgd ? NULL : b1, N,
-                              inv, coef);
+                mp_optim_span(&k, p1, g1, slot1, N, inv, coef);
             }
             assert_memory_equal(p0, p1, sizeof p0);
-            assert_memory_equal(a0, a1, sizeof a0);
-            assert_memory_equal(b0, b1, sizeof b0);
+            assert_memory_equal(s0, s1, sizeof s0);
+            for (int i = 0; i < N; i++)
+                assert_true(isfinite(p0[i]));
         }
 }
 
@@ -357,6 +419,7 @@ int main(void)
         cmocka_unit_test(test_sgd_momentum_wd),
         cmocka_unit_test(test_sgd_nesterov),
         cmocka_unit_test(test_adam_first_steps),
+        cmocka_unit_test(test_rmsprop_first_steps),
         cmocka_unit_test(test_adam_l2_vs_adamw),
         cmocka_unit_test(test_no_decay),
         cmocka_unit_test(test_optim_slots),

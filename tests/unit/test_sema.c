@@ -417,6 +417,36 @@ static void train_defaults(void **state)
     assert_int_equal(g->train.ls, LS_NONE);   /* no scaling for bf16 */
     assert_true(g->train.policy_set);
 
+    /* rmsprop: torch's defaults, then every argument */
+    g = lower_ok(HEAD "z = x\n" LOSS "train {\n  optimizer = rmsprop(lr = 0.01)\n  minimize loss\n}\n");
+    assert_int_equal(g->train.opt, OPT_RMSPROP);
+    assert_true(g->train.lr == 0.01 && g->train.alpha == 0.99 && g->train.eps == 1e-8);
+    assert_true(g->train.momentum == 0 && g->train.weight_decay == 0 && !g->train.centered);
+    assert_int_equal(opt_slots(&g->train), 1);
+    g = lower_ok(HEAD "z = x\n" LOSS "train {\n  optimizer = rmsprop(lr = 0.01, alpha = 0.9, eps = 1e-6, "
+                 "momentum = 0.5, centered = true, weight_decay = 0.1)\n  minimize loss\n}\n");
+    assert_true(g->train.alpha == 0.9 && g->train.eps == 1e-6 && g->train.momentum == 0.5);
+    assert_true(g->train.centered && g->train.weight_decay == 0.1);
+    assert_int_equal(opt_slots(&g->train), 3);
+    lower_err(HEAD "z = x\n" LOSS "train {\n  optimizer = rmsprop(lr = 0.01, alpha = 1.5)\n  minimize loss\n}\n",
+              "rmsprop alpha must be in [0, 1], got 1.5");
+    lower_err("model m\ninput x: f32[2, 3, 4, 4]\nz = upsample(x, 2, align_corners = true)\nloss = sum(z)\n"
+              "train {\n  minimize loss\n}\n", "align_corners applies to mode = \"bilinear\" only");
+    lower_err("model m\ninput x: f32[2, 3, 4, 4]\nz = pad(x, [1, 1], mode = \"mirror\")\nloss = sum(z)\n"
+              "train {\n  minimize loss\n}\n", "unknown pad mode \"mirror\"");
+    lower_err("model m\ninput x: f32[2, 3, 4, 4]\nz = pad(x, [1, 1], value = 2, mode = \"reflect\")\n"
+              "loss = sum(z)\ntrain {\n  minimize loss\n}\n", "pad value applies to mode = \"constant\" only");
+    lower_err("model m\ninput x: f32[2, 3, 4, 4]\nz = pad(x, [4, 1], mode = \"reflect\")\nloss = sum(z)\n"
+              "train {\n  minimize loss\n}\n", "pad mode \"reflect\" takes pads smaller than the axis: 4");
+    lower_err("model m\ninput x: f32[2, 3, 4, 4]\nz = pad(x, [5, 1], mode = \"circular\")\nloss = sum(z)\n"
+              "train {\n  minimize loss\n}\n", "pads no larger than the axis: 5");
+    lower_err("model m\ninput x: f32[2, 3, 4, 4]\nz = pad(x, [-1, 1], mode = \"replicate\")\nloss = sum(z)\n"
+              "train {\n  minimize loss\n}\n", "takes no negative pads");
+    lower_err("model m\ninput x: f32[4, 4]\nz = pad(x, [1, 1, 1, 1], mode = \"replicate\")\nloss = sum(z)\n"
+              "train {\n  minimize loss\n}\n", "at least one axis before them");
+    lower_err(HEAD "z = x\n" LOSS "train {\n  optimizer = rmsprop(alpha = 0.9)\n  minimize loss\n}\n",
+              "lr");
+
     /* --precision overrides, and the loss-scale default follows it */
     g = lower_policy(HEAD "z = x\n" LOSS "train {\n  optimizer = sgd(0.1)\n"
                      "  precision = mixed_bfloat16\n  minimize loss\n}\n", POLICY_MIXED_F16);
