@@ -33,6 +33,7 @@
 
 typedef struct Summary {
     int lowp_ops, f32_ops, casts, hoisted;
+    int tf32_ops;                  /* of the f32 ones, products on TF32 (prec_tf32) */
     PrecMemory mem;
 } Summary;
 
@@ -48,6 +49,7 @@ static Summary summarize(const IrGraph *g)
                    && op_info[n->op].cls != CL_NONE) {
             s.lowp_ops += prec_is_lowp(n->compute);
             s.f32_ops += n->compute == DT_F32;
+            s.tf32_ops += prec_tf32(g, n);
         }
     }
     s.mem = prec_memory(g);
@@ -294,14 +296,14 @@ static void json_params(FILE *out, const IrGraph *g)
     fputs(g->nparams ? "\n ],\n" : "],\n", out);
 }
 
-static void json_node(FILE *out, const IrNode *n)
+static void json_node(FILE *out, const IrGraph *g, const IrNode *n)
 {
     fprintf(out, "  {\"id\": %d, \"phase\": \"%s\", \"line\": %d, \"name\": ", n->id,
             phase_name(n->phase), n->loc.line);
     json_str(out, n->name);
     fprintf(out, ", \"op\": \"%s\", \"class\": \"%s\", \"rule\": \"%s\", \"compute\": \"%s\", "
             "\"inputs\": [", op_info[n->op].name, prec_class_name(shown_class(n)),
-            prec_rule_name(shown_rule(n)), dt_name(shown_compute(n)));
+            prec_rule_name(shown_rule(n)), prec_compute_name(g, n, shown_compute(n)));
     for (int k = 0; k < n->nin; k++)
         fprintf(out, "%s{\"from\": %d, \"type\": \"%s\", \"cast\": %s}", k ? ", " : "",
                 n->in[k]->id, dt_name(n->in[k]->type), n->in[k]->op == OP_CAST ? "true" : "false");
@@ -330,21 +332,26 @@ static void dump_json(FILE *out, const IrGraph *g)
             "\"accumulate\": %lld, \"clip_grad_norm\": ", prec_policy_name(t->policy),
             dt_name(g->lowp), opt[t->opt], (long long)t->accumulate);
     json_num(out, t->clip);
+    if (t->tf32)
+        fputs(", \"float32_matmul\": \"tf32\"", out);
     fputs(",\n", out);
     json_loss_scale(out, t);
     json_params(out, g);
     fputs(" \"nodes\": [", out);
     for (int i = 0; i < g->nnodes; i++) {
         fputs(i ? ",\n" : "\n", out);
-        json_node(out, g->nodes[i]);
+        json_node(out, g, g->nodes[i]);
     }
     fputs(g->nnodes ? "\n ]" : "]", out);
     json_memory(out, g);
     Summary s = summarize(g);
     fprintf(out, ",\n \"summary\": {\"lowp_ops\": %d, \"f32_ops\": %d, \"casts\": %d, "
-            "\"hoisted_casts\": %d, \"activation_bytes\": %lld, \"activation_bytes_f32\": %lld}}\n",
+            "\"hoisted_casts\": %d, \"activation_bytes\": %lld, \"activation_bytes_f32\": %lld",
             s.lowp_ops, s.f32_ops, s.casts, s.hoisted,
             (long long)s.mem.bytes, (long long)s.mem.bytes_f32);
+    if (g->train.tf32)
+        fprintf(out, ", \"tf32_ops\": %d", s.tf32_ops);
+    fputs("}}\n", out);
 }
 
 /* ---- dot ----------------------------------------------------------------- */
@@ -367,6 +374,12 @@ static const char *dot_color(DType t)
     return colors[t];
 }
 
+/* A node's fill: its compute type's, green for a TF32 product (as the page's). */
+static const char *node_color(const IrGraph *g, const IrNode *n)
+{
+    return n->op != OP_CAST && prec_tf32(g, n) ? "#a1d99b" : dot_color(shown_compute(n));
+}
+
 static void dot_node(FILE *out, const IrGraph *g, const IrNode *n)
 {
     const char *name = display_name(g, n);
@@ -376,7 +389,7 @@ static void dot_node(FILE *out, const IrGraph *g, const IrNode *n)
         fputs("\\n", out);
     }
     fprintf(out, "%s %s\", fillcolor=\"%s\"", shape_str(g->arena, &n->shape),
-            dt_name(n->type), dot_color(shown_compute(n)));
+            dt_name(n->type), node_color(g, n));
     if (n->op == OP_CAST)
         fputs(", shape=diamond", out);
     else if (n->op == OP_PARAM || n->op == OP_INPUT)
@@ -525,9 +538,10 @@ static void dump_dot(FILE *out, const IrGraph *g, bool collapse)
     dot_str(out, g->model ? g->model : "model");
     fprintf(out, "\" {\n  graph [rankdir=TB, labelloc=t, fontname=\"Helvetica\", label=\"");
     dot_str(out, g->model ? g->model : "model");
-    fprintf(out, ": %s (f16 orange, bf16 purple, f32 blue, integer grey, casts diamonds%s)\"%s];\n"
+    fprintf(out, ": %s (f16 orange, bf16 purple, f32 blue,%s integer grey, casts diamonds%s)\"%s];\n"
             "  node [shape=box, style=\"filled,rounded\", fontname=\"Helvetica\", fontsize=10];\n"
             "  edge [fontname=\"Helvetica\", fontsize=9];\n", prec_policy_name(g->train.policy),
+            g->train.tf32 ? " tf32 green," : "",
             collapse ? ", double boxes repeats and blocks, dashed edges casts; edges between passes "
             "not drawn" : "",
             collapse ? ", newrank=true, ranksep=0.2, nodesep=0.15" : "");
@@ -592,7 +606,7 @@ static void row_cells(const IrGraph *g, const IrNode *n, const char **cell)
     cell[C_OP] = op_info[n->op].name;
     cell[C_CLASS] = prec_class_name(shown_class(n));
     cell[C_RULE] = user_cast(n) ? "user" : prec_rule_name(shown_rule(n));
-    cell[C_COMPUTE] = dt_name(shown_compute(n));
+    cell[C_COMPUTE] = prec_compute_name(g, n, shown_compute(n));
     cell[C_OUTPUT] = arena_printf(a, "%s %s", shape_str(a, &n->shape), dt_name(n->type));
     cell[C_FUSED] = !n->fused ? "-" : arena_printf(a, "%d%s", n->fused, n->fused_internal ? " reg" : "");
     cell[C_INPUTS] = inputs_text(a, n);
@@ -742,6 +756,9 @@ static void text_summary(FILE *out, const IrGraph *g)
     fprintf(out, "\nsummary\n  operations   %d in %s, %d in f32; %d casts (%d hoisted: parameter "
             "working copies)\n", s.lowp_ops, dt_name(g->lowp == DT_F32 ? DT_F16 : g->lowp),
             s.f32_ops, s.casts, s.hoisted);
+    if (g->train.tf32)
+        fprintf(out, "               of the f32 operations, %d products on TF32 operands "
+                "(float32_matmul \"tf32\")\n", s.tf32_ops);
     fprintf(out, "  activations  %lld bytes (%s) kept for the backward pass under %s\n",
             (long long)s.mem.bytes, human_bytes(g->arena, s.mem.bytes),
             prec_policy_name(g->train.policy));
@@ -775,6 +792,9 @@ static void dump_text(FILE *out, const IrGraph *g)
             f ? " (" : "", f ? f->path : "", f ? ")" : "");
     fprintf(out, "policy %s: lowp type %s, master weights f32, loss scale %s\n",
             prec_policy_name(g->train.policy), dt_name(g->lowp), prec_ls_name(g->train.ls));
+    if (g->train.tf32)
+        fputs("float32_matmul tf32: products computing in f32 round their operands to TF32\n"
+              "(compute tf32), accumulating in f32\n", out);
     fputs("class: lowp, fp32, follow (widest input), none (view); rule: override (typed\n"
           "statement or precision region), list (fp16_ops/fp32_ops), class, cast\n"
           "(inserted by the plan), user (a cast written in the model);\n"
