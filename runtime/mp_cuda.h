@@ -873,7 +873,7 @@ static inline void mp_cu_blas_ok(MpBlasStatus s, const char *what)
 }
 
 /* float32_matmul = "tf32": the model's f32 products run on TF32. */
-static inline int mp_cu_tf32(void) { return mp_cu.model && mp_cu.model->tf32; }
+static inline int mp_cu_tf32(void) { return mp_cu.model && mp_cu.model->tf32 && !mp_gemm_exact; }
 
 #ifdef MP_CU_EMU
 static inline int mp_cu_emu_type(int blas_type)

@@ -790,6 +790,10 @@ static inline void mp_gemm_cblas(const MpGemm *g)
  * then has them rounded to TF32 while packing, as cuBLAS's TF32 mode does
  * on the GPU; the sums stay f32. */
 static int mp_gemm_tf32;
+/* --gradcheck (mp_train.h): products stay f32 whatever float32_matmul says,
+ * on both programs: a difference quotient over a step smaller than TF32's
+ * spacing would see rounded operands stand still. */
+static int mp_gemm_exact;
 
 /* Whether operand X (type dt, rounded to rnd) enters the product as f32. */
 static inline int mp_gemm_f32_operand(int dt, int rnd) { return dt == MP_F32 && (rnd == 0 || rnd == MP_F32); }
@@ -800,7 +804,7 @@ static inline void mp_gemm_ex(const MpGemm *g)
     if (g->M <= 0 || g->N <= 0)
         return;
     MpGemm t;
-    if (mp_gemm_tf32 && mp_gemm_f32_operand(g->adt, g->around) &&
+    if (mp_gemm_tf32 && !mp_gemm_exact && mp_gemm_f32_operand(g->adt, g->around) &&
         mp_gemm_f32_operand(g->bdt, g->bround)) {
         t = *g;
         t.around = t.bround = MP_TF32;
