@@ -25,11 +25,13 @@
  *            momentum: the buffer) and writes the working copies.
  *   rates    products computing in f16 / bf16 run at the Tensor Cores'
  *            dense rate of that type; f32 products at the CUDA cores' f32
- *            rate (the CUDA program turns TF32 off, MP_CUDA_TF32=1 aside);
- *            every other op at the f32 rate. The table's tf32 and fp8
- *            rates are there for completeness: no op of mpcc uses them.
+ *            rate, or under float32_matmul "tf32" (prec_tf32: cuBLAS's
+ *            TF32 mode) at the TF32 Tensor Core rate; every other op at
+ *            the f32 rate. The table's fp8 rates are there for
+ *            completeness: no op of mpcc uses them yet.
  *   MFU      the step's FLOPs over (peak of the policy's compute type x
- *            predicted time): bf16 / f16 Tensor Cores, or f32 for float32.
+ *            predicted time): bf16 / f16 Tensor Cores, or f32 for float32
+ *            (tf32 under float32_matmul "tf32").
  * The prediction leaves out what overlaps or hides (graph replay makes a
  * launch cheaper than eager launches; caches make re-reads cheaper) and
  * the kernels' own efficiency (no GEMM reaches its peak): it is a bound,
@@ -38,6 +40,7 @@
 #include "fuse.h"
 #include "ops.h"
 #include "plan.h"
+#include "prec.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -117,9 +120,9 @@ const CostDevice *cost_device(const char *key)
 
 const char *cost_device_keys(void) { return "h100, h200, a100, l4 or cpu"; }
 
-static double peak_of(const CostDevice *d, DType t)
+static double peak_of(const CostDevice *d, DType t, bool tf32)
 {
-    double r = t == DT_F16 ? d->f16 : t == DT_BF16 ? d->bf16 : d->f32;
+    double r = t == DT_F16 ? d->f16 : t == DT_BF16 ? d->bf16 : tf32 ? d->tf32 : d->f32;
     return r > 0 ? r : d->f32;
 }
 
@@ -347,6 +350,7 @@ CostOp cost_op(const IrGraph *g, const IrNode *n)
     }
     if (c.product)
         c.unit = (n->compute == DT_F16 || n->compute == DT_BF16) && (tc || !c.work) ? n->compute : DT_F32;
+    c.tf32 = c.product && prec_tf32(g, n);
     return c;
 }
 
@@ -366,6 +370,7 @@ typedef struct Step {
     double t_compute, t_memory, t_launch;   /* time per step by what bounds each op */
     int launches;
     DType policy;
+    bool tf32;                     /* the policy's peak is TF32's (float32_matmul) */
 } Step;
 
 /* What bounds an op's time: the largest of its three terms. */
@@ -400,7 +405,7 @@ static Step measure(const IrGraph *g, const CostDevice *dev)
         r->c = c;
         r->runs = n->phase == PH_OPTIMIZER || n->hoisted ? 1 : acc;
         bool gpu = strcmp(dev->key, "cpu") != 0;   /* work: the CUDA program's kernels */
-        r->t_flops = (gpu && c.work > 0 ? c.work : c.flops) / peak_of(dev, c.unit);
+        r->t_flops = (gpu && c.work > 0 ? c.work : c.flops) / peak_of(dev, c.unit, c.tf32);
         r->t_bytes = (c.rd + c.wr) / dev->bandwidth;
         double roof = r->t_flops > r->t_bytes ? r->t_flops : r->t_bytes;
         r->time = r->runs * (roof + c.launches * dev->launch);
@@ -425,7 +430,8 @@ static Step measure(const IrGraph *g, const CostDevice *dev)
     s.policy = g->train.policy == POLICY_MIXED_F16 ? DT_F16
              : g->train.policy == POLICY_MIXED_BF16 || g->train.policy == POLICY_MIXED_F8 ? DT_BF16
              : DT_F32;   /* mixed_float8: its products costed at bf16 until its program quantises */
-    s.peak = peak_of(dev, s.policy);
+    s.tf32 = g->train.tf32 && s.policy == DT_F32;
+    s.peak = peak_of(dev, s.policy, s.tf32);
     s.mfu = s.time > 0 ? s.flops / (s.peak * s.time) : 0;
     return s;
 }
@@ -437,9 +443,9 @@ static const char *phase_name(Phase p)
     return p == PH_FORWARD ? "forward" : p == PH_BACKWARD ? "backward" : "optimizer";
 }
 
-static const char *unit_name(DType t)
+static const char *unit_name(DType t, bool tf32)
 {
-    return t == DT_F16 ? "f16 tensor" : t == DT_BF16 ? "bf16 tensor" : "f32";
+    return t == DT_F16 ? "f16 tensor" : t == DT_BF16 ? "bf16 tensor" : tf32 ? "tf32 tensor" : "f32";
 }
 
 static void dump_json(FILE *out, const IrGraph *g, const CostDevice *dev, const Step *s)
@@ -463,7 +469,7 @@ static void dump_json(FILE *out, const IrGraph *g, const CostDevice *dev, const 
         fprintf(out, ", \"line\": %d, \"phase\": \"%s\", \"compute\": \"%s\", \"product\": %s, "
                 "\"flops\": %.17g, \"bytes_read\": %.17g, \"bytes_written\": %.17g, "
                 "\"launches\": %d, \"runs\": %.17g, \"time_s\": %.6g, \"bound\": \"%s\"}",
-                r->n->loc.line, phase_name(r->n->phase), dt_name(r->c.unit),
+                r->n->loc.line, phase_name(r->n->phase), r->c.tf32 ? "tf32" : dt_name(r->c.unit),
                 r->c.product ? "true" : "false", r->c.flops, r->c.rd, r->c.wr, r->c.launches,
                 r->runs, r->time, bound_of(r, dev));
     }
@@ -472,7 +478,7 @@ static void dump_json(FILE *out, const IrGraph *g, const CostDevice *dev, const 
             "\"launch_s\": %.6g, \"top10_share\": %.6g, \"peak_flops\": %.6g, \"peak_type\": \"%s\", "
             "\"mfu\": %.6g}\n}\n",
             s->flops, s->rd, s->wr, s->launches, s->time, s->t_compute, s->t_memory, s->t_launch,
-            s->top10, s->peak, dt_name(s->policy), s->mfu);
+            s->top10, s->peak, s->tf32 ? "tf32" : dt_name(s->policy), s->mfu);
 }
 
 static void dump_text(FILE *out, const IrGraph *g, const CostDevice *dev, const Step *s)
@@ -489,7 +495,7 @@ static void dump_text(FILE *out, const IrGraph *g, const CostDevice *dev, const 
     for (int i = 0; i < s->nrows; i++) {
         const Row *r = &s->rows[i];
         fprintf(out, "%5d  %-20s %-9s %-11s %12.3f %10.1f %10.1f %5.0f %11.3f  %-7s %s:%d%s%s\n",
-                r->n->id, op_info[r->n->op].name, phase_name(r->n->phase), unit_name(r->c.unit),
+                r->n->id, op_info[r->n->op].name, phase_name(r->n->phase), unit_name(r->c.unit, r->c.tf32),
                 r->c.flops / 1e6, r->c.rd / 1e3, r->c.wr / 1e3, r->runs, r->time / US,
                 bound_of(r, dev), r->n->loc.file ? r->n->loc.file->path : "?", r->n->loc.line,
                 r->n->name ? " " : "", r->n->name ? r->n->name : "");
@@ -501,7 +507,7 @@ static void dump_text(FILE *out, const IrGraph *g, const CostDevice *dev, const 
             s->t_launch * 1e3);
     fprintf(out, "the ten costliest ops: %.1f%% of the step time\n", 100 * s->top10);
     fprintf(out, "MFU: %.1f%% (the step's FLOPs over %.4g TFLOP/s %s x the predicted time)\n",
-            100 * s->mfu, s->peak / T_, dt_name(s->policy));
+            100 * s->mfu, s->peak / T_, s->tf32 ? "tf32" : dt_name(s->policy));
 }
 
 void cost_dump(FILE *out, const IrGraph *g, const CostDevice *dev, bool json)

@@ -38,6 +38,7 @@ typedef struct CostOp {
     DType unit;                    /* the rate it runs at: DT_F16 / DT_BF16 Tensor
                                       Cores, DT_F32 CUDA cores */
     bool product;                  /* a product (Tensor Cores where lowp) */
+    bool tf32;                     /* an f32 product on TF32 Tensor Cores (prec_tf32) */
 } CostOp;
 
 /* n's cost (flops 0 and no launch for nodes that are no work: inputs,

@@ -76,6 +76,8 @@ static void setup_fn(Emit *e)
     em(e, "\nstatic int model_setup(void)\n{\n");
     em(e, "    mp_arena = (unsigned char *)mp_alloc_aligned(%lld);\n", (long long)e->mp->arena_bytes);
     em(e, "    if (!mp_arena)\n        return -1;\n");
+    if (g->train.tf32)
+        em(e, "    mp_gemm_tf32 = 1;   /* float32_matmul = \"tf32\": f32 products on TF32 operands */\n");
     for (int i = 0; i < g->nnodes; i++) {
         const IrNode *n = g->nodes[i];
         const char *c = ctype(n->type);

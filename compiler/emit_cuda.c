@@ -230,8 +230,8 @@ static void model_desc(Emit *e)
     work_table(e);
     em(e, "\nstatic const MpCuModel mp_cu_model_desc = {\n"
           "    %lld, mp_cu_in_off[%d], mp_cu_in_off,\n"
-          "    model_bind, model_cast_params, model_forward, model_backward, mp_cu_work,\n};\n",
-       (long long)e->mp->arena_bytes, e->g->ninputs);
+          "    model_bind, model_cast_params, model_forward, model_backward, mp_cu_work, %d,\n};\n",
+       (long long)e->mp->arena_bytes, e->g->ninputs, e->g->train.tf32 ? 1 : 0);
 }
 
 /* int64_t -> device pointer, for the repeat loops' tables (emit_common.h) */

@@ -208,6 +208,7 @@ typedef struct TrainCfg {
     int64_t accumulate, steps, seed;
     int64_t memory_budget;  /* bytes, 0 = none (recompute.h) */
     SrcLoc memory_budget_loc;
+    bool tf32;              /* float32_matmul = "tf32": f32 products on TF32 operands */
     const char **fp16_ops, **fp32_ops;   /* op names, as written */
     int nfp16_ops, nfp32_ops;
     Fp8Recipe fp8;          /* mixed_float8's scaling: delayed (default) or current */

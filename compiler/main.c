@@ -4,6 +4,7 @@
  *                 [--dump-plan[=text|json|dot|html|cost|cost-json]] [--collapse]
  *                 [--gpu NAME]
  *                 [--fuse | --no-fuse] [--no-loop] [--memory-budget SIZE]
+ *                 [--float32-matmul ieee|tf32]
  *                 [--version] [--help]
  *
  * Runs the phases of docs/DESIGN.md in order and stops after the first
@@ -52,6 +53,10 @@ static const char usage[] =
     "  --memory-budget SIZE    bound the memory of a training step (e.g. 6GiB; overrides\n"
     "                          the train block's memory_budget): forward values are\n"
     "                          recomputed in the backward pass until it is met\n"
+    "  --float32-matmul ieee|tf32\n"
+    "                          tf32: products that compute in f32 round their operands\n"
+    "                          to TF32 (cuBLAS's TF32 mode on the GPU); overrides the\n"
+    "                          train block's float32_matmul\n"
     "  --no-loop               write every copy of a repeat out in full, instead of\n"
     "                          one function per body called in a loop (for tests)\n"
     "  --fuse, --no-fuse       fuse chains of elementwise ops into one pass over memory\n"
@@ -75,6 +80,7 @@ typedef struct Options {
     const char *gpu;            /* --gpu */
     int policy;                 /* -1: the train block decides */
     int64_t budget;             /* --memory-budget, bytes; 0: the train block's */
+    int tf32;                   /* --float32-matmul: 0 ieee, 1 tf32; -1: the train block's */
 } Options;
 
 static bool parse_policy(const char *s, int *out)
@@ -94,7 +100,7 @@ static bool parse_policy(const char *s, int *out)
 static int parse_args(int argc, char **argv, Options *o)
 {
     const char *no_fuse = getenv("MPCC_NO_FUSE");
-    *o = (Options){.policy = -1, .fuse = !(no_fuse && *no_fuse && strcmp(no_fuse, "0") != 0)};
+    *o = (Options){.policy = -1, .tf32 = -1, .fuse = !(no_fuse && *no_fuse && strcmp(no_fuse, "0") != 0)};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *val = NULL;
@@ -105,7 +111,8 @@ static int parse_args(int argc, char **argv, Options *o)
             printf("mpcc %s\n", MPCC_VERSION);
             return EXIT_OK;
         } else if (strcmp(a, "-o") == 0 || strcmp(a, "--target") == 0 || strcmp(a, "--precision") == 0
-                   || strcmp(a, "--gpu") == 0 || strcmp(a, "--memory-budget") == 0) {
+                   || strcmp(a, "--gpu") == 0 || strcmp(a, "--memory-budget") == 0
+                   || strcmp(a, "--float32-matmul") == 0) {
             if (i + 1 >= argc) {
                 diag_usage("%s needs a value", a);
                 return EXIT_USAGE;
@@ -119,6 +126,13 @@ static int parse_args(int argc, char **argv, Options *o)
                                "KiB, MiB or GiB (e.g. 6GiB)", val);
                     return EXIT_USAGE;
                 }
+            }
+            else if (strcmp(a, "--float32-matmul") == 0) {
+                if (strcmp(val, "ieee") != 0 && strcmp(val, "tf32") != 0) {
+                    diag_usage("unknown --float32-matmul '%s', expected ieee or tf32", val);
+                    return EXIT_USAGE;
+                }
+                o->tf32 = val[0] == 't';
             }
             else if (strcmp(a, "--gpu") == 0)
                 o->gpu = val;
@@ -242,6 +256,8 @@ int main(int argc, char **argv)
     IrGraph *g = sema_lower(&arena, ast, o.policy);
     if (!g || diag_error_count())
         return EXIT_MODEL;
+    if (o.tf32 >= 0)
+        g->train.tf32 = o.tf32;
     prec_forward(g);
     if (diag_error_count())
         return EXIT_MODEL;

@@ -34,6 +34,7 @@
 typedef struct Summary {
     int lowp_ops, f32_ops, casts, hoisted;
     int fp8_fwd, fp8_bwd;      /* quantised products (mixed_float8) */
+    int tf32_ops;                  /* of the f32 ones, products on TF32 (prec_tf32) */
     PrecMemory mem;
 } Summary;
 
@@ -61,6 +62,7 @@ static Summary summarize(const IrGraph *g)
             s.f32_ops += n->compute == DT_F32;
             if (n->fp8[0] || n->fp8[1])
                 *(n->phase == PH_FORWARD ? &s.fp8_fwd : &s.fp8_bwd) += 1;
+            s.tf32_ops += prec_tf32(g, n);
         }
     }
     s.mem = prec_memory(g);
@@ -192,11 +194,11 @@ static DType shown_compute(const IrNode *n) { return n->op == OP_CAST ? n->type 
  * forward; e5m2 dy with e4m3 backward) as its compute type; its output is
  * still its type (bf16). */
 static bool is_fp8(const IrNode *n) { return n->fp8[0] || n->fp8[1]; }
-static const char *shown_compute_name(const IrNode *n)
+static const char *shown_compute_name(const IrGraph *g, const IrNode *n)
 {
     if (is_fp8(n))
         return n->phase == PH_FORWARD ? "e4m3" : "e5m2";
-    return dt_name(shown_compute(n));
+    return prec_compute_name(g, n, shown_compute(n));
 }
 static const char *input_type_name(const IrGraph *g, const IrNode *n, int k)
 {
@@ -329,7 +331,7 @@ static void json_node(FILE *out, const IrGraph *g, const IrNode *n)
     json_str(out, n->name);
     fprintf(out, ", \"op\": \"%s\", \"class\": \"%s\", \"rule\": \"%s\", \"compute\": \"%s\", "
             "\"inputs\": [", op_info[n->op].name, prec_class_name(shown_class(n)),
-            prec_rule_name(shown_rule(n)), shown_compute_name(n));
+            prec_rule_name(shown_rule(n)), shown_compute_name(g, n));
     for (int k = 0; k < n->nin; k++) {
         fprintf(out, "%s{\"from\": %d, \"type\": \"%s\", \"cast\": %s", k ? ", " : "",
                 n->in[k]->id, dt_name(n->in[k]->type), n->in[k]->op == OP_CAST ? "true" : "false");
@@ -380,6 +382,8 @@ static void dump_json(FILE *out, const IrGraph *g)
             "\"accumulate\": %lld, \"clip_grad_norm\": ", prec_policy_name(t->policy),
             dt_name(g->lowp), opt[t->opt], (long long)t->accumulate);
     json_num(out, t->clip);
+    if (t->tf32)
+        fputs(", \"float32_matmul\": \"tf32\"", out);
     fputs(",\n", out);
     json_loss_scale(out, t);
     json_params(out, g);
@@ -400,6 +404,8 @@ static void dump_json(FILE *out, const IrGraph *g)
         fprintf(out, ", \"fp8_products\": %d, \"fp8_forward\": %d, \"fp8_slots\": %d, "
                 "\"fp8_state_bytes\": %lld", s.fp8_fwd + s.fp8_bwd, s.fp8_fwd, g->nfp8_slots,
                 (long long)fp8_state_bytes(g));
+    if (g->train.tf32)
+        fprintf(out, ", \"tf32_ops\": %d", s.tf32_ops);
     fputs("}}\n", out);
 }
 
@@ -423,6 +429,12 @@ static const char *dot_color(DType t)
     return colors[t];
 }
 
+/* A node's fill: its compute type's, green for a TF32 product (as the page's). */
+static const char *node_color(const IrGraph *g, const IrNode *n)
+{
+    return n->op != OP_CAST && prec_tf32(g, n) ? "#a1d99b" : dot_color(shown_compute(n));
+}
+
 static void dot_node(FILE *out, const IrGraph *g, const IrNode *n)
 {
     const char *name = display_name(g, n);
@@ -432,7 +444,7 @@ static void dot_node(FILE *out, const IrGraph *g, const IrNode *n)
         fputs("\\n", out);
     }
     fprintf(out, "%s %s\", fillcolor=\"%s\"", shape_str(g->arena, &n->shape),
-            dt_name(n->type), dot_color(shown_compute(n)));
+            dt_name(n->type), node_color(g, n));
     if (n->op == OP_CAST)
         fputs(", shape=diamond", out);
     else if (n->op == OP_PARAM || n->op == OP_INPUT)
@@ -581,9 +593,10 @@ static void dump_dot(FILE *out, const IrGraph *g, bool collapse)
     dot_str(out, g->model ? g->model : "model");
     fprintf(out, "\" {\n  graph [rankdir=TB, labelloc=t, fontname=\"Helvetica\", label=\"");
     dot_str(out, g->model ? g->model : "model");
-    fprintf(out, ": %s (f16 orange, bf16 purple, f32 blue, integer grey, casts diamonds%s)\"%s];\n"
+    fprintf(out, ": %s (f16 orange, bf16 purple, f32 blue,%s integer grey, casts diamonds%s)\"%s];\n"
             "  node [shape=box, style=\"filled,rounded\", fontname=\"Helvetica\", fontsize=10];\n"
             "  edge [fontname=\"Helvetica\", fontsize=9];\n", prec_policy_name(g->train.policy),
+            g->train.tf32 ? " tf32 green," : "",
             collapse ? ", double boxes repeats and blocks, dashed edges casts; edges between passes "
             "not drawn" : "",
             collapse ? ", newrank=true, ranksep=0.2, nodesep=0.15" : "");
@@ -653,7 +666,7 @@ static void row_cells(const IrGraph *g, const IrNode *n, const char **cell)
     cell[C_OP] = op_info[n->op].name;
     cell[C_CLASS] = prec_class_name(shown_class(n));
     cell[C_RULE] = user_cast(n) ? "user" : prec_rule_name(shown_rule(n));
-    cell[C_COMPUTE] = shown_compute_name(n);
+    cell[C_COMPUTE] = shown_compute_name(g, n);
     cell[C_OUTPUT] = arena_printf(a, "%s %s", shape_str(a, &n->shape), dt_name(n->type));
     cell[C_FUSED] = !n->fused ? "-" : arena_printf(a, "%d%s", n->fused, n->fused_internal ? " reg" : "");
     cell[C_INPUTS] = inputs_text(g, n);
@@ -833,6 +846,9 @@ static void text_summary(FILE *out, const IrGraph *g)
         fprintf(out, "  fp8          %d products quantised (%d forward e4m3, %d backward e5m2 x e4m3); "
                 "%d scale slots,\n               %lld bytes of amax histories and scales (in checkpoints)\n",
                 s.fp8_fwd + s.fp8_bwd, s.fp8_fwd, s.fp8_bwd, g->nfp8_slots, (long long)fp8_state_bytes(g));
+    if (g->train.tf32)
+        fprintf(out, "               of the f32 operations, %d products on TF32 operands "
+                "(float32_matmul \"tf32\")\n", s.tf32_ops);
     fprintf(out, "  activations  %lld bytes (%s) kept for the backward pass under %s\n",
             (long long)s.mem.bytes, human_bytes(g->arena, s.mem.bytes),
             prec_policy_name(g->train.policy));
@@ -866,6 +882,9 @@ static void dump_text(FILE *out, const IrGraph *g)
             f ? " (" : "", f ? f->path : "", f ? ")" : "");
     fprintf(out, "policy %s: lowp type %s, master weights f32, loss scale %s\n",
             prec_policy_name(g->train.policy), dt_name(g->lowp), prec_ls_name(g->train.ls));
+    if (g->train.tf32)
+        fputs("float32_matmul tf32: products computing in f32 round their operands to TF32\n"
+              "(compute tf32), accumulating in f32\n", out);
     fputs("class: lowp, fp32, follow (widest input), none (view); rule: override (typed\n"
           "statement or precision region), list (fp16_ops/fp32_ops), class, cast\n"
           "(inserted by the plan), user (a cast written in the model);\n"

@@ -116,6 +116,37 @@ const char *prec_ls_name(LossScaleKind k)
 
 bool prec_is_lowp(DType t) { return t == DT_F16 || t == DT_BF16; }
 
+/* A grouped convolution with one channel per group runs the direct
+ * depthwise kernels (runtime mp_conv_depthwise: G == C > 1); C is x's
+ * channels for conv2d, y's for conv_transpose2d (the conv from y to x). */
+static bool depthwise(const IrNode *f)
+{
+    int64_t groups = f->ia[6], c = f->op == OP_CONV2D ? f->in[0]->shape.d[1] : f->shape.d[1];
+    return groups > 1 && groups == c;
+}
+
+bool prec_tf32(const IrGraph *g, const IrNode *n)
+{
+    if (!g->train.tf32 || n->compute != DT_F32)
+        return false;
+    switch (n->op) {
+    case OP_MATMUL: case OP_LINEAR: case OP_MATMUL_TN:
+    case OP_GRU: case OP_LSTM: case OP_GRU_GRAD: case OP_LSTM_GRAD:
+        return true;
+    case OP_CONV2D: case OP_CONV_TRANSPOSE2D:
+        return !depthwise(n);
+    case OP_CONV2D_DX: case OP_CONV2D_DW: case OP_CONV_TRANSPOSE2D_DX: case OP_CONV_TRANSPOSE2D_DW:
+        return !depthwise(n->grad_of);
+    default:
+        return false;
+    }
+}
+
+const char *prec_compute_name(const IrGraph *g, const IrNode *n, DType t)
+{
+    return n->op != OP_CAST && prec_tf32(g, n) ? "tf32" : dt_name(t);
+}
+
 /* ---- the cast cache: one cast per (value, type) ------------------------ */
 
 /* (value, type) -> its CAST node: an open-addressing hash table, so a

@@ -40,4 +40,14 @@ const char *prec_rule_name(PrecRule r);   /* "class" */
 const char *prec_ls_name(LossScaleKind k); /* "dynamic" */
 bool prec_is_lowp(DType t);               /* f16 or bf16 */
 
+/* float32_matmul = "tf32": whether n is a product that computes in f32 on
+ * the GEMM of both targets (matmul, linear, their weight gradient, conv2d
+ * and conv_transpose2d but depthwise, gru, lstm, forward and backward), so
+ * its operands are rounded to TF32. Attention's products and depthwise
+ * convolutions run on kernels of their own and stay f32. */
+bool prec_tf32(const IrGraph *g, const IrNode *n);
+/* What the plan shows as n's compute type: "tf32" where prec_tf32, else
+ * the name of type t (the plan's shown compute type of n). */
+const char *prec_compute_name(const IrGraph *g, const IrNode *n, DType t);
+
 #endif

@@ -3110,6 +3110,21 @@ static void tk_memory_budget(Ctx *c, const TrainItem *it)
     c->g->train.memory_budget_loc = e->loc;
 }
 
+/* float32_matmul = "ieee" | "tf32" (PRECISION.md, TF32 for float32 products) */
+static void tk_float32_matmul(Ctx *c, const TrainItem *it)
+{
+    const Expr *e = it->value;
+    if (e->kind == EX_STR && strcmp(e->name, "ieee") == 0)
+        c->g->train.tf32 = false;
+    else if (e->kind == EX_STR && strcmp(e->name, "tf32") == 0)
+        c->g->train.tf32 = true;
+    else if (e->kind == EX_STR)
+        diag_error(e->loc, "unknown float32_matmul \"%s\", expected \"ieee\" or \"tf32\"", e->name);
+    else
+        diag_error(e->loc, "float32_matmul must be the string \"ieee\" or \"tf32\", e.g. "
+                   "float32_matmul = \"tf32\"");
+}
+
 static void tk_accumulate(Ctx *c, const TrainItem *it) { train_int(c, it, 1, &c->g->train.accumulate); }
 static void tk_steps(Ctx *c, const TrainItem *it) { train_int(c, it, 1, &c->g->train.steps); }
 static void tk_seed(Ctx *c, const TrainItem *it) { train_int(c, it, 0, &c->g->train.seed); }
@@ -3220,6 +3235,7 @@ static const TrainKey train_keys[] = {
     {"lr_schedule", tk_schedule}, {"clip_grad_norm", tk_clip}, {"accumulate", tk_accumulate},
     {"fp16_ops", tk_fp16}, {"fp32_ops", tk_fp32}, {"steps", tk_steps}, {"seed", tk_seed},
     {"memory_budget", tk_memory_budget}, {"fp8", tk_fp8}, {"fp8_ops", tk_fp8_ops},
+    {"float32_matmul", tk_float32_matmul},
     {"minimize", tk_minimize},   /* minimize last */
 };
 #define N_TRAIN_KEYS ((int)(sizeof train_keys / sizeof train_keys[0]))

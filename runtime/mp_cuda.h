@@ -100,6 +100,8 @@ typedef struct MpCuModel {
     int (*forward)(MpCuRun *r);
     int (*backward)(MpCuRun *r);
     const MpCuWork *work;          /* each parameter's working copy */
+    int tf32;                      /* float32_matmul = "tf32": f32 products on TF32
+                                      (cuBLAS's TF32 mode; mp_cu_blas_open) */
 } MpCuModel;
 
 /* Device-side state of the optimizer step and loss scaling. Its doubles
@@ -846,6 +848,7 @@ static inline void mp_cu_one(const char *name, F f)
  * element (b, i, j) of C per item. Slow; models never need it in practice. */
 struct MpCuGemmF {
     MpCuGemm g;
+    int rnd;                       /* MP_TF32: f32 operands rounded to TF32, as cuBLAS's TF32 mode */
     MP_HD void operator()(int64_t e) const
     {
         int64_t j = e % g.N, i = e / g.N % g.M, b = e / (g.N * g.M);
@@ -854,8 +857,8 @@ struct MpCuGemmF {
         char *C = (char *)g.C + b * g.sc * mp_cu_dt_size(g.cdt);
         float acc = 0.0f;
         for (int64_t k = 0; k < g.K; k++)
-            acc += mp_cu_ld(A, g.adt, g.ta ? k * g.lda + i : i * g.lda + k)
-                 * mp_cu_ld(B, g.bdt, g.tb ? j * g.ldb + k : k * g.ldb + j);
+            acc += mp_round(mp_cu_ld(A, g.adt, g.ta ? k * g.lda + i : i * g.lda + k), rnd)
+                 * mp_round(mp_cu_ld(B, g.bdt, g.tb ? j * g.ldb + k : k * g.ldb + j), rnd);
         mp_cu_st_beta(C, g.cdt, i * g.ldc + j, g.alpha * acc, g.beta);
     }
 };
@@ -868,6 +871,9 @@ static inline void mp_cu_blas_ok(MpBlasStatus s, const char *what)
     if (s != MP_BLAS_STATUS_SUCCESS && !mp_cu_captured_err(what, why))
         mp_cu_die(what, why);
 }
+
+/* float32_matmul = "tf32": the model's f32 products run on TF32. */
+static inline int mp_cu_tf32(void) { return mp_cu.model && mp_cu.model->tf32 && !mp_gemm_exact; }
 
 #ifdef MP_CU_EMU
 static inline int mp_cu_emu_type(int blas_type)
@@ -944,7 +950,7 @@ static inline void mp_cu_gemm(const MpCuGemm *g)
                 s == MP_BLAS_STATUS_ARCH_MISMATCH ? "ARCH_MISMATCH" : "NOT_SUPPORTED");
         mp_cu.blas_off = 1;
     }
-    MpCuGemmF f = {*g};
+    MpCuGemmF f = {*g, mp_cu_tf32() && g->adt == MP_F32 && g->bdt == MP_F32 ? MP_TF32 : 0};
     mp_cu_each("gemm", g->batch * g->M * g->N, f);
 }
 
@@ -962,7 +968,8 @@ static inline MpCuGemm mp_cu_gemm_of(int ta, int tb, int64_t M, int64_t N, int64
 static inline int mp_cu_blas_open(MpErr *e)
 {
 #ifdef MP_CU_EMU
-    (void)e;                       /* products: mp_cu_emu_gemm */
+    (void)e;                       /* products: mp_cu_emu_gemm, through mp_gemm, */
+    mp_gemm_tf32 = mp_cu_tf32();   /* which rounds f32 operands as the TF32 mode */
 #else
     char msg[512];
     if (mp_blas_load(&mp_cu.blas, msg, sizeof msg))
@@ -970,8 +977,8 @@ static inline int mp_cu_blas_open(MpErr *e)
     MpBlasStatus s = mp_cu.blas.create(&mp_cu.handle);
     if (s != MP_BLAS_STATUS_SUCCESS)
         return mp_errf(e, "cuBLAS: cannot start: %s", mp_cu.blas.status_string(s));
-    const char *tf32 = getenv("MP_CUDA_TF32");
-    int math = (tf32 && *tf32 == '1' ? MP_BLAS_TF32_TENSOR_OP_MATH : MP_BLAS_DEFAULT_MATH)
+    /* float32_matmul (the plan's tf32 products): cuBLAS's TF32 Tensor Core mode */
+    int math = (mp_cu_tf32() ? MP_BLAS_TF32_TENSOR_OP_MATH : MP_BLAS_DEFAULT_MATH)
              | MP_BLAS_DISALLOW_REDUCED_PRECISION_REDUCTION;
     mp_cu_blas_ok(mp_cu.blas.set_math_mode(mp_cu.handle, math), "cublasSetMathMode");
     mp_cu_blas_ok(mp_cu.blas.set_stream(mp_cu.handle, mp_cu.st), "cublasSetStream");

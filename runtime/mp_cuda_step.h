@@ -44,10 +44,12 @@
  * Environment: MP_CUDA_GRAPH=0 launches the step's kernels one by one
  * instead of replaying a graph (the first step always runs so: a warm-up
  * before capture); MP_CUDA_SYNC=1 does too and waits after every launch,
- * so that a failing kernel is named with the model's op and line; MP_CUDA_TF32=1 lets float32 products use
- * TF32; MP_CUDA_DEVICE=n picks a GPU; MP_CUBLAS=path picks libcublas;
+ * so that a failing kernel is named with the model's op and line;
+ * MP_CUDA_DEVICE=n picks a GPU; MP_CUBLAS=path picks libcublas;
  * MP_CUDA_VERBOSE=1 prints the GPU and the device memory used at start;
- * MP_CUDA_DATA=0 gathers every batch on the host (see mp_cu_plan_data). */
+ * MP_CUDA_DATA=0 gathers every batch on the host (see mp_cu_plan_data).
+ * TF32 products are the model's choice (float32_matmul, MpCuModel.tf32),
+ * not the environment's. */
 #ifndef MP_CUDA_STEP_H
 #define MP_CUDA_STEP_H
 

@@ -420,10 +420,25 @@ static inline MP_HD void mp_st(void *p, int dt, int64_t i, float v)
     }
 }
 
-/* v rounded to type dt and read back: what storing it would keep. */
+/* v rounded to TF32 (8 exponent bits, 10 mantissa bits: f32 with its low
+ * 13 bits cleared), to nearest, ties to even, kept in an f32: a product's
+ * operands under float32_matmul = "tf32" (PRECISION.md). Subnormals round
+ * the same way; past TF32's largest value (0x1.ffcp127) a value rounds to
+ * infinity; infinities stay; NaN stays NaN (made quiet, its sign kept). */
+static inline MP_HD float mp_round_tf32(float v)
+{
+    uint32_t x = mp_f32_bits(v);
+    if ((x & 0x7fffffffu) > 0x7f800000u)
+        return mp_bits_f32((x | 0x00400000u) & 0xffffe000u);
+    return mp_bits_f32((x + 0x0fffu + ((x >> 13) & 1u)) & 0xffffe000u);
+}
+
+/* v rounded to type dt and read back: what storing it would keep (MP_TF32:
+ * a rounding only, mp_round_tf32). */
 static inline MP_HD float mp_round(float v, int dt)
 {
     switch (dt) {
+    case MP_TF32: return mp_round_tf32(v);
     case MP_F16:  return mp_f16_to_f32(mp_f32_to_f16(v));
     case MP_BF16: return mp_bf16_to_f32(mp_f32_to_bf16(v));
     default:      return v;
@@ -721,10 +736,16 @@ static inline void mp_add_beta(const void *p, int dt, int64_t off, int64_t n,
  * would, and, when d is not NULL, the dt values (f16 / bf16) stored to
  * d[0..n) too: one conversion serves both. Bit-identical to mp_st and
  * mp_round on each value; 8 at a time in registers where the CPU has the
- * instructions. The fused groups' chunks. Other types: nothing to do. */
+ * instructions. The fused groups' chunks. MP_TF32: each value rounded
+ * (mp_round_tf32), nothing stored. Other types: nothing to do. */
 static inline void mp_round_st_n(float *x, int dt, void *d, int64_t n)
 {
     int64_t i = 0;
+    if (dt == MP_TF32) {       /* never stored: d is NULL */
+        for (; i < n; i++)
+            x[i] = mp_round_tf32(x[i]);
+        return;
+    }
     if (dt != MP_F16 && dt != MP_BF16)
         return;
 #ifdef MP_X86

@@ -21,9 +21,10 @@
  * vector conversions (F16C, AVX2) one source run at a time and spreads the
  * runs over the panels with register transposes; it also rounds f32
  * operands to f16/bf16 when asked (around / bround: a cast fused into the
- * product). A tile is rounded and stored only when all of K is summed, so
- * storage types cost nothing in the inner loop. Panels are zero-padded to
- * MR and NR, so the micro-kernel has no edge cases. The micro-kernel is
+ * product), or to TF32 (float32_matmul = "tf32": mp_gemm_tf32). A tile
+ * is rounded and stored only when all of K is summed, so storage types
+ * cost nothing in the inner loop. Panels are zero-padded to MR and NR, so
+ * the micro-kernel has no edge cases. The micro-kernel is
  * 6x16 in AVX2+FMA intrinsics on any x86 CPU that has them (chosen at run
  * time, so a plain `cc -O2` build gets it too; MP_CPU=portable|avx2 forces
  * the choice, mp_vmath.h), else 6x8 in GCC/Clang vector extensions or
@@ -71,7 +72,7 @@ typedef struct MpGemm {
     void *C; int cdt; int64_t ldc;
     const void *bias; int biasdt;   /* NULL, or added before rounding: */
     int bias_per_row;               /* 0: bias[N] to each row; 1: bias[M] to each column */
-    int around, bround;   /* 0, or MP_F16 / MP_BF16: operand A (B) is stored as f32 and is
+    int around, bround;   /* 0, or MP_F16 / MP_BF16 / MP_TF32: operand A (B) is stored as f32 and is
                              rounded to that type while packing, so the product equals the
                              product of the operand cast first (a cast fused into the GEMM) */
     void (*epi)(const void *ctx, float *v, int64_t i, int64_t j0, int64_t n);
@@ -783,11 +784,32 @@ static inline void mp_gemm_cblas(const MpGemm *g)
 }
 #endif
 
+/* float32_matmul = "tf32" (PRECISION.md): set by the C program's
+ * model_setup() (the CUDA stand-in's products: mp_cu_blas_open). A product
+ * whose operands are both f32 (stored so and not rounded to f16 / bf16)
+ * then has them rounded to TF32 while packing, as cuBLAS's TF32 mode does
+ * on the GPU; the sums stay f32. */
+static int mp_gemm_tf32;
+/* --gradcheck (mp_train.h): products stay f32 whatever float32_matmul says,
+ * on both programs: a difference quotient over a step smaller than TF32's
+ * spacing would see rounded operands stand still. */
+static int mp_gemm_exact;
+
+/* Whether operand X (type dt, rounded to rnd) enters the product as f32. */
+static inline int mp_gemm_f32_operand(int dt, int rnd) { return dt == MP_F32 && (rnd == 0 || rnd == MP_F32); }
+
 /* C = alpha op(A) op(B) + beta C (+ bias): the one entry point. */
 static inline void mp_gemm_ex(const MpGemm *g)
 {
     if (g->M <= 0 || g->N <= 0)
         return;
+    MpGemm t;
+    if (mp_gemm_tf32 && !mp_gemm_exact && mp_gemm_f32_operand(g->adt, g->around) &&
+        mp_gemm_f32_operand(g->bdt, g->bround)) {
+        t = *g;
+        t.around = t.bround = MP_TF32;
+        g = &t;
+    }
 #ifdef MP_USE_CBLAS
     if (g->K > 0) {
         mp_gemm_cblas(g);

@@ -47,6 +47,9 @@
 enum { MP_F32 = 1, MP_F16 = 2, MP_BF16 = 3, MP_I32 = 4, MP_U8 = 5, MP_U16 = 6 };
 /* Only in files (safetensors): --init's F64, --export's num_batches_tracked. */
 enum { MP_F64 = 7, MP_I64 = 8 };
+/* A rounding only, never a storage type: a product's f32 operands rounded
+ * to TF32 (float32_matmul = "tf32"; mp_round_tf32, MpGemm.around). */
+enum { MP_TF32 = 16 };
 
 /* Parameter initialisers: values equal mpcc's InitKind. */
 enum { MP_INIT_ZEROS, MP_INIT_ONES, MP_INIT_CONSTANT, MP_INIT_NORMAL,

@@ -338,6 +338,7 @@ static inline void mp_configure(MpTrainer *t, const MpOpts *o)
 /* --gradcheck: initialised parameters and batch buffers, no data. */
 static inline int mp_gradcheck_run(MpTrainer *t, const MpOpts *o, MpErr *e)
 {
+    mp_gemm_exact = 1;             /* no TF32 products (float32_matmul) here */
     mp_configure(t, o);
     if (mp_alloc(t, e) || mp_init_params(t->m, t->seed, e))
         return 1;

@@ -72,6 +72,39 @@ static void op_half(int bf)
 static void op_f16(void) { op_half(0); }
 static void op_bf16(void) { op_half(1); }
 
+/* tf32: N values -> out0 mp_round(x, MP_TF32) one at a time, out1 the
+ * same in place by mp_round_n, out2 through the GEMM under float32_matmul
+ * "tf32" (x as an [N, 1] by [1, 1] product with 1: the packed, rounded
+ * operand itself) */
+static void op_tf32(void)
+{
+    int64_t n = arg[0];
+    float *x = rdf(0, n), *one = buf(1), *a = buf(n), *b = buf(n), *c = buf(n);
+    for (int64_t i = 0; i < n; i++)
+        a[i] = mp_round(x[i], MP_TF32);
+    memcpy(b, x, (size_t)n * sizeof *x);
+    mp_round_n(b, MP_TF32, n);
+    one[0] = 1.0f;
+    mp_gemm_tf32 = 1;
+    mp_gemm(0, 0, n, 1, 1, 1.0f, x, F32, 1, one, F32, 1, 0.0f, c, F32, 1);
+    mp_gemm_tf32 = 0;
+    wrf(0, a, n); wrf(1, b, n); wrf(2, c, n);
+}
+
+/* linear_tf32 M N K: x [M, K], w [N, K], b [N] -> y = x w^T + b with
+ * mp_gemm_tf32 set (operands rounded to TF32 while packing), then y
+ * without it */
+static void op_linear_tf32(void)
+{
+    int64_t M = arg[0], N = arg[1], K = arg[2];
+    float *x = rdf(0, M * K), *w = rdf(1, N * K), *b = rdf(2, N), *y = buf(M * N), *y32 = buf(M * N);
+    mp_gemm_tf32 = 1;
+    mp_k_linear(y, F32, x, F32, w, F32, b, F32, M, N, K);
+    mp_gemm_tf32 = 0;
+    mp_k_linear(y32, F32, x, F32, w, F32, b, F32, M, N, K);
+    wrf(0, y, M * N); wrf(1, y32, M * N);
+}
+
 /* f32 values as a new array of storage type dt (4 bytes per element is
  * enough for any type) */
 static void *as_dt(const float *x, int64_t n, int dt)
@@ -591,6 +624,7 @@ static const struct {
     {"rnn", op_rnn, 6},
     {"conv_transpose2d", op_conv_transpose2d, 16}, {"pad", op_pad, 15},
     {"upsample", op_upsample, 6}, {"group_norm", op_group_norm, 4},
+    {"tf32", op_tf32, 1}, {"linear_tf32", op_linear_tf32, 3},
 };
 
 int main(int argc, char **argv)

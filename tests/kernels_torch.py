@@ -113,6 +113,77 @@ def case_conversions(driver, tmp):
     report("bf16->f32 vs torch", ok, back.view(np.uint32), dec.view(np.uint32))
 
 
+# ---- TF32 (float32_matmul = "tf32") --------------------------------------------
+
+def tf32_reference(x):
+    """x (f32) rounded to TF32 to nearest, ties to even, by arithmetic in
+    float64 rather than on bits: the spacing of TF32 values at |x| is
+    2^(e - 10), e = x's binary exponent (at least -126: subnormals share
+    the smallest normal's spacing); np.round rounds halves to even; past
+    the largest TF32 value (2^128 - 2^117) a value rounds to infinity."""
+    with np.errstate(invalid="ignore"):   # signalling NaNs become quiet
+        v = x.astype(np.float64)
+    fin = np.isfinite(v)
+    _, e = np.frexp(np.where(fin, v, 1.0))          # v = m 2^e, 0.5 <= |m| < 1
+    spacing = np.ldexp(1.0, np.maximum(e - 1, -126) - 10)
+    q = np.round(np.where(fin, v, 0.0) / spacing) * spacing
+    q = np.where(np.abs(q) >= 2.0**128, np.copysign(np.inf, v), q)
+    return np.where(fin, np.copysign(q, v), v).astype(np.float32)
+
+
+def tf32_inputs():
+    """10^7 f32 values: random bit patterns (every exponent, subnormals,
+    NaN and infinity patterns among them); random high bits with low 13
+    bits exactly halfway (0x1000: the ties, either parity) and one below
+    and above; random subnormals; values near the largest f32 and TF32;
+    zeros, infinities, quiet and signalling NaNs of both signs."""
+    def bits(n, lo_mask=0xffffffff, lo=0):
+        b = rng.integers(0, 2**32, size=n, dtype=np.uint64).astype(np.uint32)
+        return ((b & ~np.uint32(lo_mask)) | np.uint32(lo)).view(np.float32)
+    ties = [bits(1_000_000, 0x1fff, 0x1000 + d) for d in (0, -1, 1)]
+    sub = (rng.integers(0, 2**23, 1_000_000, dtype=np.uint64).astype(np.uint32) |
+           (rng.integers(0, 2, 1_000_000, dtype=np.uint64).astype(np.uint32) << 31)).view(np.float32)
+    top = (np.uint32(0x7f7f0000) + np.arange(0, 0x10000, dtype=np.uint32)).view(np.float32)
+    special = np.array([0x00000000, 0x80000000, 0x7f800000, 0xff800000, 0x7fc00000, 0xffc00000,
+                        0x7f800001, 0xff800001, 0x7f801000, 0x7fbfffff, 0x7f7fffff, 0x7f7fe000,
+                        0x7f7ff000, 0x7f7fefff, 0x00000001, 0x00001000, 0x00003000, 0x00800000,
+                        0x007fffff, 0x3f801000, 0x3f803000], dtype=np.uint32).view(np.float32)
+    parts = [bits(4_000_000)] + ties + [sub, -top, top, special,
+             rng.uniform(-1e4, 1e4, 1_000_000).astype(np.float32)]
+    x = np.concatenate(parts)
+    return np.concatenate([x, bits(10_000_000 - x.size)])
+
+
+def case_tf32(driver, tmp):
+    x = tf32_inputs()
+    want = tf32_reference(x)
+    nan = np.isnan(x)
+    for name, got in zip(("mp_round(MP_TF32)", "mp_round_n(MP_TF32)", "the GEMM's packing"),
+                         run(driver, tmp, "tf32", [x.size], [x], 3)):
+        ok = (got.view(np.uint32) == want.view(np.uint32)) | (nan & np.isnan(got))
+        if name.startswith("the GEMM"):     # its sum 0 + (-0) x 1 is +0
+            ok |= (got == 0) & (want == 0)
+        report("f32->tf32 %s vs nearest-even (%d values)" % (name, x.size), ok,
+               got.view(np.uint32), want.view(np.uint32))
+
+
+def case_linear_tf32(driver, tmp):
+    """a product under float32_matmul "tf32" equals the float64 product of
+    the operands rounded to TF32 (within f32 summation), and differs from
+    the f32 product by more than that (the rounding was done)"""
+    M, N, K = 37, 29, 300
+    x, w, b = f32(M, K), f32(N, K), f32(N)
+    y, y32 = run(driver, tmp, "linear_tf32", [M, N, K], [x, w, b], 2)
+    r = lambda a: tf32_reference(a).astype(np.float64)  # noqa: E731
+    want = r(x) @ r(w).T + b
+    check("linear tf32 vs rounded operands", y, want, 1e-5, 1e-6)
+    exact = (x.astype(np.float64) @ w.astype(np.float64).T + b).ravel()
+    check("linear without tf32 vs f32", y32, exact, 1e-5, 1e-6)
+    if np.abs(y - exact).max() < 100 * np.abs(y32 - exact).max():
+        failures.append("linear tf32: no further from the f32 product than f32 rounding")
+        print("FAIL", failures[-1])
+
+
 def report(name, ok, got, want):
     if ok.all():
         print("ok   %s" % name)
@@ -699,14 +770,14 @@ def main():
         print(__doc__)
         return 2
     driver = os.path.abspath(sys.argv[1])
-    cases = [case_conversions] if len(sys.argv) == 2 else []
+    cases = [case_conversions, case_tf32] if len(sys.argv) == 2 else []
     with tempfile.TemporaryDirectory() as tmp:
         for case in cases + [case_linear, case_conv2d, case_pools,
                      case_layer_norm, case_batch_norm, case_softmax, case_losses,
                      case_activations, case_attention, case_attention_opt, case_embedding,
                      case_elementwise2, case_rms_norm, case_rope, case_cross_entropy2, case_select,
                      case_extremum, case_route, case_rnn, case_conv_transpose2d, case_pad,
-                     case_upsample, case_group_norm]:
+                     case_upsample, case_group_norm, case_linear_tf32]:
             case(driver, tmp)
     if failures:
         print("\n%d comparisons failed" % len(failures))

@@ -15,6 +15,10 @@ Expectations use the dump's own names:
     copies:PARAM=f16       the parameter's working copies (comma list, or none)
     loss_scale=none        the loss scale kind
     nolowp                 no f16/bf16 type or compute anywhere
+
+Under float32_matmul "tf32" (the json's "float32_matmul"), the products
+that run on the GEMM and compute in f32 show compute tf32 (PRECISION.md):
+check_tf32 checks which do, then reads tf32 as f32 for the other rules.
 """
 import json
 import sys
@@ -43,6 +47,34 @@ LOADS_ANY_FLOAT = {"layer_norm", "rms_norm", "cross_entropy", "cross_entropy_gra
 
 def fail(msg):
     errors.append(msg)
+
+
+# products on the GEMM of both targets (compiler/prec.c prec_tf32); the
+# convolutions there too, but not depthwise ones (kernels of their own)
+TF32_ALWAYS = {"matmul", "linear", "matmul_tn", "gru", "lstm", "gru_grad", "lstm_grad"}
+TF32_CONV = {"conv2d", "conv2d_dx", "conv2d_dw", "conv_transpose2d", "conv_transpose2d_dx",
+             "conv_transpose2d_dw"}
+
+
+def check_tf32(plan):
+    on = plan.get("float32_matmul") == "tf32"
+    count = 0
+    for n in plan["nodes"]:
+        if n["compute"] == "tf32":
+            count += 1
+            if not on:
+                fail(f"#{n['id']} {n['op']} computes in tf32 without float32_matmul tf32")
+            if n["op"] not in TF32_ALWAYS | TF32_CONV:
+                fail(f"#{n['id']} {n['op']} computes in tf32 but is no product on the GEMM")
+            if n["type"] != "f32":
+                fail(f"#{n['id']} {n['op']}: a tf32 product stores {n['type']}, not f32")
+            n["compute"] = "f32"
+        elif on and n["op"] in TF32_ALWAYS and n["compute"] == "f32":
+            fail(f"#{n['id']} {n['op']}: an f32 product under float32_matmul tf32 shows f32")
+    if on and plan["summary"].get("tf32_ops") != count:
+        fail(f"summary tf32_ops {plan['summary'].get('tf32_ops')}, {count} nodes compute in tf32")
+    if not on and "tf32_ops" in plan["summary"]:
+        fail("summary has tf32_ops without float32_matmul tf32")
 
 
 def widest(types):
@@ -312,6 +344,7 @@ def check_expect(plan, e):
 def main():
     plan = json.load(sys.stdin)
     nodes = plan["nodes"]
+    check_tf32(plan)
     check_structure(plan)
     for n in nodes:
         if n["phase"] == "forward":

@@ -64,8 +64,35 @@ class LinearLowp(torch.autograd.Function):
         return r(g @ w), r(g.t() @ x), r(g.sum(0)), None
 
 
-def linear(x, layer, lowp):
-    """layer(x) in f32, or the lowp class of the plan when lowp is set."""
+def tf32(t):
+    """t rounded to TF32 (10 mantissa bits) to nearest, ties to even, in
+    t's own dtype: the spacing of TF32 values at |t| is 2^(e - 10), e its
+    binary exponent (at least -126); torch.round rounds halves to even."""
+    _, e = torch.frexp(t)
+    s = torch.clamp(e.to(torch.int64) - 1, min=-126) - 10
+    return torch.ldexp(torch.round(torch.ldexp(t, -s)), s)
+
+
+class LinearTf32(torch.autograd.Function):
+    """linear under float32_matmul "tf32" (PRECISION.md): each of its three
+    products (y, dx, dw) reads its two operands rounded to TF32 and sums in
+    the twin's dtype; the bias and its gradient are not products."""
+    @staticmethod
+    def forward(ctx, x, w, b):
+        ctx.save_for_backward(x, w)
+        return tf32(x) @ tf32(w).t() + b
+
+    @staticmethod
+    def backward(ctx, g):
+        x, w = ctx.saved_tensors
+        return tf32(g) @ tf32(w), tf32(g).t() @ tf32(x), g.sum(0)
+
+
+def linear(x, layer, lowp, use_tf32=False):
+    """layer(x) in f32, or the lowp class of the plan when lowp is set, or
+    on TF32 operands under float32_matmul "tf32"."""
+    if use_tf32:
+        return LinearTf32.apply(x, layer.weight, layer.bias)
     if lowp is None:
         return layer(x)
     return LinearLowp.apply(ToLowp.apply(x, lowp), ToLowp.apply(layer.weight, lowp),
@@ -83,8 +110,11 @@ def xent(logits, labels):
 class MnistMlp(nn.Module):
     """examples/mnist_mlp.mp (LANGUAGE.md's model), any hidden width. With
     lowp set (a torch dtype), the mixed precision plan is emulated: h in
-    lowp, `logits: f32` in f32 (mpcc --dump-plan examples/mnist_mlp.mp)."""
+    lowp, `logits: f32` in f32 (mpcc --dump-plan examples/mnist_mlp.mp).
+    With tf32 set, float32_matmul "tf32" under float32: both layers'
+    products on TF32 operands."""
     lowp = None
+    tf32 = False
 
     def __init__(self, H=512, **_):
         super().__init__()
@@ -93,10 +123,10 @@ class MnistMlp(nn.Module):
 
     def forward(self, b):
         x = b["image"].to(self.h.weight.dtype) / 255
-        h = F.relu(linear(x, self.h, self.lowp))
+        h = F.relu(linear(x, self.h, self.lowp, self.tf32))
         if self.lowp is not None:
             h = FromLowp.apply(h, self.lowp)
-        logits = self.logits(h)
+        logits = linear(h, self.logits, None, self.tf32)
         return xent(logits, b["label"]), {"accuracy": accuracy(logits, b["label"])}
 
 

@@ -341,7 +341,11 @@ def cmd_check(a):
     net, bad = check_load(init, mp, dtype)
     if bad:
         sys.exit(f"ref.py: {a.init} does not fit the twin: {bad}")
-    if a.emulate:
+    if a.emulate == "tf32":
+        if not hasattr(net, "tf32"):
+            sys.exit(f"ref.py: the twin of '{mp['name']}' cannot emulate float32_matmul tf32")
+        net.tf32 = True
+    elif a.emulate:
         if not hasattr(net, "lowp"):
             sys.exit(f"ref.py: the twin of '{mp['name']}' cannot emulate a lowp plan")
         net.lowp = {"f16": torch.float16, "bf16": torch.bfloat16}[a.emulate]
@@ -359,6 +363,7 @@ def cmd_check(a):
         compare_tensors(ckpt, net, opt, {k: v.astype(np.float64) for k, v in init.items()}, a.ptol, errs)
     loaded, bad = check_load(ckpt, mp, dtype)
     loaded.lowp = getattr(net, "lowp", None)    # evaluate as the trainer does
+    loaded.tf32 = getattr(net, "tf32", False)
     if bad:
         errs.append(f"load_state_dict into torch: mismatched keys {bad}")
     if a.eval:
@@ -434,8 +439,9 @@ def main():
     p.add_argument("--ptol", type=float, default=1e-2, help="0: do not compare tensors")
     p.add_argument("--etol", type=float, default=1e-4)
     p.add_argument("--dtype", default="float32")
-    p.add_argument("--emulate", choices=["f16", "bf16"],
-                   help="the twin rounds as the mixed precision plan does (twins with `lowp`)")
+    p.add_argument("--emulate", choices=["f16", "bf16", "tf32"],
+                   help="the twin rounds as the mixed precision plan does (twins with `lowp`), "
+                   "or its products' operands to TF32 (float32_matmul, twins with `tf32`)")
     p.add_argument("--min-diff", type=float, default=0,
                    help="mixed precision: the losses must differ at least this much somewhere")
     p.add_argument("--report", help="(batch) where this check's output goes")
