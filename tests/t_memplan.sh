@@ -83,6 +83,7 @@ while read -r mp; do
     b=$(smallest "$mp" --fuse) && [ -n "$b" ] || { bad "$n: no smallest budget named"; continue; }
     u=$(smallest "$mp" --no-fuse) && [ -n "$u" ] || { bad "$n: no smallest budget named (--no-fuse)"; continue; }
     echo "$b" >"$tmp/$n.budget"
+    # (t_fuse.sh builds this same program, as its fused one: one build, cached)
     echo "build_trainer $mp $tmp/$n.none --fuse -- -O0"
     echo "build_trainer $mp $tmp/$n.fuse --fuse --memory-budget $b -- -O0"
     echo "build_trainer $mp $tmp/$n.no-fuse --no-fuse --memory-budget $u -- -O0"
