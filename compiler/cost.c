@@ -152,41 +152,12 @@ static double att_flops(const IrNode *q, const IrNode *k, bool causal, double pe
     return per * bh * att_pairs(T, (double)k->shape.d[2], causal) * D;
 }
 
-/* The (query, key) pairs of the 64 x 64 tiles the Tensor Core kernels
- * walk for B H heads (causal: the tiles at or left of the diagonal). */
-static double att_tile_pairs(const IrNode *q, const IrNode *k, bool causal)
-{
-    const Shape *s = &q->shape;
-    int64_t T = s->d[2], Tk = k->shape.d[2];
-    double pairs = 0;
-    for (int64_t i0 = 0; i0 < T; i0 += 64) {
-        int64_t keys = causal && i0 + 64 < Tk ? i0 + 64 : Tk;
-        pairs += 64.0 * (double)((keys + 63) / 64 * 64);
-    }
-    return (double)s->d[0] * (double)s->d[1] * pairs;
-}
-
-/* The groups of heads the Tensor Cores' backward runs (mp_cu_fa_ds_group:
- * as many heads as keep their dS tiles, 2 bytes a pair, within 32 MiB, so
- * attention_grad_q_tc reads back from L2 what attention_grad_kv_tc wrote:
- * no bytes of memory here), a launch of each of the two kernels a group. */
-static int att_groups(const IrNode *q, const IrNode *k, bool causal)
-{
-    double bh = (double)q->shape.d[0] * (double)q->shape.d[1];
-    double head = att_tile_pairs(q, k, causal) / bh * 2;
-    double g = floor((double)(32 << 20) / head);
-    g = g < 1 ? 1 : g > bh ? bh : g;
-    return (int)ceil(bh / g);
-}
-
 /* The work of the CUDA program's attention kernels, in FLOPs (time is
  * work over the rate; the table's FLOPs stay the model's):
  *   f16 / bf16, head size up to 64 (MP_CU_FA_DMAX): Tensor Cores
  *     (runtime/mp_cuda_flash.h), per (query, key) pair of every tile of
- *     64 x 64 walked (att_tile_pairs), D' = D rounded up to 16, 32 or 64
- *     (mp_cu_fa_width, every kernel): 4 D' forward, 10 D' backward (the
- *     forward's log-sum-exp kept: attention_grad_kv_tc the scores, dP, dv,
- *     dk; attention_grad_q_tc dq from the dS tiles the first wrote);
+ *     64 x 64 walked (causal: the tiles at or left of the diagonal), D'
+ *     = D rounded up to 16, 32 or 64: 4 D' forward, 18 D' backward;
  *   otherwise the f32 tiles (mp_cuda_ops.h) on CUDA cores, per pair: 6 D
  *     forward (the scores for the max and sum, again for P; P v), 20 D
  *     backward (attention_grad_q: the scores three times, dP twice, dq;
@@ -195,12 +166,18 @@ static double att_work(const IrNode *n, const IrNode *q, const IrNode *k, bool c
 {
     const Shape *s = &q->shape;
     double bh = (double)s->d[0] * (double)s->d[1], D = (double)s->d[3];
+    int64_t T = s->d[2], Tk = k->shape.d[2];
     bool fwd = n->op == OP_ATTENTION;
     *tc = (n->compute == DT_F16 || n->compute == DT_BF16) && D <= 64;
     if (!*tc)
-        return (fwd ? 6 : 20) * bh * att_pairs((double)s->d[2], (double)k->shape.d[2], causal) * D;
-    double dp = D <= 16 ? 16 : D <= 32 ? 32 : 64;
-    return (fwd ? 4 : 10) * att_tile_pairs(q, k, causal) * dp;
+        return (fwd ? 6 : 20) * bh * att_pairs((double)T, (double)Tk, causal) * D;
+    int64_t dp = D <= 16 ? 16 : D <= 32 ? 32 : 64;
+    double pairs = 0;
+    for (int64_t i0 = 0; i0 < T; i0 += 64) {
+        int64_t keys = causal && i0 + 64 < Tk ? i0 + 64 : Tk;
+        pairs += 64.0 * (double)((keys + 63) / 64 * 64);
+    }
+    return (fwd ? 4 : 18) * bh * pairs * (double)dp;
 }
 
 /* Per-element FLOPs of the ops that are not products or copies. */
@@ -292,17 +269,14 @@ CostOp cost_op(const IrGraph *g, const IrNode *n)
         c.flops = (n->ia[2] ? 8.0 : n->op == OP_UPSAMPLE ? 0.0 : 1.0) *
                   (n->op == OP_UPSAMPLE ? out : numel(n->in[0]));
         break;
-    case OP_ATTENTION:             /* + the rows' log-sum-exp (memplan_lse_offset) */
+    case OP_ATTENTION:
         c.flops = att_flops(n->in[0], n->in[1], n->ia[0] != 0, 4);
         c.work = att_work(n, n->in[0], n->in[1], n->ia[0] != 0, &tc);
-        c.wr += out / (double)n->shape.d[3] * 4;
         c.product = true;
         break;
-    case OP_ATTENTION_GRAD:        /* (dy, q, k, v, y): + y's lse */
+    case OP_ATTENTION_GRAD:        /* (dy, q, k, v) */
         c.flops = att_flops(n->in[1], n->in[2], n->ia[0] != 0, 8);
         c.work = att_work(n, n->in[1], n->in[2], n->ia[0] != 0, &tc);
-        c.rd += numel(n->in[0]) / (double)n->in[0]->shape.d[3] * 4;
-        c.launches = tc ? 1 + 2 * att_groups(n->in[1], n->in[2], n->ia[0] != 0) : 2;
         c.product = true;
         break;
     case OP_GRU: case OP_LSTM:     /* (gi [B, T, G], w_hh [G, H]): a product per step + cells */

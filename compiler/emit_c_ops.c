@@ -375,14 +375,12 @@ void emit_c_MSE_GRAD(Emit *e, const IrNode *n)
 /* mp_k_attention(y, q, k, v, BH, T, T', D, causal, cdt) and
  * mp_k_attention_grad(g, dy, q, k, v, ...): the same tail of arguments;
  * with a mask or a scale, mp_k_attention_opt / _grad_opt and the options
- * (MpAttnOpt) last. The mask is the last input (after y in attention_grad,
- * which the C program does not read: it recomputes the rows' statistics). */
+ * (MpAttnOpt) last. The mask is the last input (of nq + 1). */
 static void attention(Emit *e, const IrNode *n, const char *k, const IrNode *f, int nq)
 {
     const IrNode *q = f->in[0];
     long long t = emit_dim(q, -2), d = emit_dim(q, -1);
-    int ni = nq + (n != f);        /* attention_grad's y: the CUDA program's (its lse) */
-    const char *opt = emit_attention_opt(e, f, n->nin > ni ? IN(ni) : NULL);
+    const char *opt = emit_attention_opt(e, f, n->nin > nq ? IN(nq) : NULL);
     if (opt)
         em(e, "    {\n        const MpAttnOpt o = %s;\n", opt);
     em(e, "%smp_k_%s%s(%s, ", opt ? "        " : "    ", k, opt ? "_opt" : "", arg(e, n));

@@ -371,32 +371,20 @@ void emit_cuda_MSE_GRAD(Emit *e, const IrNode *n)
 }
 
 /* ---- attention: q, y [B, H, T, D], k, v [B, H, T', D] seen as [B*H, T, D] ---------------------- */
-/* y's rows' log-sum-exp: after y in its buffer (memplan_lse_offset) */
-static const char *lse(Emit *e, const IrNode *y)
-{
-    return arena_printf(e->a, "(float *)((unsigned char *)%s + %lld)", C(y), (long long)memplan_lse_offset(y));
-}
-
-/* nq tensor inputs (attention_grad: dy, q, k, v, then y and its lse), then
- * the mask (if any): the options (MpAttnOpt) last */
+/* nq tensor inputs, then the mask (if any): the options (MpAttnOpt) last */
 static void attention(Emit *e, const IrNode *n, const char *k, const IrNode *f, int nq)
 {
     const IrNode *q = f->in[0];
     long long t = emit_dim(q, -2), d = emit_dim(q, -1);
-    bool grad = n != f;
-    const char *opt = emit_attention_opt(e, f, n->nin > nq + grad ? IN(nq + grad) : NULL);
+    const char *opt = emit_attention_opt(e, f, n->nin > nq ? IN(nq) : NULL);
     if (opt)
         em(e, "    {\n        const MpAttnOpt o = %s;\n", opt);
     em(e, "%smp_cu_%s<%s", opt ? "        " : "    ", k, ty(n));
-    for (int i = 0; i < nq + grad; i++)
+    for (int i = 0; i < nq; i++)
         em(e, ", %s", ty(IN(i)));
     em(e, ">(%s, ", C(n));
-    if (!grad)
-        em(e, "%s, ", lse(e, n));
     for (int i = 0; i < nq; i++)
         em(e, "%s, ", C(IN(i)));
-    if (grad)
-        em(e, "%s, %s, ", C(IN(nq)), lse(e, IN(nq)));
     em(e, "\n                   %lld, %lld, %lld, %lld, %d, %s%s);\n", N(q) / (t * d), t,
        emit_dim(f->in[1], -2), d, (int)f->ia[0], mpdt(f->compute), opt ? ", &o" : "");
     if (opt)

@@ -6,18 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-int64_t memplan_lse_offset(const IrNode *n)
-{
-    int64_t y = shape_numel(&n->shape) * dt_size(n->type);
-    return (y + MEMPLAN_ALIGN - 1) / MEMPLAN_ALIGN * MEMPLAN_ALIGN;
-}
-
-int64_t memplan_bytes(const IrNode *n)
-{
-    if (n->op == OP_ATTENTION)     /* y, then [B, H, T] f32 */
-        return memplan_lse_offset(n) + shape_numel(&n->shape) / n->shape.d[n->shape.rank - 1] * 4;
-    return shape_numel(&n->shape) * dt_size(n->type);
-}
+int64_t memplan_bytes(const IrNode *n) { return shape_numel(&n->shape) * dt_size(n->type); }
 
 static BufKind kind_of(const IrNode *n)
 {

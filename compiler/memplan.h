@@ -64,13 +64,7 @@ int64_t memplan_step_bytes(const MemPlan *mp);
  * keeps it in registers: the CUDA program's cuBLAS writes it there, and
  * both targets keep one memory plan (the C program leaves it unwritten). */
 MemPlan *memplan_build(Arena *a, const IrGraph *g);
-int64_t  memplan_bytes(const IrNode *n);   /* numel x element size; attention: + its lse */
-
-/* Attention's buffer holds y, then (from this byte offset, aligned) each
- * query row's log-sum-exp as f32 ([B, H, T]): the CUDA program's Tensor
- * Cores forward writes it and its backward reads it, so the plan keeps it
- * as long as y (attention_grad reads y). */
-int64_t  memplan_lse_offset(const IrNode *n);
+int64_t  memplan_bytes(const IrNode *n);   /* numel x element size */
 
 /* Before fusion: a cast the plan inserted whose every reader converts while
  * it loads (layer_norm, rms_norm, cross_entropy and their gradients read

@@ -315,25 +315,23 @@ static inline double mp_cu_fa_fmas(int64_t BH, int64_t T, int64_t Tk, int64_t D,
 }
 
 /* ---- the backward on Tensor Cores ------------------------------------------------
- * FlashAttention-2's FLOPs without its atomics: the forward's row
- * log-sum-exp (lse, [BH T] f32 the memory plan keeps beside y: it is
- * appended to y's buffer, memplan_bytes) and D = rowsum(dy y) stand for the
- * statistics the probabilities need, so every score is made once:
- *   attention_grad_d_tc, per 64 query rows: D of each row (f32 sums of
- *     dy y as stored) into the op's work space;
+ * Two kernels and no atomics (as the f32 tiles), each 4 warps over 16-row
+ * slices of a tile of 64, the products mma.sync's in chunks of 16 so that
+ * a chunk's scores and dP are one A fragment:
+ *   attention_grad_q_tc, per query tile: pass 1 over the key tiles it sees,
+ *     S = q k^T and dP = dy v^T, the rows' running max m, sum l of exp and
+ *     sum of exp dP (online: both rescaled when m grows), so D = that / l
+ *     = rowsum(P dP); pass 2, S and dP again, dS = P (dP - D) scale rounded
+ *     to the compute type (mp_cu_att_ds, as the C program) and dq += dS k;
+ *     leaves each row's m, l, D (st, [BH T, 3] floats of the op's work space);
  *   attention_grad_kv_tc, per key tile (warp w: keys 16 w..16 w + 15): over
- *     the query tiles that see it, S^T = k q^T and dP^T = v dy^T, P^T =
- *     exp(S - lse) (mp_cu_att_p, rounded: Pr), dS^T = P (dP - D) scale
- *     rounded to the compute type (mp_cu_att_ds, as the C program), dv +=
- *     Pr^T dy and dk += dS^T q; each dS tile also goes to the work space
- *     (the compute type, [BH, T rounded up to 64, T' rounded up to 64]);
- *   attention_grad_q_tc, per query tile: over the key tiles it sees, the
- *     dS tile and k staged, dq += dS k.
- * Chunks of 16 keys (queries), so a chunk's scores and dP are one A
- * fragment. Per (query, key) pair and D': 2 + 2 + 2 + 2 (_kv) + 2 (_q): the
- * 10 FLOPs FlashAttention-2 counts (which adds dq atomically instead of
- * reading dS back: 4 bytes a pair of memory traffic that keeps the sums in
- * one order); mp_cu_fa_bwd_fmas counts it from the loops. */
+ *     the query tiles that see it, S^T = k q^T and dP^T = v dy^T, P^T from
+ *     the rows' m and l (mp_cu_att_p, rounded: Pr), dS^T, dv += Pr^T dy and
+ *     dk += dS^T q.
+ * Per (query, key) pair and D': 2 + 2 (pass 1) + 2 + 2 + 2 (pass 2) + 2 + 2
+ * + 2 + 2: 18 FLOPs against FlashAttention-2's 10 (which keeps the
+ * forward's log-sum-exp and rowsum(dy y), and adds dq atomically):
+ * mp_cu_fa_bwd_fmas counts it. */
 
 /* chunk kc (16 rows of the staged tile bs) as the B operand of an n-tile
  * pair: rows 8 n + g of bs, d from kk (the "k^T" reading: B[d][row]) */
@@ -388,112 +386,105 @@ static inline MP_HD void mp_cu_fa_a(uint32_t fa[4], const float x[2][4], int bf)
     fa[3] = mp_cu_fa_pack(x[1][2], x[1][3], bf);
 }
 
-/* The backward's problem: the forward's, with dy, y and its lse, and the
- * gradient g [BH, T + 2 T', D] (dq, dk, dv a head) in place of y. */
+/* The backward's problem: the forward's, with dy and the gradient g
+ * [BH, T + 2 T', D] (dq, dk, dv a head) in place of y. */
 struct MpCuFaB {
     MpCuFa a;
-    const void *dy, *y;
-    int dydt, ydt;
-    const float *lse;              /* [BH T]: the forward's m + log l */
-    float *dd;                     /* [BH T]: D = rowsum(dy y), work space */
-    uint16_t *ds;                  /* dS of a group of heads, work space */
+    const void *dy;
+    int dydt;
+    float *st;                     /* [BH T, 3]: m, l, D */
     int64_t nkt;                   /* key tiles of 64 a head */
-    int64_t h0;                    /* the group's first head */
 };
 
-/* The 64 x 64 tiles of dS a head's query tiles before qt walk (causal: key
- * tiles 0..qt, at most nkt; else all nkt). */
-static inline MP_HD int64_t mp_cu_fa_ds_tiles(int64_t qt, int64_t nkt, int causal)
-{
-    if (!causal)
-        return qt * nkt;
-    return qt <= nkt ? qt * (qt + 1) / 2 : nkt * (nkt + 1) / 2 + (qt - nkt) * nkt;
-}
-
-/* The bytes of a head's dS tiles, and the heads of a group: as many as
- * keep the group's dS within MP_CU_FA_DS_MAX, so that attention_grad_q_tc
- * reads back from L2 what attention_grad_kv_tc wrote (the work space is
- * the same bytes for every group), at least one. */
-#ifndef MP_CU_FA_DS_MAX
-#define MP_CU_FA_DS_MAX (32 << 20)
-#endif
-static inline int64_t mp_cu_fa_ds_head(int64_t T, int64_t Tk, int causal)
-{
-    return mp_cu_fa_ds_tiles((T + MP_CU_FA_BR - 1) / MP_CU_FA_BR, (Tk + 63) / 64, causal) * 64 * 64 * 2;
-}
-static inline int64_t mp_cu_fa_ds_group(int64_t BH, int64_t T, int64_t Tk, int causal)
-{
-    int64_t g = MP_CU_FA_DS_MAX / mp_cu_fa_ds_head(T, Tk, causal);
-    return g < 1 ? 1 : g > BH ? BH : g;
-}
-
-/* dS of (query i, key j) of head h (of the group from b.h0) in the work
- * space: tile by tile, a tile's 64 rows of 64 one after the other */
-static inline MP_HD int64_t mp_cu_fa_ds_at(const MpCuFaB &b, int64_t h, int64_t i, int64_t j)
-{
-    int64_t per = mp_cu_fa_ds_tiles(b.a.nqt, b.nkt, b.a.causal);
-    int64_t tile = (h - b.h0) * per + mp_cu_fa_ds_tiles(i / 64, b.nkt, b.a.causal) + j / 64;
-    return tile * 64 * 64 + i % 64 * 64 + j % 64;
-}
-
-/* D of each query row: item (head, query tile of 64), a thread a row. */
-struct MpCuFaRowsD {
-    static constexpr int most = MP_CU_FA_NT;
-    MpCuFaB b;
-    MP_HD void operator()(int64_t it, const MpCuTeam &t) const
-    {
-        const MpCuFa &a = b.a;
-        int64_t h = it / a.nqt, i0 = it % a.nqt * MP_CU_FA_BR;
-        for (int r = t.tid; r < MP_CU_FA_BR; r += t.nt) {
-            int64_t i = i0 + r, at = (h * a.T + i) * a.D;
-            if (i >= a.T)
-                continue;
-            float s = 0.0f;
-            for (int64_t d = 0; d < a.D; d++)
-                s += mp_cu_ld(b.dy, b.dydt, at + d) * mp_cu_ld(b.y, b.ydt, at + d);
-            b.dd[h * a.T + i] = s;
-        }
-    }
-};
-
-/* dq of a query tile: item (head, query tile); dq += dS k over the key
- * tiles it sees, the dS tile (64 x 64, from attention_grad_kv_tc) and k
- * staged. */
 template <int DP>
 struct MpCuFaDq {
     static constexpr int most = MP_CU_FA_NT;
-    static constexpr int LS = 64 + MP_CU_FA_PAD;   /* a staged dS row */
     MpCuFaB b;
     MP_HD void operator()(int64_t it, const MpCuTeam &t) const
     {
-        MP_CU_SHARED_DYN(sh, 64 * (DP + MP_CU_FA_PAD) * 2 + 64 * LS * 2, t);
+        MP_CU_SHARED_DYN(sh, 4 * 64 * (DP + MP_CU_FA_PAD) * 2, t);
         const MpCuFa &a = b.a;
-        const int w = t.tid / 32, lane = t.tid % 32;
+        const int ld = DP + MP_CU_FA_PAD, w = t.tid / 32, lane = t.tid % 32;
         const int g = lane >> 2, c = (lane & 3) * 2;
-        int64_t h = b.h0 + it / a.nqt, i0 = it % a.nqt * MP_CU_FA_BR;
-        uint16_t *ks = sh, *dss = ks + 64 * (DP + MP_CU_FA_PAD);
+        int64_t h = it / a.nqt, i0 = it % a.nqt * MP_CU_FA_BR;
+        uint16_t *qs = sh, *dys = qs + 64 * ld, *ks = dys + 64 * ld, *vs = ks + 64 * ld;
+        float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, pd[2] = {0.0f, 0.0f};
         float dq[DP / 8][4];
         MP_CU_UNROLL
         for (int d = 0; d < DP / 8; d++)
             dq[d][0] = dq[d][1] = dq[d][2] = dq[d][3] = 0.0f;
+        t.sync();   /* the block's previous item is done with the tiles */
+        mp_cu_fa_stage<DP>(qs, 64, a.q, a.qdt, a.T, h, i0, a.D, a.bf, t);
+        mp_cu_fa_stage<DP>(dys, 64, b.dy, b.dydt, a.T, h, i0, a.D, a.bf, t);
         int64_t nk = mp_cu_fa_keys(&a, i0);
-        for (int64_t j0 = 0; j0 < nk; j0 += 64) {
-            t.sync();   /* the previous key tile's readers are done */
-            mp_cu_fa_stage<DP>(ks, 64, a.k, a.kdt, a.Tk, h, j0, a.D, a.bf, t);
-            const uint16_t *src = b.ds + mp_cu_fa_ds_at(b, h, i0, j0);   /* the tile, row by row */
-            for (int e = t.tid; e < 64 * 64; e += t.nt)
-                dss[e / 64 * LS + e % 64] = src[e];
-            t.sync();   /* staged: every warp sees them */
+        MP_CU_UNROLL   /* pass a constant in each copy: its arrays stay registers */
+        for (int pass = 0; pass < 2; pass++) {
+            float inv[2], dd[2];
             MP_CU_UNROLL
-            for (int kc = 0; kc < 4; kc++) {
-                const uint16_t *s0 = dss + (16 * w + g) * LS + 16 * kc + c, *s1 = s0 + 8 * LS;
-                uint32_t fa[4] = {mp_cu_fa_pair(s0, 1), mp_cu_fa_pair(s1, 1), mp_cu_fa_pair(s0 + 8, 1),
-                                  mp_cu_fa_pair(s1 + 8, 1)};
+            for (int r = 0; r < 2; r++) {   /* pass 1's sums (0 in pass 0) */
+                inv[r] = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
+                dd[r] = pd[r] * inv[r];
+            }
+            for (int64_t j0 = 0; j0 < nk; j0 += 64) {
+                t.sync();   /* the previous key tile's readers are done */
+                mp_cu_fa_stage<DP>(ks, 64, a.k, a.kdt, a.Tk, h, j0, a.D, a.bf, t);
+                mp_cu_fa_stage<DP>(vs, 64, a.v, a.vdt, a.Tk, h, j0, a.D, a.bf, t);
+                t.sync();   /* staged: every warp sees them */
                 MP_CU_UNROLL
-                for (int d = 0; d < DP / 8; d++) {
-                    uint32_t fb[2];
-                    mp_cu_fa_cols_b<DP>(fb, ks, kc, d, g, c);
-                    mp_cu_mma(t, dq[d], fa, fb, a.bf);
+                for (int kc = 0; kc < 4; kc++) {
+                    float s[2][4], dp[2][4];
+                    mp_cu_fa_chunk<DP>(s, qs, ks, w, kc, g, c, a.bf, t);    /* q k^T */
+                    mp_cu_fa_chunk<DP>(dp, dys, vs, w, kc, g, c, a.bf, t);  /* dy v^T */
+                    float mx[2] = {m[0], m[1]};
+                    MP_CU_UNROLL
+                    for (int nn = 0; nn < 2; nn++)
+                        MP_CU_UNROLL
+                        for (int e = 0; e < 4; e++) {
+                            int64_t i = i0 + 16 * w + g + (e >> 1) * 8;
+                            int64_t j = j0 + 16 * kc + 8 * nn + c + (e & 1);
+                            s[nn][e] = mp_cu_fa_score(&a, s[nn][e], h, i, j);
+                            mx[e >> 1] = s[nn][e] > mx[e >> 1] ? s[nn][e] : mx[e >> 1];
+                        }
+                    if (pass == 0) {   /* m, l, sum of exp dP */
+                        MP_CU_UNROLL
+                        for (int r = 0; r < 2; r++) {
+                            mx[r] = mp_cu_quad(t, mx[r], 0);
+                            float f = m[r] == -INFINITY ? 0.0f : mp_expf_p(m[r] - mx[r]);
+                            m[r] = mx[r];
+                            l[r] *= f;
+                            pd[r] *= f;
+                        }
+                        MP_CU_UNROLL
+                        for (int nn = 0; nn < 2; nn++)
+                            MP_CU_UNROLL
+                            for (int e = 0; e < 4; e++) {
+                                float p = mp_cu_att_p(s[nn][e], m[e >> 1], 1.0f);
+                                l[e >> 1] += p;
+                                pd[e >> 1] += p * dp[nn][e];
+                            }
+                        continue;
+                    }
+                    MP_CU_UNROLL
+                    for (int nn = 0; nn < 2; nn++)   /* dS, then dq += dS k */
+                        MP_CU_UNROLL
+                        for (int e = 0; e < 4; e++)
+                            s[nn][e] = mp_cu_att_ds(mp_cu_att_p(s[nn][e], m[e >> 1], inv[e >> 1]),
+                                                    dp[nn][e], dd[e >> 1], a.scale, a.bf ? MP_BF16 : MP_F16);
+                    uint32_t fa[4];
+                    mp_cu_fa_a(fa, s, a.bf);
+                    MP_CU_UNROLL
+                    for (int d = 0; d < DP / 8; d++) {
+                        uint32_t fb[2];
+                        mp_cu_fa_cols_b<DP>(fb, ks, kc, d, g, c);
+                        mp_cu_mma(t, dq[d], fa, fb, a.bf);
+                    }
+                }
+            }
+            if (pass == 0) {
+                MP_CU_UNROLL
+                for (int r = 0; r < 2; r++) {
+                    l[r] = mp_cu_quad(t, l[r], 1);
+                    pd[r] = mp_cu_quad(t, pd[r], 1);
                 }
             }
         }
@@ -509,6 +500,12 @@ struct MpCuFaDq {
                     if (8 * d + c + e < a.D)
                         mp_cu_st(a.o, a.odt, h * (a.T + 2 * a.Tk) * a.D + i * a.D + 8 * d + c + e,
                                  dq[d][2 * r + e]);
+            if (c == 0) {
+                float *st = b.st + (h * a.T + i) * 3;
+                st[0] = m[r];
+                st[1] = l[r];
+                st[2] = l[r] > 0.0f ? pd[r] / l[r] : 0.0f;
+            }
         }
     }
 };
@@ -523,7 +520,7 @@ struct MpCuFaDkv {
         const MpCuFa &a = b.a;
         const int ld = DP + MP_CU_FA_PAD, w = t.tid / 32, lane = t.tid % 32;
         const int g = lane >> 2, c = (lane & 3) * 2;
-        int64_t h = b.h0 + it / b.nkt, j0 = it % b.nkt * 64;
+        int64_t h = it / b.nkt, j0 = it % b.nkt * 64;
         uint16_t *ks = sh, *vs = ks + 64 * ld, *qs = vs + 64 * ld, *dys = qs + 64 * ld;
         float *sm = (float *)(dys + 64 * ld), *sinv = sm + 64, *sd = sinv + 64;
         float dk[DP / 8][4], dv[DP / 8][4];
@@ -539,15 +536,14 @@ struct MpCuFaDkv {
             t.sync();   /* the previous query tile's readers are done */
             mp_cu_fa_stage<DP>(qs, 64, a.q, a.qdt, a.T, h, i0, a.D, a.bf, t);
             mp_cu_fa_stage<DP>(dys, 64, b.dy, b.dydt, a.T, h, i0, a.D, a.bf, t);
-            for (int r = t.tid; r < 64; r += t.nt) {   /* a row past T or that sees no key: P 0 */
-                float m = i0 + r < a.T ? b.lse[h * a.T + i0 + r] : -INFINITY;
-                int in = m != -INFINITY;
-                sm[r] = in ? m : 0.0f;
-                sinv[r] = in ? 1.0f : 0.0f;
-                sd[r] = in ? b.dd[h * a.T + i0 + r] : 0.0f;
+            for (int r = t.tid; r < 64; r += t.nt) {
+                const float *st = b.st + (h * a.T + i0 + r) * 3;
+                int in = i0 + r < a.T && st[1] > 0.0f;
+                sm[r] = in ? st[0] : 0.0f;
+                sinv[r] = in ? 1.0f / st[1] : 0.0f;
+                sd[r] = in ? st[2] : 0.0f;
             }
             t.sync();   /* staged: every warp sees them */
-            uint16_t *dst = b.ds + mp_cu_fa_ds_at(b, h, i0, j0);   /* this tile's dS */
             MP_CU_UNROLL
             for (int qc = 0; qc < 4; qc++) {
                 float s[2][4], dp[2][4];
@@ -562,7 +558,6 @@ struct MpCuFaDkv {
                         float p = mp_cu_att_p(mp_cu_fa_score(&a, s[nn][e], h, i0 + r, j), sm[r], sinv[r]);
                         s[nn][e] = p;
                         dp[nn][e] = mp_cu_att_ds(p, dp[nn][e], sd[r], a.scale, a.bf ? MP_BF16 : MP_F16);
-                        dst[r * 64 + j - j0] = (uint16_t)mp_cu_fa_half(dp[nn][e], a.bf);
                     }
                 uint32_t fp[4], fs[4];
                 mp_cu_fa_a(fp, s, a.bf);
@@ -595,15 +590,19 @@ struct MpCuFaDkv {
     }
 };
 
-/* The head width D' of the kernels for D: 16, 32 or 64. */
-static inline MP_HD int64_t mp_cu_fa_width(int64_t D) { return D <= 16 ? 16 : D <= 32 ? 32 : 64; }
+/* The head width attention_grad_q_tc runs at: 16, else 64. At 32 its
+ * kernel needs more than the 128 registers a thread that t_cuda_build's
+ * ptxas gate allows (sm_90: 96 used and a 4-byte spill), so heads of 17 to
+ * 32 run the 64-wide kernel, their upper half zeros (as heads of 33 to 63). */
+static inline int64_t mp_cu_fa_dq_width(int64_t D) { return D <= 16 ? 16 : 64; }
 
-/* FMAs the backward's mma's do (its kernels' loops: attention_grad_kv_tc
- * per (key tile, query tile) it walks 4 warps x 4 chunks x (2 x 2 x D'/16
- * + 2 x D'/8); _q_tc per (query tile, key tile) 4 warps x 4 chunks x D'/8). */
+/* FMAs the backward's mma's do (its kernels' loops: attention_grad_q_tc
+ * per (query tile, key tile) it walks 4 warps x (pass 1: 4 chunks x 2
+ * products x 2 n-tiles x D'/16; pass 2: the same + 4 x D'/8); _kv_tc per
+ * (key tile, query tile) 4 warps x 4 chunks x (2 x 2 x D'/16 + 2 x D'/8)). */
 static inline double mp_cu_fa_bwd_fmas(int64_t BH, int64_t T, int64_t Tk, int64_t D, int causal)
 {
-    int64_t dp = mp_cu_fa_width(D), qtiles = 0, ktiles = 0;
+    int64_t dp = D <= 16 ? 16 : D <= 32 ? 32 : 64, dq = mp_cu_fa_dq_width(D), qtiles = 0, ktiles = 0;
     MpCuFa a = {};
     a.Tk = Tk;
     a.causal = causal;
@@ -611,7 +610,7 @@ static inline double mp_cu_fa_bwd_fmas(int64_t BH, int64_t T, int64_t Tk, int64_
         qtiles += (mp_cu_fa_keys(&a, i0) + 63) / 64;
     for (int64_t j0 = 0; j0 < Tk; j0 += 64)
         ktiles += ((T - (causal ? j0 : 0)) + 63) / 64;
-    double q = 4.0 * 4 * (dp / 8);
+    double q = 4.0 * (2 * 4 * 2 * 2 * (dq / 16) + 4 * (dq / 8));
     double kv = 4.0 * 4 * (2 * 2 * (dp / 16) + 2 * (dp / 8));
     return (double)BH * (qtiles * q + ktiles * kv) * 16 * 8 * 16;
 }
@@ -670,45 +669,27 @@ static inline void mp_cu_fa_forward(MpCuFa a, int64_t BH)
     mp_cu_rows_sh("attention_tc", BH * a.nqt, MP_CU_FA_NT, MP_CU_FA_BYTES(DP), f);
 }
 
-/* The work space the backward needs: D of each row, then a group's dS. */
-static inline int64_t mp_cu_fa_grad_ws(int64_t BH, int64_t T, int64_t Tk, int causal)
-{
-    return mp_cu_round_up(BH * T * (int64_t)sizeof(float)) +
-           mp_cu_fa_ds_group(BH, T, Tk, causal) * mp_cu_fa_ds_head(T, Tk, causal);
-}
-
-/* dq, dk, dv of attention on Tensor Cores into b.a.o (g): D, then for each
- * group of heads dk, dv and dS, then dq from dS. */
-template <int DP>
+/* dq, dk, dv of attention on Tensor Cores into b.a.o (g), stats at b.st */
+template <int DQ, int DP>   /* DQ: mp_cu_fa_dq_width */
 static inline void mp_cu_fa_backward(MpCuFaB b, int64_t BH)
 {
-    MpCuFaRowsD fd = {b};
-    mp_cu_rows("attention_grad_d_tc", BH * b.a.nqt, MP_CU_FA_NT, fd);
-    int64_t group = mp_cu_fa_ds_group(BH, b.a.T, b.a.Tk, b.a.causal);
-    for (b.h0 = 0; b.h0 < BH; b.h0 += group) {
-        int64_t n = BH - b.h0 < group ? BH - b.h0 : group;
-        MpCuFaDkv<DP> fkv = {b};
-        MpCuFaDq<DP> fq = {b};
-        mp_cu_rows_sh("attention_grad_kv_tc", n * b.nkt, MP_CU_FA_NT,
-                      4 * 64 * (DP + MP_CU_FA_PAD) * 2 + 3 * 64 * 4, fkv);
-        mp_cu_rows_sh("attention_grad_q_tc", n * b.a.nqt, MP_CU_FA_NT,
-                      64 * (DP + MP_CU_FA_PAD) * 2 + 64 * MpCuFaDq<DP>::LS * 2, fq);
-    }
+    MpCuFaDq<DQ> fq = {b};
+    MpCuFaDkv<DP> fkv = {b};
+    mp_cu_rows_sh("attention_grad_q_tc", BH * b.a.nqt, MP_CU_FA_NT, 4 * 64 * (DQ + MP_CU_FA_PAD) * 2, fq);
+    mp_cu_rows_sh("attention_grad_kv_tc", BH * b.nkt, MP_CU_FA_NT,
+                  4 * 64 * (DP + MP_CU_FA_PAD) * 2 + 3 * 64 * 4, fkv);
 }
 
-/* ws: mp_cu_fa_grad_ws bytes of work space (NULL while measuring) */
-static inline void mp_cu_fa_grad(MpCuFaB b, int64_t BH, unsigned char *ws)
+static inline void mp_cu_fa_grad(MpCuFaB b, int64_t BH)
 {
     b.a.nqt = (b.a.T + MP_CU_FA_BR - 1) / MP_CU_FA_BR;
     b.nkt = (b.a.Tk + 63) / 64;
-    b.dd = (float *)ws;
-    b.ds = ws ? (uint16_t *)(ws + mp_cu_round_up(BH * b.a.T * (int64_t)sizeof(float))) : NULL;
     if (b.a.D <= 16)
-        mp_cu_fa_backward<16>(b, BH);
+        mp_cu_fa_backward<16, 16>(b, BH);
     else if (b.a.D <= 32)
-        mp_cu_fa_backward<32>(b, BH);
+        mp_cu_fa_backward<64, 32>(b, BH);
     else
-        mp_cu_fa_backward<64>(b, BH);
+        mp_cu_fa_backward<64, 64>(b, BH);
 }
 
 static inline void mp_cu_fa_run(MpCuFa a, int64_t BH)

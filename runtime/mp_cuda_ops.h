@@ -2183,11 +2183,9 @@ struct MpCuAttDkv {
 };
 
 /* o: the options (MpAttnOpt, as the C program's mp_k_attention_opt;
- * the mask a device pointer), or NULL. lse: [BH T] floats beside y that
- * the Tensor Cores' forward fills with each row's log-sum-exp for the
- * backward (the f32 tiles leave it). */
+ * the mask a device pointer), or NULL */
 template <int YT, int QT, int KT, int VT>
-static inline void mp_cu_attention(void *y, float *lse, const void *q, const void *k, const void *v,
+static inline void mp_cu_attention(void *y, const void *q, const void *k, const void *v,
                                    int64_t BH, int64_t T, int64_t Tk, int64_t D, int causal,
                                    int cdt, const MpAttnOpt *o = NULL)
 {
@@ -2196,7 +2194,7 @@ static inline void mp_cu_attention(void *y, float *lse, const void *q, const voi
     a.cdt = cdt;
     mp_cu_att_tiles("attention", &a, 4, o);
     if ((cdt == MP_F16 || cdt == MP_BF16) && D <= MP_CU_FA_DMAX && mp_cu_fa_ready()) {
-        MpCuFa f = {q, k, v, y, QT, KT, VT, YT, lse, T, Tk, D, 0, causal, cdt == MP_BF16,
+        MpCuFa f = {q, k, v, y, QT, KT, VT, YT, NULL, T, Tk, D, 0, causal, cdt == MP_BF16,
                     a.scale, a.mask, a.mdt, a.H, {a.ms[0], a.ms[1], a.ms[2], a.ms[3]}};
         mp_cu_fa_run(f, BH);   /* Tensor Cores (mp_cuda_flash.h) */
         return;
@@ -2205,27 +2203,23 @@ static inline void mp_cu_attention(void *y, float *lse, const void *q, const voi
     mp_cu_rows("attention", BH * a.nqt, MP_CU_ATT_NT, f);
 }
 
-/* y and lse: the forward's output and its rows' log-sum-exp (the Tensor
- * Cores' backward reads them; the f32 tiles recompute their statistics) */
-template <int GT, int DYT, int QT, int KT, int VT, int YT>
+template <int GT, int DYT, int QT, int KT, int VT>
 static inline void mp_cu_attention_grad(void *g, const void *dy, const void *q, const void *k,
-                                        const void *v, const void *y, const float *lse, int64_t BH,
-                                        int64_t T, int64_t Tk, int64_t D, int causal, int cdt,
-                                        const MpAttnOpt *o = NULL)
+                                        const void *v, int64_t BH, int64_t T, int64_t Tk,
+                                        int64_t D, int causal, int cdt, const MpAttnOpt *o = NULL)
 {
     MpCuAttP a = {q, k, v, dy, g, QT, KT, VT, DYT, GT, NULL, T, Tk, D};
     a.causal = causal;
     a.cdt = cdt;
-    if ((cdt == MP_F16 || cdt == MP_BF16) && D <= MP_CU_FA_DMAX && mp_cu_fa_ready()) {
-        mp_cu_att_tiles("attention_grad", &a, 6, o);
-        MpCuFaB b = {{q, k, v, g, QT, KT, VT, GT, NULL, T, Tk, D, 0, causal, cdt == MP_BF16,
-                      a.scale, a.mask, a.mdt, a.H, {a.ms[0], a.ms[1], a.ms[2], a.ms[3]}},
-                     dy, y, DYT, YT, lse, NULL, NULL, 0, 0};
-        mp_cu_fa_grad(b, BH, mp_cu_ws(mp_cu_fa_grad_ws(BH, T, Tk, causal)));   /* mp_cuda_flash.h */
-        return;
-    }
     a.st = (float *)mp_cu_ws(BH * T * 3 * (int64_t)sizeof(float));
     mp_cu_att_tiles("attention_grad", &a, 6, o);
+    if ((cdt == MP_F16 || cdt == MP_BF16) && D <= MP_CU_FA_DMAX && mp_cu_fa_ready()) {
+        MpCuFaB b = {{q, k, v, g, QT, KT, VT, GT, NULL, T, Tk, D, 0, causal, cdt == MP_BF16,
+                      a.scale, a.mask, a.mdt, a.H, {a.ms[0], a.ms[1], a.ms[2], a.ms[3]}},
+                     dy, DYT, a.st, 0};
+        mp_cu_fa_grad(b, BH);   /* Tensor Cores (mp_cuda_flash.h) */
+        return;
+    }
     MpCuAttDq fq = {a};
     MpCuAttDkv fkv = {a};
     mp_cu_rows("attention_grad_q", BH * a.nqt, MP_CU_ATT_NT, fq);

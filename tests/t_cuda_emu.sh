@@ -68,9 +68,8 @@
 #      thread per block), the running sum not rescaled when the max grows;
 #      the Tensor Core kernels (mp_cuda_flash.h: mma.sync through the
 #      stand-in's PTX fragment layout) there too, their mma counts and
-#      FLOPs (forward and backward each at most 1.1x FlashAttention-2's),
-#      and nine of their mutants caught (fragment layouts in the kernel and
-#      in the stand-in, rescaling, the backward's dv, D, lse and dS tile).
+#      FLOPs, and seven of their mutants caught (fragment layouts in the
+#      kernel and in the stand-in, rescaling, the backward's dv and D).
 # Skipped (exit 0) only when there is no C++ compiler.
 set -u
 cd "$(dirname "$0")/.."
@@ -617,10 +616,9 @@ att_mutant att_rescale "the running sum not rescaled" '/^        l->[sc] \*= f;$
 # row and column swapped; one that builds P's A fragment from the wrong
 # accumulators (a1 from the next n-tile); a stand-in whose A layout puts
 # a2, a3 in rows g + 8 (as a1) instead of g; the running output not
-# rescaled when a row's max grows; the backward's dv from dS instead of P,
-# its D = rowsum(dy y) without y, the forward's log-sum-exp without log l
-# (the backward's P from it), dq reading its dS tile transposed; the quad's
-# max taken over a pair
+# rescaled when a row's max grows; the backward's dv from dS instead of P
+# and its D = rowsum(P dP) not divided by the row's sum; the quad's max
+# taken over a pair
 att_mutant att_tc_vfrag "v's fragment, row and column swapped" \
     's/vs + (16 \* kc + c) \* ld + 8 \* d + g;/vs + (16 * kc + g) * ld + 8 * d + c;/' 0
 att_mutant att_tc_pfrag "P's fragment from the wrong accumulators" \
@@ -628,9 +626,7 @@ att_mutant att_tc_pfrag "P's fragment from the wrong accumulators" \
 att_mutant att_tc_emu_a "the stand-in's A fragment rows" 's/(i < 2 || (i >= 4 \&\& i < 6)) ? 0 : 8/i < 4 ? 0 : 8/' 0
 att_mutant att_tc_rescale "the output not rescaled" '/^                    o\[d\]\[2 \* r + 1\] \*= f;$/d' 0
 att_mutant att_tc_dv "dv from dS in place of P" 's/mp_cu_mma(t, dv\[d\], fp, fb, a.bf);/mp_cu_mma(t, dv[d], fs, fb, a.bf);/' 0
-att_mutant att_tc_d "D = rowsum(dy y) without y" 's/ \* mp_cu_ld(b.y, b.ydt, at + d);/;/' 0
-att_mutant att_tc_lse "the forward's lse without log l" 's/a.lse\[h \* a.T + i\] = l\[r\] > 0.0f ? m\[r\] + logf(l\[r\]) : -INFINITY;/a.lse[h * a.T + i] = l[r] > 0.0f ? m[r] : -INFINITY;/' 0
-att_mutant att_tc_dst "dq reading the dS tile transposed" 's/dss\[e \/ 64 \* LS + e % 64\] = src\[e\];/dss[e \/ 64 * LS + e % 64] = src[e % 64 * 64 + e \/ 64];/' 0
+att_mutant att_tc_d "D = rowsum(P dP) left unnormalised" 's|st\[2\] = l\[r\] > 0.0f ? pd\[r\] / l\[r\] : 0.0f;|st[2] = pd[r];|' 0
 att_mutant att_tc_quad "the quad's max over a pair" 's/for (int o = 1; o <= 2; o <<= 1) {/for (int o = 1; o <= 1; o <<= 1) {/; s/float p = b->width ? x + y : (y > x ? y : x), q = b->width ? z + u : (u > z ? u : z);/float p = b->width ? x + y : (y > x ? y : x), q = p;/' 0
 
 echo "t_cuda_emu: $(( $(date +%s) - start ))s"
