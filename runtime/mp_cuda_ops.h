@@ -1589,40 +1589,87 @@ struct MpCuRowStats {
     }
 };
 
-/* dw of 32 columns per block: lane l of every warp reads column 32 g + l
- * (a warp reads 32 neighbours of one row: coalesced), warp w rows w, w +
- * warps...; the warps' sums of each lane added in order. One thread (the
- * old stand-in) does each column in turn. */
+/* dw of 32 columns over a slice of rows per block: block b takes columns
+ * 32 (b % groups).. and rows slice b / groups (per rows each); lane l of
+ * every warp reads column 32 g + l (a warp reads 32 neighbours of one
+ * row: coalesced), warp w rows r0 + w, r0 + w + warps...; the warps' sums
+ * of each lane added in order. One slice: dw directly, else slice k's sums
+ * into part[k dim + column] for MpCuNormDwJoin. One thread (the old
+ * stand-in) does each column in turn. */
 template <int DWT, int DYT, int XT>
 struct MpCuLayerNormDw {
     static constexpr int most = MP_CU_COL_MOST;   /* mp_cu_col_threads */
     void *dw;
+    MpAcc *part;
     const void *dy, *x;
     const float *st;
-    int64_t rows, dim;
+    int64_t rows, dim, groups, per;
     float beta;
-    MP_HD void operator()(int64_t g, const MpCuTeam &t) const
+    MP_HD void operator()(int64_t b, const MpCuTeam &t) const
     {
         int lanes = t.nt >= 32 ? 32 : 1;
+        int64_t g = b % groups, k = b / groups, r0 = k * per, r1 = r0 + per < rows ? r0 + per : rows;
         for (int c = t.tid % lanes; c < 32; c += lanes) {
-            int64_t k = g * 32 + c;
-            MpAcc s = k < dim ? mp_cu_ln_dw_part(dy, DYT, x, XT, st, rows, dim, k, t.tid / lanes,
-                                                 t.nt / lanes) : mp_acc_zero();
+            int64_t col = g * 32 + c;
+            MpAcc s = col < dim ? mp_cu_ln_dw_part(dy, DYT, x, XT, st, r1, dim, col, r0 + t.tid / lanes,
+                                                   t.nt / lanes) : mp_acc_zero();
             s = t.sum_cols(s, 1);
-            if (t.tid < lanes && k < dim)
-                mp_cu_st_beta(dw, DWT, k, mp_acc_get(s), beta);
+            if (t.tid >= lanes || col >= dim)
+                continue;
+            if (part)
+                part[k * dim + col] = s;
+            else
+                mp_cu_st_beta(dw, DWT, col, mp_acc_get(s), beta);
         }
     }
 };
 
+/* dw[j] from the slices' sums, in slice order */
+template <int DWT>
+struct MpCuNormDwJoin {
+    void *dw;
+    const MpAcc *part;
+    int64_t dim, split;
+    float beta;
+    MP_HD void operator()(int64_t j) const
+    {
+        MpAcc s = mp_acc_zero();
+        for (int64_t k = 0; k < split; k++)
+            s = mp_acc_join(s, part[k * dim + j]);
+        mp_cu_st_beta(dw, DWT, j, mp_acc_get(s), beta);
+    }
+};
+
+/* Slices of rows of a norm's weight gradient: 256 rows each, at most 64: a
+ * function of the rows only, so dw is the same on every GPU (GPT-2 small's
+ * 8192 rows: 32 slices of its 24 column groups, 768 blocks, where one
+ * slice would be 24 blocks on 132 SMs). */
+static inline int64_t mp_cu_norm_dw_slices(int64_t rows)
+{
+    int64_t k = rows / 256;
+    return k < 1 ? 1 : k > 64 ? 64 : k;
+}
+
 /* The column pass of a norm's weight gradient from per-row (mean, rstd) in
- * st: layer_norm's, and rms_norm's with mean 0. */
+ * st: layer_norm's, and rms_norm's with mean 0; the slices' sums joined in
+ * a second pass. */
 template <int DWT, int DYT, int XT>
 static inline void mp_cu_norm_dw_cols(const char *name, void *dw, const void *dy, const void *x,
                                       const float *st, int64_t rows, int64_t dim, float beta)
 {
-    MpCuLayerNormDw<DWT, DYT, XT> b = {dw, dy, x, st, rows, dim, beta};
-    mp_cu_rows(name, (dim + 31) / 32, mp_cu_col_threads(rows), b);
+    int64_t groups = (dim + 31) / 32, split = mp_cu_norm_dw_slices(rows), per = (rows + split - 1) / split;
+    MpAcc *part = NULL;
+    if (split > 1) {               /* the work space after st (rows x 2 floats) */
+        unsigned char *ws = mp_cu_ws(mp_cu_round_up(rows * 2 * (int64_t)sizeof(float)) +
+                                     split * dim * (int64_t)sizeof(MpAcc));
+        part = ws ? (MpAcc *)(ws + mp_cu_round_up(rows * 2 * (int64_t)sizeof(float))) : NULL;
+    }
+    MpCuLayerNormDw<DWT, DYT, XT> b = {dw, part, dy, x, st, rows, dim, groups, per, beta};
+    mp_cu_rows(name, groups * split, mp_cu_col_threads(per), b);
+    if (split > 1) {
+        MpCuNormDwJoin<DWT> j = {dw, part, dim, split, beta};
+        mp_cu_each(name, dim, j);
+    }
 }
 
 template <int DWT, int DYT, int XT>
