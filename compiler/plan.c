@@ -294,6 +294,20 @@ static void json_params(FILE *out, const IrGraph *g)
     fputs(g->nparams ? "\n ],\n" : "],\n", out);
 }
 
+/* Input k of n is read transposed: a product's transpose flag (ops.def MATMUL). */
+static bool read_transposed(const IrNode *n, int k)
+{
+    return n->op == OP_MATMUL && k < 2 && n->ia[k];
+}
+
+static bool any_transposed(const IrGraph *g)
+{
+    for (int i = 0; i < g->nnodes; i++)
+        if (read_transposed(g->nodes[i], 0) || read_transposed(g->nodes[i], 1))
+            return true;
+    return false;
+}
+
 static void json_node(FILE *out, const IrNode *n)
 {
     fprintf(out, "  {\"id\": %d, \"phase\": \"%s\", \"line\": %d, \"name\": ", n->id,
@@ -303,8 +317,9 @@ static void json_node(FILE *out, const IrNode *n)
             "\"inputs\": [", op_info[n->op].name, prec_class_name(shown_class(n)),
             prec_rule_name(shown_rule(n)), dt_name(shown_compute(n)));
     for (int k = 0; k < n->nin; k++)
-        fprintf(out, "%s{\"from\": %d, \"type\": \"%s\", \"cast\": %s}", k ? ", " : "",
-                n->in[k]->id, dt_name(n->in[k]->type), n->in[k]->op == OP_CAST ? "true" : "false");
+        fprintf(out, "%s{\"from\": %d, \"type\": \"%s\", \"cast\": %s%s}", k ? ", " : "",
+                n->in[k]->id, dt_name(n->in[k]->type), n->in[k]->op == OP_CAST ? "true" : "false",
+                read_transposed(n, k) ? ", \"transposed\": true" : "");
     fputs("], \"shape\": ", out);
     json_shape(out, &n->shape);
     fprintf(out, ", \"type\": \"%s\"", dt_name(n->type));
@@ -576,8 +591,9 @@ static char *inputs_text(Arena *a, const IrNode *n)
     char *s = "";
     int shown = n->nin > MAX_SHOWN_INPUTS ? MAX_SHOWN_INPUTS : n->nin;
     for (int k = 0; k < shown; k++)
-        s = arena_printf(a, "%s%s#%d %s%s", s, k ? ", " : "", n->in[k]->id,
-                         dt_name(n->in[k]->type), n->in[k]->op == OP_CAST ? "*" : "");
+        s = arena_printf(a, "%s%s#%d%s %s%s", s, k ? ", " : "", n->in[k]->id,
+                         read_transposed(n, k) ? "^T" : "", dt_name(n->in[k]->type),
+                         n->in[k]->op == OP_CAST ? "*" : "");
     if (shown < n->nin)
         s = arena_printf(a, "%s +%d more", s, n->nin - shown);
     return s;
@@ -779,6 +795,8 @@ static void dump_text(FILE *out, const IrGraph *g)
           "statement or precision region), list (fp16_ops/fp32_ops), class, cast\n"
           "(inserted by the plan), user (a cast written in the model);\n"
           "inputs: #id type, * = read through a cast node\n", out);
+    if (any_transposed(g))
+        fputs("#id^T: a product reads the input transposed, in place (no copy)\n", out);
     if (any_fused(g))
         fputs("fused: the fusion group that runs the node, one pass over memory where its\n"
               "last node stands; reg = kept in registers, never stored; a group that starts\n"
