@@ -120,13 +120,17 @@ static void after(Emit *e, const IrNode *n)
            (long long)(shape_numel(&n->shape) * dt_size(n->type)));
 }
 
-/* A weight's gradient product that adds itself into parameter p's f32
- * gradient (emit_acc_product); the numerics check looks at the gradient,
+/* A weight's gradient product (emit_acc_product), or a part of a gradient
+ * (emit_grad_part: a product, an embedding's scatter), that adds itself
+ * into parameter p's f32 gradient; the numerics check looks at the gradient,
  * which held only finite values before (the check stops at the first). */
 static void acc_product(Emit *e, const IrNode *n, int p)
 {
     const char *grad = emit_pgrad(e, p);
-    emit_c_matmul_tn_acc(e, n, grad);
+    if (n->op == OP_EMBEDDING_DW)
+        emit_c_embedding_dw_acc(e, n, grad);
+    else
+        emit_c_matmul_tn_acc(e, n, grad);
     em(e, "    MP_CHECK(%s, %lld, MP_F32, \"%s\", %s);\n", grad, (long long)shape_numel(&n->shape),
        op_info[n->op].name, emit_where_arg(e, n));
 }
@@ -140,6 +144,12 @@ static void node(Emit *e, const IrNode *n, int *line)
     emit_source_line(e, n, line, "\n");
     if (emit_folded_cast(e, n) && emit_acc_product(e, n->in[0]) >= 0)
         return;                     /* added into the gradient by its product */
+    if (emit_grad_sum(e, n))
+        return;                     /* its parts added themselves into the gradient */
+    if (emit_grad_part(e, n) >= 0) {
+        acc_product(e, n, emit_grad_part(e, n));
+        return;
+    }
     if (emit_acc_product(e, n) >= 0) {
         acc_product(e, n, emit_acc_product(e, n));
         return;

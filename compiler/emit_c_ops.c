@@ -252,6 +252,12 @@ void emit_c_EMBEDDING_DW(Emit *e, const IrNode *n)
        arg(e, IN(1)), N(IN(1)), emit_dim(n, 0), emit_dim(n, 1));
 }
 
+void emit_c_embedding_dw_acc(Emit *e, const IrNode *n, const char *grad)
+{
+    em(e, "    mp_k_embedding_dw_acc(%s, %s, %s, %lld, %lld, %lld); /* into the gradient */\n", grad,
+       arg(e, IN(0)), arg(e, IN(1)), N(IN(1)), emit_dim(n, 0), emit_dim(n, 1));
+}
+
 /* ---- reductions and softmax ---------------------------------------------------- */
 static void reduce(Emit *e, const IrNode *n, const char *k, const IrNode *x, int64_t axis)
 {

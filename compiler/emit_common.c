@@ -606,6 +606,33 @@ int emit_acc_product(Emit *e, const IrNode *n)
     return e->read_in_step[n->id] == 1 && emit_folded_cast(e, c) ? emit_grad_param(e, c) : -1;
 }
 
+static bool adds_itself(Emit *e, const IrNode *n)
+{
+    return (n->op == OP_MATMUL_TN || n->op == OP_EMBEDDING_DW) && n->type == DT_F32 &&
+        n->phase == PH_BACKWARD && !n->fused && e->read_in_step[n->id] == 1;
+}
+
+bool emit_grad_sum(Emit *e, const IrNode *n)
+{
+    if (n->op != OP_ADD || n->type != DT_F32 || n->fused || n->phase != PH_BACKWARD ||
+        emit_grad_param(e, n) < 0 || e->read_in_step[n->id] || n->in[0] == n->in[1] ||
+        !shape_eq(&n->shape, &n->in[0]->shape) || !shape_eq(&n->shape, &n->in[1]->shape))
+        return false;
+    return adds_itself(e, n->in[0]) && adds_itself(e, n->in[1]);
+}
+
+int emit_grad_part(Emit *e, const IrNode *n)
+{
+    int p = emit_grad_param(e, n);
+    if (p >= 0)
+        return n->op == OP_EMBEDDING_DW && n->type == DT_F32 && !n->fused &&
+            n->phase == PH_BACKWARD && !e->read_in_step[n->id] ? p : -1;
+    if (!(n->op == OP_MATMUL_TN || n->op == OP_EMBEDDING_DW) || e->read_in_step[n->id] != 1 ||
+        !emit_grad_sum(e, e->reader[n->id]))
+        return -1;
+    return emit_grad_param(e, e->reader[n->id]);
+}
+
 /* "MP_NO_IGNORE, (float)0.1": cross_entropy's ignored label and label
  * smoothing (forward node f), the last arguments of both targets' calls */
 const char *emit_ce_attrs(Emit *e, const IrNode *f)

@@ -70,6 +70,14 @@ bool emit_folded_cast(Emit *e, const IrNode *n);
  * its store (mp_k_matmul_tn_acc), rounded to its type first, and never
  * writes its own buffer. The parameter, or -1. */
 int emit_acc_product(Emit *e, const IrNode *n);
+/* A parameter's f32 gradient made of parts that add themselves into its
+ * gradient buffer, on the C target with fusion on or off alike: an f32
+ * embedding_dw that is the whole gradient, or the two parts (each an f32
+ * matmul_tn or embedding_dw, read once) of the one add that is (a tied
+ * table: GPT-2's wte). emit_grad_part(): the parameter n is such a part
+ * of, or -1; emit_grad_sum(): n is that add, which then runs nothing. */
+int emit_grad_part(Emit *e, const IrNode *n);
+bool emit_grad_sum(Emit *e, const IrNode *n);
 /* Parameter p's lowp working copy, which the optimizer's pass writes as it
  * updates the value (both targets): the one hoisted cast of it when it lies
  * in the arena, else NULL, with *dt the runtime's MP_WORK_OTHER (several

@@ -31,6 +31,7 @@ void emit_fused_c_epilogues(Emit *e);
 const char *emit_c_gemm_of(Emit *e, const IrNode *n, const IrNode *y);
 /* grad += n's product (matmul_tn, emit_acc_product), as C text. */
 void emit_c_matmul_tn_acc(Emit *e, const IrNode *n, const char *grad);
+void emit_c_embedding_dw_acc(Emit *e, const IrNode *n, const char *grad);
 /* The functors of every group of the CUDA program. */
 void emit_fused_cuda_functors(Emit *e);
 

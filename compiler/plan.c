@@ -324,6 +324,20 @@ static void json_params(FILE *out, const IrGraph *g)
     fputs(g->nparams ? "\n ],\n" : "],\n", out);
 }
 
+/* Input k of n is read transposed: a product's transpose flag (ops.def MATMUL). */
+static bool read_transposed(const IrNode *n, int k)
+{
+    return n->op == OP_MATMUL && k < 2 && n->ia[k];
+}
+
+static bool any_transposed(const IrGraph *g)
+{
+    for (int i = 0; i < g->nnodes; i++)
+        if (read_transposed(g->nodes[i], 0) || read_transposed(g->nodes[i], 1))
+            return true;
+    return false;
+}
+
 static void json_node(FILE *out, const IrGraph *g, const IrNode *n)
 {
     fprintf(out, "  {\"id\": %d, \"phase\": \"%s\", \"line\": %d, \"name\": ", n->id,
@@ -333,8 +347,9 @@ static void json_node(FILE *out, const IrGraph *g, const IrNode *n)
             "\"inputs\": [", op_info[n->op].name, prec_class_name(shown_class(n)),
             prec_rule_name(shown_rule(n)), shown_compute_name(g, n));
     for (int k = 0; k < n->nin; k++) {
-        fprintf(out, "%s{\"from\": %d, \"type\": \"%s\", \"cast\": %s", k ? ", " : "",
-                n->in[k]->id, dt_name(n->in[k]->type), n->in[k]->op == OP_CAST ? "true" : "false");
+        fprintf(out, "%s{\"from\": %d, \"type\": \"%s\", \"cast\": %s%s", k ? ", " : "",
+                n->in[k]->id, dt_name(n->in[k]->type), n->in[k]->op == OP_CAST ? "true" : "false",
+                read_transposed(n, k) ? ", \"transposed\": true" : "");
         if (k < 2 && n->fp8[k])
             fprintf(out, ", \"fp8\": \"%s\", \"slot\": %d", input_type_name(g, n, k), n->fp8[k]);
         fputc('}', out);
@@ -647,11 +662,12 @@ static char *inputs_text(const IrGraph *g, const IrNode *n)
     int shown = n->nin > MAX_SHOWN_INPUTS ? MAX_SHOWN_INPUTS : n->nin;
     for (int k = 0; k < shown; k++)
         if (k < 2 && n->fp8[k])        /* quantised: format and scale slot */
-            s = arena_printf(a, "%s%s#%d %s s#%d", s, k ? ", " : "", n->in[k]->id,
-                             input_type_name(g, n, k), n->fp8[k]);
+            s = arena_printf(a, "%s%s#%d%s %s s#%d", s, k ? ", " : "", n->in[k]->id,
+                             read_transposed(n, k) ? "^T" : "", input_type_name(g, n, k), n->fp8[k]);
         else
-            s = arena_printf(a, "%s%s#%d %s%s", s, k ? ", " : "", n->in[k]->id,
-                             dt_name(n->in[k]->type), n->in[k]->op == OP_CAST ? "*" : "");
+            s = arena_printf(a, "%s%s#%d%s %s%s", s, k ? ", " : "", n->in[k]->id,
+                             read_transposed(n, k) ? "^T" : "", dt_name(n->in[k]->type),
+                             n->in[k]->op == OP_CAST ? "*" : "");
     if (shown < n->nin)
         s = arena_printf(a, "%s +%d more", s, n->nin - shown);
     return s;
@@ -892,6 +908,8 @@ static void dump_text(FILE *out, const IrGraph *g)
     if (g->train.policy == POLICY_MIXED_F8)
         fputs("fp8: a quantised input shows its format and scale slot (#id e4m3 s#1); the\n"
               "product's compute column shows e4m3 (forward) or e5m2 (dy, backward)\n", out);
+    if (any_transposed(g))
+        fputs("#id^T: a product reads the input transposed, in place (no copy)\n", out);
     if (any_fused(g))
         fputs("fused: the fusion group that runs the node, one pass over memory where its\n"
               "last node stands; reg = kept in registers, never stored; a group that starts\n"

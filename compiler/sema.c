@@ -3414,6 +3414,65 @@ static bool model_header(Ctx *c)
     return false;
 }
 
+/* A transpose of the last two axes (the others in place) read by a product
+ * becomes the product's transpose flag (ops.def MATMUL: ia[0], ia[1]): the
+ * product reads the operand as it is stored, and its gradients are made
+ * from the flags (autodiff.c grad_MATMUL), so neither pass copies it. GPT-2's
+ * tied lm_head `x @ transpose(wte, [1, 0])` is the case: the table is read
+ * in place forward, and its gradient is one matmul_tn, not the transpose
+ * of one. A transposed a needs b of its rank (the gradient's rule), and a
+ * transpose under another precision override than the product's keeps its
+ * own rounding. A transpose that nothing else reads and no name keeps is
+ * then dropped. */
+static bool swaps_last_two(const IrNode *t)
+{
+    int r = t->shape.rank;
+    if (t->op != OP_TRANSPOSE || r < 2 || t->ia[r - 1] != r - 2 || t->ia[r - 2] != r - 1)
+        return false;
+    for (int i = 0; i < r - 2; i++)
+        if (t->ia[i] != i)
+            return false;
+    return true;
+}
+
+static void fold_transposes(IrGraph *g)
+{
+    bool folded = false;
+    ir_renumber(g);
+    for (int i = 0; i < g->nnodes; i++) {
+        IrNode *n = g->nodes[i];
+        if (n->op != OP_MATMUL)
+            continue;
+        for (int k = 0; k < 2; k++) {
+            IrNode *t = n->in[k];
+            if (!swaps_last_two(t) || t->override != n->override ||
+                (k == 0 && t->shape.rank != n->in[1]->shape.rank))
+                continue;
+            n->in[k] = t->in[0];
+            n->ia[k] = !n->ia[k];
+            folded = true;
+        }
+    }
+    if (!folded)
+        return;
+    bool *read = arena_alloc(g->arena, sizeof *read * (size_t)(g->nnodes + 1));
+    for (int i = 0; i < g->nnodes; i++)
+        for (int k = 0; k < g->nodes[i]->nin; k++)
+            read[g->nodes[i]->in[k]->id] = true;
+    for (int m = 0; m < g->nmetrics; m++)
+        read[g->metrics[m].node->id] = true;
+    if (g->loss)
+        read[g->loss->id] = true;
+    int kept = 0;
+    for (int i = 0; i < g->nnodes; i++) {
+        IrNode *n = g->nodes[i];
+        if (n->op != OP_TRANSPOSE || read[i] || n->name)
+            g->nodes[kept++] = n;
+    }
+    g->nnodes = kept;
+    ir_renumber(g);
+}
+
 IrGraph *sema_lower(Arena *a, const Ast *ast, int policy_override)
 {
     int errs = diag_error_count();
@@ -3432,7 +3491,10 @@ IrGraph *sema_lower(Arena *a, const Ast *ast, int policy_override)
         train_block(&c, c.train);
     }
     train_defaults(&c.g->train, policy_override);
-    return diag_error_count() > errs ? NULL : c.g;
+    if (diag_error_count() > errs)
+        return NULL;
+    fold_transposes(c.g);
+    return c.g;
 }
 
 /* ---- what sema_blocks.c and sema_const.c use (sema_int.h) ------------------------------------ */

@@ -124,6 +124,7 @@
  *   mp_k_global_avg_pool_grad(dx,dxdt, dy,dydt, N,C,S)
  *   mp_k_embedding(y,ydt, ids, w,wdt, n, vocab, dim)   y[n,dim] = w[ids[i]]
  *   mp_k_embedding_dw(dw,dwdt, dy,dydt, ids, n, vocab, dim, beta)
+ *   mp_k_embedding_dw_acc(grad, dy,dydt, ids, n, vocab, dim)   grad[ids[i]] += dy[i]
  *   mp_k_layer_norm(y,ydt, x,xdt, w,wdt, b,bdt, rows, dim, eps)
  *   mp_k_layer_norm_dx(dx,dxdt, dy,dydt, x,xdt, w,wdt, rows, dim, eps)
  *   mp_k_layer_norm_dw(dw,dwdt, dy,dydt, x,xdt, rows, dim, eps, beta)

@@ -468,15 +468,15 @@ static inline void mp_k_embedding(void *y, int ydt, const void *ids, int idt, co
         }
 }
 
-/* dw[vocab, dim] = scatter-add of dy[n, dim] by ids (+ beta dw), summed in
- * f32 in the order of i; ids outside [0, vocab) add nothing. */
-static inline void mp_k_embedding_dw(void *dw, int dwdt, const void *dy, int dydt,
-                                     const void *ids, int idt, int64_t n, int64_t vocab,
-                                     int64_t dim, float beta)
+/* acc[ids[i]] += dy[i] for i = 0, 1, ... n - 1 in that order (f32 sums);
+ * ids outside [0, vocab) add nothing. The threads split the columns, so
+ * every element's sum has the same order (the same bits) at any thread
+ * count, and no two threads write one element. */
+static inline void mp_embedding_scatter(float *acc, const void *dy, int dydt, const void *ids,
+                                        int idt, int64_t n, int64_t vocab, int64_t dim)
 {
-    float *acc = (float *)mp_kzalloc((size_t)(vocab * dim) * sizeof *acc);
     MP_OMP(parallel for if (n * dim > MP_PAR_MIN))
-    for (int64_t c = 0; c < dim; c += MP_CHUNK) {   /* columns: no write races */
+    for (int64_t c = 0; c < dim; c += MP_CHUNK) {
         float t[MP_CHUNK];
         int64_t m = mp_min64(dim - c, MP_CHUNK);
         for (int64_t i = 0; i < n; i++) {
@@ -488,8 +488,33 @@ static inline void mp_k_embedding_dw(void *dw, int dwdt, const void *dy, int dyd
             for (int64_t j = 0; j < m; j++) a[j] += t[j];
         }
     }
+}
+
+/* dw[vocab, dim] = scatter-add of dy[n, dim] by ids (+ beta dw), summed in
+ * f32 in the order of i; ids outside [0, vocab) add nothing. An f32 dw
+ * with beta 0 is its own accumulator (zeroed, then scattered into). */
+static inline void mp_k_embedding_dw(void *dw, int dwdt, const void *dy, int dydt,
+                                     const void *ids, int idt, int64_t n, int64_t vocab,
+                                     int64_t dim, float beta)
+{
+    if (dwdt == MP_F32 && beta == 0.0f) {
+        mp_k_fill(dw, MP_F32, 0.0f, vocab * dim);
+        mp_embedding_scatter((float *)dw, dy, dydt, ids, idt, n, vocab, dim);
+        return;
+    }
+    float *acc = (float *)mp_kzalloc((size_t)(vocab * dim) * sizeof *acc);
+    mp_embedding_scatter(acc, dy, dydt, ids, idt, n, vocab, dim);
     mp_st_beta(dw, dwdt, 0, vocab * dim, acc, beta);
     free(acc);
+}
+
+/* grad[vocab, dim] += the rows of dy[n, dim] by ids, one row at a time in
+ * the order of i, straight into a parameter's f32 gradient: no buffer of
+ * its own, nothing allocated (compiler/emit_c.c, a gradient's parts). */
+static inline void mp_k_embedding_dw_acc(float *grad, const void *dy, int dydt, const void *ids,
+                                         int idt, int64_t n, int64_t vocab, int64_t dim)
+{
+    mp_embedding_scatter(grad, dy, dydt, ids, idt, n, vocab, dim);
 }
 
 /* ---- layer_norm --------------------------------------------------------- */

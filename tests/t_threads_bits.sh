@@ -22,6 +22,7 @@ import data
 x, y = data.shakespeare_vocab(64, 48, stride=211)
 np.save(os.path.join(sys.argv[1], "x.npy"), x)
 np.save(os.path.join(sys.argv[1], "y.npy"), y)
+np.random.RandomState(7).randint(0, 65, 4096).astype("<u2").tofile(os.path.join(sys.argv[1], "tok.bin"))
 EOF
 for prec in float32 mixed_bfloat16; do
     bin=$tmp/ct_$prec
@@ -40,5 +41,25 @@ for prec in float32 mixed_bfloat16; do
     done
     echo "ok $prec"
 done
+# examples/gpt2.mp with a width of 576 (> MP_CHUNK: the embedding gradient's
+# scatter into wte's gradient is split across threads by columns) and its
+# tied lm_head (a product reading wte transposed in place, whose gradient
+# adds into the same buffer): float32, 1 and 2 threads, the same bits.
+sed -e 's/^const B = .*/const B = 4/' -e 's/^const T = .*/const T = 16/' -e 's/^const D = .*/const D = 576/' \
+    -e 's/^const L = .*/const L = 1/' -e 's/^const P = .*/const P = 0.0/' examples/gpt2.mp >"$tmp/g.mp"
+if build_trainer "$tmp/g.mp" "$tmp/g" --precision float32 -- -O2 -march=native -fopenmp; then
+    for th in 1 2; do
+        OMP_NUM_THREADS=$th "$tmp/g" --data seq="$tmp/tok.bin" --no-shuffle --steps 3 --log "$tmp/g.$th.jsonl" \
+            --log-every 1 --save "$tmp/g.$th.safetensors" >"$tmp/g.$th.out" 2>&1 ||
+            { bad "gpt2 on $th threads:"; tail -n 3 "$tmp/g.$th.out"; }
+    done
+    grep -q "mp_k_embedding_dw_acc(mp_params\[0\].grad" "$tmp/g.c" ||
+        bad "gpt2: wte's embedding gradient does not add into its gradient buffer"
+    $PY tests/py/same.py ckpt "$tmp/g.2.safetensors" "$tmp/g.1.safetensors" ||
+        bad "gpt2: checkpoint on 2 threads differs from 1 thread"
+    echo "ok gpt2 (tied wte)"
+else
+    fail=1
+fi
 [ $fail -eq 0 ] && echo "PASS t_threads_bits" || echo "FAIL t_threads_bits"
 exit $fail
