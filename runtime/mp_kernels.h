@@ -434,6 +434,25 @@ static inline MP_HD float mp_round_tf32(float v)
     return mp_bits_f32((x + 0x0fffu + ((x >> 13) & 1u)) & 0xffffe000u);
 }
 
+#ifndef MP_UNUSED                  /* as mp_util.h */
+#if defined(__GNUC__) || defined(__clang__)
+#define MP_UNUSED __attribute__((unused))
+#else
+#define MP_UNUSED
+#endif
+#endif
+
+/* float32_matmul = "tf32" (PRECISION.md): set by the C program's
+ * model_setup() (the CUDA stand-in's products: mp_cu_blas_open). A product
+ * whose operands are both f32 (stored so and not rounded to f16 / bf16)
+ * then has them rounded to TF32 while packing, as cuBLAS's TF32 mode does
+ * on the GPU; the sums stay f32. */
+static MP_UNUSED int mp_gemm_tf32;
+/* --gradcheck (mp_train.h): products stay f32 whatever float32_matmul says,
+ * on both programs: a difference quotient over a step smaller than TF32's
+ * spacing would see rounded operands stand still. */
+static MP_UNUSED int mp_gemm_exact;
+
 /* v rounded to type dt and read back: what storing it would keep (MP_TF32:
  * a rounding only, mp_round_tf32). */
 static inline MP_HD float mp_round(float v, int dt)

@@ -784,16 +784,7 @@ static inline void mp_gemm_cblas(const MpGemm *g)
 }
 #endif
 
-/* float32_matmul = "tf32" (PRECISION.md): set by the C program's
- * model_setup() (the CUDA stand-in's products: mp_cu_blas_open). A product
- * whose operands are both f32 (stored so and not rounded to f16 / bf16)
- * then has them rounded to TF32 while packing, as cuBLAS's TF32 mode does
- * on the GPU; the sums stay f32. */
-static int mp_gemm_tf32;
-/* --gradcheck (mp_train.h): products stay f32 whatever float32_matmul says,
- * on both programs: a difference quotient over a step smaller than TF32's
- * spacing would see rounded operands stand still. */
-static int mp_gemm_exact;
+/* mp_gemm_tf32, mp_gemm_exact: float32_matmul = "tf32" (mp_kernels.h) */
 
 /* Whether operand X (type dt, rounded to rnd) enters the product as f32. */
 static inline int mp_gemm_f32_operand(int dt, int rnd) { return dt == MP_F32 && (rnd == 0 || rnd == MP_F32); }
