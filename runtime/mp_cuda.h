@@ -737,6 +737,12 @@ typedef struct MpCuTeam {
 template <class F, class = void> struct MpCuMost { static constexpr int n = MP_CU_ROWS_MOST; };
 template <class F> struct MpCuMost<F, decltype((void)F::most)> { static constexpr int n = F::most; };
 
+/* The blocks of NT threads an SM must hold at once (__launch_bounds__'s
+ * second argument): 1, or a rows functor's MpCuMinBlocks specialisation
+ * (the Tensor Core attention's 4: at 128 threads ptxas keeps to 128
+ * registers, t_cuda_build's bound, where unbounded it takes 156). */
+template <class F> struct MpCuMinBlocks { static constexpr int n = 1; };
+
 /* A rows block of `threads` must fit its kernel's bound: a launch past it
  * is the runtime's bug, stopped here (in the stand-in too). */
 template <class F>
@@ -758,8 +764,8 @@ static __global__ void __launch_bounds__(NT) mp_cu_k_each(int64_t n, F f)
         f(i);
 }
 
-template <int NT, class F>
-static __global__ void __launch_bounds__(NT) mp_cu_k_rows(int64_t rows, F f)
+template <int NT, class F, int MB = MpCuMinBlocks<F>::n>
+static __global__ void __launch_bounds__(NT, MB) mp_cu_k_rows(int64_t rows, F f)
 {
     MpCuTeam t = {(int)threadIdx.x, (int)blockDim.x};
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x)

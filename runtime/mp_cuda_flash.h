@@ -11,7 +11,10 @@
  * halves of padding a row: 27 KB at D 64; a layout above the 48 KB a block
  * gets without cudaFuncSetAttribute is opted in by mp_cu_rows_sh), P the S accumulators rounded to
  * the compute type in place (the C layout of two n-tiles is the A layout
- * of one k-tile). The scores see the same rules as the f32 tiles
+ * of one k-tile). A warp's q fragments are read once an item into
+ * registers, k's and v's by ldmatrix (.trans for v) four 8x8 matrices at a
+ * time; rows already of the compute type are staged 16 bytes at a time,
+ * and key tiles the whole block sees skip the per-score tests. The scores see the same rules as the f32 tiles
  * (mp_cuda_items.h: mp_cu_att_sees, mp_cu_att_mask: causal, cross, u8 and
  * f32 additive masks), element by element inside the tile.
  *
@@ -134,16 +137,85 @@ static inline MP_HD uint32_t mp_cu_fa_half(float x, int bf)
     return bf ? mp_f32_to_bf16(x) : mp_f32_to_f16(x);
 }
 
-/* lo, hi rounded to the compute type, one .f16x2 / .bf16x2 register */
+/* lo, hi rounded to the compute type, one .f16x2 / .bf16x2 register. On
+ * the device one cvt.rn.f16x2.f32 / .bf16x2.f32 (sm_80+): round to nearest
+ * even with IEEE overflow to inf and subnormals, the bits mp_f32_to_f16 /
+ * mp_f32_to_bf16 give for every input but a NaN (still a NaN, its payload
+ * the hardware's), where the software rounding costs ~20 instructions and
+ * branches an element; the stand-in keeps the portable path. */
 static inline MP_HD uint32_t mp_cu_fa_pack(float lo, float hi, int bf)
 {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    uint32_t r;
+    if (bf)
+        asm("cvt.rn.bf16x2.f32 %0, %2, %1;" : "=r"(r) : "f"(lo), "f"(hi));
+    else
+        asm("cvt.rn.f16x2.f32 %0, %2, %1;" : "=r"(r) : "f"(lo), "f"(hi));
+    return r;
+#else
     return mp_cu_fa_half(lo, bf) | mp_cu_fa_half(hi, bf) << 16;
+#endif
 }
 
-/* halves p[0] (low) and p[step] (high) as one register */
+/* halves p[0] (low) and p[step] (high) as one register; step 1 (p at an
+ * even half: every caller's row, k and column offsets are even) one 32-bit
+ * shared load in place of two 16-bit ones */
 static inline MP_HD uint32_t mp_cu_fa_pair(const uint16_t *p, int step)
 {
+    if (step == 1) {
+#ifdef __CUDA_ARCH__
+        return *(const uint32_t *)p;
+#else
+        uint32_t u;
+        memcpy(&u, p, sizeof u);   /* little-endian: p[0] the low half */
+        return u;
+#endif
+    }
     return p[0] | (uint32_t)p[step] << 16;
+}
+
+/* ldmatrix.sync.aligned.m8n8.x4.shared.b16 (trans: .trans): four 8x8
+ * matrices of halves, matrix q's rows at the addresses lanes 8 q..8 q + 7
+ * pass (p: this lane's row, 16-byte aligned); r[q] is the lane's pair of
+ * matrix q: row g, columns 2 (lane % 4), + 1 (trans: rows 2 (lane % 4), + 1
+ * of column g), the layout of an mma's B fragment. One instruction for what
+ * takes 4 (trans: 8) shared loads of 32 (16) bits a lane; the stand-in
+ * gathers the pairs from the posted addresses (mp_emu_ldsm_combine). */
+static inline MP_HD void mp_cu_ldsm(const MpCuTeam &t, uint32_t r[4], const uint16_t *p, int trans)
+{
+#ifdef __CUDA_ARCH__
+#if __CUDA_ARCH__ >= 800
+    uint32_t a = (uint32_t)__cvta_generic_to_shared(p);
+    if (trans)
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
+    else
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
+    (void)t;
+#else
+    (void)t; (void)r; (void)p; (void)trans;
+    __trap();                      /* never launched: mp_cu_fa_ready */
+#endif
+#elif defined(MP_CU_EMU)
+    MpEmuBlock *e = t.emu;
+    e->a[(size_t)t.tid] = (int64_t)(intptr_t)p;
+    e->width = trans;
+    mp_emu_barrier(e, 11, mp_emu_ldsm_combine);
+    memcpy(r, &e->mab[(size_t)t.tid * 6], 4 * sizeof *r);
+#else
+    (void)t; (void)r; (void)p; (void)trans;
+#endif
+}
+
+/* 16 bytes from src to dst (both 16-byte aligned): one 128-bit load and store */
+static inline MP_HD void mp_cu_fa_copy16(void *dst, const void *src)
+{
+#ifdef __CUDA_ARCH__
+    *(uint4 *)dst = *(const uint4 *)src;
+#else
+    memcpy(dst, src, 16);
+#endif
 }
 
 /* One attention problem on Tensor Cores (mp_cu_attention's arguments). */
@@ -173,6 +245,23 @@ template <int DP>
 static inline MP_HD void mp_cu_fa_stage(uint16_t *s, int n, const void *x, int xdt, int64_t rows,
                                         int64_t h, int64_t r0, int64_t D, int bf, const MpCuTeam &t)
 {
+    /* The common case, x already the compute type and D = D' (rows of 16-byte
+     * multiples) from a 16-byte aligned pointer: rows copied 8 halves at a
+     * time (f16 -> f32 -> f16 is exact: the same bits as below), zeros past
+     * the last row. Other types, widths or alignments: element by element. */
+    if (xdt == (bf ? MP_BF16 : MP_F16) && D == DP && ((uintptr_t)x & 15) == 0) {
+        const uint16_t *xs = (const uint16_t *)x + (h * rows + r0) * DP;
+        for (int e = t.tid; e < n * (DP / 8); e += t.nt) {
+            int r = e / (DP / 8), d = e % (DP / 8) * 8;
+            uint16_t *to = s + r * (DP + MP_CU_FA_PAD) + d;
+            if (r0 + r < rows)
+                mp_cu_fa_copy16(to, xs + (int64_t)r * DP + d);
+            else
+                for (int u = 0; u < 8; u++)
+                    to[u] = 0;
+        }
+        return;
+    }
     for (int e = t.tid; e < n * DP; e += t.nt) {
         int r = e / DP, d = e % DP;
         float v = r0 + r < rows && d < D ? mp_cu_ld(x, xdt, (h * rows + r0 + r) * D + d) : 0.0f;
@@ -180,17 +269,30 @@ static inline MP_HD void mp_cu_fa_stage(uint16_t *s, int n, const void *x, int x
     }
 }
 
-/* The score of query row i, key j of head h from the product acc: scaled,
- * masked, -INFINITY where the row does not see the key (or is past T). */
-static inline MP_HD float mp_cu_fa_score(const MpCuFa *a, float acc, int64_t h, int64_t i, int64_t j)
+/* Head h's offset in the mask (0 without one): once an item where it can,
+ * a 64-bit division being a called subroutine on the GPU */
+static inline MP_HD int64_t mp_cu_fa_mask_head(const MpCuFa *a, int64_t h)
+{
+    return a->mask ? h / a->H * a->ms[0] + h % a->H * a->ms[1] : 0;
+}
+
+/* The score of query row i, key j from the product acc (mh: the head's
+ * mp_cu_fa_mask_head): scaled, masked, -INFINITY where the row does not see
+ * the key (or is past T). */
+static inline MP_HD float mp_cu_fa_score_at(const MpCuFa *a, float acc, int64_t mh, int64_t i, int64_t j)
 {
     if (i >= a->T || !mp_cu_att_sees(i, j, a->Tk, a->causal))
         return -INFINITY;
     float s = acc * a->scale;
     if (a->mask)
-        s = mp_cu_att_mask(s, a->mask, a->mdt,
-                           h / a->H * a->ms[0] + h % a->H * a->ms[1] + i * a->ms[2] + j * a->ms[3]);
+        s = mp_cu_att_mask(s, a->mask, a->mdt, mh + i * a->ms[2] + j * a->ms[3]);
     return s;
+}
+
+/* the same of head h */
+static inline MP_HD float mp_cu_fa_score(const MpCuFa *a, float acc, int64_t h, int64_t i, int64_t j)
+{
+    return mp_cu_fa_score_at(a, acc, mp_cu_fa_mask_head(a, h), i, j);
 }
 
 /* Forward: item (head, query tile of 64). Warp w holds rows 16 w + g and
@@ -214,37 +316,62 @@ struct MpCuFaFwd {
             o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.0f;
         t.sync();   /* the block's previous item is done with the tiles */
         mp_cu_fa_stage<DP>(qs, 64, a.q, a.qdt, a.T, h, i0, a.D, a.bf, t);
-        int64_t nk = mp_cu_fa_keys(&a, i0);
+        t.sync();   /* q staged */
+        uint32_t fq[DP / 16][4];   /* the warp's q rows as A fragments, once an item */
+        MP_CU_UNROLL
+        for (int kk = 0; kk < DP / 16; kk++) {
+            const uint16_t *q0 = qs + (16 * w + g) * ld + 16 * kk + c, *q1 = q0 + 8 * ld;
+            fq[kk][0] = mp_cu_fa_pair(q0, 1);
+            fq[kk][1] = mp_cu_fa_pair(q1, 1);
+            fq[kk][2] = mp_cu_fa_pair(q0 + 8, 1);
+            fq[kk][3] = mp_cu_fa_pair(q1 + 8, 1);
+        }
+        int64_t nk = mp_cu_fa_keys(&a, i0), mh = mp_cu_fa_mask_head(&a, h);
         for (int64_t j0 = 0; j0 < nk; j0 += BC) {
             t.sync();   /* the previous key tile's readers are done */
             mp_cu_fa_stage<DP>(ks, BC, a.k, a.kdt, a.Tk, h, j0, a.D, a.bf, t);
             mp_cu_fa_stage<DP>(vs, BC, a.v, a.vdt, a.Tk, h, j0, a.D, a.bf, t);
-            t.sync();   /* q, k, v staged: every warp sees them */
+            t.sync();   /* k, v staged: every warp sees them */
             float s[NB][4];
             MP_CU_UNROLL
             for (int n = 0; n < NB; n++)
                 s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
             MP_CU_UNROLL
-            for (int kk = 0; kk < DP; kk += 16) {   /* S = q k^T */
-                const uint16_t *q0 = qs + (16 * w + g) * ld + kk + c, *q1 = q0 + 8 * ld;
-                uint32_t fa[4] = {mp_cu_fa_pair(q0, 1), mp_cu_fa_pair(q1, 1),
-                                  mp_cu_fa_pair(q0 + 8, 1), mp_cu_fa_pair(q1 + 8, 1)};
+            for (int kk = 0; kk < DP / 16; kk++)   /* S = q k^T */
                 MP_CU_UNROLL
-                for (int n = 0; n < NB; n++) {
-                    const uint16_t *k0 = ks + (8 * n + g) * ld + kk + c;
-                    uint32_t fb[2] = {mp_cu_fa_pair(k0, 1), mp_cu_fa_pair(k0 + 8, 1)};
-                    mp_cu_mma(t, s[n], fa, fb, a.bf);
+                for (int n = 0; n < NB; n += 2) {   /* k rows 8 n.. and 8 n + 8.., d 16 kk.. */
+                    uint32_t fb[4];
+                    mp_cu_ldsm(t, fb, ks + (8 * n + (lane & 7) + (lane >> 4) * 8) * ld + 16 * kk +
+                                          (lane >> 3 & 1) * 8, 0);
+                    mp_cu_mma(t, s[n], fq[kk], fb, a.bf);
+                    mp_cu_mma(t, s[n + 1], fq[kk], fb + 2, a.bf);
                 }
+            /* a tile every row of the block sees whole (no mask, rows and keys
+             * inside T and T', causal: left of the block's first row) needs
+             * only the scale: mp_cu_fa_score's value there, without its tests */
+            int whole = !a.mask && i0 + MP_CU_FA_BR <= a.T && j0 + BC <= a.Tk &&
+                        (!a.causal || j0 + BC - 1 <= i0);
+            if (whole) {
+                MP_CU_UNROLL
+                for (int n = 0; n < NB; n++)
+                    MP_CU_UNROLL
+                    for (int e = 0; e < 4; e++)
+                        s[n][e] *= a.scale;
+            } else {
+                MP_CU_UNROLL
+                for (int n = 0; n < NB; n++)
+                    MP_CU_UNROLL
+                    for (int e = 0; e < 4; e++) {
+                        int64_t i = i0 + 16 * w + g + (e >> 1) * 8, j = j0 + 8 * n + c + (e & 1);
+                        s[n][e] = mp_cu_fa_score_at(&a, s[n][e], mh, i, j);
+                    }
             }
             float mx[2] = {m[0], m[1]};
             MP_CU_UNROLL
             for (int n = 0; n < NB; n++)
                 MP_CU_UNROLL
-                for (int e = 0; e < 4; e++) {
-                    int64_t i = i0 + 16 * w + g + (e >> 1) * 8, j = j0 + 8 * n + c + (e & 1);
-                    s[n][e] = mp_cu_fa_score(&a, s[n][e], h, i, j);
+                for (int e = 0; e < 4; e++)
                     mx[e >> 1] = s[n][e] > mx[e >> 1] ? s[n][e] : mx[e >> 1];
-                }
             MP_CU_UNROLL
             for (int r = 0; r < 2; r++) {   /* the new max; o and l in its units */
                 mx[r] = mp_cu_quad(t, mx[r], 0);
@@ -272,10 +399,11 @@ struct MpCuFaFwd {
                                   mp_cu_fa_pack(s[2 * kc + 1][0], s[2 * kc + 1][1], a.bf),
                                   mp_cu_fa_pack(s[2 * kc + 1][2], s[2 * kc + 1][3], a.bf)};
                 MP_CU_UNROLL
-                for (int d = 0; d < DP / 8; d++) {
-                    const uint16_t *v0 = vs + (16 * kc + c) * ld + 8 * d + g;
-                    uint32_t fb[2] = {mp_cu_fa_pair(v0, ld), mp_cu_fa_pair(v0 + 8 * ld, ld)};
+                for (int d = 0; d < DP / 8; d += 2) {   /* v rows 16 kc.., columns 8 d.. and 8 d + 8.. */
+                    uint32_t fb[4];
+                    mp_cu_ldsm(t, fb, vs + (16 * kc + (lane & 15)) * ld + 8 * d + (lane >> 4) * 8, 1);
                     mp_cu_mma(t, o[d], fa, fb, a.bf);
+                    mp_cu_mma(t, o[d + 1], fa, fb + 2, a.bf);
                 }
             }
         }
@@ -589,6 +717,12 @@ struct MpCuFaDkv {
         }
     }
 };
+
+/* 4 blocks an SM (128 registers a thread): the kernels' operands in
+ * registers take ptxas past t_cuda_build's 128 otherwise */
+template <int DP> struct MpCuMinBlocks<MpCuFaFwd<DP> > { static constexpr int n = 4; };
+template <int DP> struct MpCuMinBlocks<MpCuFaDq<DP> > { static constexpr int n = 4; };
+template <int DP> struct MpCuMinBlocks<MpCuFaDkv<DP> > { static constexpr int n = 4; };
 
 /* The head width attention_grad_q_tc runs at: 16, else 64. At 32 its
  * kernel needs more than the 128 registers a thread that t_cuda_build's

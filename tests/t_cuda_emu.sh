@@ -617,14 +617,20 @@ att_mutant att_barrier "no barrier after staging a key tile" '/t\.sync();   \/\*
 att_mutant att_rescale "the running sum not rescaled" '/^        l->[sc] \*= f;$/d' 0
 # the Tensor Core kernels (mp_cuda_flash.h) against the PTX ISA's fragments
 # as the stand-in lays them out: a kernel that loads v's B fragment with
-# row and column swapped; one that builds P's A fragment from the wrong
+# row and column swapped (ldmatrix without .trans); k's ldmatrix with
+# the row addresses of the wrong lanes; a stand-in whose ldmatrix.trans
+# does not transpose (the low halves); one that builds P's A fragment from the wrong
 # accumulators (a1 from the next n-tile); a stand-in whose A layout puts
 # a2, a3 in rows g + 8 (as a1) instead of g; the running output not
 # rescaled when a row's max grows; the backward's dv from dS instead of P
 # and its D = rowsum(P dP) not divided by the row's sum; the quad's max
 # taken over a pair
-att_mutant att_tc_vfrag "v's fragment, row and column swapped" \
-    's/vs + (16 \* kc + c) \* ld + 8 \* d + g;/vs + (16 * kc + g) * ld + 8 * d + c;/' 0
+att_mutant att_tc_vfrag "v's fragment, row and column swapped (ldmatrix without .trans)" \
+    's/(lane >> 4) \* 8, 1);/(lane >> 4) * 8, 0);/' 0
+att_mutant att_tc_kfrag "k's ldmatrix rows from the wrong lanes" \
+    's/(8 \* n + (lane \& 7) + (lane >> 4) \* 8)/(8 * n + (lane \& 7) + (lane >> 3 \& 1) * 8)/' 0
+att_mutant att_tc_emu_ldsm "the stand-in's ldmatrix.trans not transposing" \
+    's/uint32_t lo = b->width ? rows\[2 \* tg\]\[g\] : rows\[g\]\[2 \* tg\];/uint32_t lo = rows[g][2 * tg];/' 0
 att_mutant att_tc_pfrag "P's fragment from the wrong accumulators" \
     's/mp_cu_fa_pack(s\[2 \* kc\]\[2\], s\[2 \* kc\]\[3\], a.bf),/mp_cu_fa_pack(s[2 * kc + 1][0], s[2 * kc + 1][1], a.bf),/' 0
 att_mutant att_tc_emu_a "the stand-in's A fragment rows" 's/(i < 2 || (i >= 4 \&\& i < 6)) ? 0 : 8/i < 4 ? 0 : 8/' 0

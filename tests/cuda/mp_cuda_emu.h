@@ -584,6 +584,34 @@ static void mp_emu_quad_combine(MpEmuBlock *b)
     }
 }
 
+/* ldmatrix.sync.aligned.m8n8.x4.shared.b16 (width 1: .trans), from the
+ * PTX ISA's description and from nowhere else: lanes 8 q..8 q + 7 of a warp
+ * pass the addresses (a) of matrix q's rows 0..7, each 8 halves; lane l
+ * gets in register q (mab's first 4) row l / 4, columns 2 (l % 4) and + 1
+ * of matrix q, the lower column in the lower half (.trans: rows 2 (l % 4)
+ * and + 1 of column l / 4). */
+static void mp_emu_ldsm_combine(MpEmuBlock *b)
+{
+    for (int w = 0; w < b->nt / 32; w++)
+        for (int lane = 0; lane < 32; lane++) {
+            int g = lane >> 2, tg = lane & 3;
+            for (int q = 0; q < 4; q++) {
+                const uint16_t *rows[8];
+                for (int r = 0; r < 8; r++) {
+                    rows[r] = (const uint16_t *)(intptr_t)b->a[(size_t)(w * 32 + 8 * q + r)];
+                    if ((intptr_t)rows[r] & 15) {   /* the GPU's fault: a misaligned address */
+                        fprintf(stderr, "mp_cuda_emu: ldmatrix: lane %d's row address is not 16-byte aligned\n",
+                                8 * q + r);
+                        _exit(70);
+                    }
+                }
+                uint32_t lo = b->width ? rows[2 * tg][g] : rows[g][2 * tg];
+                uint32_t hi = b->width ? rows[2 * tg + 1][g] : rows[g][2 * tg + 1];
+                b->mab[(size_t)(w * 32 + lane) * 6 + q] = lo | hi << 16;
+            }
+        }
+}
+
 /* Fibers: on x86-64 a switch of six registers and the FP control words
  * (no system call: blocks of 256 threads switch often); elsewhere ucontext. */
 struct MpEmuFiber {
