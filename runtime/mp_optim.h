@@ -232,7 +232,7 @@ static inline MP_HD void mp_rms_elem(const MpOptK *k, float *p, float g, float *
 
 /* The RMSprop buffers among s[] (as mp_optim_slots names them). */
 #define MP_RMS_BUF(k, s) ((k)->mom != 0 ? (s)[1] : (float *)0)
-#define MP_RMS_AVG(k, s) ((k)->centered ? (s)[(k)->mom != 0 ? 2 : 1] : (float *)0)
+#define MP_RMS_AVG(k, s) ((k)->centered ? ((k)->mom != 0 ? (s)[2] : (s)[1]) : (float *)0)   /* constant indices: no stack frame in a CUDA kernel */
 
 /* RMSprop on n elements; s[] as mp_optim_slots names them. */
 static inline void mp_rms_loop(const MpOptK *k, float *p, const float *g, float *const *s, int64_t n)
