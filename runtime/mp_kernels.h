@@ -583,28 +583,30 @@ static inline MP_HD int64_t mp_pad_src(int mode, int64_t j, int64_t b, int64_t n
     return (q % n + n) % n;
 }
 
-/* The outputs j in [0, Y) of one axis that read input i, as up to 3
- * ranges [lo, hi) in increasing order; returns how many. */
-static inline MP_HD int mp_pad_readers(int mode, int64_t i, int64_t b, int64_t n, int64_t Y,
-                                       int64_t *lo, int64_t *hi)
+/* The outputs j in [0, Y) of one axis that read input i, as 3 ranges
+ * [lo, hi) in increasing order, unused ones empty (lo = hi): fixed slots,
+ * so that a CUDA kernel keeps them in registers (no stack frame). */
+static inline MP_HD void mp_pad_readers(int mode, int64_t i, int64_t b, int64_t n, int64_t Y,
+                                        int64_t *lo, int64_t *hi)
 {
-    int r = 0;
+    lo[0] = hi[0] = lo[1] = hi[1] = lo[2] = hi[2] = 0;
     if (mode == MP_PAD_REPLICATE) {
         lo[0] = i == 0 ? 0 : i + b;
         hi[0] = i == n - 1 ? Y : i + b + 1;
-        return 1;
+        return;
     }
     if (mode == MP_PAD_REFLECT) {
         if (i >= 1 && b - i >= 0)
-            lo[r] = b - i, hi[r] = b - i + 1, r++;
-        lo[r] = i + b, hi[r] = i + b + 1, r++;
+            lo[0] = b - i, hi[0] = b - i + 1;
+        lo[1] = i + b, hi[1] = i + b + 1;
         if (i < n - 1 && b + 2 * (n - 1) - i < Y)
-            lo[r] = b + 2 * (n - 1) - i, hi[r] = lo[r] + 1, r++;
-        return r;
+            lo[2] = b + 2 * (n - 1) - i, hi[2] = lo[2] + 1;
+        return;
     }
-    for (int64_t j = (i + b) % n; j < Y && r < 3; j += n)
-        lo[r] = j, hi[r] = j + 1, r++;
-    return r;
+    int64_t j = (i + b) % n;
+    for (int r = 0; r < 3; r++, j += n)
+        if (j < Y)
+            lo[r] = j, hi[r] = j + 1;
 }
 
 /* Element e of y [outer, ys[0..3]] padded from x [outer, xs[0..3]] in a
@@ -621,27 +623,38 @@ static inline MP_HD float mp_pad_mode_at(const void *x, int xdt, const int64_t *
     return mp_ld(x, xdt, xi + rest * stride);
 }
 
+/* The slots' loops unrolled on the GPU: constant indices keep lo and hi in
+ * registers (an indexed array would be a stack frame). */
+#ifdef __CUDA_ARCH__
+#define MP_PAD_UNROLL _Pragma("unroll")
+#else
+#define MP_PAD_UNROLL
+#endif
+
 /* Element e of the gradient dx [outer, xs[0..3]] of such a pad: the sum of
  * the dy elements that read it, in increasing order of index. */
 static inline MP_HD float mp_pad_grad_at(const void *dy, int dydt, const int64_t *xs, const int64_t *ys,
                                          const int64_t *before, int mode, int64_t e)
 {
     int64_t lo[4][3], hi[4][3], rest = e;
-    int nr[4];
     for (int k = 3; k >= 0; k--) {
-        nr[k] = mp_pad_readers(mode, rest % xs[k], before[k], xs[k], ys[k], lo[k], hi[k]);
+        mp_pad_readers(mode, rest % xs[k], before[k], xs[k], ys[k], lo[k], hi[k]);
         rest /= xs[k];
     }
     int64_t base = rest * ys[0] * ys[1] * ys[2] * ys[3];
     float s = 0.0f;
-    for (int a = 0; a < nr[0]; a++)
+    MP_PAD_UNROLL
+    for (int a = 0; a < 3; a++)
         for (int64_t j0 = lo[0][a]; j0 < hi[0][a]; j0++)
-            for (int b = 0; b < nr[1]; b++)
+            MP_PAD_UNROLL
+            for (int b = 0; b < 3; b++)
                 for (int64_t j1 = lo[1][b]; j1 < hi[1][b]; j1++)
-                    for (int c = 0; c < nr[2]; c++)
+                    MP_PAD_UNROLL
+                    for (int c = 0; c < 3; c++)
                         for (int64_t j2 = lo[2][c]; j2 < hi[2][c]; j2++) {
                             int64_t row = base + ((j0 * ys[1] + j1) * ys[2] + j2) * ys[3];
-                            for (int d = 0; d < nr[3]; d++)
+                            MP_PAD_UNROLL
+                            for (int d = 0; d < 3; d++)
                                 for (int64_t j3 = lo[3][d]; j3 < hi[3][d]; j3++)
                                     s += mp_ld(dy, dydt, row + j3);
                         }
