@@ -411,8 +411,9 @@ static void plan_op(IrGraph *g, CastCache *c, IrNode *n)
         if (in->op != OP_CONST && dt_is_float(in->type) && in->type != n->compute)
             n->in[i] = cast_to(g, c, in, n->compute, n);
     }
-    for (int i = 0; fp8 && i < 2; i++)
-        n->fp8[i] = fp8_slot(g, FP8_E4M3, n->in[i]->op == OP_PARAM ? 'w' : 'x', n, i, n);
+    for (int i = 0; fp8 && i < 2; i++)         /* a @ transpose(a): one value, one scale */
+        n->fp8[i] = i == 1 && n->in[1] == n->in[0]
+                        ? n->fp8[0] : fp8_slot(g, FP8_E4M3, n->in[i]->op == OP_PARAM ? 'w' : 'x', n, i, n);
     n->type = scalar_f32_out[n->op] ? DT_F32 : fixed_out[n->op] ? fixed_out[n->op] : n->compute;
     warn_risky(g, n);
 }

@@ -4,7 +4,8 @@
 # with ./mpcc --dump-plan=json and checked by tests/plan/check_plan.py (class
 # of each op, casts one per value and type, inputs in the compute type,
 # backward types, loss scaling, optimizer, summary); then each model is
-# checked for what it is there to show. The dot form must be valid Graphviz
+# checked for what it is there to show. Under float32 and mixed_bfloat16
+# each is also planned with --float32-matmul tf32. The dot form must be valid Graphviz
 # when graphviz is installed (skipped, with a note, when it is not).
 set -u
 cd "$(dirname "$0")/.."
@@ -13,13 +14,14 @@ PY=/usr/bin/python3
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fail=0
+plan_extra=()
 
 # plan MODEL POLICY|default [EXPECTATION...]: plan, check, report
 plan() {
     local mp=$1 pol=$2
     shift 2
-    local opt=()
-    [ "$pol" = default ] || opt=(--precision "$pol")
+    local opt=("${plan_extra[@]}")   # plan_extra: more mpcc options (the tf32 pass below)
+    [ "$pol" = default ] || opt+=(--precision "$pol")
     if ! "$MPCC" "$mp" "${opt[@]}" --dump-plan=json >"$tmp/plan.json" 2>"$tmp/err"; then
         echo "FAIL $mp ($pol): mpcc failed"
         head -n 20 "$tmp/err"
@@ -62,6 +64,11 @@ for mp in examples/*.mp tests/plan/*.mp tests/gradcheck/*.mp; do
         [ "$pol" != mixed_float16 ] && [ $own_ls = 0 ] && want+=(loss_scale=none)
         plan "$mp" "$pol" "${want[@]}"
     done
+    # float32_matmul tf32: compute tf32 on the f32 products of the GEMM and
+    # nowhere else (check_plan.py check_tf32); t_tf32.sh tests the rest
+    plan_extra=(--float32-matmul tf32)
+    for pol in float32 mixed_bfloat16; do plan "$mp" "$pol"; done
+    plan_extra=()
 done
 
 # What each model is there to show.
@@ -103,14 +110,16 @@ plan examples/mnist_mlp.mp mixed_float8 copies:h.weight=none copies:h.bias=bf16 
     node:logits.compute=f32 all:linear.compute=e4m3,f32 fp8:recipe=delayed fp8:amax_history=16 \
     fp8:margin=0 fp8:slots=3 summary:fp8_products=2 summary:fp8_forward=1 \
     summary:activation_bytes=$((599556 - 128 * 784))
-# (4 forward products; backward: h.weight 1, a 2, the a @ aᵀ 2, q 2)
+# (4 forward products; backward: h.weight 1, a 2, the a @ aᵀ 2, q 2; 11 slots:
+# a @ aᵀ reads one value for both operands, the transpose being its flag, so
+# one e4m3 slot quantises it for both)
 plan tests/plan/fp8.mp default node:a.compute=e4m3 node:a.rule=class node:q.compute=e4m3 \
     node:q.rule=list node:g.compute=bf16 node:y.compute=f32 all:linear.compute=bf16,e4m3,f32 \
     copies:w=none copies:h.weight=none copies:g.weight=bf16 fp8:recipe=delayed \
-    fp8:amax_history=4 fp8:margin=1 fp8:slots=12 summary:fp8_products=11 summary:fp8_state_bytes=240
+    fp8:amax_history=4 fp8:margin=1 fp8:slots=11 summary:fp8_products=11 summary:fp8_state_bytes=220
 sed 's/delayed(amax_history = 4, margin = 1)/current(margin = 2)/' tests/plan/fp8.mp >"$tmp/fp8_current.mp"
 plan "$tmp/fp8_current.mp" default fp8:recipe=current fp8:amax_history=1 fp8:margin=2 \
-    fp8:slots=12 summary:fp8_state_bytes=96
+    fp8:slots=11 summary:fp8_state_bytes=88
 sed 's/fp8_ops   = \[matmul\]//' tests/plan/fp8.mp >"$tmp/fp8_nolist.mp"
 plan "$tmp/fp8_nolist.mp" default node:a.compute=e4m3 node:q.compute=bf16 node:q.rule=class \
     fp8:slots=6 summary:fp8_products=5

@@ -257,7 +257,7 @@ def check_fp8(plan):
             if not s or (s["format"], s["of"], s["product"]) != ("e4m3", src["id"], n["id"]) \
                     or s["role"] != ("w" if src["op"] == "param" else "x"):
                 fail(f"#{n['id']}: slot {i['slot']} is {s}")
-            if i["slot"] in used:
+            if i["slot"] in used and used[i["slot"]] != n["id"]:   # (a @ aᵀ: both operands one slot)
                 fail(f"slot {i['slot']} used by #{used[i['slot']]} and #{n['id']}")
             used[i["slot"]] = n["id"]
             if src["op"] == "cast" and nodes[src["inputs"][0]["from"]]["op"] == "param":
