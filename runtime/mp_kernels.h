@@ -434,14 +434,6 @@ static inline MP_HD float mp_round_tf32(float v)
     return mp_bits_f32((x + 0x0fffu + ((x >> 13) & 1u)) & 0xffffe000u);
 }
 
-#ifndef MP_UNUSED                  /* as mp_util.h */
-#if defined(__GNUC__) || defined(__clang__)
-#define MP_UNUSED __attribute__((unused))
-#else
-#define MP_UNUSED
-#endif
-#endif
-
 /* float32_matmul = "tf32" (PRECISION.md): set by the C program's
  * model_setup() (the CUDA stand-in's products: mp_cu_blas_open). A product
  * whose operands are both f32 (stored so and not rounded to f16 / bf16)

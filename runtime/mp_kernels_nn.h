@@ -471,9 +471,11 @@ static inline void mp_k_embedding(void *y, int ydt, const void *ids, int idt, co
 /* acc[ids[i]] += dy[i] for i = 0, 1, ... n - 1 in that order (f32 sums);
  * ids outside [0, vocab) add nothing. The threads split the columns, so
  * every element's sum has the same order (the same bits) at any thread
- * count, and no two threads write one element. */
-static inline void mp_embedding_scatter(float *acc, const void *dy, int dydt, const void *ids,
-                                        int idt, int64_t n, int64_t vocab, int64_t dim)
+ * count, and no two threads write one element. Called with a parameter's
+ * f32 gradient as acc, it adds straight into it: no buffer of its own,
+ * nothing allocated (compiler/emit_c.c, a gradient's parts). */
+static inline void mp_k_embedding_dw_acc(float *acc, const void *dy, int dydt, const void *ids,
+                                         int idt, int64_t n, int64_t vocab, int64_t dim)
 {
     MP_OMP(parallel for if (n * dim > MP_PAR_MIN))
     for (int64_t c = 0; c < dim; c += MP_CHUNK) {
@@ -499,22 +501,13 @@ static inline void mp_k_embedding_dw(void *dw, int dwdt, const void *dy, int dyd
 {
     if (dwdt == MP_F32 && beta == 0.0f) {
         mp_k_fill(dw, MP_F32, 0.0f, vocab * dim);
-        mp_embedding_scatter((float *)dw, dy, dydt, ids, idt, n, vocab, dim);
+        mp_k_embedding_dw_acc((float *)dw, dy, dydt, ids, idt, n, vocab, dim);
         return;
     }
     float *acc = (float *)mp_kzalloc((size_t)(vocab * dim) * sizeof *acc);
-    mp_embedding_scatter(acc, dy, dydt, ids, idt, n, vocab, dim);
+    mp_k_embedding_dw_acc(acc, dy, dydt, ids, idt, n, vocab, dim);
     mp_st_beta(dw, dwdt, 0, vocab * dim, acc, beta);
     free(acc);
-}
-
-/* grad[vocab, dim] += the rows of dy[n, dim] by ids, one row at a time in
- * the order of i, straight into a parameter's f32 gradient: no buffer of
- * its own, nothing allocated (compiler/emit_c.c, a gradient's parts). */
-static inline void mp_k_embedding_dw_acc(float *grad, const void *dy, int dydt, const void *ids,
-                                         int idt, int64_t n, int64_t vocab, int64_t dim)
-{
-    mp_embedding_scatter(grad, dy, dydt, ids, idt, n, vocab, dim);
 }
 
 /* ---- layer_norm --------------------------------------------------------- */
@@ -1661,22 +1654,28 @@ static inline void mp_k_pad(void *y, int ydt, const void *x, int xdt, int64_t ou
 
 /* pad in mode reflect, replicate or circular (mp_pad_mode_at), and its
  * gradient (mp_pad_grad_at): xs, ys, before as mp_k_pad's */
+static inline void mp_k_pad_each(void *out, int odt, const void *in, int idt, int64_t outer,
+                                 const int64_t *xs, const int64_t *ys, const int64_t *before, int mode,
+                                 int grad)
+{
+    const int64_t *os = grad ? xs : ys;   /* the output's inner shape */
+    int64_t n = outer * os[0] * os[1] * os[2] * os[3];
+    MP_OMP(parallel for if (n > MP_PAR_MIN))
+    for (int64_t e = 0; e < n; e++)
+        mp_st(out, odt, e, grad ? mp_pad_grad_at(in, idt, xs, ys, before, mode, e)
+                                : mp_pad_mode_at(in, idt, xs, ys, before, mode, e));
+}
+
 static inline void mp_k_pad_mode(void *y, int ydt, const void *x, int xdt, int64_t outer,
                                  const int64_t *xs, const int64_t *ys, const int64_t *before, int mode)
 {
-    int64_t n = outer * ys[0] * ys[1] * ys[2] * ys[3];
-    MP_OMP(parallel for if (n > MP_PAR_MIN))
-    for (int64_t e = 0; e < n; e++)
-        mp_st(y, ydt, e, mp_pad_mode_at(x, xdt, xs, ys, before, mode, e));
+    mp_k_pad_each(y, ydt, x, xdt, outer, xs, ys, before, mode, 0);
 }
 
 static inline void mp_k_pad_grad(void *dx, int dxdt, const void *dy, int dydt, int64_t outer,
                                  const int64_t *xs, const int64_t *ys, const int64_t *before, int mode)
 {
-    int64_t n = outer * xs[0] * xs[1] * xs[2] * xs[3];
-    MP_OMP(parallel for if (n > MP_PAR_MIN))
-    for (int64_t e = 0; e < n; e++)
-        mp_st(dx, dxdt, e, mp_pad_grad_at(dy, dydt, xs, ys, before, mode, e));
+    mp_k_pad_each(dx, dxdt, dy, dydt, outer, xs, ys, before, mode, 1);
 }
 
 /* upsample: y [P, H sh, W sw] from x [P, H, W] (mp_upsample_at) */

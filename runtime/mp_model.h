@@ -35,6 +35,16 @@
 #else
 #define MP_RESTRICT restrict
 #endif
+
+/* a static definition a program may leave unused (no -Wunused warning) */
+#ifndef MP_UNUSED
+#if defined(__GNUC__) || defined(__clang__)
+#define MP_UNUSED __attribute__((unused))
+#else
+#define MP_UNUSED
+#endif
+#endif
+
 /* sqrtf may set errno, which keeps GCC from vectorising a loop that calls
  * it; the trainer never reads errno after math, so hot loops opt out. */
 #if defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__)

@@ -31,14 +31,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#ifndef MP_UNUSED
-#if defined(__GNUC__) || defined(__clang__)
-#define MP_UNUSED __attribute__((unused))
-#else
-#define MP_UNUSED
-#endif
-#endif
-
 #if defined(__GNUC__) || defined(__clang__)
 #define MP_PRINTF(f, a) __attribute__((format(printf, f, a)))
 #else

@@ -1,11 +1,9 @@
 #!/usr/bin/env bash
 # t_tf32.sh - float32_matmul = "tf32" and --float32-matmul (PRECISION.md,
 # "TF32 for float32 products"; compiler/prec.c prec_tf32):
-#   1. the plan: every model of examples/, tests/plan/ and tests/gradcheck/
-#      under float32 and mixed_bfloat16 with --float32-matmul tf32 keeps
-#      PRECISION.md's rules and shows compute tf32 on the f32 products of
-#      the GEMM and nowhere else (tests/plan/check_plan.py, check_tf32);
-#      the train-block key gives the option's plan, --float32-matmul ieee
+#   1. the plan (every model under tf32 keeps PRECISION.md's rules:
+#      t_plan_rules.sh, check_plan.py check_tf32): digits_mlp's products
+#      and only they compute tf32; the train-block key gives the option's plan, --float32-matmul ieee
 #      overrides it; the text, dot, html and cost forms show it (cost: the
 #      TF32 Tensor Core rate, so a product-bound step is predicted faster);
 #   2. errors: a bad train-block value (file:line:col, exit 1), a bad
@@ -33,17 +31,7 @@ ok() { echo "ok   $*"; }
 bad() { echo "FAIL $*"; fail=1; }
 
 # ---- 1. the plan ------------------------------------------------------------
-for mp in examples/*.mp tests/plan/*.mp tests/gradcheck/*.mp; do
-    [ -L "$mp" ] && continue
-    for pol in float32 mixed_bfloat16; do
-        if ! "$MPCC" "$mp" --precision $pol --float32-matmul tf32 --dump-plan=json >"$W/p.json" 2>"$W/err"; then
-            bad "$mp ($pol, tf32): mpcc failed"; head -n 5 "$W/err"; continue
-        fi
-        out=$("$PY" tests/plan/check_plan.py <"$W/p.json") || { bad "$mp ($pol, tf32)"; echo "$out"; }
-    done
-done
-ok "every model's plan under float32_matmul tf32 keeps the rules (check_plan.py)"
-
+# (every model's plan under tf32 against PRECISION.md's rules: t_plan_rules.sh)
 # digits_mlp: both linears and their gradients' products are tf32, nothing else
 sed 's/^  precision = float32$/&\n  float32_matmul = "tf32"/' examples/digits_mlp.mp >"$W/digits_tf32.mp"
 "$MPCC" "$W/digits_tf32.mp" --dump-plan=json >"$W/key.json" &&
