@@ -407,6 +407,7 @@ void grad_ATTENTION(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx)
     all->ia[0] = n->ia[0];
     all->ia[1] = n->ia[1];
     all->fa[0] = n->fa[0];
+    all->fa[1] = n->fa[1];   /* dropout: its bits drawn again from the forward node's id */
     const int64_t start[4] = {0, tq, tq + tk, tq + 2 * tk};
     for (int i = 0; i < 3; i++) {
         if (!dx[i])

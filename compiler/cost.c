@@ -164,14 +164,15 @@ static double att_flops(const IrNode *q, const IrNode *k, bool causal, double pe
  *   otherwise the f32 tiles (mp_cuda_ops.h) on CUDA cores, per pair: 6 D
  *     forward (the scores for the max and sum, again for P; P v), 20 D
  *     backward (attention_grad_q: the scores three times, dP twice, dq;
- *     attention_grad_kv: the scores, dP, dv, dk). */
+ *     attention_grad_kv: the scores, dP, dv, dk); dropout (fa[1] > 0)
+ *     runs there too, the Tensor Core kernels taking none. */
 static double att_work(const IrNode *n, const IrNode *q, const IrNode *k, bool causal, bool *tc)
 {
     const Shape *s = &q->shape;
     double bh = (double)s->d[0] * (double)s->d[1], D = (double)s->d[3];
     int64_t T = s->d[2], Tk = k->shape.d[2];
     bool fwd = n->op == OP_ATTENTION;
-    *tc = (n->compute == DT_F16 || n->compute == DT_BF16) && D <= 64;
+    *tc = (n->compute == DT_F16 || n->compute == DT_BF16) && D <= 64 && !(n->fa[1] > 0);
     if (!*tc)
         return (fwd ? 6 : 20) * bh * att_pairs((double)T, (double)Tk, causal) * D;
     int64_t dp = D <= 16 ? 16 : D <= 32 ? 32 : 64;

@@ -443,9 +443,9 @@ long long emit_dim(const IrNode *v, int i)
     return (long long)v->shape.d[i < 0 ? v->shape.rank + i : i];
 }
 
-const char *emit_attention_opt(Emit *e, const IrNode *f, const IrNode *mask)
+const char *emit_attention_opt(Emit *e, const IrNode *f, const IrNode *mask, bool cuda)
 {
-    if (!mask && !f->ia[1])
+    if (!mask && !f->ia[1] && !(f->fa[1] > 0))
         return NULL;
     /* the mask's strides over [B, H, T, T'] (right-aligned; 0 where it
      * broadcasts) */
@@ -455,10 +455,17 @@ const char *emit_attention_opt(Emit *e, const IrNode *f, const IrNode *mask)
         st[3 - i] = d == 1 ? 0 : step;
         step *= (long long)d;
     }
-    return arena_printf(e->a, "{%d, (float)%.9g, %s, %s, %lld, {%lld, %lld, %lld, %lld}}",
+    /* dropout (training only): the generator's (seed, step, micro-batch,
+     * forward node), the CUDA program's step read on the device */
+    const char *drop = f->fa[1] > 0
+        ? arena_printf(e->a, ",\n            %s->training ? (float)%.9g : 0.0f, %s->seed, %s, %s->micro, %d, %s",
+                       cuda ? "r" : "run", f->fa[1], cuda ? "r" : "run", cuda ? "0" : "run->step",
+                       cuda ? "r" : "run", f->id, cuda ? "r->hdr" : "NULL")
+        : "";
+    return arena_printf(e->a, "{%d, (float)%.9g, %s, %s, %lld, {%lld, %lld, %lld, %lld}%s}",
                         (int)f->ia[1], f->fa[0], mask ? cname(e, mask) : "NULL",
                         mask ? mpdt(mask->type) : "MP_U8", emit_dim(f->in[0], 1), st[0], st[1],
-                        st[2], st[3]);
+                        st[2], st[3], drop);
 }
 
 void emit_around_axis(const IrNode *x, int64_t axis, long long *outer, long long *len, long long *inner)

@@ -87,8 +87,9 @@ const IrNode *emit_work_copy(Emit *e, int p, const char **dt);
 /* Sizes of a node's tensors as the kernels of both targets take them. */
 long long emit_dim(const IrNode *v, int i);   /* dimension i, negative from the end */
 /* The options of attention f as an MpAttnOpt initialiser (mask: its mask
- * as the emitted node reads it), or NULL when it has none. */
-const char *emit_attention_opt(Emit *e, const IrNode *f, const IrNode *mask);
+ * as the emitted node reads it; cuda: the CUDA program's run state for
+ * dropout's generator), or NULL when it has none. */
+const char *emit_attention_opt(Emit *e, const IrNode *f, const IrNode *mask, bool cuda);
 /* x viewed as [outer, len, inner] around `axis` (-1: everything) */
 void emit_around_axis(const IrNode *x, int64_t axis, long long *outer, long long *len, long long *inner);
 /* chunk, slice, slice_grad, concat: the big tensor (sliced, or placed

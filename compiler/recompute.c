@@ -53,6 +53,7 @@ static bool recomputable(const IrNode *v)
     case OP_RAND:
     case OP_RANDN:
     case OP_BATCH_NORM: return false;
+    case OP_ATTENTION: return !(v->fa[1] > 0);   /* dropout: its bits are the node's */
     default: return true;
     }
 }

@@ -12,8 +12,8 @@
  * and the later readers read the copy, and the class stays recomputed when
  * the arena shrinks. The search stops when the budget is met. Copies run
  * the same kernels on the same values, so the results are bit-identical;
- * random ops (dropout, rand, randn) and batch_norm (running statistics) are
- * always kept. Every trial is fused and planned as the program will be. */
+ * random ops (dropout, rand, randn, attention with dropout) and batch_norm
+ * (running statistics) are always kept. Every trial is fused and planned as the program will be. */
 #ifndef MPCC_RECOMPUTE_H
 #define MPCC_RECOMPUTE_H
 

@@ -1247,16 +1247,22 @@ static Val lower_pool(Ctx *c, const Builtin *b, const Expr *x, Args *a)
     return finish(c, n);
 }
 
-/* attention(q, k, v, causal, mask, scale): the mask, where given, is the
- * fourth input (ops.def) */
+/* attention(q, k, v, causal, mask, dropout, scale): the mask, where given,
+ * is the fourth input (ops.def); dropout in [0, 1) */
 static Val lower_attention(Ctx *c, const Builtin *b, const Expr *x, Args *a)
 {
+    double p = a->v[5].r;
+    if (!(p >= 0 && p < 1)) {
+        diag_error(a->e[5]->loc, "attention's dropout probability must be in [0, 1), got %g", p);
+        return verr;
+    }
     IrNode *in[4] = {a->v[0].t, a->v[1].t, a->v[2].t, a->v[4].k == V_TENSOR ? a->v[4].t : NULL};
     IrNode *n = node(c, OP_ATTENTION, x->loc, in[3] ? 4 : 3, in);
     if (n) {
         n->ia[0] = a->v[3].i;
-        n->ia[1] = is_num(a->v[5]);
-        n->fa[0] = n->ia[1] ? a->v[5].r : 0;
+        n->ia[1] = is_num(a->v[6]);
+        n->fa[0] = n->ia[1] ? a->v[6].r : 0;
+        n->fa[1] = (float)p;
     }
     return finish(c, n);
 }
@@ -2428,7 +2434,7 @@ static const Builtin builtins[] = {
     {"numel", OP_SUM, lower_numel, false, {REQ("x", A_TENSOR), ABS("axis", A_AXES)}},
     {"attention", OP_ATTENTION, lower_attention, false,
      {REQ("q", A_TENSOR), REQ("k", A_TENSOR), REQ("v", A_TENSOR), OPT("causal", A_BOOL, 0),
-      ABS("mask", A_TENSOR), ABS("scale", A_REAL)}},
+      ABS("mask", A_TENSOR), OPT("dropout", A_REAL, 0), ABS("scale", A_REAL)}},
     {"abs", OP_ABS, lower_unary, false, T1("x")},
     {"sin", OP_SIN, lower_unary, false, T1("x")},
     {"cos", OP_COS, lower_unary, false, T1("x")},

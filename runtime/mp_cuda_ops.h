@@ -1897,7 +1897,12 @@ static inline void mp_cu_batch_norm_dw(void *dw, const void *dy, const void *x, 
  * (f32, 3 BH T floats of the op's work space) to attention_grad_kv, per
  * key tile, which walks the query tiles that see it: Pr (P rounded) and dS
  * from the scores, dv = Pr^T dy, dk = dS^T q. Every sum is f32 (the rows'
- * sums compensated); the scores are computed once per pass. */
+ * sums compensated); the scores are computed once per pass.
+ * Dropout (MpAttnOpt's drop): each kernel draws the mask bit of (head,
+ * query, key) again from the key of (seed, step, micro, node), the step
+ * read on the device; P o M / (1 - p) is rounded for y and dv, dP' =
+ * dP o M / (1 - p) enters D_i and dS. The Tensor Core kernels take no
+ * dropout: these run it. */
 #define MP_CU_ATT_SH 12160         /* shared floats per block (47.5 KB) */
 #define MP_CU_ATT_NT 128           /* threads per block */
 
@@ -1915,6 +1920,10 @@ struct MpCuAttP {
     const void *mask;              /* options (MpAttnOpt, mp_kernels_nn.h) */
     int mdt;
     int64_t H, ms[4];
+    float drop, dscale;            /* dropout p (0: none), 1 / (1 - p) */
+    uint64_t seed;                 /* its generator: (seed, step, micro, node) */
+    const MpCuHdr *hdr;
+    int64_t micro, node;
 };
 
 /* The largest tile (up to 64) whose layout of nb row tiles fits; 0: none */
@@ -1932,6 +1941,14 @@ static inline void mp_cu_att_tiles(const char *op, MpCuAttP *a, int nb, const Mp
 {
     a->scale = o && o->scaled ? o->scale : 1.0f / sqrtf((float)a->D);
     a->mask = o ? o->mask : NULL;
+    a->drop = o && o->drop > 0.0f ? o->drop : 0.0f;
+    a->dscale = a->drop > 0.0f ? 1.0f / (1.0f - a->drop) : 1.0f;
+    if (a->drop > 0.0f) {
+        a->seed = o->seed;
+        a->hdr = (const MpCuHdr *)o->hdr;
+        a->micro = o->micro;
+        a->node = o->node;
+    }
     if (a->mask) {
         a->mdt = o->mdt;
         a->H = o->H;
@@ -1955,6 +1972,22 @@ static inline void mp_cu_att_tiles(const char *op, MpCuAttP *a, int nb, const Mp
 static inline MP_HD int64_t mp_cu_att_keys(const MpCuAttP *a, int64_t i1)
 {
     return a->causal && i1 < a->Tk ? i1 : a->Tk;
+}
+
+/* The key of dropout's mask for this step (0: no dropout) */
+static inline MP_HD uint64_t mp_cu_att_key(const MpCuAttP *a)
+{
+    return a->drop > 0.0f ? mp_dropout_key(a->seed, a->hdr->step, a->micro, a->node) : 0;
+}
+
+/* x (P or dP of query i, key j of head h) after dropout: times 1 / (1 - p)
+ * where the mask keeps it, else 0; x itself without dropout. */
+static inline MP_HD float mp_cu_att_drop(const MpCuAttP *a, uint64_t key, int64_t h, int64_t i,
+                                         int64_t j, float x)
+{
+    if (a->drop <= 0.0f)
+        return x;
+    return mp_dropout_u(key, (h * a->T + i) * a->Tk + j) >= a->drop ? x * a->dscale : 0.0f;
 }
 
 /* Rows of a tile from r0 (n of them; of `total` in the tensor) */
@@ -2074,13 +2107,15 @@ struct MpCuAttFwd {
         float *s = acc + a.t * D, *rm = s + 2 * a.t * a.t, *rl = rm + a.t, *rc = rl + a.t;
         mp_cu_att_begin(&a, qs, NULL, acc, rm, 3, s, ks, h, i0, nq, t);
         int64_t nk = mp_cu_att_keys(&a, i0 + nq);
+        uint64_t key = mp_cu_att_key(&a);
         for (int64_t j0 = 0; j0 < nk; j0 += a.t) {
             int n = mp_cu_att_n(&a, j0, nk);
             mp_cu_att_key_tile(&a, ks, vs, s, NULL, qs, NULL, h, i0, nq, j0, n, t);
             for (int e = t.tid; e < nq * n; e += t.nt) {
                 int r = e / n, j = e % n;
                 float inv = 1.0f / (rl[r] + rc[r]);
-                s[r * a.t + j] = mp_round(mp_cu_att_p(s[r * a.t + j], rm[r], inv), a.cdt);
+                float p = mp_cu_att_p(s[r * a.t + j], rm[r], inv);
+                s[r * a.t + j] = mp_round(mp_cu_att_drop(&a, key, h, i0 + r, j0 + j, p), a.cdt);
             }
             t.sync();
             mp_cu_att_acc(acc, s, a.t, 1, vs, a.ld, nq, n, D, t);
@@ -2102,6 +2137,7 @@ struct MpCuAttDq {
         float *rm = dp + a.t * a.t, *rl = rm + a.t, *rc = rl + a.t, *ds = rc + a.t, *dc = ds + a.t;
         mp_cu_att_begin(&a, qs, dys, acc, rm, 5, s, ks, h, i0, nq, t);
         int64_t nk = mp_cu_att_keys(&a, i0 + nq);
+        uint64_t key = mp_cu_att_key(&a);
         for (int pass = 0; pass < 2; pass++)   /* D_i, then dS and dq */
             for (int64_t j0 = 0; j0 < nk; j0 += a.t) {
                 int n = mp_cu_att_n(&a, j0, nk);
@@ -2111,7 +2147,8 @@ struct MpCuAttDq {
                         float inv = 1.0f / (rl[r] + rc[r]);
                         MpAcc d = {ds[r], dc[r]};
                         for (int j = 0; j < n; j++)
-                            mp_acc_add(&d, dp[r * a.t + j] * mp_cu_att_p(s[r * a.t + j], rm[r], inv));
+                            mp_acc_add(&d, mp_cu_att_drop(&a, key, h, i0 + r, j0 + j, dp[r * a.t + j]) *
+                                               mp_cu_att_p(s[r * a.t + j], rm[r], inv));
                         ds[r] = d.s;
                         dc[r] = d.c;
                     }
@@ -2120,7 +2157,8 @@ struct MpCuAttDq {
                 for (int e = t.tid; e < nq * n; e += t.nt) {
                     int r = e / n, j = e % n;
                     float p = mp_cu_att_p(s[r * a.t + j], rm[r], 1.0f / (rl[r] + rc[r]));
-                    s[r * a.t + j] = mp_cu_att_ds(p, dp[r * a.t + j], ds[r] + dc[r], a.scale, a.cdt);
+                    float dpm = mp_cu_att_drop(&a, key, h, i0 + r, j0 + j, dp[r * a.t + j]);
+                    s[r * a.t + j] = mp_cu_att_ds(p, dpm, ds[r] + dc[r], a.scale, a.cdt);
                 }
                 t.sync();
                 mp_cu_att_acc(acc, s, a.t, 1, ks, a.ld, nq, n, D, t);
@@ -2152,6 +2190,7 @@ struct MpCuAttDkv {
         mp_cu_att_load(vs, a.ld, a.v, a.vdt, a.Tk, h, j0, n, D, t);
         for (int64_t e = t.tid; e < n * D; e += t.nt)
             dk[e] = dv[e] = 0.0f;
+        uint64_t key = mp_cu_att_key(&a);
         for (int64_t i0 = a.causal ? j0 : 0; i0 < a.T; i0 += a.t) {
             int nq = mp_cu_att_n(&a, i0, a.T);
             t.sync();
@@ -2169,8 +2208,9 @@ struct MpCuAttDkv {
             for (int e = t.tid; e < nq * n; e += t.nt) {
                 int r = e / n, j = e % n;
                 float p = mp_cu_att_p(s[r * a.t + j], rm[r], rinv[r]);
-                s[r * a.t + j] = mp_round(p, a.cdt);
-                dp[r * a.t + j] = mp_cu_att_ds(p, dp[r * a.t + j], rd[r], a.scale, a.cdt);
+                s[r * a.t + j] = mp_round(mp_cu_att_drop(&a, key, h, i0 + r, j0 + j, p), a.cdt);
+                float dpm = mp_cu_att_drop(&a, key, h, i0 + r, j0 + j, dp[r * a.t + j]);
+                dp[r * a.t + j] = mp_cu_att_ds(p, dpm, rd[r], a.scale, a.cdt);
             }
             t.sync();
             mp_cu_att_acc(dv, s, 1, a.t, dys, D, n, nq, D, t);   /* Pr^T dy */
@@ -2193,7 +2233,8 @@ static inline void mp_cu_attention(void *y, const void *q, const void *k, const 
     a.causal = causal;
     a.cdt = cdt;
     mp_cu_att_tiles("attention", &a, 4, o);
-    if ((cdt == MP_F16 || cdt == MP_BF16) && D <= MP_CU_FA_DMAX && mp_cu_fa_ready()) {
+    if ((cdt == MP_F16 || cdt == MP_BF16) && D <= MP_CU_FA_DMAX && a.drop <= 0.0f &&
+        mp_cu_fa_ready()) {
         MpCuFa f = {q, k, v, y, QT, KT, VT, YT, NULL, T, Tk, D, 0, causal, cdt == MP_BF16,
                     a.scale, a.mask, a.mdt, a.H, {a.ms[0], a.ms[1], a.ms[2], a.ms[3]}};
         mp_cu_fa_run(f, BH);   /* Tensor Cores (mp_cuda_flash.h) */
@@ -2213,7 +2254,8 @@ static inline void mp_cu_attention_grad(void *g, const void *dy, const void *q, 
     a.cdt = cdt;
     a.st = (float *)mp_cu_ws(BH * T * 3 * (int64_t)sizeof(float));
     mp_cu_att_tiles("attention_grad", &a, 6, o);
-    if ((cdt == MP_F16 || cdt == MP_BF16) && D <= MP_CU_FA_DMAX && mp_cu_fa_ready()) {
+    if ((cdt == MP_F16 || cdt == MP_BF16) && D <= MP_CU_FA_DMAX && a.drop <= 0.0f &&
+        mp_cu_fa_ready()) {
         MpCuFaB b = {{q, k, v, g, QT, KT, VT, GT, NULL, T, Tk, D, 0, causal, cdt == MP_BF16,
                       a.scale, a.mask, a.mdt, a.H, {a.ms[0], a.ms[1], a.ms[2], a.ms[3]}},
                      dy, DYT, a.st, 0};

@@ -836,13 +836,27 @@ typedef float MpAttnV __attribute__((vector_size(32)));
  *              broadcasts over), the work items' head h = b H + head. A row
  *              that sees no key (every score -inf) gives P = 0: zeros, and
  *              zero gradients, not NaN (as the CUDA program's tiles).
- * The mask is read a row of a query tile at a time (never [T, T']). */
+ * The mask is read a row of a query tile at a time (never [T, T']).
+ *   drop       dropout p of the probabilities (0: none; evaluation passes
+ *              0): P[i, j] of work item h is kept, times 1/(1 - p), iff
+ *              mp_dropout_u(key, (h T + i) T' + j) >= p, key =
+ *              mp_dropout_key(seed, step, micro, node) as the dropout op's,
+ *              so the backward pass draws the same bits again (none are
+ *              stored). The CUDA program reads the step on the device from
+ *              hdr (its MpCuHdr) and leaves step 0.
+ * With dropout, y = (P o M / (1 - p)) v with P's softmax of the un-dropped
+ * scores; backward dv = (P o M / (1 - p))^T dy, dP' = (dy v^T) o M / (1 - p)
+ * and dS = P (dP' - rowsum(P dP')), the rowsum being rowsum(dy o y). */
 typedef struct MpAttnOpt {
     int scaled;
     float scale;
     const void *mask;
     int mdt;
     int64_t H, ms[4];
+    float drop;
+    uint64_t seed;
+    int64_t step, micro, node;
+    const void *hdr;
 } MpAttnOpt;
 
 typedef struct MpAttn {
@@ -851,6 +865,8 @@ typedef struct MpAttn {
     int64_t T, Tk, D, tq;
     float scale;
     const MpAttnOpt *opt;
+    float drop, dscale;       /* dropout p and 1/(1 - p); p 0: none */
+    uint64_t key;             /* its mask's generator (MpAttnOpt) */
 } MpAttn;
 
 /* Per-thread work space (f32). */
@@ -874,7 +890,13 @@ static inline MpAttn mp_attn(const void *q, int qdt, const void *k, int kdt, con
                              const MpAttnOpt *o)
 {
     MpAttn a = {q, k, v, qdt, kdt, vdt, cdt, causal, T, Tk, D, mp_attn_tq(Tk),
-                o && o->scaled ? o->scale : 1.0f / sqrtf((float)D), o && o->mask ? o : NULL};
+                o && o->scaled ? o->scale : 1.0f / sqrtf((float)D), o && o->mask ? o : NULL,
+                0.0f, 1.0f, 0};
+    if (o && o->drop > 0.0f) {
+        a.drop = o->drop;
+        a.dscale = mp_dropout_scale(o->drop);
+        a.key = mp_dropout_key(o->seed, o->step, o->micro, o->node);
+    }
     return a;
 }
 
@@ -1224,6 +1246,19 @@ static inline int64_t mp_attn_probs(const MpAttn *a, MpAttnWs *w, int64_t h, int
     return nk;
 }
 
+/* Dropout on the rows r < nq of the query tile at i0 of head h (p: P or
+ * dP, stride T'), over the keys each row sees: kept times 1/(1 - p), else
+ * 0 (MpAttnOpt). */
+static inline void mp_attn_drop(const MpAttn *a, float *p, int64_t h, int64_t i0, int64_t nq)
+{
+    for (int64_t r = 0; r < nq; r++) {
+        int64_t n = mp_attn_len(a, i0 + r), base = (h * a->T + i0 + r) * a->Tk;
+        float *v = p + r * a->Tk;
+        for (int64_t j = 0; j < n; j++)
+            v[j] = mp_dropout_u(a->key, base + j) >= a->drop ? v[j] * a->dscale : 0.0f;
+    }
+}
+
 /* The first n of each of nq rows (stride ld) times mul, rounded to cdt in
  * place (mp_round_n: the vector conversions, the bits of mp_round). */
 static inline void mp_attn_round(float *v, int64_t nq, int64_t ld, int64_t n, float mul, int cdt)
@@ -1254,6 +1289,8 @@ static inline void mp_k_attention_opt(void *y, int ydt, const void *q, int qdt, 
             if (h != loaded)
                 mp_attn_load_kv(&a, h, &w, 0), loaded = h;
             int64_t nk = mp_attn_probs(&a, &w, h, i0, nq);
+            if (a.drop > 0.0f)
+                mp_attn_drop(&a, w.s, h, i0, nq);
             mp_attn_round(w.s, nq, Tk, nk, 1.0f, cdt);
             mp_attn_wsum(w.acc, w.s, Tk, 1, nq, nk, w.vr, D, 0);
             mp_st_n(y, ydt, (h * T + i0) * D, 1, nq * D, w.acc);
@@ -1277,8 +1314,12 @@ static inline void mp_attn_grad_tile(const MpAttn *a, MpAttnWs *w, void *g, int 
     int64_t Tk = a->Tk, D = a->D, nk = mp_attn_probs(a, w, h, i0, nq);
     mp_ld_n(dy, dydt, (h * a->T + i0) * D, 1, nq * D, w->dyf);
     mp_attn_dots(a, w->dp, w->dyf, w->vt, i0, nq, 1.0f);
+    if (a->drop > 0.0f)
+        mp_attn_drop(a, w->dp, h, i0, nq);                  /* dP' */
     mp_attn_softmax(a, w->dp, w->s, i0, nq, nk);
     mp_attn_round(w->dp, nq, Tk, nk, a->scale, a->cdt);     /* dS */
+    if (a->drop > 0.0f)
+        mp_attn_drop(a, w->s, h, i0, nq);                   /* P o M / (1 - p) */
     mp_attn_round(w->s, nq, Tk, nk, 1.0f, a->cdt);          /* Pr */
     mp_attn_wsum(w->acc, w->dp, Tk, 1, nq, nk, w->kr, D, 0);        /* dq */
     mp_attn_wsum(w->dv, w->s, 1, Tk, nk, nq, w->dyf, D, 1);         /* dv */

@@ -315,6 +315,19 @@ static void op_attention_opt(void)
     attention(B * H, T, Tk, D, (int)arg[5], &o);
 }
 
+/* attention_drop B H T TK D CAUSAL P1E6 SEED STEP MICRO NODE: attention
+ * with dropout p = P1E6 / 1e6 (the mask bits of (SEED, STEP, MICRO, NODE),
+ * which tests/kernels_torch.py draws with its own port of the generator) */
+static void op_attention_drop(void)
+{
+    MpAttnOpt o = {0};
+    o.H = arg[1];
+    o.drop = (float)arg[6] / 1e6f;
+    o.seed = (uint64_t)arg[7];
+    o.step = arg[8], o.micro = arg[9], o.node = arg[10];
+    attention(arg[0] * arg[1], arg[2], arg[3], arg[4], (int)arg[5], &o);
+}
+
 /* embedding N V D: ids (i32), w, dy -> y, dw */
 static void op_embedding(void)
 {
@@ -616,6 +629,7 @@ static const struct {
     {"softmax", op_softmax, 4}, {"cross_entropy", op_cross_entropy, 2},
     {"mse", op_mse, 1}, {"activations", op_activations, 1},
     {"attention", op_attention, 5}, {"attention_opt", op_attention_opt, 11},
+    {"attention_drop", op_attention_drop, 11},
     {"embedding", op_embedding, 3},
     {"elementwise2", op_elementwise2, 1}, {"rms_norm", op_rms_norm, 2}, {"rope", op_rope, 6},
     {"cross_entropy2", op_cross_entropy2, 5}, {"select", op_select, 2},

@@ -436,6 +436,97 @@ def case_attention_opt(driver, tmp):
             check(tag + name, g, want)
 
 
+GOLDEN64 = 0x9e3779b97f4a7c15
+M64 = (1 << 64) - 1
+
+
+def mix64(z):
+    """splitmix64's finaliser (runtime/mp_kernels.h mp_mix64) on numpy uint64
+    arrays or Python ints"""
+    if isinstance(z, int):
+        z = ((z ^ (z >> 30)) * 0xbf58476d1ce4e5b9) & M64
+        z = ((z ^ (z >> 27)) * 0x94d049bb133111eb) & M64
+        return z ^ (z >> 31)
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xbf58476d1ce4e5b9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94d049bb133111eb)
+    return z ^ (z >> np.uint64(31))
+
+
+def dropout_keep(seed, step, micro, node, n, p):
+    """the dropout mask of the trainer's generator, ported from
+    mp_dropout_key / mp_dropout_u: element i is kept iff its uniform (24
+    bits) >= p (as f32)"""
+    k = mix64((seed + GOLDEN64) & M64)
+    k = mix64(k ^ ((step + GOLDEN64) & M64))
+    k = mix64(k ^ ((micro + 2 * GOLDEN64) & M64))
+    k = mix64(k ^ ((node + 3 * GOLDEN64) & M64))
+    with np.errstate(over="ignore"):
+        i = np.arange(n, dtype=np.uint64)
+        z = mix64(np.uint64(k) + (i + np.uint64(1)) * np.uint64(GOLDEN64))
+    u = (z >> np.uint64(40)).astype(np.float64) * 2.0 ** -24
+    return u >= float(np.float32(p))
+
+
+def case_attention_drop(driver, tmp):
+    # dropout on the probabilities (training): y = (P o M / (1 - p)) v, P the
+    # softmax of the un-dropped scores, M element (b H + h) T T' + i T' + j of
+    # the generator's stream of (seed, step, micro, node), here drawn by a
+    # Python port of it; the float64 reference softmax(q k^T / sqrt(D)) o M /
+    # (1 - p) v and its autograd gradients. Across query and key tiles,
+    # causal and not, cross attention.
+    seed, step, micro, node = 1234567, 5, 1, 17
+    for B, H, T, Tk, D, causal, p in ((2, 3, 9, 9, 8, 0, 0.3), (1, 2, 100, 100, 16, 1, 0.3),
+                                       (1, 2, 33, 80, 64, 0, 0.5), (2, 1, 70, 70, 16, 1, 0.1)):
+        q, k, v, dy = f32(B, H, T, D), f32(B, H, Tk, D), f32(B, H, Tk, D), f32(B, H, T, D)
+        keep = dropout_keep(seed, step, micro, node, B * H * T * Tk, p).reshape(B, H, T, Tk)
+        tq, tk, tv = (torch.from_numpy(a.astype(np.float64)).requires_grad_() for a in (q, k, v))
+        s = tq @ tk.transpose(-1, -2) / np.sqrt(D)
+        if causal:
+            s = s.masked_fill(torch.triu(torch.ones(T, T, dtype=torch.bool), 1), -np.inf)
+        y = (F.softmax(s, dim=-1) * torch.from_numpy(keep) / (1 - float(np.float32(p)))) @ tv
+        dq, dk, dv = grads(y, dy.astype(np.float64), tq, tk, tv)
+        got = run(driver, tmp, "attention_drop",
+                  [B, H, T, Tk, D, causal, round(p * 1e6), seed, step, micro, node],
+                  [q, k, v, dy], 4)
+        tag = "attention_drop T %d T' %d D %d%s p %g " % (T, Tk, D, " causal" if causal else "", p)
+        for name, g, want in zip(("y", "dq", "dk", "dv"), got, (y.detach(), dq, dk, dv)):
+            check(tag + name, g, want)
+    # The kernel's own mask, seen through v = I (y = P o M / (1 - p)): zeros
+    # exactly where it drops, the fraction dropped p within 4.5 binomial
+    # standard deviations, survivors P / (1 - p); another step draws another
+    # mask (about 2 p (1 - p) of the bits differ).
+    B, H, T, p = 2, 2, 64, 0.3
+    q, k = f32(B, H, T, T), f32(B, H, T, T)
+    v = np.broadcast_to(np.eye(T, dtype=np.float32), (B, H, T, T)).copy()
+    ys = []
+    for st in (step, step + 1):
+        ys.append(run(driver, tmp, "attention_drop",
+                      [B, H, T, T, T, 0, round(p * 1e6), seed, st, micro, node],
+                      [q, k, v, q], 4)[0].reshape(B, H, T, T))
+    P = F.softmax(torch.from_numpy(q.astype(np.float64)) @
+                  torch.from_numpy(k.astype(np.float64)).transpose(-1, -2) / np.sqrt(T), dim=-1).numpy()
+    dropped = ys[0] == 0
+    n = dropped.size
+    frac, sd = dropped.mean(), np.sqrt(p * (1 - p) / n)
+    if abs(frac - p) > 4.5 * sd:
+        failures.append("attention_drop: %.4f of %d dropped, want %.2f +- %.4f" % (frac, n, p, 4.5 * sd))
+        print("FAIL", failures[-1])
+    else:
+        print("ok   attention_drop fraction dropped %.4f (p %.2f, %d draws)" % (frac, p, n))
+    check("attention_drop survivors", ys[0][~dropped], P[~dropped] / (1 - float(np.float32(p))))
+    want = dropout_keep(seed, step, micro, node, n, p).reshape(dropped.shape)
+    if not np.array_equal(~dropped, want):
+        failures.append("attention_drop: %d mask bits differ from the generator's port" %
+                        int((~dropped != want).sum()))
+        print("FAIL", failures[-1])
+    diff = ((ys[1] == 0) != dropped).mean()
+    if abs(diff - 2 * p * (1 - p)) > 4.5 * np.sqrt(2 * p * (1 - p) * (1 - 2 * p * (1 - p)) / n):
+        failures.append("attention_drop: steps %d and %d share %.3f of their mask" % (step, step + 1, 1 - diff))
+        print("FAIL", failures[-1])
+    else:
+        print("ok   attention_drop next step's mask differs in %.3f" % diff)
+
+
 def case_embedding(driver, tmp):
     n, V, D = 30, 7, 5
     ids = rng.integers(0, V, size=n).astype(np.int32)
@@ -774,7 +865,8 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         for case in cases + [case_linear, case_conv2d, case_pools,
                      case_layer_norm, case_batch_norm, case_softmax, case_losses,
-                     case_activations, case_attention, case_attention_opt, case_embedding,
+                     case_activations, case_attention, case_attention_opt, case_attention_drop,
+                     case_embedding,
                      case_elementwise2, case_rms_norm, case_rope, case_cross_entropy2, case_select,
                      case_extremum, case_route, case_rnn, case_conv_transpose2d, case_pad,
                      case_upsample, case_group_norm, case_linear_tf32]:
