@@ -338,6 +338,12 @@ static bool any_transposed(const IrGraph *g)
     return false;
 }
 
+/* The dropout p of an attention node or its gradient (0: none). */
+static double attention_dropout(const IrNode *n)
+{
+    return n->op == OP_ATTENTION || n->op == OP_ATTENTION_GRAD ? n->fa[1] : 0;
+}
+
 static void json_node(FILE *out, const IrGraph *g, const IrNode *n)
 {
     fprintf(out, "  {\"id\": %d, \"phase\": \"%s\", \"line\": %d, \"name\": ", n->id,
@@ -364,6 +370,10 @@ static void json_node(FILE *out, const IrGraph *g, const IrNode *n)
     if (n->op == OP_CAST)
         fprintf(out, ", \"hoisted\": %s, \"user\": %s", n->hoisted ? "true" : "false",
                 user_cast(n) ? "true" : "false");
+    if (attention_dropout(n) > 0) {
+        fputs(", \"dropout\": ", out);
+        json_num(out, attention_dropout(n));
+    }
     if (n->fused)
         fprintf(out, ", \"fused\": %d, \"stored\": %s", n->fused, n->fused_internal ? "false" : "true");
     fputc('}', out);
@@ -679,7 +689,9 @@ static void row_cells(const IrGraph *g, const IrNode *n, const char **cell)
     cell[C_ID] = arena_printf(a, "%d", n->id);
     cell[C_LINE] = n->loc.line ? arena_printf(a, "%d", n->loc.line) : "-";
     cell[C_NAME] = display_name(g, n);
-    cell[C_OP] = op_info[n->op].name;
+    cell[C_OP] = attention_dropout(n) > 0
+                     ? arena_printf(a, "%s dropout=%g", op_info[n->op].name, attention_dropout(n))
+                     : op_info[n->op].name;
     cell[C_CLASS] = prec_class_name(shown_class(n));
     cell[C_RULE] = user_cast(n) ? "user" : prec_rule_name(shown_rule(n));
     cell[C_COMPUTE] = shown_compute_name(g, n);

@@ -1262,7 +1262,7 @@ static Val lower_attention(Ctx *c, const Builtin *b, const Expr *x, Args *a)
         n->ia[0] = a->v[3].i;
         n->ia[1] = is_num(a->v[6]);
         n->fa[0] = n->ia[1] ? a->v[6].r : 0;
-        n->fa[1] = (float)p;
+        n->fa[1] = p;
     }
     return finish(c, n);
 }

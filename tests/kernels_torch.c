@@ -317,7 +317,7 @@ static void op_attention_opt(void)
 
 /* attention_drop B H T TK D CAUSAL P1E6 SEED STEP MICRO NODE: attention
  * with dropout p = P1E6 / 1e6 (the mask bits of (SEED, STEP, MICRO, NODE),
- * which tests/kernels_torch.py draws with its own port of the generator) */
+ * which tests/kernels_torch.py draws with tests/py/rng.py) */
 static void op_attention_drop(void)
 {
     MpAttnOpt o = {0};

@@ -19,6 +19,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "py"))
+import rng as rng_port  # noqa: E402  (tests/py/rng.py: the trainers' generator)
+
 torch.set_num_threads(1)
 torch.manual_seed(0)
 rng = np.random.default_rng(1234)
@@ -436,42 +439,18 @@ def case_attention_opt(driver, tmp):
             check(tag + name, g, want)
 
 
-GOLDEN64 = 0x9e3779b97f4a7c15
-M64 = (1 << 64) - 1
-
-
-def mix64(z):
-    """splitmix64's finaliser (runtime/mp_kernels.h mp_mix64) on numpy uint64
-    arrays or Python ints"""
-    if isinstance(z, int):
-        z = ((z ^ (z >> 30)) * 0xbf58476d1ce4e5b9) & M64
-        z = ((z ^ (z >> 27)) * 0x94d049bb133111eb) & M64
-        return z ^ (z >> 31)
-    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xbf58476d1ce4e5b9)
-    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94d049bb133111eb)
-    return z ^ (z >> np.uint64(31))
-
-
 def dropout_keep(seed, step, micro, node, n, p):
-    """the dropout mask of the trainer's generator, ported from
-    mp_dropout_key / mp_dropout_u: element i is kept iff its uniform (24
-    bits) >= p (as f32)"""
-    k = mix64((seed + GOLDEN64) & M64)
-    k = mix64(k ^ ((step + GOLDEN64) & M64))
-    k = mix64(k ^ ((micro + 2 * GOLDEN64) & M64))
-    k = mix64(k ^ ((node + 3 * GOLDEN64) & M64))
-    with np.errstate(over="ignore"):
-        i = np.arange(n, dtype=np.uint64)
-        z = mix64(np.uint64(k) + (i + np.uint64(1)) * np.uint64(GOLDEN64))
-    u = (z >> np.uint64(40)).astype(np.float64) * 2.0 ** -24
-    return u >= float(np.float32(p))
+    """the dropout mask of the trainer's generator (tests/py/rng.py, an
+    independent implementation of it): element i is kept iff its uniform
+    (24 bits) >= p (as f32)"""
+    return rng_port.rand(seed, step, micro, node, n) >= np.float32(p)
 
 
 def case_attention_drop(driver, tmp):
     # dropout on the probabilities (training): y = (P o M / (1 - p)) v, P the
     # softmax of the un-dropped scores, M element (b H + h) T T' + i T' + j of
-    # the generator's stream of (seed, step, micro, node), here drawn by a
-    # Python port of it; the float64 reference softmax(q k^T / sqrt(D)) o M /
+    # the generator's stream of (seed, step, micro, node), here drawn by
+    # tests/py/rng.py; the float64 reference softmax(q k^T / sqrt(D)) o M /
     # (1 - p) v and its autograd gradients. Across query and key tiles,
     # causal and not, cross attention.
     seed, step, micro, node = 1234567, 5, 1, 17
@@ -516,7 +495,7 @@ def case_attention_drop(driver, tmp):
     check("attention_drop survivors", ys[0][~dropped], P[~dropped] / (1 - float(np.float32(p))))
     want = dropout_keep(seed, step, micro, node, n, p).reshape(dropped.shape)
     if not np.array_equal(~dropped, want):
-        failures.append("attention_drop: %d mask bits differ from the generator's port" %
+        failures.append("attention_drop: %d mask bits differ from tests/py/rng.py's" %
                         int((~dropped != want).sum()))
         print("FAIL", failures[-1])
     diff = ((ys[1] == 0) != dropped).mean()

@@ -31,7 +31,8 @@
 #      parameters checked as emu_columns'): topk, one_hot, gather, cumsum;
 #      emu_split.mp:
 #      chunk, slice, concat, expand, arange, integer ids among them;
-#      emu_mask.mp (also under float32): attention's mask and scale;
+#      emu_mask.mp (also under float32): attention's mask, scale and
+#      dropout;
 #      emu_image.mp (also under float32): conv_transpose2d, pad, upsample;
 #      emu_rmsprop.mp: RMSprop's three state buffers (parameters checked,
 #      and a checkpoint passed between the programs);
@@ -581,11 +582,11 @@ fi
 # ---- 8. attention's tiled kernels ------------------------------------------------
 # attention's tiled kernels, kernel by kernel against the C program's
 # (tests/cuda/emu_attention.cu: causal and not, cross, head sizes 16 to 128,
-# f32 / f16 / bf16), and two flash bugs it catches, each in a copy of
+# f32 / f16 / bf16, dropout), and three bugs it catches, each in a copy of
 # runtime/: the barrier after a key tile is staged in shared memory removed
 # (threads read the tile before the others wrote it: passes with one thread
 # per block), and the online softmax's running sum not rescaled when the
-# running max grows
+# running max grows, and dropout's mask missing from the backward's D_i
 att_build() {   # att_build NAME [SED]: emu_attention.cu on runtime/ and the stand-in (mutated by SED)
     mkdir -p "$tmp/rt_$1" && cp runtime/*.h tests/cuda/mp_cuda_emu.h "$tmp/rt_$1/"
     if [ -n "${2:-}" ]; then
@@ -615,6 +616,9 @@ att_mutant() {   # att_mutant NAME WHAT SED SERIAL: caught; SERIAL 1: passes wit
 }
 att_mutant att_barrier "no barrier after staging a key tile" '/t\.sync();   \/\* the key tile staged/d' 1
 att_mutant att_rescale "the running sum not rescaled" '/^        l->[sc] \*= f;$/d' 0
+# dropout: the backward's D_i = rowsum(P dP') taken over dP without the mask
+att_mutant att_drop_d "D_i without dropout's mask" \
+    's/mp_acc_add(&d, mp_cu_att_drop(&a, key, h, i0 + r, j0 + j, dp\[r \* a.t + j\]) \*/mp_acc_add(\&d, dp[r * a.t + j] */' 0
 # the Tensor Core kernels (mp_cuda_flash.h) against the PTX ISA's fragments
 # as the stand-in lays them out: a kernel that loads v's B fragment with
 # row and column swapped (ldmatrix without .trans); k's ldmatrix with

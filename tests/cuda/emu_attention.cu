@@ -9,7 +9,10 @@
  * 128, f32 and f16 / bf16 storage with the probabilities and dS rounded;
  * the options (MpAttnOpt): a scale, a u8 key-padding mask [B, 1, 1, T']
  * (batch 0 all padded: rows that see no key), an f32 mask per head
- * [1, H, T, T'] added to the scores (a row and a key at -inf).
+ * [1, H, T, T'] added to the scores (a row and a key at -inf); dropout
+ * (p 0.2 of the generator's (seed, step, micro, node), the CUDA kernels
+ * reading the step from a device header as in a program, f16 / bf16 too:
+ * the Tensor Core path leaves dropout to the f32 tiles), with a u8 mask.
  * y, dq, dk and dv must each be within tol * max |C's value| of the C
  * program's (tol 2e-5 in f32; 4e-3 in f16 / bf16: one rounding of the
  * stored result either way, 2^-11 and 2^-8 relative, differs).
@@ -34,7 +37,8 @@
 typedef struct Case {
     int64_t BH, T, Tk, D;
     int causal, dt;                /* dt: storage and compute type */
-    int opt;                       /* 0 none, 1 scale, 2 u8 key padding, 3 f32 per head (H 2) */
+    int opt;                       /* 0 none, 1 scale, 2 u8 key padding, 3 f32 per head (H 2),
+                                      4 dropout 0.2 with 2's mask */
 } Case;
 
 static unsigned rng = 12345;
@@ -90,11 +94,15 @@ static const MpAttnOpt *options(const Case &c, MpAttnOpt *o, std::vector<unsigne
 {
     const int64_t H = 2, B = c.BH / H;
     *o = MpAttnOpt{1, 0.3f, NULL, MP_U8, H, {0, 0, 0, 0}};
-    if (c.opt == 2) {              /* [B, 1, 1, T']: every other key of batch 1 */
+    if (c.opt == 2 || c.opt == 4) {              /* [B, 1, 1, T']: every other key of batch 1 */
         m.assign((size_t)(B * c.Tk), 0);
         for (int64_t j = 0; j < c.Tk; j++)
             m[(size_t)(c.Tk + j)] = j % 3 != 1;
         *o = MpAttnOpt{0, 0.0f, NULL, MP_U8, H, {c.Tk, 0, 0, 1}};
+        if (c.opt == 4) {
+            o->drop = 0.2f;
+            o->seed = 99, o->step = 7, o->micro = 1, o->node = 42;
+        }
     } else if (c.opt == 3) {       /* [1, H, T, T'] f32 */
         m.assign((size_t)(H * c.T * c.Tk) * 4, 0);
         float *f = (float *)m.data();
@@ -122,6 +130,12 @@ static int run(const Case &c)
     od = oh;
     if (o && !m.empty())
         od.mask = to_dev(m);
+    if (o && o->drop > 0.0f) {     /* the step from the device, as a program's */
+        MpCuHdr hdr = {oh.step, 0.0};
+        std::vector<unsigned char> hb((unsigned char *)&hdr, (unsigned char *)&hdr + sizeof hdr);
+        od.hdr = to_dev(hb);
+        od.step = 0;
+    }
     void *dq = to_dev(q), *dk = to_dev(k), *dv = to_dev(v), *ddy = to_dev(dy);
     void *dyo = to_dev(y), *dg = to_dev(g);   /* overwritten; the stand-in frees none */
     mp_cu_memset(dyo, (int64_t)y.size());
@@ -145,7 +159,7 @@ static int run(const Case &c)
     double tol = DT == MP_F32 ? 2e-5 : 4e-3, worst = 0;
     for (double x : e)
         worst = x > worst ? x : worst;
-    int tc = DT != MP_F32 && c.D <= MP_CU_FA_DMAX && mp_cu_fa_ready();
+    int tc = DT != MP_F32 && c.D <= MP_CU_FA_DMAX && c.opt != 4 && mp_cu_fa_ready();
     double ytol = !tc ? tol : DT == MP_F16 ? 2e-3 : 1e-2;
     int ok = e[1] <= tol && e[2] <= tol && e[3] <= tol && e[0] <= ytol;
     if (tc && mmas != mp_cu_fa_fmas(c.BH, c.T, c.Tk, c.D, c.causal) / (16 * 8 * 16)) {
@@ -158,7 +172,8 @@ static int run(const Case &c)
                mp_cu_fa_bwd_fmas(c.BH, c.T, c.Tk, c.D, c.causal) / (16 * 8 * 16));
         ok = 0;
     }
-    static const char *const opts[] = {"", " scale", " u8 key padding", " f32 mask"};
+    static const char *const opts[] = {"", " scale", " u8 key padding", " f32 mask",
+                                       " dropout 0.2, u8 key padding"};
     printf("%s BH %lld T %lld T' %lld D %lld %s %s%s%s: y %.1e dq %.1e dk %.1e dv %.1e (tol %.0e%s)\n",
            ok ? "ok  " : "FAIL", (long long)c.BH, (long long)c.T, (long long)c.Tk, (long long)c.D,
            c.causal ? "causal" : "full", DT == MP_F32 ? "f32" : DT == MP_F16 ? "f16" : "bf16",
@@ -185,6 +200,7 @@ int main(void)
         {1, 37, 37, 128, 1, MP_BF16}, {2, 64, 64, 64, 1, MP_F16},  {1, 1, 5, 16, 0, MP_F32},
         {2, 77, 77, 16, 1, MP_F32, 1}, {4, 77, 77, 16, 1, MP_F32, 2}, {4, 45, 77, 64, 0, MP_F16, 2},
         {2, 77, 77, 16, 1, MP_F32, 3}, {2, 70, 45, 32, 0, MP_BF16, 3},
+        {4, 77, 77, 16, 1, MP_F32, 4}, {4, 45, 77, 64, 0, MP_F16, 4}, {4, 70, 70, 32, 1, MP_BF16, 4},
         /* Tensor Cores: D 16..128 (48, 80: padded to 64, 128), T past two
          * tiles of 64, causal cross (T' above and below T), masks */
         {2, 150, 150, 64, 1, MP_F16}, {2, 150, 150, 64, 1, MP_BF16}, {1, 130, 70, 48, 0, MP_F16},
