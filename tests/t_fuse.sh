@@ -31,18 +31,20 @@ test_tmp
 
 # Both programs of each model, two builds at a time: cc -O2 -march=native
 # (FMA contraction on, the hard case for bit-identity) for the models named
-# in HARD, -O0 for the rest (the build time of the whole zoo counts, and
-# the same IEEE arithmetic as -O1 without -march: no contraction either
-# way). A fused program at -O0 is t_memplan.sh's unbudgeted one
-# (build_trainer MODEL --fuse -- -O0): the compile cache builds it once.
+# in HARD, small_opt's for the rest (lib.sh: -O0, -Og for the models over
+# 1 GFLOP a step; the build time of the whole zoo counts, and the same IEEE
+# arithmetic as -O1 without -march: no contraction either way). Such a
+# fused program is t_memplan.sh's unbudgeted one (build_trainer MODEL
+# --fuse -- "$(small_opt MODEL)"): the compile cache builds it once.
 HARD=" mnist_mlp char_transformer zoo llama chains "
 build_pair() {   # build_pair MODEL.mp NAME FUSE|NO-FUSE
-    local opt=-O0
+    local opt
+    opt=$(small_opt "$1")
     [[ $HARD == *" $2 "* ]] && opt="-O2 -march=native"
     # shellcheck disable=SC2086
     build_trainer "$1" "$tmp/$2.$3" "--$3" -- $opt || echo "FAIL: $2 --$3 does not build"
 }
-export -f build_pair build_trainer
+export -f build_pair build_trainer small_opt
 export tmp MPCC HARD PY
 # every model as it is, but ResNet-18 narrowed (W = 8, batch 16): the same
 # graph, a hundredth of the arithmetic
@@ -149,13 +151,15 @@ CXX=${CXX:-$(command -v g++ || true)}
 if [ -z "$CXX" ]; then
     echo "SKIP: no C++ compiler: the CUDA stand-in part"
 else
+    # -O0: the C++ compile is most of this part's CPU (-O1 takes twice as
+    # long), the three steps run in about a second either way
     for n in mnist_mlp zoo chains; do
         mp=examples/$n.mp
         [ -f "$mp" ] || mp=tests/models/$n.mp
         [ -f "$mp" ] || mp=tests/fuse/$n.mp
         for v in fuse no-fuse; do
             "$MPCC" "$mp" "--$v" -o "$tmp/$n.$v.cu" &&
-                nice "$CXX" -std=c++17 -O1 -x c++ -DMP_CU_EMU -include tests/cuda/mp_cuda_emu.h \
+                nice "$CXX" -std=c++17 -O0 -x c++ -DMP_CU_EMU -include tests/cuda/mp_cuda_emu.h \
                     "$tmp/$n.$v.cu" -o "$tmp/$n.$v.emu" -lm 2>"$tmp/$n.$v.emu.err" ||
                 { bad "$n --$v: the CUDA program does not build for the CPU"; head -n 10 "$tmp/$n.$v.emu.err"; continue; }
             # shellcheck disable=SC2046

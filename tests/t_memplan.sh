@@ -83,10 +83,11 @@ while read -r mp; do
     b=$(smallest "$mp" --fuse) && [ -n "$b" ] || { bad "$n: no smallest budget named"; continue; }
     u=$(smallest "$mp" --no-fuse) && [ -n "$u" ] || { bad "$n: no smallest budget named (--no-fuse)"; continue; }
     echo "$b" >"$tmp/$n.budget"
+    o=$(small_opt "$mp")      # -O0, -Og for the models that run for seconds (lib.sh)
     # (t_fuse.sh builds this same program, as its fused one: one build, cached)
-    echo "build_trainer $mp $tmp/$n.none --fuse -- -O0"
-    echo "build_trainer $mp $tmp/$n.fuse --fuse --memory-budget $b -- -O0"
-    echo "build_trainer $mp $tmp/$n.no-fuse --no-fuse --memory-budget $u -- -O0"
+    echo "build_trainer $mp $tmp/$n.none --fuse -- $o"
+    echo "build_trainer $mp $tmp/$n.fuse --fuse --memory-budget $b -- $o"
+    echo "build_trainer $mp $tmp/$n.no-fuse --no-fuse --memory-budget $u -- $o"
 done <"$tmp/models" >"$tmp/jobs"
 export -f build_trainer
 export MPCC

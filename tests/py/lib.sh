@@ -168,3 +168,14 @@ small_models() {
         echo "$mp"
     done
 }
+
+# small_opt MODEL.mp: the cc optimisation t_fuse and t_memplan build
+# MODEL's 3-step programs at (the same in both: the compile cache builds
+# their common program once): -O0, the cheapest compile, but -Og for a model
+# over 1 GFLOP a step (its plan's memory.flops: gpt2, llama, unet, ...),
+# whose runs at -O0 take longer than the compile (-Og runs 4x faster). The
+# same IEEE arithmetic either way (no -march: no FMA contraction).
+small_opt() {
+    "$MPCC" "$1" --dump-plan=json 2>/dev/null |
+        $PY -c 'import json, sys; print("-Og" if json.load(sys.stdin)["memory"]["flops"] > 1e9 else "-O0")'
+}
