@@ -73,6 +73,9 @@
 #      stand-in's PTX fragment layout) there too, their mma counts and
 #      FLOPs, and seven of their mutants caught (fragment layouts in the
 #      kernel and in the stand-in, rescaling, the backward's dv and D).
+# The builds are most of its time: the runtime part every program shares
+# is compiled once, into precompiled headers, and the small models (runs
+# of milliseconds) and the mutants are built at -O0 (see "building").
 # Skipped (exit 0) only when there is no C++ compiler.
 set -u
 cd "$(dirname "$0")/.."
@@ -89,32 +92,82 @@ fail=0
 bad() { echo "FAIL: $*"; fail=1; }
 
 # ---- building: CUDA programs as C++ for the CPU, C programs as C ------------
-emu_build() {   # emu_build MODEL.mp NAME [-O0] [mpcc options]
-    local mp=$1 name=$2 opt=-O1
+# Every program's runtime part (from its first line of code to its first
+# model descriptor, mp_inputs) is the same text in every CUDA program, and
+# another in every C program: each is compiled once, into a precompiled
+# header at -O0 and -O1 ($tmp/rt-cu-O1.h.gch: the stand-in, then
+# mnist_mlp's runtime part; rt-c-O1.h.gch: the C program's), and a build
+# compiles the program's model part after it (its header comment moved
+# there). A program whose runtime part differs is built whole; the
+# compiler reads the header's text where it cannot use its .gch.
+rt_split() {   # rt_split PROGRAM: its runtime part in PROGRAM.rt, the rest in PROGRAM.model.EXT
+    local first k
+    first=$(grep -n -m 1 '^#' "$1" | cut -d: -f1)
+    k=$(grep -n -m 1 '^static MpInput mp_inputs\[' "$1" | cut -d: -f1)
+    [ -n "$first" ] && [ -n "$k" ] && [ "$first" -lt "$k" ] || return 1
+    sed -n "$first,$((k - 1))p" "$1" >"$1.rt"
+    sed -n "1,$((first - 1))p; $k,\$p" "$1" >"$1.model.${1##*.}"
+}
+rt_build() {   # rt_build PROGRAM OUT RT 'WHOLE' COMPILER OPTIONS...: after RT's precompiled header, else whole (with WHOLE's options)
+    local src=$1 out=$2 rt=$3 whole=$4
+    shift 4
+    if [ -e "$tmp/$rt.h" ] && rt_split "$src" && cmp -s "$src.rt" "$tmp/rt.${src##*.}.rt"; then
+        "$@" -include "$tmp/$rt.h" "$src.model.${src##*.}" -o "$out" -lm
+    else
+        # shellcheck disable=SC2086
+        "$@" $whole "$src" -o "$out" -lm
+    fi
+}
+# -O1 for the programs whose runs are long or many, -O0 (half the build's
+# time; runs a few times slower) for the others: the small models here
+# (a run of milliseconds) and the gradient checks
+opt_of() {   # opt_of NAME
+    case $1 in
+    mnist_mlp | mnist_cnn* | char_transformer* | mbconv* | emu_flash* | emu_split) echo -O1 ;;
+    *) echo -O0 ;;
+    esac
+}
+emu_build() {   # emu_build MODEL.mp NAME [mpcc options]
+    local mp=$1 name=$2 opt
     shift 2
-    [ "${1:-}" = -O0 ] && { opt=-O0; shift; }
+    opt=$(opt_of "$name")
     "$MPCC" "$mp" "$@" -o "$tmp/$name.cu" 2>"$tmp/$name.err" &&
-        "$CXX" -std=c++17 $opt -x c++ -DMP_CU_EMU -include tests/cuda/mp_cuda_emu.h \
-            "$tmp/$name.cu" -o "$tmp/$name.emu" -lm 2>>"$tmp/$name.err" ||
+        rt_build "$tmp/$name.cu" "$tmp/$name.emu" "rt-cu$opt" "-include tests/cuda/mp_cuda_emu.h" \
+            "$CXX" -std=c++17 $opt -x c++ -DMP_CU_EMU 2>>"$tmp/$name.err" ||
         { echo "FAIL $name: the CUDA program does not build for the CPU"; head -n 20 "$tmp/$name.err"; }
 }
 c_build() {
-    local mp=$1 name=$2
+    local mp=$1 name=$2 opt
     shift 2
+    opt=$(opt_of "$name")
     "$MPCC" "$mp" --target c "$@" -o "$tmp/$name.c" 2>"$tmp/$name.cerr" &&
-        cc -O1 "$tmp/$name.c" -o "$tmp/$name.c.out" -lm 2>>"$tmp/$name.cerr" ||
+        rt_build "$tmp/$name.c" "$tmp/$name.c.out" "rt-c$opt" "" cc $opt 2>>"$tmp/$name.cerr" ||
         { echo "FAIL $name: the C program does not build"; head -n 20 "$tmp/$name.cerr"; }
 }
-export -f emu_build c_build
+export -f opt_of rt_split rt_build emu_build c_build
 export MPCC CXX tmp
 start=$(date +%s)
+# the precompiled runtime parts, from mnist_mlp's programs (a header that
+# does not build is left as text)
+if "$MPCC" examples/mnist_mlp.mp -o "$tmp/rt.cu" 2>"$tmp/rt.err" && rt_split "$tmp/rt.cu"; then
+    { echo "#include \"$PWD/tests/cuda/mp_cuda_emu.h\""; cat "$tmp/rt.cu.rt"; } >"$tmp/rt-cu-O0.h"
+    cp "$tmp/rt-cu-O0.h" "$tmp/rt-cu-O1.h"
+fi
+if "$MPCC" examples/mnist_mlp.mp --target c -o "$tmp/rt.c" 2>>"$tmp/rt.err" && rt_split "$tmp/rt.c"; then
+    cp "$tmp/rt.c.rt" "$tmp/rt-c-O0.h"
+    cp "$tmp/rt.c.rt" "$tmp/rt-c-O1.h"
+fi
+printf '%s\n' "$CXX -std=c++17 -O0 -x c++-header -DMP_CU_EMU $tmp/rt-cu-O0.h" \
+    "$CXX -std=c++17 -O1 -x c++-header -DMP_CU_EMU $tmp/rt-cu-O1.h" \
+    "cc -O0 -x c-header $tmp/rt-c-O0.h" "cc -O1 -x c-header $tmp/rt-c-O1.h" |
+    xargs -P 2 -L 1 bash -c '[ ! -e "${@: -1}" ] || "$@" -o "${@: -1}.gch" 2>>"$tmp/rt.err"' _
 # The parameter check needs SGD: Adam's first step moves a weight by about
 # lr whatever its gradient's size, so a gradient of ~0 rounded otherwise
 # (another summation order) moves it by a visible fraction of lr.
 sed 's/^  optimizer = adam(.*)$/  optimizer = sgd(lr = 0.05)/' tests/models/mbconv.mp >"$tmp/mbconv_sgd.mp"
 grep -q "sgd(lr = 0.05)" "$tmp/mbconv_sgd.mp" || bad "mbconv_sgd.mp: the optimizer was not replaced"
 {
-    for f in tests/gradcheck/*.mp; do echo "emu_build $f $(basename "$f" .mp) -O0 --precision float32"; done
+    for f in tests/gradcheck/*.mp; do echo "emu_build $f $(basename "$f" .mp) --precision float32"; done
     for f in examples/*.mp tests/cuda/emu_*.mp; do
         n=$(basename "$f" .mp)
         echo "emu_build $f $n"
@@ -489,7 +542,7 @@ mutant() {   # mutant NAME SED [BASE]: BASE's program (mnist_mlp) built with the
     local base=${3:-mnist_mlp}
     sed "$2" "$tmp/$base.cu" >"$tmp/$1.cu"
     cmp -s "$tmp/$base.cu" "$tmp/$1.cu" && { bad "mutant $1: the mutation did not apply"; return 1; }
-    "$CXX" -std=c++17 -O1 -x c++ -DMP_CU_EMU -include tests/cuda/mp_cuda_emu.h "$tmp/$1.cu" \
+    "$CXX" -std=c++17 -O0 -x c++ -DMP_CU_EMU -include tests/cuda/mp_cuda_emu.h "$tmp/$1.cu" \
         -o "$tmp/$1.emu" -lm 2>"$tmp/$1.err" || { bad "mutant $1 does not build"; return 1; }
     cp "$tmp/$base.c.out" "$tmp/$1.c.out"
 }
