@@ -461,7 +461,7 @@ const char *emit_attention_opt(Emit *e, const IrNode *f, const IrNode *mask, boo
         ? arena_printf(e->a, ",\n            %s->training ? (float)%.9g : 0.0f, %s->seed, %s, %s->micro, %d, %s",
                        cuda ? "r" : "run", f->fa[1], cuda ? "r" : "run", cuda ? "0" : "run->step",
                        cuda ? "r" : "run", f->id, cuda ? "r->hdr" : "NULL")
-        : "";
+        : ", 0.0f, 0, 0, 0, 0, NULL";     /* every field: -Wmissing-field-initializers */
     return arena_printf(e->a, "{%d, (float)%.9g, %s, %s, %lld, {%lld, %lld, %lld, %lld}%s}",
                         (int)f->ia[1], f->fa[0], mask ? cname(e, mask) : "NULL",
                         mask ? mpdt(mask->type) : "MP_U8", emit_dim(f->in[0], 1), st[0], st[1],

@@ -859,24 +859,26 @@ static inline MP_HD float mp_dropout_u(uint64_t key, int64_t i)
 /* ---- elementwise kernels ----------------------------------------------- */
 
 /* The loops every elementwise kernel shares: chunks of MP_CHUNK loaded to
- * f32 (t from X, and u from U in the two-input form), BODY run once per
- * chunk of m_ values, t stored to Y. MP_EW_LOOP's body computes t[i]. */
-#define MP_EW_CHUNKS(n, X, XDT, U, UDT, Y, YDT, BODY)                          \
+ * f32 (t from X, and u from U in the two-input form: TWO 1, a constant, so
+ * that the compiler sees u loaded wherever the body reads it), BODY run
+ * once per chunk of m_ values, t stored to Y. MP_EW_LOOP's body computes
+ * t[i]. */
+#define MP_EW_CHUNKS(n, X, XDT, TWO, U, UDT, Y, YDT, BODY)                     \
     MP_OMP(parallel for if ((n) > MP_PAR_MIN))                                 \
     for (int64_t c_ = 0; c_ < (n); c_ += MP_CHUNK) {                           \
         float t[MP_CHUNK], u[MP_CHUNK];                                        \
         int64_t m_ = mp_min64((n) - c_, MP_CHUNK);                             \
         mp_ld_n(X, XDT, c_, 1, m_, t);                                         \
-        if (U)                                                                 \
+        if (TWO)                                                               \
             mp_ld_n(U, UDT, c_, 1, m_, u);                                     \
         BODY;                                                                  \
         mp_st_n(Y, YDT, c_, 1, m_, t);                                         \
     }
 #define MP_EW_LOOP(n, X, XDT, Y, YDT, ...)                                     \
-    MP_EW_CHUNKS(n, X, XDT, (const void *)NULL, MP_F32, Y, YDT,                \
+    MP_EW_CHUNKS(n, X, XDT, 0, (const void *)NULL, MP_F32, Y, YDT,             \
                  for (int64_t i = 0; i < m_; i++) { __VA_ARGS__; })
 #define MP_EW_LOOP2(n, X, XDT, U, UDT, Y, YDT, ...)                            \
-    MP_EW_CHUNKS(n, X, XDT, U, UDT, Y, YDT,                                    \
+    MP_EW_CHUNKS(n, X, XDT, 1, U, UDT, Y, YDT,                                 \
                  for (int64_t i = 0; i < m_; i++) { __VA_ARGS__; })
 
 /* y = f(x) */
@@ -893,7 +895,8 @@ static inline MP_HD float mp_dropout_u(uint64_t key, int64_t i)
     static inline void mp_k_##NAME(void *y, int ydt, const void *x, int xdt,   \
                                    int64_t n)                                  \
     {                                                                          \
-        MP_EW_CHUNKS(n, x, xdt, (const void *)NULL, MP_F32, y, ydt, VFN(t, m_)) \
+        MP_EW_CHUNKS(n, x, xdt, 0, (const void *)NULL, MP_F32, y, ydt,         \
+                     VFN(t, m_))                                               \
     }
 
 /* dx = f(dy, x), likewise */
@@ -901,7 +904,7 @@ static inline MP_HD float mp_dropout_u(uint64_t key, int64_t i)
     static inline void mp_k_##NAME(void *dx, int dxdt, const void *dy,         \
                                    int dydt, const void *v, int vdt, int64_t n)\
     {                                                                          \
-        MP_EW_CHUNKS(n, dy, dydt, v, vdt, dx, dxdt, VFN(t, u, m_))             \
+        MP_EW_CHUNKS(n, dy, dydt, 1, v, vdt, dx, dxdt, VFN(t, u, m_))          \
     }
 
 /* dx = f(dy, v) where v is the forward's input or output */
