@@ -1942,7 +1942,7 @@ static inline void mp_cu_att_tiles(const char *op, MpCuAttP *a, int nb, const Mp
     a->scale = o && o->scaled ? o->scale : 1.0f / sqrtf((float)a->D);
     a->mask = o ? o->mask : NULL;
     a->drop = o && o->drop > 0.0f ? o->drop : 0.0f;
-    a->dscale = a->drop > 0.0f ? 1.0f / (1.0f - a->drop) : 1.0f;
+    a->dscale = a->drop > 0.0f ? mp_dropout_scale(a->drop) : 1.0f;
     if (a->drop > 0.0f) {
         a->seed = o->seed;
         a->hdr = (const MpCuHdr *)o->hdr;
