@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# run_all: once (the optimizer pass is the runtime's, after the step, which fusion does not change; both builds of each case share one generated C: make test-nofuse skips it)
 # t_optim_pass.sh - the step's one optimizer pass (mp_train.h mp_optim_pass)
 # writes the lowp working copies as it updates the f32 values, so the next
 # step skips cast_params(), and Adam runs on AVX2 vectors where the CPU

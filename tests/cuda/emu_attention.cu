@@ -188,8 +188,11 @@ static int run_case(const Case &c)
     return c.dt == MP_F32 ? run<MP_F32>(c) : c.dt == MP_F16 ? run<MP_F16>(c) : run<MP_BF16>(c);
 }
 
-int main(void)
+/* emu_attention [--first-fail]: every case, or up to the first that fails
+ * (t_cuda_emu.sh's mutants: the build, not the run, is what they cost) */
+int main(int argc, char **argv)
 {
+    int first_fail = argc > 1 && !strcmp(argv[1], "--first-fail");
     mp_cu_ok(cudaStreamCreateWithFlags(&mp_cu.st, cudaStreamNonBlocking), "stream");
     mp_cu_ok(cudaStreamCreateWithFlags(&mp_cu.cp, cudaStreamNonBlocking), "stream");
     mp_cu.sms = 2;
@@ -224,8 +227,11 @@ int main(void)
                "forward and backward %.3fx\n", causal ? "causal" : "full", bwd, 2.5 * fa2,
                bwd / (2.5 * fa2), (ours + bwd) / (3.5 * fa2));
     }
-    for (const Case &c : cases)
+    for (const Case &c : cases) {
         fails += !run_case(c);
+        if (first_fail && fails)
+            return 1;
+    }
     setenv("MP_EMU_SERIAL", "1", 1);
     fails += !run_case(cases[3]);
     fails += !run_case(cases[10]);
