@@ -15,7 +15,9 @@
 #      warmup style, clipping) and compares each step's loss and lr:
 #      float32 within 1e-4 of torch in float64, mixed_float16 within 3% of
 #      torch in float32 (and not equal to it); the final parameters and
-#      optimizer state (float32); then the final checkpoint is loaded into
+#      optimizer state (float32: each tensor's change within 1% of torch
+#      float64's; MobileNetV2's within what float32 determines of it, see
+#      below); then the final checkpoint is loaded into
 #      the twin with load_state_dict(strict) (the tied output weight filled
 #      in as the examples' headers say) and its eval loss compared with the
 #      trainer's.
@@ -102,25 +104,42 @@ grep -q 'sgd(lr = 1e-4,' "$W/resnet18.mp" || fails+=("examples/resnet18.mp: its 
 # part by 5e-4 at step 2 and 10% at step 4 (measured, lr 1e-3; 6% even at
 # lr 1e-5 with a batch of 16), so only the first step's loss, every
 # parameter after its update (all the gradients) and the checkpoint are
-# comparable.
+# comparable. Even after one step float32 leaves some tensors undetermined
+# (measured: torch float32 is as far from float64 there as mpcc): a batch
+# norm's weight, 1.0 changed by less than its float32 spacing; a running
+# mean of zero-mean inputs (a batch norm's output, through a residual sum
+# and a 1x1 conv), whose change is rounding noise; a gradient that is
+# mostly cancellation (features.0.1.weight's: 4.5e-4 to 3e-2 of it across
+# torch's summation orders). So the float32 case's tensors are held to what
+# float32 determines, measured per tensor (ref.py --vs-float32 2 --ptol
+# 1e-5): within 2x torch float32's largest difference from float64 over
+# three summation orders, + 1e-5 of the change. Of the 362 tensors compared
+# 338 get less than the other cases' 1%, 169 less than 0.1% (the worst of
+# mpcc's, 0.56 of its tolerance); a copy of the generated C with one batch
+# norm's bias gradient (features.16.conv.1.1, features.18.1) or
+# features.17.conv.0.1's weight gradient scaled by 1.001, one running
+# statistic not updated (features.0.1.running_var,
+# features.16.conv.1.1.running_mean) or the running variances biased fails
+# it; x 1.001 where float32 determines less passes (features.10.conv.3's
+# weight gradient: tolerance 1.9e-3; features.0.1's: 6e-2). At 64x64 (late
+# blocks 2x2) it is no better: one features.18 batch-norm output, -2.6e-6
+# in float64, rounds to the other side of ReLU6's kink in mpcc and one
+# channel's gradient moves 35% where torch float32's did not.
 small mobilenetv2 "B=8 P=0.0" 's/optimizer  = sgd(lr = 0.05,/optimizer  = sgd(lr = 1e-3,/'
 grep -q 'sgd(lr = 1e-3,' "$W/mobilenetv2.mp" || fails+=("examples/mobilenetv2.mp: its optimizer line was not rewritten")
 small unet "B=4 W=4"
 UNI="--data image=$W/fx.npy --eval image=$W/fex.npy"
 
-cases=()   # name|model|precision|tol|data|steps
+cases=()   # name|model|precision|tol|data|steps|more ref.py check options
 # Cases left out (loudly) until their comparison is made meaningful;
-# PENDING=run runs them anyway. mobilenetv2_float32: after its one step the
-# late blocks' batch-norm weights (3-8%) and running means (zero-mean inputs:
-# a change of rounding noise) differ from torch float64 beyond the
-# parameter check's 1%, as torch float32 does (the loss agrees).
-ARCH_PENDING="mobilenetv2_float32"
+# PENDING=run runs them anyway.
+ARCH_PENDING=""
 add() {
     [ -n "${ARCH_ONLY:-}" ] && [[ $1 != *$ARCH_ONLY* ]] && return
     if [[ " $ARCH_PENDING " == *" $1 "* ]] && [ "${PENDING:-}" != run ]; then
         echo "PENDING (left out, see ARCH_PENDING): $1"; return
     fi
-    cases+=("$1|$W/$2.mp|$3|$4|$5|${6:-$STEPS}")
+    cases+=("$1|$W/$2.mp|$3|$4|$5|${6:-$STEPS}|${7:-}")
 }
 add gpt2_float32 gpt2 float32 1e-4 "$TOK"
 add gpt2_mixed_float16 gpt2 mixed_float16 3e-2 "$TOK"
@@ -128,7 +147,7 @@ add llama_float32 llama float32 1e-4 "$TOK"
 add llama_mixed_float16 llama mixed_float16 3e-2 "$TOK"
 add resnet18_float32 resnet18 float32 1e-4 "$FMN"
 add resnet18_mixed_float16 resnet18 mixed_float16 3e-2 "$FMN"
-add mobilenetv2_float32 mobilenetv2 float32 1e-4 "$FMN" 1
+add mobilenetv2_float32 mobilenetv2 float32 1e-4 "$FMN" 1 "--vs-float32 2 --ptol 1e-5"
 add mobilenetv2_mixed_float16 mobilenetv2 mixed_float16 3e-2 "$FMN" 1
 add unet_float32 unet float32 1e-4 "$UNI"
 add unet_mixed_float16 unet mixed_float16 3e-2 "$UNI"
@@ -154,7 +173,7 @@ run_case() {
     rm -f "$out.fail"
 }
 for c in "${cases[@]}"; do
-    IFS='|' read -r name model prec tol data steps <<<"$c"
+    IFS='|' read -r name model prec tol data steps _ <<<"$c"
     while [ "$(jobs -rp | wc -l)" -ge "${JOBS:-2}" ]; do wait -n; done
     run_case "$name" "$model" "$prec" "$data" "$steps" &
 done
@@ -162,7 +181,7 @@ wait
 
 : >"$W/check.batch"
 for c in "${cases[@]}"; do
-    IFS='|' read -r name model prec tol data steps <<<"$c"
+    IFS='|' read -r name model prec tol data steps more <<<"$c"
     out=$W/$name
     if [ -e "$out.fail" ]; then
         fails+=("$name: $(head -n 1 "$out.fail")"); sed 's/^/    /' "$out.fail" | head -n 8; continue
@@ -170,7 +189,7 @@ for c in "${cases[@]}"; do
     cmp="--tol $tol --dtype float64"
     [ "$prec" = float32 ] || cmp="--tol $tol --ptol 0 --etol $tol --min-diff 2e-6"
     echo "check $model $data --steps $steps --init $out.init.safetensors --log $out.log.jsonl" \
-         "--ckpt $out.ckpt.safetensors $cmp --report $out.ref.out" >>"$W/check.batch"
+         "--ckpt $out.ckpt.safetensors $cmp $more --report $out.ref.out" >>"$W/check.batch"
 done
 $PY tests/py/ref.py batch "$W/check.batch" || fails+=("some cases differ from PyTorch (above)")
 for c in "${cases[@]}"; do      # the per-step tables, for the log
