@@ -1,7 +1,7 @@
 # lib.sh - shell helpers shared by the reference tests (source it).
 #   test_tmp        a fresh folder $tmp, removed on exit; fail=0, and
 #       bad MSG prints "FAIL: MSG" and sets fail=1 (a test's start)
-#   build_trainer MODEL.mp OUT [mpcc options...] [-- cc options...]
+#   build_trainer MODEL.mp OUT [mpcc options...] [-- cc options...]   (TRAINER_CC: the compiler, default cc)
 #       mpcc --target c, then cc (default -O1: the same numbers as -O2,
 #       which has no -ffast-math either, in two thirds of the compile time,
 #       most of a test's CPU; t_warnings builds every model at -O2 and -O3;
@@ -47,8 +47,8 @@ build_trainer() {
     if ! "$MPCC" "$model" --target c "${mp[@]}" -o "$out.c" 2>"$out.mpcc.err"; then
         echo "mpcc failed on $model (${mp[*]}):"; head -n 20 "$out.mpcc.err"; return 1
     fi
-    if ! cc "${ccopt[@]}" -o "$out" "$out.c" "${libs[@]}" 2>"$out.cc.err"; then
-        echo "the generated C of $model does not build (cc ${ccopt[*]}):"; head -n 20 "$out.cc.err"; return 1
+    if ! "${TRAINER_CC:-cc}" "${ccopt[@]}" -o "$out" "$out.c" "${libs[@]}" 2>"$out.cc.err"; then
+        echo "the generated C of $model does not build (${TRAINER_CC:-cc} ${ccopt[*]}):"; head -n 20 "$out.cc.err"; return 1
     fi
 }
 
