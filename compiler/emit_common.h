@@ -140,6 +140,10 @@ const char *loop_name(Emit *e, const IrNode *n, const char *name); /* cname() */
 const char *emit_pgrad(Emit *e, int p);                   /* a parameter's gradient buffer */
 const char *emit_where_arg(Emit *e, const IrNode *n);     /* "\"model.mp:9 (h)\"" or w[3] */
 const char *emit_value_arg(Emit *e, int ix);              /* an mp_values index */
+/* An integer argument that may differ per copy (the start of a slice: a
+ * for loop's select(x, 1, t)): its digits, or in a body the copy's at[k]
+ * (the same value in every copy: its digits). */
+const char *emit_int_arg(Emit *e, long long v);
 bool emit_declared(Emit *e, const IrNode *n);
 void emit_model_code(Emit *e, void (*passes)(Emit *), void (*decls)(Emit *), const char *at_fn);
 /* The model's source line as a comment, when it is not *line already. */
