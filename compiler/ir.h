@@ -96,8 +96,9 @@ struct IrNode {
     bool hoisted;           /* CAST of a parameter: done once per optimizer
                                step, not per micro-batch */
     bool attention_part;    /* reserved for target-specific fusion */
-    int rep, copy;          /* made by copy `copy` of the model's rep-th
-                               outermost `repeat` (1-based; 0: none); casts
+    int rep, copy;          /* made by copy (iteration) `copy` of the model's
+                               rep-th outermost `repeat` or `for` loop
+                               (1-based, ir_loop_add; 0: none); casts
                                take their anchor's, backward nodes their
                                grad_of's: the emitters' loops (emit_loop.c) */
     const IrScope *scope;   /* the group that made it (casts take their
