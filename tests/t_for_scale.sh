@@ -12,9 +12,11 @@
 #      program grows with T (the check can fail);
 #   2. the loops change nothing: at T = 16 the C program trained 4 steps
 #      with and without --no-loop gives the same checkpoint and log, byte
-#      for byte, under float32 and mixed_float16; so does the CUDA program
-#      on the CPU stand-in, whose parameters equal the C program's within
-#      1e-5 relative under float32.
+#      for byte, under float32 and mixed_float16 (per-step data as rules:
+#      steps, periods, first and last steps written out), and at T = 6
+#      (too few steps for a rule: tables) under float32; so does the CUDA
+#      program on the CPU stand-in at T = 16, whose parameters equal the C
+#      program's within 1e-5 relative under float32.
 # Counts and bytes, never seconds; the figures are printed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -88,12 +90,16 @@ for target in c cuda; do
 done
 
 # ---- 2. the loops change nothing ------------------------------------------
-"$MPCC" "$tmp/t16.mp" --dump-plan=json >"$tmp/t16.json" && mkdir -p "$tmp/data" &&
-    read -ra DATA < <($PY tests/py/synth_data.py "$tmp/t16.json" "$tmp/t16.mp" "$tmp/data" 4) ||
-    { echo "FAIL: synth_data.py"; exit 1; }
-DATA+=(--no-shuffle --steps 4)
-run() {   # run BIN NAME: train, save
-    "$1" "${DATA[@]}" --save "$tmp/$2.st" --log "$tmp/$2.jsonl" >/dev/null 2>"$tmp/$2.err" ||
+model 6 "$tmp/t6.mp"
+for T in 16 6; do
+    "$MPCC" "$tmp/t$T.mp" --dump-plan=json >"$tmp/t$T.json" && mkdir -p "$tmp/data$T" &&
+        $PY tests/py/synth_data.py "$tmp/t$T.json" "$tmp/t$T.mp" "$tmp/data$T" 4 >"$tmp/data$T.args" ||
+        { echo "FAIL: synth_data.py"; exit 1; }
+done
+run() {   # run BIN NAME [T]: train 4 steps on T's data (16), save
+    local data
+    read -ra data <"$tmp/data${3:-16}.args"
+    "$1" "${data[@]}" --no-shuffle --steps 4 --save "$tmp/$2.st" --log "$tmp/$2.jsonl" >/dev/null 2>"$tmp/$2.err" ||
         bad "$2: $(tail -n 1 "$tmp/$2.err")"
 }
 same() {   # same A B: the runs A and B are bit-identical (else 1)
@@ -108,6 +114,15 @@ for p in float32 mixed_float16; do
     run "$tmp/flat.$p" "flat.$p"
     same "loop.$p" "flat.$p" && echo "ok   $p: the C program's loops give the bits of every step written out"
 done
+if build_trainer "$tmp/t6.mp" "$tmp/loop6" --precision float32 -- -O0 &&
+    build_trainer "$tmp/t6.mp" "$tmp/flat6" --precision float32 --no-loop -- -O0; then
+    grep -q "mp_loop[0-9]*_at\[l\]" "$tmp/loop6.c" || bad "T = 6: no loop reads a table"
+    run "$tmp/loop6" loop6 6
+    run "$tmp/flat6" flat6 6
+    same loop6 flat6 && echo "ok   T = 6, float32: loops with tables give the bits of every step written out"
+else
+    bad "build T = 6"
+fi
 emu_trainer "$tmp/t16.mp" "$tmp/emu.loop" --precision float32; rc=$?
 if [ $rc = 0 ] && emu_trainer "$tmp/t16.mp" "$tmp/emu.flat" --precision float32 --no-loop; then
     run "$tmp/emu.loop" emu.loop
