@@ -7,8 +7,9 @@
  *      (v<id>_<name>) with its shape and type; setup() cuts the one arena
  *      of memplan.c into them; cast_params(), forward(), backward() call
  *      one runtime kernel per IR node, under a comment quoting the model's
- *      source line (isomorphic repeat copies: one loop over a body function,
- *      emit_loop.c); then the MpModel descriptor and main().
+ *      source line (isomorphic repeat copies and for iterations: one loop
+ *      over a body function, emit_loop.c); then the MpModel descriptor and
+ *      main().
  * The fixed parts are templates/train.c.in, whose slots emit_c() fills.
  * Each op's call is made by emit_c_<OP> (one per row of ops.def); the
  * arithmetic itself is in runtime/mp_kernels.h, shared with the CUDA target.

@@ -102,8 +102,8 @@ void emit_c_TRANSPOSE(Emit *e, const IrNode *n)
 static void slice(Emit *e, const IrNode *n)
 {
     EmitWindow w = emit_window_of(n);
-    em(e, "    mp_k_slice(%s, %s, %lld, %lld, %lld, %lld, %lld);\n", arg(e, n), arg(e, IN(0)), w.outer,
-       w.big, w.inner, w.start, w.len);
+    em(e, "    mp_k_slice(%s, %s, %lld, %lld, %lld, %s, %lld);\n", arg(e, n), arg(e, IN(0)), w.outer,
+       w.big, w.inner, emit_int_arg(e, w.start), w.len);
 }
 void emit_c_CHUNK(Emit *e, const IrNode *n) { slice(e, n); }
 void emit_c_SLICE(Emit *e, const IrNode *n) { slice(e, n); }
@@ -111,8 +111,8 @@ void emit_c_SLICE(Emit *e, const IrNode *n) { slice(e, n); }
 void emit_c_SLICE_GRAD(Emit *e, const IrNode *n)
 {
     EmitWindow w = emit_window_of(n);
-    em(e, "    mp_k_place(%s, %s, %lld, %lld, %lld, %lld, %lld, 1);\n", arg(e, n), arg(e, IN(0)), w.outer,
-       w.big, w.inner, w.start, w.len);
+    em(e, "    mp_k_place(%s, %s, %lld, %lld, %lld, %s, %lld, 1);\n", arg(e, n), arg(e, IN(0)), w.outer,
+       w.big, w.inner, emit_int_arg(e, w.start), w.len);
 }
 
 void emit_c_CONCAT(Emit *e, const IrNode *n)

@@ -25,8 +25,8 @@ typedef struct Emit {
     int *read_in_step;         /* per node id: how many reads of it the step's
                                   (non-optimizer) nodes make */
     const IrNode **reader;     /* per node id: the last node of the step reading it */
-    /* repeat loops (emit_loop.c) */
-    bool loops;                /* run isomorphic repeat copies as loops */
+    /* repeat and for loops (emit_loop.c) */
+    bool loops;                /* run isomorphic copies (iterations) as loops */
     const char *loop_params;   /* a body function's first parameter: "MpRun *run" */
     const char *loop_args;     /* ... and what the pass passes: "run" */
     const char *loop_cast_args;/* ... what cast_params passes ("NULL": it has no run) */
@@ -120,13 +120,13 @@ const char *emit_pool(Emit *e, const IrNode *f);
  * PASS_CAST_PARAMS the hoisted casts (the parameters' working copies);
  * PASS_FORWARD the forward nodes that compute, those that only metrics need
  * wrapped in `if (!TRAINING) { }`; PASS_BACKWARD the backward nodes. With
- * e->loops, isomorphic repeat copies become a loop over a body function
- * (emit_loop.c). */
+ * e->loops, isomorphic repeat copies and for iterations become a loop over
+ * a body function (emit_loop.c). */
 typedef enum { PASS_CAST_PARAMS, PASS_FORWARD, PASS_BACKWARD } EmitPass;
 typedef void EmitNodeFn(Emit *e, const IrNode *n, int *line);
 void emit_pass(Emit *e, EmitPass pass, EmitNodeFn *node, const char *training);
 
-/* ---- repeat loops (emit_loop.c) ----------------------------------------
+/* ---- repeat and for loops (emit_loop.c) --------------------------------
  * emit_model_code() writes the model's functions: passes() (the target's
  * cast_params / forward / backward functions, each made with emit_pass)
  * is rendered first, into a buffer, so that decls() can declare only the
@@ -140,6 +140,10 @@ const char *loop_name(Emit *e, const IrNode *n, const char *name); /* cname() */
 const char *emit_pgrad(Emit *e, int p);                   /* a parameter's gradient buffer */
 const char *emit_where_arg(Emit *e, const IrNode *n);     /* "\"model.mp:9 (h)\"" or w[3] */
 const char *emit_value_arg(Emit *e, int ix);              /* an mp_values index */
+/* An integer argument that may differ per copy (the start of a slice: a
+ * for loop's select(x, 1, t)): its digits, or in a body the copy's at[k]
+ * (the same value in every copy: its digits). */
+const char *emit_int_arg(Emit *e, long long v);
 bool emit_declared(Emit *e, const IrNode *n);
 void emit_model_code(Emit *e, void (*passes)(Emit *), void (*decls)(Emit *), const char *at_fn);
 /* The model's source line as a comment, when it is not *line already. */

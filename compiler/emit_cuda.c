@@ -11,8 +11,9 @@
  *      arena of memplan.c into them (same offsets as the C program),
  *      model_cast_params(), model_forward(), model_backward() making one
  *      launcher call per IR node under a comment quoting the model's source
- *      line (isomorphic repeat copies: one loop over a body function,
- *      emit_loop.c), then the MpCuModel and MpModel descriptors and main().
+ *      line (isomorphic repeat copies and for iterations: one loop over a
+ *      body function, emit_loop.c), then the MpCuModel and MpModel
+ *      descriptors and main().
  * The fixed parts are templates/train.cu.in, whose slots emit_cuda() fills.
  * The functions run in three ways (runtime/mp_cuda_step.h): captured once
  * into the CUDA graph of a training step, eagerly for evaluation, and

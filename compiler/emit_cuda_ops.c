@@ -121,8 +121,8 @@ void emit_cuda_TRANSPOSE(Emit *e, const IrNode *n)
 static void slice(Emit *e, const IrNode *n)
 {
     EmitWindow w = emit_window_of(n);
-    em(e, "    mp_cu_slice%s(%s, %s, %lld, %lld, %lld, %lld, %lld);\n", T2(n, IN(0)), C(n), C(IN(0)),
-       w.outer, w.big, w.inner, w.start, w.len);
+    em(e, "    mp_cu_slice%s(%s, %s, %lld, %lld, %lld, %s, %lld);\n", T2(n, IN(0)), C(n), C(IN(0)),
+       w.outer, w.big, w.inner, emit_int_arg(e, w.start), w.len);
 }
 void emit_cuda_CHUNK(Emit *e, const IrNode *n) { slice(e, n); }
 void emit_cuda_SLICE(Emit *e, const IrNode *n) { slice(e, n); }
@@ -130,8 +130,8 @@ void emit_cuda_SLICE(Emit *e, const IrNode *n) { slice(e, n); }
 void emit_cuda_SLICE_GRAD(Emit *e, const IrNode *n)
 {
     EmitWindow w = emit_window_of(n);
-    em(e, "    mp_cu_place%s(%s, %s, %lld, %lld, %lld, %lld, %lld, 1);\n", T2(n, IN(0)), C(n), C(IN(0)),
-       w.outer, w.big, w.inner, w.start, w.len);
+    em(e, "    mp_cu_place%s(%s, %s, %lld, %lld, %lld, %s, %lld, 1);\n", T2(n, IN(0)), C(n), C(IN(0)),
+       w.outer, w.big, w.inner, emit_int_arg(e, w.start), w.len);
 }
 
 void emit_cuda_CONCAT(Emit *e, const IrNode *n)

@@ -1,20 +1,31 @@
-/* emit_loop.c - `repeat` copies run as a loop over one function per body.
+/* emit_loop.c - the copies of a `repeat` and the iterations of a `for`
+ * loop run as a loop over one function per body.
  *
- * The IR stays unrolled (sema.c tags each node with its outermost repeat
- * and copy, IrNode.rep / copy). A pass (emit_pass) is cut into runs: the
- * nodes of one copy, consecutive. Each run is rendered twice over in
- * "canonical" form: every value it names becomes a numbered slot (#s0:f16),
- * and so do the things that differ per copy by design (a parameter's
- * gradient buffer #g, a named value's index #x, an error message's
- * `where` #w); constants and inputs are named directly (#c / #i). Runs with
- * the same canonical text are isomorphic: the same ops, types, shapes and
- * attributes, in the same order, differing only in where their values live.
+ * The IR stays unrolled (sema.c / sema_blocks.c tag each node with its
+ * outermost repeat or for loop and its copy, IrNode.rep / copy; a for
+ * loop's copy k is NAME = from + k, IrGraph.loop_var / loop_from). A pass
+ * (emit_pass) is cut into runs: the nodes of one copy, consecutive. Each
+ * run is rendered twice over in "canonical" form: every value it names
+ * becomes a numbered slot (#s0:f16), and so do the things that differ per
+ * copy by design (a parameter's gradient buffer #g, a named value's index
+ * #x, an integer argument such as the start of a slice, a for loop's
+ * select(x, 1, t), #a, an error message's `where` #w); constants and
+ * inputs are named directly (#c / #i). Runs with the same canonical text
+ * are isomorphic: the same ops, types, shapes and attributes, in the same
+ * order, differing only in where their values live and in those integers.
  * Consecutive isomorphic runs become one body function, rendered once from
  * the first run (its names, as locals), and a loop calling it per copy with
- * that copy's row of two data tables: `at` (memplan offsets, parameter
- * numbers: the slots) and `w` (the where strings). Everything else (a copy
- * unlike its neighbours, a dropout whose seed is its node id, a value read
- * by the runtime) stays straight-line code, as before.
+ * that copy's row of the data: `at` (memplan offsets, parameter numbers,
+ * integer arguments: the slots) and `w` (the where strings); an integer or
+ * a where string that every copy shares is written into the body. Each
+ * column of `at` is a rule where one fits (Rule: a step per copy, or a few
+ * values in turn, with a few first and last copies written out), else a
+ * table column, so a loop over a recurrent body is as long at 1000 steps
+ * as at 10. Everything else (a copy unlike its neighbours, a dropout whose
+ * seed is its node id, a constant that differs per iteration, a value read
+ * by the runtime) stays straight-line code, as before; so does a first or
+ * last copy whose own buffers would make a table column longer than its
+ * code (emit_repeat).
  *
  * Invariant: a program without loops is byte-for-byte the one mpcc wrote
  * before loops existed; with loops it runs the same kernels on the same
@@ -26,17 +37,19 @@
 #include <string.h>
 
 typedef struct LoopSlot {
-    char kind;                 /* 's' value, 'g' parameter gradient, 'x' value index, 'w' where */
+    char kind;                 /* 's' value, 'g' parameter gradient, 'x' value index,
+                                  'a' integer argument, 'w' where */
     const IrNode *n;           /* 's' */
-    long long v;               /* 'g' parameter, 'x' index */
+    long long v;               /* 'g' parameter, 'x' index, 'a' value */
     const char *str;           /* 'w' */
     int ix;                    /* index in the at table ('s' 'g' 'x') or the w table ('w') */
 } LoopSlot;
 
 struct LoopBody {
     bool canon;                /* rendering to compare (placeholders), not to emit */
-    const bool *same;          /* per slot, in order: a where string every copy shares,
-                                  written into the body (emit_loop) */
+    const bool *same;          /* per slot, in order: a where string or an integer
+                                  argument every copy shares, written into
+                                  the body (emit_loop) */
     LoopSlot *slots;
     int nslots, cap, nat, nw;
 };
@@ -46,7 +59,7 @@ static LoopSlot *slot(Emit *e, char kind, const IrNode *n, long long v, const ch
     LoopBody *b = e->body;
     for (int i = 0; i < b->nslots; i++) {
         LoopSlot *s = &b->slots[i];
-        if (s->kind == kind && s->n == n && s->v == v && (!str || !strcmp(s->str, str)))
+        if (s->kind == kind && kind != 'a' && s->n == n && s->v == v && (!str || !strcmp(s->str, str)))
             return s;
     }
     if (b->nslots == b->cap) {
@@ -119,6 +132,16 @@ const char *emit_value_arg(Emit *e, int ix)
     return arena_printf(e->a, e->body->canon ? "#x%d" : "(int)at[%d]", s->ix);
 }
 
+const char *emit_int_arg(Emit *e, long long v)
+{
+    if (!e->body)
+        return arena_printf(e->a, "%lld", v);
+    LoopSlot *s = slot(e, 'a', NULL, v, NULL);    /* every call a slot of its own */
+    if (s->ix < 0)
+        return arena_printf(e->a, "%lld", v);
+    return arena_printf(e->a, e->body->canon ? "#a%d" : "at[%d]", s->ix);
+}
+
 /* ---- rendering runs ------------------------------------------------------ */
 
 typedef struct Item { const IrNode *n; bool wrap; } Item;   /* wrap: evaluation only */
@@ -157,12 +180,12 @@ static char *render(Emit *e, const Item *items, int from, int to, EmitNodeFn *no
     return copy;
 }
 
-/* One int64 of a copy's at row: where slot s of run r lives. */
+/* One int64 of a copy's at row: where slot s of run r lives, or its value. */
 static long long at_value(Emit *e, const LoopSlot *s)
 {
     if (s->kind == 'g')
         return s->v << 2 | 2;
-    if (s->kind == 'x')
+    if (s->kind == 'x' || s->kind == 'a')
         return s->v;
     int root = e->mp->root[s->n->id];
     if (e->mp->kind[root] == BUF_PARAM)
@@ -171,9 +194,76 @@ static long long at_value(Emit *e, const LoopSlot *s)
     return (long long)e->mp->offset[root] << 2;
 }
 
+/* Slot s of runs [a, b) is a where string or an integer argument that
+ * every run shares: written into the body, not a table. */
+static bool shared(const Run *runs, int a, int b, int s)
+{
+    const LoopSlot *x = &runs[a].body.slots[s];
+    if (x->kind != 'w' && x->kind != 'a')
+        return false;
+    for (int r = a + 1; r < b; r++) {
+        const LoopSlot *y = &runs[r].body.slots[s];
+        if (x->kind == 'w' ? strcmp(x->str, y->str) != 0 : x->v != y->v)
+            return false;
+    }
+    return true;
+}
+
+#define LOOP_MAX_PERIOD 8   /* a rule's period, at most */
+
+/* A column of a loop's at table as a rule: rows [lead, n - trail) are
+ * row lead + (l - lead) % p plus d * ((l - lead) / p); the lead rows
+ * before and trail rows after are written out. */
+typedef struct Rule { int p, lead, trail; long long d; } Rule;
+
+static long long cell(Emit *e, const Run *runs, int r, int s) { return at_value(e, &runs[r].body.slots[s]); }
+
+/* Column s of the at table of runs [a, b) as the rule that writes the
+ * fewest numbers, the rule repeating at least once; false when a table
+ * column is as small. A recurrent body's memplan offsets step by a
+ * constant or alternate between a few buffers, its first and last steps'
+ * often their own; its index on the time axis steps by one; a for loop's
+ * parameters are the same in every copy, a repeat's step by its parameters
+ * per copy: the program stays flat in the count. */
+static bool rule(Emit *e, const Run *runs, int a, int b, int s, Rule *out)
+{
+    int n = b - a, best = n - 4;     /* a rule's own 4 numbers */
+    bool found = false;
+    for (int p = 1; p <= LOOP_MAX_PERIOD && 2 * p <= n; p++)
+        for (int i = p; i < n;) {
+            /* rows [i - p, j): each p rows on, d more */
+            long long d = cell(e, runs, a + i, s) - cell(e, runs, a + i - p, s);
+            int j = i + 1;
+            while (j < n && cell(e, runs, a + j, s) - cell(e, runs, a + j - p, s) == d)
+                j++;
+            if (j - i >= p && n - (j - i) < best) {   /* rows written out, and p bases */
+                best = n - (j - i);
+                *out = (Rule){p, i - p, n - j, d};
+                found = true;
+            }
+            i = j;
+        }
+    return found;
+}
+
+/* About the bytes a loop over runs [a, b) adds for its at table: a number
+ * per copy for each column no rule gives, the rule's numbers for the others. */
+static size_t table_bytes(Emit *e, const Run *runs, int a, int b)
+{
+    size_t k = 0;
+    Rule r;
+    for (int s = 0; s < runs[a].body.nslots; s++)
+        if (runs[a].body.slots[s].kind != 'w' && !shared(runs, a, b, s))
+            k += rule(e, runs, a, b, s, &r) ? (size_t)(4 + r.p + r.lead + r.trail) : (size_t)(b - a);
+    return k * 8;
+}
+
 static const char *copy_name(Emit *e, const Run *r, const Item *items)
 {
     const IrNode *n = items[r->from].n;
+    const char *var = e->g->loop_var[n->rep - 1];
+    if (var)
+        return arena_printf(e->a, "%s = %lld", var, (long long)(e->g->loop_from[n->rep - 1] + n->copy));
     return arena_printf(e->a, "%d", n->copy);
 }
 
@@ -182,40 +272,66 @@ static void emit_loop(Emit *e, const Item *items, Run *runs, int a, int b, EmitN
                       const char *training, EmitPass pass)
 {
     int id = e->nloops++;
-    /* where strings all the copies share go into the body, not the table */
+    /* where strings and integer arguments all the copies share go into the
+     * body, not the table */
     int ns = runs[a].body.nslots;
     bool *same = arena_alloc(e->a, sizeof *same * (size_t)(ns + 1));
-    for (int s = 0; s < ns; s++) {
-        same[s] = runs[a].body.slots[s].kind == 'w';
-        for (int r = a + 1; r < b && same[s]; r++)
-            same[s] = !strcmp(runs[r].body.slots[s].str, runs[a].body.slots[s].str);
-    }
+    for (int s = 0; s < ns; s++)
+        same[s] = shared(runs, a, b, s);
     LoopBody real = {.same = same};
     char *text = render(e, items, runs[a].from, runs[a].to, node, training, &real);
     FILE *f = e->fns;
     const IrNode *first = items[runs[a].from].n;
-    fprintf(f, "\n/* %s, copies %s to %s of its repeat (%d runs of this body): %s */\n",
-            source_comment(e, first), copy_name(e, &runs[a], items), copy_name(e, &runs[b - 1], items),
-            b - a, pass == PASS_BACKWARD ? "backward" : pass == PASS_FORWARD ? "forward" : "casts");
-    int K = real.nat ? real.nat : 1, W = real.nw ? real.nw : 1;
-    fprintf(f, "static const int64_t mp_loop%d_at[%d][%d] = {\n", id, b - a, K);
-    for (int r = a; r < b; r++) {
-        fprintf(f, "    {");
-        for (int s = 0, k = 0; s < runs[r].body.nslots; s++)
-            if (runs[r].body.slots[s].kind != 'w')
-                fprintf(f, "%s%lld", k++ ? ", " : "", at_value(e, &runs[r].body.slots[s]));
-        fprintf(f, "%s},\n", real.nat ? "" : "0");
+    bool is_for = e->g->loop_var[first->rep - 1] != NULL;
+    fprintf(f, "\n/* %s, %s %s to %s of its %s (%d runs of this body): %s */\n", source_comment(e, first),
+            is_for ? "iterations" : "copies", copy_name(e, &runs[a], items), copy_name(e, &runs[b - 1], items),
+            is_for ? "for loop" : "repeat", b - a,
+            pass == PASS_BACKWARD ? "backward" : pass == PASS_FORWARD ? "forward" : "casts");
+    /* the at row of copy l: each column by its rule, or from the table */
+    int nt = 0;
+    Rule *ru = arena_alloc(e->a, sizeof *ru * (size_t)(ns + 1));
+    if (real.nat) {
+        fprintf(f, "static const int64_t mp_loop%d_col[] = {", id);
+        for (int s = 0; s < ns; s++) {
+            if (runs[a].body.slots[s].kind == 'w' || same[s])
+                continue;
+            if (!rule(e, runs, a, b, s, &ru[s])) {
+                fprintf(f, "\n    0, %d,", nt++);
+                continue;
+            }
+            fprintf(f, "\n    %d, %lld, %d, %d,", ru[s].p, ru[s].d, ru[s].lead, ru[s].trail);
+            for (int l = 0; l < ru[s].lead; l++)
+                fprintf(f, " %lld,", cell(e, runs, a + l, s));
+            for (int l = b - a - ru[s].trail; l < b - a; l++)
+                fprintf(f, " %lld,", cell(e, runs, a + l, s));
+            for (int l = 0; l < ru[s].p; l++)
+                fprintf(f, " %lld,", cell(e, runs, a + ru[s].lead + l, s));
+        }
+        fprintf(f, "\n};\n");
     }
-    fprintf(f, "};\nstatic const char *const mp_loop%d_w[%d][%d] = {\n", id, b - a, W);
-    for (int r = a; r < b; r++) {
-        fprintf(f, "    {");
-        for (int s = 0, k = 0; s < runs[r].body.nslots; s++)
-            if (runs[r].body.slots[s].kind == 'w' && !same[s])
-                fprintf(f, "%s\"%s\"", k++ ? ", " : "", runs[r].body.slots[s].str);
-        fprintf(f, "%s},\n", real.nw ? "" : "NULL");
+    if (nt) {
+        fprintf(f, "static const int64_t mp_loop%d_at[%d][%d] = {\n", id, b - a, nt);
+        for (int r = a; r < b; r++) {
+            fprintf(f, "    {");
+            for (int s = 0, k = 0; s < ns; s++)
+                if (runs[a].body.slots[s].kind != 'w' && !same[s] && !ru[s].p)
+                    fprintf(f, "%s%lld", k++ ? ", " : "", cell(e, runs, r, s));
+            fprintf(f, "},\n");
+        }
+        fprintf(f, "};\n");
     }
-    fprintf(f, "};\n\nstatic int mp_loop%d(%s, const int64_t *at, const char *const *w)\n{\n", id,
-            e->loop_params);
+    if (real.nw) {
+        fprintf(f, "static const char *const mp_loop%d_w[%d][%d] = {\n", id, b - a, real.nw);
+        for (int r = a; r < b; r++) {
+            fprintf(f, "    {");
+            for (int s = 0, k = 0; s < ns; s++)
+                if (runs[r].body.slots[s].kind == 'w' && !same[s])
+                    fprintf(f, "%s\"%s\"", k++ ? ", " : "", runs[r].body.slots[s].str);
+            fprintf(f, "},\n");
+        }
+        fprintf(f, "};\n");
+    }
+    fprintf(f, "\nstatic int mp_loop%d(%s, const int64_t *at, const char *const *w)\n{\n", id, e->loop_params);
     for (int s = 0; s < real.nslots; s++) {
         const LoopSlot *sl = &real.slots[s];
         if (sl->kind == 's')
@@ -223,14 +339,29 @@ static void emit_loop(Emit *e, const Item *items, Run *runs, int a, int b, EmitN
                     ctype(sl->n->type), sl->ix);
     }
     fprintf(f, "%s    (void)%s;\n    (void)at;\n    (void)w;\n    return 0;\n}\n", text, e->loop_args);
-    em(e, "\n    for (int l = 0; l < %d; l++) /* %s */\n", b - a, source_comment(e, first));
-    em(e, pass == PASS_CAST_PARAMS ? "        (void)mp_loop%d(%s, mp_loop%d_at[l], mp_loop%d_w[l]);\n"
-                                   : "        if (mp_loop%d(%s, mp_loop%d_at[l], mp_loop%d_w[l]))\n"
-                                     "            return 1;\n",
-       id, pass == PASS_CAST_PARAMS ? e->loop_cast_args : e->loop_args, id, id);
+    em(e, "\n    for (int l = 0; l < %d; l++) { /* %s */\n", b - a, source_comment(e, first));
+    const char *at = "NULL", *w = real.nw ? arena_printf(e->a, "mp_loop%d_w[l]", id) : "NULL";
+    if (real.nat) {
+        em(e, "        int64_t at[%d];\n        mp_loop_row(at, mp_loop%d_col, %d, %d, l, %s);\n", real.nat, id,
+           real.nat, b - a, nt ? arena_printf(e->a, "mp_loop%d_at[l]", id) : "NULL");
+        at = "at";
+    }
+    const char *args = pass == PASS_CAST_PARAMS ? e->loop_cast_args : e->loop_args;
+    if (pass == PASS_CAST_PARAMS)
+        em(e, "        (void)mp_loop%d(%s, %s, %s);\n    }\n", id, args, at, w);
+    else
+        em(e, "        if (mp_loop%d(%s, %s, %s))\n            return 1;\n    }\n", id, args, at, w);
 }
 
-/* Items [from, to), all of one repeat: loops where runs repeat. */
+static void straight(Emit *e, const Item *items, const Run *runs, int a, int b, EmitNodeFn *node,
+                     const char *training, int *line)
+{
+    for (int r = a; r < b; r++)
+        for (int i = runs[r].from; i < runs[r].to; i++)
+            item(e, &items[i], node, training, line);
+}
+
+/* Items [from, to), all of one repeat or for loop: loops where runs repeat. */
 static void emit_repeat(Emit *e, const Item *items, int from, int to, EmitNodeFn *node,
                         const char *training, EmitPass pass, int *line)
 {
@@ -248,12 +379,29 @@ static void emit_repeat(Emit *e, const Item *items, int from, int to, EmitNodeFn
         int b = a + 1;
         while (b < nr && !strcmp(runs[b].text, runs[a].text))
             b++;
-        if (b - a >= 2) {
-            emit_loop(e, items, runs, a, b, node, training, pass);
-            *line = -1;
-        } else
-            for (int i = runs[a].from; i < runs[a].to; i++)
-                item(e, &items[i], node, training, line);
+        if (b - a < 2) {
+            straight(e, items, runs, a, b, node, training, line);
+            a = b;
+            continue;
+        }
+        /* the first or the last copy written out where that makes the
+         * program smaller: a recurrent body's first and last steps often
+         * read or write buffers of their own, a table column for the loop */
+        size_t text = strlen(runs[a].text), best = table_bytes(e, runs, a, b);
+        int lo = a, hi = b;
+        for (int c = 1; c < 4; c++) {
+            int x = a + (c & 1), y = b - (c >> 1);
+            size_t cost = (size_t)(x - a + b - y) * text;
+            if (y - x >= 2 && cost < best && cost + table_bytes(e, runs, x, y) < best) {
+                best = cost + table_bytes(e, runs, x, y);
+                lo = x;
+                hi = y;
+            }
+        }
+        straight(e, items, runs, a, lo, node, training, line);
+        emit_loop(e, items, runs, lo, hi, node, training, pass);
+        *line = -1;
+        straight(e, items, runs, hi, b, node, training, line);
         a = b;
     }
 }
@@ -303,15 +451,36 @@ bool emit_declared(Emit *e, const IrNode *n)
     return !e->nloops || !n->rep || e->global[n->id];
 }
 
+/* Copy l's at row (k columns) of a loop over n copies: column i by its
+ * rule in col (p, d, lead, trail, then the lead rows', the trail rows' and
+ * p bases: emit_loop.c's Rule), or where p is 0 column d of tab, the
+ * loop's table row l. */
+static const char row_fn[] =
+    "\nstatic void mp_loop_row(int64_t *at, const int64_t *col, int k, int n, int l, const int64_t *tab)\n{\n"
+    "    for (int i = 0; i < k; i++) {\n"
+    "        int64_t p = col[0], d = col[1];\n"
+    "        if (!p) {\n"
+    "            at[i] = tab[d];\n"
+    "            col += 2;\n"
+    "            continue;\n"
+    "        }\n"
+    "        int64_t lead = col[2], trail = col[3];\n"
+    "        const int64_t *v = col + 4;\n"
+    "        at[i] = l < lead ? v[l] : l >= n - trail ? v[lead + l - (n - trail)]\n"
+    "              : v[lead + trail + (l - lead) % p] + d * ((l - lead) / p);\n"
+    "        col += 4 + lead + trail + p;\n"
+    "    }\n}\n";
+
 static void emit_loops_end(Emit *e, const char *at_fn)
 {
     fclose(e->fns);
     e->fns = NULL;
     if (e->nloops) {
-        em(e, "\n/* ==== the bodies of repeat loops: one function per body, called per copy\n"
-              " * with that copy's row of its tables (at: where each value lives, as\n"
-              " * mp_loop_at() reads it; w: the copy's names for error messages) ==== */\n");
-        em(e, "%s", at_fn);
+        em(e, "\n/* ==== the bodies of repeat and for loops: one function per body, called\n"
+              " * per copy with that copy's row of its tables (at: where each value lives,\n"
+              " * as mp_loop_at() reads it, and the integer arguments that differ per copy;\n"
+              " * w: the copy's names for error messages) ==== */\n");
+        em(e, "%s%s", at_fn, row_fn);
         fwrite(e->fns_text, 1, e->fns_len, e->out);
     }
     free(e->fns_text);

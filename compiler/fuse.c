@@ -189,6 +189,16 @@ static void find_roots(Fuse *f)
             f->must_store[i] = true;
 }
 
+/* Whether a and b may share a group: the same copy of a repeat (or both
+ * outside every loop); any iterations of one for loop, the groups that
+ * span more than two then split (split_long_groups). */
+static bool same_copy(const IrGraph *g, const IrNode *a, const IrNode *b)
+{
+    if (a->rep != b->rep)
+        return false;
+    return a->copy == b->copy || (a->rep && g->loop_var[a->rep - 1]);
+}
+
 /* Whether n can join group grp: same phase, size, evaluation status and
  * repeat copy, and nothing outside the group reads one of its members before n. */
 static bool can_join(Fuse *f, const IrNode *n, int grp)
@@ -198,8 +208,8 @@ static bool can_join(Fuse *f, const IrNode *n, int grp)
     if (last->phase != n->phase || shape_numel(&last->shape) != shape_numel(&n->shape)
         || f->for_loss[last->id] != f->for_loss[n->id])
         return false;
-    if (last->rep != n->rep || last->copy != n->copy)
-        return false;       /* within one repeat copy: copies stay isomorphic (emit_loop.c) */
+    if (!same_copy(g, last, n))
+        return false;       /* copies stay isomorphic (emit_loop.c) */
     for (int i = f->first[grp]; i <= last->id; i++) {
         if (g->nodes[i]->fused != grp)
             continue;
@@ -239,8 +249,8 @@ static void adopt_inputs(Fuse *f, const IrNode *n, int grp)
         IrNode *b = n->in[k];
         int h = b->fused;
         if (!h || h == grp || !fusable(f, b) || f->first[h] != b->id || f->last[h] != b->id || b->phase != n->phase
-            || shape_numel(&b->shape) != shape_numel(&n->shape) || b->rep != last->rep
-            || b->copy != last->copy || f->for_loss[b->id] != f->for_loss[n->id])
+            || shape_numel(&b->shape) != shape_numel(&n->shape) || !same_copy(f->g, b, last)
+            || f->for_loss[b->id] != f->for_loss[n->id])
             continue;
         bool later = true;
         for (int u = 0; u < f->nusers[b->id] && later; u++)
@@ -279,6 +289,56 @@ static void form_groups(Fuse *f)
             adopt_inputs(f, n, grp);
         n->fused = grp;
         f->last[grp] = i;
+    }
+}
+
+/* A group across two neighbouring iterations of a for loop (the end of
+ * one step and the start of the next: a state's update and its cast
+ * where the next step reads it) is the same in every iteration, and the
+ * loop runs it (emit_loop.c); one across more (a shared parameter's
+ * gradient summed over every step) would be code as long as the loop:
+ * it splits into its iterations' parts, each a group of its own. A part
+ * is a group by can_join's rules: an iteration's nodes are consecutive,
+ * so no other part reads one of its members before its last node. */
+static void split_long_groups(Fuse *f)
+{
+    IrGraph *g = f->g;
+    int n = f->ngroups;
+    int *lo = arena_alloc(g->arena, sizeof *lo * (size_t)(n + 1));
+    int *hi = arena_alloc(g->arena, sizeof *hi * (size_t)(n + 1));
+    int *part = arena_alloc(g->arena, sizeof *part * (size_t)(n + 1));
+    int *part_copy = arena_alloc(g->arena, sizeof *part_copy * (size_t)(n + 1));
+    for (int grp = 1; grp <= n; grp++)
+        lo[grp] = hi[grp] = -1;
+    for (int i = 0; i < g->nnodes; i++) {
+        const IrNode *v = g->nodes[i];
+        if (!v->fused || !v->rep)
+            continue;
+        if (lo[v->fused] < 0 || v->copy < lo[v->fused])
+            lo[v->fused] = v->copy;
+        if (v->copy > hi[v->fused])
+            hi[v->fused] = v->copy;
+    }
+    int total = n;
+    for (int grp = 1; grp <= n; grp++)
+        if (hi[grp] - lo[grp] > 1)
+            total += hi[grp] - lo[grp] + 1;
+    if (total == n)
+        return;
+    f->first = arena_grow(g->arena, f->first, (size_t)n + 1, (size_t)total + 1, sizeof *f->first);
+    f->last = arena_grow(g->arena, f->last, (size_t)n + 1, (size_t)total + 1, sizeof *f->last);
+    for (int i = 0; i < g->nnodes; i++) {
+        IrNode *v = g->nodes[i];
+        int grp = v->fused;
+        if (!grp || grp > n || hi[grp] - lo[grp] <= 1)
+            continue;
+        if (!part[grp] || part_copy[grp] != v->copy) {
+            part[grp] = ++f->ngroups;
+            part_copy[grp] = v->copy;
+            f->first[part[grp]] = i;
+        }
+        v->fused = part[grp];
+        f->last[part[grp]] = i;
     }
 }
 
@@ -330,6 +390,7 @@ int fuse_graph(IrGraph *g)
     find_users(&f);
     find_roots(&f);
     form_groups(&f);
+    split_long_groups(&f);
     return finish_groups(&f);
 }
 

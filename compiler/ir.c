@@ -127,6 +127,20 @@ IrNode *ir_add(IrGraph *g, IrOp op, SrcLoc loc, int nin, IrNode *const *in)
 
 IrNode *ir_add1(IrGraph *g, IrOp op, SrcLoc loc, IrNode *a) { return ir_add(g, op, loc, 1, &a); }
 
+int ir_loop_add(IrGraph *g, const char *var, int64_t from)
+{
+    if (g->nloops == g->loops_cap) {
+        int cap = g->loops_cap ? g->loops_cap * 2 : 8;
+        g->loop_var = arena_grow(g->arena, g->loop_var, (size_t)g->nloops, (size_t)cap, sizeof *g->loop_var);
+        g->loop_from = arena_grow(g->arena, g->loop_from, (size_t)g->nloops, (size_t)cap,
+                                  sizeof *g->loop_from);
+        g->loops_cap = cap;
+    }
+    g->loop_var[g->nloops] = var;
+    g->loop_from[g->nloops] = from;
+    return ++g->nloops;
+}
+
 IrNode *ir_add2(IrGraph *g, IrOp op, SrcLoc loc, IrNode *a, IrNode *b)
 {
     IrNode *in[2] = {a, b};

@@ -96,8 +96,9 @@ struct IrNode {
     bool hoisted;           /* CAST of a parameter: done once per optimizer
                                step, not per micro-batch */
     bool attention_part;    /* reserved for target-specific fusion */
-    int rep, copy;          /* made by copy `copy` of the model's rep-th
-                               outermost `repeat` (1-based; 0: none); casts
+    int rep, copy;          /* made by copy (iteration) `copy` of the model's
+                               rep-th outermost `repeat` or `for` loop
+                               (1-based, ir_loop_add; 0: none); casts
                                take their anchor's, backward nodes their
                                grad_of's: the emitters' loops (emit_loop.c) */
     const IrScope *scope;   /* the group that made it (casts take their
@@ -246,6 +247,10 @@ typedef struct IrGraph {
     IrNode *loss_scale;     /* OP_LOSS_SCALE, the seed of the backward pass */
     IrScope *scope;         /* the group open now (sema) */
     int nscopes;
+    const char **loop_var;  /* per outermost repeat or for loop (IrNode.rep - 1):
+                               a for loop's NAME, NULL for a repeat */
+    int64_t *loop_from;     /* ... and NAME's first value (copy k: from + k) */
+    int nloops, loops_cap;
     bool fused;             /* fuse.c ran: the emitters may also fold a weight
                                gradient's product into its accumulation */
     struct MemPlan *mem;    /* memplan.c's phase (after fusion): where each
@@ -277,6 +282,9 @@ void     ir_renumber(IrGraph *g);
 IrScope *ir_scope_enter(IrGraph *g, ScopeKind kind, const char *name, const char *block,
                         int copy, int count);
 void     ir_scope_leave(IrGraph *g);
+/* Record the next outermost repeat (var NULL) or for loop (var its NAME,
+ * from its first value): IrNode.rep of its nodes is its number, returned. */
+int      ir_loop_add(IrGraph *g, const char *var, int64_t from);
 IrParam *ir_add_param(IrGraph *g, const char *name, SrcLoc loc, Shape shape);
 IrInput *ir_add_input(IrGraph *g, const char *name, SrcLoc loc, DType t, Shape shape);
 IrMetric *ir_add_metric(IrGraph *g, const char *name, SrcLoc loc, IrNode *n);

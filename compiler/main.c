@@ -57,8 +57,9 @@ static const char usage[] =
     "                          tf32: products that compute in f32 round their operands\n"
     "                          to TF32 (cuBLAS's TF32 mode on the GPU); overrides the\n"
     "                          train block's float32_matmul\n"
-    "  --no-loop               write every copy of a repeat out in full, instead of\n"
-    "                          one function per body called in a loop (for tests)\n"
+    "  --no-loop               write every copy of a repeat and iteration of a for loop\n"
+    "                          out in full, instead of one function per body called in\n"
+    "                          a loop (for tests)\n"
     "  --fuse, --no-fuse       fuse chains of elementwise ops into one pass over memory\n"
     "                          (default on; MPCC_NO_FUSE=1 in the environment makes the\n"
     "                          default off); results are bit-identical either way\n"
@@ -73,7 +74,7 @@ typedef struct Options {
     bool target_c, dump;
     bool fuse;                  /* run fuse.c's pass */
     bool dump_ast;              /* hidden developer flag: print the tree, stop */
-    bool no_loop;               /* --no-loop: repeat copies written out in full */
+    bool no_loop;               /* --no-loop: repeat copies, for iterations written out in full */
     PlanFormat fmt;
     bool collapse;              /* --collapse: dot with repeats and blocks as boxes */
     int cost;                   /* --dump-plan=cost 1, cost-json 2 */

@@ -2721,9 +2721,10 @@ static void st_precision(Ctx *c, const Stmt *s)
     c->override = saved;
 }
 
-/* The nodes of one copy of an outermost repeat, [from, nnodes), carry its
- * number and the copy's, so that the emitters can run copies as a loop. */
-static void tag_copy(Ctx *c, bool outer, int from, int copy)
+/* The nodes of one copy of an outermost repeat or for loop, [from, nnodes),
+ * carry its number and the copy's, so that the emitters can run copies as
+ * a loop. */
+void sema_tag_copy(Ctx *c, bool outer, int from, int copy)
 {
     for (int k = from; outer && k < c->g->nnodes; k++) {
         c->g->nodes[k]->rep = c->nrepeats;
@@ -2747,7 +2748,7 @@ static void st_repeat(Ctx *c, const Stmt *s)
     c->repeat_base = c->next_iter + 1;
     bool outer = !c->in_repeat;
     if (outer)
-        c->nrepeats++;
+        c->nrepeats = ir_loop_add(c->g, NULL, 0);
     c->in_repeat = true;
     ir_scope_enter(c->g, SC_REPEAT, arena_printf(c->a, "%s%s", prefix, s->name), NULL, 0, (int)n);
     for (int64_t i = 0; i < n && !c->stop && !diag_too_many(); i++) {
@@ -2757,7 +2758,7 @@ static void st_repeat(Ctx *c, const Stmt *s)
         ir_scope_enter(c->g, SC_COPY, c->g->scope->name, NULL, (int)i, 0);
         run_body(c, s->body, s->nbody);
         ir_scope_leave(c->g);
-        tag_copy(c, outer, before, (int)i);
+        sema_tag_copy(c, outer, before, (int)i);
         if (diag_error_count() > errs)
             break;                 /* each copy would say the same */
         /* every copy makes as many nodes as the first: refuse a repeat too

@@ -478,15 +478,20 @@ void sema_st_for(Ctx *c, const Stmt *s)
     c->repeat_base = c->next_iter + 1;
     if (!c->for_depth++)
         c->share_from = c->g->nparams;
+    bool outer = !c->in_repeat;    /* its iterations may run as a loop (emit_loop.c) */
+    if (outer)
+        c->nrepeats = ir_loop_add(c->g, s->name, lo);
+    c->in_repeat = true;
     Scope *sc = c->scope;
     for (int64_t i = lo; i < hi && !c->stop && !diag_too_many(); i++) {
-        int errs = diag_error_count();
+        int errs = diag_error_count(), before = c->g->nnodes;
         c->iter = ++c->next_iter;
         c->share_to = c->g->nparams;
         if (!sema_may_define(c, s->name, SYM_CONST, s->name_loc))
             break;
         sema_bind(c, s->name, SYM_CONST, vint(i), s->name_loc);
         sema_run_body(c, s->body, s->nbody);
+        sema_tag_copy(c, outer, before, (int)(i - lo));
         if (diag_error_count() > errs)
             break;                 /* each iteration would say the same */
     }
@@ -494,6 +499,7 @@ void sema_st_for(Ctx *c, const Stmt *s)
     if (var && var->kind == SYM_CONST && var->iter >= c->repeat_base)
         *var = sc->syms[--sc->n];
     c->for_depth--;
+    c->in_repeat = !outer;
     c->iter = iter;
     c->repeat_base = base;
     c->share_from = from;

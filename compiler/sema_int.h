@@ -101,8 +101,9 @@ typedef struct Ctx {
     bool returned;
     /* repeat copies: redefinitions are allowed across copies only */
     int iter, repeat_base, next_iter;
-    int nrepeats;       /* outermost repeats expanded so far (IrNode.rep) */
-    bool in_repeat;
+    int nrepeats;       /* the outermost repeat or for loop being expanded,
+                           or the last one (IrNode.rep, ir_loop_add) */
+    bool in_repeat;     /* inside a repeat or a for loop */
     /* for loops: a parameter declared again under its name in a later
      * iteration is shared: those of index [share_from, share_to) */
     int share_from, share_to;
@@ -175,6 +176,7 @@ const char *sema_signature(Ctx *c, const char *fn, const ArgSpec *spec);
 const char *sema_layer_name(Ctx *c, const Expr *callx, const Expr *name_arg);
 Val sema_statement_value(Ctx *c, const Stmt *s, const char *target, DType override);
 void sema_run_body(Ctx *c, Stmt *const *body, int n);
+void sema_tag_copy(Ctx *c, bool outer, int from, int copy);
 const struct Builtin *sema_find_builtin(const char *name);
 bool sema_builtin_layer(const struct Builtin *b);     /* declares parameters */
 

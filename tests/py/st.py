@@ -7,9 +7,14 @@ data buffer) plus an optional "__metadata__" object of string -> string,
 then the data buffer. read() checks what the tests rely on: offsets tile the
 buffer, sizes match dtype x shape; anything else raises ValueError naming
 the file and the tensor.
+
+`python3 st.py close A B TOL` compares the parameters (not the optimizer
+state) of two checkpoints: prints the worst relative difference (of the
+larger magnitude, at least 1e-2) and its tensor; exit 1 above TOL.
 """
 import json
 import struct
+import sys
 
 import numpy as np
 
@@ -79,3 +84,23 @@ def torch_state(tensors):
     import torch
     return {k: torch.from_numpy(v.copy()) for k, v in tensors.items()
             if not k.startswith("optimizer.")}
+
+
+def close(a_path, b_path, tol):
+    """Prints the worst relative difference of two checkpoints' parameters;
+    True when it is at most tol."""
+    a, b = read(a_path), read(b_path)
+    worst, at = 0.0, "-"
+    for k in sorted(a):
+        if not k.startswith("optimizer."):
+            x, y = a[k].astype(np.float64), b[k].astype(np.float64)
+            d = float(np.max(np.abs(x - y) / np.maximum(np.maximum(np.abs(x), np.abs(y)), 1e-2)))
+            worst, at = max((worst, at), (d, k))
+    print("parameters within %.2e relative (worst: %s)" % (worst, at))
+    return worst <= tol
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 5 or sys.argv[1] != "close":
+        sys.exit("usage: st.py close A.st B.st TOL")
+    sys.exit(0 if close(sys.argv[2], sys.argv[3], float(sys.argv[4])) else 1)
