@@ -3,7 +3,7 @@
  *
  * The IR stays unrolled (sema.c / sema_blocks.c tag each node with its
  * outermost repeat or for loop and its copy, IrNode.rep / copy; a for
- * loop's copy k is NAME = from + k, IrGraph.loop_var / loop_from). A pass
+ * loop's copy k is NAME = from + k, IrGraph.loops). A pass
  * (emit_pass) is cut into runs: the nodes of one copy, consecutive. Each
  * run is rendered twice over in "canonical" form: every value it names
  * becomes a numbered slot (#s0:f16), and so do the things that differ per
@@ -261,9 +261,9 @@ static size_t table_bytes(Emit *e, const Run *runs, int a, int b)
 static const char *copy_name(Emit *e, const Run *r, const Item *items)
 {
     const IrNode *n = items[r->from].n;
-    const char *var = e->g->loop_var[n->rep - 1];
-    if (var)
-        return arena_printf(e->a, "%s = %lld", var, (long long)(e->g->loop_from[n->rep - 1] + n->copy));
+    const IrLoop *lp = &e->g->loops[n->rep - 1];
+    if (lp->var)
+        return arena_printf(e->a, "%s = %lld", lp->var, (long long)(lp->from + n->copy));
     return arena_printf(e->a, "%d", n->copy);
 }
 
@@ -282,7 +282,7 @@ static void emit_loop(Emit *e, const Item *items, Run *runs, int a, int b, EmitN
     char *text = render(e, items, runs[a].from, runs[a].to, node, training, &real);
     FILE *f = e->fns;
     const IrNode *first = items[runs[a].from].n;
-    bool is_for = e->g->loop_var[first->rep - 1] != NULL;
+    bool is_for = e->g->loops[first->rep - 1].var != NULL;
     fprintf(f, "\n/* %s, %s %s to %s of its %s (%d runs of this body): %s */\n", source_comment(e, first),
             is_for ? "iterations" : "copies", copy_name(e, &runs[a], items), copy_name(e, &runs[b - 1], items),
             is_for ? "for loop" : "repeat", b - a,

@@ -196,7 +196,7 @@ static bool same_copy(const IrGraph *g, const IrNode *a, const IrNode *b)
 {
     if (a->rep != b->rep)
         return false;
-    return a->copy == b->copy || (a->rep && g->loop_var[a->rep - 1]);
+    return a->copy == b->copy || (a->rep && g->loops[a->rep - 1].var);
 }
 
 /* Whether n can join group grp: same phase, size, evaluation status and

@@ -131,13 +131,10 @@ int ir_loop_add(IrGraph *g, const char *var, int64_t from)
 {
     if (g->nloops == g->loops_cap) {
         int cap = g->loops_cap ? g->loops_cap * 2 : 8;
-        g->loop_var = arena_grow(g->arena, g->loop_var, (size_t)g->nloops, (size_t)cap, sizeof *g->loop_var);
-        g->loop_from = arena_grow(g->arena, g->loop_from, (size_t)g->nloops, (size_t)cap,
-                                  sizeof *g->loop_from);
+        g->loops = arena_grow(g->arena, g->loops, (size_t)g->nloops, (size_t)cap, sizeof *g->loops);
         g->loops_cap = cap;
     }
-    g->loop_var[g->nloops] = var;
-    g->loop_from[g->nloops] = from;
+    g->loops[g->nloops] = (IrLoop){var, from};
     return ++g->nloops;
 }
 

@@ -226,6 +226,13 @@ static inline int pad_mode(const IrNode *n) { return (int)n->fa[1]; }
 /* Optimizer state buffers per parameter (the runtime's mp_optim_slots). */
 int opt_slots(const TrainCfg *t);
 
+/* An outermost repeat or for loop (ir_loop_add): a for loop's NAME and
+ * its first value (copy k is NAME = from + k); var NULL for a repeat. */
+typedef struct IrLoop {
+    const char *var;
+    int64_t from;
+} IrLoop;
+
 typedef struct IrGraph {
     Arena *arena;
     const char *model;
@@ -247,9 +254,7 @@ typedef struct IrGraph {
     IrNode *loss_scale;     /* OP_LOSS_SCALE, the seed of the backward pass */
     IrScope *scope;         /* the group open now (sema) */
     int nscopes;
-    const char **loop_var;  /* per outermost repeat or for loop (IrNode.rep - 1):
-                               a for loop's NAME, NULL for a repeat */
-    int64_t *loop_from;     /* ... and NAME's first value (copy k: from + k) */
+    IrLoop *loops;          /* per outermost repeat or for loop (IrNode.rep - 1) */
     int nloops, loops_cap;
     bool fused;             /* fuse.c ran: the emitters may also fold a weight
                                gradient's product into its accumulation */

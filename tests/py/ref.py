@@ -344,6 +344,7 @@ FLOAT32_ORDERS = ((1, True), (1, False), (2, True))
 
 def float32_twins(mp, init, data, steps, log):
     out = []
+    was = torch.get_num_threads(), torch.backends.mkldnn.enabled   # the batch's other checks keep theirs
     try:
         for threads, onednn in FLOAT32_ORDERS:
             torch.set_num_threads(threads)
@@ -352,8 +353,8 @@ def float32_twins(mp, init, data, steps, log):
             _, _, opt = train_twin(mp, net, data, steps, torch.float32, log)
             out.append(final_tensors(net, opt))
     finally:
-        torch.set_num_threads(1)
-        torch.backends.mkldnn.enabled = True
+        torch.set_num_threads(was[0])
+        torch.backends.mkldnn.enabled = was[1]
     return out
 
 
