@@ -439,11 +439,11 @@ static inline MP_HD float mp_round_tf32(float v)
  * whose operands are both f32 (stored so and not rounded to f16 / bf16)
  * then has them rounded to TF32 while packing, as cuBLAS's TF32 mode does
  * on the GPU; the sums stay f32. */
-static MP_UNUSED int mp_gemm_tf32;
+MP_STATE int mp_gemm_tf32;
 /* --gradcheck (mp_train.h): products stay f32 whatever float32_matmul says,
  * on both programs: a difference quotient over a step smaller than TF32's
  * spacing would see rounded operands stand still. */
-static MP_UNUSED int mp_gemm_exact;
+MP_STATE int mp_gemm_exact;
 
 /* v rounded to type dt and read back: what storing it would keep (MP_TF32:
  * a rounding only, mp_round_tf32). */

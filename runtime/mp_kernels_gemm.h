@@ -790,7 +790,10 @@ static inline void mp_gemm_cblas(const MpGemm *g)
 static inline int mp_gemm_f32_operand(int dt, int rnd) { return dt == MP_F32 && (rnd == 0 || rnd == MP_F32); }
 
 /* C = alpha op(A) op(B) + beta C (+ bias): the one entry point. */
-static inline void mp_gemm_ex(const MpGemm *g)
+#ifdef MP_PART_MODEL
+void mp_gemm_ex(const MpGemm *g);    /* in the runtime part (mp_model.h) */
+#else
+MP_PART_FN void mp_gemm_ex(const MpGemm *g)
 {
     if (g->M <= 0 || g->N <= 0)
         return;
@@ -809,6 +812,7 @@ static inline void mp_gemm_ex(const MpGemm *g)
 #endif
     mp_gemm_blocked(g);
 }
+#endif
 
 static inline void mp_gemm(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha,
                            const void *A, int adt, int64_t lda, const void *B, int bdt,

@@ -45,6 +45,30 @@
 #endif
 #endif
 
+/* A generated C program compiles whole (the default, what its header
+ * says) or as two parts linked together: -DMP_PART_RUNTIME compiles the
+ * runtime's entry mp_main and all it calls, a text that is the same for
+ * every model; -DMP_PART_MODEL compiles the model's code and the kernels
+ * it calls, and main. The tests' compile cache (tests/cc_cache.sh) builds
+ * the runtime part once per compiler and options. MP_STATE marks the few
+ * runtime variables both parts use: defined in the runtime part only. */
+#if defined(MP_PART_RUNTIME) && defined(MP_PART_MODEL)
+#error "define MP_PART_RUNTIME or MP_PART_MODEL, not both"
+#elif defined(MP_PART_MODEL)
+#define MP_STATE extern
+#elif defined(MP_PART_RUNTIME)
+#define MP_STATE
+#else
+#define MP_STATE static MP_UNUSED
+#endif
+/* MP_PART_FN marks a runtime function the model's code calls that is
+ * compiled in the runtime part (the model part sees its declaration). */
+#ifdef MP_PART_RUNTIME
+#define MP_PART_FN
+#else
+#define MP_PART_FN static inline
+#endif
+
 /* sqrtf may set errno, which keeps GCC from vectorising a loop that calls
  * it; the trainer never reads errno after math, so hot loops opt out. */
 #if defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__)

@@ -991,6 +991,7 @@ static inline int mp_run(MpTrainer *t, const MpOpts *o, MpLog *l, MpErr *e)
     return rc;
 }
 
+#ifndef MP_PART_MODEL    /* mp_model.h: the program in two parts */
 int mp_main(int argc, char **argv, MpModel *m)
 {
     const char *prog = mp_prog_name(argc > 0 ? argv[0] : NULL);
@@ -1031,5 +1032,6 @@ int mp_main(int argc, char **argv, MpModel *m)
     free(o.predict.v);
     return mp_dist_exit(rc, l.stopped != 0);
 }
+#endif /* MP_PART_MODEL */
 
 #endif
