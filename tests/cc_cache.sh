@@ -17,7 +17,7 @@
 # that fail or print anything on stderr (a warning names its source's
 # path) are not kept. MP_CC_CACHE=0 turns the cache off (every
 # call goes to the real compiler); $B/cc-cache/log has one line a build
-# (hit or miss, the compiler's CPU seconds, the compiler, the options):
+# (hit, miss or split, the compiler's CPU seconds, the compiler, the options):
 # run_all.sh counts them.
 set -u
 name=${0##*/}
@@ -73,7 +73,62 @@ if [ -e "$entry.done" ]; then
 fi
 tmp=$(mktemp -d "$cache/objs/tmp.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
-"$real" "$@" >"$tmp/stdout" 2>"$tmp/stderr"
+
+# A program mpcc generated compiles in two parts (runtime/mp_model.h,
+# MP_PART_RUNTIME and MP_PART_MODEL): the runtime's part is the same text
+# for every model, so it is compiled once per compiler and options (an
+# entry of its own here, found by its preprocessed text like any build)
+# and only the model's part, the model's code with the kernels it calls,
+# for each program; the two objects are linked as the whole file would
+# be. Two thirds of a small model's build is the runtime's part. Only
+# plain builds split: one source to a program, or -c to /dev/null (the
+# warning checks: both parts compiled, nothing linked), with options from
+# the list below; -g (debug information names the source) and anything
+# else compile whole. MP_CC_SPLIT=0 compiles every program whole.
+split_ok() {
+    [ "${MP_CC_SPLIT:-1}" != 0 ] && [ $g = 0 ] && [[ $src == *.c ]] &&
+        grep -q '^#ifndef MP_PART_RUNTIME' "$src" || return 1
+    local a c=0
+    for a in "${args[@]}"; do
+        case $a in
+        -c) c=1 ;;
+        -DMP_PART_*) return 1 ;;       # a part itself
+        -o | "$out" | "$src" | -O* | -W* | -w | -D?* | -I?* | -std=* | -march=* | -mtune=* | \
+            -emit-llvm | -fopenmp | -fsanitize=* | -fno-sanitize* | -fno-omit-frame-pointer | \
+            -ffp-contract=* | -l?* | -L?* | -pthread) ;;
+        *) return 1 ;;
+        esac
+    done
+    [ $c = 0 ] || [ "$out" = /dev/null ]
+}
+split_build() {
+    local cargs=() largs=() a i self=$0
+    for ((i = 0; i < ${#args[@]}; i++)); do
+        a=${args[i]}
+        case $a in
+        -o) i=$((i + 1)) ;;
+        -o* | -c) ;;
+        -l* | -L* | -Wl,*) largs+=("$a") ;;
+        -fopenmp | -pthread | -fsanitize=* | -fno-sanitize*) cargs+=("$a"); largs+=("$a") ;;
+        *) cargs+=("$a") ;;
+        esac
+    done
+    if [ "$out" = /dev/null ]; then
+        "$self" "${cargs[@]}" -DMP_PART_RUNTIME -c -o /dev/null &&
+            "$self" "${cargs[@]}" -DMP_PART_MODEL -c -o /dev/null
+        return
+    fi
+    "$self" "${cargs[@]}" -DMP_PART_RUNTIME -c -o "$tmp/runtime.o" &&
+        "$self" "${cargs[@]}" -DMP_PART_MODEL -c -o "$tmp/model.o" &&
+        "$real" "$tmp/runtime.o" "$tmp/model.o" "${largs[@]}" -o "$out"
+}
+if split_ok; then
+    how="split"
+    split_build >"$tmp/stdout" 2>"$tmp/stderr"
+else
+    how="miss"
+    "$real" "$@" >"$tmp/stdout" 2>"$tmp/stderr"
+fi
 rc=$?
 cat "$tmp/stdout"
 cat "$tmp/stderr" >&2
@@ -83,8 +138,9 @@ if [ $rc = 0 ] && [ ! -s "$tmp/stderr" ]; then    # warnings name this source: n
         mv "$tmp/out" "$entry.out" && mv "$tmp/stdout" "$entry.stdout" &&
         : >"$entry.done"
 fi
-# the compiler's CPU seconds (user + system: the second line of times)
+# the compiler's CPU seconds (user + system: the second line of times;
+# a split build's include its parts', logged too)
 times >"$tmp/times"
-log miss "$(awk 'NR == 2 { for (i = 1; i <= 2; i++) { split($i, t, /[ms]/); s += t[1] * 60 + t[2] }
+log $how "$(awk 'NR == 2 { for (i = 1; i <= 2; i++) { split($i, t, /[ms]/); s += t[1] * 60 + t[2] }
                          printf "%.2f", s }' "$tmp/times")"
 exit $rc

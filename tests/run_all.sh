@@ -45,6 +45,7 @@ done
 export PATH=$MP_CC_CACHE_DIR/bin:$PATH
 hits0=$(cat "$MP_CC_CACHE_DIR/log" 2>/dev/null | grep -c '^hit ')
 misses0=$(cat "$MP_CC_CACHE_DIR/log" 2>/dev/null | grep -c '^miss ')
+splits0=$(cat "$MP_CC_CACHE_DIR/log" 2>/dev/null | grep -c '^split ')
 
 # The source that carries a test's markers: the script, or a unit's .c.
 source_of() { case $1 in *.sh) echo "$1" ;; *) echo "tests/unit/$(basename "$1").c" ;; esac; }
@@ -157,7 +158,9 @@ fi
 echo
 hits=$(cat "$MP_CC_CACHE_DIR/log" 2>/dev/null | grep -c '^hit ')
 misses=$(cat "$MP_CC_CACHE_DIR/log" 2>/dev/null | grep -c '^miss ')
-echo "tests' CPU time ${cpu_total}s; compile cache: $((hits - hits0)) builds copied, $((misses - misses0)) compiled"
+splits=$(cat "$MP_CC_CACHE_DIR/log" 2>/dev/null | grep -c '^split ')
+echo "tests' CPU time ${cpu_total}s; compile cache: $((hits - hits0)) builds copied, $((misses - misses0)) compiled" \
+    "($((splits - splits0)) programs in two parts, their parts counted among those)"
 [ "$fail" -gt 0 ] && echo "failed: ${failed[*]}"
 if [ ${#skipped[@]} -gt 0 ]; then
     echo "$pass passed, $fail failed, ${#skipped[@]} skipped"
