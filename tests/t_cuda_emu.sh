@@ -96,14 +96,15 @@ fail=0
 bad() { echo "FAIL: $*"; fail=1; }
 
 # ---- building: CUDA programs as C++ for the CPU, C programs as C ------------
-# Every program's runtime part (from its first line of code to its first
-# model descriptor, mp_inputs) is the same text in every CUDA program, and
-# another in every C program: each is compiled once, into a precompiled
-# header at -O0 and -O1 ($tmp/rt-cu-O1.h.gch: the stand-in, then
-# mnist_mlp's runtime part; rt-c-O1.h.gch: the C program's), and a build
-# compiles the program's model part after it (its header comment moved
-# there). A program whose runtime part differs is built whole; the
-# compiler reads the header's text where it cannot use its .gch (.pch).
+# Every CUDA program's runtime part (from its first line of code to its
+# first model descriptor, mp_inputs) is the same text: it is compiled once,
+# into a precompiled header at -O0 and -O1 ($tmp/rt-cu-O1.h.gch: the
+# stand-in, then mnist_mlp's runtime part), and a build compiles the
+# program's model part after it (its header comment moved there). A
+# program whose runtime part differs is built whole; the compiler reads
+# the header's text where it cannot use its .gch (.pch). A C program is
+# built as a user builds it: under tests/run_all.sh the compile cache
+# compiles its runtime's part once per option set (tests/cc_cache.sh).
 rt_split() {   # rt_split PROGRAM: its runtime part in PROGRAM.rt, the rest in PROGRAM.model.EXT
     local first k
     first=$(grep -n -m 1 '^#' "$1" | cut -d: -f1)
@@ -151,7 +152,7 @@ c_build() {
     opt=$(opt_of "$name")
     [ "$opt" = -fsyntax-only ] && return   # run by no part below
     "$MPCC" "$mp" --target c "$@" -o "$tmp/$name.c" 2>"$tmp/$name.cerr" &&
-        rt_build "$tmp/$name.c" "$tmp/$name.c.out" "rt-c$opt" "" cc $opt 2>>"$tmp/$name.cerr" ||
+        cc $opt "$tmp/$name.c" -o "$tmp/$name.c.out" -lm 2>>"$tmp/$name.cerr" ||
         { echo "FAIL $name: the C program does not build"; head -n 20 "$tmp/$name.cerr"; }
 }
 export -f opt_of cxx_of rt_split rt_build emu_build c_build
@@ -163,15 +164,10 @@ if "$MPCC" examples/mnist_mlp.mp -o "$tmp/rt.cu" 2>"$tmp/rt.err" && rt_split "$t
     { echo "#include \"$PWD/tests/cuda/mp_cuda_emu.h\""; cat "$tmp/rt.cu.rt"; } >"$tmp/rt-cu-O0.h"
     cp "$tmp/rt-cu-O0.h" "$tmp/rt-cu-O1.h"
 fi
-if "$MPCC" examples/mnist_mlp.mp --target c -o "$tmp/rt.c" 2>>"$tmp/rt.err" && rt_split "$tmp/rt.c"; then
-    cp "$tmp/rt.c.rt" "$tmp/rt-c-O0.h"
-    cp "$tmp/rt.c.rt" "$tmp/rt-c-O1.h"
-fi
 # (clang's precompiled header is FILE.pch, GCC's FILE.gch)
 pch_of() { case $(basename "$1") in clang*) echo pch ;; *) echo gch ;; esac; }   # pch_of COMPILER
 printf '%s\n' "$(pch_of "$CXX0") $CXX0 -std=c++17 -O0 -x c++-header -DMP_CU_EMU $tmp/rt-cu-O0.h" \
-    "$(pch_of "$CXX") $CXX -std=c++17 -O1 -x c++-header -DMP_CU_EMU $tmp/rt-cu-O1.h" \
-    "gch cc -O0 -x c-header $tmp/rt-c-O0.h" "gch cc -O1 -x c-header $tmp/rt-c-O1.h" |
+    "$(pch_of "$CXX") $CXX -std=c++17 -O1 -x c++-header -DMP_CU_EMU $tmp/rt-cu-O1.h" |
     xargs -P 2 -L 1 bash -c 'ext=$1; shift; [ ! -e "${@: -1}" ] || "$@" -o "${@: -1}.$ext" 2>>"$tmp/rt.err"' _
 # The parameter check needs SGD: Adam's first step moves a weight by about
 # lr whatever its gradient's size, so a gradient of ~0 rounded otherwise

@@ -13,8 +13,8 @@
 # -Wstringop-overflow, -Warray-bounds, -Wmaybe-uninitialized) come from the
 # runtime inlined into a model's own sizes, so -fsyntax-only
 # (t_generated_c.sh) cannot see them: every file is compiled (-c; Clang's
-# to LLVM IR, -emit-llvm, after its optimiser, but for the first build of
-# each flag set: see build below).
+# to LLVM IR, -emit-llvm, after its optimiser, but for one build of each
+# flag set: see build below).
 #
 # Every combination of compiler and flags for every program is some 1600
 # builds (100 models, fused and unfused, 8 combinations). By default each
@@ -63,7 +63,6 @@ done
 # the programs, and the builds of each (one line per build: file, compiler,
 # flags, and "full" where clang too compiles to an object)
 i=0
-declare -A seen=()
 for mp in "${models[@]}"; do
     id=$(dirname "$mp" | tr / _)_$(basename "$mp" .mp)
     if grep -qE '^[[:space:]]*precision[[:space:]]*=[[:space:]]*mixed_float8' "$mp"; then
@@ -93,35 +92,47 @@ for mp in "${models[@]}"; do
         else
             picks=$((ncombo - 1 - i % ncombo))
         fi
-        for k in $picks; do
-            # the first build of each combination compiles to an object
-            if [ -z "${seen[$k]:-}" ]; then seen[$k]=1; echo "$c ${combos[$k]} full"
-            else echo "$c ${combos[$k]}"; fi
-        done
+        for k in $picks; do echo "$c ${combos[$k]}"; done
     done
     i=$((i + 1))
-done >"$tmp/builds"
+done >"$tmp/builds.all"
+# one build of each combination compiles its whole file to an object
+# ("full"): that of the smallest program, so that it costs a small
+# model's build (the examples' took up to 45 s)
+while read -r c rest; do echo "$(stat -c %s "$c") $c $rest"; done <"$tmp/builds.all" |
+    sort -s -n -k1,1 |
+    awk '{ k = ""; for (i = 3; i <= NF; i++) k = k " " $i
+           print $2 k ((k in seen) ? "" : " full"); seen[k] = 1 }' >"$tmp/builds"
 
 # Clang's warnings come from its front end and its optimiser (a loop
 # pragma the vectoriser cannot honour: -Wpass-failed), both of which run
 # with -emit-llvm; only x86 code generation is left out, some 40% of a
 # build, whose own diagnostics (the runtime's inline asm, the same in every
-# program) the first clang build of each flag set still sees: it is built
-# to an object as every GCC build is (marked "full" in $tmp/builds).
+# program) one clang build of each flag set still sees: it is built to an
+# object as every GCC build is (marked "full" in $tmp/builds).
+#
+# Under tests/run_all.sh the compile cache builds a program in its two
+# parts (runtime/mp_model.h, MP_PART_*; tests/cc_cache.sh): the runtime's
+# part, the same text in every program, once per flag set, and each
+# model's part, its code with the kernels inlined at its sizes, where the
+# optimiser's warnings come from. The "full" build of each flag set
+# compiles a whole file (MP_CC_SPLIT=0), as a user does: the runtime's
+# part is checked once more there, inside a whole program.
 # build FILE.c CC FLAGS... [full]: compiles; any diagnostic is a failure
 build() {
     local c=$1 cc=$2
     shift 2
-    local stop=-c
+    local stop=-c split=1
     if [ "${*: -1}" = full ]; then
         set -- "${@:1:$#-1}"
+        split=0
     elif [ "$cc" = clang ]; then
         stop="-c -emit-llvm"
     fi
     local log
     log=$(mktemp "$c.XXXX.log")
     # shellcheck disable=SC2086
-    if "$cc" "$@" -Wall -Wextra -Werror $stop "$c" -o /dev/null >"$log" 2>&1 && [ ! -s "$log" ]; then
+    if MP_CC_SPLIT=$split "$cc" "$@" -Wall -Wextra -Werror $stop "$c" -o /dev/null >"$log" 2>&1 && [ ! -s "$log" ]; then
         echo "ok   $(basename "$c" .c) ($cc $* $stop)"
     else
         echo "FAIL $(basename "$c" .c) ($cc $* $stop):"
