@@ -79,27 +79,32 @@ trap 'rm -rf "$tmp"' EXIT
 # for every model, so it is compiled once per compiler and options (an
 # entry of its own here, found by its preprocessed text like any build)
 # and only the model's part, the model's code with the kernels it calls,
-# for each program; the two objects are linked as the whole file would
-# be. Two thirds of a small model's build is the runtime's part. Only
-# plain builds split: one source to a program, or -c to /dev/null (the
-# warning checks: both parts compiled, nothing linked), with options from
-# the list below; -g (debug information names the source) and anything
-# else compile whole. MP_CC_SPLIT=0 compiles every program whole.
+# for each program (by the compiler itself: the whole build's entry
+# already keeps the result); the two objects are linked as the whole file
+# would be. Two thirds of a small model's optimised build is the runtime's
+# part. Only plain optimised builds split: one source to a program, or -c
+# to /dev/null (the warning checks: both parts compiled, nothing linked),
+# with options from the list below; -O0 (no optimiser: parsing, which
+# each part does, is most of the build), -g (debug information names the
+# source) and anything else compile whole. MP_CC_SPLIT=0 compiles every
+# program whole.
 split_ok() {
     [ "${MP_CC_SPLIT:-1}" != 0 ] && [ $g = 0 ] && [[ $src == *.c ]] &&
         grep -q '^#ifndef MP_PART_RUNTIME' "$src" || return 1
-    local a c=0
+    local a c=0 o=0
     for a in "${args[@]}"; do
         case $a in
         -c) c=1 ;;
+        -O0) o=0 ;;
+        -O*) o=1 ;;
         -DMP_PART_*) return 1 ;;       # a part itself
-        -o | "$out" | "$src" | -O* | -W* | -w | -D?* | -I?* | -std=* | -march=* | -mtune=* | \
+        -o | "$out" | "$src" | -W* | -w | -D?* | -I?* | -std=* | -march=* | -mtune=* | \
             -emit-llvm | -fopenmp | -fsanitize=* | -fno-sanitize* | -fno-omit-frame-pointer | \
             -ffp-contract=* | -l?* | -L?* | -pthread) ;;
         *) return 1 ;;
         esac
     done
-    [ $c = 0 ] || [ "$out" = /dev/null ]
+    [ $o = 1 ] && { [ $c = 0 ] || [ "$out" = /dev/null ]; }
 }
 split_build() {
     local cargs=() largs=() a i self=$0
@@ -115,11 +120,11 @@ split_build() {
     done
     if [ "$out" = /dev/null ]; then
         "$self" "${cargs[@]}" -DMP_PART_RUNTIME -c -o /dev/null &&
-            "$self" "${cargs[@]}" -DMP_PART_MODEL -c -o /dev/null
+            "$real" "${cargs[@]}" -DMP_PART_MODEL -c -o /dev/null
         return
     fi
     "$self" "${cargs[@]}" -DMP_PART_RUNTIME -c -o "$tmp/runtime.o" &&
-        "$self" "${cargs[@]}" -DMP_PART_MODEL -c -o "$tmp/model.o" &&
+        "$real" "${cargs[@]}" -DMP_PART_MODEL -c -o "$tmp/model.o" &&
         "$real" "$tmp/runtime.o" "$tmp/model.o" "${largs[@]}" -o "$out"
 }
 if split_ok; then
@@ -139,7 +144,7 @@ if [ $rc = 0 ] && [ ! -s "$tmp/stderr" ]; then    # warnings name this source: n
         : >"$entry.done"
 fi
 # the compiler's CPU seconds (user + system: the second line of times;
-# a split build's include its parts', logged too)
+# a split build's include its parts', its runtime part logged too)
 times >"$tmp/times"
 log $how "$(awk 'NR == 2 { for (i = 1; i <= 2; i++) { split($i, t, /[ms]/); s += t[1] * 60 + t[2] }
                          printf "%.2f", s }' "$tmp/times")"

@@ -160,7 +160,7 @@ hits=$(cat "$MP_CC_CACHE_DIR/log" 2>/dev/null | grep -c '^hit ')
 misses=$(cat "$MP_CC_CACHE_DIR/log" 2>/dev/null | grep -c '^miss ')
 splits=$(cat "$MP_CC_CACHE_DIR/log" 2>/dev/null | grep -c '^split ')
 echo "tests' CPU time ${cpu_total}s; compile cache: $((hits - hits0)) builds copied, $((misses - misses0)) compiled" \
-    "($((splits - splits0)) programs in two parts, their parts counted among those)"
+    "($((splits - splits0)) programs in two parts, their runtime parts counted among those)"
 [ "$fail" -gt 0 ] && echo "failed: ${failed[*]}"
 if [ ${#skipped[@]} -gt 0 ]; then
     echo "$pass passed, $fail failed, ${#skipped[@]} skipped"
