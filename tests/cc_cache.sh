@@ -54,11 +54,62 @@ done
 if [ $pass = 1 ] || [ $nsrc != 1 ] || [ -z "$out" ] || [ "$out" = - ] || [ ! -f "$src" ]; then
     exec "$real" "$@"
 fi
+# A program mpcc generated compiles in two parts (runtime/mp_model.h,
+# MP_PART_RUNTIME and MP_PART_MODEL): the runtime's part is the same text
+# for every model, so it is compiled once per compiler and options (an
+# entry of its own here, found by its preprocessed text like any build)
+# and only the model's part, the model's code with the kernels it calls,
+# for each program (by the compiler itself: the whole build's entry
+# already keeps the result); the two objects are linked as the whole file
+# would be. Two thirds of a small model's optimised build is the runtime's
+# part. Only plain optimised builds split: one source to a program, or -c
+# to /dev/null (the warning checks: both parts compiled, nothing linked),
+# with options from the list below; -O0 (no optimiser: parsing, which
+# each part does, is most of the build), -g (debug information names the
+# source) and anything else compile whole. MP_CC_SPLIT=0 compiles every
+# program whole. Whole and split are two builds (the key says which).
+# split_args: whether this build splits; its parts' options in cargs, the
+# link's in largs
+split_args() {
+    [ "${MP_CC_SPLIT:-1}" != 0 ] && [ $g = 0 ] && [[ $src == *.c ]] &&
+        grep -q '^#ifndef MP_PART_RUNTIME' "$src" || return 1
+    local a i c=0 o=0
+    cargs=() largs=()
+    for ((i = 0; i < ${#args[@]}; i++)); do
+        a=${args[i]}
+        case $a in
+        -o) i=$((i + 1)) ;;
+        -c) c=1 ;;
+        -DMP_PART_*) return 1 ;;       # a part itself
+        -O0) o=0; cargs+=("$a") ;;
+        -O*) o=1; cargs+=("$a") ;;
+        -l?* | -L?* | -Wl,*) largs+=("$a") ;;
+        -fopenmp | -pthread | -fsanitize=* | -fno-sanitize*) cargs+=("$a"); largs+=("$a") ;;
+        "$src" | -W* | -w | -D?* | -I?* | -std=* | -march=* | -mtune=* | -emit-llvm | \
+            -fno-omit-frame-pointer | -ffp-contract=*) cargs+=("$a") ;;
+        *) return 1 ;;
+        esac
+    done
+    [ $o = 1 ] && { [ $c = 0 ] || [ "$out" = /dev/null ]; }
+}
+split_build() {
+    local self=$0
+    if [ "$out" = /dev/null ]; then
+        "$self" "${cargs[@]}" -DMP_PART_RUNTIME -c -o /dev/null &&
+            "$real" "${cargs[@]}" -DMP_PART_MODEL -c -o /dev/null
+        return
+    fi
+    "$self" "${cargs[@]}" -DMP_PART_RUNTIME -c -o "$tmp/runtime.o" &&
+        "$real" "${cargs[@]}" -DMP_PART_MODEL -c -o "$tmp/model.o" &&
+        "$real" "$tmp/runtime.o" "$tmp/model.o" "${largs[@]}" -o "$out"
+}
+how="miss"
+split_args && how="split"
 cache=${MP_CC_CACHE_DIR:?run_all.sh sets MP_CC_CACHE_DIR}
 mkdir -p "$cache/objs"
 pre=$("$real" "${pre_args[@]}" -E -P -o - 2>/dev/null | sha256sum) || exec "$real" "$@"
 key=$( {
-    printf '%s\n' "$real" "$(stat -L -c '%s %Y' "$real")" "${key_args[@]}" "$pre"
+    printf '%s\n' "$real" "$(stat -L -c '%s %Y' "$real")" "$how" "${key_args[@]}" "$pre"
     if [ $g = 1 ] || grep -q '__FILE__\|__BASE_FILE__' "$src"; then printf '%s\n' "$PWD" "$src"; fi
 } | sha256sum | cut -c1-40)
 entry=$cache/objs/$key
@@ -74,64 +125,9 @@ fi
 tmp=$(mktemp -d "$cache/objs/tmp.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 
-# A program mpcc generated compiles in two parts (runtime/mp_model.h,
-# MP_PART_RUNTIME and MP_PART_MODEL): the runtime's part is the same text
-# for every model, so it is compiled once per compiler and options (an
-# entry of its own here, found by its preprocessed text like any build)
-# and only the model's part, the model's code with the kernels it calls,
-# for each program (by the compiler itself: the whole build's entry
-# already keeps the result); the two objects are linked as the whole file
-# would be. Two thirds of a small model's optimised build is the runtime's
-# part. Only plain optimised builds split: one source to a program, or -c
-# to /dev/null (the warning checks: both parts compiled, nothing linked),
-# with options from the list below; -O0 (no optimiser: parsing, which
-# each part does, is most of the build), -g (debug information names the
-# source) and anything else compile whole. MP_CC_SPLIT=0 compiles every
-# program whole.
-split_ok() {
-    [ "${MP_CC_SPLIT:-1}" != 0 ] && [ $g = 0 ] && [[ $src == *.c ]] &&
-        grep -q '^#ifndef MP_PART_RUNTIME' "$src" || return 1
-    local a c=0 o=0
-    for a in "${args[@]}"; do
-        case $a in
-        -c) c=1 ;;
-        -O0) o=0 ;;
-        -O*) o=1 ;;
-        -DMP_PART_*) return 1 ;;       # a part itself
-        -o | "$out" | "$src" | -W* | -w | -D?* | -I?* | -std=* | -march=* | -mtune=* | \
-            -emit-llvm | -fopenmp | -fsanitize=* | -fno-sanitize* | -fno-omit-frame-pointer | \
-            -ffp-contract=* | -l?* | -L?* | -pthread) ;;
-        *) return 1 ;;
-        esac
-    done
-    [ $o = 1 ] && { [ $c = 0 ] || [ "$out" = /dev/null ]; }
-}
-split_build() {
-    local cargs=() largs=() a i self=$0
-    for ((i = 0; i < ${#args[@]}; i++)); do
-        a=${args[i]}
-        case $a in
-        -o) i=$((i + 1)) ;;
-        -o* | -c) ;;
-        -l* | -L* | -Wl,*) largs+=("$a") ;;
-        -fopenmp | -pthread | -fsanitize=* | -fno-sanitize*) cargs+=("$a"); largs+=("$a") ;;
-        *) cargs+=("$a") ;;
-        esac
-    done
-    if [ "$out" = /dev/null ]; then
-        "$self" "${cargs[@]}" -DMP_PART_RUNTIME -c -o /dev/null &&
-            "$real" "${cargs[@]}" -DMP_PART_MODEL -c -o /dev/null
-        return
-    fi
-    "$self" "${cargs[@]}" -DMP_PART_RUNTIME -c -o "$tmp/runtime.o" &&
-        "$real" "${cargs[@]}" -DMP_PART_MODEL -c -o "$tmp/model.o" &&
-        "$real" "$tmp/runtime.o" "$tmp/model.o" "${largs[@]}" -o "$out"
-}
-if split_ok; then
-    how="split"
+if [ $how = split ]; then
     split_build >"$tmp/stdout" 2>"$tmp/stderr"
 else
-    how="miss"
     "$real" "$@" >"$tmp/stdout" 2>"$tmp/stderr"
 fi
 rc=$?

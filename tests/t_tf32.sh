@@ -14,6 +14,9 @@
 #      per-step losses within 5e-5, the trained tensors within 1e-2; two
 #      negative controls: the same log against the plain twin, and the
 #      ieee program against the TF32 twin, both fail;
+#   3b. the program built in two parts (runtime/mp_model.h, MP_PART_*)
+#      trains to the whole program's checkpoint bytes and --gradcheck
+#      prints its numbers (TF32 and the exact switch cross the parts);
 #   4. the CUDA program run on the CPU (the stand-in of t_cuda_emu.sh, its
 #      cuBLAS in TF32 mode): per-step losses equal the C program's within
 #      3e-5 (sums in another order), and differ from the ieee C program's.
@@ -143,6 +146,38 @@ check tf32 "" && bad "negative control: the tf32 program agrees with the plain t
     ok "negative control: the tf32 program differs from the plain twin"
 check ieee tf32 && bad "negative control: the ieee program agrees with the TF32 twin" ||
     ok "negative control: the ieee program differs from the TF32 twin"
+
+# ---- 3b. the C program in two parts (runtime/mp_model.h, MP_PART_*) ---------------
+# The tests' compile cache builds optimised programs so (tests/cc_cache.sh).
+# TF32 is switched on by the model's part (model_setup: mp_gemm_tf32) and
+# off for --gradcheck by the runtime's (mp_gemm_exact); both are read by
+# the product in the runtime's part: the parts' program trains to the
+# whole one's bytes and checks gradients with its numbers. The whole
+# builds bypass the cache (MP_CC_CACHE=0); the control, a program whose
+# runtime part leaves mp_gemm_exact alone, shows --gradcheck's output
+# would see it.
+sed 's/^\(    mp_gemm_exact = \)1;/\10;/' "$W/tf32.c" >"$W/noexact.c"
+if MP_CC_CACHE=0 cc -O1 -o "$W/whole" "$W/tf32.c" -lm && MP_CC_CACHE=0 cc -O1 -o "$W/noexact" "$W/noexact.c" -lm &&
+    cc -O1 -DMP_PART_RUNTIME -c -o "$W/runtime.o" "$W/tf32.c" &&
+    cc -O1 -DMP_PART_MODEL -c -o "$W/model.o" "$W/tf32.c" && cc -o "$W/parts" "$W/runtime.o" "$W/model.o" -lm; then
+    for p in whole parts; do
+        # shellcheck disable=SC2086
+        "$W/$p" $ARGS --steps 40 --no-shuffle --init "$W/init.safetensors" --save "$W/$p.safetensors" \
+            >"$W/$p.run" 2>&1 || { bad "the $p program's run"; tail -n 5 "$W/$p.run"; }
+    done
+    for p in whole parts noexact; do "$W/$p" --gradcheck >"$W/$p.gc" 2>&1; done
+    cmp -s "$W/whole.safetensors" "$W/parts.safetensors" &&
+        ok "two parts (tf32): 40 steps to the whole program's checkpoint bytes" ||
+        bad "two parts (tf32): the checkpoint differs from the whole program's"
+    cmp -s "$W/whole.gc" "$W/parts.gc" && grep -q 'elements checked' "$W/whole.gc" &&
+        ok "two parts (tf32): --gradcheck prints the whole program's numbers" ||
+        { bad "two parts (tf32): --gradcheck differs from the whole program's"; diff "$W/whole.gc" "$W/parts.gc" | head -n 6; }
+    cmp -s "$W/whole.gc" "$W/noexact.gc" &&
+        bad "control: --gradcheck with TF32 products prints the same numbers" ||
+        ok "control: --gradcheck with TF32 products prints other numbers"
+else
+    bad "the tf32 C program does not build whole and in two parts"
+fi
 
 # ---- 4. the CUDA program (the stand-in) against the C program -----------------------
 CXX=${CXX:-$(command -v g++ || command -v c++ || command -v clang++ || true)}
