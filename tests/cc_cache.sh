@@ -17,8 +17,9 @@
 # that fail or print anything on stderr (a warning names its source's
 # path) are not kept. MP_CC_CACHE=0 turns the cache off (every
 # call goes to the real compiler); $B/cc-cache/log has one line a build
-# (hit, miss or split, the compiler's CPU seconds, the compiler, the options):
-# run_all.sh counts them.
+# (hit, miss or split, the compiler's CPU seconds, the test that asked
+# (MP_CC_TEST, set by run_all.sh), the compiler, the options): run_all.sh
+# counts them, and sums each test's compiling time.
 set -u
 name=${0##*/}
 self_dir=$(cd "${0%/*}" && pwd)
@@ -113,7 +114,7 @@ key=$( {
     if [ $g = 1 ] || grep -q '__FILE__\|__BASE_FILE__' "$src"; then printf '%s\n' "$PWD" "$src"; fi
 } | sha256sum | cut -c1-40)
 entry=$cache/objs/$key
-log() { printf '%s %s %s %s\n' "$1" "$2" "$name" "${key_args[*]}" >>"$cache/log"; }
+log() { printf '%s %s %s %s %s\n' "$1" "$2" "${MP_CC_TEST:--}" "$name" "${key_args[*]}" >>"$cache/log"; }
 if [ -e "$entry.done" ]; then
     if [ "$out" = /dev/null ] || cp "$entry.out" "$out" 2>/dev/null; then
         [ -x "$entry.out" ] && [ "$out" != /dev/null ] && chmod +x "$out"

@@ -46,6 +46,7 @@ export PATH=$MP_CC_CACHE_DIR/bin:$PATH
 hits0=$(cat "$MP_CC_CACHE_DIR/log" 2>/dev/null | grep -c '^hit ')
 misses0=$(cat "$MP_CC_CACHE_DIR/log" 2>/dev/null | grep -c '^miss ')
 splits0=$(cat "$MP_CC_CACHE_DIR/log" 2>/dev/null | grep -c '^split ')
+lines0=$(cat "$MP_CC_CACHE_DIR/log" 2>/dev/null | wc -l)
 
 # The source that carries a test's markers: the script, or a unit's .c.
 source_of() { case $1 in *.sh) echo "$1" ;; *) echo "tests/unit/$(basename "$1").c" ;; esac; }
@@ -87,7 +88,7 @@ run_one() {    # run_one TEST: its log, a result line in $logdir/NAME.result
     local t=$1 name start rc cpu
     name=$(basename "$t")
     start=$(date +%s)
-    timeout 1800 "$t" >"$logdir/$name.log" 2>&1
+    MP_CC_TEST=$name timeout 1800 "$t" >"$logdir/$name.log" 2>&1
     rc=$?
     # the CPU seconds of the test's processes (this subshell's children,
     # the second line of bash's times: user and system), for the report
@@ -97,18 +98,26 @@ run_one() {    # run_one TEST: its log, a result line in $logdir/NAME.result
     echo "$rc $(( $(date +%s) - start )) $cpu" >"$logdir/$name.result"
 }
 
+# compiling NAME: the CPU seconds the compile cache's log gives the test
+# in this run (its builds, a split build's runtime part counted in its line)
+compiling() {
+    awk -v n="$1" -v l0="$lines0" 'NR > l0 && $3 == n && ($1 == "split" || ($1 == "miss" && !/-DMP_PART_RUNTIME/)) { s += $2 }
+                   END { printf "%.0f", s }' "$MP_CC_CACHE_DIR/log" 2>/dev/null || echo "?"
+}
+
 report() {     # report NAME: PASS/FAIL line (and the log's tail on failure)
-    local name=$1 rc s cpu
+    local name=$1 rc s cpu cc
     read -r rc s cpu <"$logdir/$name.result"
     echo "$name $s" >>"$logdir/times.new"
     cpu_total=$((cpu_total + ${cpu:-0}))
+    cc=$(compiling "$name")
     if [ "$rc" -eq 0 ]; then
         pass=$((pass + 1))
-        echo "PASS $name (${s}s, ${cpu:-?}s CPU)"
+        echo "PASS $name (${s}s, ${cpu:-?}s CPU, ${cc}s of it compiling)"
     else
         fail=$((fail + 1))
         failed+=("$name")
-        echo "FAIL $name (${s}s, ${cpu:-?}s CPU, exit $rc); last lines of $logdir/$name.log:"
+        echo "FAIL $name (${s}s, ${cpu:-?}s CPU, ${cc}s of it compiling, exit $rc); last lines of $logdir/$name.log:"
         tail -n 30 "$logdir/$name.log" | sed 's/^/    /'
     fi
 }
