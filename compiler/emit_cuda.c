@@ -279,7 +279,8 @@ static void code_slot(Emit *e)
 
 static void model_slot(Emit *e)
 {
-    emit_model_struct(e, "NULL, mp_cu_cast_params, mp_cu_forward, mp_cu_backward, &mp_cu_device, 0");
+    /* the device's functions: mp_cu_main sets them (runtime/mp_cuda_step.h) */
+    emit_model_struct(e, "NULL, NULL, NULL, NULL, NULL, 0");
 }
 
 bool emit_cuda(FILE *out, const IrGraph *g, bool loops)

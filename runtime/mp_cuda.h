@@ -173,7 +173,7 @@ typedef struct MpCu {
     const char *op, *where;        /* the model's op being launched, its source line */
 } MpCu;
 
-static MpCu mp_cu;
+MP_STATE MpCu mp_cu;          /* both parts use it (mp_model.h) */
 
 /* ---- errors --------------------------------------------------------------- */
 

@@ -843,4 +843,22 @@ static int mp_cu_backward(MpRun *run)
     return rc;
 }
 
+/* The CUDA program's entry (its main calls it): the device's functions in
+ * the model's MpModel, the model's device code, then mp_main. In the
+ * runtime part of a program built in two parts (mp_model.h), so that the
+ * model part reaches none of the above. */
+#ifdef MP_PART_MODEL
+int mp_cu_main(int argc, char **argv, MpModel *m, const MpCuModel *cm);
+#else
+MP_PART_FN int mp_cu_main(int argc, char **argv, MpModel *m, const MpCuModel *cm)
+{
+    m->cast_params = mp_cu_cast_params;
+    m->forward = mp_cu_forward;
+    m->backward = mp_cu_backward;
+    m->device = &mp_cu_device;
+    mp_cu.model = cm;
+    return mp_main(argc, argv, m);
+}
+#endif
+
 #endif

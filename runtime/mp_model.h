@@ -45,11 +45,11 @@
 #endif
 #endif
 
-/* A generated C program compiles whole (the default, what its header
- * says) or as two parts linked together: -DMP_PART_RUNTIME compiles the
- * runtime's entry mp_main and all it calls, a text that is the same for
- * every model; -DMP_PART_MODEL compiles the model's code and the kernels
- * it calls, and main. The tests' compile cache (tests/cc_cache.sh) builds
+/* A generated program (C or CUDA) compiles whole (the default, what its
+ * header says) or as two parts linked together: -DMP_PART_RUNTIME compiles
+ * the runtime's entry mp_main (mp_cu_main) and all it calls, a text that is
+ * the same for every model; -DMP_PART_MODEL compiles the model's code and
+ * the kernels it calls, and main. The tests' compile cache (tests/cc_cache.sh) builds
  * the runtime part once per compiler and options. MP_STATE marks the few
  * runtime variables both parts use: defined in the runtime part only. */
 #if defined(MP_PART_RUNTIME) && defined(MP_PART_MODEL)

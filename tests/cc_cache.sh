@@ -55,7 +55,8 @@ done
 if [ $pass = 1 ] || [ $nsrc != 1 ] || [ -z "$out" ] || [ "$out" = - ] || [ ! -f "$src" ]; then
     exec "$real" "$@"
 fi
-# A program mpcc generated compiles in two parts (runtime/mp_model.h,
+# A program mpcc generated (C, or CUDA built as C++ for the stand-in,
+# tests/cuda/mp_cuda_emu.h) compiles in two parts (runtime/mp_model.h,
 # MP_PART_RUNTIME and MP_PART_MODEL): the runtime's part is the same text
 # for every model, so it is compiled once per compiler and options (an
 # entry of its own here, found by its preprocessed text like any build)
@@ -72,7 +73,7 @@ fi
 # split_args: whether this build splits; its parts' options in cargs, the
 # link's in largs
 split_args() {
-    [ "${MP_CC_SPLIT:-1}" != 0 ] && [ $g = 0 ] && [[ $src == *.c ]] &&
+    [ "${MP_CC_SPLIT:-1}" != 0 ] && [ $g = 0 ] && [[ $src == *.c || $src == *.cu ]] &&
         grep -q '^#ifndef MP_PART_RUNTIME' "$src" || return 1
     local a i c=0 o=0
     cargs=() largs=()
@@ -80,6 +81,7 @@ split_args() {
         a=${args[i]}
         case $a in
         -o) i=$((i + 1)) ;;
+        -x | -include) cargs+=("$a" "${args[i + 1]:-}"); i=$((i + 1)) ;;
         -c) c=1 ;;
         -DMP_PART_*) return 1 ;;       # a part itself
         -O0) o=0; cargs+=("$a") ;;

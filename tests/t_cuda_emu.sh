@@ -96,28 +96,37 @@ fail=0
 bad() { echo "FAIL: $*"; fail=1; }
 
 # ---- building: CUDA programs as C++ for the CPU, C programs as C ------------
-# Every CUDA program's runtime part (from its first line of code to its
-# first model descriptor, mp_inputs) is the same text: it is compiled once,
-# into a precompiled header at -O0 and -O1 ($tmp/rt-cu-O1.h.gch: the
-# stand-in, then mnist_mlp's runtime part), and a build compiles the
-# program's model part after it (its header comment moved there). A
-# program whose runtime part differs is built whole; the compiler reads
-# the header's text where it cannot use its .gch (.pch). A C program is
-# built as a user builds it: under tests/run_all.sh the compile cache
-# compiles its runtime's part once per option set (tests/cc_cache.sh).
+# Every CUDA program's runtime part (from its first line of code to the
+# start of its model part, `#ifndef MP_PART_RUNTIME`) is the same text, so
+# a program is built in two parts (runtime/mp_model.h) as the compile
+# cache builds a C program: the runtime part (mnist_mlp's) is compiled
+# once at -O0 and -O1 ($tmp/rt-cu-O1.o), and into a precompiled header
+# for the model parts ($tmp/rt-cu-O1.h.gch: the stand-in, then the runtime
+# text, under -DMP_PART_MODEL); a build compiles the program's model part
+# after it (its header comment moved there) and links the two. A program
+# whose runtime part differs (a mutant's) is built whole; the compiler
+# reads the header's text where it cannot use its .gch (.pch). A C
+# program is built as a user builds it: under tests/run_all.sh the
+# compile cache compiles its runtime's part once per option set
+# (tests/cc_cache.sh).
 rt_split() {   # rt_split PROGRAM: its runtime part in PROGRAM.rt, the rest in PROGRAM.model.EXT
     local first k
     first=$(grep -n -m 1 '^#' "$1" | cut -d: -f1)
-    k=$(grep -n -m 1 '^static MpInput mp_inputs\[' "$1" | cut -d: -f1)
+    k=$(grep -n -m 1 '^#ifndef MP_PART_RUNTIME' "$1" | cut -d: -f1)
     [ -n "$first" ] && [ -n "$k" ] && [ "$first" -lt "$k" ] || return 1
     sed -n "$first,$((k - 1))p" "$1" >"$1.rt"
     sed -n "1,$((first - 1))p; $k,\$p" "$1" >"$1.model.${1##*.}"
 }
-rt_build() {   # rt_build PROGRAM OUT RT 'WHOLE' COMPILER OPTIONS...: after RT's precompiled header, else whole (with WHOLE's options)
-    local src=$1 out=$2 rt=$3 whole=$4
+rt_build() {   # rt_build PROGRAM OUT RT 'WHOLE' COMPILER OPTIONS...: in two parts (RT's), else whole (with WHOLE's options)
+    local src=$1 out=$2 rt=$3 whole=$4 model
     shift 4
-    if [ -e "$tmp/$rt.h" ] && rt_split "$src" && cmp -s "$src.rt" "$tmp/rt.${src##*.}.rt"; then
-        "$@" -include "$tmp/$rt.h" "$src.model.${src##*.}" -o "$out" -lm
+    model=$src.model.${src##*.}
+    if [ -e "$tmp/$rt.h" ] && [ -e "$tmp/$rt.o" ] && rt_split "$src" && cmp -s "$src.rt" "$tmp/rt.${src##*.}.rt"; then
+        case " $* " in
+        *" -fsyntax-only "*) "$@" -DMP_PART_MODEL -include "$tmp/$rt.h" "$model" ;;
+        *) "$@" -DMP_PART_MODEL -include "$tmp/$rt.h" "$model" -c -o "$out.o" &&
+            "$1" "$out.o" "$tmp/$rt.o" -o "$out" -lm ;;
+        esac
     else
         # shellcheck disable=SC2086
         "$@" $whole "$src" -o "$out" -lm
@@ -164,11 +173,18 @@ if "$MPCC" examples/mnist_mlp.mp -o "$tmp/rt.cu" 2>"$tmp/rt.err" && rt_split "$t
     { echo "#include \"$PWD/tests/cuda/mp_cuda_emu.h\""; cat "$tmp/rt.cu.rt"; } >"$tmp/rt-cu-O0.h"
     cp "$tmp/rt-cu-O0.h" "$tmp/rt-cu-O1.h"
 fi
-# (clang's precompiled header is FILE.pch, GCC's FILE.gch)
+# (clang's precompiled header is FILE.pch, GCC's FILE.gch; a header or
+# runtime object that does not build is left out: builds are whole then)
 pch_of() { case $(basename "$1") in clang*) echo pch ;; *) echo gch ;; esac; }   # pch_of COMPILER
-printf '%s\n' "$(pch_of "$CXX0") $CXX0 -std=c++17 -O0 -x c++-header -DMP_CU_EMU $tmp/rt-cu-O0.h" \
-    "$(pch_of "$CXX") $CXX -std=c++17 -O1 -x c++-header -DMP_CU_EMU $tmp/rt-cu-O1.h" |
-    xargs -P 2 -L 1 bash -c 'ext=$1; shift; [ ! -e "${@: -1}" ] || "$@" -o "${@: -1}.$ext" 2>>"$tmp/rt.err"' _
+emu_part() {   # emu_part OUTPUT COMPILER OPTIONS... INPUT
+    [ ! -e "${*: -1}" ] || "${@:2}" -o "$1" 2>>"$tmp/rt.err" || rm -f "$1"
+}
+export -f emu_part
+for o in O0 O1; do
+    cxx=$(cxx_of "-$o")
+    echo "emu_part $tmp/rt-cu-$o.h.$(pch_of "$cxx") $cxx -std=c++17 -$o -x c++-header -DMP_CU_EMU -DMP_PART_MODEL $tmp/rt-cu-$o.h"
+    echo "emu_part $tmp/rt-cu-$o.o $cxx -std=c++17 -$o -x c++ -DMP_CU_EMU -include $PWD/tests/cuda/mp_cuda_emu.h -DMP_PART_RUNTIME -c $tmp/rt.cu"
+done | xargs -P 2 -L 1 bash -c '"$@"' _
 # The parameter check needs SGD: Adam's first step moves a weight by about
 # lr whatever its gradient's size, so a gradient of ~0 rounded otherwise
 # (another summation order) moves it by a visible fraction of lr.

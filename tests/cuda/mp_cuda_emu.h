@@ -28,6 +28,10 @@
  * a write shows. MP_EMU_SERIAL=1 runs the old way (items in order, one
  * thread per row): the mutation tests use it to show what it hides.
  *
+ * A program built in two parts (runtime/mp_model.h: -DMP_PART_RUNTIME and
+ * -DMP_PART_MODEL, linked) shares one stand-in: its state and functions
+ * are inline (one definition in the program), its context switch weak.
+ *
  * Faults to inject (tests of the program's fallbacks):
  *   MP_EMU_NO_DEVICE=1      no device (cudaErrorNoDevice)
  *   MP_EMU_FAIL=driver      the driver is older than the runtime
@@ -109,7 +113,7 @@ typedef MpEmuWork *cudaGraphExec_t;
 struct cudaDeviceProp { int multiProcessorCount; char name[256]; };
 
 struct MpEmuRange { char *p; size_t n; };
-static struct {
+inline struct MpEmuState {
     std::vector<MpEmuRange> dev, pinned;
     MpEmuStream *capturing;        /* the stream being captured, or NULL */
     MpEmuWork *rec;                /* its graph */
@@ -122,13 +126,13 @@ static struct {
     uint64_t launches;
 } mp_emu;
 
-static inline const char *mp_emu_env(const char *k)
+inline const char *mp_emu_env(const char *k)
 {
     const char *v = getenv(k);
     return v && *v ? v : NULL;
 }
 
-static inline int mp_emu_fail(const char *what)
+inline int mp_emu_fail(const char *what)
 {
     const char *f = mp_emu_env("MP_EMU_FAIL");
     return f && !strcmp(f, what);
@@ -136,7 +140,7 @@ static inline int mp_emu_fail(const char *what)
 
 /* The fault MP_EMU_FAIL=kernel:NAME[:launch] injects into this run of
  * kernel `name` (its first, or its MP_EMU_FAIL_AT-th). */
-static inline cudaError_t mp_emu_fault(const std::string &name)
+inline cudaError_t mp_emu_fault(const std::string &name)
 {
     static int64_t runs;
     const char *k = mp_emu_env("MP_EMU_FAIL"), *at = mp_emu_env("MP_EMU_FAIL_AT");
@@ -150,13 +154,13 @@ static inline cudaError_t mp_emu_fault(const std::string &name)
     return e;
 }
 
-static inline int mp_emu_serial(void)
+inline int mp_emu_serial(void)
 {
     const char *s = mp_emu_env("MP_EMU_SERIAL");
     return s && *s == '1';
 }
 
-static inline const char *cudaGetErrorString(cudaError_t e)
+inline const char *cudaGetErrorString(cudaError_t e)
 {
     switch (e) {
     case cudaSuccess: return "no error";
@@ -174,7 +178,7 @@ static inline const char *cudaGetErrorString(cudaError_t e)
 
 /* ---- device memory: readable only inside kernels and copies --------------------- */
 
-static inline int mp_emu_in(const std::vector<MpEmuRange> &v, const void *p, size_t n)
+inline int mp_emu_in(const std::vector<MpEmuRange> &v, const void *p, size_t n)
 {
     for (const MpEmuRange &r : v)
         if ((const char *)p >= r.p && (const char *)p + n <= r.p + r.n)
@@ -182,7 +186,7 @@ static inline int mp_emu_in(const std::vector<MpEmuRange> &v, const void *p, siz
     return 0;
 }
 
-static inline void mp_emu_protect(int open)
+inline void mp_emu_protect(int open)
 {
     if (mp_emu.open == open)
         return;
@@ -191,7 +195,7 @@ static inline void mp_emu_protect(int open)
         mprotect(r.p, r.n, open ? PROT_READ | PROT_WRITE : PROT_NONE);
 }
 
-static void mp_emu_segv(int sig, siginfo_t *si, void *uc)
+inline void mp_emu_segv(int sig, siginfo_t *si, void *uc)
 {
     (void)uc;
     char msg[200];
@@ -208,9 +212,9 @@ static void mp_emu_segv(int sig, siginfo_t *si, void *uc)
 
 /* ---- streams: queues run as late as their events allow ----------------------------- */
 
-static inline void mp_emu_flush(MpEmuStream *s, int64_t upto);
+inline void mp_emu_flush(MpEmuStream *s, int64_t upto);
 
-static inline void mp_emu_exec(MpEmuItem &it)
+inline void mp_emu_exec(MpEmuItem &it)
 {
     if (it.on) {
         mp_emu_flush(it.on, it.seq);
@@ -229,7 +233,7 @@ static inline void mp_emu_exec(MpEmuItem &it)
 
 /* Runs stream s's work up to its item `upto`; device memory is readable
  * meanwhile, and closed again when the outermost flush ends. */
-static inline void mp_emu_flush(MpEmuStream *s, int64_t upto)
+inline void mp_emu_flush(MpEmuStream *s, int64_t upto)
 {
     int was = mp_emu.open;
     while (s->done < upto && !s->q.empty()) {
@@ -243,7 +247,7 @@ static inline void mp_emu_flush(MpEmuStream *s, int64_t upto)
 
 /* Work queued after a kernel that faults: the fault has come meanwhile
  * (its stream run up to it), so this call returns it, as a GPU's would. */
-static inline void mp_emu_push(MpEmuStream *s, MpEmuItem it)
+inline void mp_emu_push(MpEmuStream *s, MpEmuItem it)
 {
     if (mp_emu.fault_on) {
         MpEmuStream *f = mp_emu.fault_on;
@@ -262,7 +266,7 @@ static inline void mp_emu_push(MpEmuStream *s, MpEmuItem it)
 }
 
 /* Work for stream s: recorded into the graph while s is captured. */
-static inline void mp_cu_emu_run(cudaStream_t s, const char *name, MpEmuFn f)
+inline void mp_cu_emu_run(cudaStream_t s, const char *name, MpEmuFn f)
 {
     MpEmuItem it = {f, NULL, 0, name ? name : "", cudaSuccess};
     mp_emu.launches++;
@@ -278,7 +282,7 @@ static inline void mp_cu_emu_run(cudaStream_t s, const char *name, MpEmuFn f)
 }
 
 /* A call CUDA refuses while capturing: the capture is invalidated. */
-static inline cudaError_t mp_emu_refuse(void)
+inline cudaError_t mp_emu_refuse(void)
 {
     if (!mp_emu.capturing)
         return cudaSuccess;
@@ -288,7 +292,7 @@ static inline cudaError_t mp_emu_refuse(void)
 
 /* ---- the device ---------------------------------------------------------------------- */
 
-static inline cudaError_t cudaGetDeviceCount(int *n)
+inline cudaError_t cudaGetDeviceCount(int *n)
 {
     *n = 0;
     if (mp_emu_fail("driver") || mp_emu_fail("nodriver"))
@@ -298,49 +302,49 @@ static inline cudaError_t cudaGetDeviceCount(int *n)
     *n = 1;
     return cudaSuccess;
 }
-static inline cudaError_t cudaDriverGetVersion(int *v)
+inline cudaError_t cudaDriverGetVersion(int *v)
 {
     *v = mp_emu_fail("driver") ? 12020 : mp_emu_fail("nodriver") ? 0 : 13000;
     return cudaSuccess;
 }
-static inline cudaError_t cudaSetDevice(int d) { return d == 0 ? cudaSuccess : cudaErrorInvalidDevice; }
-static inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int)
+inline cudaError_t cudaSetDevice(int d) { return d == 0 ? cudaSuccess : cudaErrorInvalidDevice; }
+inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int)
 {
     memset(p, 0, sizeof *p);
     p->multiProcessorCount = 3;
     snprintf(p->name, sizeof p->name, "emulated");
     return cudaSuccess;
 }
-static inline cudaError_t cudaGetLastError(void)
+inline cudaError_t cudaGetLastError(void)
 {
     cudaError_t e = mp_emu.sticky ? mp_emu.sticky : mp_emu.last;
     mp_emu.last = cudaSuccess;
     return e;
 }
-static inline cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total_b)
+inline cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total_b)
 {
     *free_b = *total_b = (size_t)1 << 34;
     return cudaSuccess;
 }
 
-static inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned)
+inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned)
 {
     *s = new MpEmuStream();
     return cudaSuccess;
 }
-static inline cudaError_t cudaStreamSynchronize(cudaStream_t s)
+inline cudaError_t cudaStreamSynchronize(cudaStream_t s)
 {
     if (mp_emu_refuse())
         return cudaErrorStreamCaptureUnsupported;
     mp_emu_flush(s, s->pushed);
     return mp_emu.sticky;
 }
-static inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned)
+inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned)
 {
     *e = new MpEmuEvent();
     return cudaSuccess;
 }
-static inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s)
+inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s)
 {
     if (s == mp_emu.capturing)     /* the program records no event while capturing */
         return mp_emu.capture_err = cudaErrorStreamCaptureUnsupported;
@@ -348,7 +352,7 @@ static inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s)
     e->seq = s->pushed;
     return mp_emu.sticky;
 }
-static inline cudaError_t cudaEventSynchronize(cudaEvent_t e)
+inline cudaError_t cudaEventSynchronize(cudaEvent_t e)
 {
     if (mp_emu_refuse())
         return cudaErrorStreamCaptureUnsupported;
@@ -356,7 +360,7 @@ static inline cudaError_t cudaEventSynchronize(cudaEvent_t e)
         mp_emu_flush(e->s, e->seq);
     return mp_emu.sticky;
 }
-static inline cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned)
+inline cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned)
 {
     if (s == mp_emu.capturing)
         return mp_emu.capture_err = cudaErrorStreamCaptureUnsupported;
@@ -365,7 +369,7 @@ static inline cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, uns
     return mp_emu.sticky;
 }
 
-static inline cudaError_t cudaMalloc(void **p, size_t n)
+inline cudaError_t cudaMalloc(void **p, size_t n)
 {
     if (mp_emu_refuse())
         return cudaErrorStreamCaptureUnsupported;
@@ -395,7 +399,7 @@ static inline cudaError_t cudaMalloc(void **p, size_t n)
     *p = m;
     return cudaSuccess;
 }
-static inline cudaError_t cudaHostAlloc(void **p, size_t n, unsigned)
+inline cudaError_t cudaHostAlloc(void **p, size_t n, unsigned)
 {
     if (mp_emu_refuse())
         return cudaErrorStreamCaptureUnsupported;
@@ -405,7 +409,7 @@ static inline cudaError_t cudaHostAlloc(void **p, size_t n, unsigned)
     mp_emu.pinned.push_back(MpEmuRange{(char *)*p, n});
     return cudaSuccess;
 }
-static inline cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s)
+inline cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s)
 {
     mp_cu_emu_run(s, "memset", [=]() { memset(p, v, n); });
     return mp_emu.sticky;
@@ -415,7 +419,7 @@ static inline cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t
  * run (the host must not count on a stage keeping what it wrote). Pageable:
  * the source taken now (upload) or the copy waited for (download), as CUDA
  * does; refused while capturing. */
-static inline cudaError_t cudaMemcpyAsync(void *d, const void *src, size_t n, cudaMemcpyKind k, cudaStream_t s)
+inline cudaError_t cudaMemcpyAsync(void *d, const void *src, size_t n, cudaMemcpyKind k, cudaStream_t s)
 {
     const void *host = k == cudaMemcpyHostToDevice ? src : d;
     const void *dev = k == cudaMemcpyHostToDevice ? d : src;
@@ -444,7 +448,7 @@ static inline cudaError_t cudaMemcpyAsync(void *d, const void *src, size_t n, cu
 }
 
 template <class T>
-static inline cudaError_t cudaGetSymbolAddress(void **p, T &sym)
+inline cudaError_t cudaGetSymbolAddress(void **p, T &sym)
 {
     *p = (void *)&sym;
     return cudaSuccess;
@@ -452,7 +456,7 @@ static inline cudaError_t cudaGetSymbolAddress(void **p, T &sym)
 
 /* ---- graphs -------------------------------------------------------------------------- */
 
-static inline cudaError_t cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptureMode)
+inline cudaError_t cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptureMode)
 {
     const char *g = mp_emu_env("MP_EMU_NO_GRAPH");
     if (g && *g == '1')
@@ -462,7 +466,7 @@ static inline cudaError_t cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptu
     mp_emu.capture_err = cudaSuccess;
     return cudaSuccess;
 }
-static inline cudaError_t cudaStreamEndCapture(cudaStream_t, cudaGraph_t *g)
+inline cudaError_t cudaStreamEndCapture(cudaStream_t, cudaGraph_t *g)
 {
     *g = mp_emu.rec;
     mp_emu.rec = NULL;
@@ -474,17 +478,17 @@ static inline cudaError_t cudaStreamEndCapture(cudaStream_t, cudaGraph_t *g)
     }
     return cudaSuccess;
 }
-static inline cudaError_t cudaGraphInstantiate(cudaGraphExec_t *e, cudaGraph_t g, unsigned long long)
+inline cudaError_t cudaGraphInstantiate(cudaGraphExec_t *e, cudaGraph_t g, unsigned long long)
 {
     *e = new MpEmuWork(*g);
     return cudaSuccess;
 }
-static inline cudaError_t cudaGraphDestroy(cudaGraph_t g)
+inline cudaError_t cudaGraphDestroy(cudaGraph_t g)
 {
     delete g;
     return cudaSuccess;
 }
-static inline cudaError_t cudaGraphLaunch(cudaGraphExec_t e, cudaStream_t s)
+inline cudaError_t cudaGraphLaunch(cudaGraphExec_t e, cudaStream_t s)
 {
     for (const MpEmuItem &it : *e)
         mp_emu_push(s, it);
@@ -513,7 +517,7 @@ struct MpEmuBlock {
 };
 
 /* warp-wide mma.sync's run so far (the FLOP test of emu_attention.cu) */
-static int64_t mp_emu_mmas;
+inline int64_t mp_emu_mmas;
 
 /* ---- mma.sync.aligned.m16n8k16.row.col.f32.{f16,bf16}.{f16,bf16}.f32 --------------------
  * The PTX ISA's fragments (Matrix Fragments for mma.m16n8k16 with floating
@@ -529,7 +533,7 @@ static int64_t mp_emu_mmas;
  *     col tg * 2 + (i & 1).
  * D = A B + C with f32 products and sums (an f16 or bf16 product is exact in
  * f32), the 16 products of an element added in k order. */
-static inline float mp_emu_half(uint32_t h, int bf)
+inline float mp_emu_half(uint32_t h, int bf)
 {
     h &= 0xFFFFu;
     if (bf) {
@@ -544,7 +548,7 @@ static inline float mp_emu_half(uint32_t h, int bf)
     return h & 0x8000u ? -v : v;
 }
 
-static void mp_emu_mma_combine(MpEmuBlock *b)
+inline void mp_emu_mma_combine(MpEmuBlock *b)
 {
     for (int w = 0; w < b->nt / 32; w++) {
         float A[16][16], B[16][8];
@@ -577,7 +581,7 @@ static void mp_emu_mma_combine(MpEmuBlock *b)
 /* __shfl_xor_sync over a quad (lanes 4q..4q+3): lane l's result is
  * op(op(v[l], v[l ^ 1]), op(v[l ^ 2], v[l ^ 3])), the butterfly's order
  * (width: 0 max, 1 sum). */
-static void mp_emu_quad_combine(MpEmuBlock *b)
+inline void mp_emu_quad_combine(MpEmuBlock *b)
 {
     std::vector<float> v(b->nt);
     for (int i = 0; i < b->nt; i++)
@@ -595,7 +599,7 @@ static void mp_emu_quad_combine(MpEmuBlock *b)
  * gets in register q (mab's first 4) row l / 4, columns 2 (l % 4) and + 1
  * of matrix q, the lower column in the lower half (.trans: rows 2 (l % 4)
  * and + 1 of column l / 4). */
-static void mp_emu_ldsm_combine(MpEmuBlock *b)
+inline void mp_emu_ldsm_combine(MpEmuBlock *b)
 {
     for (int w = 0; w < b->nt / 32; w++)
         for (int lane = 0; lane < 32; lane++) {
@@ -629,7 +633,7 @@ struct MpEmuFiber {
     int kind;
 };
 
-static struct {
+inline struct MpEmuFibers {
 #if defined(__x86_64__)
     void *sched;
 #else
@@ -649,7 +653,7 @@ static struct {
  * and continues the one whose stack pointer is `to`. */
 extern "C" void mp_emu_switch(void **save, void *to);
 __asm__(".text\n"
-        ".globl mp_emu_switch\n"
+        ".weak mp_emu_switch\n"
         ".type mp_emu_switch,@function\n"
         "mp_emu_switch:\n"
         "    pushq %rbp\n    pushq %rbx\n    pushq %r12\n    pushq %r13\n    pushq %r14\n    pushq %r15\n"
@@ -661,7 +665,7 @@ __asm__(".text\n"
         ".size mp_emu_switch, .-mp_emu_switch\n");
 #endif
 
-static void mp_emu_fiber_main(void)
+inline void mp_emu_fiber_main(void)
 {
     MpEmuFiber *me = mp_emu_f.cur;
     (*mp_emu_f.body)(me->tid, mp_emu_f.blk);
@@ -672,7 +676,7 @@ static void mp_emu_fiber_main(void)
 #endif                             /* ucontext: uc_link, back to the scheduler */
 }
 
-static inline void mp_emu_fiber_init(MpEmuFiber *fb, char *stack)
+inline void mp_emu_fiber_init(MpEmuFiber *fb, char *stack)
 {
 #if defined(__x86_64__)
     uint64_t *top = (uint64_t *)((uintptr_t)(stack + MP_EMU_STACK) & ~(uintptr_t)15);
@@ -698,7 +702,7 @@ static inline void mp_emu_fiber_init(MpEmuFiber *fb, char *stack)
 #endif
 }
 
-static inline void mp_emu_to_fiber(MpEmuFiber *fb)
+inline void mp_emu_to_fiber(MpEmuFiber *fb)
 {
     mp_emu_f.cur = fb;
 #if defined(__x86_64__)
@@ -709,7 +713,7 @@ static inline void mp_emu_to_fiber(MpEmuFiber *fb)
 }
 
 /* Called by a thread at a team reduction: wait for the whole block. */
-static inline void mp_emu_barrier(MpEmuBlock *b, int kind, void (*combine)(MpEmuBlock *))
+inline void mp_emu_barrier(MpEmuBlock *b, int kind, void (*combine)(MpEmuBlock *))
 {
     MpEmuFiber *me = mp_emu_f.cur;
     me->state = 1;
@@ -722,7 +726,7 @@ static inline void mp_emu_barrier(MpEmuBlock *b, int kind, void (*combine)(MpEmu
 #endif
 }
 
-static inline void mp_emu_die(const char *name, const char *why)
+inline void mp_emu_die(const char *name, const char *why)
 {
     fprintf(stderr, "mp_cuda_emu: kernel '%s': %s\n", name, why);
     _exit(70);
@@ -731,7 +735,7 @@ static inline void mp_emu_die(const char *name, const char *why)
 /* n floats of the block's shared memory, the same for its every thread,
  * NaN until written (a read before the barrier that follows the writes
  * shows); MP_EMU_SERIAL=1 (b NULL, one thread): one buffer. */
-static inline float *mp_emu_shared(MpEmuBlock *b, size_t n)
+inline float *mp_emu_shared(MpEmuBlock *b, size_t n)
 {
     static std::vector<float> one;
     std::vector<float> &v = b ? b->shm : one;
@@ -741,7 +745,7 @@ static inline float *mp_emu_shared(MpEmuBlock *b, size_t n)
 }
 
 /* Runs body(tid, block) for every thread of one block of nt threads. */
-static inline void mp_emu_block(const char *name, int nt, const std::function<void(int, MpEmuBlock *)> &body)
+inline void mp_emu_block(const char *name, int nt, const std::function<void(int, MpEmuBlock *)> &body)
 {
     static uint64_t turn;
     MpEmuBlock b;
@@ -799,7 +803,7 @@ static inline void mp_emu_block(const char *name, int nt, const std::function<vo
 
 /* Blocks of a `rows` kernel (nb of them, nt threads each), in a permuted
  * order; MP_EMU_SERIAL=1: one thread per block, reductions the identity. */
-static inline void mp_emu_rows(const char *name, int nb, int nt,
+inline void mp_emu_rows(const char *name, int nb, int nt,
                                const std::function<void(int, int, int, MpEmuBlock *)> &body)
 {
     if (mp_emu_serial()) {
@@ -818,7 +822,7 @@ static inline void mp_emu_rows(const char *name, int nb, int nt,
 
 /* The order of n items of an `each` kernel: i = (start + k * stride) mod n,
  * stride coprime to n and changing from launch to launch. */
-static inline void mp_emu_order(int64_t n, int64_t *start, int64_t *stride)
+inline void mp_emu_order(int64_t n, int64_t *start, int64_t *stride)
 {
     static const int64_t primes[] = {7919, 104729, 1299709, 15485863, 179424673};
     static uint64_t turn;
@@ -853,14 +857,14 @@ static inline void mp_emu_order(int64_t n, int64_t *start, int64_t *stride)
  * the sum happens when the stand-in runs the stream, as on a GPU. */
 struct MpEmuNcclComm { MPI_Comm c; };
 
-template <class Id> static inline int mp_emu_nccl_get_unique_id(Id *id)
+template <class Id> inline int mp_emu_nccl_get_unique_id(Id *id)
 {
     memset(id, 0, sizeof *id);
     snprintf((char *)id, sizeof *id, "mp_cuda_emu nccl");
     return 0;
 }
 
-template <class Id> static inline int mp_emu_nccl_comm_init_rank(void **comm, int n, Id id, int rank)
+template <class Id> inline int mp_emu_nccl_comm_init_rank(void **comm, int n, Id id, int rank)
 {
     int size = 0, me = -1;
     MPI_Comm_size(MPI_COMM_WORLD, &size);
@@ -873,7 +877,7 @@ template <class Id> static inline int mp_emu_nccl_comm_init_rank(void **comm, in
     return 0;
 }
 
-static inline int mp_emu_nccl_all_reduce(const void *send, void *recv, size_t n, int type, int op,
+inline int mp_emu_nccl_all_reduce(const void *send, void *recv, size_t n, int type, int op,
                                          void *comm, void *stream)
 {
     if ((type != 7 && type != 8) || op != 0 || !comm || n > (size_t)INT32_MAX)
@@ -886,14 +890,14 @@ static inline int mp_emu_nccl_all_reduce(const void *send, void *recv, size_t n,
     return 0;
 }
 
-static inline int mp_emu_nccl_comm_destroy(void *comm)
+inline int mp_emu_nccl_comm_destroy(void *comm)
 {
     MPI_Comm_free(&((MpEmuNcclComm *)comm)->c);
     delete (MpEmuNcclComm *)comm;
     return 0;
 }
 
-static inline const char *mp_emu_nccl_error_string(int rc)
+inline const char *mp_emu_nccl_error_string(int rc)
 {
     return rc == 0 ? "no error" : rc == 4 ? "invalid argument" : "unhandled error";
 }
