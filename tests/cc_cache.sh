@@ -64,47 +64,87 @@ fi
 # for each program (by the compiler itself: the whole build's entry
 # already keeps the result); the two objects are linked as the whole file
 # would be. Two thirds of a small model's optimised build is the runtime's
-# part. Only plain optimised builds split: one source to a program, or -c
-# to /dev/null (the warning checks: both parts compiled, nothing linked),
-# with options from the list below; -O0 (no optimiser: parsing, which
-# each part does, is most of the build), -g (debug information names the
-# source) and anything else compile whole. MP_CC_SPLIT=0 compiles every
-# program whole. Whole and split are two builds (the key says which).
-# split_args: whether this build splits; its parts' options in cargs, the
-# link's in largs
+# part. Only plain builds split: one source to a program, or (optimised)
+# -c to /dev/null (the warning checks: both parts compiled, nothing
+# linked), with options from the list below; -g (debug information names
+# the source) and anything else compile whole. An unoptimised build
+# (-O0, or no -O: a C program only) is mostly parsing, which each part
+# would repeat: its model part is compiled after a precompiled header of
+# the runtime's text (made once per text, compiler and options, in
+# cc-cache/pch; `#line` keeps the messages' file and lines the source's).
+# MP_CC_SPLIT=0 compiles every program whole. Whole and split are two
+# builds (the key says which).
+# split_args: whether this build splits; its parts' options in cargs
+# (pargs: without the source), the link's in largs; o=0 unoptimised
 split_args() {
     [ "${MP_CC_SPLIT:-1}" != 0 ] && [ $g = 0 ] && [[ $src == *.c || $src == *.cu ]] &&
         grep -q '^#ifndef MP_PART_RUNTIME' "$src" || return 1
-    local a i c=0 o=0
-    cargs=() largs=()
+    local a i c=0
+    o=0 cargs=() pargs=() largs=()
     for ((i = 0; i < ${#args[@]}; i++)); do
         a=${args[i]}
         case $a in
         -o) i=$((i + 1)) ;;
-        -x | -include) cargs+=("$a" "${args[i + 1]:-}"); i=$((i + 1)) ;;
+        -x | -include) cargs+=("$a" "${args[i + 1]:-}"); pargs+=("$a" "${args[i + 1]:-}"); i=$((i + 1)) ;;
         -c) c=1 ;;
         -DMP_PART_*) return 1 ;;       # a part itself
-        -O0) o=0; cargs+=("$a") ;;
-        -O*) o=1; cargs+=("$a") ;;
+        -O0) o=0; cargs+=("$a"); pargs+=("$a") ;;
+        -O*) o=1; cargs+=("$a"); pargs+=("$a") ;;
         -l?* | -L?* | -Wl,*) largs+=("$a") ;;
-        -fopenmp | -pthread | -fsanitize=* | -fno-sanitize*) cargs+=("$a"); largs+=("$a") ;;
-        "$src" | -W* | -w | -D?* | -I?* | -std=* | -march=* | -mtune=* | -emit-llvm | \
-            -fno-omit-frame-pointer | -ffp-contract=*) cargs+=("$a") ;;
+        -fopenmp | -pthread | -fsanitize=* | -fno-sanitize*) cargs+=("$a"); pargs+=("$a"); largs+=("$a") ;;
+        "$src") cargs+=("$a") ;;
+        -W* | -w | -D?* | -I?* | -std=* | -march=* | -mtune=* | -emit-llvm | \
+            -fno-omit-frame-pointer | -ffp-contract=*) cargs+=("$a"); pargs+=("$a") ;;
         *) return 1 ;;
         esac
     done
-    [ $o = 1 ] && { [ $c = 0 ] || [ "$out" = /dev/null ]; }
+    if [ $o = 1 ]; then
+        [ $c = 0 ] || [ "$out" = /dev/null ]
+    else
+        [ $c = 0 ] && [[ $src == *.c ]]
+    fi
+}
+# rt_pch: the folder of this program's runtime text as rt.h and its
+# precompiled header (made by the first build that needs it; one at a
+# time, under flock: others wait for it, never on a clock)
+rt_pch() {
+    local first=$1 k=$2 key d ext=gch
+    "$real" --version 2>/dev/null | grep -q clang && ext=pch
+    key=$( {
+        printf '%s\n' "$real" "$(stat -L -c '%s %Y' "$real")" "${pargs[@]}"
+        sed -n "$first,$((k - 1))p" "$src"
+    } | sha256sum | cut -c1-40)
+    d=$cache/pch/$key
+    mkdir -p "$cache/pch"
+    [ -e "$d/done" ] || (
+        flock 9
+        [ -e "$d/done" ] && exit 0
+        rm -rf "$d" && mkdir "$d" && sed -n "$first,$((k - 1))p" "$src" >"$d/rt.h" || exit 1
+        # a header that does not precompile is read as text
+        "$real" "${pargs[@]}" -DMP_PART_MODEL -x c-header "$d/rt.h" -o "$d/rt.h.$ext" \
+            >/dev/null 2>&1 || rm -f "$d/rt.h.$ext"
+        : >"$d/done"
+    ) 9>"$d.lock" || return 1
+    echo "$d"
 }
 split_build() {
-    local self=$0
+    local self=$0 first k d
     if [ "$out" = /dev/null ]; then
         "$self" "${cargs[@]}" -DMP_PART_RUNTIME -c -o /dev/null &&
             "$real" "${cargs[@]}" -DMP_PART_MODEL -c -o /dev/null
         return
     fi
-    "$self" "${cargs[@]}" -DMP_PART_RUNTIME -c -o "$tmp/runtime.o" &&
-        "$real" "${cargs[@]}" -DMP_PART_MODEL -c -o "$tmp/model.o" &&
-        "$real" "$tmp/runtime.o" "$tmp/model.o" "${largs[@]}" -o "$out"
+    "$self" "${cargs[@]}" -DMP_PART_RUNTIME -c -o "$tmp/runtime.o" || return
+    if [ $o = 1 ]; then
+        "$real" "${cargs[@]}" -DMP_PART_MODEL -c -o "$tmp/model.o" || return
+    else
+        first=$(grep -n -m 1 '^#' "$src" | cut -d: -f1)
+        k=$(grep -n -m 1 '^#ifndef MP_PART_RUNTIME' "$src" | cut -d: -f1)
+        d=$(rt_pch "$first" "$k") || return
+        { sed -n "1,$((first - 1))p" "$src"; echo "#line $k \"$src\""; sed -n "$k,\$p" "$src"; } >"$tmp/model.c"
+        "$real" "${pargs[@]}" -DMP_PART_MODEL -include "$d/rt.h" -c "$tmp/model.c" -o "$tmp/model.o" || return
+    fi
+    "$real" "$tmp/runtime.o" "$tmp/model.o" "${largs[@]}" -o "$out"
 }
 how="miss"
 split_args && how="split"

@@ -102,7 +102,7 @@ run_one() {    # run_one TEST: its log, a result line in $logdir/NAME.result
 # in this run (its builds, a split build's runtime part counted in its line)
 compiling() {
     awk -v n="$1" -v l0="$lines0" 'NR > l0 && $3 == n && ($1 == "split" || ($1 == "miss" && !/-DMP_PART_RUNTIME/)) { s += $2 }
-                   END { printf "%.0f", s }' "$MP_CC_CACHE_DIR/log" 2>/dev/null || echo "?"
+                   END { printf "%.0f", s }' "$MP_CC_CACHE_DIR/log" 2>/dev/null || echo 0
 }
 
 report() {     # report NAME: PASS/FAIL line (and the log's tail on failure)
@@ -168,8 +168,9 @@ echo
 hits=$(cat "$MP_CC_CACHE_DIR/log" 2>/dev/null | grep -c '^hit ')
 misses=$(cat "$MP_CC_CACHE_DIR/log" 2>/dev/null | grep -c '^miss ')
 splits=$(cat "$MP_CC_CACHE_DIR/log" 2>/dev/null | grep -c '^split ')
-echo "tests' CPU time ${cpu_total}s; compile cache: $((hits - hits0)) builds copied, $((misses - misses0)) compiled" \
-    "($((splits - splits0)) programs in two parts, their runtime parts counted among those)"
+echo "tests' CPU time ${cpu_total}s; compile cache: $((hits - hits0)) builds copied," \
+    "$((misses - misses0 + splits - splits0)) compiled, $((splits - splits0)) of them in two parts" \
+    "(their runtime parts counted too, as copied or compiled)"
 [ "$fail" -gt 0 ] && echo "failed: ${failed[*]}"
 if [ ${#skipped[@]} -gt 0 ]; then
     echo "$pass passed, $fail failed, ${#skipped[@]} skipped"
