@@ -39,7 +39,13 @@ typedef struct MpDist {
     int on;                     /* MPI was initialised */
 } MpDist;
 
-static MpDist mp_dist = {0, 1, 0, 0};
+/* both parts of a program built in two parts read it (mp_model.h): the
+ * CUDA program's loss note asks which micro-batch is this rank's first */
+#ifdef MP_PART_MODEL
+extern MpDist mp_dist;
+#else
+MP_STATE MpDist mp_dist = {0, 1, 0, 0};
+#endif
 
 #ifdef MP_USE_MPI
 #include <limits.h>

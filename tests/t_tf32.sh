@@ -17,6 +17,8 @@
 #   3b. the program built in two parts (runtime/mp_model.h, MP_PART_*)
 #      trains to the whole program's checkpoint bytes and --gradcheck
 #      prints its numbers (TF32 and the exact switch cross the parts);
+#   3c. every runtime variable at file scope is MP_STATE, const, or named
+#      as one part's (a static copy per part would split its value);
 #   4. the CUDA program run on the CPU (the stand-in of t_cuda_emu.sh, its
 #      cuBLAS in TF32 mode): per-step losses equal the C program's within
 #      3e-5 (sums in another order), and differ from the ieee C program's.
@@ -178,6 +180,23 @@ if MP_CC_CACHE=0 cc -O1 -o "$W/whole" "$W/tf32.c" -lm && MP_CC_CACHE=0 cc -O1 -o
 else
     bad "the tf32 C program does not build whole and in two parts"
 fi
+
+# ---- 3c. what the two parts share ------------------------------------------------------
+# A runtime variable that one part writes and the other reads must be one
+# variable (MP_STATE): a `static` one is a copy in each part, and the
+# reader's copy keeps its first value, or is folded to it (the CUDA
+# program's mp_dist once was: on rank 1 of 2 its loss note took no
+# micro-batch for the step's first, and the logged loss summed up over the
+# steps; t_mpi caught it). So every variable at file scope in runtime/ that
+# is not const is MP_STATE, or one of these: written and read by one part
+# only, or a cache each part fills alike.
+one_part="mp_stop_signal mp_cpu_level_v"   # the step loop's signal flag; the CPU's level (cpuid, MP_CPU)
+loose=$(awk '/^static / && !/\(/ && !/[ \t]const[ \t]/ {
+                 d = $0; sub(/[ \t]*(=|;|\[).*/, "", d); n = split(d, w, /[ \t*]+/)
+                 print FILENAME ":" FNR ": " w[n] }' runtime/*.h |
+        while IFS= read -r l; do [[ " $one_part " == *" ${l##* } "* ]] || echo "$l"; done)
+[ -z "$loose" ] && ok "two parts: every runtime variable at file scope is MP_STATE, const, or one part's" ||
+    bad "two parts: runtime variables neither MP_STATE nor const (a copy in each part): $loose"
 
 # ---- 4. the CUDA program (the stand-in) against the C program -----------------------
 CXX=${CXX:-$(command -v g++ || command -v c++ || command -v clang++ || true)}
