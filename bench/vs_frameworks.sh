@@ -10,8 +10,11 @@
 # weight decay 0.1, cosine schedule with warm-up, clipping at 1.0, tiny
 # shakespeare) and examples/char_gru.mp (batch 32 x 64 characters, a
 # two-layer GRU of 128, Adam 2e-3, clipping at 5; its JAX twin runs
-# lax.scan over the steps), each as its train block says (MODELS="..."
-# picks some). Columns: mpcc float32,
+# lax.scan over the steps) and examples/mobilenetv2.mp (torchvision's
+# MobileNetV2, batch 64 of Fashion-MNIST padded to 32x32, SGD with
+# momentum and weight decay; in the copy benchmarked, $W/mobilenetv2.mp,
+# the classifier's dropout is 0, since the frameworks' random masks differ;
+# no JAX twin), each as its train block says (MODELS="..." picks some). Columns: mpcc float32,
 # mixed_float16, mixed_bfloat16 (the C target, built as its header's
 # "Faster" line says: cc -O3 -march=native -fopenmp), PyTorch eager float32
 # and torch.autocast('cpu', bfloat16) (TORCH_BF16=0 leaves it out), JAX jit
@@ -73,7 +76,12 @@ STEPS=${STEPS:-60}
 ROUNDS=${ROUNDS:-1}
 WARMUP=${WARMUP:-10}
 TOL=${TOL:-5e-4}
-LAST_TOL=${LAST_TOL:-mnist_mlp2=1e-2 char_transformer=1e-4 char_gru=1e-4}
+# MobileNetV2 at 32x32: its last blocks are 1x1 images, whose batch norms
+# normalise 64 values per channel, and torch's own float32 and float64 runs
+# part by 10% at step 4 (tests/t_arch.sh measured it at batch 8): past step 1 its runs
+# are the same training only in kind, so 0.5 there (the first step's loss
+# still within TOL)
+LAST_TOL=${LAST_TOL:-mnist_mlp2=1e-2 char_transformer=1e-4 char_gru=1e-4 mobilenetv2=0.5}
 JAX=${JAX:-1}
 TORCH_BF16=${TORCH_BF16:-1}
 PROFILE=${PROFILE:-1}
@@ -84,7 +92,7 @@ RES=$W/results
 LOAD=$(cut -d' ' -f1-3 /proc/loadavg)
 BUSY=$(awk -v n="$(nproc)" '{ print ($1 > n / 2) }' <<<"$LOAD")   # 1: over half the CPUs busy
 START=$(date -u '+%Y-%m-%d %H:%M UTC')
-rm -rf "$RES" "$W/profile"
+rm -rf "$RES" "$W/profile" "$W/gaps.txt"
 mkdir -p "$W/data" "$RES" "$W/profile"
 die() { echo "vs_frameworks.sh: $*" >&2; exit 2; }
 
@@ -132,7 +140,7 @@ if [ "$JAX" = 1 ] && ! "$VPY" -c 'import jax, optax' 2>/dev/null; then
 fi
 
 # ---- the compiler, the data, the common initial parameters -----------------
-[ -x "$MPCC" ] || nice make -j2 mpcc >/dev/null || die "make failed"
+{ [ -x "$MPCC" ] && [ -x build/idx2npy ]; } || nice make -j2 >/dev/null || die "make failed"
 mnist_npy "$W/data" >/dev/null
 [ -e "$W/data/shake_y.npy" ] || $PY - "$W/data" <<'PYEOF'
 import os, sys
@@ -143,16 +151,24 @@ x, y = data.shakespeare_vocab(64, 16384, stride=64)    # 16384 windows of 64 cha
 np.save(os.path.join(sys.argv[1], "shake_x.npy"), x)
 np.save(os.path.join(sys.argv[1], "shake_y.npy"), y)
 PYEOF
-read -r -a MODELS <<<"${MODELS:-bench/mnist_mlp2.mp examples/char_transformer.mp examples/char_gru.mp}"
+[ -e "$W/data/fmnist32_y.npy" ] || {
+    build/idx2npy --shape nchw --pad 2 "../shared/data/fashion-mnist/train-images-idx3-ubyte.gz" "$W/data/fmnist32_x.npy" &&
+        build/idx2npy "../shared/data/fashion-mnist/train-labels-idx1-ubyte.gz" "$W/data/fmnist32_y.npy"
+} >/dev/null || die "idx2npy could not read Fashion-MNIST from ../shared/data/fashion-mnist"
+sed 's/^const P = 0\.2 .*/const P = 0.0/' examples/mobilenetv2.mp >"$W/mobilenetv2.mp"
+grep -q '^const P = 0.0$' "$W/mobilenetv2.mp" || die "examples/mobilenetv2.mp: its dropout line was not rewritten"
+read -r -a MODELS <<<"${MODELS:-bench/mnist_mlp2.mp examples/char_transformer.mp examples/char_gru.mp $W/mobilenetv2.mp}"
 declare -A DATA=(
     [mnist_mlp2]="--data image=$W/data/train_x.npy --data label=$W/data/train_y.npy"
     [char_transformer]="--data tokens=$W/data/shake_x.npy --data targets=$W/data/shake_y.npy"
-    [char_gru]="--data tokens=$W/data/shake_x.npy --data targets=$W/data/shake_y.npy")
+    [char_gru]="--data tokens=$W/data/shake_x.npy --data targets=$W/data/shake_y.npy"
+    [mobilenetv2]="--data image=$W/data/fmnist32_x.npy --data label=$W/data/fmnist32_y.npy")
 
-# count of the parameters in mpcc's plan
+# count of the trained parameters in mpcc's plan (not a batch norm's
+# running statistics: PyTorch keeps those as buffers)
 plan_params() {
     "$MPCC" "$1" --dump-plan=json | $PY -c 'import json, sys, math
-print(sum(math.prod(p["shape"]) for p in json.load(sys.stdin)["params"]))'
+print(sum(math.prod(p["shape"]) for p in json.load(sys.stdin)["params"] if p["trainable"]))'
 }
 
 # prepare MODEL: the common initial parameters, the three trainers, and
@@ -197,8 +213,14 @@ print(next(iter(mpfile.read(sys.argv[1])["inputs"].values()))[1][0])' "$model")
     common=("$model" "${data[@]}" --init "$init" --steps "$STEPS" --warmup "$WARMUP")
     for mode in float32 autocast_bf16; do
         [ $mode = float32 ] || [ "$TORCH_BF16" = 1 ] || continue
+        # PyTorch's own gaps (1.13 on the CPU: no bf16 backward of
+        # hardtanh, MobileNetV2's ReLU6) leave out that row, said so under
+        # the table; float32 is the reference and must run
         "${PIN[@]}" "$PY" -W ignore bench/vs_torch.py "${common[@]}" --mode "$mode" \
-            --out "$RES/${name}_torch_$mode.$r.json"
+            --out "$RES/${name}_torch_$mode.$r.json" 2>"$W/torch.err" && continue
+        [ $mode != float32 ] || { tail -n 3 "$W/torch.err"; die "PyTorch float32 failed on $model"; }
+        grep -qs "PyTorch $mode, $name:" "$W/gaps.txt" ||
+            echo "- PyTorch $mode, $name: left out, PyTorch stopped with \`$(tail -n 1 "$W/torch.err")\`" >>"$W/gaps.txt"
     done
     [ "$JAX" = 1 ] || return 0
     "${PIN[@]}" "$VPY" bench/vs_jax.py "${common[@]}" --out "$RES/${name}_jax.$r.json"
@@ -216,9 +238,10 @@ cat >"$W/meta.txt" <<EOF
 # CPU: mpcc against PyTorch eager and JAX jit (issue 12)
 
 \`THREADS=$THREADS STEPS=$STEPS WARMUP=$WARMUP ROUNDS=$ROUNDS bench/vs_frameworks.sh\` (the script's header says how
-it measures): the MLP of \`bench/mnist_mlp2.mp\` on MNIST and \`examples/char_transformer.mp\` on tiny
-shakespeare, each trained as its train block says, from the same initial parameters on the same
-batches in every framework.
+it measures): the MLP of \`bench/mnist_mlp2.mp\` on MNIST, \`examples/char_transformer.mp\` and
+\`examples/char_gru.mp\` on tiny shakespeare, \`examples/mobilenetv2.mp\` (its dropout at 0) on
+Fashion-MNIST padded to 32x32, each trained as its train block says, from the same initial parameters
+on the same batches in every framework (JAX: where it has a twin).
 
 Run of $START, mpcc at $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- compiler runtime || echo ' + uncommitted changes').
 
@@ -228,6 +251,7 @@ Run of $START, mpcc at $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- c
 - $(cc --version | head -n 1); trainers built with \`cc -O3 -march=native -fopenmp\` (mpcc's own kernels)
 - PyTorch $($PY -c 'import torch; print(torch.__version__)') (eager), Python $($PY -c 'import platform; print(platform.python_version())'); $jaxv
 - time per step: median of $ROUNDS x $STEPS steps (each run's first $WARMUP steps left out); "speed vs X" is X's median time over this row's (above 1: faster than X)
+$(cat "$W/gaps.txt" 2>/dev/null)
 EOF
 results=()
 for model in "${MODELS[@]}"; do results+=("$RES/$(basename "$model" .mp)"_*.json); done
