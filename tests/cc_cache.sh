@@ -108,18 +108,20 @@ split_args() {
 # precompiled header (made by the first build that needs it; one at a
 # time, under flock: others wait for it, never on a clock)
 rt_pch() {
-    local first=$1 k=$2 key d ext=gch
-    "$real" --version 2>/dev/null | grep -q clang && ext=pch
+    local first=$1 k=$2 key d
+    sed -n "$first,$((k - 1))p" "$src" >"$tmp/rt.h"
     key=$( {
         printf '%s\n' "$real" "$(stat -L -c '%s %Y' "$real")" "${pargs[@]}"
-        sed -n "$first,$((k - 1))p" "$src"
+        cat "$tmp/rt.h"
     } | sha256sum | cut -c1-40)
     d=$cache/pch/$key
     mkdir -p "$cache/pch"
     [ -e "$d/done" ] || (
         flock 9
         [ -e "$d/done" ] && exit 0
-        rm -rf "$d" && mkdir "$d" && sed -n "$first,$((k - 1))p" "$src" >"$d/rt.h" || exit 1
+        ext=gch     # clang's precompiled header is FILE.pch
+        "$real" --version 2>/dev/null | grep -q clang && ext=pch
+        rm -rf "$d" && mkdir "$d" && cp "$tmp/rt.h" "$d/rt.h" || exit 1
         # a header that does not precompile is read as text
         "$real" "${pargs[@]}" -DMP_PART_MODEL -x c-header "$d/rt.h" -o "$d/rt.h.$ext" \
             >/dev/null 2>&1 || rm -f "$d/rt.h.$ext"
