@@ -66,53 +66,70 @@ fi
 # would be. Two thirds of a small model's optimised build is the runtime's
 # part. Only plain builds split: one source to a program, or (optimised)
 # -c to /dev/null (the warning checks: both parts compiled, nothing
-# linked), with options from the list below; -g (debug information names
-# the source) and anything else compile whole. An unoptimised build
-# (-O0, or no -O: a C program only) is mostly parsing, which each part
-# would repeat: its model part is compiled after a precompiled header of
-# the runtime's text (made once per text, compiler and options, in
-# cc-cache/pch; `#line` keeps the messages' file and lines the source's).
-# MP_CC_SPLIT=0 compiles every program whole. Whole and split are two
-# builds (the key says which).
+# linked), with options from the list below; anything else compiles
+# whole. Each part would parse the runtime's text again, some 1 s of a
+# model part's 1.5 to 7 s: the model's part is compiled after a
+# precompiled header of that text (cc-cache/pch/KEY: made once per text,
+# compiler and options, with the stand-in's header first where the build
+# -includes it; `#line` keeps the messages' file and lines the source's;
+# a header whose precompiling says anything, a warning, is read as text,
+# so that its messages reach the build). An unoptimised build's (-O0, or
+# no -O: a C program only) runtime part is compiled from that folder's
+# copy of the text, rt.c, so that -g (debug information names the
+# source: the sanitized and gradient-check builds) splits too: the
+# runtime's frames name cc-cache/pch/KEY/rt.c, a file that holds their
+# text, the model's the program's own file. An optimised -g build
+# compiles whole. MP_CC_SPLIT=0 compiles every program whole. Whole and
+# split are two builds (the key says which).
 # split_args: whether this build splits; its parts' options in cargs
-# (pargs: without the source), the link's in largs; o=0 unoptimised
+# (pargs: without the source; hargs: without -x, -include and
+# -emit-llvm, for the precompiled header, whose language is lang and
+# which includes incs), the link's in largs; o=0 unoptimised
 split_args() {
-    [ "${MP_CC_SPLIT:-1}" != 0 ] && [ $g = 0 ] && [[ $src == *.c || $src == *.cu ]] &&
+    [ "${MP_CC_SPLIT:-1}" != 0 ] && [[ $src == *.c || $src == *.cu ]] &&
         grep -q '^#ifndef MP_PART_RUNTIME' "$src" || return 1
     local a i c=0
-    o=0 cargs=() pargs=() largs=()
+    o=0 cargs=() pargs=() hargs=() largs=() incs=() lang=c emit=()
     for ((i = 0; i < ${#args[@]}; i++)); do
         a=${args[i]}
         case $a in
         -o) i=$((i + 1)) ;;
-        -x | -include) cargs+=("$a" "${args[i + 1]:-}"); pargs+=("$a" "${args[i + 1]:-}"); i=$((i + 1)) ;;
+        -x | -include)
+            cargs+=("$a" "${args[i + 1]:-}"); pargs+=("$a" "${args[i + 1]:-}")
+            if [ "$a" = -x ]; then lang=${args[i + 1]:-}; else incs+=("${args[i + 1]:-}"); fi
+            i=$((i + 1)) ;;
         -c) c=1 ;;
         -DMP_PART_*) return 1 ;;       # a part itself
-        -O0) o=0; cargs+=("$a"); pargs+=("$a") ;;
-        -O*) o=1; cargs+=("$a"); pargs+=("$a") ;;
+        -O0) o=0; cargs+=("$a"); pargs+=("$a"); hargs+=("$a") ;;
+        -O*) o=1; cargs+=("$a"); pargs+=("$a"); hargs+=("$a") ;;
         -l?* | -L?* | -Wl,*) largs+=("$a") ;;
-        -fopenmp | -pthread | -fsanitize=* | -fno-sanitize*) cargs+=("$a"); pargs+=("$a"); largs+=("$a") ;;
+        -fopenmp | -pthread | -fsanitize=* | -fno-sanitize*) cargs+=("$a"); pargs+=("$a"); hargs+=("$a"); largs+=("$a") ;;
         "$src") cargs+=("$a") ;;
-        -W* | -w | -D?* | -I?* | -std=* | -march=* | -mtune=* | -emit-llvm | \
-            -fno-omit-frame-pointer | -ffp-contract=*) cargs+=("$a"); pargs+=("$a") ;;
+        -emit-llvm) cargs+=("$a"); pargs+=("$a"); emit=("$a") ;;
+        -W* | -w | -D?* | -I?* | -std=* | -march=* | -mtune=* | -g* | \
+            -fno-omit-frame-pointer | -ffp-contract=*) cargs+=("$a"); pargs+=("$a"); hargs+=("$a") ;;
         *) return 1 ;;
         esac
     done
+    [ "$lang" = c ] || [ "$lang" = c++ ] || return 1
     if [ $o = 1 ]; then
-        [ $c = 0 ] || [ "$out" = /dev/null ]
+        [ $g = 0 ] && { [ $c = 0 ] || [ "$out" = /dev/null ]; }
     else
         [ $c = 0 ] && [[ $src == *.c ]]
     fi
 }
-# rt_pch: the folder of this program's runtime text as rt.h and its
-# precompiled header (made by the first build that needs it; one at a
-# time, under flock: others wait for it, never on a clock)
+# rt_pch: the folder of this program's runtime text as rt.h (after an
+# #include of each -include'd header) and its precompiled header (made by
+# the first build that needs it; one at a time, under flock: others wait
+# for it, never on a clock)
 rt_pch() {
-    local first=$1 k=$2 key d
-    sed -n "$first,$((k - 1))p" "$src" >"$tmp/rt.h"
+    local first=$1 k=$2 key d f
+    { for f in "${incs[@]}"; do echo "#include \"$(realpath "$f")\""; done
+      sed -n "$first,$((k - 1))p" "$src"; } >"$tmp/rt.h"
+    sed -n "$first,$((k - 1))p" "$src" >"$tmp/rt.c"
     key=$( {
-        printf '%s\n' "$real" "$(stat -L -c '%s %Y' "$real")" "${pargs[@]}"
-        cat "$tmp/rt.h"
+        printf '%s\n' "$real" "$(stat -L -c '%s %Y' "$real")" "$lang" "${hargs[@]}"
+        cat "$tmp/rt.h" "${incs[@]}"
     } | sha256sum | cut -c1-40)
     d=$cache/pch/$key
     mkdir -p "$cache/pch"
@@ -121,32 +138,30 @@ rt_pch() {
         [ -e "$d/done" ] && exit 0
         ext=gch     # clang's precompiled header is FILE.pch
         "$real" --version 2>/dev/null | grep -q clang && ext=pch
-        rm -rf "$d" && mkdir "$d" && cp "$tmp/rt.h" "$d/rt.h" || exit 1
-        # a header that does not precompile is read as text
-        "$real" "${pargs[@]}" -DMP_PART_MODEL -x c-header "$d/rt.h" -o "$d/rt.h.$ext" \
-            >/dev/null 2>&1 || rm -f "$d/rt.h.$ext"
+        rm -rf "$d" && mkdir "$d" && cp "$tmp/rt.h" "$tmp/rt.c" "$d/" || exit 1
+        # a header that does not precompile, or warns, is read as text
+        "$real" "${hargs[@]}" -DMP_PART_MODEL -x "$lang-header" "$d/rt.h" -o "$d/rt.h.$ext" \
+            >"$d/pch.log" 2>&1 && [ ! -s "$d/pch.log" ] || rm -f "$d/rt.h.$ext"
         : >"$d/done"
     ) 9>"$d.lock" || return 1
     echo "$d"
 }
 split_build() {
-    local self=$0 first k d
+    local self=$0 first k d e=${src##*.} mo=$tmp/model.o
+    first=$(grep -n -m 1 '^#' "$src" | cut -d: -f1)
+    k=$(grep -n -m 1 '^#ifndef MP_PART_RUNTIME' "$src" | cut -d: -f1)
+    d=$(rt_pch "$first" "$k") || return
+    { sed -n "1,$((first - 1))p" "$src"; echo "#line $k \"$src\""; sed -n "$k,\$p" "$src"; } >"$tmp/model.$e"
     if [ "$out" = /dev/null ]; then
-        "$self" "${cargs[@]}" -DMP_PART_RUNTIME -c -o /dev/null &&
-            "$real" "${cargs[@]}" -DMP_PART_MODEL -c -o /dev/null
-        return
-    fi
-    "$self" "${cargs[@]}" -DMP_PART_RUNTIME -c -o "$tmp/runtime.o" || return
-    if [ $o = 1 ]; then
-        "$real" "${cargs[@]}" -DMP_PART_MODEL -c -o "$tmp/model.o" || return
+        mo=/dev/null
+        "$self" "${cargs[@]}" -DMP_PART_RUNTIME -c -o /dev/null || return
+    elif [ $o = 1 ]; then
+        "$self" "${cargs[@]}" -DMP_PART_RUNTIME -c -o "$tmp/runtime.o" || return
     else
-        first=$(grep -n -m 1 '^#' "$src" | cut -d: -f1)
-        k=$(grep -n -m 1 '^#ifndef MP_PART_RUNTIME' "$src" | cut -d: -f1)
-        d=$(rt_pch "$first" "$k") || return
-        { sed -n "1,$((first - 1))p" "$src"; echo "#line $k \"$src\""; sed -n "$k,\$p" "$src"; } >"$tmp/model.c"
-        "$real" "${pargs[@]}" -DMP_PART_MODEL -include "$d/rt.h" -c "$tmp/model.c" -o "$tmp/model.o" || return
+        "$self" "${pargs[@]}" -DMP_PART_RUNTIME -c "$d/rt.c" -o "$tmp/runtime.o" || return
     fi
-    "$real" "$tmp/runtime.o" "$tmp/model.o" "${largs[@]}" -o "$out"
+    "$real" "${hargs[@]}" "${emit[@]}" -DMP_PART_MODEL -include "$d/rt.h" -x "$lang" -c "$tmp/model.$e" -o "$mo" || return
+    [ "$out" = /dev/null ] || "$real" "$tmp/runtime.o" "$tmp/model.o" "${largs[@]}" -o "$out"
 }
 how="miss"
 split_args && how="split"

@@ -46,8 +46,8 @@ build_pair() {   # build_pair MODEL.mp NAME FUSE|NO-FUSE
 }
 export -f build_pair build_trainer small_opt
 export tmp MPCC HARD PY
-# every model as it is, but ResNet-18 narrowed (W = 8, batch 16): the same
-# graph, a hundredth of the arithmetic
+# every model as it is, but the examples of seconds a step at a smaller
+# batch (ResNet-18 narrowed too): the same graph (small_models, lib.sh)
 small_models examples/*.mp tests/models/*.mp tests/fuse/*.mp >"$tmp/models"
 while read -r mp; do
     n=$(basename "$mp" .mp)

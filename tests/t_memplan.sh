@@ -141,12 +141,13 @@ done <"$tmp/models"
 
 echo "== 3. the CUDA program on the CPU stand-in, with and without the budget"
 n=char_transformer
+mp=$(grep "/$n.mp\$" "$tmp/models")      # at section 2's batch (small_models)
 b=$(cat "$tmp/$n.budget" 2>/dev/null)
 if [ -n "$b" ] && [ -s "$tmp/$n.args" ]; then
-    emu_trainer examples/$n.mp "$tmp/cu.none"
+    emu_trainer "$mp" "$tmp/cu.none"
     case $? in 2) exit $fail ;; 1) exit 1 ;; esac
-    emu_trainer examples/$n.mp "$tmp/cu.budget" --memory-budget "$b" || exit 1
-    grep -q "recomputes" <("$MPCC" examples/$n.mp --memory-budget "$b" --dump-plan=json) ||
+    emu_trainer "$mp" "$tmp/cu.budget" --memory-budget "$b" || exit 1
+    grep -q "recomputes" <("$MPCC" "$mp" --memory-budget "$b" --dump-plan=json) ||
         bad "$n: nothing recomputed at budget $b"
     data=$(cat "$tmp/$n.args")
     for v in none budget; do

@@ -155,17 +155,32 @@ pause_end() {
     rm -f "$pause_fifo.at" "$pause_fifo.go"
 }
 
-# small_models GLOB...: the models of GLOB, one a line, resnet18 at a size a
-# test can train in seconds (B 16, W 8, a copy in $tmp) -- the model lists of
-# t_fuse and t_memplan
+# small_models GLOB...: the models of GLOB, one a line, the examples whose
+# steps take seconds at a size a test trains in a fraction of one (a copy
+# in $tmp with a smaller batch: the same graph, kernels and code paths at
+# the batch's size; the sequence models keep their positions, so their
+# products stay hundreds of rows tall; resnet18 narrowed too, W 4: a
+# thousandth of its ~220 GFLOP a step) -- the model lists of t_fuse,
+# t_memplan and t_faults (the sanitized runs: mobilenetv2's took 68 s at
+# batch 64, unet's 25 s)
 small_models() {
-    local mp
+    local mp n b
     for mp in "$@"; do
-        if [ "$(basename "$mp")" = resnet18.mp ]; then
-            sed 's/^const B = [0-9]*/const B = 16/; s/^const W = [0-9]*/const W = 8/' "$mp" >"$tmp/resnet18.mp"
-            mp=$tmp/resnet18.mp
+        n=$(basename "$mp" .mp)
+        case $mp in
+        examples/resnet18.mp) b=8 ;;
+        examples/mobilenetv2.mp | examples/unet.mp | examples/char_gru.mp) b=8 ;;
+        examples/vae.mp | examples/mnist_cnn.mp) b=16 ;;
+        examples/gpt2.mp | examples/llama.mp | examples/char_transformer.mp) b=4 ;;
+        *) echo "$mp"; continue ;;
+        esac
+        sed -E "s/^const B = [0-9]+( |$)/const B = $b\1/; s/^const W = 64( |$)/const W = 4\1/" "$mp" >"$tmp/$n.mp"
+        if ! grep -Eq "^const B = $b( |$)" "$tmp/$n.mp"; then
+            echo "small_models: $mp has no 'const B = ' line to shrink" >&2
+            echo "$mp"
+            continue
         fi
-        echo "$mp"
+        echo "$tmp/$n.mp"
     done
 }
 
@@ -175,7 +190,8 @@ small_models() {
 # over 1 GFLOP a step (its plan's memory.flops: gpt2, llama, unet, ...),
 # whose runs at -O0 take longer than the compile (-Og runs 4x faster). The
 # same IEEE arithmetic either way (no -march: no FMA contraction).
+# (small_opt MODEL.mp FLOPS: the same with another threshold)
 small_opt() {
     "$MPCC" "$1" --dump-plan=json 2>/dev/null |
-        $PY -c 'import json, sys; print("-Og" if json.load(sys.stdin)["memory"]["flops"] > 1e9 else "-O0")'
+        $PY -c 'import json, sys; print("-Og" if json.load(sys.stdin)["memory"]["flops"] > float(sys.argv[1]) else "-O0")' "${2:-1e9}"
 }
