@@ -162,9 +162,12 @@ pause_end() {
 # products stay hundreds of rows tall; resnet18 narrowed too, W 4: a
 # thousandth of its ~220 GFLOP a step) -- the model lists of t_fuse,
 # t_memplan and t_faults (the sanitized runs: mobilenetv2's took 68 s at
-# batch 64, unet's 25 s)
+# batch 64, unet's 25 s). The copies are $B/small-models/NAME.mp, one path
+# for every test, since a program names its model's file: t_fuse's and
+# t_memplan's programs of a model are then one build of the compile cache.
 small_models() {
-    local mp n b
+    local mp n b dir=${B:-build}/small-models
+    mkdir -p "$dir"
     for mp in "$@"; do
         n=$(basename "$mp" .mp)
         case $mp in
@@ -174,13 +177,16 @@ small_models() {
         examples/gpt2.mp | examples/llama.mp | examples/char_transformer.mp) b=4 ;;
         *) echo "$mp"; continue ;;
         esac
-        sed -E "s/^const B = [0-9]+( |$)/const B = $b\1/; s/^const W = 64( |$)/const W = 4\1/" "$mp" >"$tmp/$n.mp"
-        if ! grep -Eq "^const B = $b( |$)" "$tmp/$n.mp"; then
+        # (written whole, then renamed: tests running at once write the same text)
+        sed -E "s/^const B = [0-9]+( |$)/const B = $b\1/; s/^const W = 64( |$)/const W = 4\1/" "$mp" >"$dir/$n.mp.$$"
+        if ! grep -Eq "^const B = $b( |$)" "$dir/$n.mp.$$"; then
             echo "small_models: $mp has no 'const B = ' line to shrink" >&2
+            rm -f "$dir/$n.mp.$$"
             echo "$mp"
             continue
         fi
-        echo "$tmp/$n.mp"
+        mv -f "$dir/$n.mp.$$" "$dir/$n.mp"
+        echo "$dir/$n.mp"
     done
 }
 
