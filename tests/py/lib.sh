@@ -157,7 +157,7 @@ pause_end() {
 
 # small_models GLOB...: the models of GLOB, one a line, the examples whose
 # steps take seconds at a size a test trains in a fraction of one (a copy
-# in $tmp with a smaller batch: the same graph, kernels and code paths at
+# with a smaller batch: the same graph, kernels and code paths at
 # the batch's size; the sequence models keep their positions, so their
 # products stay hundreds of rows tall; resnet18 narrowed too, W 4: a
 # thousandth of its ~220 GFLOP a step) -- the model lists of t_fuse,
@@ -166,21 +166,22 @@ pause_end() {
 # for every test, since a program names its model's file: t_fuse's and
 # t_memplan's programs of a model are then one build of the compile cache.
 small_models() {
-    local mp n b dir=${B:-build}/small-models
+    local mp n b w dir=${B:-build}/small-models
     mkdir -p "$dir"
     for mp in "$@"; do
-        n=$(basename "$mp" .mp)
+        n=$(basename "$mp" .mp) w=
         case $mp in
-        examples/resnet18.mp) b=8 ;;
+        examples/resnet18.mp) b=8 w=4 ;;
         examples/mobilenetv2.mp | examples/unet.mp | examples/char_gru.mp) b=8 ;;
         examples/vae.mp | examples/mnist_cnn.mp) b=16 ;;
         examples/gpt2.mp | examples/llama.mp | examples/char_transformer.mp) b=4 ;;
         *) echo "$mp"; continue ;;
         esac
         # (written whole, then renamed: tests running at once write the same text)
-        sed -E "s/^const B = [0-9]+( |$)/const B = $b\1/; s/^const W = 64( |$)/const W = 4\1/" "$mp" >"$dir/$n.mp.$$"
-        if ! grep -Eq "^const B = $b( |$)" "$dir/$n.mp.$$"; then
-            echo "small_models: $mp has no 'const B = ' line to shrink" >&2
+        sed -E "s/^const B = [0-9]+( |$)/const B = $b\1/; ${w:+s/^const W = [0-9]+( |$)/const W = $w\\1/}" "$mp" >"$dir/$n.mp.$$"
+        if ! grep -Eq "^const B = $b( |$)" "$dir/$n.mp.$$" ||
+            { [ -n "$w" ] && ! grep -Eq "^const W = $w( |$)" "$dir/$n.mp.$$"; }; then
+            echo "small_models: $mp has no 'const B = ' (or 'const W = ') line to shrink" >&2
             rm -f "$dir/$n.mp.$$"
             echo "$mp"
             continue
