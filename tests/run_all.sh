@@ -18,6 +18,7 @@
 #   JOBS=n         tests run n at a time (default 2: CI's two cores). Each
 #                  test works in its own temporary folder, so they are
 #                  independent; the slowest known ones start first.
+#                  OMP_NUM_THREADS defaults to the cores / n (at least 1).
 # Every test has a 30-minute limit, a guard against a hang only: no test
 # waits on time, each waits on the state it checks.
 set -u
@@ -28,6 +29,14 @@ export MPCC=${MPCC:-./mpcc} B SAN=${SAN:-}
 # would take whole scheduler ticks from the other test (README).
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 jobs=${JOBS:-2}
+# and the programs' OpenMP threads (and PyTorch's) share the cores among
+# the tests that run at once: two tests of two threads each on two cores
+# wait at every barrier for a thread the scheduler has set aside, which
+# made a run under load up to 4x its CPU time in wall time. Tests of the
+# threaded paths set their own OMP_NUM_THREADS (t_threads_bits,
+# t_attn_bits, t_norm_bits, t_optim_pass, t_random, t_kernels_torch).
+cores=$(nproc 2>/dev/null || echo 2)
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(( cores / jobs > 1 ? cores / jobs : 1 ))}
 logdir=$B/test-logs
 mkdir -p "$logdir"
 # The compile cache (tests/cc_cache.sh): cc, gcc, clang, g++, c++ and

@@ -18,6 +18,9 @@ PY=/usr/bin/python3
 # spinning threads there cost whole scheduler ticks. (Results do not depend
 # on it; the threaded paths run all the same.)
 export OMP_WAIT_POLICY=passive
+# Two threads whatever run_all.sh chose for the tests beside this one: the
+# threaded configurations must run their threaded paths.
+export OMP_NUM_THREADS=2
 out=$B/tests/kernels_torch
 mkdir -p "$out"
 warn="-std=c11 -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter -Wno-missing-field-initializers"
