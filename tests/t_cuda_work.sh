@@ -26,7 +26,7 @@ CXX=${CXX:-$(command -v g++ || command -v c++ || true)}
 mnist_first train 512 "$W/x.npy" "$W/y.npy" || exit 1
 fail=0
 emu_cc() {   # emu_cc NAME: $W/NAME.cu -> $W/NAME
-    nice "$CXX" -std=c++17 -O1 -x c++ -DMP_CU_EMU -include tests/cuda/mp_cuda_emu.h "$W/$1.cu" \
+    "$CXX" -std=c++17 -O1 -x c++ -DMP_CU_EMU -include tests/cuda/mp_cuda_emu.h "$W/$1.cu" \
         -o "$W/$1" -lm 2>"$W/$1.build" || { echo "FAIL $1 does not build:"; head -n 20 "$W/$1.build"; return 1; }
 }
 # run BIN TAG STEPS [options]: a logged run of the stand-in, its checkpoint $W/BIN.TAG.st

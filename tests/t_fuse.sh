@@ -119,7 +119,7 @@ mutant() {
         bad "$n: $4: nothing to mutate (the mutant is the program)"
         return
     fi
-    nice cc -O2 -march=native -o "$m" "$m.c" -lm || { bad "$n: the $2 mutant does not build"; return; }
+    cc -O2 -march=native -o "$m" "$m.c" -lm || { bad "$n: the $2 mutant does not build"; return; }
     data=$(cat "$tmp/$n.args")
     # shellcheck disable=SC2086
     "$m" $data ${data//--data/--eval} --no-shuffle --steps 3 --log-every 1 \
@@ -159,7 +159,7 @@ else
         [ -f "$mp" ] || mp=tests/fuse/$n.mp
         for v in fuse no-fuse; do
             "$MPCC" "$mp" "--$v" -o "$tmp/$n.$v.cu" &&
-                nice "$CXX" -std=c++17 -O0 -x c++ -DMP_CU_EMU -include tests/cuda/mp_cuda_emu.h \
+                "$CXX" -std=c++17 -O0 -x c++ -DMP_CU_EMU -include tests/cuda/mp_cuda_emu.h \
                     "$tmp/$n.$v.cu" -o "$tmp/$n.$v.emu" -lm 2>"$tmp/$n.$v.emu.err" ||
                 { bad "$n --$v: the CUDA program does not build for the CPU"; head -n 10 "$tmp/$n.$v.emu.err"; continue; }
             # shellcheck disable=SC2046

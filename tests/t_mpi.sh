@@ -58,7 +58,7 @@ variant() {
 # mpi_trainer MODEL OUT [mpcc options]: the MPI build
 mpi_trainer() {
     local model=$1 out=$2; shift 2
-    "$MPCC" "$model" --target c "$@" -o "$out.c" && nice mpicc -O2 -DMP_USE_MPI -o "$out" "$out.c" -lm ||
+    "$MPCC" "$model" --target c "$@" -o "$out.c" && mpicc -O2 -DMP_USE_MPI -o "$out" "$out.c" -lm ||
         { echo "FAIL: the MPI build of $model"; exit 1; }
 }
 same_run() {   # same_run WHAT ONE.jsonl N.jsonl ONE.st N.st

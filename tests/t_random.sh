@@ -166,7 +166,7 @@ if command -v mpicc >/dev/null && command -v mpirun >/dev/null; then
     M=$W/mpi
     mkdir -p "$M"
     cp "$T/plan.json" "$T/init.safetensors" "$T/x.npy" "$M/"
-    "$MPCC" tests/models/rng_twin.mp --target c -o "$M/t.c" && nice mpicc -O2 -DMP_USE_MPI -o "$M/t" "$M/t.c" -lm &&
+    "$MPCC" tests/models/rng_twin.mp --target c -o "$M/t.c" && mpicc -O2 -DMP_USE_MPI -o "$M/t" "$M/t.c" -lm &&
         twin "mpirun --oversubscribe -np 2 $M/t" "$M" 6 \
             --init "$T/init.safetensors" --seed 5 && check twin "$M" 5 4 || bad "data-parallel rng_twin"
 else

@@ -64,7 +64,7 @@ emu_trainer() {
     local cxx=${CXX:-$(command -v g++ || command -v c++ || command -v clang++ || true)}
     [ -n "$cxx" ] || { echo "SKIP: no C++ compiler (g++): the CUDA program cannot run on the CPU here"; return 2; }
     "$MPCC" "$model" "$@" -o "$out.cu" 2>"$out.build" &&
-        nice "$cxx" -std=c++17 -O1 -x c++ -DMP_CU_EMU ${EMU_FLAGS:-} -include tests/cuda/mp_cuda_emu.h \
+        "$cxx" -std=c++17 -O1 -x c++ -DMP_CU_EMU ${EMU_FLAGS:-} -include tests/cuda/mp_cuda_emu.h \
             "$out.cu" -o "$out" -lm 2>>"$out.build" ||
         { echo "the CUDA program of $model does not build for the CPU:"; head -n 20 "$out.build"; return 1; }
 }
