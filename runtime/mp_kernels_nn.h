@@ -3,7 +3,8 @@
  *
  * Images are NCHW. Convolutions lower to mp_gemm through im2col (one image
  * and group at a time: col [C/G kh kw, OH OW] in f32, exact for any storage
- * type); depthwise ones (one input channel per group) run direct kernels.
+ * type), pointwise ones (1 x 1, stride 1, no padding) read the image as
+ * it is; depthwise ones (one input channel per group) run direct kernels.
  * Kernels whose output gathers sums from several places (col2im, pooling
  * gradients, embedding and norm weight gradients) add into an f32 (or
  * double) buffer and round once when storing. Statistics (means,
@@ -14,6 +15,16 @@
 
 #include "mp_kernels.h"
 #include "mp_kernels_gemm.h"
+
+/* Eight floats in a vector (GCC and Clang: AVX registers under -mavx, two
+ * SSE registers otherwise); other compilers take the scalar loops. */
+#if !defined(__CUDACC__) && (defined(__GNUC__) || defined(__clang__))
+#define MP_NN_VEC 8
+typedef float MpNnV __attribute__((vector_size(32)));
+/* v = p[0 .. 8), unaligned (a macro: a function returning an AVX vector
+ * has another ABI with and without -mavx, which -Wpsabi flags) */
+#define MP_NN_VLD(v, p) memcpy(&(v), (p), sizeof(MpNnV))
+#endif
 
 /* ---- conv2d ------------------------------------------------------------- */
 
@@ -86,6 +97,29 @@ static inline void mp_col2im(float *dx, const float *col, int64_t nc, const MpCo
             }
 }
 
+/* A pointwise conv (1 x 1 taps, stride 1, no padding): a group's im2col is
+ * its cg input planes as they are, so its products read x (or write the
+ * input gradient) in place, with no col buffer. x is read as stored, which
+ * gives the same product as its f32 copy unless float32_matmul = "tf32"
+ * would round an f32 copy and not a f16 one: then it is copied. */
+static inline int mp_conv_pointwise(const MpConv *v, int xdt)
+{
+    return v->kh == 1 && v->kw == 1 && v->sh == 1 && v->sw == 1 && v->ph == 0 && v->pw == 0 &&
+           v->OH == v->H && v->OW == v->W &&
+           (xdt == MP_F32 || !mp_gemm_tf32 || mp_gemm_exact);
+}
+
+/* Elements [off, off + n) of p as f32: p's own when it stores f32 (no
+ * copy; the caller writes them only when p is its output), else loaded
+ * into buf. */
+static inline float *mp_f32_span(const void *p, int dt, int64_t off, int64_t n, float *buf)
+{
+    if (dt == MP_F32)
+        return (float *)p + off;
+    mp_ld_n(p, dt, off, 1, n, buf);
+    return buf;
+}
+
 /* Depthwise, one tap (ky, kx): out[oy, ox] += wv in[iy, ix] (forward: out
  * the output plane, in the input plane) or, transposed, in[iy, ix] += wv
  * out[oy, ox] (the input gradient). Rows outside the image are skipped, the
@@ -117,20 +151,22 @@ static inline void mp_conv_depthwise_fwd(void *y, int ydt, const void *x, int xd
     int64_t m = v->F / v->C, hw = v->H * v->W, npix = v->OH * v->OW, kk = v->kh * v->kw;
     MP_OMP(parallel if (N * v->F * npix * kk > MP_PAR_MIN))
     {
-        float *xp = (float *)mp_kalloc((size_t)(hw + npix + kk) * sizeof *xp);
-        float *acc = xp + hw, *wk = acc + npix;
+        float *buf = (float *)mp_kalloc((size_t)(hw + npix + kk) * sizeof *buf);
+        float *wk = buf + hw + npix;
         MP_OMP(for schedule(static))
         for (int64_t pl = 0; pl < N * v->F; pl++) {
             int64_t n = pl / v->F, f = pl % v->F;
             float b = bias ? mp_ld(bias, bdt, f) : 0.0f;
-            mp_ld_n(x, xdt, (n * v->C + f / m) * hw, 1, hw, xp);
+            float *xp = mp_f32_span(x, xdt, (n * v->C + f / m) * hw, hw, buf);
+            float *acc = ydt == MP_F32 ? (float *)y + pl * npix : buf + hw;
             mp_ld_n(w, wdt, f * kk, 1, kk, wk);
             for (int64_t i = 0; i < npix; i++) acc[i] = b;
             for (int64_t t = 0; t < kk; t++)
                 mp_conv_tap(acc, xp, v, t / v->kw, t % v->kw, wk[t], 0);
-            mp_st_n(y, ydt, pl * npix, 1, npix, acc);
+            if (ydt != MP_F32)
+                mp_st_n(y, ydt, pl * npix, 1, npix, acc);
         }
-        free(xp);
+        free(buf);
     }
 }
 
@@ -153,63 +189,97 @@ static inline void mp_conv_depthwise_dx(void *dx, int dxdt, const void *dy, int 
     int64_t m = v->F / v->C, hw = v->H * v->W, npix = v->OH * v->OW, kk = v->kh * v->kw;
     MP_OMP(parallel if (N * v->F * npix * kk > MP_PAR_MIN))
     {
-        float *g = (float *)mp_kalloc((size_t)(hw + npix + kk) * sizeof *g);
-        float *dyp = g + hw, *wk = dyp + npix;
+        float *buf = (float *)mp_kalloc((size_t)(hw + npix + kk) * sizeof *buf);
+        float *wk = buf + hw + npix;
         MP_OMP(for schedule(static))
         for (int64_t pl = 0; pl < N * v->C; pl++) {
             int64_t n = pl / v->C, c = pl % v->C;
+            float *g = dxdt == MP_F32 ? (float *)dx + pl * hw : buf;
             memset(g, 0, (size_t)hw * sizeof *g);
             for (int64_t f = c * m; f < (c + 1) * m; f++) {
-                mp_ld_n(dy, dydt, (n * v->F + f) * npix, 1, npix, dyp);
+                float *dyp = mp_f32_span(dy, dydt, (n * v->F + f) * npix, npix, buf + hw);
                 mp_ld_n(w, wdt, f * kk, 1, kk, wk);
                 for (int64_t t = 0; t < kk; t++)
                     mp_conv_tap(dyp, g, v, t / v->kw, t % v->kw, wk[t], 1);
             }
             mp_conv_add_bias(g, bias, bdt, c, hw);
-            mp_st_n(dx, dxdt, pl * hw, 1, hw, g);
+            if (dxdt != MP_F32)
+                mp_st_n(dx, dxdt, pl * hw, 1, hw, g);
         }
-        free(g);
+        free(buf);
     }
 }
 
 /* Depthwise weight gradient: dw[f, ky, kx] = sum over images (in order) of
- * the tap's products in one plane, each image's sum in f32, the images' in
- * double; one thread per output channel. */
+ * the tap's products in one plane, each image's sum in f32 (pixels in
+ * order), the images' in double. Eight output channels at a time, one per
+ * vector lane: their planes interleaved (pixel-major), each lane sums its
+ * own channel in that order, so the sums are the one-channel loop's, but
+ * eight at once instead of one add waiting on the last. One thread per
+ * block of channels. */
+#define MP_DW_LANES 8      /* MP_NN_VEC where vectors are */
 static inline void mp_conv_depthwise_dw(void *dw, int dwdt, const void *dy, int dydt,
                                         const void *x, int xdt, int64_t N, const MpConv *v,
                                         float beta)
 {
+    enum { L = MP_DW_LANES };
     int64_t m = v->F / v->C, hw = v->H * v->W, npix = v->OH * v->OW, kk = v->kh * v->kw;
+    int64_t nblk = (v->F + L - 1) / L;
     float *out = (float *)mp_kalloc((size_t)(v->F * kk) * sizeof *out);
     MP_OMP(parallel if (N * v->F * npix * kk > MP_PAR_MIN))
     {
-        float *xp = (float *)mp_kalloc((size_t)(hw + npix) * sizeof *xp);
-        float *dyp = xp + hw;
-        double *acc = (double *)mp_kalloc((size_t)kk * sizeof *acc);
+        float *xq = (float *)mp_kalloc((size_t)((hw + npix) * L + hw + npix) * sizeof *xq);
+        float *dq = xq + hw * L, *buf = dq + npix * L;
+        double *acc = (double *)mp_kalloc((size_t)(kk * L) * sizeof *acc);
         MP_OMP(for schedule(static))
-        for (int64_t f = 0; f < v->F; f++) {
-            for (int64_t t = 0; t < kk; t++) acc[t] = 0;
+        for (int64_t blk = 0; blk < nblk; blk++) {
+            int64_t f0 = blk * L, nl = mp_min64(L, v->F - f0);
+            for (int64_t i = 0; i < kk * L; i++) acc[i] = 0;
+            if (nl < L) {   /* the last block's idle lanes read zeros */
+                memset(xq, 0, (size_t)(hw * L) * sizeof *xq);
+                memset(dq, 0, (size_t)(npix * L) * sizeof *dq);
+            }
             for (int64_t n = 0; n < N; n++) {
-                mp_ld_n(x, xdt, (n * v->C + f / m) * hw, 1, hw, xp);
-                mp_ld_n(dy, dydt, (n * v->F + f) * npix, 1, npix, dyp);
+                for (int64_t l = 0; l < nl; l++) {
+                    const float *xp = mp_f32_span(x, xdt, (n * v->C + (f0 + l) / m) * hw, hw, buf);
+                    const float *dyp = mp_f32_span(dy, dydt, (n * v->F + f0 + l) * npix, npix, buf + hw);
+                    for (int64_t i = 0; i < hw; i++) xq[i * L + l] = xp[i];
+                    for (int64_t i = 0; i < npix; i++) dq[i * L + l] = dyp[i];
+                }
                 for (int64_t t = 0; t < kk; t++) {
                     int64_t ky = t / v->kw, kx = t % v->kw, lo, hi;
-                    float s = 0.0f;
+                    float sum[L] = {0};
                     mp_conv_span(v, kx, &lo, &hi);
                     for (int64_t oy = 0; oy < v->OH; oy++) {
                         int64_t iy = mp_conv_row(v, oy, ky);
                         if (iy < 0)
                             continue;
-                        const float *o = dyp + oy * v->OW;
+                        const float *o = dq + oy * v->OW * L;
                         int64_t at = iy * v->W - v->pw + kx * v->dw;
-                        for (int64_t ox = lo; ox < hi; ox++) s += o[ox] * xp[at + ox * v->sw];
+#ifdef MP_NN_VEC
+                        /* (whether a * b + s is one FMA is the compiler's
+                         * choice, as for the scalar loop: GCC's AMD tunings
+                         * keep vector chains unfused) */
+                        MpNnV sv, a, b;
+                        MP_NN_VLD(sv, sum);
+                        for (int64_t ox = lo; ox < hi; ox++) {
+                            MP_NN_VLD(a, o + ox * L);
+                            MP_NN_VLD(b, xq + (at + ox * v->sw) * L);
+                            sv += a * b;
+                        }
+                        memcpy(sum, &sv, sizeof sv);
+#else
+                        for (int64_t ox = lo; ox < hi; ox++)
+                            for (int l = 0; l < L; l++) sum[l] += o[ox * L + l] * xq[(at + ox * v->sw) * L + l];
+#endif
                     }
-                    acc[t] += s;
+                    for (int l = 0; l < L; l++) acc[t * L + l] += sum[l];
                 }
             }
-            for (int64_t t = 0; t < kk; t++) out[f * kk + t] = (float)acc[t];
+            for (int64_t l = 0; l < nl; l++)
+                for (int64_t t = 0; t < kk; t++) out[(f0 + l) * kk + t] = (float)acc[t * L + l];
         }
-        free(xp);
+        free(xq);
         free(acc);
     }
     mp_st_beta(dw, dwdt, 0, v->F * kk, out, beta);
@@ -227,15 +297,20 @@ static inline void mp_k_conv2d(void *y, int ydt, const void *x, int xdt, const v
         return;
     }
     int64_t cg = v.C / v.G, fg = v.F / v.G, npix = v.OH * v.OW, ckk = cg * v.kh * v.kw;
+    int pw = mp_conv_pointwise(&v, xdt);
     MP_OMP(parallel if (N > 1))
     {
-        float *col = (float *)mp_kalloc((size_t)(ckk * npix) * sizeof *col);
+        float *col = pw ? NULL : (float *)mp_kalloc((size_t)(ckk * npix) * sizeof *col);
         MP_OMP(for schedule(dynamic))
         for (int64_t n = 0; n < N; n++)
             for (int64_t g = 0; g < v.G; g++) {
-                mp_im2col(col, x, xdt, n * v.C * v.H * v.W, g * cg, cg, &v);
+                const void *b = col;
+                if (pw)
+                    b = mp_at(x, xdt, (n * v.C + g * cg) * npix);
+                else
+                    mp_im2col(col, x, xdt, n * v.C * v.H * v.W, g * cg, cg, &v);
                 MpGemm p = {0, 0, fg, npix, ckk, 1.0f, 0.0f, mp_at(w, wdt, g * fg * ckk), wdt, ckk,
-                            col, MP_F32, npix,
+                            b, pw ? xdt : MP_F32, npix,
                             (char *)y + (n * v.F + g * fg) * npix * mp_dt_size(ydt), ydt, npix,
                             bias ? mp_at(bias, bdt, g * fg) : NULL, bdt, 1, 0, 0, NULL, NULL};
                 mp_gemm_ex(&p);
@@ -256,18 +331,23 @@ static inline void mp_conv_adjoint(void *dx, int dxdt, const void *dy, int dydt,
     }
     int64_t cg = v.C / v.G, fg = v.F / v.G, npix = v.OH * v.OW, ckk = cg * v.kh * v.kw;
     int64_t nx = v.C * v.H * v.W;
+    int pw = mp_conv_pointwise(&v, MP_F32);     /* col is img's planes */
     MP_OMP(parallel if (N > 1))
     {
-        float *col = (float *)mp_kalloc((size_t)(ckk * npix) * sizeof *col);
+        float *col = pw ? NULL : (float *)mp_kalloc((size_t)(ckk * npix) * sizeof *col);
         float *img = (float *)mp_kalloc((size_t)nx * sizeof *img);
         MP_OMP(for schedule(dynamic))
         for (int64_t n = 0; n < N; n++) {
             memset(img, 0, (size_t)nx * sizeof *img);
             for (int64_t g = 0; g < v.G; g++) {
+                /* pointwise: added to img's zeros (beta 1), as col2im adds
+                 * (a -0 sum stored +0) */
+                float *c = pw ? img + g * cg * npix : col;
                 mp_gemm(1, 0, ckk, npix, fg, 1.0f, mp_at(w, wdt, g * fg * ckk), wdt, ckk,
-                        mp_at(dy, dydt, (n * v.F + g * fg) * npix), dydt, npix, 0.0f, col, MP_F32,
-                        npix);
-                mp_col2im(img + g * cg * v.H * v.W, col, cg, &v);
+                        mp_at(dy, dydt, (n * v.F + g * fg) * npix), dydt, npix, pw ? 1.0f : 0.0f,
+                        c, MP_F32, npix);
+                if (!pw)
+                    mp_col2im(img + g * cg * v.H * v.W, col, cg, &v);
             }
             for (int64_t c = 0; bias && c < v.C; c++)
                 mp_conv_add_bias(img + c * v.H * v.W, bias, bdt, c, v.H * v.W);
@@ -305,13 +385,18 @@ static inline void mp_k_conv2d_dw(void *dw, int dwdt, const void *dy, int dydt,
         return;
     }
     int64_t cg = v.C / v.G, fg = v.F / v.G, npix = v.OH * v.OW, ckk = cg * v.kh * v.kw;
-    float *col = (float *)mp_kalloc((size_t)(ckk * npix) * sizeof *col);
+    int pw = mp_conv_pointwise(&v, xdt);
+    float *col = pw ? NULL : (float *)mp_kalloc((size_t)(ckk * npix) * sizeof *col);
     float *acc = (float *)mp_kzalloc((size_t)(v.F * ckk) * sizeof *acc);
     for (int64_t n = 0; n < N; n++)
         for (int64_t g = 0; g < v.G; g++) {
-            mp_im2col(col, x, xdt, n * v.C * v.H * v.W, g * cg, cg, &v);
+            const void *b = col;
+            if (pw)
+                b = mp_at(x, xdt, (n * v.C + g * cg) * npix);
+            else
+                mp_im2col(col, x, xdt, n * v.C * v.H * v.W, g * cg, cg, &v);
             mp_gemm(0, 1, fg, ckk, npix, 1.0f, mp_at(dy, dydt, (n * v.F + g * fg) * npix), dydt,
-                    npix, col, MP_F32, npix, 1.0f, acc + g * fg * ckk, MP_F32, ckk);
+                    npix, b, pw ? xdt : MP_F32, npix, 1.0f, acc + g * fg * ckk, MP_F32, ckk);
         }
     mp_st_beta(dw, dwdt, 0, v.F * ckk, acc, beta);
     free(col);
@@ -818,15 +903,6 @@ static inline void mp_k_batch_norm_dw(void *dw, int dwdt, const void *dy, int dy
 #pragma GCC optimize("fp-contract=off")
 #endif
 
-/* Eight floats in a vector (GCC and Clang: AVX registers under -mavx, two
- * SSE registers otherwise); other compilers take the scalar loops. */
-#if !defined(__CUDACC__) && (defined(__GNUC__) || defined(__clang__))
-#define MP_ATTN_VEC 8
-typedef float MpAttnV __attribute__((vector_size(32)));
-/* v = p[0 .. 8), unaligned (a macro: a function returning an AVX vector
- * has another ABI with and without -mavx, which -Wpsabi flags) */
-#define MP_ATTN_VLD(v, p) memcpy(&(v), (p), sizeof(MpAttnV))
-#endif
 
 /* Attention's options (LANGUAGE.md "Attention options"; NULL: none):
  *   scaled     scale replaces 1/sqrt(D)
@@ -959,18 +1035,18 @@ static inline void mp_attn_dots_rw(float *o, int64_t ldo, const float *x, const 
         for (int u = 0; u < w; u++) o[r * ldo + j + u] = acc[r][u] * alpha;
 }
 
-#ifdef MP_ATTN_VEC
+#ifdef MP_NN_VEC
 /* mp_attn_dots_rw for nv vectors of keys (w = 8 nv) */
 static inline void mp_attn_dots_rv(float *o, int64_t ldo, const float *x, const float *yt,
                                    int64_t ld, int64_t D, int64_t j, float alpha, const int R,
                                    const int nv)
 {
-    MpAttnV acc[MP_ATTN_R][MP_ATTN_VW / MP_ATTN_VEC] = {{{0}}};
+    MpNnV acc[MP_ATTN_R][MP_ATTN_VW / MP_NN_VEC] = {{{0}}};
     for (int64_t d = 0; d < D; d++) {
         const float *y = yt + d * ld + j;
-        MpAttnV y0, y1;
-        MP_ATTN_VLD(y0, y);
-        MP_ATTN_VLD(y1, y + (nv > 1 ? MP_ATTN_VEC : 0));
+        MpNnV y0, y1;
+        MP_NN_VLD(y0, y);
+        MP_NN_VLD(y1, y + (nv > 1 ? MP_NN_VEC : 0));
         for (int r = 0; r < R; r++) {
             const float xd = x[r * D + d];
             acc[r][0] += xd * y0;
@@ -980,12 +1056,12 @@ static inline void mp_attn_dots_rv(float *o, int64_t ldo, const float *x, const 
     }
     for (int r = 0; r < R; r++)
         for (int u = 0; u < nv; u++) {
-            MpAttnV t = acc[r][u] * alpha;
-            memcpy(o + r * ldo + j + u * MP_ATTN_VEC, &t, sizeof t);
+            MpNnV t = acc[r][u] * alpha;
+            memcpy(o + r * ldo + j + u * MP_NN_VEC, &t, sizeof t);
         }
 }
 #define MP_ATTN_DOTS(o, ldo, x, yt, ld, D, j, alpha, R, w) \
-    mp_attn_dots_rv(o, ldo, x, yt, ld, D, j, alpha, R, (w) / MP_ATTN_VEC)
+    mp_attn_dots_rv(o, ldo, x, yt, ld, D, j, alpha, R, (w) / MP_NN_VEC)
 #else
 #define MP_ATTN_DOTS mp_attn_dots_rw
 #endif
@@ -1050,18 +1126,18 @@ static inline void mp_attn_wsum_rw(float *o, const float *wt, int64_t ldw, int64
             o[r * D + d + u] = add ? o[r * D + d + u] + acc[r][u] : acc[r][u];
 }
 
-#ifdef MP_ATTN_VEC
+#ifdef MP_NN_VEC
 /* mp_attn_wsum_rw for nv vectors of columns (w = 8 nv) */
 static inline void mp_attn_wsum_rv(float *o, const float *wt, int64_t ldw, int64_t sw,
                                    int64_t n, const float *Y, int64_t D, int64_t d, int add,
                                    const int R, const int nv)
 {
-    MpAttnV acc[MP_ATTN_R][MP_ATTN_VW / MP_ATTN_VEC] = {{{0}}};
+    MpNnV acc[MP_ATTN_R][MP_ATTN_VW / MP_NN_VEC] = {{{0}}};
     for (int64_t t = 0; t < n; t++) {
         const float *y = Y + t * D + d;
-        MpAttnV y0, y1;
-        MP_ATTN_VLD(y0, y);
-        MP_ATTN_VLD(y1, y + (nv > 1 ? MP_ATTN_VEC : 0));
+        MpNnV y0, y1;
+        MP_NN_VLD(y0, y);
+        MP_NN_VLD(y1, y + (nv > 1 ? MP_NN_VEC : 0));
         for (int r = 0; r < R; r++) {
             const float c = wt[r * ldw + t * sw];
             acc[r][0] += c * y0;
@@ -1071,18 +1147,18 @@ static inline void mp_attn_wsum_rv(float *o, const float *wt, int64_t ldw, int64
     }
     for (int r = 0; r < R; r++)
         for (int u = 0; u < nv; u++) {
-            float *p = o + r * D + d + u * MP_ATTN_VEC;
-            MpAttnV t = acc[r][u];
+            float *p = o + r * D + d + u * MP_NN_VEC;
+            MpNnV t = acc[r][u];
             if (add) {
-                MpAttnV prev;
-                MP_ATTN_VLD(prev, p);
+                MpNnV prev;
+                MP_NN_VLD(prev, p);
                 t = prev + acc[r][u];
             }
             memcpy(p, &t, sizeof t);
         }
 }
 #define MP_ATTN_WSUM(o, wt, ldw, sw, n, Y, D, d, add, R, w) \
-    mp_attn_wsum_rv(o, wt, ldw, sw, n, Y, D, d, add, R, (w) / MP_ATTN_VEC)
+    mp_attn_wsum_rv(o, wt, ldw, sw, n, Y, D, d, add, R, (w) / MP_NN_VEC)
 #else
 #define MP_ATTN_WSUM mp_attn_wsum_rw
 #endif
