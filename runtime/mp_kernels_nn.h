@@ -105,8 +105,20 @@ static inline void mp_col2im(float *dx, const float *col, int64_t nc, const MpCo
 static inline int mp_conv_pointwise(const MpConv *v, int xdt)
 {
     return v->kh == 1 && v->kw == 1 && v->sh == 1 && v->sw == 1 && v->ph == 0 && v->pw == 0 &&
-           v->OH == v->H && v->OW == v->W &&
            (xdt == MP_F32 || !mp_gemm_tf32 || mp_gemm_exact);
+}
+
+/* The product's operand for group g of image n: x's planes in place (pw,
+ * *dt = xdt), else their im2col in col (*dt = f32). */
+static inline const void *mp_conv_operand(float *col, const void *x, int xdt, int64_t n,
+                                          int64_t g, const MpConv *v, int pw, int *dt)
+{
+    int64_t cg = v->C / v->G;
+    *dt = pw ? xdt : MP_F32;
+    if (pw)
+        return mp_at(x, xdt, (n * v->C + g * cg) * v->H * v->W);
+    mp_im2col(col, x, xdt, n * v->C * v->H * v->W, g * cg, cg, v);
+    return col;
 }
 
 /* Elements [off, off + n) of p as f32: p's own when it stores f32 (no
@@ -304,13 +316,10 @@ static inline void mp_k_conv2d(void *y, int ydt, const void *x, int xdt, const v
         MP_OMP(for schedule(dynamic))
         for (int64_t n = 0; n < N; n++)
             for (int64_t g = 0; g < v.G; g++) {
-                const void *b = col;
-                if (pw)
-                    b = mp_at(x, xdt, (n * v.C + g * cg) * npix);
-                else
-                    mp_im2col(col, x, xdt, n * v.C * v.H * v.W, g * cg, cg, &v);
+                int bt;
+                const void *b = mp_conv_operand(col, x, xdt, n, g, &v, pw, &bt);
                 MpGemm p = {0, 0, fg, npix, ckk, 1.0f, 0.0f, mp_at(w, wdt, g * fg * ckk), wdt, ckk,
-                            b, pw ? xdt : MP_F32, npix,
+                            b, bt, npix,
                             (char *)y + (n * v.F + g * fg) * npix * mp_dt_size(ydt), ydt, npix,
                             bias ? mp_at(bias, bdt, g * fg) : NULL, bdt, 1, 0, 0, NULL, NULL};
                 mp_gemm_ex(&p);
@@ -390,13 +399,10 @@ static inline void mp_k_conv2d_dw(void *dw, int dwdt, const void *dy, int dydt,
     float *acc = (float *)mp_kzalloc((size_t)(v.F * ckk) * sizeof *acc);
     for (int64_t n = 0; n < N; n++)
         for (int64_t g = 0; g < v.G; g++) {
-            const void *b = col;
-            if (pw)
-                b = mp_at(x, xdt, (n * v.C + g * cg) * npix);
-            else
-                mp_im2col(col, x, xdt, n * v.C * v.H * v.W, g * cg, cg, &v);
+            int bt;
+            const void *b = mp_conv_operand(col, x, xdt, n, g, &v, pw, &bt);
             mp_gemm(0, 1, fg, ckk, npix, 1.0f, mp_at(dy, dydt, (n * v.F + g * fg) * npix), dydt,
-                    npix, b, pw ? xdt : MP_F32, npix, 1.0f, acc + g * fg * ckk, MP_F32, ckk);
+                    npix, b, bt, npix, 1.0f, acc + g * fg * ckk, MP_F32, ckk);
         }
     mp_st_beta(dw, dwdt, 0, v.F * ckk, acc, beta);
     free(col);
@@ -902,7 +908,6 @@ static inline void mp_k_batch_norm_dw(void *dw, int dwdt, const void *dy, int dy
 #pragma GCC push_options
 #pragma GCC optimize("fp-contract=off")
 #endif
-
 
 /* Attention's options (LANGUAGE.md "Attention options"; NULL: none):
  *   scaled     scale replaces 1/sqrt(D)
