@@ -456,53 +456,63 @@ static inline double mp_cu_fa_fmas(int64_t BH, int64_t T, int64_t Tk, int64_t D,
  *     the query tiles that see it, S^T = k q^T and dP^T = v dy^T, P^T from
  *     the rows' m and l (mp_cu_att_p, rounded: Pr), dS^T, dv += Pr^T dy and
  *     dk += dS^T q.
+ * The products' operands are read from the staged tiles by ldmatrix (A and
+ * B fragments four 8x8 matrices an instruction, .trans for the B of dq, dv
+ * and dk), and a tile every row sees whole skips the per-score tests, as in
+ * the forward; dS is rounded once, by its fragment's packing.
  * Per (query, key) pair and D': 2 + 2 (pass 1) + 2 + 2 + 2 (pass 2) + 2 + 2
  * + 2 + 2: 18 FLOPs against FlashAttention-2's 10 (which keeps the
  * forward's log-sum-exp and rowsum(dy y), and adds dq atomically):
  * mp_cu_fa_bwd_fmas counts it. */
 
-/* chunk kc (16 rows of the staged tile bs) as the B operand of an n-tile
- * pair: rows 8 n + g of bs, d from kk (the "k^T" reading: B[d][row]) */
+/* rows 16 kc.. of bs as the B operand B[row][d] of d-tiles d and d + 1
+ * (fb[0..1], fb[2..3]): one ldmatrix .trans */
 template <int DP>
-static inline MP_HD void mp_cu_fa_rows_b(uint32_t fb[2], const uint16_t *bs, int n, int kk, int g, int c)
+static inline MP_HD void mp_cu_fa_cols_b(uint32_t fb[4], const uint16_t *bs, int kc, int d, int lane,
+                                         const MpCuTeam &t)
 {
-    const uint16_t *b0 = bs + (8 * n + g) * (DP + MP_CU_FA_PAD) + kk + c;
-    fb[0] = mp_cu_fa_pair(b0, 1);
-    fb[1] = mp_cu_fa_pair(b0 + 8, 1);
+    mp_cu_ldsm(t, fb, bs + (16 * kc + (lane & 15)) * (DP + MP_CU_FA_PAD) + 8 * d + (lane >> 4) * 8, 1);
 }
 
-/* rows 16 kc.. of bs as the B operand B[row][d] (columns 8 d..) */
-template <int DP>
-static inline MP_HD void mp_cu_fa_cols_b(uint32_t fb[2], const uint16_t *bs, int kc, int d, int g, int c)
-{
-    const int ld = DP + MP_CU_FA_PAD;
-    const uint16_t *b0 = bs + (16 * kc + c) * ld + 8 * d + g;
-    fb[0] = mp_cu_fa_pair(b0, ld);
-    fb[1] = mp_cu_fa_pair(b0 + 8 * ld, ld);
-}
-
-/* s[nn] += (rows 16 w.. of as) (rows 16 kc + 8 nn.. of bs)^T over D', nn < 2:
- * the chunk's two n-tiles of 8 */
+/* s[nn] = (rows 16 w.. of as) (rows 16 kc + 8 nn.. of bs)^T over D', nn < 2:
+ * the chunk's two n-tiles of 8. Per 16 of D', one ldmatrix for the A
+ * fragment (its four 8x8 matrices: rows 0-7 and 8-15 of columns 0-7, then
+ * of columns 8-15) and one for the B fragments of both n-tiles (rows 0-7 of
+ * columns 0-7 and 8-15, then rows 8-15), as the forward reads k. */
 template <int DP>
 static inline MP_HD void mp_cu_fa_chunk(float s[2][4], const uint16_t *as, const uint16_t *bs, int w,
-                                        int kc, int g, int c, int bf, const MpCuTeam &t)
+                                        int kc, int lane, int bf, const MpCuTeam &t)
 {
     const int ld = DP + MP_CU_FA_PAD;
+    const uint16_t *ar = as + (16 * w + (lane & 7) + (lane >> 3 & 1) * 8) * ld + (lane >> 4) * 8;
+    const uint16_t *br = bs + (16 * kc + (lane & 7) + (lane >> 4) * 8) * ld + (lane >> 3 & 1) * 8;
     MP_CU_UNROLL
     for (int nn = 0; nn < 2; nn++)
         s[nn][0] = s[nn][1] = s[nn][2] = s[nn][3] = 0.0f;
     MP_CU_UNROLL
     for (int kk = 0; kk < DP; kk += 16) {
-        const uint16_t *a0 = as + (16 * w + g) * ld + kk + c, *a1 = a0 + 8 * ld;
-        uint32_t fa[4] = {mp_cu_fa_pair(a0, 1), mp_cu_fa_pair(a1, 1), mp_cu_fa_pair(a0 + 8, 1),
-                          mp_cu_fa_pair(a1 + 8, 1)};
-        MP_CU_UNROLL
-        for (int nn = 0; nn < 2; nn++) {
-            uint32_t fb[2];
-            mp_cu_fa_rows_b<DP>(fb, bs, 2 * kc + nn, kk, g, c);
-            mp_cu_mma(t, s[nn], fa, fb, bf);
-        }
+        uint32_t fa[4], fb[4];
+        mp_cu_ldsm(t, fa, ar + kk, 0);
+        mp_cu_ldsm(t, fb, br + kk, 0);
+        mp_cu_mma(t, s[0], fa, fb, bf);
+        mp_cu_mma(t, s[1], fa, fb + 2, bf);
     }
+}
+
+/* A key tile every query row of the tile sees whole (no mask, rows and keys
+ * inside T and T', causal: left of the tile's first row): its scores need
+ * only the scale, mp_cu_fa_score's value there without its tests. */
+static inline MP_HD int mp_cu_fa_whole(const MpCuFa *a, int64_t i0, int64_t j0)
+{
+    return !a->mask && i0 + MP_CU_FA_BR <= a->T && j0 + 64 <= a->Tk && (!a->causal || j0 + 63 <= i0);
+}
+
+/* dS = P (dP - D) scale (mp_cu_att_ds) left for mp_cu_fa_a's packing to
+ * round: one rounding to the compute type, the bits mp_cu_att_ds's
+ * mp_round and then the exact packing give. */
+static inline MP_HD float mp_cu_fa_ds(float p, float dp, float dot, float scale)
+{
+    return p * (dp - dot) * scale;
 }
 
 /* x[2][4] (an accumulator pair) as one A fragment, rounded */
@@ -544,7 +554,7 @@ struct MpCuFaDq {
         t.sync();   /* the block's previous item is done with the tiles */
         mp_cu_fa_stage<DP>(qs, 64, a.q, a.qdt, a.T, h, i0, a.D, a.bf, t);
         mp_cu_fa_stage<DP>(dys, 64, b.dy, b.dydt, a.T, h, i0, a.D, a.bf, t);
-        int64_t nk = mp_cu_fa_keys(&a, i0);
+        int64_t nk = mp_cu_fa_keys(&a, i0), mh = mp_cu_fa_mask_head(&a, h);
         MP_CU_UNROLL   /* pass a constant in each copy: its arrays stay registers */
         for (int pass = 0; pass < 2; pass++) {
             float inv[2], dd[2];
@@ -558,11 +568,12 @@ struct MpCuFaDq {
                 mp_cu_fa_stage<DP>(ks, 64, a.k, a.kdt, a.Tk, h, j0, a.D, a.bf, t);
                 mp_cu_fa_stage<DP>(vs, 64, a.v, a.vdt, a.Tk, h, j0, a.D, a.bf, t);
                 t.sync();   /* staged: every warp sees them */
+                const int whole = mp_cu_fa_whole(&a, i0, j0);
                 MP_CU_UNROLL
                 for (int kc = 0; kc < 4; kc++) {
                     float s[2][4], dp[2][4];
-                    mp_cu_fa_chunk<DP>(s, qs, ks, w, kc, g, c, a.bf, t);    /* q k^T */
-                    mp_cu_fa_chunk<DP>(dp, dys, vs, w, kc, g, c, a.bf, t);  /* dy v^T */
+                    mp_cu_fa_chunk<DP>(s, qs, ks, w, kc, lane, a.bf, t);    /* q k^T */
+                    mp_cu_fa_chunk<DP>(dp, dys, vs, w, kc, lane, a.bf, t);  /* dy v^T */
                     float mx[2] = {m[0], m[1]};
                     MP_CU_UNROLL
                     for (int nn = 0; nn < 2; nn++)
@@ -570,7 +581,7 @@ struct MpCuFaDq {
                         for (int e = 0; e < 4; e++) {
                             int64_t i = i0 + 16 * w + g + (e >> 1) * 8;
                             int64_t j = j0 + 16 * kc + 8 * nn + c + (e & 1);
-                            s[nn][e] = mp_cu_fa_score(&a, s[nn][e], h, i, j);
+                            s[nn][e] = whole ? s[nn][e] * a.scale : mp_cu_fa_score_at(&a, s[nn][e], mh, i, j);
                             mx[e >> 1] = s[nn][e] > mx[e >> 1] ? s[nn][e] : mx[e >> 1];
                         }
                     if (pass == 0) {   /* m, l, sum of exp dP */
@@ -596,15 +607,16 @@ struct MpCuFaDq {
                     for (int nn = 0; nn < 2; nn++)   /* dS, then dq += dS k */
                         MP_CU_UNROLL
                         for (int e = 0; e < 4; e++)
-                            s[nn][e] = mp_cu_att_ds(mp_cu_att_p(s[nn][e], m[e >> 1], inv[e >> 1]),
-                                                    dp[nn][e], dd[e >> 1], a.scale, a.bf ? MP_BF16 : MP_F16);
+                            s[nn][e] = mp_cu_fa_ds(mp_cu_att_p(s[nn][e], m[e >> 1], inv[e >> 1]),
+                                                   dp[nn][e], dd[e >> 1], a.scale);
                     uint32_t fa[4];
                     mp_cu_fa_a(fa, s, a.bf);
                     MP_CU_UNROLL
-                    for (int d = 0; d < DP / 8; d++) {
-                        uint32_t fb[2];
-                        mp_cu_fa_cols_b<DP>(fb, ks, kc, d, g, c);
+                    for (int d = 0; d < DP / 8; d += 2) {
+                        uint32_t fb[4];
+                        mp_cu_fa_cols_b<DP>(fb, ks, kc, d, lane, t);
                         mp_cu_mma(t, dq[d], fa, fb, a.bf);
+                        mp_cu_mma(t, dq[d + 1], fa, fb + 2, a.bf);
                     }
                 }
             }
@@ -648,7 +660,7 @@ struct MpCuFaDkv {
         const MpCuFa &a = b.a;
         const int ld = DP + MP_CU_FA_PAD, w = t.tid / 32, lane = t.tid % 32;
         const int g = lane >> 2, c = (lane & 3) * 2;
-        int64_t h = it / b.nkt, j0 = it % b.nkt * 64;
+        int64_t h = it / b.nkt, j0 = it % b.nkt * 64, mh = mp_cu_fa_mask_head(&a, h);
         uint16_t *ks = sh, *vs = ks + 64 * ld, *qs = vs + 64 * ld, *dys = qs + 64 * ld;
         float *sm = (float *)(dys + 64 * ld), *sinv = sm + 64, *sd = sinv + 64;
         float dk[DP / 8][4], dv[DP / 8][4];
@@ -672,31 +684,35 @@ struct MpCuFaDkv {
                 sd[r] = in ? st[2] : 0.0f;
             }
             t.sync();   /* staged: every warp sees them */
+            const int whole = mp_cu_fa_whole(&a, i0, j0);
             MP_CU_UNROLL
             for (int qc = 0; qc < 4; qc++) {
                 float s[2][4], dp[2][4];
-                mp_cu_fa_chunk<DP>(s, ks, qs, w, qc, g, c, a.bf, t);    /* k q^T */
-                mp_cu_fa_chunk<DP>(dp, vs, dys, w, qc, g, c, a.bf, t);  /* v dy^T */
+                mp_cu_fa_chunk<DP>(s, ks, qs, w, qc, lane, a.bf, t);    /* k q^T */
+                mp_cu_fa_chunk<DP>(dp, vs, dys, w, qc, lane, a.bf, t);  /* v dy^T */
                 MP_CU_UNROLL
                 for (int nn = 0; nn < 2; nn++)
                     MP_CU_UNROLL
                     for (int e = 0; e < 4; e++) {
                         int r = 16 * qc + 8 * nn + c + (e & 1);   /* the query, in the tile */
                         int64_t j = j0 + 16 * w + g + (e >> 1) * 8;
-                        float p = mp_cu_att_p(mp_cu_fa_score(&a, s[nn][e], h, i0 + r, j), sm[r], sinv[r]);
+                        float sc = whole ? s[nn][e] * a.scale : mp_cu_fa_score_at(&a, s[nn][e], mh, i0 + r, j);
+                        float p = mp_cu_att_p(sc, sm[r], sinv[r]);
                         s[nn][e] = p;
-                        dp[nn][e] = mp_cu_att_ds(p, dp[nn][e], sd[r], a.scale, a.bf ? MP_BF16 : MP_F16);
+                        dp[nn][e] = mp_cu_fa_ds(p, dp[nn][e], sd[r], a.scale);
                     }
                 uint32_t fp[4], fs[4];
                 mp_cu_fa_a(fp, s, a.bf);
                 mp_cu_fa_a(fs, dp, a.bf);
                 MP_CU_UNROLL
-                for (int d = 0; d < DP / 8; d++) {
-                    uint32_t fb[2];
-                    mp_cu_fa_cols_b<DP>(fb, dys, qc, d, g, c);
+                for (int d = 0; d < DP / 8; d += 2) {
+                    uint32_t fb[4];
+                    mp_cu_fa_cols_b<DP>(fb, dys, qc, d, lane, t);
                     mp_cu_mma(t, dv[d], fp, fb, a.bf);   /* Pr^T dy */
-                    mp_cu_fa_cols_b<DP>(fb, qs, qc, d, g, c);
+                    mp_cu_mma(t, dv[d + 1], fp, fb + 2, a.bf);
+                    mp_cu_fa_cols_b<DP>(fb, qs, qc, d, lane, t);
                     mp_cu_mma(t, dk[d], fs, fb, a.bf);   /* dS^T q */
+                    mp_cu_mma(t, dk[d + 1], fs, fb + 2, a.bf);
                 }
             }
         }
