@@ -167,7 +167,7 @@ typedef struct MpCu {
     int warm;                      /* a step has run eagerly: graphs may be captured */
     int capturing;                 /* errors are noted, not fatal: eager steps then */
     char capture_err[160];         /* the first error while capturing */
-    int blas_off;                  /* cuBLAS refused a product: the built-in one */
+    int blas_off;                  /* the built-in product: cuBLAS refused one, or MP_CUBLAS=off */
     MpNccl nccl;                   /* data parallel, more than one rank: */
     MpNcclComm comm;               /* the gradients summed over the ranks */
     const char *op, *where;        /* the model's op being launched, its source line */
@@ -978,6 +978,11 @@ static inline int mp_cu_blas_open(MpErr *e)
     mp_gemm_tf32 = mp_cu_tf32();   /* which rounds f32 operands as the TF32 mode */
 #else
     char msg[512];
+    const char *env = getenv("MP_CUBLAS");
+    if (env && !strcmp(env, "off")) {   /* every product on the built-in kernel (slower) */
+        mp_cu.blas_off = 1;
+        return 0;
+    }
     if (mp_blas_load(&mp_cu.blas, msg, sizeof msg))
         return mp_errf(e, "%s", msg);
     MpBlasStatus s = mp_cu.blas.create(&mp_cu.handle);

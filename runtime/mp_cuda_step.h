@@ -45,7 +45,8 @@
  * instead of replaying a graph (the first step always runs so: a warm-up
  * before capture); MP_CUDA_SYNC=1 does too and waits after every launch,
  * so that a failing kernel is named with the model's op and line;
- * MP_CUDA_DEVICE=n picks a GPU; MP_CUBLAS=path picks libcublas;
+ * MP_CUDA_DEVICE=n picks a GPU; MP_CUBLAS=path picks libcublas (off: the
+ * built-in product);
  * MP_CUDA_VERBOSE=1 prints the GPU and the device memory used at start;
  * MP_CUDA_DATA=0 gathers every batch on the host (see mp_cu_plan_data).
  * TF32 products are the model's choice (float32_matmul, MpCuModel.tf32),
@@ -631,8 +632,9 @@ static int mp_cu_start(MpTrainer *t, int host, MpErr *e)
     }
     mp_cu_layout(mp_cu.mem);
 #ifndef MP_CU_EMU
-    mp_cu_blas_ok(mp_cu.blas.set_workspace(mp_cu.handle, mp_cu.blas_ws, MP_CU_BLAS_WS),
-                  "cublasSetWorkspace");
+    if (!mp_cu.blas_off)
+        mp_cu_blas_ok(mp_cu.blas.set_workspace(mp_cu.handle, mp_cu.blas_ws, MP_CU_BLAS_WS),
+                      "cublasSetWorkspace");
 #endif
     mp_cu.model->bind(mp_cu.arena);
     mp_cu_push(t, tiles);
