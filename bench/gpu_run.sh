@@ -5,7 +5,8 @@
 # then, on the GPU's machine, carrying mpcc and bench/out/carry:
 #     bench/gpu_run.sh
 # It prints the machine (GPU, driver, nvcc, PyTorch), finds cuBLAS, runs
-# gpu_check.sh (GPT-2 small first) and gpu_bench.sh (PyTorch eager AMP and
+# gpu_check.sh (GPT-2 small first), Nsight Compute's time of each kernel of
+# one GPT-2 small step (ncu.txt) and gpu_bench.sh (PyTorch eager AMP and
 # torch.compile), each under a time limit, and leaves everything in
 # $OUT (or bench/out/run): run.log, and logs.tar.xz with every program's log.
 # Exit status: 0 when both passed, else 1.
@@ -26,9 +27,18 @@ fi
 echo "cuBLAS: ${MP_CUBLAS:-found by the loader}"
 rc=0
 echo "== gpu_check.sh"
-PREBUILT_ONLY=1 GPT2_FIRST=1 GPT2_STEPS=${GPT2_STEPS:-30} timeout "${CHECK_S:-330}" bench/gpu_check.sh || rc=1
+PREBUILT_ONLY=1 GPT2_FIRST=1 GPT2_STEPS=${GPT2_STEPS:-30} timeout "${CHECK_S:-260}" bench/gpu_check.sh || rc=1
 echo "== gpu_check.sh ended after $(($(date +%s) - t0)) s"
 pkill -f compute-sanitizer; pkill -f 'bench/out/check/.*\.(gpu|cpu)'; sleep 1   # what a timeout left running
+NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+NCU_BIN=${NCU_BIN:-bench/out/check/gpt2s.gpu}
+if [ -x "$NCU" ] && [ -x "$NCU_BIN" ]; then   # where GPT-2 small's step goes
+    echo "== ncu: one GPT-2 small step ($NCU_BIN), each kernel's time"
+    MP_CUDA_GRAPH=0 timeout "${NCU_S:-75}" "$NCU" --clock-control none --metrics gpu__time_duration.sum \
+        --print-summary per-kernel "$NCU_BIN" --data seq=bench/out/check/gpt2_tok.bin \
+        --steps 1 >"$o/ncu.txt" 2>&1
+    echo "ncu: exit $?, $(grep -c gpu__time_duration "$o/ncu.txt") kernels in $o/ncu.txt"
+fi
 echo "== gpu_bench.sh"
 TORCH_MODES=${TORCH_MODES:-"eager compile"} timeout "${BENCH_S:-200}" bench/gpu_bench.sh || rc=1
 echo "== gpu_bench.sh ended after $(($(date +%s) - t0)) s"

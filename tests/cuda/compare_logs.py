@@ -7,7 +7,14 @@ ACC_TOL absolute: the argmax of two nearly tied logits may flip with the
 last bits of a sum, so the two programs may count a sample or two apart
 (char_transformer: 1 of 3072 tokens); timings, learning rates and gradient
 norms not compared. Prints the worst relative difference; exits 1 with the first
-disagreement. Used by tests/t_cuda_emu.sh and bench/gpu_check.sh."""
+disagreement. Used by tests/t_cuda_emu.sh and bench/gpu_check.sh.
+
+compare_logs.py A B TOL STRICT DRIFT: lines up to step STRICT as above;
+after it, the steps still equal but the losses and metrics within DRIFT
+relative, and loss_scale and skipped not compared. Two programs that sum
+in different orders (cuBLAS against the C program) agree to TOL for the
+first steps, then drift apart as training amplifies the difference: a
+model near a float16 overflow can skip a step in one and not the other."""
 import json
 import sys
 
@@ -24,16 +31,20 @@ def flat(d, p=""):
 
 def main():
     a, b, tol = sys.argv[1], sys.argv[2], float(sys.argv[3])
+    strict = int(sys.argv[4]) if len(sys.argv) > 4 else None
+    drift = float(sys.argv[5]) if len(sys.argv) > 5 else tol
     la = [json.loads(l) for l in open(a)]
     lb = [json.loads(l) for l in open(b)]
     if len(la) != len(lb):
         sys.exit("%d log lines against %d" % (len(la), len(lb)))
-    worst = 0.0
+    worst = late = 0.0
     for x, y in zip(la, lb):
         fx, fy = dict(flat(x)), dict(flat(y))
+        after = strict is not None and (x.get("step") or 0) > strict
+        t = drift if after else tol
         for k, u in fx.items():
             v = fy.get(k)
-            if k in ("samples_per_s", "grad_norm", "lr"):
+            if k in ("samples_per_s", "grad_norm", "lr") or (after and k in ("loss_scale", "skipped")):
                 continue
             if k in ("step", "loss_scale", "skipped") or u is None or v is None:
                 if u != v:
@@ -45,11 +56,17 @@ def main():
                              % (x.get("step"), k, u, v, ACC_TOL))
                 continue
             r = abs(u - v) / max(abs(u), abs(v), 1e-3)
-            worst = max(worst, r)
-            if r > tol:
+            if after:
+                late = max(late, r)
+            else:
+                worst = max(worst, r)
+            if r > t:
                 sys.exit("step %s: %s %.8g against %.8g (tolerance %g relative)"
-                         % (x.get("step"), k, u, v, tol))
-    print("worst relative difference %.2e" % worst)
+                         % (x.get("step"), k, u, v, t))
+    if strict is None:
+        print("worst relative difference %.2e" % worst)
+    else:
+        print("worst relative difference %.2e to step %d, %.2e after it" % (worst, strict, late))
 
 
 if __name__ == "__main__":
