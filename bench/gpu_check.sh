@@ -25,7 +25,8 @@
 #      the device memory it needs, its attention on Tensor Cores
 #      (mp_cuda_flash.h), 2 steps as the C program's (5e-2), then
 #      GPT2_STEPS steps for speed (see the section for its parameters).
-# Writes bench/out/check/. Takes about 6 minutes on an H200 with 16 cores.
+# Writes bench/out/check/. Takes about 6 minutes on an H200 with 16 cores
+# (133 s there with the programs built ahead: the second GPU run).
 #
 # PREBUILD=1 does, on a machine without a GPU, everything that needs none:
 # it builds every program (nvcc for ARCH's machine code alone, no PTX, so
