@@ -973,16 +973,16 @@ static inline MpCuGemm mp_cu_gemm_of(int ta, int tb, int64_t M, int64_t N, int64
 /* cuBLAS loaded and set up on the compute stream: 0, or -1 with e set. */
 static inline int mp_cu_blas_open(MpErr *e)
 {
-#ifdef MP_CU_EMU
-    (void)e;                       /* products: mp_cu_emu_gemm, through mp_gemm, */
-    mp_gemm_tf32 = mp_cu_tf32();   /* which rounds f32 operands as the TF32 mode */
-#else
-    char msg[512];
     const char *env = getenv("MP_CUBLAS");
     if (env && !strcmp(env, "off")) {   /* every product on the built-in kernel (slower) */
         mp_cu.blas_off = 1;
         return 0;
     }
+#ifdef MP_CU_EMU
+    (void)e;                       /* products: mp_cu_emu_gemm, through mp_gemm, */
+    mp_gemm_tf32 = mp_cu_tf32();   /* which rounds f32 operands as the TF32 mode */
+#else
+    char msg[512];
     if (mp_blas_load(&mp_cu.blas, msg, sizeof msg))
         return mp_errf(e, "%s", msg);
     MpBlasStatus s = mp_cu.blas.create(&mp_cu.handle);

@@ -295,6 +295,15 @@ static inline MP_HD float mp_cu_fa_score(const MpCuFa *a, float acc, int64_t h, 
     return mp_cu_fa_score_at(a, acc, mp_cu_fa_mask_head(a, h), i, j);
 }
 
+/* A key tile of bc keys from j0 that every query row of the tile from i0
+ * sees whole (no mask, rows and keys inside T and T', causal: left of the
+ * tile's first row): its scores need only the scale, mp_cu_fa_score's
+ * value there without its tests. */
+static inline MP_HD int mp_cu_fa_whole(const MpCuFa *a, int64_t i0, int64_t j0, int64_t bc)
+{
+    return !a->mask && i0 + MP_CU_FA_BR <= a->T && j0 + bc <= a->Tk && (!a->causal || j0 + bc - 1 <= i0);
+}
+
 /* Forward: item (head, query tile of 64). Warp w holds rows 16 w + g and
  * 16 w + g + 8 of the tile (g = lane / 4) in its accumulators' registers
  * 0, 1 and 2, 3; columns 2 (lane % 4) and + 1 of each n-tile of 8. */
@@ -346,12 +355,7 @@ struct MpCuFaFwd {
                     mp_cu_mma(t, s[n], fq[kk], fb, a.bf);
                     mp_cu_mma(t, s[n + 1], fq[kk], fb + 2, a.bf);
                 }
-            /* a tile every row of the block sees whole (no mask, rows and keys
-             * inside T and T', causal: left of the block's first row) needs
-             * only the scale: mp_cu_fa_score's value there, without its tests */
-            int whole = !a.mask && i0 + MP_CU_FA_BR <= a.T && j0 + BC <= a.Tk &&
-                        (!a.causal || j0 + BC - 1 <= i0);
-            if (whole) {
+            if (mp_cu_fa_whole(&a, i0, j0, BC)) {
                 MP_CU_UNROLL
                 for (int n = 0; n < NB; n++)
                     MP_CU_UNROLL
@@ -459,7 +463,9 @@ static inline double mp_cu_fa_fmas(int64_t BH, int64_t T, int64_t Tk, int64_t D,
  * The products' operands are read from the staged tiles by ldmatrix (A and
  * B fragments four 8x8 matrices an instruction, .trans for the B of dq, dv
  * and dk), and a tile every row sees whole skips the per-score tests, as in
- * the forward; dS is rounded once, by its fragment's packing.
+ * the forward; dS is rounded once, by its fragment's packing
+ * (mp_cu_att_ds to MP_F32: unrounded there; the packing's rounding gives the
+ * bits the C program's rounding of dS does).
  * Per (query, key) pair and D': 2 + 2 (pass 1) + 2 + 2 + 2 (pass 2) + 2 + 2
  * + 2 + 2: 18 FLOPs against FlashAttention-2's 10 (which keeps the
  * forward's log-sum-exp and rowsum(dy y), and adds dq atomically):
@@ -497,22 +503,6 @@ static inline MP_HD void mp_cu_fa_chunk(float s[2][4], const uint16_t *as, const
         mp_cu_mma(t, s[0], fa, fb, bf);
         mp_cu_mma(t, s[1], fa, fb + 2, bf);
     }
-}
-
-/* A key tile every query row of the tile sees whole (no mask, rows and keys
- * inside T and T', causal: left of the tile's first row): its scores need
- * only the scale, mp_cu_fa_score's value there without its tests. */
-static inline MP_HD int mp_cu_fa_whole(const MpCuFa *a, int64_t i0, int64_t j0)
-{
-    return !a->mask && i0 + MP_CU_FA_BR <= a->T && j0 + 64 <= a->Tk && (!a->causal || j0 + 63 <= i0);
-}
-
-/* dS = P (dP - D) scale (mp_cu_att_ds) left for mp_cu_fa_a's packing to
- * round: one rounding to the compute type, the bits mp_cu_att_ds's
- * mp_round and then the exact packing give. */
-static inline MP_HD float mp_cu_fa_ds(float p, float dp, float dot, float scale)
-{
-    return p * (dp - dot) * scale;
 }
 
 /* x[2][4] (an accumulator pair) as one A fragment, rounded */
@@ -568,7 +558,7 @@ struct MpCuFaDq {
                 mp_cu_fa_stage<DP>(ks, 64, a.k, a.kdt, a.Tk, h, j0, a.D, a.bf, t);
                 mp_cu_fa_stage<DP>(vs, 64, a.v, a.vdt, a.Tk, h, j0, a.D, a.bf, t);
                 t.sync();   /* staged: every warp sees them */
-                const int whole = mp_cu_fa_whole(&a, i0, j0);
+                const int whole = mp_cu_fa_whole(&a, i0, j0, 64);
                 MP_CU_UNROLL
                 for (int kc = 0; kc < 4; kc++) {
                     float s[2][4], dp[2][4];
@@ -607,8 +597,8 @@ struct MpCuFaDq {
                     for (int nn = 0; nn < 2; nn++)   /* dS, then dq += dS k */
                         MP_CU_UNROLL
                         for (int e = 0; e < 4; e++)
-                            s[nn][e] = mp_cu_fa_ds(mp_cu_att_p(s[nn][e], m[e >> 1], inv[e >> 1]),
-                                                   dp[nn][e], dd[e >> 1], a.scale);
+                            s[nn][e] = mp_cu_att_ds(mp_cu_att_p(s[nn][e], m[e >> 1], inv[e >> 1]),
+                                                    dp[nn][e], dd[e >> 1], a.scale, MP_F32);
                     uint32_t fa[4];
                     mp_cu_fa_a(fa, s, a.bf);
                     MP_CU_UNROLL
@@ -684,7 +674,7 @@ struct MpCuFaDkv {
                 sd[r] = in ? st[2] : 0.0f;
             }
             t.sync();   /* staged: every warp sees them */
-            const int whole = mp_cu_fa_whole(&a, i0, j0);
+            const int whole = mp_cu_fa_whole(&a, i0, j0, 64);
             MP_CU_UNROLL
             for (int qc = 0; qc < 4; qc++) {
                 float s[2][4], dp[2][4];
@@ -699,7 +689,7 @@ struct MpCuFaDkv {
                         float sc = whole ? s[nn][e] * a.scale : mp_cu_fa_score_at(&a, s[nn][e], mh, i0 + r, j);
                         float p = mp_cu_att_p(sc, sm[r], sinv[r]);
                         s[nn][e] = p;
-                        dp[nn][e] = mp_cu_fa_ds(p, dp[nn][e], sd[r], a.scale);
+                        dp[nn][e] = mp_cu_att_ds(p, dp[nn][e], sd[r], a.scale, MP_F32);
                     }
                 uint32_t fp[4], fs[4];
                 mp_cu_fa_a(fp, s, a.bf);

@@ -480,6 +480,10 @@ fallback() {   # fallback NAME NOTE ENV...: the note once, then the C program's 
 if [ -x "$tmp/mnist_mlp.emu" ]; then
     fallback mnist_mlp "CUDA graph capture failed" MP_EMU_FAIL=capture
     fallback mnist_mlp "cuBLAS cannot run" MP_EMU_FAIL=blas
+    # MP_CUBLAS=off (docs/TRAINER.md): every product on the built-in kernel
+    # from the start, none through cuBLAS (a fault injected into cuBLAS's
+    # products would end the run), and the C program's curve
+    curve mnist_mlp 4 2e-3 MP_CUBLAS=off MP_EMU_FAIL=kernel:cublasGemmEx
     fails_with() {   # fails_with REGEX ENV...: exit 1 with that one line
         local re=$1
         shift
