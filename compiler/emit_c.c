@@ -57,6 +57,31 @@ static void declare_values(Emit *e)
     }
 }
 
+/* mixed_float8's scale slots (the plan's s#N, compiler/prec.c) and their
+ * state, mp_fp8.h's MpFp8: formats, this step's exponents and amaxes, the
+ * amax histories; mp_model.fp8 points at it. */
+static void declare_fp8(Emit *e)
+{
+    const IrGraph *g = e->g;
+    int n = g->nfp8_slots;
+    long long hist = g->train.fp8 == FP8_DELAYED ? (long long)g->train.fp8_history : 1;
+    if (n == 0)
+        return;
+    em(e, "\n/* mixed_float8: %d per-tensor scales (the plan's s#1..s#%d), %s scaling */\n", n, n,
+       prec_fp8_recipe_name(g->train.fp8));
+    em(e, "static const unsigned char mp_fp8_fmt[%d] = {\n", n);
+    for (int s = 0; s < n; s++) {
+        const Fp8Slot *f = &g->fp8_slots[s];
+        em(e, "    %s, /* s#%d: %s of %s, %s */\n", f->fmt == FP8_E4M3 ? "MP_E4M3" : "MP_E5M2", s + 1,
+           f->role == 'g' ? "dy" : f->role == 'w' ? "w" : "x", op_info[f->product->op].name,
+           where(e, f->product));
+    }
+    em(e, "};\nstatic int mp_fp8_exp[%d];\nstatic float mp_fp8_amax[%d];\n", n, n);
+    em(e, "static float mp_fp8_hist[%lld];\n", hist * n);
+    em(e, "static MpFp8 mp_fp8 = {%d, %lld, %lld, %d, mp_fp8_fmt, mp_fp8_exp, mp_fp8_amax, mp_fp8_hist, 0, 0, 0};\n",
+       n, hist, (long long)g->train.fp8_margin, g->train.fp8 == FP8_CURRENT ? 1 : 0);
+}
+
 /* Each parameter's lowp working copy (MpParam.work, work_dt), for the
  * trainer's optimizer pass, which writes it while it updates the f32 value
  * (so cast_params() need not run again before the next step). */
@@ -138,10 +163,8 @@ static void acc_product(Emit *e, const IrNode *n, int p)
 
 /* One node: the source comment when the line changes, the kernel call
  * (or its fusion group's loop, fuse.h), what follows it. */
-static void node(Emit *e, const IrNode *n, int *line)
+static void node_code(Emit *e, const IrNode *n, int *line)
 {
-    if (n->fused && fuse_last(e->g, n) != n)
-        return;                     /* written with its group's last node */
     emit_source_line(e, n, line, "\n");
     if (emit_folded_cast(e, n) && emit_acc_product(e, n->in[0]) >= 0)
         return;                     /* added into the gradient by its product */
@@ -167,6 +190,47 @@ static void node(Emit *e, const IrNode *n, int *line)
     }
     emit_fns[n->op](e, n);
     after(e, n);
+}
+
+/* mixed_float8: the quantised product whose call n's code makes (n, or the
+ * product heading n's fusion group), or NULL */
+static const IrNode *fp8_product(Emit *e, const IrNode *n)
+{
+    if (e->g->nfp8_slots == 0 || n->fp8[0] || n->fp8[1])
+        return e->g->nfp8_slots ? n : NULL;
+    for (int i = n->id - 1; n->fused && i >= 0; i--) {
+        const IrNode *m = e->g->nodes[i];
+        if (m->fused && fuse_last(e->g, m) == n && (m->fp8[0] || m->fp8[1]))
+            return m;
+    }
+    return NULL;
+}
+
+/* A node; a quantised product (mp_fp8.h) between the amax of each tensor
+ * it is the first to read (in the order written, which in the backward pass
+ * is not the nodes' order) and its scales' use (the GEMM's operand
+ * rounding). */
+static void node(Emit *e, const IrNode *n, int *line)
+{
+    if (n->fused && fuse_last(e->g, n) != n)
+        return;                     /* written with its group's last node */
+    const IrNode *q = fp8_product(e, n);
+    if (!q) {
+        node_code(e, n, line);
+        return;
+    }
+    emit_source_line(e, n, line, "\n");
+    for (int k = 0; k < 2; k++) {
+        int s = q->fp8[k];
+        if (s == 0 || e->fp8_seen[s - 1])
+            continue;
+        e->fp8_seen[s - 1] = true;
+        em(e, "    mp_fp8_observe(&mp_fp8, %d, %s, %s, %lld, run->training);\n", q->fp8[k],
+               cname(e, q->in[k]), mpdt(q->in[k]->type), (long long)shape_numel(&q->in[k]->shape));
+    }
+    em(e, "    mp_fp8_use(&mp_fp8, %d, %d);\n", q->fp8[0], q->fp8[1]);
+    node_code(e, n, line);
+    em(e, "    mp_fp8_use(&mp_fp8, 0, 0);\n");
 }
 
 static void cast_node(Emit *e, const IrNode *n, int *line)
@@ -221,6 +285,7 @@ static void passes(Emit *e)
 static void decls(Emit *e)
 {
     declare_values(e);
+    declare_fp8(e);
     setup_fn(e);
     emit_fused_c_epilogues(e);
 }
@@ -239,7 +304,8 @@ bool emit_c(FILE *out, const IrGraph *g, bool loops)
 {
     Emit e;
     emit_begin(&e, out, g);
-    e.loops = loops;
+    e.loops = loops && g->nfp8_slots == 0;  /* a repeat's copies have their own scales */
+    e.fp8_seen = arena_alloc(e.a, sizeof *e.fp8_seen * (size_t)(g->nfp8_slots + 1));
     e.loop_params = "MpRun *run";
     e.loop_args = "run";
     e.loop_cast_args = "NULL";

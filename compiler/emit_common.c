@@ -433,7 +433,8 @@ void emit_model_struct(Emit *e, const char *hooks)
        (int)t->warmup_style, t->dampening);
     em(e, "     %.17g, %d},\n", t->alpha, t->centered ? 1 : 0);
     em(e, "    %s,\n", hooks);
-    em(e, "    %d, mp_values, %d,\n};\n", e->nvalues, emit_output(e));
+    em(e, "    %d, mp_values, %d, %s,\n};\n", e->nvalues, emit_output(e),
+       g->nfp8_slots ? "&mp_fp8" : "NULL");
 }
 
 /* ---- sizes of a node's tensors, as kernels take them -------------------- */

@@ -40,6 +40,8 @@ typedef struct Emit {
     int *fused_functor;        /* per fusion group: its MpFused<k> (emit_fused.c) */
     const char **fused_texts;  /* the distinct functor bodies, k = 1, 2, ... */
     int nfused_texts;
+    bool *fp8_seen;            /* mixed_float8 (emit_c.c): a product reading the scale slot
+                                  (IrNode.fp8 - 1) has been written: its amax is taken */
 } Emit;
 
 typedef void EmitFn(Emit *e, const IrNode *n);

@@ -9,6 +9,9 @@
  *                                   exp_avg and exp_avg_sq (Adam, AdamW),
  *                                   square_avg, momentum_buffer (momentum
  *                                   > 0), grad_avg (centered) (RMSprop)
+ *   fp8.amax_history, fp8.scale_exp  mixed_float8's scales (mp_fp8.h): the
+ *                                   amax history [history, slots] and each
+ *                                   slot's exponent [slots] (F32; integers)
  * and string metadata (numbers in decimal, %.17g for reals):
  *   format "mpcc-checkpoint-1", model, policy, source, mpcc_version,
  *   optimizer (sgd|adam|adamw|rmsprop), step, optimizer_updates (Adam's t), seed,
@@ -36,6 +39,7 @@
 #include <string.h>
 #include "mp_model.h"
 #include "mp_half.h"
+#include "mp_fp8.h"
 #include "mp_util.h"
 #include "mp_safetensors.h"
 #include "mp_optim.h"
@@ -76,7 +80,7 @@ static inline const char *mp_opt_name(int opt)
 
 /* ---- writing ------------------------------------------------------------ */
 
-enum { MP_CKPT_NMETA = 21 };
+enum { MP_CKPT_NMETA = 22 };
 
 static inline int mp_ckpt_meta(const MpTrainer *t, const char **k, const char **v,
                                char (*buf)[72])
@@ -106,6 +110,8 @@ static inline int mp_ckpt_meta(const MpTrainer *t, const char **k, const char **
     MP_META_F("bn_batches_tracked", "%" PRId64, t->bn_batches);
     if (mp_dist.size > 1)
         MP_META_F("ranks", "%d", mp_dist.size);
+    if (m->fp8)
+        MP_META_F("fp8_steps", "%" PRId64, m->fp8->steps);
 #undef MP_META_F
 #undef MP_META_S
     return n;
@@ -121,10 +127,26 @@ static inline void mp_tensor_of(MpTensor *x, const MpParam *p, const char *name,
     x->data = data;
 }
 
+/* mixed_float8's two tensors, as parameters of their shapes: the history
+ * [history, slots] (k 0) and the exponents [slots] (k 1), in f32 */
+static inline MpParam mp_fp8_tensor(const MpFp8 *f, int k)
+{
+    MpParam p;
+    memset(&p, 0, sizeof p);
+    p.name = k ? "fp8.scale_exp" : "fp8.amax_history";
+    p.rank = k ? 1 : 2;
+    p.shape[0] = k ? f->nslots : f->history;
+    p.shape[1] = f->nslots;
+    p.numel = k ? f->nslots : (int64_t)f->history * f->nslots;
+    return p;
+}
+
 static inline int mp_ckpt_save(const MpTrainer *t, const char *path, MpErr *e)
 {
     const MpModel *m = t->m;
-    int cap = m->nparams * (1 + t->nslots), n = 0, rc = 1;
+    int cap = m->nparams * (1 + t->nslots) + 2, n = 0, rc = 1;
+    MpParam fp8p[2];
+    float *exps = NULL;
     MpTensor *ts = (MpTensor *)calloc((size_t)cap + 1, sizeof *ts);
     char **names = (char **)calloc((size_t)cap + 1, sizeof *names);
     const char *keys[MP_CKPT_NMETA], *vals[MP_CKPT_NMETA];
@@ -148,12 +170,27 @@ static inline int mp_ckpt_save(const MpTrainer *t, const char *path, MpErr *e)
             mp_tensor_of(&ts[n], &m->params[i], names[n], t->slot[s] + t->offset[i]);
             n++;
         }
+    if (m->fp8) {
+        if (!(exps = (float *)malloc(sizeof *exps * (size_t)m->fp8->nslots + 1))) {
+            mp_errf(e, "%s: out of memory writing the checkpoint", path);
+            goto out;
+        }
+        for (int s = 0; s < m->fp8->nslots; s++)
+            exps[s] = (float)m->fp8->exp[s];
+        fp8p[0] = mp_fp8_tensor(m->fp8, 0);
+        fp8p[1] = mp_fp8_tensor(m->fp8, 1);
+        mp_tensor_of(&ts[n], &fp8p[0], fp8p[0].name, m->fp8->hist);
+        n++;
+        mp_tensor_of(&ts[n], &fp8p[1], fp8p[1].name, exps);
+        n++;
+    }
     rc = mp_st_save(path, ts, n, keys, vals, mp_ckpt_meta(t, keys, vals, buf), e);
 out:
     for (int i = 0; i < cap; i++)
         free(names ? names[i] : NULL);
     free(names);
     free(ts);
+    free(exps);
     return rc;
 }
 
@@ -231,7 +268,10 @@ static inline int mp_ckpt_known(const MpTrainer *t, const char *name, int with_s
         if (!strcmp(name, m->params[i].name))
             return 1;
     if (!with_slots)
-        return !strncmp(name, "optimizer.", 10) || mp_ends_with(name, ".num_batches_tracked");
+        return !strncmp(name, "optimizer.", 10) || !strncmp(name, "fp8.", 4) ||
+               mp_ends_with(name, ".num_batches_tracked");
+    if (m->fp8 && (!strcmp(name, "fp8.amax_history") || !strcmp(name, "fp8.scale_exp")))
+        return 1;
     for (int s = 0; s < t->nslots; s++) {
         size_t l = strlen(t->slot_name[s]);
         if (!strncmp(name, "optimizer.", 10) && !strncmp(name + 10, t->slot_name[s], l)
@@ -406,6 +446,33 @@ static inline int mp_ckpt_counters(MpTrainer *t, const MpStFile *f, const char *
     return 0;
 }
 
+/* mixed_float8's scales from f: the history, the exponents (integers in
+ * [-MP_FP8_EMAX, MP_FP8_EMAX]) and the steps recorded. A checkpoint of
+ * another policy has none: the scales start afresh, as in a new run. */
+static inline int mp_ckpt_fp8(MpFp8 *f8, const MpStFile *f, const char *file, MpErr *e)
+{
+    MpParam h = mp_fp8_tensor(f8, 0), x = mp_fp8_tensor(f8, 1);
+    const char *policy = mp_st_meta(f, "policy");
+    if (!mp_st_find(f, h.name) && !mp_st_find(f, x.name) && (!policy || strcmp(policy, "mixed_float8")))
+        return 0;
+    float *exps = (float *)malloc(sizeof *exps * (size_t)f8->nslots + 1);
+    int rc = !exps ? mp_errf(e, "%s: out of memory reading the checkpoint", file)
+           : mp_ckpt_take(f, file, h.name, &h, f8->hist, 0, e) ||
+             mp_ckpt_take(f, file, x.name, &x, exps, 0, e) ||
+             mp_meta_i64(f, file, "fp8_steps", &f8->steps, e);
+    for (int s = 0; !rc && s < f8->nslots; s++) {
+        if (exps[s] != (float)(int)exps[s] || exps[s] > MP_FP8_EMAX || exps[s] < -MP_FP8_EMAX)
+            rc = mp_errf(e, "%s: tensor '%s' element %d is %g, expected an integer in [%d, %d]",
+                         file, x.name, s, exps[s], -MP_FP8_EMAX, MP_FP8_EMAX);
+        else
+            f8->exp[s] = (int)exps[s];
+    }
+    if (!rc && f8->steps < 0)
+        rc = mp_errf(e, "%s: metadata 'fp8_steps' = %lld is negative", file, (long long)f8->steps);
+    free(exps);
+    return rc;
+}
+
 /* --resume: parameters, optimizer state, counters, data order. */
 static inline int mp_ckpt_resume(MpTrainer *t, const char *file, MpErr *e)
 {
@@ -423,6 +490,8 @@ static inline int mp_ckpt_resume(MpTrainer *t, const char *file, MpErr *e)
             rc = mp_ckpt_take(&f, file, name, p, t->slot[s] + t->offset[i], 0, e);
         }
     }
+    if (!rc && m->fp8)
+        rc = mp_ckpt_fp8(m->fp8, &f, file, e);
     mp_st_close(&f);
     return rc;
 }

@@ -24,7 +24,9 @@
  * q = fp8(v * 2^e) with e = floor(log2(max / A)) - margin, computed exactly
  * (the largest e with A * 2^e <= max, from the exponents of A and max, with
  * no division that could round), and clamped to [-MP_FP8_EMAX, MP_FP8_EMAX]
- * so that 2^e and 2^-e are normal f32 numbers. An amax that is zero or not
+ * so that 2^e, 2^-e and a product's 2^-(ea + eb) are normal f32 numbers
+ * (2^63 is 9.2e18: only a tensor whose amax is below 4.9e-17 would want
+ * more). An amax that is zero or not
  * finite leaves the exponent as it was (a tensor of zeros has no scale of
  * its own; a non-finite step is skipped anyway). Multiplying by 2^e is exact
  * unless the product leaves the f32 range, so the scale changes no value
@@ -32,14 +34,16 @@
 #ifndef MP_FP8_H
 #define MP_FP8_H
 
+#include <math.h>
 #include <stdint.h>
+#include "mp_model.h"
 #include "mp_half.h"
 
 typedef enum { MP_E4M3 = 0, MP_E5M2 = 1 } MpFp8Fmt;
 
 #define MP_FP8_E4M3_MAX 448.0f
 #define MP_FP8_E5M2_MAX 57344.0f
-#define MP_FP8_EMAX 100
+#define MP_FP8_EMAX 63      /* |scale exponent|: 2^-(ea + eb) stays a normal f32 */
 
 /* bias, mantissa bits, |max|'s f32 bits, |max|'s fp8 bits, quiet NaN */
 static inline MP_HD int mp_fp8_bias(MpFp8Fmt f) { return f == MP_E4M3 ? 7 : 15; }
@@ -120,6 +124,136 @@ static inline MP_HD int mp_fp8_scale_exp(float amax, MpFp8Fmt f, int margin, int
     }
     int e = em - ea - (ma > (mx & 0x7fffffu)) - margin;
     return e > MP_FP8_EMAX ? MP_FP8_EMAX : e < -MP_FP8_EMAX ? -MP_FP8_EMAX : e;
+}
+
+/* ---- mixed_float8 in a product: the GEMM's operand rounding ---------------
+ * A quantised operand enters mp_gemm (mp_kernels_gemm.h) through the same
+ * door as a cast fused into the product (MpGemm.around / bround): a
+ * rounding code, here MP_RND_FP8 | format << 8 | (e + 128), tells the
+ * packing to read each value v as fp8(v * 2^e), the quantised value q
+ * itself (exact in f32); the product sums q_a q_b in f32 and its alpha,
+ * 2^-(ea + eb), divides by the two scales once (PRECISION.md: "the product
+ * of quantised a and b is divided by sa·sb in f32"). */
+#define MP_RND_FP8 0x1000
+
+static inline MP_HD int mp_rnd_fp8(MpFp8Fmt f, int e) { return MP_RND_FP8 | ((int)f << 8) | (e + 128); }
+
+/* v under rounding code rnd (mp_rnd_fp8): fp8(v * 2^e), as an f32 */
+static inline MP_HD float mp_round_fp8(float v, int rnd)
+{
+    return mp_fp8_round(v * mp_pow2f((rnd & 255) - 128), (MpFp8Fmt)((rnd >> 8) & 1));
+}
+
+/* ---- mixed_float8's scales: the C program's state -------------------------
+ * One slot per quantised tensor (the plan's s#N; compiler/prec.c makes
+ * them): its format, the exponent e of its scale 2^e in this step, the
+ * largest |value| it has had in this step, and, under delayed scaling, the
+ * amaxes of the last `history` steps. The model's code calls
+ * mp_fp8_observe where a slot's first product reads it (the forward's x and
+ * w, the backward's dy) and brackets each quantised product with
+ * mp_fp8_use; the trainer calls mp_fp8_step_end once a step. The state is
+ * in the checkpoint (mp_ckpt.h), so a resumed run quantises as the
+ * uninterrupted one. */
+struct MpFp8 {
+    int nslots, history, margin;
+    int current;                /* 1: current(margin), 0: delayed(history, margin) */
+    const unsigned char *fmt;   /* [nslots] MpFp8Fmt */
+    int *exp;                   /* [nslots] the scale exponent of this step */
+    float *amax;                /* [nslots] this step's amax so far (0: none yet) */
+    float *hist;                /* [history][nslots] the amaxes of past steps */
+    int64_t steps;              /* steps recorded (the newest in row (steps-1) % history) */
+    int lo, hi;                 /* the range of the exponents the last step used (logs) */
+};
+typedef struct MpFp8 MpFp8;
+
+/* The product being run: the rounding codes of its two operands and its
+ * alpha (mp_fp8_use); zero when it is not quantised. */
+typedef struct MpFp8Use {
+    int around, bround;
+    float alpha;
+} MpFp8Use;
+MP_STATE MpFp8Use mp_gemm_fp8;
+
+/* max |x[i]|, i < n, of a tensor of type dt (f32, f16, bf16); NaN when one is */
+static inline float mp_fp8_absmax(const void *x, int dt, int64_t n)
+{
+    float a = 0.0f;
+    int nan = 0;
+    for (int64_t i = 0; i < n; i++) {
+        float v = dt == MP_F16 ? mp_f16_to_f32(((const uint16_t *)x)[i])
+                : dt == MP_BF16 ? mp_bf16_to_f32(((const uint16_t *)x)[i]) : ((const float *)x)[i];
+        v = fabsf(v);
+        nan |= v != v;
+        a = v > a ? v : a;
+    }
+    return nan ? NAN : a;
+}
+
+/* The largest finite amax slot s has recorded (0: none) */
+static inline float mp_fp8_hist_max(const MpFp8 *f, int s)
+{
+    int64_t rows = f->steps < f->history ? f->steps : f->history;
+    float a = 0.0f;
+    for (int64_t r = 0; r < rows; r++) {
+        float v = f->hist[r * f->nslots + s];
+        a = v > a ? v : a;
+    }
+    return a;
+}
+
+/* Slot s (1-based) is read by its first product: its amax enters this
+ * step's (training only); its scale is the tensor's own under current
+ * scaling and before any history (delayed scaling's first step), else the
+ * one mp_fp8_step_end set from the history. */
+static inline void mp_fp8_observe(MpFp8 *f, int s, const void *x, int dt, int64_t n, int training)
+{
+    float a = mp_fp8_absmax(x, dt, n);
+    s--;
+    if (training && !(a <= f->amax[s]))         /* NaN sticks */
+        f->amax[s] = a;
+    if (f->current || f->steps == 0)
+        f->exp[s] = mp_fp8_scale_exp(a, (MpFp8Fmt)f->fmt[s], f->margin, f->exp[s]);
+}
+
+/* The next products are quantised with slots sa and sb (1-based; 0, 0:
+ * not quantised); mp_gemm_ex applies it unless --gradcheck keeps products
+ * exact (mp_gemm_exact). */
+static inline void mp_fp8_use(const MpFp8 *f, int sa, int sb)
+{
+    MpFp8Use u = {0, 0, 1.0f};
+    if (sa && sb) {
+        int ea = f->exp[sa - 1], eb = f->exp[sb - 1];
+        u.around = mp_rnd_fp8((MpFp8Fmt)f->fmt[sa - 1], ea);
+        u.bround = mp_rnd_fp8((MpFp8Fmt)f->fmt[sb - 1], eb);
+        u.alpha = mp_pow2f(-(ea + eb));
+    }
+    mp_gemm_fp8 = u;
+}
+
+/* After a step (taken or skipped): the range of the exponents it used is
+ * kept for the log; delayed scaling records each slot's amax (a
+ * non-finite one, or none, as 0) and sets the next step's exponent from
+ * the largest of the last `history`, or keeps it when they are all 0. */
+static inline void mp_fp8_step_end(MpFp8 *f)
+{
+    f->lo = f->hi = f->nslots ? f->exp[0] : 0;
+    for (int s = 1; s < f->nslots; s++) {
+        f->lo = f->exp[s] < f->lo ? f->exp[s] : f->lo;
+        f->hi = f->exp[s] > f->hi ? f->exp[s] : f->hi;
+    }
+    if (!f->current) {
+        float *row = f->hist + (f->steps % f->history) * f->nslots;
+        for (int s = 0; s < f->nslots; s++)
+            row[s] = isfinite(f->amax[s]) ? f->amax[s] : 0.0f;
+        f->steps++;
+        for (int s = 0; s < f->nslots; s++)
+            f->exp[s] = mp_fp8_scale_exp(mp_fp8_hist_max(f, s), (MpFp8Fmt)f->fmt[s], f->margin,
+                                         f->exp[s]);
+    } else {
+        f->steps++;
+    }
+    for (int s = 0; s < f->nslots; s++)
+        f->amax[s] = 0.0f;
 }
 
 #endif

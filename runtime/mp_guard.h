@@ -128,8 +128,8 @@ static MP_UNUSED int mp_pause(MpPause *p, int64_t k, MpErr *e)
  * loss back only every few steps); k itself on the host. */
 static MP_UNUSED int mp_loss_stop(const MpTrainer *t, int64_t since, int64_t k, float loss, MpErr *e)
 {
-    if (t->ls.kind != MP_LS_NONE || isfinite(loss))
-        return 0;
+    if (t->ls.kind != MP_LS_NONE || t->m->fp8 || isfinite(loss))
+        return 0;               /* a loss scale (or mixed_float8) skips the step */
     if (since < k)
         return mp_errf(e, "step %lld: the loss is %s (first non-finite at a step in %lld..%lld; "
                        "--log-every 1 names it); without loss scaling the run stops; "

@@ -178,6 +178,7 @@
 #include <string.h>
 #include "mp_model.h"
 #include "mp_half.h"
+#include "mp_fp8.h"
 #include "mp_vmath.h"
 
 #ifdef _OPENMP
@@ -449,6 +450,8 @@ MP_STATE int mp_gemm_exact;
  * a rounding only, mp_round_tf32). */
 static inline MP_HD float mp_round(float v, int dt)
 {
+    if (dt & MP_RND_FP8)
+        return mp_round_fp8(v, dt);
     switch (dt) {
     case MP_TF32: return mp_round_tf32(v);
     case MP_F16:  return mp_f16_to_f32(mp_f32_to_f16(v));
@@ -761,14 +764,14 @@ static inline void mp_add_beta(const void *p, int dt, int64_t off, int64_t n,
  * would, and, when d is not NULL, the dt values (f16 / bf16) stored to
  * d[0..n) too: one conversion serves both. Bit-identical to mp_st and
  * mp_round on each value; 8 at a time in registers where the CPU has the
- * instructions. The fused groups' chunks. MP_TF32: each value rounded
- * (mp_round_tf32), nothing stored. Other types: nothing to do. */
+ * instructions. The fused groups' chunks. MP_TF32 and mixed_float8's
+ * codes (mp_rnd_fp8): each value rounded (mp_round), nothing stored. Other types: nothing to do. */
 static inline void mp_round_st_n(float *x, int dt, void *d, int64_t n)
 {
     int64_t i = 0;
-    if (dt == MP_TF32) {       /* never stored: d is NULL */
+    if (dt == MP_TF32 || (dt & MP_RND_FP8)) {       /* never stored: d is NULL */
         for (; i < n; i++)
-            x[i] = mp_round_tf32(x[i]);
+            x[i] = mp_round(x[i], dt);
         return;
     }
     if (dt != MP_F16 && dt != MP_BF16)

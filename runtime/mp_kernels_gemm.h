@@ -72,8 +72,8 @@ typedef struct MpGemm {
     void *C; int cdt; int64_t ldc;
     const void *bias; int biasdt;   /* NULL, or added before rounding: */
     int bias_per_row;               /* 0: bias[N] to each row; 1: bias[M] to each column */
-    int around, bround;   /* 0, or MP_F16 / MP_BF16 / MP_TF32: operand A (B) is stored as f32 and is
-                             rounded to that type while packing, so the product equals the
+    int around, bround;   /* 0, or MP_F16 / MP_BF16 / MP_TF32 / mp_rnd_fp8(): operand A (B) is
+                             rounded to that type (scaled and quantised) while packing, so the product equals the
                              product of the operand cast first (a cast fused into the GEMM) */
     void (*epi)(const void *ctx, float *v, int64_t i, int64_t j0, int64_t n);
     const void *epi_ctx;  /* epi: NULL, or called once for each row segment C[i, j0 .. j0+n) of the
@@ -802,6 +802,13 @@ MP_PART_FN void mp_gemm_ex(const MpGemm *g)
         mp_gemm_f32_operand(g->bdt, g->bround)) {
         t = *g;
         t.around = t.bround = MP_TF32;
+        g = &t;
+    }
+    if (mp_gemm_fp8.around && !mp_gemm_exact) {     /* a quantised product: mp_fp8_use */
+        t = *g;
+        t.around = mp_gemm_fp8.around;
+        t.bround = mp_gemm_fp8.bround;
+        t.alpha *= mp_gemm_fp8.alpha;
         g = &t;
     }
 #ifdef MP_USE_CBLAS

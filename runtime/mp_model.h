@@ -243,6 +243,8 @@ typedef struct MpModel {
     int nvalues;
     const MpValue *values;
     int output;
+    /* mixed_float8's scales (mp_fp8.h), NULL under the other policies */
+    struct MpFp8 *fp8;
 } MpModel;
 
 int mp_main(int argc, char **argv, MpModel *m);

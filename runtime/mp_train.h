@@ -594,8 +594,17 @@ static inline int mp_step(MpTrainer *t, int64_t k, int check, int need, MpStepOu
     float inv = (float)(1.0 / out->scale);
     double ss = mp_grad_sumsq(t, inv);
     out->grad_norm = sqrt(ss);
-    int at_floor = mp_scaler_at_floor(&t->ls);
+    int at_floor = mp_scaler_at_floor(&t->ls) || m->fp8;   /* mixed_float8: no scale to lower */
     out->taken = mp_scaler_update(&t->ls, isfinite(ss));
+    if (m->fp8) {
+        /* mixed_float8 has no loss scale, but skips a non-finite step as
+         * loss scaling does (PRECISION.md); its scales move on either way */
+        mp_fp8_step_end(m->fp8);
+        if (out->taken && !isfinite(ss)) {
+            t->ls.skipped++;
+            out->taken = 0;
+        }
+    }
     t->step = k;
     if (!out->taken) {
         t->floor_skips = at_floor ? t->floor_skips + 1 : 0;
@@ -690,22 +699,26 @@ static inline int mp_log_step(MpLog *l, const MpTrainer *t, int64_t k, const MpS
     double now = mp_now(), dt = now - l->last_time;
     double sps = dt > 0 ? (double)((k - l->last_step) * t->m->batch * t->cfg.accumulate
                                    * mp_dist.size) / dt : 0;
-    char loss[32], gn[32], avg[32];
+    char loss[32], gn[32], avg[32], f8[48] = "", f8j[64] = "";
     if (!mp_dist_writer())
         return 0;
+    if (t->m->fp8) {    /* mixed_float8: the range of the step's scales, 2^lo .. 2^hi */
+        snprintf(f8, sizeof f8, " fp8_scale 2^%d..2^%d", t->m->fp8->lo, t->m->fp8->hi);
+        snprintf(f8j, sizeof f8j, ",\"fp8_exp_min\":%d,\"fp8_exp_max\":%d", t->m->fp8->lo, t->m->fp8->hi);
+    }
     if (logged) {
         l->loss_avg = (s->loss_total - l->last_total) / (double)(k - l->last_step);
         mp_fmt_f32(loss, sizeof loss, s->loss);
         mp_fmt_f32(gn, sizeof gn, s->grad_norm);
         mp_fmt_f32(avg, sizeof avg, l->loss_avg);
         fprintf(stderr, "%sstep %lld/%lld loss %s loss_avg %s loss_scale %.10g skipped %lld lr %.6g "
-                "grad_norm %s samples/s %.0f\n", l->drawn ? "\r\033[K" : "", (long long)k,
-                (long long)l->total, loss, avg, s->scale, (long long)t->ls.skipped, s->lr, gn, sps);
+                "grad_norm %s samples/s %.0f%s\n", l->drawn ? "\r\033[K" : "", (long long)k,
+                (long long)l->total, loss, avg, s->scale, (long long)t->ls.skipped, s->lr, gn, sps, f8);
         l->drawn = 0;
         if (l->jsonl)
             fprintf(l->jsonl, "{\"step\":%lld,\"loss\":%s,\"loss_avg\":%s,\"loss_scale\":%.17g,"
-                    "\"skipped\":%lld,\"lr\":%.10g,\"grad_norm\":%s,\"samples_per_s\":%.0f}\n",
-                    (long long)k, loss, avg, s->scale, (long long)t->ls.skipped, s->lr, gn, sps);
+                    "\"skipped\":%lld,\"lr\":%.10g,\"grad_norm\":%s,\"samples_per_s\":%.0f%s}\n",
+                    (long long)k, loss, avg, s->scale, (long long)t->ls.skipped, s->lr, gn, sps, f8j);
         mp_log_tb(l, t, k, s, sps, now);
         l->last_time = now;
         l->last_step = k;

@@ -133,15 +133,18 @@ else
     fail=1
 fi
 warns tests/plan/fp8.mp "warning: fp8 has no effect under precision mixed_bfloat16" --precision mixed_bfloat16
-# Its program is not generated yet: an error (exit 1) rather than a program
+# The C program quantises (t_fp8_train.sh trains one); the CUDA program's
+# FP8 products are not written: an error (exit 1) rather than a program
 # that trains something else, and no file; a mixed_float8 model with no
 # quantised product is mixed_bfloat16's program.
-"$MPCC" tests/plan/fp8.mp --target c -o "$tmp/fp8.c" 2>"$tmp/err"
+"$MPCC" tests/plan/fp8.mp -o "$tmp/fp8.cu" 2>"$tmp/err"
 rc=$?
-if [ $rc = 1 ] && grep -q "fp8.mp:.*precision mixed_float8: mpcc plans the FP8 products" "$tmp/err" && [ ! -e "$tmp/fp8.c" ]; then
-    echo "ok   tests/plan/fp8.mp: no program yet (exit 1, said so)"
+if [ $rc = 1 ] && grep -q "fp8.mp:.*precision mixed_float8: the CUDA program does not quantise" "$tmp/err" &&
+    [ ! -e "$tmp/fp8.cu" ] && "$MPCC" tests/plan/fp8.mp --target c -o "$tmp/fp8.c" &&
+    grep -q 'mp_fp8_use(&mp_fp8, 1, 2);' "$tmp/fp8.c"; then
+    echo "ok   tests/plan/fp8.mp: a C program that quantises; no CUDA program yet (exit 1, said so)"
 else
-    echo "FAIL tests/plan/fp8.mp --target c: exit $rc, $(cat "$tmp/err")"
+    echo "FAIL tests/plan/fp8.mp: the CUDA target's exit $rc, $(cat "$tmp/err")"
     fail=1
 fi
 if "$MPCC" examples/mnist_cnn.mp --precision mixed_float8 --target c -o "$tmp/cnn.c" 2>"$tmp/err" &&

@@ -88,9 +88,93 @@ class LinearTf32(torch.autograd.Function):
         return tf32(g) @ tf32(w), tf32(g).t() @ tf32(x), g.sum(0)
 
 
-def linear(x, layer, lowp, use_tf32=False):
+class Fp8Scales:
+    """mixed_float8's per-tensor scales (PRECISION.md "Additions: TF32 and
+    FP8"), kept as the C program keeps them (runtime/mp_fp8.h), written
+    from the spec's words: a slot's scale is 2^e with e the largest integer
+    such that amax * 2^e <= the format's max, less margin, within +-63;
+    delayed scaling takes amax as the largest of the last `history` steps'
+    (the first step: the tensor's own), current scaling the tensor's own.
+    A step's amax is recorded at its end (a non-finite one as 0); an
+    evaluation (training False) records nothing."""
+    FMT = {"e4m3": (3, -6, 448.0), "e5m2": (2, -14, 57344.0)}
+    EMAX = 63
+
+    def __init__(self, recipe="delayed", amax_history=16, margin=0):
+        self.current, self.history, self.margin = recipe == "current", amax_history, margin
+        self.exp, self.fmt, self.amax, self.hist = {}, {}, {}, {}
+        self.steps, self.training = 0, True
+
+    def scale_exp(self, a, fmt, prev):
+        if not a > 0 or math.isinf(a):
+            return prev
+        m, ea = math.frexp(a)
+        mf, em = math.frexp(self.FMT[fmt][2])
+        return max(-self.EMAX, min(self.EMAX, em - ea - (1 if m > mf else 0) - self.margin))
+
+    def observe(self, slot, fmt, t):
+        """slot's first product this step reads t: its exponent"""
+        a = float(t.detach().abs().max())
+        self.fmt[slot] = fmt
+        self.exp.setdefault(slot, 0)
+        if self.training:
+            old = self.amax.get(slot, 0.0)
+            self.amax[slot] = a if (a != a or old != old) else max(old, a)
+        if self.current or self.steps == 0:
+            self.exp[slot] = self.scale_exp(a, fmt, self.exp[slot])
+        return self.exp[slot]
+
+    def quantise(self, t, e, fmt):
+        """fp8(t * 2^e), round to nearest even, saturating, in t's dtype"""
+        mbits, emin, fmax = self.FMT[fmt]
+        v = torch.clamp(torch.ldexp(t, torch.tensor(e)), -fmax, fmax)
+        _, x = torch.frexp(v)
+        s = torch.clamp(x.to(torch.int64) - 1, min=emin) - mbits
+        return torch.ldexp(torch.round(torch.ldexp(v, -s)), s)
+
+    def step_end(self):
+        if not self.current:
+            for s in self.exp:
+                a = self.amax.get(s, 0.0)
+                self.hist.setdefault(s, []).append(a if math.isfinite(a) else 0.0)
+                self.hist[s] = self.hist[s][-self.history:]
+                self.exp[s] = self.scale_exp(max(self.hist[s]), self.fmt[s], self.exp[s])
+        self.steps += 1
+        self.amax = {}
+
+
+class LinearFp8(torch.autograd.Function):
+    """linear under mixed_float8: x (lowp) and w (the f32 master weight)
+    quantised to e4m3, dy to e5m2 for both gradient products (reusing the
+    e4m3 x and w); each product sums the quantised values and divides by
+    the two scales (exact: powers of two); y and dx rounded to lowp, dw kept
+    in f32 (the plan's type), the bias as under lowp."""
+    @staticmethod
+    def forward(ctx, x, w, b, sc, name, lowp):
+        ex, ew = sc.observe(name + ".x", "e4m3", x), sc.observe(name + ".w", "e4m3", w)
+        qx, qw = sc.quantise(x, ex, "e4m3"), sc.quantise(w, ew, "e4m3")
+        ctx.save_for_backward(qx, qw)
+        ctx.sc, ctx.name, ctx.e, ctx.lowp = sc, name, (ex, ew), lowp
+        return _round(torch.ldexp(qx @ qw.t(), torch.tensor(-(ex + ew))) + b, lowp)
+
+    @staticmethod
+    def backward(ctx, g):
+        qx, qw = ctx.saved_tensors
+        (ex, ew), sc = ctx.e, ctx.sc
+        eg = sc.observe(ctx.name + ".dy", "e5m2", g)
+        qg = sc.quantise(g, eg, "e5m2")
+        dx = _round(torch.ldexp(qg @ qw, torch.tensor(-(eg + ew))), ctx.lowp)
+        dw = torch.ldexp(qg.t() @ qx, torch.tensor(-(eg + ex)))
+        return dx, dw, _round(g.sum(0), ctx.lowp), None, None, None
+
+
+def linear(x, layer, lowp, use_tf32=False, fp8=None, name=""):
     """layer(x) in f32, or the lowp class of the plan when lowp is set, or
-    on TF32 operands under float32_matmul "tf32"."""
+    on TF32 operands under float32_matmul "tf32", or quantised (mixed_float8)
+    when fp8 (an Fp8Scales) is set."""
+    if fp8 is not None:
+        return LinearFp8.apply(ToLowp.apply(x, lowp), layer.weight, ToLowp.apply(layer.bias, lowp),
+                               fp8, name, lowp)
     if use_tf32:
         return LinearTf32.apply(x, layer.weight, layer.bias)
     if lowp is None:
@@ -112,9 +196,11 @@ class MnistMlp(nn.Module):
     lowp set (a torch dtype), the mixed precision plan is emulated: h in
     lowp, `logits: f32` in f32 (mpcc --dump-plan examples/mnist_mlp.mp).
     With tf32 set, float32_matmul "tf32" under float32: both layers'
-    products on TF32 operands."""
+    products on TF32 operands. With fp8 set (an Fp8Scales, lowp bf16),
+    mixed_float8: the hidden layer's products quantised."""
     lowp = None
     tf32 = False
+    fp8 = None
 
     def __init__(self, H=512, **_):
         super().__init__()
@@ -123,7 +209,7 @@ class MnistMlp(nn.Module):
 
     def forward(self, b):
         x = b["image"].to(self.h.weight.dtype) / 255
-        h = F.relu(linear(x, self.h, self.lowp, self.tf32))
+        h = F.relu(linear(x, self.h, self.lowp, self.tf32, self.fp8, "h"))
         if self.lowp is not None:
             h = FromLowp.apply(h, self.lowp)
         logits = linear(h, self.logits, None, self.tf32)

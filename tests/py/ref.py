@@ -237,6 +237,8 @@ def train_twin(mp, net, data, steps, dtype, log=None, emulate=False):
             torch.nn.utils.clip_grad_norm_(net.parameters(), clip)
         if not skipped:
             opt.step()
+        if getattr(net, "fp8", None) is not None:
+            net.fp8.step_end()      # mixed_float8's scales move on, skipped or not
         sched.step()
     return losses, lrs, opt
 
@@ -362,7 +364,7 @@ def check_load(ckpt, mp, dtype):
     """The checkpoint's model tensors load into a fresh twin by name."""
     net = twin(mp).to(dtype)
     state = {k: torch.from_numpy(v.copy()).to(dtype) for k, v in ckpt.items()
-             if not k.startswith("optimizer.")}
+             if not k.startswith(("optimizer.", "fp8."))}
     for alias, name in getattr(net, "tied", {}).items():   # the tie, as the examples' headers say
         if name in state:
             state[alias] = state[name]
@@ -390,6 +392,11 @@ def cmd_check(a):
         if not hasattr(net, "tf32"):
             sys.exit(f"ref.py: the twin of '{mp['name']}' cannot emulate float32_matmul tf32")
         net.tf32 = True
+    elif a.emulate == "fp8":
+        if not hasattr(net, "fp8"):
+            sys.exit(f"ref.py: the twin of '{mp['name']}' cannot emulate mixed_float8")
+        name, kw, _ = mpfile.call(mp["train"].get("fp8"), "delayed")
+        net.lowp, net.fp8 = torch.bfloat16, models.Fp8Scales(name, **kw)
     elif a.emulate:
         if not hasattr(net, "lowp"):
             sys.exit(f"ref.py: the twin of '{mp['name']}' cannot emulate a lowp plan")
@@ -412,9 +419,19 @@ def cmd_check(a):
     if a.ptol > 0:
         compare_tensors(ckpt, net, opt, {k: v.astype(np.float64) for k, v in init.items()}, a.ptol, errs,
                         f32s, a.vs_float32)
+    if getattr(net, "fp8", None) is not None:    # mixed_float8: the scales, slot by slot
+        mine, theirs = list(net.fp8.exp.values()), ckpt.get("fp8.scale_exp")
+        if theirs is None or [float(e) for e in mine] != [float(e) for e in theirs]:
+            errs.append(f"fp8.scale_exp: trainer {None if theirs is None else theirs.tolist()}, twin {mine}")
+        if str(meta.get("fp8_steps")) != str(a.steps):
+            errs.append(f"checkpoint metadata fp8_steps {meta.get('fp8_steps')!r}, expected {a.steps}")
+        print(f"fp8: the {len(mine)} scales' exponents equal the twin's: {mine}" if not errs else "")
     loaded, bad = check_load(ckpt, mp, dtype)
     loaded.lowp = getattr(net, "lowp", None)    # evaluate as the trainer does
     loaded.tf32 = getattr(net, "tf32", False)
+    loaded.fp8 = getattr(net, "fp8", None)      # the scales the trainer evaluates with
+    if loaded.fp8 is not None:
+        loaded.fp8.training = False
     if bad:
         errs.append(f"load_state_dict into torch: mismatched keys {bad}")
     if a.eval:
@@ -494,9 +511,10 @@ def main():
                    "those do, plus --ptol of its change")
     p.add_argument("--etol", type=float, default=1e-4)
     p.add_argument("--dtype", default="float32")
-    p.add_argument("--emulate", choices=["f16", "bf16", "tf32"],
+    p.add_argument("--emulate", choices=["f16", "bf16", "tf32", "fp8"],
                    help="the twin rounds as the mixed precision plan does (twins with `lowp`), "
-                   "or its products' operands to TF32 (float32_matmul, twins with `tf32`)")
+                   "or its products' operands to TF32 (float32_matmul, twins with `tf32`), or "
+                   "quantises them as mixed_float8 does (twins with `fp8`)")
     p.add_argument("--min-diff", type=float, default=0,
                    help="mixed precision: the losses must differ at least this much somewhere")
     p.add_argument("--report", help="(batch) where this check's output goes")
