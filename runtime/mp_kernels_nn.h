@@ -621,7 +621,7 @@ static inline double mp_moments(const float *v, int64_t n, float eps, float *mea
  * rstd pairs): each row's operations as in mp_moments (the same bits), the
  * four rows' double sums as independent chains (one row's are 2n
  * dependent additions, the whole cost of a short row). */
-static inline void mp_moments4(const float *v, int64_t n, float eps, float *st)
+static inline void mp_moments4(const float *v, int64_t n, float eps, float *st, double *var)
 {
     const float *v0 = v, *v1 = v + n, *v2 = v + 2 * n, *v3 = v + 3 * n;
     double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
@@ -643,7 +643,22 @@ static inline void mp_moments4(const float *v, int64_t n, float eps, float *st)
     for (int r = 0; r < 4; r++) {
         st[2 * r] = (float)m[r];
         st[2 * r + 1] = 1.0f / sqrtf((float)(ss[r] / (double)n) + eps);
+        if (var)
+            var[r] = ss[r] / (double)n;
     }
+}
+
+/* mp_moments of the k <= 4 rows of n at v into st (mean, rstd pairs) and
+ * var (the biased variances): four rows as mp_moments4, fewer one by one;
+ * the same bits either way. */
+static inline void mp_moments_k(const float *v, int64_t n, int k, float eps, float *st, double *var)
+{
+    if (k == 4) {
+        mp_moments4(v, n, eps, st, var);
+        return;
+    }
+    for (int r = 0; r < k; r++)
+        var[r] = mp_moments(v + r * n, n, eps, &st[2 * r], &st[2 * r + 1]);
 }
 
 /* The mean and rstd of every row of x [rows, dim] into st (pairs), four
@@ -656,7 +671,7 @@ static inline void mp_ln_stats(const void *x, int xdt, int64_t rows, int64_t dim
     for (int64_t r = 0; r < rows; r += 4) {
         if (r + 4 <= rows) {
             mp_ld_n(x, xdt, r * dim, 1, 4 * dim, v);
-            mp_moments4(v, dim, eps, &st[2 * r]);
+            mp_moments4(v, dim, eps, &st[2 * r], NULL);
         } else
             for (int64_t q = r; q < rows; q++) {
                 mp_ld_n(x, xdt, q * dim, 1, dim, v);
@@ -780,16 +795,32 @@ static inline void mp_st_channel(void *x, int xdt, const float *v, int64_t N, in
         mp_st_n(x, xdt, (n * C + ch) * S, 1, S, v + n * S);
 }
 
-#define MP_CHANNELS_LOOP(N, C, S, NBUF, ...)                                  \
+/* The channels of x[N, C, S] in groups of up to four: BODY runs once per
+ * group, channels ch0 .. ch0 + k - 1, with buf holding NBUF x 4 rows of N S
+ * floats for it. A channel's statistics are sums that each wait on the
+ * last; four channels' sums side by side (mp_moments4, and the loops below
+ * written four rows at a time) run four times as many at once, each
+ * channel's sums in its own order (the same bits as one channel at a
+ * time). */
+#define MP_CHANNEL_GROUPS(N, C, S, NBUF, ...)                                 \
     MP_OMP(parallel if ((N) * (C) * (S) > MP_PAR_MIN))                         \
     {                                                                          \
-        float *buf = (float *)mp_kalloc((size_t)(NBUF) * (size_t)((N) * (S)) * sizeof(float)); \
+        float *buf = (float *)mp_kalloc((size_t)(4 * (NBUF)) * (size_t)((N) * (S)) * sizeof(float)); \
         MP_OMP(for schedule(static))                                           \
-        for (int64_t ch = 0; ch < (C); ch++) {                                 \
+        for (int64_t ch0 = 0; ch0 < (C); ch0 += 4) {                           \
+            const int k = (int)mp_min64((C) - ch0, 4);                         \
             __VA_ARGS__;                                                       \
         }                                                                      \
         free(buf);                                                             \
     }
+
+/* Channels ch0 .. ch0 + k - 1 of x[N, C, S] gathered into k rows of v. */
+static inline void mp_ld_channels(float *v, const void *x, int xdt, int64_t N, int64_t C,
+                                  int64_t S, int64_t ch0, int k)
+{
+    for (int r = 0; r < k; r++)
+        mp_ld_channel(v + r * N * S, x, xdt, N, C, S, ch0 + r);
+}
 
 /* x[N, C, S] (S = H W, or 1 for [B, C]). training: normalise with the
  * batch's mean and biased variance and update the running statistics with
@@ -801,21 +832,60 @@ static inline void mp_k_batch_norm(void *y, int ydt, const void *x, int xdt, con
                                    float momentum, float eps, int training)
 {
     int64_t cnt = N * S;
-    MP_CHANNELS_LOOP(N, C, S, 1,
-        float mean, rstd;
-        mp_ld_channel(buf, x, xdt, N, C, S, ch);
-        if (training) {
-            double var = mp_moments(buf, cnt, eps, &mean, &rstd);
-            double unbiased = cnt > 1 ? var * (double)cnt / (double)(cnt - 1) : var;
-            rmean[ch] = (1.0f - momentum) * rmean[ch] + momentum * mean;
-            rvar[ch] = (1.0f - momentum) * rvar[ch] + momentum * (float)unbiased;
-        } else {
-            mean = rmean[ch];
-            rstd = 1.0f / sqrtf(rvar[ch] + eps);
+    MP_CHANNEL_GROUPS(N, C, S, 1,
+        float st[8] = {0};
+        double var[4] = {0};
+        mp_ld_channels(buf, x, xdt, N, C, S, ch0, k);
+        if (training)
+            mp_moments_k(buf, cnt, k, eps, st, var);
+        for (int r = 0; r < k; r++) {
+            int64_t ch = ch0 + r;
+            float mean = st[2 * r], rstd = st[2 * r + 1], *v = buf + r * cnt;
+            if (training) {
+                double unbiased = cnt > 1 ? var[r] * (double)cnt / (double)(cnt - 1) : var[r];
+                rmean[ch] = (1.0f - momentum) * rmean[ch] + momentum * mean;
+                rvar[ch] = (1.0f - momentum) * rvar[ch] + momentum * (float)unbiased;
+            } else {
+                mean = rmean[ch];
+                rstd = 1.0f / sqrtf(rvar[ch] + eps);
+            }
+            float sc = rstd * (w ? mp_ld(w, wdt, ch) : 1.0f), sh = b ? mp_ld(b, bdt, ch) : 0.0f;
+            for (int64_t i = 0; i < cnt; i++) v[i] = (v[i] - mean) * sc + sh;
+            mp_st_channel(y, ydt, v, N, C, S, ch);
+        })
+}
+
+/* Rows x[r] normalised in place, r < k: (x - mean) rstd, st's pairs. */
+static inline void mp_bn_xhat(float *x, int64_t n, int k, const float *st)
+{
+    for (int r = 0; r < k; r++) {
+        float mean = st[2 * r], rstd = st[2 * r + 1], *v = x + r * n;
+        for (int64_t i = 0; i < n; i++) v[i] = (v[i] - mean) * rstd;
+    }
+}
+
+/* mp_norm_dx_row of the k <= 4 rows g[r] (xhat[r], rstd st[2r + 1]): four
+ * rows' sums side by side, each in mp_norm_dx_row's order. */
+static inline void mp_norm_dx_rows(float *g, const float *xhat, int64_t n, int k, const float *st)
+{
+    if (k < 4) {
+        for (int r = 0; r < k; r++)
+            mp_norm_dx_row(g + r * n, xhat + r * n, n, st[2 * r + 1]);
+        return;
+    }
+    double sg[4] = {0, 0, 0, 0}, sgx[4] = {0, 0, 0, 0};
+    for (int64_t j = 0; j < n; j++)
+        for (int r = 0; r < 4; r++) {
+            sg[r] += g[r * n + j];
+            sgx[r] += (double)g[r * n + j] * xhat[r * n + j];
         }
-        float sc = rstd * (w ? mp_ld(w, wdt, ch) : 1.0f), sh = b ? mp_ld(b, bdt, ch) : 0.0f;
-        for (int64_t i = 0; i < cnt; i++) buf[i] = (buf[i] - mean) * sc + sh;
-        mp_st_channel(y, ydt, buf, N, C, S, ch))
+    for (int r = 0; r < 4; r++) {
+        float mg = (float)(sg[r] / (double)n), mgx = (float)(sgx[r] / (double)n), rstd = st[2 * r + 1];
+        float *gr = g + r * n;
+        const float *xr = xhat + r * n;
+        for (int64_t j = 0; j < n; j++)
+            gr[j] = rstd * (gr[j] - mg - xr[j] * mgx);
+    }
 }
 
 static inline void mp_k_batch_norm_dx(void *dx, int dxdt, const void *dy, int dydt,
@@ -823,16 +893,20 @@ static inline void mp_k_batch_norm_dx(void *dx, int dxdt, const void *dy, int dy
                                       int64_t N, int64_t C, int64_t S, float eps)
 {
     int64_t cnt = N * S;
-    MP_CHANNELS_LOOP(N, C, S, 2,
-        float mean, rstd, *g = buf + cnt;
-        mp_ld_channel(buf, x, xdt, N, C, S, ch);
-        mp_moments(buf, cnt, eps, &mean, &rstd);
-        for (int64_t i = 0; i < cnt; i++) buf[i] = (buf[i] - mean) * rstd;
-        mp_ld_channel(g, dy, dydt, N, C, S, ch);
-        float wc = w ? mp_ld(w, wdt, ch) : 1.0f;
-        for (int64_t i = 0; i < cnt; i++) g[i] *= wc;
-        mp_norm_dx_row(g, buf, cnt, rstd);
-        mp_st_channel(dx, dxdt, g, N, C, S, ch))
+    MP_CHANNEL_GROUPS(N, C, S, 2,
+        float st[8], *g = buf + 4 * cnt;
+        double var[4];
+        mp_ld_channels(buf, x, xdt, N, C, S, ch0, k);
+        mp_moments_k(buf, cnt, k, eps, st, var);
+        mp_bn_xhat(buf, cnt, k, st);
+        mp_ld_channels(g, dy, dydt, N, C, S, ch0, k);
+        for (int r = 0; r < k; r++) {
+            float wc = w ? mp_ld(w, wdt, ch0 + r) : 1.0f, *gr = g + r * cnt;
+            for (int64_t i = 0; i < cnt; i++) gr[i] *= wc;
+        }
+        mp_norm_dx_rows(g, buf, cnt, k, st);
+        for (int r = 0; r < k; r++)
+            mp_st_channel(dx, dxdt, g + r * cnt, N, C, S, ch0 + r);)
 }
 
 /* dw[C] = sum over N, S of dy xhat (+ beta dw). */
@@ -842,14 +916,23 @@ static inline void mp_k_batch_norm_dw(void *dw, int dwdt, const void *dy, int dy
 {
     int64_t cnt = N * S;
     float *out = (float *)mp_kalloc((size_t)C * sizeof *out);
-    MP_CHANNELS_LOOP(N, C, S, 2,
-        float mean, rstd, *g = buf + cnt;
-        double s = 0;
-        mp_ld_channel(buf, x, xdt, N, C, S, ch);
-        mp_moments(buf, cnt, eps, &mean, &rstd);
-        mp_ld_channel(g, dy, dydt, N, C, S, ch);
-        for (int64_t i = 0; i < cnt; i++) s += g[i] * ((buf[i] - mean) * rstd);
-        out[ch] = (float)s)
+    MP_CHANNEL_GROUPS(N, C, S, 2,
+        float st[8], *g = buf + 4 * cnt;
+        double var[4], s[4] = {0, 0, 0, 0};
+        mp_ld_channels(buf, x, xdt, N, C, S, ch0, k);
+        mp_moments_k(buf, cnt, k, eps, st, var);
+        mp_ld_channels(g, dy, dydt, N, C, S, ch0, k);
+        if (k == 4) {
+            for (int64_t i = 0; i < cnt; i++)
+                for (int r = 0; r < 4; r++)
+                    s[r] += g[r * cnt + i] * ((buf[r * cnt + i] - st[2 * r]) * st[2 * r + 1]);
+        } else {
+            for (int r = 0; r < k; r++)
+                for (int64_t i = 0; i < cnt; i++)
+                    s[r] += g[r * cnt + i] * ((buf[r * cnt + i] - st[2 * r]) * st[2 * r + 1]);
+        }
+        for (int r = 0; r < k; r++)
+            out[ch0 + r] = (float)s[r];)
     mp_st_beta(dw, dwdt, 0, C, out, beta);
     free(out);
 }
