@@ -17,6 +17,9 @@
  *   - evaluation: batch j on rank j % N, per-batch sums combined the same
  *     way, so the result is bit-identical to one process's;
  *   - a stop flag (SIGINT / SIGTERM) agreed on before every step;
+ *   - mixed_float8's amaxes of a step: the largest over the ranks (one
+ *     all-reduce of a float per scale), so the scales are those of one
+ *     process (Transformer Engine reduces amaxes across its group too);
  *   - batch-norm running statistics stay per rank (as in PyTorch's DDP);
  *     rank 0's are broadcast before an evaluation, and rank 0 writes them.
  * Only rank 0 writes files (checkpoints, exports, predictions, logs,
@@ -81,6 +84,14 @@ static MP_UNUSED void mp_dist_sum_f64(double *buf, int64_t n)
                       MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
 }
 
+/* Largest over ranks, in place (mixed_float8's amaxes: no NaN in buf). */
+static MP_UNUSED void mp_dist_max_f32(float *buf, int64_t n)
+{
+    for (int64_t at = 0; mp_dist.size > 1 && at < n; at += INT_MAX)
+        MPI_Allreduce(MPI_IN_PLACE, buf + at, (int)(n - at < INT_MAX ? n - at : INT_MAX),
+                      MPI_FLOAT, MPI_MAX, MPI_COMM_WORLD);
+}
+
 /* Rank 0's bytes to every rank. */
 static MP_UNUSED void mp_dist_bcast(void *buf, int64_t bytes)
 {
@@ -106,6 +117,7 @@ static MP_UNUSED int mp_dist_exit(int rc, int agreed)
 static MP_UNUSED void mp_dist_init(int *argc, char ***argv) { (void)argc; (void)argv; }
 static MP_UNUSED void mp_dist_sum_f32(float *buf, int64_t n) { (void)buf; (void)n; }
 static MP_UNUSED void mp_dist_sum_f64(double *buf, int64_t n) { (void)buf; (void)n; }
+static MP_UNUSED void mp_dist_max_f32(float *buf, int64_t n) { (void)buf; (void)n; }
 static MP_UNUSED void mp_dist_bcast(void *buf, int64_t bytes) { (void)buf; (void)bytes; }
 static MP_UNUSED int mp_dist_exit(int rc, int agreed) { (void)agreed; return rc; }
 #endif

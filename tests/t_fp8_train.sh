@@ -21,7 +21,9 @@
 #   5. a non-finite step is skipped (counted in the log), as under loss
 #      scaling;
 #   6. the CUDA target refuses mixed_float8 (file:line:col, exit 1): the
-#      GPU's FP8 products are not written.
+#      GPU's FP8 products are not written;
+#   7. data parallel: 2 ranks (mpirun) train as one process with accumulate
+#      2, their amaxes reduced (skipped without mpicc / mpirun).
 # The conversions themselves: t_fp8.sh (ml_dtypes, every pattern).
 set -u
 cd "$(dirname "$0")/.."
@@ -139,6 +141,30 @@ if build_trainer "$W/inf.mp" "$W/inf"; then
         { bad "the non-finite step was not skipped"; tail -n 3 "$W/inf.run"; }
 else
     bad "the model with a divisor does not build"
+fi
+
+# ---- 7. data parallel -------------------------------------------------------------------
+# 2 ranks = one process with accumulate 2 (TRAINER.md): the scales come
+# from the amaxes of every rank's micro-batches (an all-reduce max), as one
+# process's come from all its micro-batches (tests/py/dp.py's tolerances)
+if command -v mpicc >/dev/null && command -v mpirun >/dev/null; then
+    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
+    sed 's/^  precision = mixed_float8$/&\n  accumulate = 2/' "$W/delayed.mp" >"$W/acc2.mp"
+    if build_trainer "$W/acc2.mp" "$W/acc2" && "$MPCC" "$W/delayed.mp" --target c -o "$W/dp.c" &&
+        mpicc -O1 -DMP_USE_MPI -o "$W/dp" "$W/dp.c" -lm; then
+        "$W/acc2" "${ARGS[@]}" --steps 20 --no-shuffle --init "$W/init.safetensors" --log "$W/acc2.jsonl" \
+            --log-every 1 --save "$W/acc2.safetensors" >"$W/acc2.run" 2>&1 &&
+            mpirun --oversubscribe -np 2 "$W/dp" "${ARGS[@]}" --steps 20 --no-shuffle --init "$W/init.safetensors" \
+                --log "$W/dp.jsonl" --log-every 1 --save "$W/dp.safetensors" >"$W/dp.run" 2>&1 &&
+            "$PY" tests/py/dp.py log "$W/acc2.jsonl" "$W/dp.jsonl" && "$PY" tests/py/dp.py ckpt "$W/acc2.safetensors" "$W/dp.safetensors" &&
+            cmp -s <(grep -o '"fp8_exp[^}]*' "$W/acc2.jsonl") <(grep -o '"fp8_exp[^}]*' "$W/dp.jsonl") &&
+            ok "2 ranks = one process with accumulate 2 (the scales' range equal at every step)" ||
+            { bad "2 ranks against accumulate 2"; tail -n 3 "$W/dp.run"; }
+    else
+        bad "the data-parallel builds"
+    fi
+else
+    echo "SKIP data parallel: no mpicc / mpirun"
 fi
 
 # ---- 6. the CUDA target ------------------------------------------------------------------
