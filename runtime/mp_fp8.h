@@ -138,10 +138,48 @@ static inline MP_HD int mp_fp8_scale_exp(float amax, MpFp8Fmt f, int margin, int
 
 static inline MP_HD int mp_rnd_fp8(MpFp8Fmt f, int e) { return MP_RND_FP8 | ((int)f << 8) | (e + 128); }
 
+/* mp_fp8_round(v, f) without branches, for loops the compiler turns into
+ * vector code (the GEMM's packing): the same f32 for every f32 v, NaN
+ * included (tests/fp8_conv.c `same` checks all 2^32 of each format).
+ * Normal results round the f32's bits to mb mantissa bits, to nearest
+ * even; subnormal ones come from adding and taking away 2^(23 + 1 - bias -
+ * mb), whose f32 spacing is the fp8 subnormals' (the addition rounds to
+ * nearest even); |v| at or past max saturates; NaN becomes the quiet NaN
+ * with v's sign. */
+static inline MP_HD float mp_fp8_round_fast(float v, int bias, int mb, uint32_t maxbits)
+{
+    uint32_t x = mp_f32_bits(v), sign = x & 0x80000000u, a = x & 0x7fffffffu;
+    uint32_t sh = 23 - (uint32_t)mb;
+    uint32_t nrm = (a + ((1u << (sh - 1)) - 1) + ((a >> sh) & 1u)) & ~((1u << sh) - 1);
+    float big = mp_bits_f32((uint32_t)(127 + 23 + 1 - bias - mb) << 23);
+    uint32_t sub = mp_f32_bits((mp_bits_f32(a) + big) - big);
+    /* the choices as masks, not branches: the addition above is then used
+     * on every path, so the compiler need not keep it behind a branch */
+    uint32_t is_sub = 0u - (uint32_t)(a < (uint32_t)(127 + 1 - bias) << 23);
+    uint32_t is_max = 0u - (uint32_t)(a >= maxbits), is_nan = 0u - (uint32_t)(a > 0x7f800000u);
+    uint32_t r = (sub & is_sub) | (nrm & ~is_sub);
+    r = (maxbits & is_max) | (r & ~is_max);
+    r = (0x7fc00000u & is_nan) | (r & ~is_nan);
+    return mp_bits_f32(sign | r);
+}
+
 /* v under rounding code rnd (mp_rnd_fp8): fp8(v * 2^e), as an f32 */
 static inline MP_HD float mp_round_fp8(float v, int rnd)
 {
     return mp_fp8_round(v * mp_pow2f((rnd & 255) - 128), (MpFp8Fmt)((rnd >> 8) & 1));
+}
+
+/* x[0..n) under rounding code rnd, in place: mp_round_fp8 of each, in a
+ * loop of mp_fp8_round_fast with the format's constants (vector code) */
+static inline void mp_round_fp8_n(float *x, int rnd, int64_t n)
+{
+    float s = mp_pow2f((rnd & 255) - 128);
+    if ((rnd >> 8) & 1)
+        for (int64_t i = 0; i < n; i++)
+            x[i] = mp_fp8_round_fast(x[i] * s, 15, 2, 0x47600000u);
+    else
+        for (int64_t i = 0; i < n; i++)
+            x[i] = mp_fp8_round_fast(x[i] * s, 7, 3, 0x43e00000u);
 }
 
 /* ---- mixed_float8's scales: the C program's state -------------------------

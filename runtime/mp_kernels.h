@@ -769,9 +769,13 @@ static inline void mp_add_beta(const void *p, int dt, int64_t off, int64_t n,
 static inline void mp_round_st_n(float *x, int dt, void *d, int64_t n)
 {
     int64_t i = 0;
-    if (dt == MP_TF32 || (dt & MP_RND_FP8)) {       /* never stored: d is NULL */
+    if (dt & MP_RND_FP8) {      /* never stored: d is NULL */
+        mp_round_fp8_n(x, dt, n);
+        return;
+    }
+    if (dt == MP_TF32) {        /* never stored: d is NULL */
         for (; i < n; i++)
-            x[i] = mp_round(x[i], dt);
+            x[i] = mp_round_tf32(x[i]);
         return;
     }
     if (dt != MP_F16 && dt != MP_BF16)

@@ -6,6 +6,9 @@
  *   fp8_conv exp e4m3|e5m2 MARGIN IN OUT   amax f32 -> scale exponent
  *       (i32, mp_fp8_scale_exp with prev = 12345: kept for an amax that
  *       is zero or not finite)
+ *   fp8_conv same e4m3|e5m2         mp_fp8_round_fast (the GEMM's
+ *       packing) against mp_fp8_round on all 2^32 f32 bit patterns: exit
+ *       1 naming the first that differs
  * Exit status 2 on bad usage or an unreadable or unwritable file. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,11 +45,26 @@ static void write_all(const char *path, const void *p, size_t size, size_t n)
 
 int main(int argc, char **argv)
 {
-    if (argc < 4)
-        die("usage: fp8_conv enc|dec|exp e4m3|e5m2 ...");
+    if (argc < 3)
+        die("usage: fp8_conv enc|dec|exp|same e4m3|e5m2 ...");
     MpFp8Fmt fmt = strcmp(argv[2], "e4m3") == 0 ? MP_E4M3 : MP_E5M2;
     if (strcmp(argv[2], "e4m3") != 0 && strcmp(argv[2], "e5m2") != 0)
         die("the format is e4m3 or e5m2");
+    if (strcmp(argv[1], "same") == 0 && argc == 3) {
+        uint32_t mx = mp_f32_bits(mp_fp8_max(fmt));
+        int bias = mp_fp8_bias(fmt), mb = mp_fp8_mbits(fmt);
+        uint32_t u = 0;
+        do {
+            float v = mp_bits_f32(u);
+            uint32_t want = mp_f32_bits(mp_fp8_round(v, fmt)), got = mp_f32_bits(mp_fp8_round_fast(v, bias, mb, mx));
+            if (want != got) {
+                fprintf(stderr, "fp8_conv: %s: f32 0x%08x rounds to 0x%08x, the fast path gives 0x%08x\n",
+                        argv[2], u, want, got);
+                return 1;
+            }
+        } while (++u != 0);
+        return 0;
+    }
     if (strcmp(argv[1], "enc") == 0 && argc == 5) {
         size_t n;
         float *v = read_f32(argv[3], &n);
@@ -71,7 +89,7 @@ int main(int argc, char **argv)
             e[i] = mp_fp8_scale_exp(v[i], fmt, atoi(argv[3]), 12345);
         write_all(argv[5], e, sizeof *e, n);
     } else {
-        die("usage: fp8_conv enc|dec|exp e4m3|e5m2 ...");
+        die("usage: fp8_conv enc|dec|exp|same e4m3|e5m2 ...");
     }
     return 0;
 }

@@ -7,7 +7,9 @@
 # exactly). ml_dtypes (PyPI) is pip-installed into a venv in the temp
 # folder, like TensorBoard in t_watch.sh; unlike there, nothing here can be
 # checked without it, so a failed install fails the test (CI has the
-# network and python3-venv: .ci/run).
+# network and python3-venv: .ci/run). Then the GEMM packing's branch-free
+# rounding (mp_fp8_round_fast) against mp_fp8_round on all 2^32 f32
+# values of each format.
 set -u
 cd "$(dirname "$0")/.."
 . tests/py/lib.sh
@@ -21,5 +23,9 @@ if ! { $PY -m venv --system-site-packages "$tmp/venv" >"$tmp/pip.log" 2>&1 &&
     exit 1
 fi
 "$tmp/venv/bin/python" tests/py/fp8.py "$tmp/fp8_conv" "$tmp" || bad "mp_fp8.h differs from ml_dtypes (above)"
-[ $fail = 0 ] && echo "t_fp8: e4m3 and e5m2 equal ml_dtypes on every pattern, tie, saturation, NaN and 10^7 random values; scale exponents exact"
+# the GEMM packing's branch-free rounding equals the exact one on every f32
+for f in e4m3 e5m2; do
+    "$tmp/fp8_conv" same $f || bad "mp_fp8_round_fast ($f) differs from mp_fp8_round (above)"
+done
+[ $fail = 0 ] && echo "t_fp8: e4m3 and e5m2 equal ml_dtypes on every pattern, tie, saturation, NaN and 10^7 random values; scale exponents exact; the packing's rounding equals the exact one on all 2^32 f32 values"
 exit $fail
