@@ -270,8 +270,8 @@ static inline int mp_ckpt_known(const MpTrainer *t, const char *name, int with_s
     if (!with_slots)
         return !strncmp(name, "optimizer.", 10) || !strncmp(name, "fp8.", 4) ||
                mp_ends_with(name, ".num_batches_tracked");
-    if (m->fp8 && (!strcmp(name, "fp8.amax_history") || !strcmp(name, "fp8.scale_exp")))
-        return 1;
+    if (!strcmp(name, "fp8.amax_history") || !strcmp(name, "fp8.scale_exp"))
+        return 1;               /* mixed_float8's scales; another policy leaves them unread */
     for (int s = 0; s < t->nslots; s++) {
         size_t l = strlen(t->slot_name[s]);
         if (!strncmp(name, "optimizer.", 10) && !strncmp(name + 10, t->slot_name[s], l)

@@ -14,7 +14,7 @@
 #      the 40-step run's checkpoint bytes (the histories and exponents are
 #      in it); a checkpoint that lost them is refused by name (exit 1, as
 #      any bad checkpoint); one of the mixed_bfloat16 program starts the
-#      scales afresh;
+#      scales afresh, and that program resumes a mixed_float8 one;
 #   4. the program in two parts (MP_PART_*) trains to the whole program's
 #      bytes (the quantised product's scales cross the parts), and
 #      --gradcheck keeps products exact (its differences pass);
@@ -105,6 +105,9 @@ run bf16 20 --init "$W/init.safetensors" --save "$W/bf16half.safetensors" &&
     grep -q '"step":21,.*"fp8_exp_min"' "$W/delayed.jsonl" &&
     ok "a mixed_bfloat16 checkpoint resumes under mixed_float8, the scales afresh" ||
     { bad "resuming a mixed_bfloat16 checkpoint"; tail -n 2 "$W/delayed.run"; }
+run bf16 21 --resume "$W/half.safetensors" && grep -q '"step":21,' "$W/bf16.jsonl" &&
+    ok "a mixed_float8 checkpoint resumes under mixed_bfloat16, its scales unread" ||
+    { bad "resuming a mixed_float8 checkpoint under mixed_bfloat16"; tail -n 2 "$W/bf16.run"; }
 
 # ---- 4. two parts, --gradcheck ---------------------------------------------------------
 if cc -O1 -DMP_PART_RUNTIME -c -o "$W/runtime.o" "$W/delayed.c" &&
