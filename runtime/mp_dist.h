@@ -84,7 +84,8 @@ static MP_UNUSED void mp_dist_sum_f64(double *buf, int64_t n)
                       MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
 }
 
-/* Largest over ranks, in place (mixed_float8's amaxes: no NaN in buf). */
+/* Largest over ranks, in place (mixed_float8's amaxes: no NaN in buf,
+ * mp_fp8_observe keeps one as +inf). */
 static MP_UNUSED void mp_dist_max_f32(float *buf, int64_t n)
 {
     for (int64_t at = 0; mp_dist.size > 1 && at < n; at += INT_MAX)

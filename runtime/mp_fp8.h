@@ -139,15 +139,17 @@ static inline MP_HD int mp_fp8_scale_exp(float amax, MpFp8Fmt f, int margin, int
 static inline MP_HD int mp_rnd_fp8(MpFp8Fmt f, int e) { return MP_RND_FP8 | ((int)f << 8) | (e + 128); }
 
 /* mp_fp8_round(v, f) without branches, for loops the compiler turns into
- * vector code (the GEMM's packing): the same f32 for every f32 v, NaN
+ * vector code (the GEMM's packing, mp_kernels.h's mp_round): the same f32 for every f32 v, NaN
  * included (tests/fp8_conv.c `same` checks all 2^32 of each format).
  * Normal results round the f32's bits to mb mantissa bits, to nearest
  * even; subnormal ones come from adding and taking away 2^(23 + 1 - bias -
  * mb), whose f32 spacing is the fp8 subnormals' (the addition rounds to
  * nearest even); |v| at or past max saturates; NaN becomes the quiet NaN
  * with v's sign. */
-static inline MP_HD float mp_fp8_round_fast(float v, int bias, int mb, uint32_t maxbits)
+static inline MP_HD float mp_fp8_round_fast(float v, MpFp8Fmt f)
 {
+    const int bias = mp_fp8_bias(f), mb = mp_fp8_mbits(f);
+    const uint32_t maxbits = mp_f32_bits(mp_fp8_max(f));
     uint32_t x = mp_f32_bits(v), sign = x & 0x80000000u, a = x & 0x7fffffffu;
     uint32_t sh = 23 - (uint32_t)mb;
     uint32_t nrm = (a + ((1u << (sh - 1)) - 1) + ((a >> sh) & 1u)) & ~((1u << sh) - 1);
@@ -163,23 +165,21 @@ static inline MP_HD float mp_fp8_round_fast(float v, int bias, int mb, uint32_t 
     return mp_bits_f32(sign | r);
 }
 
-/* v under rounding code rnd (mp_rnd_fp8): fp8(v * 2^e), as an f32 */
-static inline MP_HD float mp_round_fp8(float v, int rnd)
-{
-    return mp_fp8_round(v * mp_pow2f((rnd & 255) - 128), (MpFp8Fmt)((rnd >> 8) & 1));
-}
+/* The format and scale 2^e of rounding code rnd (mp_rnd_fp8) */
+static inline MP_HD MpFp8Fmt mp_rnd_fmt(int rnd) { return (MpFp8Fmt)((rnd >> 8) & 1); }
+static inline MP_HD float mp_rnd_scale(int rnd) { return mp_pow2f((rnd & 255) - 128); }
 
-/* x[0..n) under rounding code rnd, in place: mp_round_fp8 of each, in a
- * loop of mp_fp8_round_fast with the format's constants (vector code) */
+/* x[0..n) under rounding code rnd, in place: fp8(x * 2^e), one loop per
+ * format so that the format's constants fold and the loop is vector code */
 static inline void mp_round_fp8_n(float *x, int rnd, int64_t n)
 {
-    float s = mp_pow2f((rnd & 255) - 128);
-    if ((rnd >> 8) & 1)
+    float s = mp_rnd_scale(rnd);
+    if (mp_rnd_fmt(rnd) == MP_E5M2)
         for (int64_t i = 0; i < n; i++)
-            x[i] = mp_fp8_round_fast(x[i] * s, 15, 2, 0x47600000u);
+            x[i] = mp_fp8_round_fast(x[i] * s, MP_E5M2);
     else
         for (int64_t i = 0; i < n; i++)
-            x[i] = mp_fp8_round_fast(x[i] * s, 7, 3, 0x43e00000u);
+            x[i] = mp_fp8_round_fast(x[i] * s, MP_E4M3);
 }
 
 /* ---- mixed_float8's scales: the C program's state -------------------------
@@ -197,7 +197,8 @@ struct MpFp8 {
     int current;                /* 1: current(margin), 0: delayed(history, margin) */
     const unsigned char *fmt;   /* [nslots] MpFp8Fmt */
     int *exp;                   /* [nslots] the scale exponent of this step */
-    float *amax;                /* [nslots] this step's amax so far (0: none yet) */
+    float *amax;                /* [nslots] this step's amax so far (0: none yet; +inf: a NaN
+                                   was seen, the largest, so a reduce over ranks keeps it) */
     float *hist;                /* [history][nslots] the amaxes of past steps */
     int64_t steps;              /* steps recorded (the newest in row (steps-1) % history) */
     int lo, hi;                 /* the range of the exponents the last step used (logs) */
@@ -247,8 +248,8 @@ static inline void mp_fp8_observe(MpFp8 *f, int s, const void *x, int dt, int64_
 {
     float a = mp_fp8_absmax(x, dt, n);
     s--;
-    if (training && !(a <= f->amax[s]))         /* NaN sticks */
-        f->amax[s] = a;
+    if (training && !(a <= f->amax[s]))         /* a NaN is kept as +inf: it sticks */
+        f->amax[s] = a != a ? INFINITY : a;
     if (f->current || f->steps == 0)
         f->exp[s] = mp_fp8_scale_exp(a, (MpFp8Fmt)f->fmt[s], f->margin, f->exp[s]);
 }

@@ -451,7 +451,7 @@ MP_STATE int mp_gemm_exact;
 static inline MP_HD float mp_round(float v, int dt)
 {
     if (dt & MP_RND_FP8)
-        return mp_round_fp8(v, dt);
+        return mp_fp8_round_fast(v * mp_rnd_scale(dt), mp_rnd_fmt(dt));
     switch (dt) {
     case MP_TF32: return mp_round_tf32(v);
     case MP_F16:  return mp_f16_to_f32(mp_f32_to_f16(v));

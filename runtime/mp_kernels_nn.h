@@ -717,6 +717,16 @@ static inline void mp_k_layer_norm(void *y, int ydt, const void *x, int xdt, con
         mp_st_n(y, ydt, r * dim, 1, dim, xh));
 }
 
+/* g = rstd (g - mean(g) - xhat mean(g xhat)), from the sums sg of g and
+ * sgx of g xhat over the row's n elements */
+static inline void mp_norm_dx_apply(float *g, const float *xhat, int64_t n, float rstd, double sg,
+                                    double sgx)
+{
+    float mg = (float)(sg / (double)n), mgx = (float)(sgx / (double)n);
+    for (int64_t j = 0; j < n; j++)
+        g[j] = rstd * (g[j] - mg - xhat[j] * mgx);
+}
+
 /* dx = rstd (g - mean(g) - xhat mean(g xhat)), g = dy w, xhat normalised x. */
 static inline void mp_norm_dx_row(float *g, const float *xhat, int64_t n, float rstd)
 {
@@ -725,9 +735,7 @@ static inline void mp_norm_dx_row(float *g, const float *xhat, int64_t n, float 
         sg += g[j];
         sgx += (double)g[j] * xhat[j];
     }
-    float mg = (float)(sg / (double)n), mgx = (float)(sgx / (double)n);
-    for (int64_t j = 0; j < n; j++)
-        g[j] = rstd * (g[j] - mg - xhat[j] * mgx);
+    mp_norm_dx_apply(g, xhat, n, rstd, sg, sgx);
 }
 
 static inline void mp_k_layer_norm_dx(void *dx, int dxdt, const void *dy, int dydt,
@@ -879,13 +887,8 @@ static inline void mp_norm_dx_rows(float *g, const float *xhat, int64_t n, int k
             sg[r] += g[r * n + j];
             sgx[r] += (double)g[r * n + j] * xhat[r * n + j];
         }
-    for (int r = 0; r < 4; r++) {
-        float mg = (float)(sg[r] / (double)n), mgx = (float)(sgx[r] / (double)n), rstd = st[2 * r + 1];
-        float *gr = g + r * n;
-        const float *xr = xhat + r * n;
-        for (int64_t j = 0; j < n; j++)
-            gr[j] = rstd * (gr[j] - mg - xr[j] * mgx);
-    }
+    for (int r = 0; r < 4; r++)
+        mp_norm_dx_apply(g + r * n, xhat + r * n, n, st[2 * r + 1], sg[r], sgx[r]);
 }
 
 static inline void mp_k_batch_norm_dx(void *dx, int dxdt, const void *dy, int dydt,
@@ -921,15 +924,16 @@ static inline void mp_k_batch_norm_dw(void *dw, int dwdt, const void *dy, int dy
         double var[4], s[4] = {0, 0, 0, 0};
         mp_ld_channels(buf, x, xdt, N, C, S, ch0, k);
         mp_moments_k(buf, cnt, k, eps, st, var);
+        mp_bn_xhat(buf, cnt, k, st);
         mp_ld_channels(g, dy, dydt, N, C, S, ch0, k);
         if (k == 4) {
             for (int64_t i = 0; i < cnt; i++)
                 for (int r = 0; r < 4; r++)
-                    s[r] += g[r * cnt + i] * ((buf[r * cnt + i] - st[2 * r]) * st[2 * r + 1]);
+                    s[r] += g[r * cnt + i] * buf[r * cnt + i];
         } else {
             for (int r = 0; r < k; r++)
                 for (int64_t i = 0; i < cnt; i++)
-                    s[r] += g[r * cnt + i] * ((buf[r * cnt + i] - st[2 * r]) * st[2 * r + 1]);
+                    s[r] += g[r * cnt + i] * buf[r * cnt + i];
         }
         for (int r = 0; r < k; r++)
             out[ch0 + r] = (float)s[r];)

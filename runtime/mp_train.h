@@ -599,11 +599,7 @@ static inline int mp_step(MpTrainer *t, int64_t k, int check, int need, MpStepOu
     if (m->fp8) {
         /* mixed_float8 has no loss scale, but skips a non-finite step as
          * loss scaling does (PRECISION.md); its scales move on either way,
-         * from the amaxes of every rank's micro-batches (a NaN as +inf, the
-         * largest: one process's NaN would stick too) */
-        for (int s = 0; s < m->fp8->nslots; s++)
-            if (m->fp8->amax[s] != m->fp8->amax[s])
-                m->fp8->amax[s] = INFINITY;
+         * from the amaxes of every rank's micro-batches */
         mp_dist_max_f32(m->fp8->amax, m->fp8->nslots);
         mp_fp8_step_end(m->fp8);
         if (out->taken && !isfinite(ss)) {

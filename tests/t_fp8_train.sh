@@ -13,7 +13,8 @@
 #   3. resume is exact: 20 steps, then 20 more from the checkpoint, give
 #      the 40-step run's checkpoint bytes (the histories and exponents are
 #      in it); a checkpoint that lost them is refused by name (exit 1, as
-#      any bad checkpoint); one of the mixed_bfloat16 program starts the
+#      any bad checkpoint), so are an exponent that is not an integer and
+#      a history of another length; one of the mixed_bfloat16 program starts the
 #      scales afresh, and that program resumes a mixed_float8 one;
 #   4. the program in two parts (MP_PART_*) trains to the whole program's
 #      bytes (the quantised product's scales cross the parts), and
@@ -91,7 +92,18 @@ t, meta = st.read(f"{w}/half.safetensors", with_meta=True)
 st.write(f"{w}/lost.safetensors", {k: v for k, v in t.items() if not k.startswith("fp8.")}, meta)
 t["fp8.scale_exp"] = t["fp8.scale_exp"] - 20  # 2^-20 x the scales: values underflow
 st.write(f"{w}/moved.safetensors", t, meta)
+t["fp8.scale_exp"][0] = 0.5                   # not an exponent
+st.write(f"{w}/half_exp.safetensors", t, meta)
 EOF
+run delayed 40 --resume "$W/half_exp.safetensors"; rc=$?
+[ $rc = 1 ] && grep -q "half_exp.safetensors: tensor 'fp8.scale_exp' element 0 is 0.5, expected an integer in \[-63, 63\]" "$W/delayed.run" &&
+    ok "a scale exponent that is not an integer: refused by name, exit 1" ||
+    { bad "a non-integer scale exponent (exit $rc)"; tail -n 2 "$W/delayed.run"; }
+# the current program keeps one history row: the delayed checkpoint's 4 do not fit
+run current 40 --resume "$W/half.safetensors"; rc=$?
+[ $rc = 1 ] && grep -q "tensor 'fp8.amax_history' has shape 4x3, the model's is 1x3" "$W/current.run" &&
+    ok "an amax history of another length: refused, both shapes named, exit 1" ||
+    { bad "a history of another length (exit $rc)"; tail -n 2 "$W/current.run"; }
 run delayed 40 --resume "$W/moved.safetensors" --save "$W/moved40.safetensors" &&
     ! cmp -s "$W/moved40.safetensors" "$W/delayed.safetensors" &&
     ok "control: a resumed run whose scales were made 2^20 x smaller ends elsewhere (the scales are read)" ||
