@@ -402,8 +402,15 @@ void grad_ATTENTION(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx)
     Shape s = n->in[0]->shape;
     int64_t tq = s.d[2], tk = n->in[1]->shape.d[2];
     s.d[2] = tq + 2 * tk;
-    IrNode *in[5] = {dy, n->in[0], n->in[1], n->in[2], n->nin == 4 ? n->in[3] : NULL};
-    IrNode *all = mk_st(g, n, OP_ATTENTION_GRAD, &s, attention_grad_type(n), n->nin + 1, in);
+    /* (dy, q, k, v [, mask] [, y]): on Tensor Cores the backward reads the
+     * forward's y and the rows' log-sum-exp kept after it (ir_attention_lse) */
+    IrNode *in[6] = {dy, n->in[0], n->in[1], n->in[2], n->nin == 4 ? n->in[3] : NULL};
+    int nin = n->nin + 1;
+    if (ir_attention_tc(n)) {
+        n->ia[2] = 1;
+        in[nin++] = n;
+    }
+    IrNode *all = mk_st(g, n, OP_ATTENTION_GRAD, &s, attention_grad_type(n), nin, in);
     all->ia[0] = n->ia[0];
     all->ia[1] = n->ia[1];
     all->fa[0] = n->fa[0];

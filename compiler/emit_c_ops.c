@@ -386,7 +386,7 @@ static void attention(Emit *e, const IrNode *n, const char *k, const IrNode *f, 
 {
     const IrNode *q = f->in[0];
     long long t = emit_dim(q, -2), d = emit_dim(q, -1);
-    const char *opt = emit_attention_opt(e, f, n->nin > nq ? IN(nq) : NULL, false);
+    const char *opt = emit_attention_opt(e, f, f->nin > 3 ? IN(nq) : NULL, false);
     if (opt)
         em(e, "    {\n        const MpAttnOpt o = %s;\n", opt);
     em(e, "%smp_k_%s%s(%s, ", opt ? "        " : "    ", k, opt ? "_opt" : "", arg(e, n));

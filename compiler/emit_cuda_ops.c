@@ -376,7 +376,7 @@ static void attention(Emit *e, const IrNode *n, const char *k, const IrNode *f, 
 {
     const IrNode *q = f->in[0];
     long long t = emit_dim(q, -2), d = emit_dim(q, -1);
-    const char *opt = emit_attention_opt(e, f, n->nin > nq ? IN(nq) : NULL, true);
+    const char *opt = emit_attention_opt(e, f, f->nin > 3 ? IN(nq) : NULL, true);
     if (opt)
         em(e, "    {\n        const MpAttnOpt o = %s;\n", opt);
     em(e, "%smp_cu_%s<%s", opt ? "        " : "    ", k, ty(n));
@@ -385,8 +385,18 @@ static void attention(Emit *e, const IrNode *n, const char *k, const IrNode *f, 
     em(e, ">(%s, ", C(n));
     for (int i = 0; i < nq; i++)
         em(e, "%s, ", C(IN(i)));
-    em(e, "\n                   %lld, %lld, %lld, %lld, %d, %s%s);\n", N(q) / (t * d), t,
-       emit_dim(f->in[1], -2), d, (int)f->ia[0], mpdt(f->compute), opt ? ", &o" : "");
+    /* the rows' log-sum-exp after y (ir_attention_lse): the forward writes
+     * them, the backward reads them and y (its last input) */
+    const IrNode *y = n == f ? n : n->nin > f->nin + 1 ? IN(n->nin - 1) : NULL;
+    long long lse = y ? (long long)ir_attention_lse(y) : 0;
+    em(e, "\n                   %lld, %lld, %lld, %lld, %d, %s%s", N(q) / (t * d), t,
+       emit_dim(f->in[1], -2), d, (int)f->ia[0], mpdt(f->compute), opt ? ", &o" : lse ? ", NULL" : "");
+    if (lse && n == f)
+        em(e, ",\n                   (float *)((char *)%s + %lld)", C(n), lse);
+    else if (lse)
+        em(e, ",\n                   %s, %s, (const float *)((const char *)%s + %lld)", C(y),
+           mpdt(y->type), C(y), lse);
+    em(e, ");\n");
     if (opt)
         em(e, "    }\n");
 }

@@ -41,6 +41,19 @@ char *shape_str(Arena *a, const Shape *s)
     return arena_strdup(a, buf);
 }
 
+bool ir_attention_tc(const IrNode *n)
+{
+    return n->op == OP_ATTENTION && (n->compute == DT_F16 || n->compute == DT_BF16) &&
+           n->in[0]->shape.d[3] <= 64 && !(n->fa[1] > 0);
+}
+
+int64_t ir_attention_lse(const IrNode *n)
+{
+    if (n->op != OP_ATTENTION || !n->ia[2])
+        return 0;
+    return (shape_numel(&n->shape) * dt_size(n->type) + 15) / 16 * 16;
+}
+
 int opt_slots(const TrainCfg *t)
 {
     switch (t->opt) {

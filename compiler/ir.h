@@ -226,6 +226,17 @@ static inline int pad_mode(const IrNode *n) { return (int)n->fa[1]; }
 /* Optimizer state buffers per parameter (the runtime's mp_optim_slots). */
 int opt_slots(const TrainCfg *t);
 
+/* An attention node the CUDA program runs on Tensor Cores
+ * (runtime/mp_cuda_ops.h: mp_cu_fa_takes): f16 / bf16 products, heads up
+ * to 64, no dropout. */
+bool ir_attention_tc(const IrNode *n);
+
+/* Bytes from an attention node's output to the rows' log-sum-exp its
+ * buffer also holds (f32 [B H T], after y rounded up to 16 bytes), which
+ * the Tensor Core forward leaves for its backward (set by autodiff, ia[2];
+ * the C program leaves them unwritten); 0: none. */
+int64_t ir_attention_lse(const IrNode *n);
+
 /* An outermost repeat or for loop (ir_loop_add): a for loop's NAME and
  * its first value (copy k is NAME = from + k); var NULL for a repeat. */
 typedef struct IrLoop {

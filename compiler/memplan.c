@@ -6,7 +6,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-int64_t memplan_bytes(const IrNode *n) { return shape_numel(&n->shape) * dt_size(n->type); }
+int64_t memplan_bytes(const IrNode *n)
+{
+    int64_t lse = ir_attention_lse(n);   /* attention's rows' log-sum-exp after y */
+    if (lse)
+        return lse + shape_numel(&n->shape) / n->shape.d[3] * (int64_t)sizeof(float);
+    return shape_numel(&n->shape) * dt_size(n->type);
+}
 
 static BufKind kind_of(const IrNode *n)
 {

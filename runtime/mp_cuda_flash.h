@@ -5,7 +5,7 @@
  * exp l and output o in the registers of the lanes that hold the row
  * (online softmax: o and l rescaled by exp(m_old - m_new) when the max
  * grows); y = o / l once at the end, and each row's log-sum-exp m + log l
- * to `lse` when asked. S = q k^T and o += P v are mma.sync m16n8k16 with
+ * to `lse` for the backward. S = q k^T and o += P v are mma.sync m16n8k16 with
  * f32 accumulation, their operands the tiles of q, k, v staged in dynamic
  * shared memory as the compute type (64 rows of D rounded up to 16, 8
  * halves of padding a row: 27 KB at D 64; a layout above the 48 KB a block
@@ -60,8 +60,10 @@
  * variable would live in local memory (a stack frame). */
 #ifdef __CUDA_ARCH__
 #define MP_CU_UNROLL _Pragma("unroll")
+#define MP_CU_NO_UNROLL _Pragma("unroll 1")
 #else
 #define MP_CU_UNROLL
+#define MP_CU_NO_UNROLL
 #endif
 
 /* name: the block's dynamic shared memory as halves (bytes: its size) */
@@ -223,7 +225,9 @@ struct MpCuFa {
     const void *q, *k, *v;
     void *o;
     int qdt, kdt, vdt, odt;
-    float *lse;                    /* [BH T]: each row's m + log l, or NULL */
+    float *lse;                    /* [BH T]: each row's log-sum-exp m + log l of
+                                      the scores (-inf: it sees no key), for the
+                                      backward; or NULL */
     int64_t T, Tk, D, nqt;         /* nqt: query tiles of 64 a head */
     int causal, bf;
     float scale;
@@ -450,12 +454,14 @@ static inline double mp_cu_fa_fmas(int64_t BH, int64_t T, int64_t Tk, int64_t D,
  * Two kernels and no atomics (as the f32 tiles), each 4 warps over 16-row
  * slices of a tile of 64, the products mma.sync's in chunks of 16 so that
  * a chunk's scores and dP are one A fragment:
- *   attention_grad_q_tc, per query tile: pass 1 over the key tiles it sees,
- *     S = q k^T and dP = dy v^T, the rows' running max m, sum l of exp and
- *     sum of exp dP (online: both rescaled when m grows), so D = that / l
- *     = rowsum(P dP); pass 2, S and dP again, dS = P (dP - D) scale rounded
+ *   attention_grad_q_tc, per query tile: the rows' log-sum-exp the forward
+ *     kept (lse: P = exp(s - lse)), D = rowsum(dy y) from the staged tiles of dy
+ *     and y (FlashAttention-2's; the C program sums P dP over the keys:
+ *     the same value, y's and P's roundings apart); one walk over the key
+ *     tiles it sees: S = q k^T, dP = dy v^T, dS = P (dP - D) scale rounded
  *     to the compute type (mp_cu_att_ds, as the C program) and dq += dS k;
- *     leaves each row's m, l, D (st, [BH T, 3] floats of the op's work space);
+ *     leaves each row's lse, 1, D (st, [BH T, 3] floats of the op's work
+ *     space: as the f32 tiles' m, l, D);
  *   attention_grad_kv_tc, per key tile (warp w: keys 16 w..16 w + 15): over
  *     the query tiles that see it, S^T = k q^T and dP^T = v dy^T, P^T from
  *     the rows' m and l (mp_cu_att_p, rounded: Pr), dS^T, dv += Pr^T dy and
@@ -466,10 +472,9 @@ static inline double mp_cu_fa_fmas(int64_t BH, int64_t T, int64_t Tk, int64_t D,
  * the forward; dS is rounded once, by its fragment's packing
  * (mp_cu_att_ds to MP_F32: unrounded there; the packing's rounding gives the
  * bits the C program's rounding of dS does).
- * Per (query, key) pair and D': 2 + 2 (pass 1) + 2 + 2 + 2 (pass 2) + 2 + 2
- * + 2 + 2: 18 FLOPs against FlashAttention-2's 10 (which keeps the
- * forward's log-sum-exp and rowsum(dy y), and adds dq atomically):
- * mp_cu_fa_bwd_fmas counts it. */
+ * Per (query, key) pair and D': 2 + 2 + 2 (dq's walk) + 2 + 2 + 2 + 2:
+ * 14 FLOPs against FlashAttention-2's 10 (which adds dq atomically from
+ * the dk, dv walk): mp_cu_fa_bwd_fmas counts it. */
 
 /* rows 16 kc.. of bs as the B operand B[row][d] of d-tiles d and d + 1
  * (fb[0..1], fb[2..3]): one ldmatrix .trans */
@@ -515,14 +520,22 @@ static inline MP_HD void mp_cu_fa_a(uint32_t fa[4], const float x[2][4], int bf)
 }
 
 /* The backward's problem: the forward's, with dy and the gradient g
- * [BH, T + 2 T', D] (dq, dk, dv a head) in place of y. */
+ * [BH, T + 2 T', D] (dq, dk, dv a head) in place of y; the forward's y
+ * and the rows' log-sum-exp it kept (MpCuFa.lse). */
 struct MpCuFaB {
     MpCuFa a;
-    const void *dy;
-    int dydt;
+    const void *dy, *y;
+    int dydt, ydt;
+    const float *lse;              /* [BH T] */
     float *st;                     /* [BH T, 3]: m, l, D */
     int64_t nkt;                   /* key tiles of 64 a head */
 };
+
+/* a staged half (f16, bf: bf16) as f32 */
+static inline MP_HD float mp_cu_fa_float(uint16_t h, int bf)
+{
+    return bf ? mp_bf16_to_f32(h) : mp_f16_to_f32(h);
+}
 
 template <int DP>
 struct MpCuFaDq {
@@ -530,13 +543,13 @@ struct MpCuFaDq {
     MpCuFaB b;
     MP_HD void operator()(int64_t it, const MpCuTeam &t) const
     {
-        MP_CU_SHARED_DYN(sh, 4 * 64 * (DP + MP_CU_FA_PAD) * 2, t);
+        MP_CU_SHARED_DYN(sh, 4 * 64 * (DP + MP_CU_FA_PAD) * 2 + 64 * 4, t);
         const MpCuFa &a = b.a;
         const int ld = DP + MP_CU_FA_PAD, w = t.tid / 32, lane = t.tid % 32;
         const int g = lane >> 2, c = (lane & 3) * 2;
         int64_t h = it / a.nqt, i0 = it % a.nqt * MP_CU_FA_BR;
         uint16_t *qs = sh, *dys = qs + 64 * ld, *ks = dys + 64 * ld, *vs = ks + 64 * ld;
-        float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, pd[2] = {0.0f, 0.0f};
+        float *sd = (float *)(vs + 64 * ld);
         float dq[DP / 8][4];
         MP_CU_UNROLL
         for (int d = 0; d < DP / 8; d++)
@@ -544,77 +557,53 @@ struct MpCuFaDq {
         t.sync();   /* the block's previous item is done with the tiles */
         mp_cu_fa_stage<DP>(qs, 64, a.q, a.qdt, a.T, h, i0, a.D, a.bf, t);
         mp_cu_fa_stage<DP>(dys, 64, b.dy, b.dydt, a.T, h, i0, a.D, a.bf, t);
+        mp_cu_fa_stage<DP>(ks, 64, b.y, b.ydt, a.T, h, i0, a.D, a.bf, t);   /* y, for D */
+        t.sync();
+        for (int r = t.tid; r < 64; r += t.nt) {   /* D = rowsum(dy y) */
+            float s = 0.0f;
+            for (int d = 0; d < DP; d++)
+                s += mp_cu_fa_float(dys[r * ld + d], a.bf) * mp_cu_fa_float(ks[r * ld + d], a.bf);
+            sd[r] = s;
+        }
+        t.sync();   /* D seen by every warp; ks free again */
+        float lse[2], dd[2];   /* P = exp(s - lse); +inf (P 0): rows past T or that see no key */
+        MP_CU_UNROLL
+        for (int r = 0; r < 2; r++) {
+            int64_t i = i0 + 16 * w + g + 8 * r;
+            lse[r] = i < a.T ? b.lse[h * a.T + i] : INFINITY;
+            lse[r] = lse[r] == -INFINITY ? INFINITY : lse[r];
+            dd[r] = sd[16 * w + g + 8 * r];
+        }
         int64_t nk = mp_cu_fa_keys(&a, i0), mh = mp_cu_fa_mask_head(&a, h);
-        MP_CU_UNROLL   /* pass a constant in each copy: its arrays stay registers */
-        for (int pass = 0; pass < 2; pass++) {
-            float inv[2], dd[2];
-            MP_CU_UNROLL
-            for (int r = 0; r < 2; r++) {   /* pass 1's sums (0 in pass 0) */
-                inv[r] = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
-                dd[r] = pd[r] * inv[r];
-            }
-            for (int64_t j0 = 0; j0 < nk; j0 += 64) {
-                t.sync();   /* the previous key tile's readers are done */
-                mp_cu_fa_stage<DP>(ks, 64, a.k, a.kdt, a.Tk, h, j0, a.D, a.bf, t);
-                mp_cu_fa_stage<DP>(vs, 64, a.v, a.vdt, a.Tk, h, j0, a.D, a.bf, t);
-                t.sync();   /* staged: every warp sees them */
-                const int whole = mp_cu_fa_whole(&a, i0, j0, 64);
+        for (int64_t j0 = 0; j0 < nk; j0 += 64) {
+            t.sync();   /* the previous key tile's readers are done */
+            mp_cu_fa_stage<DP>(ks, 64, a.k, a.kdt, a.Tk, h, j0, a.D, a.bf, t);
+            mp_cu_fa_stage<DP>(vs, 64, a.v, a.vdt, a.Tk, h, j0, a.D, a.bf, t);
+            t.sync();   /* staged: every warp sees them */
+            const int whole = mp_cu_fa_whole(&a, i0, j0, 64);
+            MP_CU_NO_UNROLL   /* the chunks one body: registers and instruction cache */
+            for (int kc = 0; kc < 4; kc++) {
+                float s[2][4], dp[2][4];
+                mp_cu_fa_chunk<DP>(s, qs, ks, w, kc, lane, a.bf, t);    /* q k^T */
+                mp_cu_fa_chunk<DP>(dp, dys, vs, w, kc, lane, a.bf, t);  /* dy v^T */
                 MP_CU_UNROLL
-                for (int kc = 0; kc < 4; kc++) {
-                    float s[2][4], dp[2][4];
-                    mp_cu_fa_chunk<DP>(s, qs, ks, w, kc, lane, a.bf, t);    /* q k^T */
-                    mp_cu_fa_chunk<DP>(dp, dys, vs, w, kc, lane, a.bf, t);  /* dy v^T */
-                    float mx[2] = {m[0], m[1]};
+                for (int nn = 0; nn < 2; nn++)   /* dS */
                     MP_CU_UNROLL
-                    for (int nn = 0; nn < 2; nn++)
-                        MP_CU_UNROLL
-                        for (int e = 0; e < 4; e++) {
-                            int64_t i = i0 + 16 * w + g + (e >> 1) * 8;
-                            int64_t j = j0 + 16 * kc + 8 * nn + c + (e & 1);
-                            s[nn][e] = whole ? s[nn][e] * a.scale : mp_cu_fa_score_at(&a, s[nn][e], mh, i, j);
-                            mx[e >> 1] = s[nn][e] > mx[e >> 1] ? s[nn][e] : mx[e >> 1];
-                        }
-                    if (pass == 0) {   /* m, l, sum of exp dP */
-                        MP_CU_UNROLL
-                        for (int r = 0; r < 2; r++) {
-                            mx[r] = mp_cu_quad(t, mx[r], 0);
-                            float f = m[r] == -INFINITY ? 0.0f : mp_expf_p(m[r] - mx[r]);
-                            m[r] = mx[r];
-                            l[r] *= f;
-                            pd[r] *= f;
-                        }
-                        MP_CU_UNROLL
-                        for (int nn = 0; nn < 2; nn++)
-                            MP_CU_UNROLL
-                            for (int e = 0; e < 4; e++) {
-                                float p = mp_cu_att_p(s[nn][e], m[e >> 1], 1.0f);
-                                l[e >> 1] += p;
-                                pd[e >> 1] += p * dp[nn][e];
-                            }
-                        continue;
+                    for (int e = 0; e < 4; e++) {
+                        int64_t i = i0 + 16 * w + g + (e >> 1) * 8;
+                        int64_t j = j0 + 16 * kc + 8 * nn + c + (e & 1);
+                        float sc = whole ? s[nn][e] * a.scale : mp_cu_fa_score_at(&a, s[nn][e], mh, i, j);
+                        s[nn][e] = mp_cu_att_ds(mp_cu_att_p(sc, lse[e >> 1], 1.0f), dp[nn][e],
+                                                dd[e >> 1], a.scale, MP_F32);
                     }
-                    MP_CU_UNROLL
-                    for (int nn = 0; nn < 2; nn++)   /* dS, then dq += dS k */
-                        MP_CU_UNROLL
-                        for (int e = 0; e < 4; e++)
-                            s[nn][e] = mp_cu_att_ds(mp_cu_att_p(s[nn][e], m[e >> 1], inv[e >> 1]),
-                                                    dp[nn][e], dd[e >> 1], a.scale, MP_F32);
-                    uint32_t fa[4];
-                    mp_cu_fa_a(fa, s, a.bf);
-                    MP_CU_UNROLL
-                    for (int d = 0; d < DP / 8; d += 2) {
-                        uint32_t fb[4];
-                        mp_cu_fa_cols_b<DP>(fb, ks, kc, d, lane, t);
-                        mp_cu_mma(t, dq[d], fa, fb, a.bf);
-                        mp_cu_mma(t, dq[d + 1], fa, fb + 2, a.bf);
-                    }
-                }
-            }
-            if (pass == 0) {
+                uint32_t fa[4];
+                mp_cu_fa_a(fa, s, a.bf);
                 MP_CU_UNROLL
-                for (int r = 0; r < 2; r++) {
-                    l[r] = mp_cu_quad(t, l[r], 1);
-                    pd[r] = mp_cu_quad(t, pd[r], 1);
+                for (int d = 0; d < DP / 8; d += 2) {   /* dq += dS k */
+                    uint32_t fb[4];
+                    mp_cu_fa_cols_b<DP>(fb, ks, kc, d, lane, t);
+                    mp_cu_mma(t, dq[d], fa, fb, a.bf);
+                    mp_cu_mma(t, dq[d + 1], fa, fb + 2, a.bf);
                 }
             }
         }
@@ -630,11 +619,11 @@ struct MpCuFaDq {
                     if (8 * d + c + e < a.D)
                         mp_cu_st(a.o, a.odt, h * (a.T + 2 * a.Tk) * a.D + i * a.D + 8 * d + c + e,
                                  dq[d][2 * r + e]);
-            if (c == 0) {
+            if (c == 0) {   /* as m, l, D: P = exp(s - lse) / 1 */
                 float *st = b.st + (h * a.T + i) * 3;
-                st[0] = m[r];
-                st[1] = l[r];
-                st[2] = l[r] > 0.0f ? pd[r] / l[r] : 0.0f;
+                st[0] = lse[r];
+                st[1] = lse[r] != INFINITY ? 1.0f : 0.0f;
+                st[2] = dd[r];
             }
         }
     }
@@ -730,19 +719,13 @@ template <int DP> struct MpCuMinBlocks<MpCuFaFwd<DP> > { static constexpr int n 
 template <int DP> struct MpCuMinBlocks<MpCuFaDq<DP> > { static constexpr int n = 4; };
 template <int DP> struct MpCuMinBlocks<MpCuFaDkv<DP> > { static constexpr int n = 4; };
 
-/* The head width attention_grad_q_tc runs at: 16, else 64. At 32 its
- * kernel needs more than the 128 registers a thread that t_cuda_build's
- * ptxas gate allows (sm_90: 96 used and a 4-byte spill), so heads of 17 to
- * 32 run the 64-wide kernel, their upper half zeros (as heads of 33 to 63). */
-static inline int64_t mp_cu_fa_dq_width(int64_t D) { return D <= 16 ? 16 : 64; }
-
 /* FMAs the backward's mma's do (its kernels' loops: attention_grad_q_tc
- * per (query tile, key tile) it walks 4 warps x (pass 1: 4 chunks x 2
- * products x 2 n-tiles x D'/16; pass 2: the same + 4 x D'/8); _kv_tc per
+ * per (query tile, key tile) it walks 4 warps x (4 chunks x 2 products x 2
+ * n-tiles x D'/16 + 4 x D'/8); _kv_tc per
  * (key tile, query tile) 4 warps x 4 chunks x (2 x 2 x D'/16 + 2 x D'/8)). */
 static inline double mp_cu_fa_bwd_fmas(int64_t BH, int64_t T, int64_t Tk, int64_t D, int causal)
 {
-    int64_t dp = D <= 16 ? 16 : D <= 32 ? 32 : 64, dq = mp_cu_fa_dq_width(D), qtiles = 0, ktiles = 0;
+    int64_t dp = D <= 16 ? 16 : D <= 32 ? 32 : 64, qtiles = 0, ktiles = 0;
     MpCuFa a = {};
     a.Tk = Tk;
     a.causal = causal;
@@ -750,7 +733,7 @@ static inline double mp_cu_fa_bwd_fmas(int64_t BH, int64_t T, int64_t Tk, int64_
         qtiles += (mp_cu_fa_keys(&a, i0) + 63) / 64;
     for (int64_t j0 = 0; j0 < Tk; j0 += 64)
         ktiles += ((T - (causal ? j0 : 0)) + 63) / 64;
-    double q = 4.0 * (2 * 4 * 2 * 2 * (dq / 16) + 4 * (dq / 8));
+    double q = 4.0 * (4 * 2 * 2 * (dp / 16) + 4 * (dp / 8));
     double kv = 4.0 * 4 * (2 * 2 * (dp / 16) + 2 * (dp / 8));
     return (double)BH * (qtiles * q + ktiles * kv) * 16 * 8 * 16;
 }
@@ -801,7 +784,7 @@ static inline int mp_cu_fa_ready(void) { return !mp_emu_serial(); }
 #endif
 
 /* y = attention(q, k, v) on Tensor Cores (mp_cu_attention's arguments,
- * cdt f16 or bf16, D <= MP_CU_FA_DMAX); lse: NULL or [BH T] floats. */
+ * cdt f16 or bf16, D <= MP_CU_FA_DMAX); a.lse: NULL or [BH T] floats. */
 template <int DP>
 static inline void mp_cu_fa_forward(MpCuFa a, int64_t BH)
 {
@@ -810,12 +793,13 @@ static inline void mp_cu_fa_forward(MpCuFa a, int64_t BH)
 }
 
 /* dq, dk, dv of attention on Tensor Cores into b.a.o (g), stats at b.st */
-template <int DQ, int DP>   /* DQ: mp_cu_fa_dq_width */
+template <int DP>
 static inline void mp_cu_fa_backward(MpCuFaB b, int64_t BH)
 {
-    MpCuFaDq<DQ> fq = {b};
+    MpCuFaDq<DP> fq = {b};
     MpCuFaDkv<DP> fkv = {b};
-    mp_cu_rows_sh("attention_grad_q_tc", BH * b.a.nqt, MP_CU_FA_NT, 4 * 64 * (DQ + MP_CU_FA_PAD) * 2, fq);
+    mp_cu_rows_sh("attention_grad_q_tc", BH * b.a.nqt, MP_CU_FA_NT,
+                  4 * 64 * (DP + MP_CU_FA_PAD) * 2 + 64 * 4, fq);
     mp_cu_rows_sh("attention_grad_kv_tc", BH * b.nkt, MP_CU_FA_NT,
                   4 * 64 * (DP + MP_CU_FA_PAD) * 2 + 3 * 64 * 4, fkv);
 }
@@ -825,11 +809,11 @@ static inline void mp_cu_fa_grad(MpCuFaB b, int64_t BH)
     b.a.nqt = (b.a.T + MP_CU_FA_BR - 1) / MP_CU_FA_BR;
     b.nkt = (b.a.Tk + 63) / 64;
     if (b.a.D <= 16)
-        mp_cu_fa_backward<16, 16>(b, BH);
+        mp_cu_fa_backward<16>(b, BH);
     else if (b.a.D <= 32)
-        mp_cu_fa_backward<64, 32>(b, BH);
+        mp_cu_fa_backward<32>(b, BH);
     else
-        mp_cu_fa_backward<64, 64>(b, BH);
+        mp_cu_fa_backward<64>(b, BH);
 }
 
 static inline void mp_cu_fa_run(MpCuFa a, int64_t BH)

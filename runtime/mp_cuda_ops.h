@@ -2222,20 +2222,30 @@ struct MpCuAttDkv {
     }
 };
 
+/* Where attention runs on Tensor Cores (mp_cuda_flash.h): f16 / bf16
+ * products, heads up to MP_CU_FA_DMAX, no dropout, a GPU (or stand-in)
+ * that runs mma.sync. The compiler keeps the forward's rows' log-sum-exp
+ * for the backward on the same rule (ir.h: ir_attention_tc). */
+static inline int mp_cu_fa_takes(int cdt, int64_t D, float drop)
+{
+    return (cdt == MP_F16 || cdt == MP_BF16) && D <= MP_CU_FA_DMAX && drop <= 0.0f &&
+           mp_cu_fa_ready();
+}
+
 /* o: the options (MpAttnOpt, as the C program's mp_k_attention_opt;
- * the mask a device pointer), or NULL */
+ * the mask a device pointer), or NULL; lse: NULL, or [BH T] floats where
+ * the Tensor Core forward leaves each row's log-sum-exp for the backward */
 template <int YT, int QT, int KT, int VT>
 static inline void mp_cu_attention(void *y, const void *q, const void *k, const void *v,
                                    int64_t BH, int64_t T, int64_t Tk, int64_t D, int causal,
-                                   int cdt, const MpAttnOpt *o = NULL)
+                                   int cdt, const MpAttnOpt *o = NULL, float *lse = NULL)
 {
     MpCuAttP a = {q, k, v, NULL, y, QT, KT, VT, MP_F32, YT, NULL, T, Tk, D};
     a.causal = causal;
     a.cdt = cdt;
     mp_cu_att_tiles("attention", &a, 4, o);
-    if ((cdt == MP_F16 || cdt == MP_BF16) && D <= MP_CU_FA_DMAX && a.drop <= 0.0f &&
-        mp_cu_fa_ready()) {
-        MpCuFa f = {q, k, v, y, QT, KT, VT, YT, NULL, T, Tk, D, 0, causal, cdt == MP_BF16,
+    if (mp_cu_fa_takes(cdt, D, a.drop)) {
+        MpCuFa f = {q, k, v, y, QT, KT, VT, YT, lse, T, Tk, D, 0, causal, cdt == MP_BF16,
                     a.scale, a.mask, a.mdt, a.H, {a.ms[0], a.ms[1], a.ms[2], a.ms[3]}};
         mp_cu_fa_run(f, BH);   /* Tensor Cores (mp_cuda_flash.h) */
         return;
@@ -2244,21 +2254,24 @@ static inline void mp_cu_attention(void *y, const void *q, const void *k, const 
     mp_cu_rows("attention", BH * a.nqt, MP_CU_ATT_NT, f);
 }
 
+/* y (type ydt) and lse: the forward's output and the rows' log-sum-exp
+ * it kept (mp_cu_attention's lse); without them the f32 tiles run */
 template <int GT, int DYT, int QT, int KT, int VT>
 static inline void mp_cu_attention_grad(void *g, const void *dy, const void *q, const void *k,
                                         const void *v, int64_t BH, int64_t T, int64_t Tk,
-                                        int64_t D, int causal, int cdt, const MpAttnOpt *o = NULL)
+                                        int64_t D, int causal, int cdt, const MpAttnOpt *o = NULL,
+                                        const void *y = NULL, int ydt = MP_F32,
+                                        const float *lse = NULL)
 {
     MpCuAttP a = {q, k, v, dy, g, QT, KT, VT, DYT, GT, NULL, T, Tk, D};
     a.causal = causal;
     a.cdt = cdt;
     a.st = (float *)mp_cu_ws(BH * T * 3 * (int64_t)sizeof(float));
     mp_cu_att_tiles("attention_grad", &a, 6, o);
-    if ((cdt == MP_F16 || cdt == MP_BF16) && D <= MP_CU_FA_DMAX && a.drop <= 0.0f &&
-        mp_cu_fa_ready()) {
+    if (y && lse && mp_cu_fa_takes(cdt, D, a.drop)) {
         MpCuFaB b = {{q, k, v, g, QT, KT, VT, GT, NULL, T, Tk, D, 0, causal, cdt == MP_BF16,
                       a.scale, a.mask, a.mdt, a.H, {a.ms[0], a.ms[1], a.ms[2], a.ms[3]}},
-                     dy, DYT, a.st, 0};
+                     dy, y, DYT, ydt, lse, a.st, 0};
         mp_cu_fa_grad(b, BH);   /* Tensor Cores (mp_cuda_flash.h) */
         return;
     }

@@ -695,9 +695,9 @@ att_mutant att_drop_d "D_i without dropout's mask" \
 # does not transpose (the low halves); one that builds P's A fragment from the wrong
 # accumulators (a1 from the next n-tile); a stand-in whose A layout puts
 # a2, a3 in rows g + 8 (as a1) instead of g; the running output not
-# rescaled when a row's max grows; the backward's dv from dS instead of P
-# and its D = rowsum(P dP) not divided by the row's sum; the quad's max
-# taken over a pair
+# rescaled when a row's max grows; the backward's dv from dS instead of P,
+# its D = rowsum(dy y) taken as rowsum(dy dy), and the forward's kept
+# log-sum-exp without its log of the sum; the quad's max taken over a pair
 att_mutant att_tc_vfrag "v's fragment, row and column swapped (ldmatrix without .trans)" \
     's/(lane >> 4) \* 8, 1);/(lane >> 4) * 8, 0);/' 0
 att_mutant att_tc_kfrag "k's ldmatrix rows from the wrong lanes" \
@@ -709,7 +709,10 @@ att_mutant att_tc_pfrag "P's fragment from the wrong accumulators" \
 att_mutant att_tc_emu_a "the stand-in's A fragment rows" 's/(i < 2 || (i >= 4 \&\& i < 6)) ? 0 : 8/i < 4 ? 0 : 8/' 0
 att_mutant att_tc_rescale "the output not rescaled" '/^                    o\[d\]\[2 \* r + 1\] \*= f;$/d' 0
 att_mutant att_tc_dv "dv from dS in place of P" 's/mp_cu_mma(t, dv\[d\], fp, fb, a.bf);/mp_cu_mma(t, dv[d], fs, fb, a.bf);/' 0
-att_mutant att_tc_d "D = rowsum(P dP) left unnormalised" 's|st\[2\] = l\[r\] > 0.0f ? pd\[r\] / l\[r\] : 0.0f;|st[2] = pd[r];|' 0
+att_mutant att_tc_d "D = rowsum(dy dy) in place of rowsum(dy y)" \
+    's/\* mp_cu_fa_float(ks\[r \* ld + d\], a.bf);/* mp_cu_fa_float(dys[r * ld + d], a.bf);/' 0
+att_mutant att_tc_lse "the forward's log-sum-exp kept without the log of the sum" \
+    's/a.lse\[h \* a.T + i\] = l\[r\] > 0.0f ? m\[r\] + logf(l\[r\]) : -INFINITY;/a.lse[h * a.T + i] = l[r] > 0.0f ? m[r] : -INFINITY;/' 0
 att_mutant att_tc_quad "the quad's max over a pair" 's/for (int o = 1; o <= 2; o <<= 1) {/for (int o = 1; o <= 1; o <<= 1) {/; s/float p = b->width ? x + y : (y > x ? y : x), q = b->width ? z + u : (u > z ? u : z);/float p = b->width ? x + y : (y > x ? y : x), q = p;/' 0
 
 echo "t_cuda_emu: $(( $(date +%s) - start ))s"

@@ -2,10 +2,12 @@
 """compare_logs.py A.jsonl B.jsonl TOL - two trainers' JSONL logs agree:
 the same lines in the same order; step, loss_scale and skipped equal; the
 loss, evaluation losses and metrics within TOL relative (of the larger
-magnitude, at least 1e-3), but accuracies (a fraction of samples) within
-ACC_TOL absolute: the argmax of two nearly tied logits may flip with the
-last bits of a sum, so the two programs may count a sample or two apart
-(char_transformer: 1 of 3072 tokens); timings, learning rates and gradient
+magnitude, at least 1e-3), but accuracies (a fraction of samples: metrics
+named accuracy or acc) within ACC_TOL absolute: the argmax of two nearly
+tied logits may flip with the last bits of a sum, so the two programs may
+count a sample apart (char_transformer: 1 of 3072 tokens; emu_additions,
+whose attention backward on Tensor Cores takes rowsum(dy y) where the C
+program sums P dP: 1 of 384); timings, learning rates and gradient
 norms not compared. Prints the worst relative difference; exits 1 with the first
 disagreement. Used by tests/t_cuda_emu.sh and bench/gpu_check.sh.
 
@@ -18,7 +20,7 @@ model near a float16 overflow can skip a step in one and not the other."""
 import json
 import sys
 
-ACC_TOL = 2e-3
+ACC_TOL = 3e-3
 
 
 def flat(d, p=""):
@@ -50,7 +52,7 @@ def main():
                 if u != v:
                     sys.exit("step %s: %s %s against %s" % (x.get("step"), k, u, v))
                 continue
-            if k.endswith("accuracy"):
+            if k.endswith("accuracy") or k.endswith("acc"):
                 if abs(u - v) > ACC_TOL:
                     sys.exit("step %s: %s %.8g against %.8g (tolerance %g absolute)"
                              % (x.get("step"), k, u, v, ACC_TOL))

@@ -20,7 +20,10 @@
  * mma.sync through the stand-in's fragments; more cases: D 16, 32, 48,
  * 64, T past two tiles of 64, causal, cross, masks): there P is rounded
  * before it is normalised, so y's tolerance is twice P's rounding plus
- * one unit of y's last place: 2e-3 (f16), 1e-2 (bf16); the forward's and
+ * one unit of y's last place: 2e-3 (f16), 1e-2 (bf16); the backward takes
+ * D = rowsum(dy y) from that y (the C program: rowsum(P dP), unrounded),
+ * so in bf16 y's rounding reaches the gradients: 1e-2 there too (f16's
+ * stay within 4e-3); the forward's and
  * the backward's mma.sync's, counted by the stand-in, must equal what
  * mp_cu_fa_fmas / mp_cu_fa_bwd_fmas compute from the kernels' loops, and
  * the forward's FLOPs at GPT-2 small's heads (T 1024, D 64) at most 1.1x
@@ -140,14 +143,16 @@ static int run(const Case &c)
     void *dyo = to_dev(y), *dg = to_dev(g);   /* overwritten; the stand-in frees none */
     mp_cu_memset(dyo, (int64_t)y.size());
     mp_cu_memset(dg, (int64_t)g.size());
+    float *lse;                    /* the rows' log-sum-exp, forward to backward */
+    mp_cu_ok(cudaMalloc((void **)&lse, (size_t)(c.BH * c.T) * sizeof *lse), "cudaMalloc");
     int64_t m0 = mp_emu_mmas;
     mp_cu_attention<DT, DT, DT, DT>(dyo, dq, dk, dv, c.BH, c.T, c.Tk, c.D, c.causal, DT,
-                                    o ? &od : NULL);
+                                    o ? &od : NULL, lse);
     mp_cu_ok(cudaStreamSynchronize(mp_cu.st), "sync");
     int64_t mmas = mp_emu_mmas - m0;
     m0 = mp_emu_mmas;
     mp_cu_attention_grad<DT, DT, DT, DT, DT>(dg, ddy, dq, dk, dv, c.BH, c.T, c.Tk, c.D, c.causal, DT,
-                                             o ? &od : NULL);
+                                             o ? &od : NULL, dyo, DT, lse);
     mp_cu_ok(cudaStreamSynchronize(mp_cu.st), "sync");
     int64_t bmmas = mp_emu_mmas - m0;
     std::vector<unsigned char> yc = to_host(dyo, y.size()), gc = to_host(dg, g.size());
@@ -161,7 +166,8 @@ static int run(const Case &c)
         worst = x > worst ? x : worst;
     int tc = DT != MP_F32 && c.D <= MP_CU_FA_DMAX && c.opt != 4 && mp_cu_fa_ready();
     double ytol = !tc ? tol : DT == MP_F16 ? 2e-3 : 1e-2;
-    int ok = e[1] <= tol && e[2] <= tol && e[3] <= tol && e[0] <= ytol;
+    double gtol = tc && DT == MP_BF16 ? 1e-2 : tol;
+    int ok = e[1] <= gtol && e[2] <= gtol && e[3] <= gtol && e[0] <= ytol;
     if (tc && mmas != mp_cu_fa_fmas(c.BH, c.T, c.Tk, c.D, c.causal) / (16 * 8 * 16)) {
         printf("FAIL the forward ran %lld mma.sync's, mp_cu_fa_fmas counts %.0f\n", (long long)mmas,
                mp_cu_fa_fmas(c.BH, c.T, c.Tk, c.D, c.causal) / (16 * 8 * 16));
@@ -179,7 +185,7 @@ static int run(const Case &c)
            c.causal ? "causal" : "full", DT == MP_F32 ? "f32" : DT == MP_F16 ? "f16" : "bf16",
            opts[c.opt],
            mp_emu_serial() ? " (one thread per block)" : "", e[0], e[1], e[2], e[3], tol,
-           tc ? DT == MP_F16 ? ", y 2e-3 on Tensor Cores" : ", y 1e-2 on Tensor Cores" : "");
+           tc ? DT == MP_F16 ? ", y 2e-3 on Tensor Cores" : ", y, dq, dk, dv 1e-2 on Tensor Cores" : "");
     return ok;
 }
 
@@ -220,8 +226,9 @@ int main(int argc, char **argv)
         printf("%s FLOPs of the forward, GPT-2 small %s: %.4g, FlashAttention-2's %.4g: %.3fx (at most 1.1x)\n",
                r <= 1.1 ? "ok  " : "FAIL", causal ? "causal" : "full", ours, fa2, r);
         fails += r > 1.1;
-        /* the backward: reported, not yet held to FlashAttention-2's 2.5x
-         * (mp_cuda_flash.h: it recomputes the rows' log-sum-exp and D) */
+        /* the backward: reported, not held to FlashAttention-2's 2.5x
+         * (mp_cuda_flash.h: dq's walk computes S and dP again, where
+         * FA-2 adds dq atomically from the dk, dv walk: 1.4x) */
         double bwd = 2 * mp_cu_fa_bwd_fmas(96, 1024, 1024, 64, causal);
         printf("info FLOPs of the backward, GPT-2 small %s: %.4g, FlashAttention-2's %.4g: %.3fx; "
                "forward and backward %.3fx\n", causal ? "causal" : "full", bwd, 2.5 * fa2,
