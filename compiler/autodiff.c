@@ -360,8 +360,10 @@ void grad_BATCH_NORM(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx)
 
 void grad_CROSS_ENTROPY(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx)
 {
-    if (dx[0])
-        copy_attrs(dx[0] = MK(g, n, OP_CROSS_ENTROPY_GRAD, n->in[0], dy, n->in[0], n->in[1]), n);
+    if (!dx[0])
+        return;
+    n->ia[2] = 1;   /* the rows' max and sum of exp kept for the gradient (ir_stats_at) */
+    copy_attrs(dx[0] = MK(g, n, OP_CROSS_ENTROPY_GRAD, n->in[0], dy, n->in[0], n->in[1], n), n);
 }
 
 /* MSE_GRAD is d pred over the broadcast shape; d target is its negation. */
@@ -403,7 +405,7 @@ void grad_ATTENTION(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx)
     int64_t tq = s.d[2], tk = n->in[1]->shape.d[2];
     s.d[2] = tq + 2 * tk;
     /* (dy, q, k, v [, mask] [, y]): on Tensor Cores the backward reads the
-     * forward's y and the rows' log-sum-exp kept after it (ir_attention_lse) */
+     * forward's y and the rows' log-sum-exp kept after it (ir_stats_at) */
     IrNode *in[6] = {dy, n->in[0], n->in[1], n->in[2], n->nin == 4 ? n->in[3] : NULL};
     int nin = n->nin + 1;
     if (ir_attention_tc(n)) {

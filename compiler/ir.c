@@ -47,11 +47,20 @@ bool ir_attention_tc(const IrNode *n)
            n->in[0]->shape.d[3] <= 64 && !(n->fa[1] > 0);
 }
 
-int64_t ir_attention_lse(const IrNode *n)
+int64_t ir_stats_at(const IrNode *n)
 {
-    if (n->op != OP_ATTENTION || !n->ia[2])
+    if ((n->op != OP_ATTENTION && n->op != OP_CROSS_ENTROPY) || !n->ia[2])
         return 0;
     return (shape_numel(&n->shape) * dt_size(n->type) + 15) / 16 * 16;
+}
+
+int64_t ir_stats_bytes(const IrNode *n)
+{
+    if (!ir_stats_at(n))
+        return 0;
+    if (n->op == OP_ATTENTION)   /* [B, H, T, D]: a float a row */
+        return shape_numel(&n->shape) / n->shape.d[3] * (int64_t)sizeof(float);
+    return shape_numel(&n->in[1]->shape) * 2 * (int64_t)sizeof(float);   /* a label a row */
 }
 
 int opt_slots(const TrainCfg *t)

@@ -231,11 +231,15 @@ int opt_slots(const TrainCfg *t);
  * to 64, no dropout. */
 bool ir_attention_tc(const IrNode *n);
 
-/* Bytes from an attention node's output to the rows' log-sum-exp its
- * buffer also holds (f32 [B H T], after y rounded up to 16 bytes), which
- * the Tensor Core forward leaves for its backward (set by autodiff, ia[2];
- * the C program leaves them unwritten); 0: none. */
-int64_t ir_attention_lse(const IrNode *n);
+/* Row statistics a forward node leaves after its output, in its own
+ * buffer, for its backward (ia[2] = 1, set by autodiff; the CUDA program
+ * writes and reads them, the C program leaves them unwritten):
+ *   attention on Tensor Cores: each row's log-sum-exp, f32 [B H T];
+ *   cross_entropy: each row's max and sum of exp, f32 [rows, 2].
+ * ir_stats_at: bytes from the output to them (the output's bytes rounded
+ * up to 16), 0: none; ir_stats_bytes: their bytes. */
+int64_t ir_stats_at(const IrNode *n);
+int64_t ir_stats_bytes(const IrNode *n);
 
 /* An outermost repeat or for loop (ir_loop_add): a for loop's NAME and
  * its first value (copy k is NAME = from + k); var NULL for a repeat. */

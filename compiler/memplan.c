@@ -8,9 +8,8 @@
 
 int64_t memplan_bytes(const IrNode *n)
 {
-    int64_t lse = ir_attention_lse(n);   /* attention's rows' log-sum-exp after y */
-    if (lse)
-        return lse + shape_numel(&n->shape) / n->shape.d[3] * (int64_t)sizeof(float);
+    if (ir_stats_at(n))   /* and the rows' statistics for the backward (ir.h) */
+        return ir_stats_at(n) + ir_stats_bytes(n);
     return shape_numel(&n->shape) * dt_size(n->type);
 }
 

@@ -64,8 +64,8 @@ int64_t memplan_step_bytes(const MemPlan *mp);
  * keeps it in registers: the CUDA program's cuBLAS writes it there, and
  * both targets keep one memory plan (the C program leaves it unwritten). */
 MemPlan *memplan_build(Arena *a, const IrGraph *g);
-int64_t  memplan_bytes(const IrNode *n);   /* numel x element size (attention:
-                                              and its rows' log-sum-exp, ir.h) */
+int64_t  memplan_bytes(const IrNode *n);   /* numel x element size (and the
+                                              rows' statistics after it: ir_stats_at) */
 
 /* Before fusion: a cast the plan inserted whose every reader converts while
  * it loads (layer_norm, rms_norm, cross_entropy and their gradients read

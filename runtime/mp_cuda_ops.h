@@ -987,11 +987,16 @@ struct MpCuCeRows {
     int ldt;
     int64_t rows, C, ignore;
     float eps;
+    float *st;                     /* NULL, or [rows, 2]: each row's m and s kept */
     MP_HD void operator()(int64_t r, const MpCuTeam &t) const
     {
         float m, s, sx = 0.0f;
         int64_t lab = mp_ld_id(labels, ldt, r);
         mp_cu_row_stats<XT>(t, x, r * C, C, &m, &s);
+        if (st && t.tid == 0) {
+            st[2 * r] = m;
+            st[2 * r + 1] = s;
+        }
         if (eps != 0.0f)
             sx = mp_acc_get(t.sum(mp_cu_row_sum_part(x, XT, r * C, C, t.tid, t.nt)));
         if (t.tid == 0) {
@@ -1001,12 +1006,15 @@ struct MpCuCeRows {
     }
 };
 
+/* st: NULL, or [rows, 2] floats where each row's max and sum of exp stay
+ * for the gradient (the compiler's ir_stats_at) */
 template <int LT, int XT>
 static inline void mp_cu_cross_entropy(void *loss, const void *x, const void *labels, int ldt,
-                                       int64_t rows, int64_t C, int64_t ignore, float eps)
+                                       int64_t rows, int64_t C, int64_t ignore, float eps,
+                                       float *st = NULL)
 {
     MpAcc *part = (MpAcc *)mp_cu_ws(2 * rows * (int64_t)sizeof(MpAcc));
-    MpCuCeRows<XT> f = {part, x, labels, ldt, rows, C, ignore, eps};
+    MpCuCeRows<XT> f = {part, x, labels, ldt, rows, C, ignore, eps, st};
     mp_cu_rows("cross_entropy", rows, mp_cu_row_threads(C), f);
     mp_cu_finish<LT>("cross_entropy", loss, part, rows, 0.0f);
 }
@@ -1037,11 +1045,15 @@ struct MpCuCeGrad {
     const float *count;
     int64_t C, ignore;
     float eps;
+    const float *st;               /* NULL, or the forward's m and s of each row */
     MP_HD void operator()(int64_t r, const MpCuTeam &t) const
     {
         float m, s, g = mp_cu_ld(dl, DLT, 0) / count[0];
         int64_t lab = mp_ld_id(labels, ldt, r);
-        mp_cu_row_stats<XT>(t, x, r * C, C, &m, &s);
+        if (st)   /* the forward's, the same bits (the same blocks' sums) */
+            m = st[2 * r], s = st[2 * r + 1];
+        else
+            mp_cu_row_stats<XT>(t, x, r * C, C, &m, &s);
         if (lab == ignore)
             for (int64_t j = t.tid; j < C; j += t.nt)
                 mp_cu_st(dx, DXT, r * C + j, 0.0f);
@@ -1050,14 +1062,16 @@ struct MpCuCeGrad {
     }
 };
 
+/* st: NULL, or the rows' max and sum of exp mp_cu_cross_entropy kept: one
+ * pass over the logits in place of three */
 template <int DXT, int DLT, int XT>
 static inline void mp_cu_cross_entropy_grad(void *dx, const void *dl, const void *x,
                                             const void *labels, int ldt, int64_t rows, int64_t C,
-                                            int64_t ignore, float eps)
+                                            int64_t ignore, float eps, const float *st = NULL)
 {
     float *count = (float *)mp_cu_ws((int64_t)sizeof(float));
     MpCuCeCount c = {count, labels, ldt, rows, ignore};
-    MpCuCeGrad<DXT, DLT, XT> f = {dx, dl, x, labels, ldt, count, C, ignore, eps};
+    MpCuCeGrad<DXT, DLT, XT> f = {dx, dl, x, labels, ldt, count, C, ignore, eps, st};
     mp_cu_rows("cross_entropy_grad", 1, 256, c);
     mp_cu_rows("cross_entropy_grad", rows, mp_cu_row_threads(C), f);
 }
