@@ -471,7 +471,8 @@ static void test_linear_mixed_f16(void **state)
 
     IrNode *dl = bwd(OP_CROSS_ENTROPY_GRAD, loss);
     assert_node(dl, OP_CROSS_ENTROPY_GRAD, S3(8, 2, 3), DT_F32, DT_F32);
-    assert_inputs(dl, 3, g->loss_scale, logits, labels);
+    assert_inputs(dl, 4, g->loss_scale, logits, labels, loss);   /* the loss: its rows' statistics */
+    assert_true(loss->ia[2] == 1);
     IrNode *dh = bwd(OP_CAST, logits);
     assert_node(dh, OP_CAST, S3(8, 2, 3), DT_F16, DT_F32);
     assert_inputs(dh, 1, dl);
@@ -767,8 +768,8 @@ static void test_attention(void **state)
     backward(sum_all(y32));
     IrNode *dy = bwd(OP_CAST, y32), *all = bwd(OP_ATTENTION_GRAD, y);
     assert_node(all, OP_ATTENTION_GRAD, S4(2, 2, 15, 4), DT_F16, DT_F16);
-    assert_inputs(all, 4, dy, q16, k, v16);
-    assert_true(all->ia[0] == 1);
+    assert_inputs(all, 5, dy, q16, k, v16, y);   /* f16, D 4: y and its log-sum-exp kept */
+    assert_true(all->ia[0] == 1 && y->ia[2] == 1);
     assert_int_equal(count_bwd(OP_SLICE, y), 2);
     IrNode *dq = attn_slice(y, 0), *dv = attn_slice(y, 1);
     assert_node(dq, OP_SLICE, S4(2, 2, 5, 4), DT_F16, DT_F16);
@@ -790,6 +791,8 @@ static void test_attention_cross(void **state)
     backward(sum_all(y));
     IrNode *all = bwd(OP_ATTENTION_GRAD, y);
     assert_node(all, OP_ATTENTION_GRAD, S4(1, 2, 15, 4), DT_F32, DT_F32);
+    assert_int_equal(all->nin, 4);   /* f32: the tiles keep nothing from the forward */
+    assert_true(y->ia[2] == 0);
     assert_int_equal(count_bwd(OP_SLICE, y), 3);
     IrNode *dk = attn_slice(y, 1), *dv = attn_slice(y, 2);
     assert_node(dk, OP_SLICE, S4(1, 2, 6, 4), DT_F32, DT_F32);
