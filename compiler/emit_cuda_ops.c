@@ -342,7 +342,7 @@ void emit_cuda_BATCH_NORM_DW(Emit *e, const IrNode *n)
  * them, or NULL */
 static const char *ce_stats(Emit *e, const IrNode *f, bool in)
 {
-    if (!f || !ir_stats_at(f))
+    if (!ir_stats_at(f))
         return "NULL";
     return arena_printf(e->a, in ? "(const float *)((const char *)%s + %lld)" : "(float *)((char *)%s + %lld)",
                         C(f), (long long)ir_stats_at(f));
@@ -360,7 +360,7 @@ void emit_cuda_CROSS_ENTROPY_GRAD(Emit *e, const IrNode *n)
     const IrNode *x = IN(1);
     em(e, "    mp_cu_cross_entropy_grad%s(%s, %s, %s, %s, %lld, %lld, %s, %s);\n", T3(n, IN(0), x), C(n),
        C(IN(0)), C(x), IDS(IN(2)), N(IN(2)), emit_dim(x, -1), emit_ce_attrs(e, n->grad_of),
-       ce_stats(e, n->nin > 3 ? IN(3) : NULL, true));
+       ce_stats(e, IN(3), true));
 }
 
 void emit_cuda_ACCURACY(Emit *e, const IrNode *n)
@@ -399,7 +399,7 @@ static void attention(Emit *e, const IrNode *n, const char *k, const IrNode *f, 
         em(e, "%s, ", C(IN(i)));
     /* the rows' log-sum-exp after y (ir_stats_at): the forward writes
      * them, the backward reads them and y (its last input) */
-    const IrNode *y = n == f ? n : n->nin > f->nin + 1 ? IN(n->nin - 1) : NULL;
+    const IrNode *y = !ir_stats_at(f) ? NULL : n == f ? n : IN(n->nin - 1);
     long long lse = y ? (long long)ir_stats_at(y) : 0;
     em(e, "\n                   %lld, %lld, %lld, %lld, %d, %s%s", N(q) / (t * d), t,
        emit_dim(f->in[1], -2), d, (int)f->ia[0], mpdt(f->compute), opt ? ", &o" : lse ? ", NULL" : "");

@@ -531,11 +531,6 @@ struct MpCuFaB {
     int64_t nkt;                   /* key tiles of 64 a head */
 };
 
-/* a staged half (f16, bf: bf16) as f32 */
-static inline MP_HD float mp_cu_fa_float(uint16_t h, int bf)
-{
-    return bf ? mp_bf16_to_f32(h) : mp_f16_to_f32(h);
-}
 
 template <int DP>
 struct MpCuFaDq {
@@ -562,7 +557,8 @@ struct MpCuFaDq {
         for (int r = t.tid; r < 64; r += t.nt) {   /* D = rowsum(dy y) */
             float s = 0.0f;
             for (int d = 0; d < DP; d++)
-                s += mp_cu_fa_float(dys[r * ld + d], a.bf) * mp_cu_fa_float(ks[r * ld + d], a.bf);
+                s += mp_cu_ld(dys, a.bf ? MP_BF16 : MP_F16, r * ld + d) *
+                     mp_cu_ld(ks, a.bf ? MP_BF16 : MP_F16, r * ld + d);
             sd[r] = s;
         }
         t.sync();   /* D seen by every warp; ks free again */

@@ -710,7 +710,7 @@ att_mutant att_tc_emu_a "the stand-in's A fragment rows" 's/(i < 2 || (i >= 4 \&
 att_mutant att_tc_rescale "the output not rescaled" '/^                    o\[d\]\[2 \* r + 1\] \*= f;$/d' 0
 att_mutant att_tc_dv "dv from dS in place of P" 's/mp_cu_mma(t, dv\[d\], fp, fb, a.bf);/mp_cu_mma(t, dv[d], fs, fb, a.bf);/' 0
 att_mutant att_tc_d "D = rowsum(dy dy) in place of rowsum(dy y)" \
-    's/\* mp_cu_fa_float(ks\[r \* ld + d\], a.bf);/* mp_cu_fa_float(dys[r * ld + d], a.bf);/' 0
+    's/mp_cu_ld(ks, a.bf ? MP_BF16 : MP_F16, r \* ld + d);/mp_cu_ld(dys, a.bf ? MP_BF16 : MP_F16, r * ld + d);/' 0
 att_mutant att_tc_lse "the forward's log-sum-exp kept without the log of the sum" \
     's/a.lse\[h \* a.T + i\] = l\[r\] > 0.0f ? m\[r\] + logf(l\[r\]) : -INFINITY;/a.lse[h * a.T + i] = l[r] > 0.0f ? m[r] : -INFINITY;/' 0
 att_mutant att_tc_quad "the quad's max over a pair" 's/for (int o = 1; o <= 2; o <<= 1) {/for (int o = 1; o <= 1; o <<= 1) {/; s/float p = b->width ? x + y : (y > x ? y : x), q = b->width ? z + u : (u > z ? u : z);/float p = b->width ? x + y : (y > x ? y : x), q = p;/' 0
