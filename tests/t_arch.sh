@@ -111,9 +111,15 @@ grep -q 'sgd(lr = 1e-4,' "$W/resnet18.mp" || fails+=("examples/resnet18.mp: its 
 # and a 1x1 conv), whose change is rounding noise; a gradient that is
 # mostly cancellation (features.0.1.weight's: 4.5e-4 to 3e-2 of it across
 # torch's summation orders). So the float32 case's tensors are held to what
-# float32 determines, measured per tensor (ref.py --vs-float32 2 --ptol
-# 1e-5): within 2x torch float32's largest difference from float64 over
-# three summation orders, + 1e-5 of the change. Of the 362 tensors compared
+# float32 determines, measured per tensor (ref.py --vs-float32 5 --ptol
+# 1e-5): within 5x torch float32's largest difference from float64 over
+# three summation orders, + 1e-5 of the change. (It was 2x until the first
+# run on an AVX-512 CPU: there torch's float32 kernels come within 5.3e-4
+# of float64 on features.0.1.weight's gradient in every order, where on
+# the AVX2 CPU they ranged to 3e-2, while mpcc's 2.2e-3 is the same on
+# both CPUs and on every MP_CPU path. The 1.001 mutants below stay far
+# outside: a change of 1e-3 of the update is 2.8 times the tolerance of
+# features.16.conv.1.1.bias, 30 times that of features.18.1.bias.) Of the 362 tensors compared
 # 338 get less than the other cases' 1%, 169 less than 0.1% (the worst of
 # mpcc's, 0.56 of its tolerance); a copy of the generated C with one batch
 # norm's bias gradient (features.16.conv.1.1, features.18.1) or
@@ -147,7 +153,7 @@ add llama_float32 llama float32 1e-4 "$TOK"
 add llama_mixed_float16 llama mixed_float16 3e-2 "$TOK"
 add resnet18_float32 resnet18 float32 1e-4 "$FMN"
 add resnet18_mixed_float16 resnet18 mixed_float16 3e-2 "$FMN"
-add mobilenetv2_float32 mobilenetv2 float32 1e-4 "$FMN" 1 "--vs-float32 2 --ptol 1e-5"
+add mobilenetv2_float32 mobilenetv2 float32 1e-4 "$FMN" 1 "--vs-float32 5 --ptol 1e-5"
 add mobilenetv2_mixed_float16 mobilenetv2 mixed_float16 3e-2 "$FMN" 1
 add unet_float32 unet float32 1e-4 "$UNI"
 add unet_mixed_float16 unet mixed_float16 3e-2 "$UNI"
