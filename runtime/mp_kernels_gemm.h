@@ -24,16 +24,19 @@
  * product), or to TF32 (float32_matmul = "tf32": mp_gemm_tf32). A tile
  * is rounded and stored only when all of K is summed, so storage types
  * cost nothing in the inner loop. Panels are zero-padded to MR and NR, so
- * the micro-kernel has no edge cases. The micro-kernel is
- * 6x16 in AVX2+FMA intrinsics on any x86 CPU that has them (chosen at run
- * time, so a plain `cc -O2` build gets it too; MP_CPU=portable|avx2 forces
- * the choice, mp_vmath.h), else 6x8 in GCC/Clang vector extensions or
- * plain C. No AVX-512 path: the machines this was measured on have none.
- * -DMP_GEMM_PORTABLE leaves the AVX2 kernel out (tests use it).
+ * the micro-kernel has no edge cases. The micro-kernel (one body,
+ * MP_UK_LOOP, instantiated per level; chosen at run time by mp_uk(), so a
+ * plain `cc -O2` build gets them too; MP_CPU forces a level, mp_vmath.h)
+ * is 6x16 in AVX2+FMA intrinsics, 6x32 in AVX-512, 6x32 on bf16 pairs
+ * with AVX512_BF16's vdpbf16ps where both operands are exact in bf16,
+ * else 6x8 in GCC/Clang vector extensions or plain C. -DMP_GEMM_PORTABLE
+ * leaves the x86 kernels out, -DMP_GEMM_MODEL16 puts the AVX-512 kernels'
+ * models in their place on any CPU (tests use both).
  * Order of the sum, the same on every path: each element of C is one
  * chain over k ascending within a KC block, and the blocks' partial sums
  * are added to the f32 tile in order of k. Paths differ only in rounding:
- * the AVX2 kernel fuses each multiply-add, the portable one fuses where
+ * the AVX2 and AVX-512 kernels fuse each multiply-add (the bf16 pairs'
+ * too, reading subnormals as zero: mp_dpbf16), the portable one fuses where
  * the compiler contracts `c + a * b` (-march with FMA), else rounds twice;
  * test_kernels checks both against a double reference. With
  * -fopenmp, products of more than 4M multiply-adds run on all threads
@@ -59,7 +62,7 @@
 
 #define MP_MR 6                 /* rows of the micro-kernel's tile */
 #define MP_MC_MAX 96            /* rows of C per tile (a multiple of MP_MR) */
-#define MP_NC_MAX 256           /* columns of C per tile (a multiple of 16) */
+#define MP_NC_MAX 1024          /* columns of C per tile (a multiple of 32): A panels packed once serve them all */
 #define MP_KC 256               /* depth of one packed block */
 #define MP_BPACK_MAX (8 << 20)  /* floats of packed B per pass: bounds memory */
 
@@ -123,8 +126,10 @@ typedef void MpUkernel(int64_t kc, const float *A, int64_t rs, int64_t cs, const
         MP_UK_LOOP(V, rs, cs)                                                  \
     }
 
-/* x86 with GCC or Clang: the 6x16 AVX2+FMA kernel is compiled through a
- * target attribute whatever -march says, and used when the CPU has both. */
+/* x86 with GCC or Clang: the AVX2+FMA and AVX-512 kernels are compiled
+ * through target attributes whatever -march says, and used where the CPU
+ * has them (mp_uk). The vector macros are defined for each instantiation
+ * of the one body above and undefined after it. */
 #if defined(MP_X86) && !defined(MP_GEMM_PORTABLE)
 #define MP_AVX2_GEMM 1
 #define VW 8
@@ -134,6 +139,7 @@ typedef void MpUkernel(int64_t kc, const float *A, int64_t rs, int64_t cs, const
 #define VBCAST(p) _mm256_broadcast_ss(p)
 #define VFMA(a, b, c) _mm256_fmadd_ps(a, b, c)
 #define VADD(a, b) _mm256_add_ps(a, b)
+/* 6x16 */
 __attribute__((target("avx2,fma")))
 static inline void mp_uk_avx2(int64_t kc, const float *A, int64_t rs, int64_t cs,
                               const float *B, float *C, int64_t ldc, int first)
@@ -147,11 +153,48 @@ static inline void mp_uk_avx2(int64_t kc, const float *A, int64_t rs, int64_t cs
 #undef VBCAST
 #undef VFMA
 #undef VADD
+
+#define VW 16
+#define VZERO() _mm512_setzero_ps()
+#define VLOAD(p) _mm512_loadu_ps(p)
+#define VSTORE(p, v) _mm512_storeu_ps(p, v)
+#define VBCAST(p) _mm512_set1_ps(*(p))
+#define VFMA(a, b, c) _mm512_fmadd_ps(a, b, c)
+#define VADD(a, b) _mm512_add_ps(a, b)
+/* 6x32: each element the same chain of fused multiply-adds as mp_uk_avx2's,
+ * so the same bits; half the instructions a multiply-add */
+__attribute__((target("avx512f")))
+static inline void mp_uk_avx512(int64_t kc, const float *A, int64_t rs, int64_t cs,
+                                const float *B, float *C, int64_t ldc, int first)
+{
+    MP_UK_BODY(__m512)
+}
+/* 6x32 on bf16 pairs (packed panels only; kc counts pairs): vdpbf16ps
+ * adds two products a lane, the pair's high half first (mp_dpbf16), and
+ * the packing puts the earlier k there (mp_bf16_pair) */
+#undef VFMA
+#define VFMA(a, b, c) _mm512_dpbf16_ps(c, (__m512bh)(a), (__m512bh)(b))
+__attribute__((target("avx512f,avx512bf16")))
+static inline void mp_uk_bf16(int64_t kc, const float *A, int64_t rs, int64_t cs,
+                              const float *B, float *C, int64_t ldc, int first)
+{
+    (void)rs;
+    (void)cs;
+    MP_UK_LOOP(__m512, 1, MP_MR)
+}
+#undef VW
+#undef VZERO
+#undef VLOAD
+#undef VSTORE
+#undef VBCAST
+#undef VFMA
+#undef VADD
 #endif
 
 /* Otherwise 6x8: vector extensions (SSE2 on any x86-64, NEON on ARM), or
  * plain C for other compilers and nvcc's host pass. */
 #if !defined(__CUDACC__) && (defined(__GNUC__) || defined(__clang__))
+#define MP_GEMM_VEXT 1
 typedef float MpVec4 __attribute__((vector_size(16)));
 static inline MpVec4 mp_v4load(const float *p)
 {
@@ -193,20 +236,119 @@ static inline void mp_uk_generic(int64_t kc, const float *A, int64_t rs, int64_t
 }
 #endif
 
-/* The micro-kernel this machine runs, and its tile width. */
+/* ---- the AVX-512 kernels' models: the same body on 16-float vectors ------
+ * Any GCC or Clang compiles these, so the 32-wide panels and the bf16
+ * pairs' packing are tested on every machine (a build with
+ * -DMP_GEMM_MODEL16 takes them in place of the instructions, on any CPU),
+ * and where the CPU has the instructions test_kernels checks them against
+ * these models bit for bit. */
+
+/* One lane of vdpbf16ps (Intel's SDM, and measured: test_kernels): acc
+ * plus the product of a's and b's high bf16 halves, then plus that of the
+ * low halves, each a fused multiply-add in f32 with subnormal inputs read
+ * as zero and a subnormal result flushed to zero. A product of two bf16
+ * values is exact in f32, so where nothing is subnormal this is the f32
+ * kernels' fmaf(a1, b1, fmaf(a0, b0, acc)) with a0, b0 in the high halves. */
+static inline float mp_ftz(float x) { return fabsf(x) < 0x1p-126f ? copysignf(0.0f, x) : x; }
+static inline float mp_bf16_hi(float p) { return mp_ftz(mp_bits_f32(mp_f32_bits(p) & 0xffff0000u)); }
+static inline float mp_bf16_lo(float p) { return mp_ftz(mp_bits_f32(mp_f32_bits(p) << 16)); }
+static inline float mp_dpbf16(float acc, float a, float b)
+{
+    acc = mp_ftz(fmaf(mp_bf16_hi(a), mp_bf16_hi(b), mp_ftz(acc)));
+    return mp_ftz(fmaf(mp_bf16_lo(a), mp_bf16_lo(b), acc));
+}
+
+/* The pair of bf16 values x0 (high half: added first) and x1, as the bits
+ * of a float; x0 and x1 are f32 values exact in bf16. */
+static inline float mp_bf16_pair(float x0, float x1)
+{
+    return mp_bits_f32((mp_f32_bits(x0) & 0xffff0000u) | mp_f32_bits(x1) >> 16);
+}
+
+#ifdef MP_GEMM_VEXT
+/* (As expressions, not functions: a 64-byte vector passed or returned by
+ * value would change the ABI where AVX-512 is not enabled.) */
+typedef float MpVec16 __attribute__((vector_size(64)));
+typedef float MpVec16u __attribute__((vector_size(64), aligned(4), may_alias));
+#define MP_V16_LANES(c, f)                                                     \
+    ({                                                                         \
+        MpVec16 r_ = (c);                                                      \
+        for (int l_ = 0; l_ < 16; l_++) r_[l_] = f;                            \
+        r_;                                                                    \
+    })
+#define mp_v16fma(a, b, c) MP_V16_LANES(c, fmaf((a)[l_], (b)[l_], r_[l_]))
+#define mp_v16dp(a, b, c) MP_V16_LANES(c, mp_dpbf16(r_[l_], (a)[l_], (b)[l_]))
+#define VW 16
+#define VZERO() ((MpVec16){0})
+#define VLOAD(p) (*(const MpVec16u *)(const void *)(p))
+#define VSTORE(p, v) memcpy(p, &(v), sizeof(MpVec16))
+#define VBCAST(p) (VZERO() + *(p))
+#define VFMA(a, b, c) mp_v16fma(a, b, c)
+#define VADD(a, b) ((a) + (b))
+static inline void mp_uk_model16(int64_t kc, const float *A, int64_t rs, int64_t cs,
+                                 const float *B, float *C, int64_t ldc, int first)
+{
+    MP_UK_BODY(MpVec16)
+}
+#undef VFMA
+#define VFMA(a, b, c) mp_v16dp(a, b, c)
+static inline void mp_uk_bf16_model(int64_t kc, const float *A, int64_t rs, int64_t cs,
+                                    const float *B, float *C, int64_t ldc, int first)
+{
+    (void)rs;
+    (void)cs;
+    MP_UK_LOOP(MpVec16, 1, MP_MR)
+}
+#undef VW
+#undef VZERO
+#undef VLOAD
+#undef VSTORE
+#undef VBCAST
+#undef VFMA
+#undef VADD
+#endif
+
+/* The micro-kernel a product runs, its tile width, and whether it takes
+ * bf16 pairs (its panels then hold a pair of k a float, mp_pack2). */
 typedef struct MpUk {
     MpUkernel *fn;
     int nr;
+    int pairs;
 } MpUk;
 
-static inline MpUk mp_uk(void)
+/* Whether operand X (type dt, rounded to rnd) is exact in bf16: a bf16
+ * tensor, or one rounded to bf16 or to an FP8 format (whose values bf16
+ * holds) while packing. */
+static inline int mp_gemm_bf16_operand(int dt, int rnd)
 {
-    MpUk uk = {mp_uk_generic, 8};
-#ifdef MP_AVX2_GEMM
-    if (mp_cpu_has(MP_CPU_AVX2_FMA)) {
+    if (rnd == MP_BF16 || (rnd & MP_RND_FP8))
+        return 1;
+    return dt == MP_BF16 && (rnd == 0 || rnd == MP_F32);
+}
+
+static inline MpUk mp_uk(const MpGemm *g)
+{
+    MpUk uk = {mp_uk_generic, 8, 0};
+    int bf16 = mp_gemm_bf16_operand(g->adt, g->around) && mp_gemm_bf16_operand(g->bdt, g->bround);
+#if defined(MP_GEMM_MODEL16) && defined(MP_GEMM_VEXT)
+    uk.fn = bf16 ? mp_uk_bf16_model : mp_uk_model16;   /* on any CPU: the tests */
+    uk.nr = 32;
+    uk.pairs = bf16;
+#elif defined(MP_AVX2_GEMM)
+    int l = mp_cpu_level();
+    if (bf16 && l >= MP_CPU_AVX512_BF16) {
+        uk.fn = mp_uk_bf16;
+        uk.nr = 32;
+        uk.pairs = 1;
+    } else if (l >= MP_CPU_AVX512) {
+        uk.fn = mp_uk_avx512;
+        uk.nr = 32;
+    } else if (l >= MP_CPU_AVX2) {
         uk.fn = mp_uk_avx2;
         uk.nr = 16;
     }
+#else
+    (void)bf16;
 #endif
     return uk;
 }
@@ -234,6 +376,7 @@ static inline const float *mp_pack_src(const void *src, int dt, int64_t off, int
     case MP_MR: X(MP_MR); break;                                               \
     case 8: X(8); break;                                                       \
     case 16: X(16); break;                                                     \
+    case 32: X(32); break;                                                     \
     default: X(R); break;                                                      \
     }
 
@@ -264,8 +407,8 @@ static inline const float *mp_pack_src(const void *src, int dt, int64_t off, int
         v[7] = _mm256_permute2f128_ps(u3, u7, 0x31);                                       \
     } while (0)
 
-/* R = 16 or 8 (the AVX2 kernel's B panels): 8x8 blocks transposed in
- * registers (AVX; the caller checks the CPU). */
+/* R = 8, 16 or 32 (the vector kernels' B panels): 8x8 blocks transposed
+ * in registers (AVX; the caller checks the CPU). */
 __attribute__((target("avx")))
 static inline void mp_interleave_avx(float *d, const float *const *row, int R, int64_t kc)
 {
@@ -277,7 +420,9 @@ static inline void mp_interleave_avx(float *d, const float *const *row, int R, i
             MP_TRANSPOSE8(v);
             for (int j = 0; j < 8; j++) _mm256_storeu_ps(d + (k + j) * R + h, v[j]);
         }
-    if (R == 16) {
+    if (R == 32) {
+        MP_INTERLEAVE(32)
+    } else if (R == 16) {
         MP_INTERLEAVE(16)
     } else {
         MP_INTERLEAVE(8)
@@ -317,7 +462,7 @@ static inline void mp_interleave(float *d, const float *const *row, int R, int64
         mp_interleave6_sse(d, row, kc);
         return;
     }
-    if ((R == 8 || R == 16) && mp_cpu_has(MP_CPU_AVX2_FMA)) {
+    if ((R == 8 || R == 16 || R == 32) && mp_cpu_has(MP_CPU_AVX2_FMA)) {
         mp_interleave_avx(d, row, R, kc);
         return;
     }
@@ -342,7 +487,7 @@ static inline void mp_interleave(float *d, const float *const *row, int R, int64
  * r] when trans. Each run of the source is converted once, with the
  * vector conversions of mp_ld_n, then spread over the panels. */
 #define MP_PACK_ROWS 256
-#define MP_PACK_R 16
+#define MP_PACK_R 32
 
 static inline void mp_pack(float *dst, int64_t pstride, const void *src, int dt, int64_t ld,
                            int trans, int rnd, int64_t r0, int64_t nv, int R, int64_t k0,
@@ -371,28 +516,90 @@ static inline void mp_pack(float *dst, int64_t pstride, const void *src, int dt,
     }
 }
 
+/* d[i] = mp_bf16_pair(s0[i], s1[i]), i < n. */
+static inline void mp_pairs(float *d, const float *s0, const float *s1, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) d[i] = mp_bf16_pair(s0[i], s1[i]);
+}
+
+/* mp_pack for the bf16 pairs' kernel: panel p holds dst[q R + i] =
+ * mp_bf16_pair(X(r, k0 + 2q), X(r, k0 + 2q + 1)) for r = r0 + p R + i and
+ * q < (kc + 1) / 2, the second value of an odd kc's last pair 0 (adding
+ * 0 x 0 leaves a sum as it is). Each run is read with mp_pack_src, as in
+ * mp_pack, and must be exact in bf16 (mp_gemm_bf16_operand). */
+static inline void mp_pack2(float *dst, int64_t pstride, const void *src, int dt, int64_t ld,
+                            int trans, int rnd, int64_t r0, int64_t nv, int R, int64_t k0,
+                            int64_t kc)
+{
+    static const float zero[MP_KC] = {0};
+    int64_t np = (nv + R - 1) / R, kp = (kc + 1) / 2;
+    if (trans) {   /* runs along r for k and k + 1 */
+        float b0[MP_PACK_ROWS], b1[MP_PACK_ROWS], pr[MP_PACK_ROWS];
+        const float *s = pr;
+        int64_t full = nv / R, rem = nv - full * R;
+        for (int64_t k = 0; k < kp; k++) {
+            const float *s0 = mp_pack_src(src, dt, (k0 + 2 * k) * ld + r0, nv, rnd, b0);
+            const float *s1 = 2 * k + 1 < kc
+                                  ? mp_pack_src(src, dt, (k0 + 2 * k + 1) * ld + r0, nv, rnd, b1)
+                                  : zero;
+            mp_pairs(pr, s0, s1, nv);
+            MP_PACK_WIDTHS(MP_COPY_RUN, R)
+        }
+        return;
+    }
+    float buf[MP_KC + 1], pr[MP_PACK_R * MP_KC / 2];
+    for (int64_t p = 0; p < np; p++) {
+        const float *row[MP_PACK_R];
+        for (int i = 0; i < R; i++) {
+            int64_t r = p * R + i;
+            row[i] = zero;
+            if (r >= nv)
+                continue;
+            const float *x = mp_pack_src(src, dt, (r0 + r) * ld + k0, kc, rnd, buf);
+            if (kc % 2) {   /* the odd last value's partner */
+                if (x != buf)
+                    memcpy(buf, x, (size_t)kc * sizeof *buf);
+                buf[kc] = 0.0f;
+                x = buf;
+            }
+            for (int64_t q = 0; q < kp; q++) pr[i * MP_KC / 2 + q] = mp_bf16_pair(x[2 * q], x[2 * q + 1]);
+            row[i] = pr + i * MP_KC / 2;
+        }
+        mp_interleave(dst + p * pstride, row, R, kp);
+    }
+}
+
 /* Floats from one B panel of kn rows to the next: a cache line more than
  * the panel, so that the panels' rows for one k do not all fall in the
  * same cache set (kn nr is a power of two). */
-static inline int64_t mp_bstride(int64_t kn, int nr) { return kn * nr + 16; }
+static inline int64_t mp_bstride(int64_t kn, MpUk uk)
+{
+    return (uk.pairs ? (kn + 1) / 2 : kn) * uk.nr + 16;
+}
+
+/* Where depth k0 (a multiple of MP_KC) starts in a panel: k0 rows of nr,
+ * or k0 / 2 rows of pairs. */
+static inline int64_t mp_koff(int64_t k0, MpUk uk) { return (uk.pairs ? k0 / 2 : k0) * uk.nr; }
 
 /* op(B)'s columns [j0, j0 + n) and rows [k0, k0 + kn) as panels of nr
  * columns: panel p holds columns j0 + p nr ..., row k0 + k at
- * Bp + p mp_bstride(kn, nr) + k nr. (Unlike A, B is always packed: read in
+ * Bp + p mp_bstride(kn, uk) + k nr (or pairs of rows, mp_pack2). (Unlike A, B is always packed: read in
  * place, its rows at a power-of-two stride fall in few cache sets;
  * measured 15-20% slower on the TN shapes.) */
-static inline void mp_pack_b(float *Bp, const MpGemm *g, int nr, int64_t j0, int64_t n,
+static inline void mp_pack_b(float *Bp, const MpGemm *g, MpUk uk, int64_t j0, int64_t n,
                              int64_t k0, int64_t kn)
 {
     /* up to MP_PACK_ROWS columns at a time: when B is not transposed,
      * each of its rows is then read (and converted) in one run, not one
      * panel's width at a time (it was 17% of a 64x64x1024 product) */
+    int64_t bs = mp_bstride(kn, uk);
     for (int64_t j = 0; j < n; j += MP_PACK_ROWS)
         for (int64_t k = 0; k < kn; k += MP_KC)
             /* op(B)(k, j) = B[k ldb + j], so as X(j, k) it is the trans case */
-            mp_pack(Bp + j / nr * mp_bstride(kn, nr) + k * nr, mp_bstride(kn, nr), g->B, g->bdt,
-                    g->ldb, !g->tb, g->bround, j0 + j, mp_min64(n - j, MP_PACK_ROWS), nr, k0 + k,
-                    mp_min64(kn - k, MP_KC));
+            (uk.pairs ? mp_pack2 : mp_pack)(Bp + j / uk.nr * bs + mp_koff(k, uk), bs, g->B,
+                                            g->bdt, g->ldb, !g->tb, g->bround, j0 + j,
+                                            mp_min64(n - j, MP_PACK_ROWS), uk.nr, k0 + k,
+                                            mp_min64(kn - k, MP_KC));
 }
 
 /* ---- storing a tile: alpha, bias, beta, one rounding ----------------- */
@@ -499,10 +706,15 @@ typedef struct MpApan {
     int64_t rs, cs, pstep;
 } MpApan;
 
-static inline MpApan mp_a_panels(const MpGemm *g, int64_t i0, int64_t mv, int64_t k0,
+static inline MpApan mp_a_panels(const MpGemm *g, MpUk uk, int64_t i0, int64_t mv, int64_t k0,
                                   int64_t kc, float *Ap)
 {
     MpApan r = {Ap, NULL, 1, MP_MR, kc * MP_MR};
+    if (uk.pairs) {
+        r.pstep = (kc + 1) / 2 * MP_MR;
+        mp_pack2(Ap, r.pstep, g->A, g->adt, g->lda, g->ta, g->around, i0, mv, MP_MR, k0, kc);
+        return r;
+    }
     if (!mp_a_direct(g)) {
         mp_pack(Ap, kc * MP_MR, g->A, g->adt, g->lda, g->ta, g->around, i0, mv, MP_MR, k0, kc);
         return r;
@@ -528,7 +740,9 @@ static inline void mp_gemm_kblock(const MpGemm *g, MpUk uk, const float *Bq, int
                                   int64_t kc, int first, float *Ap, float *T, int64_t ldt)
 {
     int64_t mp = (mv + MP_MR - 1) / MP_MR;
-    MpApan ap = mp_a_panels(g, i0, mv, k0, kc, Ap);
+    MpApan ap = mp_a_panels(g, uk, i0, mv, k0, kc, Ap);
+    if (uk.pairs)
+        kc = (kc + 1) / 2;   /* the kernel's steps */
     for (int64_t q = 0; q < npan; q++)
         for (int64_t p = 0; p < mp; p++) {
             float *t = T + p * MP_MR * ldt + q * uk.nr;
@@ -549,8 +763,8 @@ static inline void mp_gemm_tile(const MpGemm *g, MpUk uk, const float *Bp, int64
     if (g->K == 0)
         memset(T, 0, (size_t)(mp * MP_MR * nc) * sizeof *T);
     for (int64_t k0 = 0; k0 < g->K; k0 += MP_KC)
-        mp_gemm_kblock(g, uk, Bp + jb / uk.nr * mp_bstride(g->K, uk.nr) + k0 * uk.nr,
-                       mp_bstride(g->K, uk.nr), npan, i0, mv, k0,
+        mp_gemm_kblock(g, uk, Bp + jb / uk.nr * mp_bstride(g->K, uk) + mp_koff(k0, uk),
+                       mp_bstride(g->K, uk), npan, i0, mv, k0,
                        mp_min64(g->K - k0, MP_KC), k0 == 0, Ap, T, nc);
     mp_gemm_store(g, T, nc, i0, j0, mv, nv, g->alpha);
 }
@@ -602,15 +816,25 @@ static inline void mp_gemm_grid(const MpGemm *g, MpUk uk, MpSplit sp, int nt)
     float *Ap = NULL, *T = NULL, *Bp = NULL;
     void *raw = NULL;
     int64_t pj0 = -1, pn = 0;   /* the columns Bp holds */
+    /* Split along M with B in several passes, the pieces go pass by pass
+     * (all pieces of pass 0, then of pass 1, ...): a thread then packs
+     * each pass once, not once for each of its pieces (GPT-2's output
+     * layer, 50257 columns in 5 passes: B was packed 4 times) */
+    int64_t npass = gc == 1 ? (g->N + ncols - 1) / ncols : 1;
     MP_OMP(for schedule(dynamic) nowait)
-    for (int w = 0; w < gr * gc; w++) {
+    for (int64_t it = 0; it < npass * gr * gc; it++) {
+        int w = (int)(it % (gr * gc));
         int64_t r0, r1, c0, c1;
         mp_share(mpn, MP_MR, g->M, w / gc, gr, &r0, &r1);
         mp_share(npn, uk.nr, g->N, w % gc, gc, &c0, &c1);
+        if (npass > 1) {   /* this item's pass */
+            c0 = it / (gr * gc) * ncols;
+            c1 = mp_min64(c0 + ncols, g->N);
+        }
         if (r0 >= r1 || c0 >= c1)
             continue;
         if (!raw) {
-            raw = mp_kalloc64((na + nT + (size_t)(ncols / uk.nr * mp_bstride(Kp, uk.nr))) *
+            raw = mp_kalloc64((na + nT + (size_t)(ncols / uk.nr * mp_bstride(Kp, uk))) *
                                   sizeof(float), &Ap);
             T = Ap + na;
             Bp = T + nT;
@@ -619,7 +843,7 @@ static inline void mp_gemm_grid(const MpGemm *g, MpUk uk, MpSplit sp, int nt)
         for (int64_t j0 = c0; j0 < c1; j0 += ncols) {   /* passes over N */
             int64_t n = mp_min64(c1 - j0, ncols), nc = mp_tile_size(n, MP_NC_MAX, uk.nr);
             if (j0 != pj0 || n != pn)
-                mp_pack_b(Bp, g, uk.nr, j0, n, 0, g->K);
+                mp_pack_b(Bp, g, uk, j0, n, 0, g->K);
             pj0 = j0;
             pn = n;
             for (int64_t i0 = r0; i0 < r1; i0 += mc)
@@ -674,12 +898,12 @@ static inline void mp_gemm_ksplit(const MpGemm *g, MpUk uk, float *P)
     for (int64_t kb = 0; kb < nkb; kb++) {
         int64_t k0 = kb * MP_KC, kc = mp_min64(g->K - k0, MP_KC);
         if (!raw)
-            raw = mp_kalloc64((size_t)(MP_MC_MAX * MP_KC + npn * mp_bstride(MP_KC, uk.nr)) *
+            raw = mp_kalloc64((size_t)(MP_MC_MAX * MP_KC + npn * mp_bstride(MP_KC, uk)) *
                                   sizeof(float), &Ap);
         float *Bp = Ap + MP_MC_MAX * MP_KC, *Pk = P + kb * mr * ldp;
-        mp_pack_b(Bp, g, uk.nr, 0, g->N, k0, kc);
+        mp_pack_b(Bp, g, uk, 0, g->N, k0, kc);
         for (int64_t i0 = 0; i0 < g->M; i0 += mc)
-            mp_gemm_kblock(g, uk, Bp, mp_bstride(kc, uk.nr), npn, i0, mp_min64(g->M - i0, mc),
+            mp_gemm_kblock(g, uk, Bp, mp_bstride(kc, uk), npn, i0, mp_min64(g->M - i0, mc),
                            k0, kc, 1, Ap, Pk + i0 * ldp, ldp);
     }
     free(raw);
@@ -716,7 +940,7 @@ static inline int mp_max_team(void) { return 1; }
 
 static inline void mp_gemm_blocked(const MpGemm *g)
 {
-    MpUk uk = mp_uk();
+    MpUk uk = mp_uk(g);
     int par = g->M * g->N * g->K > MP_GEMM_PAR_MIN, nt = par ? mp_max_team() : 1;
     int64_t floats;
     double kcost = mp_ksplit_cost(g, uk.nr, nt, &floats);

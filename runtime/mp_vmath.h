@@ -15,13 +15,20 @@
  * minimax fits printed by tools/fit_vmath.py. Errors against glibc's libm,
  * measured by test_vmath (VMATH_FULL=1), are stated at each function.
  *
- * Dispatch: mp_cpu_level() is MP_CPU_AVX2 where the CPU has AVX2, FMA and
- * F16C, else MP_CPU_PORTABLE; the environment variable MP_CPU=portable or
- * MP_CPU=avx2 forces one (tests cover every path on one CPU). Asking for
- * avx2 on a CPU without it, or any other value, ends the program with a
- * one-line message and exit code 2 (a usage error). The GEMM micro-kernel
- * (mp_kernels_gemm.h), the f16/bf16 conversions (mp_kernels.h) and the
- * functions here all follow it. */
+ * Dispatch: mp_cpu_level() is the highest of these levels the CPU has:
+ *   MP_CPU_PORTABLE     any CPU;
+ *   MP_CPU_AVX2         AVX2, FMA and F16C;
+ *   MP_CPU_AVX512       and AVX-512 F, BW, DQ and VL (the GEMM's 6x32
+ *                       micro-kernel: the same bits as AVX2's 6x16);
+ *   MP_CPU_AVX512_BF16  and AVX512_BF16 (products of two bf16 operands
+ *                       through vdpbf16ps: mp_kernels_gemm.h says where
+ *                       their bits can differ).
+ * The environment variable MP_CPU=portable, avx2, avx512 or avx512_bf16
+ * forces one (tests cover every path on one CPU; auto, the default, takes
+ * the highest). Asking for a level the CPU lacks, or any other value, ends
+ * the program with a one-line message and exit code 2 (a usage error). The
+ * GEMM micro-kernels (mp_kernels_gemm.h), the f16/bf16 conversions
+ * (mp_kernels.h) and the functions here all follow it. */
 #ifndef MP_VMATH_H
 #define MP_VMATH_H
 
@@ -34,7 +41,8 @@
 
 /* ---- which code the CPU runs ------------------------------------------ */
 
-enum { MP_CPU_PORTABLE, MP_CPU_AVX2 };
+enum { MP_CPU_PORTABLE, MP_CPU_AVX2, MP_CPU_AVX512, MP_CPU_AVX512_BF16, MP_CPU_LEVELS };
+
 
 /* x86 with GCC or Clang: AVX2 code is compiled through target attributes
  * whatever -march says, and used when the CPU has it, so a plain
@@ -44,19 +52,32 @@ enum { MP_CPU_PORTABLE, MP_CPU_AVX2 };
 #define MP_X86 1
 #include <immintrin.h>
 
+/* MP_CPU's name of each level, in order. */
+__attribute__((unused)) static const char *const mp_cpu_names[MP_CPU_LEVELS] = {
+    "portable", "avx2", "avx512", "avx512_bf16"};
+
+/* The highest level this CPU has. */
+static inline int mp_cpu_hw(void)
+{
+    /* F16C is taken to come with AVX2 (every x86 CPU with AVX2 has it) */
+    if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma"))
+        return MP_CPU_PORTABLE;
+    if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512bw") ||
+        !__builtin_cpu_supports("avx512dq") || !__builtin_cpu_supports("avx512vl"))
+        return MP_CPU_AVX2;
+    return __builtin_cpu_supports("avx512bf16") ? MP_CPU_AVX512_BF16 : MP_CPU_AVX512;
+}
+
 /* The level MP_CPU asks for on this CPU, or -1 when it cannot be had. */
 static inline int mp_cpu_want(void)
 {
-    /* F16C is taken to come with AVX2 (every x86 CPU with AVX2 has it) */
-    int hw = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")
-                 ? MP_CPU_AVX2 : MP_CPU_PORTABLE;
+    int hw = mp_cpu_hw();
     const char *want = getenv("MP_CPU");
     if (!want || !*want || !strcmp(want, "auto"))
         return hw;
-    if (!strcmp(want, "portable"))
-        return MP_CPU_PORTABLE;
-    if (!strcmp(want, "avx2") && hw == MP_CPU_AVX2)
-        return MP_CPU_AVX2;
+    for (int l = 0; l < MP_CPU_LEVELS; l++)
+        if (!strcmp(want, mp_cpu_names[l]))
+            return l <= hw ? l : -1;
     return -1;
 }
 
@@ -67,8 +88,13 @@ static inline int mp_cpu_env_error(char *msg, size_t cap)
     if (mp_cpu_want() >= 0)
         return 0;
     const char *want = getenv("MP_CPU");
-    snprintf(msg, cap, "MP_CPU=%s: expected auto, portable or avx2%s", want,
-             strcmp(want, "avx2") ? "" : " (this CPU has no AVX2+FMA)");
+    int known = 0;
+    for (int l = 0; l < MP_CPU_LEVELS; l++)
+        known |= !strcmp(want, mp_cpu_names[l]);
+    snprintf(msg, cap, "MP_CPU=%s: %s%s", want,
+             known ? "this CPU cannot run it; it runs up to " :
+                     "expected auto, portable, avx2, avx512 or avx512_bf16",
+             known ? mp_cpu_names[mp_cpu_hw()] : "");
     return 1;
 }
 

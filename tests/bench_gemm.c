@@ -54,6 +54,12 @@ static const Shape shapes[] = {
     {"gpt2 fc dx", 0, 0, 1024, 128, 512},   {"gpt2 fc dW", 1, 0, 512, 128, 1024},
     {"gpt2 proj fwd", 0, 1, 1024, 128, 512}, {"gpt2 proj dx", 0, 0, 1024, 512, 128},
     {"gpt2 proj dW", 1, 0, 128, 512, 1024},
+    /* GPT-2 small at B 4 x T 64 (256 rows, width 768; issue 22) */
+    {"gpt2s qkv fwd", 0, 1, 256, 2304, 768}, {"gpt2s qkv dx", 0, 0, 256, 768, 2304},
+    {"gpt2s qkv dW", 1, 0, 2304, 768, 256},  {"gpt2s fc fwd", 0, 1, 256, 3072, 768},
+    {"gpt2s fc dx", 0, 0, 256, 768, 3072},   {"gpt2s fc dW", 1, 0, 3072, 768, 256},
+    {"gpt2s head fwd", 0, 1, 256, 50257, 768}, {"gpt2s head dx", 0, 0, 256, 768, 50257},
+    {"gpt2s head dW", 1, 0, 50257, 768, 256},
 };
 
 static double now(void)

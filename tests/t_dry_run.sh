@@ -22,11 +22,20 @@ build_trainer tests/models/resume_adam.mp "$tmp/c" || exit 1
 cp "$tmp/ck.st" "$tmp/ck.orig"
 
 echo "== 0. MP_CPU asking for what the CPU cannot do: a usage error before anything runs"
-MP_CPU=avx512 "$tmp/c" "${D[@]}" --steps 5 --save "$tmp/cpu.st" >/dev/null 2>"$tmp/cpu.err"
+MP_CPU=avx1024 "$tmp/c" "${D[@]}" --steps 5 --save "$tmp/cpu.st" >/dev/null 2>"$tmp/cpu.err"
 rc=$?
-[ $rc = 2 ] && grep -q "^c: error: MP_CPU=avx512: expected auto, portable or avx2" "$tmp/cpu.err" &&
+[ $rc = 2 ] && grep -q "^c: error: MP_CPU=avx1024: expected auto, portable, avx2, avx512 or avx512_bf16" "$tmp/cpu.err" &&
     [ ! -e "$tmp/cpu.st" ] && ! grep -q "^step " "$tmp/cpu.err" ||
-    bad "MP_CPU=avx512: exit $rc, want 2 and one line before training: $(head -n 2 "$tmp/cpu.err")"
+    bad "MP_CPU=avx1024: exit $rc, want 2 and one line before training: $(head -n 2 "$tmp/cpu.err")"
+# a level this CPU lacks (none where it has them all): named, with the highest it has
+for lvl in avx2 avx512 avx512_bf16; do
+    MP_CPU=$lvl "$tmp/c" "${D[@]}" --steps 1 --save "$tmp/cpu.st" >/dev/null 2>"$tmp/cpu.err"
+    rc=$?
+    if [ $rc = 0 ]; then echo "   MP_CPU=$lvl runs here"; continue; fi
+    [ $rc = 2 ] && grep -q "^c: error: MP_CPU=$lvl: this CPU cannot run it; it runs up to " "$tmp/cpu.err" &&
+        [ ! -e "$tmp/cpu.st" ] || bad "MP_CPU=$lvl: exit $rc, want 0 or 2 and one line: $(head -n 2 "$tmp/cpu.err")"
+    echo "   MP_CPU=$lvl refused here: $(head -n 1 "$tmp/cpu.err")"
+done
 MP_CPU=portable "$tmp/c" "${D[@]}" --steps 1 >/dev/null 2>&1 || bad "MP_CPU=portable refused"
 
 echo "== 1. the C program"

@@ -7,8 +7,11 @@
 #      it, threads),
 #   2: -DMP_USE_CBLAS with OpenBLAS (when cblas.h is installed).
 # The unit tests (tests/unit/test_kernels.c) are rebuilt and run in these
-# ways too; `make` builds them as `cc -O2`, where x86 CPUs with AVX2 take
-# the AVX2 micro-kernel by run-time dispatch.
+# ways too, and once more as -O2 -DMP_GEMM_MODEL16 (the AVX-512 kernels'
+# 16-wide models, 6x32 tiles and bf16 pairs, in place of any other kernel:
+# their packing and edges tested on every CPU); `make` builds them as
+# `cc -O2`, where x86 CPUs take the AVX2 or AVX-512 micro-kernels by
+# run-time dispatch.
 set -eu
 cd "$(dirname "$0")/.."
 B=${B:-build}
@@ -50,9 +53,13 @@ for i in "${!configs[@]}"; do
         pids=()
     fi
 done
+$CC $warn -O2 -DMP_GEMM_MODEL16 ${SAN:-} -Iruntime -o "$out/test_kernels_model16" \
+    tests/unit/test_kernels.c -lcmocka -lm & pids+=($!)
 for p in "${pids[@]}"; do wait "$p"; done
 
 fail=0
+echo "== -O2 -DMP_GEMM_MODEL16 (test_kernels)"
+MP_CPU=portable "$out/test_kernels_model16" || fail=1   # the level plays no part in its products
 for i in "${!configs[@]}"; do
     echo "== ${configs[$i]}"
     quick=--no-conversions          # the conversions are integer code: once

@@ -322,6 +322,164 @@ static void test_gemm_large(void **state)
     (void)state;
     gemm_case(0, 1, 130, 520, 300, F32, F32, F32, 1.0f, 0.0f, 0);
     gemm_case(1, 0, 200, 100, 130, MP_F16, MP_F16, MP_F16, 1.0f, 0.0f, 1);
+    uint64_t rng = rng_state;   /* the later tests keep their data */
+    gemm_case(0, 0, 7, 2100, 33, MP_BF16, MP_BF16, F32, 1.0f, 0.0f, 0);   /* tiles along N */
+    /* B in two passes (more than MP_BPACK_MAX floats), the rows in pieces */
+    gemm_case(0, 1, 13, 3000, 2900, F32, F32, F32, 1.0f, 0.0f, 0);
+    gemm_case(1, 1, 13, 3000, 2900, MP_BF16, MP_BF16, F32, 1.0f, 0.0f, 0);
+    rng_state = rng;
+}
+
+/* ---- the CPU levels' micro-kernels --------------------------------------- */
+
+#if defined(MP_AVX2_GEMM) && defined(MP_GEMM_VEXT)
+/* vdpbf16ps on one lane */
+__attribute__((target("avx512f,avx512bf16,avx512vl"))) static float mp_test_dpbf16(float acc, float a,
+                                                                                    float b)
+{
+    __m128 r = _mm_dpbf16_ps(_mm_set1_ps(acc), (__m128bh)_mm_set1_ps(a), (__m128bh)_mm_set1_ps(b));
+    return _mm_cvtss_f32(r);
+}
+#endif
+
+
+/* Every x86 level from AVX2 up gives the same bits: the AVX-512 kernel
+ * and the bf16 pairs' kernel sum each element in the AVX2 kernel's order,
+ * with the same fused multiply-adds (the pairs' kernel differs only where
+ * a bf16 value or a partial sum is subnormal, which these data are not).
+ * Products of f32, of bf16, of f32 rounded to bf16 or to FP8 while
+ * packing, both transposes, K across blocks and odd, edges of every
+ * tile. Levels the CPU lacks are said and skipped. */
+static void test_gemm_levels(void **state)
+{
+    (void)state;
+#if defined(MP_AVX2_GEMM) && !defined(MP_GEMM_MODEL16)
+    int hw = mp_cpu_level();
+    if (hw < MP_CPU_AVX2) {
+        printf("   (below AVX2: the levels' comparison needs it)\n");
+        return;
+    }
+    static const int64_t sz[][3] = {{13, 70, 515}, {6, 32, 256}, {97, 33, 1}, {1, 100, 7}};
+    /* adt, around, bdt, bround */
+    const int ops[][4] = {{F32, 0, F32, 0},
+                          {MP_BF16, 0, MP_BF16, 0},
+                          {F32, MP_BF16, MP_BF16, 0},
+                          {MP_BF16, 0, F32, MP_BF16},
+                          {F32, mp_rnd_fp8(MP_E4M3, 3), F32, mp_rnd_fp8(MP_E5M2, -2)},
+                          {MP_F16, 0, MP_BF16, 0}};
+    int ran[MP_CPU_LEVELS] = {0};
+    uint64_t rng = rng_state;   /* the later tests keep their data */
+    for (size_t z = 0; z < sizeof sz / sizeof sz[0]; z++)
+        for (size_t o = 0; o < sizeof ops / sizeof ops[0]; o++)
+            for (int t = 0; t < 4; t++) {
+                int ta = t & 1, tb = t >> 1;
+                int64_t M = sz[z][0], N = sz[z][1], K = sz[z][2];
+                int64_t lda = (ta ? M : K) + 1, ldb = (tb ? K : N) + 1, na = (ta ? K : M) * lda,
+                        nb = (tb ? N : K) * ldb;
+                float *a = fvec(na, -2, 2), *b = fvec(nb, -2, 2);
+                void *A = to_dt(a, na, ops[o][0]), *B = to_dt(b, nb, ops[o][2]);
+                float *want = zvec(M * N), *got = zvec(M * N);
+                for (int l = MP_CPU_AVX2; l <= hw; l++) {
+                    mp_cpu_level_v = l;
+                    MpGemm g = mp_gemm_matmul(l == MP_CPU_AVX2 ? want : got, F32, A, ops[o][0], B,
+                                              ops[o][2], M, N, K, ta, tb);
+                    g.lda = lda;
+                    g.ldb = ldb;
+                    g.around = ops[o][1];
+                    g.bround = ops[o][3];
+                    mp_gemm_ex(&g);
+                    if (l > MP_CPU_AVX2 && memcmp(want, got, (size_t)(M * N) * sizeof *got)) {
+                        mp_cpu_level_v = hw;
+                        fail_msg("MP_CPU=%s: %lldx%lldx%lld ta %d tb %d operands %zu differ from avx2",
+                                 mp_cpu_names[l], (long long)M, (long long)N, (long long)K, ta, tb, o);
+                    }
+                    ran[l] = 1;
+                }
+                mp_cpu_level_v = hw;
+                free(a); free(b); free(A); free(B); free(want); free(got);
+            }
+    rng_state = rng;
+    for (int l = MP_CPU_AVX2 + 1; l < MP_CPU_LEVELS; l++)
+        printf("   MP_CPU=%s against avx2: %s\n", mp_cpu_names[l], ran[l] ? "same bits" : "not at this level");
+#else
+    printf("   (no x86 kernels chosen by level in this build)\n");
+#endif
+}
+
+/* The AVX-512 instructions against their models (mp_kernels_gemm.h), on
+ * panels of random bit patterns with subnormals among them, where the CPU
+ * has them: the 16-wide fused multiply-add, and vdpbf16ps lane by lane
+ * and in the micro-kernel. The models are what the MP_GEMM_MODEL16 build
+ * of this file tests on every CPU. */
+#if defined(MP_AVX2_GEMM) && defined(MP_GEMM_VEXT)
+static uint32_t rbits(void) { return (uint32_t)(urand() * 4294967296.0); }
+
+/* a finite f32 of random bits, its exponent from the bottom of the range
+ * (subnormals and near them) one time in three */
+static float rfinite(void)
+{
+    uint32_t u = rbits();
+    if (u % 3 == 0)
+        u = (u & 0x807fffffu) | (rbits() % 8) << 23;
+    else
+        u = (u & 0x807fffffu) | (100 + rbits() % 56) << 23;
+    return mp_bits_f32(u);
+}
+
+/* two bf16 values of that kind in one float's bits */
+static float rpair(void)
+{
+    return mp_bits_f32((mp_f32_bits(rfinite()) & 0xffff0000u) | mp_f32_bits(rfinite()) >> 16);
+}
+#endif
+
+static void test_uk_models(void **state)
+{
+    (void)state;
+#if defined(MP_AVX2_GEMM) && defined(MP_GEMM_VEXT)
+    int hw = mp_cpu_level();
+    uint64_t rng = rng_state;   /* the later tests keep their data */
+    enum { KC = 37, LDC = 40 };
+    float A[KC * MP_MR], B[KC * 32], C0[MP_MR * LDC], C1[MP_MR * LDC];
+    for (int kind = 0; kind < 2; kind++) {
+        int lvl = kind ? MP_CPU_AVX512_BF16 : MP_CPU_AVX512;
+        if (hw < lvl) {
+            printf("   %s against its model: not at this level\n", mp_cpu_names[lvl]);
+            continue;
+        }
+        for (int rep = 0; rep < 200; rep++) {
+            for (int i = 0; i < KC * MP_MR; i++) A[i] = kind ? rpair() : rfinite();
+            for (int i = 0; i < KC * 32; i++) B[i] = kind ? rpair() : rfinite();
+            for (int i = 0; i < MP_MR * LDC; i++) C0[i] = C1[i] = rfinite();
+            int first = rep % 2;
+            if (kind) {
+                mp_uk_bf16(KC, A, 1, MP_MR, B, C0, LDC, first);
+                mp_uk_bf16_model(KC, A, 1, MP_MR, B, C1, LDC, first);
+            } else {
+                mp_uk_avx512(KC, A, 1, MP_MR, B, C0, LDC, first);
+                mp_uk_model16(KC, A, 1, MP_MR, B, C1, LDC, first);
+            }
+            for (int i = 0; i < MP_MR * LDC; i++)
+                if (mp_f32_bits(C0[i]) != mp_f32_bits(C1[i]) && !(isnan(C0[i]) && isnan(C1[i])))
+                    fail_msg("%s: element %d: %a, its model %a", mp_cpu_names[lvl], i, (double)C0[i],
+                             (double)C1[i]);
+        }
+        printf("   %s against its model: same bits\n", mp_cpu_names[lvl]);
+    }
+    if (hw >= MP_CPU_AVX512_BF16) {   /* one lane, 10^6 times */
+        for (int rep = 0; rep < 1000000; rep++) {
+            float acc = rfinite(), a = rpair(), b = rpair();
+            float got = mp_test_dpbf16(acc, a, b), want = mp_dpbf16(acc, a, b);
+            if (mp_f32_bits(got) != mp_f32_bits(want) && !(isnan(got) && isnan(want)))
+                fail_msg("vdpbf16ps(%a, %08x, %08x) = %a, its model %a", (double)acc,
+                         mp_f32_bits(a), mp_f32_bits(b), (double)got, (double)want);
+        }
+        printf("   vdpbf16ps against mp_dpbf16: 10^6 lanes, same bits\n");
+    }
+    rng_state = rng;
+#else
+    printf("   (no x86 vector kernels in this build)\n");
+#endif
 }
 
 /* around / bround: f32 operands rounded to f16 or bf16 while packing give,
@@ -1400,9 +1558,9 @@ static void test_cross_entropy_all_ignored(void **state)
 /* This program again with MP_CPU set to each path the CPU has. */
 static int run_paths(char **argv)
 {
-    const char *paths[] = {"portable", "avx2"};
+    const char *paths[] = {"portable", "avx2", "avx512", "avx512_bf16"};
     int fail = 0;
-    for (int p = 0; p <= mp_cpu_level() && p < 2; p++) {
+    for (int p = 0; p <= mp_cpu_level() && p < 4; p++) {
         printf("== MP_CPU=%s\n", paths[p]);
         fflush(stdout);
         pid_t pid = fork();
@@ -1430,6 +1588,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_gemm_alpha_beta),
         cmocka_unit_test(test_gemm_paths),
         cmocka_unit_test(test_gemm_large),
+        cmocka_unit_test(test_gemm_levels),
+        cmocka_unit_test(test_uk_models),
         cmocka_unit_test(test_gemm_round_operands),
         cmocka_unit_test(test_linear_matmul),
         cmocka_unit_test(test_matmul_tn_fd),
