@@ -522,10 +522,34 @@ static inline void mp_pairs(float *d, const float *s0, const float *s1, int64_t 
     for (int64_t i = 0; i < n; i++) d[i] = mp_bf16_pair(s0[i], s1[i]);
 }
 
+/* The same pairs from bf16 bits as they are stored (no conversion):
+ * d[i] = (a[i], b[i]), i < n, b NULL for zeros; and d[q] = (x[2q],
+ * x[2q + 1]) from one run of n, the partner of an odd n's last value 0. */
+static inline void mp_pairs16(float *d, const uint16_t *a, const uint16_t *b, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t u = (uint32_t)a[i] << 16 | (b ? b[i] : 0u);
+        memcpy(d + i, &u, sizeof u);
+    }
+}
+
+static inline void mp_pairs16_run(float *d, const uint16_t *x, int64_t n)
+{
+    for (int64_t q = 0; q < n / 2; q++) {
+        uint32_t u = (uint32_t)x[2 * q] << 16 | x[2 * q + 1];
+        memcpy(d + q, &u, sizeof u);
+    }
+    if (n % 2) {
+        uint32_t u = (uint32_t)x[n - 1] << 16;
+        memcpy(d + n / 2, &u, sizeof u);
+    }
+}
+
 /* mp_pack for the bf16 pairs' kernel: panel p holds dst[q R + i] =
  * mp_bf16_pair(X(r, k0 + 2q), X(r, k0 + 2q + 1)) for r = r0 + p R + i and
  * q < (kc + 1) / 2, the second value of an odd kc's last pair 0 (adding
- * 0 x 0 leaves a sum as it is). Each run is read with mp_pack_src, as in
+ * 0 x 0 leaves a sum as it is). A bf16 operand's runs are paired from
+ * their bits (mp_pairs16); others are read with mp_pack_src, as in
  * mp_pack, and must be exact in bf16 (mp_gemm_bf16_operand). */
 static inline void mp_pack2(float *dst, int64_t pstride, const void *src, int dt, int64_t ld,
                             int trans, int rnd, int64_t r0, int64_t nv, int R, int64_t k0,
@@ -533,16 +557,22 @@ static inline void mp_pack2(float *dst, int64_t pstride, const void *src, int dt
 {
     static const float zero[MP_KC] = {0};
     int64_t np = (nv + R - 1) / R, kp = (kc + 1) / 2;
+    /* bf16 as it is stored: its bits paired directly */
+    const uint16_t *x16 = dt == MP_BF16 && (rnd == 0 || rnd == MP_F32 || rnd == MP_BF16)
+                              ? (const uint16_t *)src : NULL;
     if (trans) {   /* runs along r for k and k + 1 */
         float b0[MP_PACK_ROWS], b1[MP_PACK_ROWS], pr[MP_PACK_ROWS];
         const float *s = pr;
         int64_t full = nv / R, rem = nv - full * R;
         for (int64_t k = 0; k < kp; k++) {
-            const float *s0 = mp_pack_src(src, dt, (k0 + 2 * k) * ld + r0, nv, rnd, b0);
-            const float *s1 = 2 * k + 1 < kc
-                                  ? mp_pack_src(src, dt, (k0 + 2 * k + 1) * ld + r0, nv, rnd, b1)
-                                  : zero;
-            mp_pairs(pr, s0, s1, nv);
+            int64_t o0 = (k0 + 2 * k) * ld + r0, o1 = o0 + ld;
+            if (x16) {
+                mp_pairs16(pr, x16 + o0, 2 * k + 1 < kc ? x16 + o1 : NULL, nv);
+            } else {
+                const float *s0 = mp_pack_src(src, dt, o0, nv, rnd, b0);
+                const float *s1 = 2 * k + 1 < kc ? mp_pack_src(src, dt, o1, nv, rnd, b1) : zero;
+                mp_pairs(pr, s0, s1, nv);
+            }
             MP_PACK_WIDTHS(MP_COPY_RUN, R)
         }
         return;
@@ -555,6 +585,11 @@ static inline void mp_pack2(float *dst, int64_t pstride, const void *src, int dt
             row[i] = zero;
             if (r >= nv)
                 continue;
+            row[i] = pr + i * MP_KC / 2;
+            if (x16) {
+                mp_pairs16_run(pr + i * MP_KC / 2, x16 + (r0 + r) * ld + k0, kc);
+                continue;
+            }
             const float *x = mp_pack_src(src, dt, (r0 + r) * ld + k0, kc, rnd, buf);
             if (kc % 2) {   /* the odd last value's partner */
                 if (x != buf)
@@ -563,7 +598,6 @@ static inline void mp_pack2(float *dst, int64_t pstride, const void *src, int dt
                 x = buf;
             }
             for (int64_t q = 0; q < kp; q++) pr[i * MP_KC / 2 + q] = mp_bf16_pair(x[2 * q], x[2 * q + 1]);
-            row[i] = pr + i * MP_KC / 2;
         }
         mp_interleave(dst + p * pstride, row, R, kp);
     }
