@@ -81,3 +81,26 @@ def write(a, framework, nparams, losses, ms):
     print(f"{framework} {a.mode} {a.mp['name']}: {nparams} parameters, losses {losses[0]:.6f} (first), "
           f"{losses[1]:.6f} (step {a.warmup + a.steps}), "
           f"median {np.median(ms):.2f} ms/step over {len(ms)} steps")
+
+
+def cpu_list(n):
+    """n of the CPUs this process may use, on distinct cores where it can
+    (hyperthread siblings share one core), comma-separated for taskset, or
+    "" when that is all of them. `vs_common.py cpus N` prints it."""
+    allowed = sorted(os.sched_getaffinity(0))
+    seen, pick = set(), []
+    for c in allowed:
+        t = f"/sys/devices/system/cpu/cpu{c}/topology/"
+        try:
+            core = (open(t + "physical_package_id").read(), open(t + "core_id").read())
+        except OSError:
+            core = c
+        if core not in seen:
+            seen.add(core)
+            pick.append(c)
+    pick = (pick + [c for c in allowed if c not in pick])[:n]
+    return "" if len(allowed) <= n else ",".join(map(str, pick))
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["cpus"]:
+    print(cpu_list(int(sys.argv[2])))

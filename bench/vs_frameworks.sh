@@ -100,23 +100,7 @@ export OMP_NUM_THREADS=$THREADS OPENBLAS_NUM_THREADS=$THREADS MKL_NUM_THREADS=$T
 if [ "$BUSY" = 1 ]; then export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}; fi
 # THREADS of the CPUs this process may use, on distinct cores where it can
 # (hyperthread siblings share one core), or nothing when that is all of them
-CPUS=$($PY - "$THREADS" <<'PYEOF'
-import os, sys
-n, allowed = int(sys.argv[1]), sorted(os.sched_getaffinity(0))
-seen, pick = set(), []
-for c in allowed:
-    t = f"/sys/devices/system/cpu/cpu{c}/topology/"
-    try:
-        core = (open(t + "physical_package_id").read(), open(t + "core_id").read())
-    except OSError:
-        core = c
-    if core not in seen:
-        seen.add(core)
-        pick.append(c)
-pick = (pick + [c for c in allowed if c not in pick])[:n]
-print("" if len(allowed) <= n else ",".join(map(str, pick)))
-PYEOF
-)
+CPUS=$($PY bench/vs_common.py cpus "$THREADS")
 PIN=()
 if [ -n "$CPUS" ]; then
     command -v taskset >/dev/null || die "taskset (util-linux) is needed to hold JAX to $THREADS CPUs"
