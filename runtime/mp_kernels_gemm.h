@@ -266,24 +266,25 @@ static inline float mp_bf16_pair(float x0, float x1)
 }
 
 #ifdef MP_GEMM_VEXT
-/* (As expressions, not functions: a 64-byte vector passed or returned by
- * value would change the ABI where AVX-512 is not enabled.) */
+/* Lane-wise through pointers, not vectors passed or returned by value
+ * (that would change the ABI where AVX-512 is not enabled): c = VFMA(a, b,
+ * c) is (f(&c, &a, &b), c). */
 typedef float MpVec16 __attribute__((vector_size(64)));
 typedef float MpVec16u __attribute__((vector_size(64), aligned(4), may_alias));
-#define MP_V16_LANES(c, f)                                                     \
-    ({                                                                         \
-        MpVec16 r_ = (c);                                                      \
-        for (int l_ = 0; l_ < 16; l_++) r_[l_] = f;                            \
-        r_;                                                                    \
-    })
-#define mp_v16fma(a, b, c) MP_V16_LANES(c, fmaf((a)[l_], (b)[l_], r_[l_]))
-#define mp_v16dp(a, b, c) MP_V16_LANES(c, mp_dpbf16(r_[l_], (a)[l_], (b)[l_]))
+static inline void mp_v16fma(MpVec16 *c, const MpVec16 *a, const MpVec16 *b)
+{
+    for (int l = 0; l < 16; l++) (*c)[l] = fmaf((*a)[l], (*b)[l], (*c)[l]);
+}
+static inline void mp_v16dp(MpVec16 *c, const MpVec16 *a, const MpVec16 *b)
+{
+    for (int l = 0; l < 16; l++) (*c)[l] = mp_dpbf16((*c)[l], (*a)[l], (*b)[l]);
+}
 #define VW 16
 #define VZERO() ((MpVec16){0})
 #define VLOAD(p) (*(const MpVec16u *)(const void *)(p))
 #define VSTORE(p, v) memcpy(p, &(v), sizeof(MpVec16))
 #define VBCAST(p) (VZERO() + *(p))
-#define VFMA(a, b, c) mp_v16fma(a, b, c)
+#define VFMA(a, b, c) (mp_v16fma(&(c), &(a), &(b)), (c))
 #define VADD(a, b) ((a) + (b))
 static inline void mp_uk_model16(int64_t kc, const float *A, int64_t rs, int64_t cs,
                                  const float *B, float *C, int64_t ldc, int first)
@@ -291,7 +292,7 @@ static inline void mp_uk_model16(int64_t kc, const float *A, int64_t rs, int64_t
     MP_UK_BODY(MpVec16)
 }
 #undef VFMA
-#define VFMA(a, b, c) mp_v16dp(a, b, c)
+#define VFMA(a, b, c) (mp_v16dp(&(c), &(a), &(b)), (c))
 static inline void mp_uk_bf16_model(int64_t kc, const float *A, int64_t rs, int64_t cs,
                                     const float *B, float *C, int64_t ldc, int first)
 {
