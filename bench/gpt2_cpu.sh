@@ -99,10 +99,13 @@ if [ -n "$LLMC" ]; then
         die "LLMC=$LLMC: no train_gpt2.c and llmc/dataloader.h there (a checkout of github.com/karpathy/llm.c)"
     LLMC=$(cd "$LLMC" && pwd)
 fi
-if [ ! -x "$MPCC" ]; then
-    say "building mpcc (make)"
-    make -j"$THREADS" >/dev/null || die "make failed"
+# ./mpcc carries the runtime it pastes into every trainer: always brought
+# up to date with the tree (a stale one once timed a runtime no longer
+# there); an MPCC given in the environment is taken as it is
+if [ "$MPCC" = ./mpcc ]; then
+    make -j"$THREADS" mpcc build/text2bin >/dev/null || die "make mpcc build/text2bin failed"
 fi
+[ -x "$MPCC" ] || die "MPCC=$MPCC: no such program"
 [ -x build/text2bin ] || make build/text2bin >/dev/null || die "make build/text2bin failed"
 
 LOAD=$(cut -d' ' -f1-3 /proc/loadavg)
