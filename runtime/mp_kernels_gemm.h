@@ -967,8 +967,10 @@ static inline void mp_gemm_ksplit(const MpGemm *g, MpUk uk, float *P)
 
 #ifdef _OPENMP
 /* The team a region would get: 1 inside another (mp_k_matmul's batch
- * loop), where nested regions run on one thread. */
-static inline int mp_max_team(void) { return omp_in_parallel() ? 1 : omp_get_max_threads(); }
+ * loop), where nested regions run on one thread; the product then opens
+ * none. Inside an inactive region (parallel if (0)) too: a region there
+ * would start new threads each time instead of taking the pooled ones. */
+static inline int mp_max_team(void) { return omp_get_level() > 0 ? 1 : omp_get_max_threads(); }
 #else
 static inline int mp_max_team(void) { return 1; }
 #endif
@@ -976,7 +978,8 @@ static inline int mp_max_team(void) { return 1; }
 static inline void mp_gemm_blocked(const MpGemm *g)
 {
     MpUk uk = mp_uk(g);
-    int par = g->M * g->N * g->K > MP_GEMM_PAR_MIN, nt = par ? mp_max_team() : 1;
+    int nt = mp_max_team(), par = nt > 1 && g->M * g->N * g->K > MP_GEMM_PAR_MIN;
+    nt = par ? nt : 1;
     int64_t floats;
     double kcost = mp_ksplit_cost(g, uk.nr, nt, &floats);
     float *P = NULL;   /* the K split's partial sums, shared by the team */
@@ -1107,12 +1110,19 @@ static inline void mp_k_matmul(void *y, int ydt, const void *a, int adt, const v
                                int ta, int tb, int64_t stride_a, int64_t stride_b)
 {
     int64_t lda = ta ? M : K, ldb = tb ? K : N;
-    /* many small products: one per thread; else each product is parallel */
-    MP_OMP(parallel for if (batch > 1 && M * N * K < (1 << 22)))
-    for (int64_t i = 0; i < batch; i++)
-        mp_gemm(ta, tb, M, N, K, 1.0f, mp_at(a, adt, i * stride_a), adt, lda,
-                mp_at(b, bdt, i * stride_b), bdt, ldb, 0.0f,
-                (void *)mp_at(y, ydt, i * M * N), ydt, N);
+#define MP_MATMUL_ONE(i)                                                              \
+    mp_gemm(ta, tb, M, N, K, 1.0f, mp_at(a, adt, (i) * stride_a), adt, lda,           \
+            mp_at(b, bdt, (i) * stride_b), bdt, ldb, 0.0f, (void *)mp_at(y, ydt, (i) * M * N), \
+            ydt, N)
+    /* many small products: one per thread; else each product is parallel
+     * (outside any region: mp_max_team) */
+    if (batch > 1 && M * N * K < (1 << 22)) {
+        MP_OMP(parallel for)
+        for (int64_t i = 0; i < batch; i++) MP_MATMUL_ONE(i);
+    } else {
+        for (int64_t i = 0; i < batch; i++) MP_MATMUL_ONE(i);
+    }
+#undef MP_MATMUL_ONE
 }
 
 /* y[K, N] = a[R, K]^T b[R, N] + beta y: the weight gradient of x @ w. */

@@ -47,16 +47,16 @@ static inline int64_t mp_conv_row(const MpConv *v, int64_t oy, int64_t ky)
     return iy < 0 || iy >= v->H ? -1 : iy;
 }
 
-/* col[((c kh + ky) kw + kx) OH OW + oy OW + ox] = x[c0 + c, iy, ix] for the
- * nc channels from c0 of the image at element xoff, 0 in the padding. */
-static inline void mp_im2col(float *col, const void *x, int xdt, int64_t xoff, int64_t c0,
-                             int64_t nc, const MpConv *v)
+/* col[((c kh + ky) kw + kx) ld + oy OW + ox] = x[c0 + c, iy, ix] for the
+ * nc channels from c0 of the image at element xoff, 0 in the padding (ld:
+ * OH OW for one image's col, more when several images' share its rows). */
+static inline void mp_im2col(float *col, int64_t ld, const void *x, int xdt, int64_t xoff,
+                             int64_t c0, int64_t nc, const MpConv *v)
 {
-    int64_t npix = v->OH * v->OW;
     for (int64_t c = 0; c < nc; c++)
         for (int64_t ky = 0; ky < v->kh; ky++)
             for (int64_t kx = 0; kx < v->kw; kx++) {
-                float *row = col + ((c * v->kh + ky) * v->kw + kx) * npix;
+                float *row = col + ((c * v->kh + ky) * v->kw + kx) * ld;
                 int64_t lo, hi;
                 mp_conv_span(v, kx, &lo, &hi);
                 for (int64_t oy = 0; oy < v->OH; oy++) {
@@ -77,13 +77,12 @@ static inline void mp_im2col(float *col, const void *x, int xdt, int64_t xoff, i
 
 /* The reverse: dx[c, iy, ix] += col[...] into the f32 planes dx of nc
  * channels. */
-static inline void mp_col2im(float *dx, const float *col, int64_t nc, const MpConv *v)
+static inline void mp_col2im(float *dx, const float *col, int64_t ld, int64_t nc, const MpConv *v)
 {
-    int64_t npix = v->OH * v->OW;
     for (int64_t c = 0; c < nc; c++)
         for (int64_t ky = 0; ky < v->kh; ky++)
             for (int64_t kx = 0; kx < v->kw; kx++) {
-                const float *row = col + ((c * v->kh + ky) * v->kw + kx) * npix;
+                const float *row = col + ((c * v->kh + ky) * v->kw + kx) * ld;
                 int64_t lo, hi;
                 mp_conv_span(v, kx, &lo, &hi);
                 for (int64_t oy = 0; oy < v->OH; oy++) {
@@ -117,7 +116,7 @@ static inline const void *mp_conv_operand(float *col, const void *x, int xdt, in
     *dt = pw ? xdt : MP_F32;
     if (pw)
         return mp_at(x, xdt, (n * v->C + g * cg) * v->H * v->W);
-    mp_im2col(col, x, xdt, n * v->C * v->H * v->W, g * cg, cg, v);
+    mp_im2col(col, v->OH * v->OW, x, xdt, n * v->C * v->H * v->W, g * cg, cg, v);
     return col;
 }
 
@@ -132,25 +131,46 @@ static inline float *mp_f32_span(const void *p, int dt, int64_t off, int64_t n, 
     return buf;
 }
 
-/* Depthwise, one tap (ky, kx): out[oy, ox] += wv in[iy, ix] (forward: out
- * the output plane, in the input plane) or, transposed, in[iy, ix] += wv
- * out[oy, ox] (the input gradient). Rows outside the image are skipped, the
- * columns are mp_conv_span's. */
-static inline void mp_conv_tap(float *out, float *in, const MpConv *v, int64_t ky, int64_t kx,
-                               float wv, int transposed)
+/* A depthwise conv's taps, pixel by pixel: for each pixel p of the planes
+ * whose sums they make (forward: the output's; transposed: the input's),
+ * the taps t that reach it, in order, and the pixel q of the other plane
+ * each reads: tq[p kk + j], j < cnt[p]. A tap reaches a pixel at most
+ * once. Built once a call, so that the planes (N F of them; most of
+ * MobileNetV2's are 4 x 4 to 1 x 1) pay no geometry of their own. */
+typedef struct MpDwTap {
+    int32_t t, q;
+} MpDwTap;
+
+static inline MpDwTap *mp_dw_taps(const MpConv *v, int transposed, int32_t **cnt)
 {
-    int64_t lo, hi;
-    mp_conv_span(v, kx, &lo, &hi);
-    for (int64_t oy = 0; oy < v->OH; oy++) {
-        int64_t iy = mp_conv_row(v, oy, ky);
-        if (iy < 0)
-            continue;
-        float *o = out + oy * v->OW;
-        int64_t at = iy * v->W - v->pw + kx * v->dw;
-        if (transposed)
-            for (int64_t ox = lo; ox < hi; ox++) in[at + ox * v->sw] += wv * o[ox];
-        else
-            for (int64_t ox = lo; ox < hi; ox++) o[ox] += wv * in[at + ox * v->sw];
+    int64_t kk = v->kh * v->kw, np = transposed ? v->H * v->W : v->OH * v->OW;
+    MpDwTap *tq = (MpDwTap *)mp_kalloc((size_t)(np * kk) * sizeof *tq);
+    *cnt = (int32_t *)mp_kzalloc((size_t)np * sizeof **cnt);
+    for (int64_t t = 0; t < kk; t++) {
+        int64_t ky = t / v->kw, kx = t % v->kw, lo, hi;
+        mp_conv_span(v, kx, &lo, &hi);
+        for (int64_t oy = 0; oy < v->OH; oy++) {
+            int64_t iy = mp_conv_row(v, oy, ky);
+            for (int64_t ox = lo; iy >= 0 && ox < hi; ox++) {
+                int64_t in = iy * v->W - v->pw + kx * v->dw + ox * v->sw, out = oy * v->OW + ox;
+                int64_t p = transposed ? in : out;
+                MpDwTap e = {(int32_t)t, (int32_t)(transposed ? out : in)};
+                tq[p * kk + (*cnt)[p]++] = e;
+            }
+        }
+    }
+    return tq;
+}
+
+/* s[p] += sum over p's taps, in order, of wk[t] src[q], p < np (each
+ * pixel's sum one chain, in the order mp_dw_taps lists them). */
+static inline void mp_dw_gather(float *s, const float *src, const float *wk, const MpDwTap *tq,
+                                const int32_t *cnt, int64_t np, int64_t kk)
+{
+    for (int64_t p = 0; p < np; p++) {
+        float a = s[p];
+        for (int32_t j = 0; j < cnt[p]; j++) a += wk[tq[p * kk + j].t] * src[tq[p * kk + j].q];
+        s[p] = a;
     }
 }
 
@@ -161,25 +181,29 @@ static inline void mp_conv_depthwise_fwd(void *y, int ydt, const void *x, int xd
                                          const MpConv *v)
 {
     int64_t m = v->F / v->C, hw = v->H * v->W, npix = v->OH * v->OW, kk = v->kh * v->kw;
+    int32_t *cnt;
+    MpDwTap *tq = mp_dw_taps(v, 0, &cnt);
+    float *wk = (float *)mp_kalloc((size_t)(v->F * kk + v->F) * sizeof *wk), *bk = wk + v->F * kk;
+    mp_ld_n(w, wdt, 0, 1, v->F * kk, wk);
+    for (int64_t f = 0; f < v->F; f++) bk[f] = bias ? mp_ld(bias, bdt, f) : 0.0f;
     MP_OMP(parallel if (N * v->F * npix * kk > MP_PAR_MIN))
     {
-        float *buf = (float *)mp_kalloc((size_t)(hw + npix + kk) * sizeof *buf);
-        float *wk = buf + hw + npix;
+        float *buf = (float *)mp_kalloc((size_t)(hw + npix) * sizeof *buf);
         MP_OMP(for schedule(static))
         for (int64_t pl = 0; pl < N * v->F; pl++) {
             int64_t n = pl / v->F, f = pl % v->F;
-            float b = bias ? mp_ld(bias, bdt, f) : 0.0f;
-            float *xp = mp_f32_span(x, xdt, (n * v->C + f / m) * hw, hw, buf);
+            const float *xp = mp_f32_span(x, xdt, (n * v->C + f / m) * hw, hw, buf);
             float *acc = ydt == MP_F32 ? (float *)y + pl * npix : buf + hw;
-            mp_ld_n(w, wdt, f * kk, 1, kk, wk);
-            for (int64_t i = 0; i < npix; i++) acc[i] = b;
-            for (int64_t t = 0; t < kk; t++)
-                mp_conv_tap(acc, xp, v, t / v->kw, t % v->kw, wk[t], 0);
+            for (int64_t i = 0; i < npix; i++) acc[i] = bk[f];
+            mp_dw_gather(acc, xp, wk + f * kk, tq, cnt, npix, kk);
             if (ydt != MP_F32)
                 mp_st_n(y, ydt, pl * npix, 1, npix, acc);
         }
         free(buf);
     }
+    free(tq);
+    free(cnt);
+    free(wk);
 }
 
 /* Plane c of an adjoint's result (conv_transpose2d) gets bias[c], after its
@@ -192,27 +216,28 @@ static inline void mp_conv_add_bias(float *plane, const void *bias, int bdt, int
     for (int64_t i = 0; i < n; i++) plane[i] += b;
 }
 
-/* Depthwise input gradient: plane (n, c) gathers its m output planes, each
- * tap in order, in f32; one thread per plane. */
+/* Depthwise input gradient: plane (n, c) gathers its m output planes in
+ * order, each pixel its taps in order, in f32; one thread per plane. */
 static inline void mp_conv_depthwise_dx(void *dx, int dxdt, const void *dy, int dydt,
                                         const void *w, int wdt, const void *bias, int bdt,
                                         int64_t N, const MpConv *v)
 {
     int64_t m = v->F / v->C, hw = v->H * v->W, npix = v->OH * v->OW, kk = v->kh * v->kw;
+    int32_t *cnt;
+    MpDwTap *tq = mp_dw_taps(v, 1, &cnt);
+    float *wk = (float *)mp_kalloc((size_t)(v->F * kk) * sizeof *wk);
+    mp_ld_n(w, wdt, 0, 1, v->F * kk, wk);
     MP_OMP(parallel if (N * v->F * npix * kk > MP_PAR_MIN))
     {
-        float *buf = (float *)mp_kalloc((size_t)(hw + npix + kk) * sizeof *buf);
-        float *wk = buf + hw + npix;
+        float *buf = (float *)mp_kalloc((size_t)(hw + npix) * sizeof *buf);
         MP_OMP(for schedule(static))
         for (int64_t pl = 0; pl < N * v->C; pl++) {
             int64_t n = pl / v->C, c = pl % v->C;
             float *g = dxdt == MP_F32 ? (float *)dx + pl * hw : buf;
             memset(g, 0, (size_t)hw * sizeof *g);
             for (int64_t f = c * m; f < (c + 1) * m; f++) {
-                float *dyp = mp_f32_span(dy, dydt, (n * v->F + f) * npix, npix, buf + hw);
-                mp_ld_n(w, wdt, f * kk, 1, kk, wk);
-                for (int64_t t = 0; t < kk; t++)
-                    mp_conv_tap(dyp, g, v, t / v->kw, t % v->kw, wk[t], 1);
+                const float *dyp = mp_f32_span(dy, dydt, (n * v->F + f) * npix, npix, buf + hw);
+                mp_dw_gather(g, dyp, wk + f * kk, tq, cnt, hw, kk);
             }
             mp_conv_add_bias(g, bias, bdt, c, hw);
             if (dxdt != MP_F32)
@@ -220,6 +245,9 @@ static inline void mp_conv_depthwise_dx(void *dx, int dxdt, const void *dy, int 
         }
         free(buf);
     }
+    free(tq);
+    free(cnt);
+    free(wk);
 }
 
 /* Depthwise weight gradient: dw[f, ky, kx] = sum over images (in order) of
@@ -298,6 +326,121 @@ static inline void mp_conv_depthwise_dw(void *dw, int dwdt, const void *dy, int 
     free(out);
 }
 
+/* ---- several images in one product -------------------------------------
+ * Where a conv's output planes are small (MobileNetV2's deep layers: 8 x 8
+ * down to 1 x 1) a product per image is a few columns wide: the weights are
+ * read once per image, each output row is a store of its own, and the
+ * weight gradient is N thin products. Such convs multiply nb images at
+ * once: a block's col holds image b's im2col rows at columns [b OH OW,
+ * (b + 1) OH OW), so the product has nb OH OW columns. Blocks run in turn,
+ * each product on all threads (its own split, mp_gemm_blocked) and each
+ * copy around it split over the images. Each output element of the
+ * forward and of the input gradient is the same sum, in the same order, as
+ * with one image a product (the same bits); the weight gradient sums a
+ * block's nb OH OW terms as one chain, then adds it to the blocks before,
+ * in an order no thread count changes. */
+#define MP_CONV_SMALL 256      /* planes of fewer pixels run as blocks of images */
+#define MP_CONV_COLS 2048      /* columns of a block's product (at most) */
+#define MP_CONV_DW_ALONE 64    /* the weight gradient: planes of this many pixels one a block, */
+#define MP_CONV_DW_TERMS 256   /* smaller ones up to this many pixels a block (below) */
+#define MP_CONV_DW_PART (1 << 22)   /* floats of its blocks' partial sums */
+
+/* Images per product: 1 where planes are large, else as many as fill cols
+ * columns, at most N. */
+static inline int64_t mp_conv_images(const MpConv *v, int64_t N, int64_t cols)
+{
+    int64_t npix = v->OH * v->OW, nb = cols / npix;
+    return npix >= MP_CONV_SMALL || nb < 1 ? 1 : nb > N ? N : nb;
+}
+
+/* Operand rounding of an f32 copy of a tensor stored as dt: bf16 values
+ * keep the bf16 micro-kernel (mp_uk) their tensor would have taken. */
+static inline int mp_conv_copy_rnd(int dt) { return dt == MP_BF16 ? MP_BF16 : 0; }
+
+/* The col [C/G kh kw, nb OH OW] of images [n0, n0 + nb), group g. */
+static inline void mp_im2col_images(float *col, const void *x, int xdt, int64_t n0, int64_t nb,
+                                    int64_t g, const MpConv *v)
+{
+    int64_t npix = v->OH * v->OW, cg = v->C / v->G;
+    MP_OMP(parallel for if (nb * cg * v->kh * v->kw * npix > MP_PAR_MIN))
+    for (int64_t b = 0; b < nb; b++)
+        mp_im2col(col + b * npix, nb * npix, x, xdt, (n0 + b) * v->C * v->H * v->W, g * cg, cg, v);
+}
+
+/* d[f, b npix + p] = y[n0 + b, f0 + f, p] of a [N, F, npix] tensor, f < nf,
+ * b < nb, as f32; put = 1: the other way, rounding to dt. */
+static inline void mp_planes_move(float *d, void *y, int dt, int64_t n0, int64_t nb, int64_t F,
+                                  int64_t f0, int64_t nf, int64_t npix, int put)
+{
+    MP_OMP(parallel for if (nf * nb * npix > MP_PAR_MIN))
+    for (int64_t f = 0; f < nf; f++)
+        for (int64_t b = 0; b < nb; b++) {
+            int64_t at = ((n0 + b) * F + f0 + f) * npix;
+            float *r = d + (f * nb + b) * npix;
+            if (put)
+                mp_st_n(y, dt, at, 1, npix, r);
+            else
+                mp_ld_n(y, dt, at, 1, npix, r);
+        }
+}
+
+/* mp_k_conv2d, nb images a product. */
+static inline void mp_conv_fwd_images(void *y, int ydt, const void *x, int xdt, const void *w,
+                                      int wdt, const void *bias, int bdt, int64_t N,
+                                      const MpConv *v, int64_t nb)
+{
+    int64_t cg = v->C / v->G, fg = v->F / v->G, npix = v->OH * v->OW, ckk = cg * v->kh * v->kw;
+    float *col = (float *)mp_kalloc((size_t)((ckk + fg) * nb * npix) * sizeof *col);
+    float *out = col + ckk * nb * npix;
+    for (int64_t n0 = 0; n0 < N; n0 += nb)
+        for (int64_t g = 0; g < v->G; g++) {
+            int64_t m = mp_min64(nb, N - n0), ld = m * npix;
+            mp_im2col_images(col, x, xdt, n0, m, g, v);
+            MpGemm p = {0, 0, fg, ld, ckk, 1.0f, 0.0f, mp_at(w, wdt, g * fg * ckk), wdt, ckk,
+                        col, MP_F32, ld, out, MP_F32, ld,
+                        bias ? mp_at(bias, bdt, g * fg) : NULL, bdt, 1, 0,
+                        mp_conv_copy_rnd(xdt), NULL, NULL};
+            mp_gemm_ex(&p);
+            mp_planes_move(out, y, ydt, n0, m, v->F, g * fg, fg, npix, 1);
+        }
+    free(col);
+}
+
+/* mp_conv_adjoint, nb images a product: col = w_g^T dy_g of the block, then
+ * each image's col2im into its own planes. */
+static inline void mp_conv_adjoint_images(void *dx, int dxdt, const void *dy, int dydt,
+                                          const void *w, int wdt, const void *bias, int bdt,
+                                          int64_t N, const MpConv *v, int64_t nb)
+{
+    int64_t cg = v->C / v->G, fg = v->F / v->G, npix = v->OH * v->OW, ckk = cg * v->kh * v->kw;
+    int64_t nx = v->C * v->H * v->W, hw = v->H * v->W;
+    float *col = (float *)mp_kalloc((size_t)((ckk + fg) * nb * npix + nb * nx) * sizeof *col);
+    float *dyb = col + ckk * nb * npix, *img = dyb + fg * nb * npix;
+    for (int64_t n0 = 0; n0 < N; n0 += nb) {
+        int64_t m = mp_min64(nb, N - n0), ld = m * npix;
+        for (int64_t g = 0; g < v->G; g++) {
+            mp_planes_move(dyb, (void *)dy, dydt, n0, m, v->F, g * fg, fg, npix, 0);
+            MpGemm p = {1, 0, ckk, ld, fg, 1.0f, 0.0f, mp_at(w, wdt, g * fg * ckk), wdt, ckk,
+                        dyb, MP_F32, ld, col, MP_F32, ld, NULL, MP_F32, 0, 0,
+                        mp_conv_copy_rnd(dydt), NULL, NULL};
+            mp_gemm_ex(&p);
+            MP_OMP(parallel for if (m * cg * hw > MP_PAR_MIN))
+            for (int64_t b = 0; b < m; b++) {
+                float *d = img + b * nx + g * cg * hw;
+                if (g == 0)
+                    memset(img + b * nx, 0, (size_t)nx * sizeof *img);
+                mp_col2im(d, col + b * npix, ld, cg, v);
+                if (g < v->G - 1)
+                    continue;
+                for (int64_t c = 0; bias && c < v->C; c++)
+                    mp_conv_add_bias(img + b * nx + c * hw, bias, bdt, c, hw);
+                mp_st_n(dx, dxdt, (n0 + b) * nx, 1, nx, img + b * nx);
+            }
+        }
+    }
+    free(col);
+}
+
 /* y[N, F, OH, OW] = conv(x[N, C, H, W], w[F, C / G, kh, kw]) + bias[F]:
  * per image and group, w_g [F/G, C/G kh kw] @ im2col of the group's
  * channels; depthwise directly. */
@@ -306,6 +449,11 @@ static inline void mp_k_conv2d(void *y, int ydt, const void *x, int xdt, const v
 {
     if (mp_conv_depthwise(&v)) {
         mp_conv_depthwise_fwd(y, ydt, x, xdt, w, wdt, bias, bdt, N, &v);
+        return;
+    }
+    int64_t nb = mp_conv_images(&v, N, MP_CONV_COLS);
+    if (nb > 1 || N == 1) {   /* one image: its product on all threads */
+        mp_conv_fwd_images(y, ydt, x, xdt, w, wdt, bias, bdt, N, &v, nb);
         return;
     }
     int64_t cg = v.C / v.G, fg = v.F / v.G, npix = v.OH * v.OW, ckk = cg * v.kh * v.kw;
@@ -338,6 +486,11 @@ static inline void mp_conv_adjoint(void *dx, int dxdt, const void *dy, int dydt,
         mp_conv_depthwise_dx(dx, dxdt, dy, dydt, w, wdt, bias, bdt, N, &v);
         return;
     }
+    int64_t nb = mp_conv_images(&v, N, MP_CONV_COLS);
+    if (nb > 1 || N == 1) {   /* one image: its product on all threads */
+        mp_conv_adjoint_images(dx, dxdt, dy, dydt, w, wdt, bias, bdt, N, &v, nb);
+        return;
+    }
     int64_t cg = v.C / v.G, fg = v.F / v.G, npix = v.OH * v.OW, ckk = cg * v.kh * v.kw;
     int64_t nx = v.C * v.H * v.W;
     int pw = mp_conv_pointwise(&v, MP_F32);     /* col is img's planes */
@@ -356,7 +509,7 @@ static inline void mp_conv_adjoint(void *dx, int dxdt, const void *dy, int dydt,
                         mp_at(dy, dydt, (n * v.F + g * fg) * npix), dydt, npix, pw ? 1.0f : 0.0f,
                         c, MP_F32, npix);
                 if (!pw)
-                    mp_col2im(img + g * cg * v.H * v.W, col, cg, &v);
+                    mp_col2im(img + g * cg * v.H * v.W, col, npix, cg, &v);
             }
             for (int64_t c = 0; bias && c < v.C; c++)
                 mp_conv_add_bias(img + c * v.H * v.W, bias, bdt, c, v.H * v.W);
@@ -383,9 +536,73 @@ static inline void mp_k_conv_transpose2d(void *y, int ydt, const void *x, int xd
     mp_conv_adjoint(y, ydt, x, xdt, w, wdt, bias, bdt, N, v);
 }
 
+/* P [F, C/G kh kw] = the weight gradient of images [n, n + m) (col: room
+ * for their col and dy). */
+static inline void mp_conv_dw_block(float *P, float *col, const void *dy, int dydt, const void *x,
+                                    int xdt, int64_t n, int64_t m, const MpConv *v)
+{
+    int64_t cg = v->C / v->G, fg = v->F / v->G, npix = v->OH * v->OW, ckk = cg * v->kh * v->kw;
+    int64_t ld = m * npix;
+    float *dyb = col + ckk * ld;
+    for (int64_t g = 0; g < v->G; g++) {
+        mp_planes_move(dyb, (void *)dy, dydt, n, m, v->F, g * fg, fg, npix, 0);
+        mp_im2col_images(col, x, xdt, n, m, g, v);
+        MpGemm p = {0, 1, fg, ckk, ld, 1.0f, 0.0f, dyb, MP_F32, ld, col, MP_F32, ld,
+                    P + g * fg * ckk, MP_F32, ckk, NULL, MP_F32, 0, mp_conv_copy_rnd(dydt),
+                    mp_conv_copy_rnd(xdt), NULL, NULL};
+        mp_gemm_ex(&p);
+    }
+}
+
+/* The weight gradient of small planes, into acc [F, C/G kh kw]: blocks of
+ * nb images (nb OH OW <= MP_CONV_DW_TERMS terms; planes of MP_CONV_DW_ALONE
+ * pixels or more one image a block, their sums as with large planes), each
+ * block's product a partial sum of its own, the blocks' products side by
+ * side (one thread each), then acc + P_0 + P_1 + ... in block order: what
+ * the products would give one after the other with beta 1, on any number
+ * of threads. A round of one block runs outside any parallel region, so
+ * that its product's own region takes the pooled threads (a region inside
+ * an inactive one, parallel if (0), starts new threads each time). */
+static inline void mp_conv_dw_images(float *acc, const void *dy, int dydt, const void *x,
+                                     int xdt, int64_t N, const MpConv *v)
+{
+    int64_t cg = v->C / v->G, fg = v->F / v->G, npix = v->OH * v->OW, ckk = cg * v->kh * v->kw;
+    int64_t nb = npix >= MP_CONV_DW_ALONE ? 1 : MP_CONV_DW_TERMS / npix, nw = v->F * ckk;
+    nb = mp_min64(nb, N);
+    int64_t nblk = (N + nb - 1) / nb, per = mp_max64(1, mp_min64(nblk, MP_CONV_DW_PART / nw));
+    size_t colsz = (size_t)((ckk + fg) * nb * npix) * sizeof(float);
+    float *P = (float *)mp_kalloc((size_t)(per * nw) * sizeof *P);
+    for (int64_t b0 = 0; b0 < nblk; b0 += per) {
+        int64_t nr = mp_min64(per, nblk - b0);
+        if (nr == 1) {
+            float *col = (float *)mp_kalloc(colsz);
+            mp_conv_dw_block(P, col, dy, dydt, x, xdt, b0 * nb, mp_min64(nb, N - b0 * nb), v);
+            free(col);
+        } else {
+            MP_OMP(parallel)
+            {
+                float *col = (float *)mp_kalloc(colsz);
+                MP_OMP(for schedule(dynamic))
+                for (int64_t r = 0; r < nr; r++) {
+                    int64_t n = (b0 + r) * nb;
+                    mp_conv_dw_block(P + r * nw, col, dy, dydt, x, xdt, n, mp_min64(nb, N - n), v);
+                }
+                free(col);
+            }
+        }
+        MP_OMP(parallel for if (nr * nw > MP_PAR_MIN))
+        for (int64_t i = 0; i < nw; i++) {
+            float a = acc[i];
+            for (int64_t r = 0; r < nr; r++) a += P[r * nw + i];
+            acc[i] = a;
+        }
+    }
+    free(P);
+}
+
 /* dw[F, C / G, kh, kw] = sum over images of dy_g [F/G, OH OW] col_g^T per
- * group (+ beta dw). Images are summed in order (each product is itself
- * parallel); depthwise directly. */
+ * group (+ beta dw). Images are summed in order, each product itself
+ * parallel (small planes: mp_conv_dw_images); depthwise directly. */
 static inline void mp_k_conv2d_dw(void *dw, int dwdt, const void *dy, int dydt,
                                   const void *x, int xdt, int64_t N, MpConv v, float beta)
 {
@@ -394,18 +611,22 @@ static inline void mp_k_conv2d_dw(void *dw, int dwdt, const void *dy, int dydt,
         return;
     }
     int64_t cg = v.C / v.G, fg = v.F / v.G, npix = v.OH * v.OW, ckk = cg * v.kh * v.kw;
-    int pw = mp_conv_pointwise(&v, xdt);
-    float *col = pw ? NULL : (float *)mp_kalloc((size_t)(ckk * npix) * sizeof *col);
     float *acc = (float *)mp_kzalloc((size_t)(v.F * ckk) * sizeof *acc);
-    for (int64_t n = 0; n < N; n++)
-        for (int64_t g = 0; g < v.G; g++) {
-            int bt;
-            const void *b = mp_conv_operand(col, x, xdt, n, g, &v, pw, &bt);
-            mp_gemm(0, 1, fg, ckk, npix, 1.0f, mp_at(dy, dydt, (n * v.F + g * fg) * npix), dydt,
-                    npix, b, bt, npix, 1.0f, acc + g * fg * ckk, MP_F32, ckk);
-        }
+    if (npix < MP_CONV_SMALL) {
+        mp_conv_dw_images(acc, dy, dydt, x, xdt, N, &v);
+    } else {
+        int pw = mp_conv_pointwise(&v, xdt);
+        float *col = pw ? NULL : (float *)mp_kalloc((size_t)(ckk * npix) * sizeof *col);
+        for (int64_t n = 0; n < N; n++)
+            for (int64_t g = 0; g < v.G; g++) {
+                int bt;
+                const void *b = mp_conv_operand(col, x, xdt, n, g, &v, pw, &bt);
+                mp_gemm(0, 1, fg, ckk, npix, 1.0f, mp_at(dy, dydt, (n * v.F + g * fg) * npix),
+                        dydt, npix, b, bt, npix, 1.0f, acc + g * fg * ckk, MP_F32, ckk);
+            }
+        free(col);
+    }
     mp_st_beta(dw, dwdt, 0, v.F * ckk, acc, beta);
-    free(col);
     free(acc);
 }
 

@@ -1128,7 +1128,7 @@ static void test_conv2d(void **state)
         conv_ref(ref, c.in[0], c.in[1], c.in[2], d);
         for (int64_t i = 0; i < ny; i++) close_to("conv2d", i, c.out[i], ref[i], 1e-5, 1e-5);
         /* f16 storage: the f32 result rounded once */
-        uint16_t *yh = malloc(ny * 2), *xh = to_dt(c.in[0], nx, MP_F16),
+        uint16_t *yh = malloc((size_t)ny * 2), *xh = to_dt(c.in[0], nx, MP_F16),
                  *wh = to_dt(c.in[1], nw, MP_F16), *bh = to_dt(c.in[2], F, MP_F16);
         mp_k_conv2d(yh, MP_F16, xh, MP_F16, wh, MP_F16, bh, MP_F16, N, conv_of(d));
         conv_ref(ref, c.in[0], c.in[1], c.in[2], d);
@@ -1146,6 +1146,55 @@ static void test_conv2d(void **state)
         fd_check("conv2d bias", &c, 2, F, db, 1e-2f, 2e-3);
         free(ref); free(yh); free(xh); free(wh); free(bh);
         free(dx); free(dw); free(db); free(old); fd_free(&c);
+    }
+}
+
+/* Small planes run a block of images as one product (mp_conv_fwd_images,
+ * mp_conv_adjoint_images): the same bits as one image a call, f32 and
+ * bf16 (its micro-kernel), and the block's weight gradient within
+ * rounding of the images' one at a time. d = {N, C, H, F, k, stride, pad,
+ * groups}: MobileNetV2's 1 x 1 to 4 x 4 pointwise convs, a 3 x 3 and a
+ * grouped, strided one. */
+static void test_conv_images(void **state)
+{
+    (void)state;
+    static const int64_t cases[][8] = {{64, 160, 1, 96, 1, 1, 0, 1}, {64, 64, 2, 38, 1, 1, 0, 1},
+                                       {16, 32, 4, 19, 1, 1, 0, 1}, {8, 24, 8, 14, 3, 1, 1, 1},
+                                       {5, 12, 6, 10, 3, 2, 1, 1}, {7, 8, 5, 6, 3, 1, 1, 2}};
+    for (size_t t = 0; t < sizeof cases / sizeof cases[0]; t++) {
+        const int64_t *d = cases[t];
+        int64_t N = d[0], C = d[1], H = d[2], F = d[3], k = d[4], O = (H + 2 * d[6] - k) / d[5] + 1;
+        MpConv v = mp_conv_of(C, H, H, F, k, k, d[5], d[5], d[6], d[6], 1, 1, d[7], O, O);
+        int64_t img = C * H * H, out = F * O * O, nw = F * C / d[7] * k * k;
+        assert_true(mp_conv_images(&v, N, MP_CONV_COLS) > 1);
+        for (int dt = 0; dt < 2; dt++) {
+            int xdt = dt ? MP_BF16 : F32, es = dt ? 2 : 4;
+            float *xf = fvec(N * img, -1, 1), *w = fvec(nw, -1, 1), *b = fvec(F, -1, 1);
+            void *x = dt ? (void *)to_dt(xf, N * img, MP_BF16) : (void *)xf;
+            float *y = zvec(N * out), *y1 = zvec(N * out), *dx = zvec(N * img), *dx1 = zvec(N * img);
+            mp_k_conv2d(y, F32, x, xdt, w, F32, b, F32, N, v);
+            mp_k_conv2d_dx(dx, F32, y, F32, w, F32, N, v);
+            for (int64_t n = 0; n < N; n++) {
+                mp_k_conv2d(y1 + n * out, F32, (char *)x + n * img * es, xdt, w, F32, b, F32, 1, v);
+                mp_k_conv2d_dx(dx1 + n * img, F32, y + n * out, F32, w, F32, 1, v);
+            }
+            assert_memory_equal(y, y1, (size_t)(N * out) * sizeof *y);
+            assert_memory_equal(dx, dx1, (size_t)(N * img) * sizeof *dx);
+            if (!dt) {   /* the weight gradient: dy = y, one image at a time summed in double */
+                float *dw = zvec(nw), *one = zvec(nw);
+                double *ref = calloc((size_t)nw, sizeof *ref);
+                mp_k_conv2d_dw(dw, F32, y, F32, x, F32, N, v, 0.0f);
+                for (int64_t n = 0; n < N; n++) {
+                    mp_k_conv2d_dw(one, F32, y + n * out, F32, xf + n * img, F32, 1, v, 0.0f);
+                    for (int64_t i = 0; i < nw; i++) ref[i] += one[i];
+                }
+                for (int64_t i = 0; i < nw; i++) close_to("conv2d_dw blocks", i, dw[i], ref[i], 1e-4, 1e-4);
+                free(dw); free(one); free(ref);
+            }
+            if (dt)
+                free(x);
+            free(xf); free(w); free(b); free(y); free(y1); free(dx); free(dx1);
+        }
     }
 }
 
@@ -1607,6 +1656,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_softmax_grads_fd),
         cmocka_unit_test(test_losses),
         cmocka_unit_test(test_conv2d),
+        cmocka_unit_test(test_conv_images),
         cmocka_unit_test(test_pools),
         cmocka_unit_test(test_embedding),
         cmocka_unit_test(test_layer_norm),
