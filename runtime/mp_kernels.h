@@ -657,11 +657,6 @@ static inline MP_HD float mp_pad_grad_at(const void *dy, int dydt, const int64_t
     return s;
 }
 
-/* f32 runs of up to this many floats are copied by a loop: a library
- * memcpy call costs more than the copy (pointwise convs of 1 x 1 planes
- * gather and scatter runs of one float). */
-#define MP_COPY_CALL 16
-
 /* p[off + i*stride] -> dst[i] as f32, i < n (stride 0 broadcasts one
  * element). The type switch is outside the loops so each loop is tight. */
 
@@ -677,7 +672,7 @@ static inline void mp_ld_n(const void *p, int dt, int64_t off, int64_t stride,
     switch (dt) {
     case MP_F32: {
         const float *s = (const float *)p + off;
-        if (stride == 1 && n > MP_COPY_CALL)
+        if (stride == 1)
             memcpy(dst, s, (size_t)n * sizeof *dst);
         else
             for (i = 0; i < n; i++) dst[i] = s[i * stride];
@@ -719,7 +714,7 @@ static inline void mp_st_n(void *p, int dt, int64_t off, int64_t stride,
     switch (dt) {
     case MP_F32: {
         float *d = (float *)p + off;
-        if (stride == 1 && n > MP_COPY_CALL)
+        if (stride == 1)
             memcpy(d, src, (size_t)n * sizeof *src);
         else
             for (i = 0; i < n; i++) d[i * stride] = src[i];

@@ -26,6 +26,32 @@ typedef float MpNnV __attribute__((vector_size(32)));
 #define MP_NN_VLD(v, p) memcpy(&(v), (p), sizeof(MpNnV))
 #endif
 
+/* mp_ld_n and mp_st_n, f32 runs of up to MP_RUN_SHORT floats copied by a
+ * loop: the gathers below (im2col, blocks of images' planes, a batch
+ * norm's channel) copy runs of a plane's width or size, one float where
+ * planes are 1 x 1, and there a memcpy call costs more than the copy. */
+#define MP_RUN_SHORT 16
+static inline void mp_ld_run(const void *p, int dt, int64_t off, int64_t stride, int64_t n,
+                             float *d)
+{
+    if (dt != MP_F32 || n > MP_RUN_SHORT) {
+        mp_ld_n(p, dt, off, stride, n, d);
+        return;
+    }
+    const float *s = (const float *)p + off;
+    for (int64_t i = 0; i < n; i++) d[i] = s[i * stride];
+}
+
+static inline void mp_st_run(void *p, int dt, int64_t off, int64_t n, const float *s)
+{
+    if (dt != MP_F32 || n > MP_RUN_SHORT) {
+        mp_st_n(p, dt, off, 1, n, s);
+        return;
+    }
+    float *d = (float *)p + off;
+    for (int64_t i = 0; i < n; i++) d[i] = s[i];
+}
+
 /* ---- conv2d ------------------------------------------------------------- */
 
 /* First and one-past-last output column ox whose input column
@@ -68,8 +94,8 @@ static inline void mp_im2col(float *col, int64_t ld, const void *x, int xdt, int
                     }
                     for (int64_t ox = 0; ox < lo; ox++) r[ox] = 0.0f;
                     if (hi > lo)
-                        mp_ld_n(x, xdt, xoff + ((c0 + c) * v->H + iy) * v->W + lo * v->sw - v->pw +
-                                kx * v->dw, v->sw, hi - lo, r + lo);
+                        mp_ld_run(x, xdt, xoff + ((c0 + c) * v->H + iy) * v->W + lo * v->sw - v->pw +
+                                  kx * v->dw, v->sw, hi - lo, r + lo);
                     for (int64_t ox = hi; ox < v->OW; ox++) r[ox] = 0.0f;
                 }
             }
@@ -336,7 +362,8 @@ static inline void mp_conv_depthwise_dw(void *dw, int dwdt, const void *dy, int 
  * each product on all threads (its own split, mp_gemm_blocked) and each
  * copy around it split over the images. Each output element of the
  * forward and of the input gradient is the same sum, in the same order, as
- * with one image a product (the same bits); the weight gradient sums a
+ * with one image a product (the same bits; through a BLAS, MP_USE_CBLAS,
+ * whatever its kernels for the shape give); the weight gradient sums a
  * block's nb OH OW terms as one chain, then adds it to the blocks before,
  * in an order no thread count changes. */
 #define MP_CONV_SMALL 256      /* planes of fewer pixels run as blocks of images */
@@ -378,9 +405,9 @@ static inline void mp_planes_move(float *d, void *y, int dt, int64_t n0, int64_t
             int64_t at = ((n0 + b) * F + f0 + f) * npix;
             float *r = d + (f * nb + b) * npix;
             if (put)
-                mp_st_n(y, dt, at, 1, npix, r);
+                mp_st_run(y, dt, at, npix, r);
             else
-                mp_ld_n(y, dt, at, 1, npix, r);
+                mp_ld_run(y, dt, at, 1, npix, r);
         }
 }
 
@@ -1014,14 +1041,14 @@ static inline void mp_ld_channel(float *v, const void *x, int xdt, int64_t N, in
                                  int64_t S, int64_t ch)
 {
     for (int64_t n = 0; n < N; n++)
-        mp_ld_n(x, xdt, (n * C + ch) * S, 1, S, v + n * S);
+        mp_ld_run(x, xdt, (n * C + ch) * S, 1, S, v + n * S);
 }
 
 static inline void mp_st_channel(void *x, int xdt, const float *v, int64_t N, int64_t C,
                                  int64_t S, int64_t ch)
 {
     for (int64_t n = 0; n < N; n++)
-        mp_st_n(x, xdt, (n * C + ch) * S, 1, S, v + n * S);
+        mp_st_run(x, xdt, (n * C + ch) * S, S, v + n * S);
 }
 
 /* The channels of x[N, C, S] in groups of up to four: BODY runs once per
