@@ -160,19 +160,20 @@ static double att_flops(const IrNode *q, const IrNode *k, bool causal, double pe
  *   f16 / bf16, head size up to 64 (MP_CU_FA_DMAX): Tensor Cores
  *     (runtime/mp_cuda_flash.h), per (query, key) pair of every tile of
  *     64 x 64 walked (causal: the tiles at or left of the diagonal), D'
- *     = D rounded up to 16, 32 or 64: 4 D' forward, 14 D' backward;
+ *     = D rounded up to 16, 32 or 64: 4 D' forward, 14 D' backward (16
+ *     with dropout at D' 64: dk's and dv's kernels apart, the scores twice);
  *   otherwise the f32 tiles (mp_cuda_ops.h) on CUDA cores, per pair: 6 D
  *     forward (the scores for the max and sum, again for P; P v), 20 D
  *     backward (attention_grad_q: the scores three times, dP twice, dq;
- *     attention_grad_kv: the scores, dP, dv, dk); dropout (fa[1] > 0)
- *     runs there too, the Tensor Core kernels taking none. */
+ *     attention_grad_kv: the scores, dP, dv, dk). */
 static double att_work(const IrNode *n, const IrNode *q, const IrNode *k, bool causal, bool *tc)
 {
     const Shape *s = &q->shape;
     double bh = (double)s->d[0] * (double)s->d[1], D = (double)s->d[3];
     int64_t T = s->d[2], Tk = k->shape.d[2];
     bool fwd = n->op == OP_ATTENTION;
-    *tc = ir_attention_tc(fwd ? n : n->grad_of);
+    const IrNode *f = fwd ? n : n->grad_of;
+    *tc = ir_attention_tc(f);
     if (!*tc)
         return (fwd ? 6 : 20) * bh * att_pairs((double)T, (double)Tk, causal) * D;
     int64_t dp = D <= 16 ? 16 : D <= 32 ? 32 : 64;
@@ -181,7 +182,7 @@ static double att_work(const IrNode *n, const IrNode *q, const IrNode *k, bool c
         int64_t keys = causal && i0 + 64 < Tk ? i0 + 64 : Tk;
         pairs += 64.0 * (double)((keys + 63) / 64 * 64);
     }
-    return (fwd ? 4 : 14) * bh * pairs * (double)dp;
+    return (fwd ? 4 : f->fa[1] > 0 && dp == 64 ? 16 : 14) * bh * pairs * (double)dp;
 }
 
 /* Per-element FLOPs of the ops that are not products or copies. */

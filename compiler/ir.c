@@ -44,7 +44,7 @@ char *shape_str(Arena *a, const Shape *s)
 bool ir_attention_tc(const IrNode *n)
 {
     return n->op == OP_ATTENTION && (n->compute == DT_F16 || n->compute == DT_BF16) &&
-           n->in[0]->shape.d[3] <= 64 && !(n->fa[1] > 0);
+           n->in[0]->shape.d[3] <= 64;
 }
 
 int64_t ir_stats_at(const IrNode *n)

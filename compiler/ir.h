@@ -228,7 +228,7 @@ int opt_slots(const TrainCfg *t);
 
 /* An attention node the CUDA program runs on Tensor Cores
  * (runtime/mp_cuda_ops.h: mp_cu_fa_takes): f16 / bf16 products, heads up
- * to 64, no dropout. */
+ * to 64 (dropout or not). */
 bool ir_attention_tc(const IrNode *n);
 
 /* Row statistics a forward node leaves after its output, in its own

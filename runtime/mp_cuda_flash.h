@@ -16,7 +16,13 @@
  * time; rows already of the compute type are staged 16 bytes at a time,
  * and key tiles the whole block sees skip the per-score tests. The scores see the same rules as the f32 tiles
  * (mp_cuda_items.h: mp_cu_att_sees, mp_cu_att_mask: causal, cross, u8 and
- * f32 additive masks), element by element inside the tile.
+ * f32 additive masks), element by element inside the tile. Dropout (the
+ * options' drop) keeps P's sum l whole and drops the P that multiplies v,
+ * each (head, query, key)'s mask bit drawn again where a kernel needs it,
+ * as the f32 tiles and the C program draw it (mp_dropout_at): y = (P o M
+ * / (1 - p)) v / l. The backward drops dP (dP' = dP o M / (1 - p), the
+ * gradient of the dropped P) and dv's P; D = rowsum(dy y) is rowsum(P
+ * dP') with y's dropout in it.
  *
  * Against the C program (normalise, round P, then P v) the sums run in
  * another order and P is rounded before it is normalised: the two differ
@@ -56,14 +62,22 @@
  * row D' + PAD halves. */
 #define MP_CU_FA_BYTES(DP) ((64 + 2 * MP_CU_FA_BC(DP)) * ((DP) + MP_CU_FA_PAD) * 2)
 
+/* The backward's: dq's four tiles and D a row; dk and dv's four tiles,
+ * three floats a row and dropout's bits a thread */
+#define MP_CU_FA_Q_BYTES(DP) (4 * 64 * ((DP) + MP_CU_FA_PAD) * 2 + 64 * 4)
+#define MP_CU_FA_KV_BYTES(DP) (4 * 64 * ((DP) + MP_CU_FA_PAD) * 2 + 3 * 64 * 4 + 4 * MP_CU_FA_NT)
+
 /* Loops over a thread's registers are unrolled: an array indexed by a
  * variable would live in local memory (a stack frame). */
 #ifdef __CUDA_ARCH__
 #define MP_CU_UNROLL _Pragma("unroll")
 #define MP_CU_NO_UNROLL _Pragma("unroll 1")
+#define MP_CU_PRAGMA(x) _Pragma(#x)
+#define MP_CU_UNROLL_BY(n) MP_CU_PRAGMA(unroll n)   /* n: a constant expression */
 #else
 #define MP_CU_UNROLL
 #define MP_CU_NO_UNROLL
+#define MP_CU_UNROLL_BY(n)
 #endif
 
 /* name: the block's dynamic shared memory as halves (bytes: its size) */
@@ -234,7 +248,45 @@ struct MpCuFa {
     const void *mask;              /* options (MpAttnOpt, mp_kernels_nn.h) */
     int mdt;
     int64_t H, ms[4];
+    float drop, dscale;            /* dropout p (0: none), 1 / (1 - p) */
+    uint64_t seed;                 /* its generator: (seed, step, micro, node) */
+    const MpCuHdr *hdr;            /* the step, on the device */
+    int64_t micro, node;
 };
+
+/* The key of dropout's mask this step (0: no dropout) */
+static inline MP_HD uint64_t mp_cu_fa_key(const MpCuFa *a)
+{
+    return a->drop > 0.0f ? mp_dropout_key(a->seed, a->hdr->step, a->micro, a->node) : 0;
+}
+
+/* Dropout's keep bits of one thread's 32 elements of a 64 x 64 tile (a
+ * template's DROP: the kernels without dropout are built without it),
+ * drawn in a loop before the tile's unrolled ones, which then read a bit
+ * where they would hold a hash. Element u (u = 4 n + e of the thread's
+ * accumulators s[n][e], n-tiles of 8 across the tile) is row 16 w + g +
+ * 8 (e >> 1), column 8 n + c + (e & 1) of the tile; of the tile of query
+ * rows i0.. and keys j0.. or, tr: the tile of keys j0.. (rows) and query
+ * rows i0.. (columns), dk and dv's. Bit u: mp_dropout_at's test. */
+static inline MP_HD uint32_t mp_cu_fa_keep(const MpCuFa *a, int64_t h, int64_t i0, int64_t j0,
+                                           int w, int g, int c, int tr)
+{
+    uint64_t key = mp_cu_fa_key(a);   /* again each tile: no register held across */
+    uint32_t b = 0;
+    MP_CU_NO_UNROLL
+    for (int u = 0; u < 32; u++) {
+        int row = 16 * w + g + (u & 3) / 2 * 8, col = 8 * (u >> 2) + c + (u & 1);
+        int64_t i = i0 + (tr ? col : row), j = j0 + (tr ? row : col);
+        b |= (uint32_t)(mp_dropout_u(key, (h * a->T + i) * a->Tk + j) >= a->drop) << u;
+    }
+    return b;
+}
+
+/* x after dropout: x / (1 - p) where bit u of keep keeps it, else 0 */
+static inline MP_HD float mp_cu_fa_dropped(uint32_t keep, int u, float dscale, float x)
+{
+    return keep >> u & 1u ? x * dscale : 0.0f;
+}
 
 /* Keys a query tile from i0 walks: every T', or causal up to its last row. */
 static inline MP_HD int64_t mp_cu_fa_keys(const MpCuFa *a, int64_t i0)
@@ -311,18 +363,19 @@ static inline MP_HD int mp_cu_fa_whole(const MpCuFa *a, int64_t i0, int64_t j0, 
 /* Forward: item (head, query tile of 64). Warp w holds rows 16 w + g and
  * 16 w + g + 8 of the tile (g = lane / 4) in its accumulators' registers
  * 0, 1 and 2, 3; columns 2 (lane % 4) and + 1 of each n-tile of 8. */
-template <int DP>
+template <int DP, int DROP>
 struct MpCuFaFwd {
     static constexpr int most = MP_CU_FA_NT;
     static constexpr int BC = MP_CU_FA_BC(DP), NB = BC / 8;   /* keys, n-tiles of a key tile */
     MpCuFa a;
     MP_HD void operator()(int64_t it, const MpCuTeam &t) const
     {
-        MP_CU_SHARED_DYN(sh, MP_CU_FA_BYTES(DP), t);
+        MP_CU_SHARED_DYN(sh, MP_CU_FA_BYTES(DP) + 4 * MP_CU_FA_NT, t);
         const int ld = DP + MP_CU_FA_PAD, w = t.tid / 32, lane = t.tid % 32;
         const int g = lane >> 2, c = (lane & 3) * 2;
         int64_t h = it / a.nqt, i0 = it % a.nqt * MP_CU_FA_BR;
         uint16_t *qs = sh, *ks = qs + 64 * ld, *vs = ks + BC * ld;
+        uint32_t *kw = (uint32_t *)(vs + BC * ld);   /* DROP: each thread's keep bits */
         float o[DP / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
         MP_CU_UNROLL
         for (int d = 0; d < DP / 8; d++)
@@ -344,6 +397,8 @@ struct MpCuFaFwd {
             t.sync();   /* the previous key tile's readers are done */
             mp_cu_fa_stage<DP>(ks, BC, a.k, a.kdt, a.Tk, h, j0, a.D, a.bf, t);
             mp_cu_fa_stage<DP>(vs, BC, a.v, a.vdt, a.Tk, h, j0, a.D, a.bf, t);
+            if (DROP)
+                kw[t.tid] = mp_cu_fa_keep(&a, h, i0, j0, w, g, c, 0);
             t.sync();   /* k, v staged: every warp sees them */
             float s[NB][4];
             MP_CU_UNROLL
@@ -402,6 +457,12 @@ struct MpCuFaFwd {
                 }
             MP_CU_UNROLL
             for (int kc = 0; kc < NB / 2; kc++) {   /* o += P v, 16 keys at a time */
+                if (DROP)   /* l keeps the whole sum; the P that multiplies v is dropped */
+                    MP_CU_UNROLL
+                    for (int n = 2 * kc; n < 2 * kc + 2; n++)
+                        MP_CU_UNROLL
+                        for (int e = 0; e < 4; e++)
+                            s[n][e] = mp_cu_fa_dropped(kw[t.tid], 4 * n + e, a.dscale, s[n][e]);
                 uint32_t fa[4] = {mp_cu_fa_pack(s[2 * kc][0], s[2 * kc][1], a.bf),
                                   mp_cu_fa_pack(s[2 * kc][2], s[2 * kc][3], a.bf),
                                   mp_cu_fa_pack(s[2 * kc + 1][0], s[2 * kc + 1][1], a.bf),
@@ -532,13 +593,13 @@ struct MpCuFaB {
 };
 
 
-template <int DP>
+template <int DP, int DROP>
 struct MpCuFaDq {
     static constexpr int most = MP_CU_FA_NT;
     MpCuFaB b;
     MP_HD void operator()(int64_t it, const MpCuTeam &t) const
     {
-        MP_CU_SHARED_DYN(sh, 4 * 64 * (DP + MP_CU_FA_PAD) * 2 + 64 * 4, t);
+        MP_CU_SHARED_DYN(sh, MP_CU_FA_Q_BYTES(DP), t);
         const MpCuFa &a = b.a;
         const int ld = DP + MP_CU_FA_PAD, w = t.tid / 32, lane = t.tid % 32;
         const int g = lane >> 2, c = (lane & 3) * 2;
@@ -575,6 +636,7 @@ struct MpCuFaDq {
             t.sync();   /* the previous key tile's readers are done */
             mp_cu_fa_stage<DP>(ks, 64, a.k, a.kdt, a.Tk, h, j0, a.D, a.bf, t);
             mp_cu_fa_stage<DP>(vs, 64, a.v, a.vdt, a.Tk, h, j0, a.D, a.bf, t);
+            const uint32_t keep = DROP ? mp_cu_fa_keep(&a, h, i0, j0, w, g, c, 0) : 0;
             t.sync();   /* staged: every warp sees them */
             const int whole = mp_cu_fa_whole(&a, i0, j0, 64);
             MP_CU_NO_UNROLL   /* the chunks one body: registers and instruction cache */
@@ -589,8 +651,10 @@ struct MpCuFaDq {
                         int64_t i = i0 + 16 * w + g + (e >> 1) * 8;
                         int64_t j = j0 + 16 * kc + 8 * nn + c + (e & 1);
                         float sc = whole ? s[nn][e] * a.scale : mp_cu_fa_score_at(&a, s[nn][e], mh, i, j);
-                        s[nn][e] = mp_cu_att_ds(mp_cu_att_p(sc, lse[e >> 1], 1.0f), dp[nn][e],
-                                                dd[e >> 1], a.scale, MP_F32);
+                        float dpv = DROP ? mp_cu_fa_dropped(keep, 8 * kc + 4 * nn + e, a.dscale, dp[nn][e])
+                                         : dp[nn][e];   /* dP' */
+                        s[nn][e] = mp_cu_att_ds(mp_cu_att_p(sc, lse[e >> 1], 1.0f), dpv, dd[e >> 1],
+                                                a.scale, MP_F32);
                     }
                 uint32_t fa[4];
                 mp_cu_fa_a(fa, s, a.bf);
@@ -625,19 +689,24 @@ struct MpCuFaDq {
     }
 };
 
-template <int DP>
+/* dk and dv (PART 0), or dv alone (1: no dP, no dS) or dk alone (2): at
+ * D' 64 with dropout, the two kernels (dP's scores computed twice), whose
+ * 64 accumulators beside dropout's bits would pass 128 registers in one */
+template <int DP, int DROP, int PART = 0>
 struct MpCuFaDkv {
     static constexpr int most = MP_CU_FA_NT;
+    static constexpr bool DK = PART != 1, DV = PART != 2;
     MpCuFaB b;
     MP_HD void operator()(int64_t it, const MpCuTeam &t) const
     {
-        MP_CU_SHARED_DYN(sh, 4 * 64 * (DP + MP_CU_FA_PAD) * 2 + 3 * 64 * 4, t);
+        MP_CU_SHARED_DYN(sh, MP_CU_FA_KV_BYTES(DP), t);
         const MpCuFa &a = b.a;
         const int ld = DP + MP_CU_FA_PAD, w = t.tid / 32, lane = t.tid % 32;
         const int g = lane >> 2, c = (lane & 3) * 2;
         int64_t h = it / b.nkt, j0 = it % b.nkt * 64, mh = mp_cu_fa_mask_head(&a, h);
         uint16_t *ks = sh, *vs = ks + 64 * ld, *qs = vs + 64 * ld, *dys = qs + 64 * ld;
         float *sm = (float *)(dys + 64 * ld), *sinv = sm + 64, *sd = sinv + 64;
+        uint32_t *kw = (uint32_t *)(sd + 64);   /* DROP: each thread's keep bits */
         float dk[DP / 8][4], dv[DP / 8][4];
         MP_CU_UNROLL
         for (int d = 0; d < DP / 8; d++)
@@ -646,7 +715,8 @@ struct MpCuFaDkv {
                 dk[d][e] = dv[d][e] = 0.0f;
         t.sync();   /* the block's previous item is done with the tiles */
         mp_cu_fa_stage<DP>(ks, 64, a.k, a.kdt, a.Tk, h, j0, a.D, a.bf, t);
-        mp_cu_fa_stage<DP>(vs, 64, a.v, a.vdt, a.Tk, h, j0, a.D, a.bf, t);
+        if (DK)
+            mp_cu_fa_stage<DP>(vs, 64, a.v, a.vdt, a.Tk, h, j0, a.D, a.bf, t);
         for (int64_t i0 = a.causal ? j0 : 0; i0 < a.T; i0 += 64) {
             t.sync();   /* the previous query tile's readers are done */
             mp_cu_fa_stage<DP>(qs, 64, a.q, a.qdt, a.T, h, i0, a.D, a.bf, t);
@@ -658,13 +728,16 @@ struct MpCuFaDkv {
                 sinv[r] = in ? 1.0f / st[1] : 0.0f;
                 sd[r] = in ? st[2] : 0.0f;
             }
+            if (DROP)
+                kw[t.tid] = mp_cu_fa_keep(&a, h, i0, j0, w, g, c, 1);
             t.sync();   /* staged: every warp sees them */
             const int whole = mp_cu_fa_whole(&a, i0, j0, 64);
-            MP_CU_UNROLL
+            MP_CU_UNROLL_BY((DROP && DP < 64 ? 1 : 4))   /* (ptxas: no spill either way) */
             for (int qc = 0; qc < 4; qc++) {
                 float s[2][4], dp[2][4];
                 mp_cu_fa_chunk<DP>(s, ks, qs, w, qc, lane, a.bf, t);    /* k q^T */
-                mp_cu_fa_chunk<DP>(dp, vs, dys, w, qc, lane, a.bf, t);  /* v dy^T */
+                if (DK)
+                    mp_cu_fa_chunk<DP>(dp, vs, dys, w, qc, lane, a.bf, t);  /* v dy^T */
                 MP_CU_UNROLL
                 for (int nn = 0; nn < 2; nn++)
                     MP_CU_UNROLL
@@ -673,21 +746,30 @@ struct MpCuFaDkv {
                         int64_t j = j0 + 16 * w + g + (e >> 1) * 8;
                         float sc = whole ? s[nn][e] * a.scale : mp_cu_fa_score_at(&a, s[nn][e], mh, i0 + r, j);
                         float p = mp_cu_att_p(sc, sm[r], sinv[r]);
-                        s[nn][e] = p;
-                        dp[nn][e] = mp_cu_att_ds(p, dp[nn][e], sd[r], a.scale, MP_F32);
+                        const int u = 8 * qc + 4 * nn + e;   /* DROP: dS from dP', then dv's P dropped */
+                        if (DK)
+                            dp[nn][e] = mp_cu_att_ds(p, DROP ? mp_cu_fa_dropped(kw[t.tid], u, a.dscale, dp[nn][e])
+                                                             : dp[nn][e], sd[r], a.scale, MP_F32);
+                        s[nn][e] = DROP && DV ? mp_cu_fa_dropped(kw[t.tid], u, a.dscale, p) : p;
                     }
                 uint32_t fp[4], fs[4];
-                mp_cu_fa_a(fp, s, a.bf);
-                mp_cu_fa_a(fs, dp, a.bf);
+                if (DV)
+                    mp_cu_fa_a(fp, s, a.bf);
+                if (DK)
+                    mp_cu_fa_a(fs, dp, a.bf);
                 MP_CU_UNROLL
                 for (int d = 0; d < DP / 8; d += 2) {
                     uint32_t fb[4];
-                    mp_cu_fa_cols_b<DP>(fb, dys, qc, d, lane, t);
-                    mp_cu_mma(t, dv[d], fp, fb, a.bf);   /* Pr^T dy */
-                    mp_cu_mma(t, dv[d + 1], fp, fb + 2, a.bf);
-                    mp_cu_fa_cols_b<DP>(fb, qs, qc, d, lane, t);
-                    mp_cu_mma(t, dk[d], fs, fb, a.bf);   /* dS^T q */
-                    mp_cu_mma(t, dk[d + 1], fs, fb + 2, a.bf);
+                    if (DV) {
+                        mp_cu_fa_cols_b<DP>(fb, dys, qc, d, lane, t);
+                        mp_cu_mma(t, dv[d], fp, fb, a.bf);   /* Pr^T dy */
+                        mp_cu_mma(t, dv[d + 1], fp, fb + 2, a.bf);
+                    }
+                    if (DK) {
+                        mp_cu_fa_cols_b<DP>(fb, qs, qc, d, lane, t);
+                        mp_cu_mma(t, dk[d], fs, fb, a.bf);   /* dS^T q */
+                        mp_cu_mma(t, dk[d + 1], fs, fb + 2, a.bf);
+                    }
                 }
             }
         }
@@ -702,8 +784,10 @@ struct MpCuFaDkv {
                 MP_CU_UNROLL
                 for (int e = 0; e < 2; e++)
                     if (8 * d + c + e < a.D) {
-                        mp_cu_st(a.o, a.odt, at + 8 * d + c + e, dk[d][2 * r + e]);
-                        mp_cu_st(a.o, a.odt, at + a.Tk * a.D + 8 * d + c + e, dv[d][2 * r + e]);
+                        if (DK)
+                            mp_cu_st(a.o, a.odt, at + 8 * d + c + e, dk[d][2 * r + e]);
+                        if (DV)
+                            mp_cu_st(a.o, a.odt, at + a.Tk * a.D + 8 * d + c + e, dv[d][2 * r + e]);
                     }
         }
     }
@@ -711,15 +795,17 @@ struct MpCuFaDkv {
 
 /* 4 blocks an SM (128 registers a thread): the kernels' operands in
  * registers take ptxas past t_cuda_build's 128 otherwise */
-template <int DP> struct MpCuMinBlocks<MpCuFaFwd<DP> > { static constexpr int n = 4; };
-template <int DP> struct MpCuMinBlocks<MpCuFaDq<DP> > { static constexpr int n = 4; };
-template <int DP> struct MpCuMinBlocks<MpCuFaDkv<DP> > { static constexpr int n = 4; };
+template <int DP, int DROP> struct MpCuMinBlocks<MpCuFaFwd<DP, DROP> > { static constexpr int n = 4; };
+template <int DP, int DROP> struct MpCuMinBlocks<MpCuFaDq<DP, DROP> > { static constexpr int n = 4; };
+template <int DP, int DROP, int PART> struct MpCuMinBlocks<MpCuFaDkv<DP, DROP, PART> > { static constexpr int n = 4; };
 
 /* FMAs the backward's mma's do (its kernels' loops: attention_grad_q_tc
  * per (query tile, key tile) it walks 4 warps x (4 chunks x 2 products x 2
  * n-tiles x D'/16 + 4 x D'/8); _kv_tc per
- * (key tile, query tile) 4 warps x 4 chunks x (2 x 2 x D'/16 + 2 x D'/8)). */
-static inline double mp_cu_fa_bwd_fmas(int64_t BH, int64_t T, int64_t Tk, int64_t D, int causal)
+ * (key tile, query tile) 4 warps x 4 chunks x (2 x 2 x D'/16 + 2 x D'/8);
+ * with dropout at D' 64, _v_tc and _k_tc: the scores' 2 x D'/16 twice). */
+static inline double mp_cu_fa_bwd_fmas(int64_t BH, int64_t T, int64_t Tk, int64_t D, int causal,
+                                       int drop)
 {
     int64_t dp = D <= 16 ? 16 : D <= 32 ? 32 : 64, qtiles = 0, ktiles = 0;
     MpCuFa a = {};
@@ -730,7 +816,7 @@ static inline double mp_cu_fa_bwd_fmas(int64_t BH, int64_t T, int64_t Tk, int64_
     for (int64_t j0 = 0; j0 < Tk; j0 += 64)
         ktiles += ((T - (causal ? j0 : 0)) + 63) / 64;
     double q = 4.0 * (4 * 2 * 2 * (dp / 16) + 4 * (dp / 8));
-    double kv = 4.0 * 4 * (2 * 2 * (dp / 16) + 2 * (dp / 8));
+    double kv = 4.0 * 4 * ((drop && dp == 64 ? 3 : 2) * 2 * (dp / 16) + 2 * (dp / 8));
     return (double)BH * (qtiles * q + ktiles * kv) * 16 * 8 * 16;
 }
 
@@ -762,7 +848,7 @@ static inline int mp_cu_fa_ready(void)
     static int ok = -1;
     if (ok < 0) {
         cudaFuncAttributes at;
-        ok = cudaFuncGetAttributes(&at, mp_cu_k_rows<MP_CU_FA_NT, MpCuFaFwd<64> >) == cudaSuccess &&
+        ok = cudaFuncGetAttributes(&at, mp_cu_k_rows<MP_CU_FA_NT, MpCuFaFwd<64, 0> >) == cudaSuccess &&
              at.ptxVersion >= 80;
         cudaGetLastError();        /* a failed query is no fault of a kernel */
     }
@@ -781,46 +867,59 @@ static inline int mp_cu_fa_ready(void) { return !mp_emu_serial(); }
 
 /* y = attention(q, k, v) on Tensor Cores (mp_cu_attention's arguments,
  * cdt f16 or bf16, D <= MP_CU_FA_DMAX); a.lse: NULL or [BH T] floats. */
-template <int DP>
+template <int DP, int DROP>
 static inline void mp_cu_fa_forward(MpCuFa a, int64_t BH)
 {
-    MpCuFaFwd<DP> f = {a};
-    mp_cu_rows_sh("attention_tc", BH * a.nqt, MP_CU_FA_NT, MP_CU_FA_BYTES(DP), f);
+    MpCuFaFwd<DP, DROP> f = {a};
+    mp_cu_rows_sh("attention_tc", BH * a.nqt, MP_CU_FA_NT, MP_CU_FA_BYTES(DP) + 4 * MP_CU_FA_NT, f);
 }
 
+/* dk and dv: one kernel, or (SPLIT) dv's and dk's (MpCuFaDkv's PART) */
+template <int DP, int DROP, int SPLIT>
+struct MpCuFaKv {
+    static void run(MpCuFaB b, int64_t BH)
+    {
+        MpCuFaDkv<DP, DROP> f = {b};
+        mp_cu_rows_sh("attention_grad_kv_tc", BH * b.nkt, MP_CU_FA_NT, MP_CU_FA_KV_BYTES(DP), f);
+    }
+};
+template <int DP, int DROP>
+struct MpCuFaKv<DP, DROP, 1> {
+    static void run(MpCuFaB b, int64_t BH)
+    {
+        MpCuFaDkv<DP, DROP, 1> fv = {b};
+        MpCuFaDkv<DP, DROP, 2> fk = {b};
+        mp_cu_rows_sh("attention_grad_v_tc", BH * b.nkt, MP_CU_FA_NT, MP_CU_FA_KV_BYTES(DP), fv);
+        mp_cu_rows_sh("attention_grad_k_tc", BH * b.nkt, MP_CU_FA_NT, MP_CU_FA_KV_BYTES(DP), fk);
+    }
+};
+
 /* dq, dk, dv of attention on Tensor Cores into b.a.o (g), stats at b.st */
-template <int DP>
+template <int DP, int DROP>
 static inline void mp_cu_fa_backward(MpCuFaB b, int64_t BH)
 {
-    MpCuFaDq<DP> fq = {b};
-    MpCuFaDkv<DP> fkv = {b};
-    mp_cu_rows_sh("attention_grad_q_tc", BH * b.a.nqt, MP_CU_FA_NT,
-                  4 * 64 * (DP + MP_CU_FA_PAD) * 2 + 64 * 4, fq);
-    mp_cu_rows_sh("attention_grad_kv_tc", BH * b.nkt, MP_CU_FA_NT,
-                  4 * 64 * (DP + MP_CU_FA_PAD) * 2 + 3 * 64 * 4, fkv);
+    MpCuFaDq<DP, DROP> fq = {b};
+    mp_cu_rows_sh("attention_grad_q_tc", BH * b.a.nqt, MP_CU_FA_NT, MP_CU_FA_Q_BYTES(DP), fq);
+    MpCuFaKv<DP, DROP, DROP && DP == 64>::run(b, BH);
 }
+
+/* The head size's kernels (16, 32 or 64 wide), with dropout's or without */
+#define MP_CU_FA_PICK(FN, D, DROP, ...)                                        \
+    ((D) <= 16 ? ((DROP) ? FN<16, 1>(__VA_ARGS__) : FN<16, 0>(__VA_ARGS__))    \
+     : (D) <= 32 ? ((DROP) ? FN<32, 1>(__VA_ARGS__) : FN<32, 0>(__VA_ARGS__))  \
+     : ((DROP) ? FN<64, 1>(__VA_ARGS__) : FN<64, 0>(__VA_ARGS__)))
 
 static inline void mp_cu_fa_grad(MpCuFaB b, int64_t BH)
 {
     b.a.nqt = (b.a.T + MP_CU_FA_BR - 1) / MP_CU_FA_BR;
     b.nkt = (b.a.Tk + 63) / 64;
-    if (b.a.D <= 16)
-        mp_cu_fa_backward<16>(b, BH);
-    else if (b.a.D <= 32)
-        mp_cu_fa_backward<32>(b, BH);
-    else
-        mp_cu_fa_backward<64>(b, BH);
+    MP_CU_FA_PICK(mp_cu_fa_backward, b.a.D, b.a.drop > 0.0f, b, BH);
 }
 
 static inline void mp_cu_fa_run(MpCuFa a, int64_t BH)
 {
     a.nqt = (a.T + MP_CU_FA_BR - 1) / MP_CU_FA_BR;
-    if (a.D <= 16)
-        mp_cu_fa_forward<16>(a, BH);
-    else if (a.D <= 32)
-        mp_cu_fa_forward<32>(a, BH);
-    else
-        mp_cu_fa_forward<64>(a, BH);
+    MP_CU_FA_PICK(mp_cu_fa_forward, a.D, a.drop > 0.0f, a, BH);
 }
 
 #endif

@@ -1915,8 +1915,8 @@ static inline void mp_cu_batch_norm_dw(void *dw, const void *dy, const void *x, 
  * Dropout (MpAttnOpt's drop): each kernel draws the mask bit of (head,
  * query, key) again from the key of (seed, step, micro, node), the step
  * read on the device; P o M / (1 - p) is rounded for y and dv, dP' =
- * dP o M / (1 - p) enters D_i and dS. The Tensor Core kernels take no
- * dropout: these run it. */
+ * dP o M / (1 - p) enters D_i and dS (the Tensor Core kernels draw the
+ * same bits: mp_cuda_flash.h). */
 #define MP_CU_ATT_SH 12160         /* shared floats per block (47.5 KB) */
 #define MP_CU_ATT_NT 128           /* threads per block */
 
@@ -2001,7 +2001,7 @@ static inline MP_HD float mp_cu_att_drop(const MpCuAttP *a, uint64_t key, int64_
 {
     if (a->drop <= 0.0f)
         return x;
-    return mp_dropout_u(key, (h * a->T + i) * a->Tk + j) >= a->drop ? x * a->dscale : 0.0f;
+    return mp_dropout_at(key, (h * a->T + i) * a->Tk + j, a->drop, a->dscale, x);
 }
 
 /* Rows of a tile from r0 (n of them; of `total` in the tensor) */
@@ -2237,13 +2237,23 @@ struct MpCuAttDkv {
 };
 
 /* Where attention runs on Tensor Cores (mp_cuda_flash.h): f16 / bf16
- * products, heads up to MP_CU_FA_DMAX, no dropout, a GPU (or stand-in)
- * that runs mma.sync. The compiler keeps the forward's rows' log-sum-exp
- * for the backward on the same rule (ir.h: ir_attention_tc). */
-static inline int mp_cu_fa_takes(int cdt, int64_t D, float drop)
+ * products, heads up to MP_CU_FA_DMAX, a GPU (or stand-in) that runs
+ * mma.sync. The compiler keeps the forward's rows' log-sum-exp for the
+ * backward on the same rule (ir.h: ir_attention_tc). */
+static inline int mp_cu_fa_takes(int cdt, int64_t D)
 {
-    return (cdt == MP_F16 || cdt == MP_BF16) && D <= MP_CU_FA_DMAX && drop <= 0.0f &&
-           mp_cu_fa_ready();
+    return (cdt == MP_F16 || cdt == MP_BF16) && D <= MP_CU_FA_DMAX && mp_cu_fa_ready();
+}
+
+/* The Tensor Core kernels' problem from the f32 tiles' (its output a->o,
+ * lse: the rows' log-sum-exp, or NULL) */
+static inline MpCuFa mp_cu_fa_of(const MpCuAttP *a, float *lse)
+{
+    MpCuFa f = {a->q, a->k, a->v, a->o, a->qdt, a->kdt, a->vdt, a->odt, lse, a->T, a->Tk, a->D,
+                0, a->causal, a->cdt == MP_BF16, a->scale, a->mask, a->mdt, a->H,
+                {a->ms[0], a->ms[1], a->ms[2], a->ms[3]}, a->drop, a->dscale, a->seed, a->hdr,
+                a->micro, a->node};
+    return f;
 }
 
 /* o: the options (MpAttnOpt, as the C program's mp_k_attention_opt;
@@ -2258,10 +2268,8 @@ static inline void mp_cu_attention(void *y, const void *q, const void *k, const 
     a.causal = causal;
     a.cdt = cdt;
     mp_cu_att_tiles("attention", &a, 4, o);
-    if (mp_cu_fa_takes(cdt, D, a.drop)) {
-        MpCuFa f = {q, k, v, y, QT, KT, VT, YT, lse, T, Tk, D, 0, causal, cdt == MP_BF16,
-                    a.scale, a.mask, a.mdt, a.H, {a.ms[0], a.ms[1], a.ms[2], a.ms[3]}};
-        mp_cu_fa_run(f, BH);   /* Tensor Cores (mp_cuda_flash.h) */
+    if (mp_cu_fa_takes(cdt, D)) {
+        mp_cu_fa_run(mp_cu_fa_of(&a, lse), BH);   /* Tensor Cores (mp_cuda_flash.h) */
         return;
     }
     MpCuAttFwd f = {a};
@@ -2282,10 +2290,8 @@ static inline void mp_cu_attention_grad(void *g, const void *dy, const void *q, 
     a.cdt = cdt;
     a.st = (float *)mp_cu_ws(BH * T * 3 * (int64_t)sizeof(float));
     mp_cu_att_tiles("attention_grad", &a, 6, o);
-    if (y && lse && mp_cu_fa_takes(cdt, D, a.drop)) {
-        MpCuFaB b = {{q, k, v, g, QT, KT, VT, GT, NULL, T, Tk, D, 0, causal, cdt == MP_BF16,
-                      a.scale, a.mask, a.mdt, a.H, {a.ms[0], a.ms[1], a.ms[2], a.ms[3]}},
-                     dy, y, DYT, ydt, lse, a.st, 0};
+    if (y && lse && mp_cu_fa_takes(cdt, D)) {
+        MpCuFaB b = {mp_cu_fa_of(&a, NULL), dy, y, DYT, ydt, lse, a.st, 0};
         mp_cu_fa_grad(b, BH);   /* Tensor Cores (mp_cuda_flash.h) */
         return;
     }

@@ -865,6 +865,13 @@ static inline MP_HD float mp_dropout_u(uint64_t key, int64_t i)
     return (float)(z >> 40) * 5.9604644775390625e-8f;   /* 2^-24 */
 }
 
+/* x after dropout at element i of the mask of key: x scale (scale = 1 / (1
+ * - p)) where it is kept, else 0 */
+static inline MP_HD float mp_dropout_at(uint64_t key, int64_t i, float p, float scale, float x)
+{
+    return mp_dropout_u(key, i) >= p ? x * scale : 0.0f;
+}
+
 /* ---- elementwise kernels ----------------------------------------------- */
 
 /* The loops every elementwise kernel shares: chunks of MP_CHUNK loaded to

@@ -1671,7 +1671,7 @@ static inline void mp_attn_drop(const MpAttn *a, float *p, int64_t h, int64_t i0
         int64_t n = mp_attn_len(a, i0 + r), base = (h * a->T + i0 + r) * a->Tk;
         float *v = p + r * a->Tk;
         for (int64_t j = 0; j < n; j++)
-            v[j] = mp_dropout_u(a->key, base + j) >= a->drop ? v[j] * a->dscale : 0.0f;
+            v[j] = mp_dropout_at(a->key, base + j, a->drop, a->dscale, v[j]);
     }
 }
 

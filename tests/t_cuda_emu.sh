@@ -697,7 +697,9 @@ att_mutant att_drop_d "D_i without dropout's mask" \
 # a2, a3 in rows g + 8 (as a1) instead of g; the running output not
 # rescaled when a row's max grows; the backward's dv from dS instead of P,
 # its D = rowsum(dy y) taken as rowsum(dy dy), and the forward's kept
-# log-sum-exp without its log of the sum; the quad's max taken over a pair
+# log-sum-exp without its log of the sum; the quad's max taken over a pair;
+# dropout's mask missing from dq's dP, and the forward's bits drawn for
+# the transposed tile (dk and dv's)
 att_mutant att_tc_vfrag "v's fragment, row and column swapped (ldmatrix without .trans)" \
     's/(lane >> 4) \* 8, 1);/(lane >> 4) * 8, 0);/' 0
 att_mutant att_tc_kfrag "k's ldmatrix rows from the wrong lanes" \
@@ -713,6 +715,10 @@ att_mutant att_tc_d "D = rowsum(dy dy) in place of rowsum(dy y)" \
     's/mp_cu_ld(ks, a.bf ? MP_BF16 : MP_F16, r \* ld + d);/mp_cu_ld(dys, a.bf ? MP_BF16 : MP_F16, r * ld + d);/' 0
 att_mutant att_tc_lse "the forward's log-sum-exp kept without the log of the sum" \
     's/a.lse\[h \* a.T + i\] = l\[r\] > 0.0f ? m\[r\] + logf(l\[r\]) : -INFINITY;/a.lse[h * a.T + i] = l[r] > 0.0f ? m[r] : -INFINITY;/' 0
+att_mutant att_tc_drop_dq "dq's dP without dropout's mask" \
+    's/float dpv = DROP ? mp_cu_fa_dropped(keep, 8 \* kc + 4 \* nn + e, a.dscale, dp\[nn\]\[e\])/float dpv = DROP ? dp[nn][e]/' 0
+att_mutant att_tc_drop_bits "the forward's dropout bits of the transposed tile" \
+    's/kw\[t.tid\] = mp_cu_fa_keep(\&a, h, i0, j0, w, g, c, 0);/kw[t.tid] = mp_cu_fa_keep(\&a, h, i0, j0, w, g, c, 1);/' 0
 att_mutant att_tc_quad "the quad's max over a pair" 's/for (int o = 1; o <= 2; o <<= 1) {/for (int o = 1; o <= 1; o <<= 1) {/; s/float p = b->width ? x + y : (y > x ? y : x), q = b->width ? z + u : (u > z ? u : z);/float p = b->width ? x + y : (y > x ? y : x), q = p;/' 0
 
 echo "t_cuda_emu: $(( $(date +%s) - start ))s"

@@ -11,14 +11,14 @@
  * (batch 0 all padded: rows that see no key), an f32 mask per head
  * [1, H, T, T'] added to the scores (a row and a key at -inf); dropout
  * (p 0.2 of the generator's (seed, step, micro, node), the CUDA kernels
- * reading the step from a device header as in a program, f16 / bf16 too:
- * the Tensor Core path leaves dropout to the f32 tiles), with a u8 mask.
+ * reading the step from a device header as in a program; f16 / bf16 on
+ * Tensor Cores, their mask bits drawn inside the tiles), with a u8 mask.
  * y, dq, dk and dv must each be within tol * max |C's value| of the C
  * program's (tol 2e-5 in f32; 4e-3 in f16 / bf16: one rounding of the
  * stored result either way, 2^-11 and 2^-8 relative, differs).
  * f16 / bf16 heads up to 64 run on Tensor Cores (runtime/mp_cuda_flash.h,
  * mma.sync through the stand-in's fragments; more cases: D 16, 32, 48,
- * 64, T past two tiles of 64, causal, cross, masks): there P is rounded
+ * 64, T past two tiles of 64, causal, cross, masks, dropout): there P is rounded
  * before it is normalised, so y's tolerance is twice P's rounding plus
  * one unit of y's last place: 2e-3 (f16), 1e-2 (bf16); the backward takes
  * D = rowsum(dy y) from that y (the C program: rowsum(P dP), unrounded),
@@ -164,7 +164,7 @@ static int run(const Case &c)
     double tol = DT == MP_F32 ? 2e-5 : 4e-3, worst = 0;
     for (double x : e)
         worst = x > worst ? x : worst;
-    int tc = DT != MP_F32 && c.D <= MP_CU_FA_DMAX && c.opt != 4 && mp_cu_fa_ready();
+    int tc = DT != MP_F32 && c.D <= MP_CU_FA_DMAX && mp_cu_fa_ready();
     double ytol = !tc ? tol : DT == MP_F16 ? 2e-3 : 1e-2;
     double gtol = tc && DT == MP_BF16 ? 1e-2 : tol;
     int ok = e[1] <= gtol && e[2] <= gtol && e[3] <= gtol && e[0] <= ytol;
@@ -173,9 +173,9 @@ static int run(const Case &c)
                mp_cu_fa_fmas(c.BH, c.T, c.Tk, c.D, c.causal) / (16 * 8 * 16));
         ok = 0;
     }
-    if (tc && bmmas != mp_cu_fa_bwd_fmas(c.BH, c.T, c.Tk, c.D, c.causal) / (16 * 8 * 16)) {
+    if (tc && bmmas != mp_cu_fa_bwd_fmas(c.BH, c.T, c.Tk, c.D, c.causal, c.opt == 4) / (16 * 8 * 16)) {
         printf("FAIL the backward ran %lld mma.sync's, mp_cu_fa_bwd_fmas counts %.0f\n", (long long)bmmas,
-               mp_cu_fa_bwd_fmas(c.BH, c.T, c.Tk, c.D, c.causal) / (16 * 8 * 16));
+               mp_cu_fa_bwd_fmas(c.BH, c.T, c.Tk, c.D, c.causal, c.opt == 4) / (16 * 8 * 16));
         ok = 0;
     }
     static const char *const opts[] = {"", " scale", " u8 key padding", " f32 mask",
@@ -215,6 +215,7 @@ int main(int argc, char **argv)
         {2, 150, 150, 64, 1, MP_F16}, {2, 150, 150, 64, 1, MP_BF16}, {1, 130, 70, 48, 0, MP_F16},
         {1, 70, 130, 80, 0, MP_BF16}, {1, 130, 130, 128, 1, MP_F16}, {2, 100, 100, 16, 1, MP_BF16},
         {4, 90, 140, 32, 0, MP_F16, 2}, {2, 140, 90, 64, 0, MP_F16, 3}, {2, 65, 65, 128, 0, MP_BF16, 1},
+        {4, 150, 150, 64, 1, MP_F16, 4}, {4, 90, 140, 32, 0, MP_BF16, 4},
     };
     int fails = 0;
     /* FLOPs: the forward's (counted from its loops, which the cases check
@@ -229,7 +230,7 @@ int main(int argc, char **argv)
         /* the backward: reported, not held to FlashAttention-2's 2.5x
          * (mp_cuda_flash.h: dq's walk computes S and dP again, where
          * FA-2 adds dq atomically from the dk, dv walk: 1.4x) */
-        double bwd = 2 * mp_cu_fa_bwd_fmas(96, 1024, 1024, 64, causal);
+        double bwd = 2 * mp_cu_fa_bwd_fmas(96, 1024, 1024, 64, causal, 0);
         printf("info FLOPs of the backward, GPT-2 small %s: %.4g, FlashAttention-2's %.4g: %.3fx; "
                "forward and backward %.3fx\n", causal ? "causal" : "full", bwd, 2.5 * fa2,
                bwd / (2.5 * fa2), (ours + bwd) / (3.5 * fa2));
