@@ -266,8 +266,21 @@ static void decls(Emit *e)
 /* ---- the template's slots (templates/train.cu.in) ----------------------- */
 
 
+/* Whether an attention of the model drops out: a program whose attentions
+ * do not is built without the Tensor Core kernels' dropout instances
+ * (runtime/mp_cuda_flash.h, MP_CU_FA_DROPOUT: half of nvcc's work there) */
+static bool att_dropout(const IrGraph *g)
+{
+    for (int i = 0; i < g->nnodes; i++)
+        if (g->nodes[i]->op == OP_ATTENTION && g->nodes[i]->fa[1] > 0)
+            return true;
+    return false;
+}
+
 static void cuda_runtime_slot(Emit *e)
 {
+    if (!att_dropout(e->g))
+        em(e, "#define MP_CU_FA_DROPOUT 0   /* no attention here drops out (mp_cuda_flash.h) */\n");
     emit_runtime(e, mp_cuda_runtime_count, mp_cuda_runtime_names, mp_cuda_runtime_texts);
 }
 

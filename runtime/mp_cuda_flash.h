@@ -903,11 +903,22 @@ static inline void mp_cu_fa_backward(MpCuFaB b, int64_t BH)
     MpCuFaKv<DP, DROP, DROP && DP == 64>::run(b, BH);
 }
 
-/* The head size's kernels (16, 32 or 64 wide), with dropout's or without */
+/* The head size's kernels (16, 32 or 64 wide), with dropout's or without;
+ * a program none of whose attentions drops out defines MP_CU_FA_DROPOUT 0
+ * (compiler/emit_cuda.c) and is built without the dropout instances */
+#ifndef MP_CU_FA_DROPOUT
+#define MP_CU_FA_DROPOUT 1
+#endif
+#if MP_CU_FA_DROPOUT
 #define MP_CU_FA_PICK(FN, D, DROP, ...)                                        \
     ((D) <= 16 ? ((DROP) ? FN<16, 1>(__VA_ARGS__) : FN<16, 0>(__VA_ARGS__))    \
      : (D) <= 32 ? ((DROP) ? FN<32, 1>(__VA_ARGS__) : FN<32, 0>(__VA_ARGS__))  \
      : ((DROP) ? FN<64, 1>(__VA_ARGS__) : FN<64, 0>(__VA_ARGS__)))
+#else
+#define MP_CU_FA_PICK(FN, D, DROP, ...)                                        \
+    ((D) <= 16 ? FN<16, 0>(__VA_ARGS__) : (D) <= 32 ? FN<32, 0>(__VA_ARGS__)   \
+               : FN<64, 0>(__VA_ARGS__))
+#endif
 
 static inline void mp_cu_fa_grad(MpCuFaB b, int64_t BH)
 {

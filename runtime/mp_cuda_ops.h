@@ -2238,11 +2238,14 @@ struct MpCuAttDkv {
 
 /* Where attention runs on Tensor Cores (mp_cuda_flash.h): f16 / bf16
  * products, heads up to MP_CU_FA_DMAX, a GPU (or stand-in) that runs
- * mma.sync. The compiler keeps the forward's rows' log-sum-exp for the
- * backward on the same rule (ir.h: ir_attention_tc). */
-static inline int mp_cu_fa_takes(int cdt, int64_t D)
+ * mma.sync; with dropout, a build with its instances (MP_CU_FA_DROPOUT:
+ * every program whose attention drops out). The compiler keeps the
+ * forward's rows' log-sum-exp for the backward on the same rule (ir.h:
+ * ir_attention_tc). */
+static inline int mp_cu_fa_takes(int cdt, int64_t D, float drop)
 {
-    return (cdt == MP_F16 || cdt == MP_BF16) && D <= MP_CU_FA_DMAX && mp_cu_fa_ready();
+    return (cdt == MP_F16 || cdt == MP_BF16) && D <= MP_CU_FA_DMAX && (MP_CU_FA_DROPOUT || drop <= 0.0f) &&
+           mp_cu_fa_ready();
 }
 
 /* The Tensor Core kernels' problem from the f32 tiles' (its output a->o,
@@ -2268,7 +2271,7 @@ static inline void mp_cu_attention(void *y, const void *q, const void *k, const 
     a.causal = causal;
     a.cdt = cdt;
     mp_cu_att_tiles("attention", &a, 4, o);
-    if (mp_cu_fa_takes(cdt, D)) {
+    if (mp_cu_fa_takes(cdt, D, a.drop)) {
         mp_cu_fa_run(mp_cu_fa_of(&a, lse), BH);   /* Tensor Cores (mp_cuda_flash.h) */
         return;
     }
@@ -2290,7 +2293,7 @@ static inline void mp_cu_attention_grad(void *g, const void *dy, const void *q, 
     a.cdt = cdt;
     a.st = (float *)mp_cu_ws(BH * T * 3 * (int64_t)sizeof(float));
     mp_cu_att_tiles("attention_grad", &a, 6, o);
-    if (y && lse && mp_cu_fa_takes(cdt, D)) {
+    if (y && lse && mp_cu_fa_takes(cdt, D, a.drop)) {
         MpCuFaB b = {mp_cu_fa_of(&a, NULL), dy, y, DYT, ydt, lse, a.st, 0};
         mp_cu_fa_grad(b, BH);   /* Tensor Cores (mp_cuda_flash.h) */
         return;
