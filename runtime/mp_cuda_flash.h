@@ -59,11 +59,13 @@
 #define MP_CU_FA_BC(DP) 64
 
 /* The staged tiles' bytes for D': q (64 rows), k and v (BC rows), each
- * row D' + PAD halves. */
-#define MP_CU_FA_BYTES(DP) ((64 + 2 * MP_CU_FA_BC(DP)) * ((DP) + MP_CU_FA_PAD) * 2)
+ * row D' + PAD halves; then a word a thread, dropout's keep bits (a
+ * register would pass 128 there: mp_cu_fa_keep). */
+#define MP_CU_FA_BYTES(DP) ((64 + 2 * MP_CU_FA_BC(DP)) * ((DP) + MP_CU_FA_PAD) * 2 + 4 * MP_CU_FA_NT)
 
-/* The backward's: dq's four tiles and D a row; dk and dv's four tiles,
- * three floats a row and dropout's bits a thread */
+/* The backward's: dq's four tiles and D a row (its keep bits stay in a
+ * register); dk and dv's four tiles, three floats a row and dropout's bits
+ * a thread */
 #define MP_CU_FA_Q_BYTES(DP) (4 * 64 * ((DP) + MP_CU_FA_PAD) * 2 + 64 * 4)
 #define MP_CU_FA_KV_BYTES(DP) (4 * 64 * ((DP) + MP_CU_FA_PAD) * 2 + 3 * 64 * 4 + 4 * MP_CU_FA_NT)
 
@@ -254,10 +256,17 @@ struct MpCuFa {
     int64_t micro, node;
 };
 
-/* The key of dropout's mask this step (0: no dropout) */
+/* The key of attention dropout's mask this step, the step read on the
+ * device (0: no dropout); the f32 tiles' too (mp_cu_att_key) */
+static inline MP_HD uint64_t mp_cu_drop_key(float drop, uint64_t seed, const MpCuHdr *hdr,
+                                            int64_t micro, int64_t node)
+{
+    return drop > 0.0f ? mp_dropout_key(seed, hdr->step, micro, node) : 0;
+}
+
 static inline MP_HD uint64_t mp_cu_fa_key(const MpCuFa *a)
 {
-    return a->drop > 0.0f ? mp_dropout_key(a->seed, a->hdr->step, a->micro, a->node) : 0;
+    return mp_cu_drop_key(a->drop, a->seed, a->hdr, a->micro, a->node);
 }
 
 /* Dropout's keep bits of one thread's 32 elements of a 64 x 64 tile (a
@@ -370,7 +379,7 @@ struct MpCuFaFwd {
     MpCuFa a;
     MP_HD void operator()(int64_t it, const MpCuTeam &t) const
     {
-        MP_CU_SHARED_DYN(sh, MP_CU_FA_BYTES(DP) + 4 * MP_CU_FA_NT, t);
+        MP_CU_SHARED_DYN(sh, MP_CU_FA_BYTES(DP), t);
         const int ld = DP + MP_CU_FA_PAD, w = t.tid / 32, lane = t.tid % 32;
         const int g = lane >> 2, c = (lane & 3) * 2;
         int64_t h = it / a.nqt, i0 = it % a.nqt * MP_CU_FA_BR;
@@ -871,7 +880,7 @@ template <int DP, int DROP>
 static inline void mp_cu_fa_forward(MpCuFa a, int64_t BH)
 {
     MpCuFaFwd<DP, DROP> f = {a};
-    mp_cu_rows_sh("attention_tc", BH * a.nqt, MP_CU_FA_NT, MP_CU_FA_BYTES(DP) + 4 * MP_CU_FA_NT, f);
+    mp_cu_rows_sh("attention_tc", BH * a.nqt, MP_CU_FA_NT, MP_CU_FA_BYTES(DP), f);
 }
 
 /* dk and dv: one kernel, or (SPLIT) dv's and dk's (MpCuFaDkv's PART) */

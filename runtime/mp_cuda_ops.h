@@ -137,7 +137,7 @@ struct MpCuDropout {
     {
         uint64_t key = mp_dropout_key(seed, hdr->step, micro, node);
         float s = p < 1.0f ? 1.0f / (1.0f - p) : 0.0f;
-        mp_cu_st(y, YT, i, mp_dropout_u(key, i) >= p ? mp_cu_ld(x, XT, i) * s : 0.0f);
+        mp_cu_st(y, YT, i, mp_dropout_at(key, i, p, s, mp_cu_ld(x, XT, i)));
     }
 };
 
@@ -1991,7 +1991,7 @@ static inline MP_HD int64_t mp_cu_att_keys(const MpCuAttP *a, int64_t i1)
 /* The key of dropout's mask for this step (0: no dropout) */
 static inline MP_HD uint64_t mp_cu_att_key(const MpCuAttP *a)
 {
-    return a->drop > 0.0f ? mp_dropout_key(a->seed, a->hdr->step, a->micro, a->node) : 0;
+    return mp_cu_drop_key(a->drop, a->seed, a->hdr, a->micro, a->node);
 }
 
 /* x (P or dP of query i, key j of head h) after dropout: times 1 / (1 - p)

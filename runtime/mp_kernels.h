@@ -659,7 +659,6 @@ static inline MP_HD float mp_pad_grad_at(const void *dy, int dydt, const int64_t
 
 /* p[off + i*stride] -> dst[i] as f32, i < n (stride 0 broadcasts one
  * element). The type switch is outside the loops so each loop is tight. */
-
 static inline void mp_ld_n(const void *p, int dt, int64_t off, int64_t stride,
                            int64_t n, float *dst)
 {
@@ -999,7 +998,7 @@ static inline void mp_k_dropout(void *y, int ydt, const void *x, int xdt, int64_
         return;
     }
     MP_EW_LOOP(n, x, xdt, y, ydt,
-               t[i] = mp_dropout_u(key, c_ + i) >= p ? t[i] * s : 0.0f)
+               t[i] = mp_dropout_at(key, c_ + i, p, s, t[i]))
 }
 
 static inline void mp_k_dropout_grad(void *dx, int dxdt, const void *dy, int dydt,

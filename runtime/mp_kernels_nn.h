@@ -485,7 +485,7 @@ static inline void mp_k_conv2d(void *y, int ydt, const void *x, int xdt, const v
     }
     int64_t cg = v.C / v.G, fg = v.F / v.G, npix = v.OH * v.OW, ckk = cg * v.kh * v.kw;
     int pw = mp_conv_pointwise(&v, xdt);
-    MP_OMP(parallel if (N > 1))
+    MP_OMP(parallel)   /* N > 1 here */
     {
         float *col = pw ? NULL : (float *)mp_kalloc((size_t)(ckk * npix) * sizeof *col);
         MP_OMP(for schedule(dynamic))
@@ -521,7 +521,7 @@ static inline void mp_conv_adjoint(void *dx, int dxdt, const void *dy, int dydt,
     int64_t cg = v.C / v.G, fg = v.F / v.G, npix = v.OH * v.OW, ckk = cg * v.kh * v.kw;
     int64_t nx = v.C * v.H * v.W;
     int pw = mp_conv_pointwise(&v, MP_F32);     /* col is img's planes */
-    MP_OMP(parallel if (N > 1))
+    MP_OMP(parallel)   /* N > 1 here */
     {
         float *col = pw ? NULL : (float *)mp_kalloc((size_t)(ckk * npix) * sizeof *col);
         float *img = (float *)mp_kalloc((size_t)nx * sizeof *img);
