@@ -235,9 +235,88 @@ struct MpCuGather {
     MP_HD void operator()(int64_t i) const { mp_cu_st(y, YT, i, mp_cu_ld(x, XT, mp_cu_view_at(&v, i))); }
 };
 
+/* ---- copies by words -------------------------------------------------------------
+ * A copy between tensors of one type whose runs of contiguous elements,
+ * strides and offsets are all multiples of V elements moves V of them an
+ * item: one word of 4, 8 or 16 bytes (one vector load and store where the
+ * element-wise copy issues up to eight), its index arithmetic once a word
+ * and in 32 bits. The bits are the element-wise copy's. Copies that do not
+ * qualify (types that differ, odd runs, more than 2^31 words) stay element
+ * by element. Three word sizes, whatever the element types: few kernels. */
+template <int NB>
+struct alignas(NB) MpCuWord {
+    uint32_t w[NB / 4];
+};
+
+/* Elements of es bytes a word holds, a power of two of 4 to 16 bytes that
+ * divides every count OR-ed into m (runs, strides, offsets, addresses in
+ * elements); 0 when none does. */
+static inline int mp_cu_word_elems(int es, int64_t m)
+{
+    int64_t v = (m | (16 / es)) & -(m | (16 / es));
+    return v * es >= 4 ? (int)v : 0;
+}
+
+static inline int64_t mp_cu_addr_elems(const void *p, int es) { return (int64_t)((uintptr_t)p / (uintptr_t)es); }
+
+static inline MP_HD uint32_t mp_cu_view_at32(const MpCuView *v, uint32_t i)
+{
+    uint32_t off = 0;
+    for (int d = v->rank - 1; d >= 0; d--) {
+        uint32_t n = (uint32_t)v->n[d];
+        off += (i % n) * (uint32_t)v->s[d];
+        i /= n;
+    }
+    return off;
+}
+
+template <int NB>
+struct MpCuGatherWords {
+    MpCuWord<NB> *y;
+    const MpCuWord<NB> *x;
+    MpCuView v;
+    MP_HD void operator()(int64_t i) const { y[i] = x[mp_cu_view_at32(&v, (uint32_t)i)]; }
+};
+
+/* The gather of whole words, when v qualifies (its last dim contiguous) */
+static inline bool mp_cu_gather_words(const char *name, void *y, const void *x, int es, MpCuView v)
+{
+    int r = v.rank;
+    int64_t m = mp_cu_addr_elems(y, es) | mp_cu_addr_elems(x, es), hi = 0;
+    if (r == 0 || v.s[r - 1] != 1)
+        return false;
+    m |= v.n[r - 1];
+    for (int d = 0; d < r - 1; d++)
+        m |= v.s[d];
+    int w = mp_cu_word_elems(es, m);
+    if (w == 0)
+        return false;
+    v.n[r - 1] /= w;
+    for (int d = 0; d < r - 1; d++)
+        v.s[d] /= w;
+    for (int d = 0; d < r; d++)
+        hi += (v.n[d] - 1) * v.s[d];
+    int64_t n = mp_cu_view_numel(&v);
+    if (n >= ((int64_t)1 << 31) || hi >= ((int64_t)1 << 31))
+        return false;
+    if (w * es == 16) {
+        MpCuGatherWords<16> f = {(MpCuWord<16> *)y, (const MpCuWord<16> *)x, v};
+        mp_cu_each(name, n, f);
+    } else if (w * es == 8) {
+        MpCuGatherWords<8> f = {(MpCuWord<8> *)y, (const MpCuWord<8> *)x, v};
+        mp_cu_each(name, n, f);
+    } else {
+        MpCuGatherWords<4> f = {(MpCuWord<4> *)y, (const MpCuWord<4> *)x, v};
+        mp_cu_each(name, n, f);
+    }
+    return true;
+}
+
 template <int YT, int XT>
 static inline void mp_cu_gather(void *y, const void *x, MpCuView v)
 {
+    if (YT == XT && mp_cu_gather_words("gather", y, x, mp_cu_dt_size(XT), v))
+        return;
     MpCuGather<YT, XT> f = {y, x, v};
     mp_cu_each("gather", mp_cu_view_numel(&v), f);
 }
@@ -273,12 +352,75 @@ struct MpCuWindow {
     }
 };
 
+/* The window copies by words (see mp_cu_gather_words), in 32 bits */
+template <int NB>
+struct MpCuWindowWords {
+    MpCuWord<NB> *y;
+    const MpCuWord<NB> *x;
+    uint32_t blen, inner, start, wlen;
+    int mode;
+    MP_HD void operator()(int64_t i64) const
+    {
+        uint32_t i = (uint32_t)i64, k = i % inner, q = i / inner, j;
+        if (mode == MP_CU_SLICE) {
+            y[i] = x[((q / wlen) * blen + start + q % wlen) * inner + k];
+        } else if (mode == MP_CU_PLACE) {
+            y[((q / wlen) * blen + start + q % wlen) * inner + k] = x[i];
+        } else if ((j = q % blen - start) < wlen) {   /* unsigned: j < 0 wraps past wlen */
+            y[i] = x[((q / blen) * wlen + j) * inner + k];
+        } else {
+            MpCuWord<NB> z = {};
+            y[i] = z;
+        }
+    }
+};
+
+template <int NB>
+static inline void mp_cu_window_run(const char *name, void *y, const void *x, int64_t n, int64_t blen,
+                                    int64_t inner, int64_t start, int64_t wlen, int mode)
+{
+    MpCuWindowWords<NB> f = {(MpCuWord<NB> *)y, (const MpCuWord<NB> *)x, (uint32_t)blen, (uint32_t)inner,
+                             (uint32_t)start, (uint32_t)wlen, mode};
+    mp_cu_each(name, n, f);
+}
+
+/* A window copy of whole words: along a contiguous inner run, or (inner 1)
+ * along the window's axis; false when it does not qualify. */
+static inline bool mp_cu_window_words(const char *name, void *y, const void *x, int es, int64_t outer,
+                                      int64_t blen, int64_t inner, int64_t start, int64_t wlen, int64_t items,
+                                      int mode)
+{
+    int64_t m = mp_cu_addr_elems(y, es) | mp_cu_addr_elems(x, es) | (inner > 1 ? inner : blen | start | wlen);
+    int w = mp_cu_word_elems(es, m);
+    if (w == 0 || outer * blen * inner / w >= ((int64_t)1 << 31))
+        return false;
+    if (inner > 1) {
+        inner /= w;
+    } else {
+        blen /= w;
+        start /= w;
+        wlen /= w;
+    }
+    items /= w;
+    if (w * es == 16)
+        mp_cu_window_run<16>(name, y, x, items, blen, inner, start, wlen, mode);
+    else if (w * es == 8)
+        mp_cu_window_run<8>(name, y, x, items, blen, inner, start, wlen, mode);
+    else
+        mp_cu_window_run<4>(name, y, x, items, blen, inner, start, wlen, mode);
+    return true;
+}
+
 template <int YT, int XT>
 static inline void mp_cu_slice(void *y, const void *x, int64_t outer, int64_t xlen, int64_t inner,
                                int64_t start, int64_t ylen)
 {
+    int64_t n = outer * ylen * inner;
+    if (YT == XT && mp_cu_window_words("slice", y, x, mp_cu_dt_size(XT), outer, xlen, inner, start, ylen, n,
+                                       MP_CU_SLICE))
+        return;
     MpCuWindow<YT, XT> f = {y, x, xlen, inner, start, ylen, MP_CU_SLICE};
-    mp_cu_each("slice", outer * ylen * inner, f);
+    mp_cu_each("slice", n, f);
 }
 
 /* concat: x into its window of y; slice_grad (zero): y all written */
@@ -286,8 +428,13 @@ template <int YT, int XT>
 static inline void mp_cu_place(void *y, const void *x, int64_t outer, int64_t ylen, int64_t inner,
                                int64_t start, int64_t xlen, int zero)
 {
-    MpCuWindow<YT, XT> f = {y, x, ylen, inner, start, xlen, zero ? MP_CU_PAD : MP_CU_PLACE};
-    mp_cu_each(zero ? "slice_grad" : "concat", outer * (zero ? ylen : xlen) * inner, f);
+    const char *name = zero ? "slice_grad" : "concat";
+    int64_t n = outer * (zero ? ylen : xlen) * inner;
+    int mode = zero ? MP_CU_PAD : MP_CU_PLACE;
+    if (YT == XT && mp_cu_window_words(name, y, x, mp_cu_dt_size(XT), outer, ylen, inner, start, xlen, n, mode))
+        return;
+    MpCuWindow<YT, XT> f = {y, x, ylen, inner, start, xlen, mode};
+    mp_cu_each(name, n, f);
 }
 
 template <int YT, int XT>
@@ -1178,7 +1325,8 @@ template <int YT, int XT, int WT, int BT>
 static inline void mp_cu_linear(void *y, const void *x, const void *w, const void *bias,
                                 int64_t M, int64_t N, int64_t K)
 {
-    if (bias) {
+    MpCuView rows = {2, {M, N}, {0, 1}};   /* y's rows start as the bias, by words where they can */
+    if (bias && !(YT == BT && mp_cu_gather_words("linear", y, bias, mp_cu_dt_size(BT), rows))) {
         MpCuFillBias<YT, BT> f = {y, bias, N, 1};
         mp_cu_each("linear", M * N, f);
     }

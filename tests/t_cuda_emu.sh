@@ -72,7 +72,11 @@
 #      the Tensor Core kernels (mp_cuda_flash.h: mma.sync through the
 #      stand-in's PTX fragment layout) there too, their mma counts and
 #      FLOPs, and seven of their mutants caught (fragment layouts in the
-#      kernel and in the stand-in, rescaling, the backward's dv and D).
+#      kernel and in the stand-in, rescaling, the backward's dv and D);
+#   9. the copies by words (tests/cuda/emu_copies.cu): transposes, chunks,
+#      slices, concat, slice_grad and linear's bias rows byte for byte
+#      against the host, taken where words qualify and declined where they
+#      do not; three mutants caught.
 # The builds are most of its time: the runtime part every program shares
 # is compiled once, into precompiled headers, and the small models (runs
 # of milliseconds) and the mutants are built at -O0 (see "building").
@@ -720,6 +724,42 @@ att_mutant att_tc_drop_dq "dq's dP without dropout's mask" \
 att_mutant att_tc_drop_bits "the forward's dropout bits of the transposed tile" \
     's/kw\[t.tid\] = mp_cu_fa_keep(\&a, h, i0, j0, w, g, c, 0);/kw[t.tid] = mp_cu_fa_keep(\&a, h, i0, j0, w, g, c, 1);/' 0
 att_mutant att_tc_quad "the quad's max over a pair" 's/for (int o = 1; o <= 2; o <<= 1) {/for (int o = 1; o <= 1; o <<= 1) {/; s/float p = b->width ? x + y : (y > x ? y : x), q = b->width ? z + u : (u > z ? u : z);/float p = b->width ? x + y : (y > x ? y : x), q = p;/' 0
+
+# ---- 9. copies by words ------------------------------------------------------------
+# transposes, chunks, slices, concat, slice_grad and linear's bias rows,
+# through the launchers and through the word copy alone, byte for byte
+# against the host (tests/cuda/emu_copies.cu), where words qualify and
+# where they do not; and three mutants caught: a word gather whose strides
+# stay in elements, slice_grad's window one word too wide, a slice run as
+# a concat
+cp_build() {   # cp_build NAME [SED]: emu_copies.cu on runtime/ (mutated by SED)
+    mkdir -p "$tmp/rt_$1" && cp runtime/*.h tests/cuda/mp_cuda_emu.h "$tmp/rt_$1/"
+    if [ -n "${2:-}" ]; then
+        sed -i "$2" "$tmp/rt_$1/mp_cuda_ops.h"
+        cmp -s runtime/mp_cuda_ops.h "$tmp/rt_$1/mp_cuda_ops.h" &&
+            { bad "copies mutant $1: the mutation did not apply"; return 1; }
+    fi
+    "$CXX0" -std=c++17 -O0 -x c++ -DMP_CU_EMU -include "$tmp/rt_$1/mp_cuda_emu.h" -I"$tmp/rt_$1" \
+        tests/cuda/emu_copies.cu -o "$tmp/$1" -lm >"$tmp/$1.log" 2>&1 ||
+        { bad "tests/cuda/emu_copies.cu ($1) does not build:"; head -n 20 "$tmp/$1.log"; return 1; }
+}
+if cp_build copies; then
+    "$tmp/copies" >"$tmp/copies.out" 2>&1 || bad "copies by words differ from the host's:"
+    grep -v '^ok' "$tmp/copies.out"
+    echo "ok   copies by words: $(grep -c '^ok.*(words)' "$tmp/copies.out") cases by words, $(grep -c '^ok.*(elements)' "$tmp/copies.out") declined as they should"
+fi
+cp_mutant() {   # cp_mutant NAME WHAT SED: the run fails (a wrong byte, or the stand-in's bounds)
+    cp_build "$1" "$3" || return
+    if "$tmp/$1" >"$tmp/$1.out" 2>&1; then
+        bad "copies mutant $1 ($2) not caught"
+    else
+        echo "ok   copies mutant $1 ($2) caught"
+    fi
+}
+cp_mutant cp_stride "a word gather's strides left in elements" 's/        v.s\[d\] \/= w;/        v.s[d] \/= 1;/'
+cp_mutant cp_pad "slice_grad's window one word too wide" 's/< wlen) {   \/\* unsigned/<= wlen) {   \/* unsigned/'
+cp_mutant cp_mode "a slice run as a concat" \
+    's/                                       MP_CU_SLICE))/                                       MP_CU_PLACE))/'
 
 echo "t_cuda_emu: $(( $(date +%s) - start ))s"
 exit $fail
