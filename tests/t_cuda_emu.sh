@@ -76,7 +76,10 @@
 #   9. the copies by words (tests/cuda/emu_copies.cu): transposes, chunks,
 #      slices, concat, slice_grad and linear's bias rows byte for byte
 #      against the host, taken where words qualify and declined where they
-#      do not; three mutants caught.
+#      do not; three mutants caught;
+#  10. recomputation: every example and tests/models model at the smallest
+#      memory budget its plan names, fused and unfused, trains 2 steps to
+#      the same log and checkpoint bytes as without a budget.
 # The builds are most of its time: the runtime part every program shares
 # is compiled once, into precompiled headers, and the small models (runs
 # of milliseconds) and the mutants are built at -O0 (see "building").
@@ -750,7 +753,7 @@ if cp_build copies; then
 fi
 cp_mutant() {   # cp_mutant NAME WHAT SED: the run fails (a wrong byte, or the stand-in's bounds)
     cp_build "$1" "$3" || return
-    if "$tmp/$1" >"$tmp/$1.out" 2>&1; then
+    if ("$tmp/$1" >"$tmp/$1.out" 2>&1) 2>/dev/null; then   # (the shell's "Bus error" line not shown)
         bad "copies mutant $1 ($2) not caught"
     else
         echo "ok   copies mutant $1 ($2) caught"
@@ -760,6 +763,63 @@ cp_mutant cp_stride "a word gather's strides left in elements" 's/        v.s\[d
 cp_mutant cp_pad "slice_grad's window one word too wide" 's/< wlen) {   \/\* unsigned/<= wlen) {   \/* unsigned/'
 cp_mutant cp_mode "a slice run as a concat" \
     's/                                       MP_CU_SLICE))/                                       MP_CU_PLACE))/'
+
+# ---- 10. recomputation under a memory budget -----------------------------------------
+# Every example (at t_memplan.sh's batch sizes: lib.sh's small_models) and
+# tests/models model: its CUDA program in the stand-in at the smallest
+# budget its plan names, fused and unfused (each at its own smallest: every
+# value that frees memory recomputed), against the fused program without a
+# budget: the same log lines (but samples_per_s) and byte-identical
+# checkpoints after 2 steps on synthetic data (tests/py/synth_data.py);
+# t_memplan.sh checks the C programs so.
+t10=$(date +%s)
+. tests/py/lib.sh     # small_models
+budget_of() {   # budget_of MODEL.mp [mpcc options]: the smallest budget mpcc names
+    "$MPCC" "$@" --memory-budget 1 --dump-plan 2>&1 >/dev/null |
+        sed -n 's/.*the smallest budget this model can meet is \([0-9]*\) bytes.*/\1/p'
+}
+mkdir -p "$tmp/mb"
+small_models examples/*.mp tests/models/*.mp >"$tmp/mb/models"
+while read -r mp; do
+    n=mb_$(basename "$mp" .mp)
+    b=$(budget_of "$mp" --fuse) u=$(budget_of "$mp" --no-fuse)
+    [ -n "$b" ] && [ -n "$u" ] || { echo "FAIL $n: no smallest budget named" >>"$tmp/mb/builds"; continue; }
+    echo "$mp $b" >"$tmp/mb/$n.mp"
+    echo "emu_build $mp $n --fuse"
+    echo "emu_build $mp $n.fuse --fuse --memory-budget $b"
+    echo "emu_build $mp $n.no-fuse --no-fuse --memory-budget $u"
+done <"$tmp/mb/models" | xargs -P 2 -L 1 bash -c '"$@"' _ >>"$tmp/mb/builds" 2>&1
+grep "^FAIL" "$tmp/mb/builds" && fail=1
+mb_ok=0 mb_re=0
+for f in "$tmp"/mb/mb_*.mp; do
+    n=$(basename "$f" .mp)
+    read -r mp b <"$f"
+    [ -x "$tmp/$n.emu" ] && [ -x "$tmp/$n.fuse.emu" ] && [ -x "$tmp/$n.no-fuse.emu" ] || continue
+    "$MPCC" "$mp" --dump-plan=json >"$tmp/mb/$n.json" 2>/dev/null &&
+        mkdir -p "$tmp/mb/$n" && "$PY" tests/py/synth_data.py "$tmp/mb/$n.json" "$mp" "$tmp/mb/$n" 2 >"$tmp/mb/$n.args" ||
+        { bad "$n: no synthetic data"; continue; }
+    data=$(cat "$tmp/mb/$n.args")
+    for v in "" .fuse .no-fuse; do
+        # shellcheck disable=SC2086
+        "$tmp/$n$v.emu" $data --no-shuffle --steps 2 --log-every 1 --log "$tmp/mb/$n$v.jsonl" \
+            --save "$tmp/mb/$n$v.st" >"$tmp/mb/$n$v.out" 2>&1 ||
+            { bad "$n$v (stand-in): exit $?: $(tail -n 1 "$tmp/mb/$n$v.out")"; continue 2; }
+        sed -i 's/"samples_per_s":[0-9.e+-]*//' "$tmp/mb/$n$v.jsonl"
+    done
+    for v in .fuse .no-fuse; do
+        cmp -s "$tmp/mb/$n.jsonl" "$tmp/mb/$n$v.jsonl" ||
+            { bad "${n#mb_}: the CUDA program's log differs at its smallest budget ($v)"
+              diff "$tmp/mb/$n.jsonl" "$tmp/mb/$n$v.jsonl" | head -n 4; continue 2; }
+        cmp -s "$tmp/mb/$n.st" "$tmp/mb/$n$v.st" ||
+            { bad "${n#mb_}: the CUDA program's checkpoint differs at its smallest budget ($v)"; continue 2; }
+    done
+    mb_ok=$((mb_ok + 1))
+    "$MPCC" "$mp" --fuse --memory-budget "$b" --dump-plan=json 2>/dev/null | grep -q '"recomputes"' &&
+        mb_re=$((mb_re + 1))
+done
+echo "ok   recomputation: $mb_ok models' CUDA programs in the stand-in ($mb_re of them recomputing at" \
+    "their smallest budget) train to the same bits with and without it, fused and unfused ($(( $(date +%s) - t10 ))s)"
+[ "$mb_ok" -ge 30 ] && [ "$mb_re" -ge 12 ] || bad "recomputation: too few models checked ($mb_ok, $mb_re recomputing)"
 
 echo "t_cuda_emu: $(( $(date +%s) - start ))s"
 exit $fail
