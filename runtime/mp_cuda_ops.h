@@ -194,19 +194,54 @@ static inline void mp_cu_rand(void *y, int64_t n, uint64_t seed, const MpCuHdr *
 
 /* ---- broadcasting and views ---------------------------------------------------- */
 
+/* mp_cu_bcast_at in 32 bits: y under 2^31 elements (a and b no larger) */
+static inline MP_HD void mp_cu_bcast_at32(const MpBcast *p, uint32_t i, uint32_t *ao, uint32_t *bo)
+{
+    uint32_t a = 0, b = 0;
+    for (int d = p->rank - 1; d >= 0; d--) {
+        uint32_t n = (uint32_t)p->n[d], q = i % n;
+        i /= n;
+        a += q * (uint32_t)p->sa[d];
+        b += q * (uint32_t)p->sb[d];
+    }
+    *ao = a;
+    *bo = b;
+}
+
+/* Element i of y = f(a, b) broadcast; same (rank 1, both strides 1): no
+ * index arithmetic; narrow (y under 2^31 elements): in 32 bits, where a
+ * 64-bit division is a called subroutine on the GPU */
 template <int YT, int AT, int BT, class F>
 struct MpCuBcast {
     void *y;
     const void *a, *b;
     MpBcast p;
     F f;
+    int same, narrow;
     MP_HD void operator()(int64_t i) const
     {
-        int64_t ao, bo;
-        mp_cu_bcast_at(&p, i, &ao, &bo);
+        int64_t ao = i, bo = i;
+        if (narrow && !same) {
+            uint32_t a32, b32;
+            mp_cu_bcast_at32(&p, (uint32_t)i, &a32, &b32);
+            ao = a32, bo = b32;
+        } else if (!same) {
+            mp_cu_bcast_at(&p, i, &ao, &bo);
+        }
         mp_cu_st(y, YT, i, f(mp_cu_ld(a, AT, ao), mp_cu_ld(b, BT, bo)));
     }
 };
+
+template <int YT, int AT, int BT, class F>
+static inline void mp_cu_binary(const char *name, void *y, MpCuDims ysh, const void *a, MpCuDims ash,
+                                const void *b, MpCuDims bsh, F fn)
+{
+    MpBcast p = mp_bcast(ysh.rank, ysh.d, ash.rank, ash.d, bsh.rank, bsh.d);
+    int64_t n = mp_numel(ysh.rank, ysh.d);
+    MpCuBcast<YT, AT, BT, F> f = {y, a, b, p, fn, p.rank == 0 || (p.rank == 1 && p.sa[0] == 1 && p.sb[0] == 1),
+                                  n < ((int64_t)1 << 31)};
+    mp_cu_each(name, n, f);
+}
 
 #define MP_CU_BINARY(NAME, EXPR)                                               \
     struct MpCuF_##NAME {                                                      \
@@ -216,9 +251,7 @@ struct MpCuBcast {
     static inline void mp_cu_##NAME(void *y, MpCuDims ysh, const void *a, MpCuDims ash, \
                                     const void *b, MpCuDims bsh)               \
     {                                                                          \
-        MpCuBcast<YT, AT, BT, MpCuF_##NAME> f = {                              \
-            y, a, b, mp_bcast(ysh.rank, ysh.d, ash.rank, ash.d, bsh.rank, bsh.d), MpCuF_##NAME()}; \
-        mp_cu_each(#NAME, mp_numel(ysh.rank, ysh.d), f);                       \
+        mp_cu_binary<YT, AT, BT>(#NAME, y, ysh, a, ash, b, bsh, MpCuF_##NAME()); \
     }
 
 MP_CU_BINARY(add, a + b)
