@@ -23,7 +23,10 @@
 # TORCH_MODES (default "eager compile compile-cudagraphs") picks the PyTorch runs.
 set -u
 cd "$(dirname "$0")/.."
-PY=${PY:-python3}
+# python3 with numpy, torch: the first of python3 (a GPU machine's has them) and
+# /usr/bin/python3 (Debian's packages, where python3 is another one) that has them
+PY=${PY:-$(for p in python3 /usr/bin/python3; do "$p" -c 'import numpy, torch' 2>/dev/null && { echo "$p"; break; }; done)}
+[ -n "$PY" ] || { echo "gpu_bench: no python3 with numpy, torch (set PY)"; exit 2; }
 NVCC=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
 ARCH=${ARCH:-sm_90}
 out=bench/out

@@ -39,7 +39,10 @@
 # SKIP_SAN=1 (no compute-sanitizer).
 set -u
 cd "$(dirname "$0")/.."
-PY=${PY:-python3}
+# python3 with numpy: the first of python3 (a GPU machine's has them) and
+# /usr/bin/python3 (Debian's packages, where python3 is another one) that has them
+PY=${PY:-$(for p in python3 /usr/bin/python3; do "$p" -c 'import numpy' 2>/dev/null && { echo "$p"; break; }; done)}
+[ -n "$PY" ] || { echo "gpu_check: no python3 with numpy (set PY)"; exit 2; }
 NVCC=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
 SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 ARCH=${ARCH:-sm_90}
