@@ -662,19 +662,20 @@ fi
 # (threads read the tile before the others wrote it: passes with one thread
 # per block), and the online softmax's running sum not rescaled when the
 # running max grows, and dropout's mask missing from the backward's D_i
-att_build() {   # att_build NAME [SED]: emu_attention.cu on runtime/ and the stand-in (mutated by SED)
-    mkdir -p "$tmp/rt_$1" && cp runtime/*.h tests/cuda/mp_cuda_emu.h "$tmp/rt_$1/"
-    if [ -n "${2:-}" ]; then
-        sed -i "$2" "$tmp/rt_$1/mp_cuda_ops.h" "$tmp/rt_$1/mp_cuda_items.h" "$tmp/rt_$1/mp_cuda_flash.h" \
-            "$tmp/rt_$1/mp_cuda_emu.h"
-        { diff -rq runtime "$tmp/rt_$1" | grep -q '^Files' ||
-          ! cmp -s tests/cuda/mp_cuda_emu.h "$tmp/rt_$1/mp_cuda_emu.h"; } ||
-            { bad "attention mutant $1: the mutation did not apply"; return 1; }
+kernel_build() {   # kernel_build TEST.cu NAME [SED]: a kernel test on runtime/ and the stand-in (mutated by SED)
+    mkdir -p "$tmp/rt_$2" && cp runtime/*.h tests/cuda/mp_cuda_emu.h "$tmp/rt_$2/"
+    if [ -n "${3:-}" ]; then
+        sed -i "$3" "$tmp/rt_$2/mp_cuda_ops.h" "$tmp/rt_$2/mp_cuda_items.h" "$tmp/rt_$2/mp_cuda_flash.h" \
+            "$tmp/rt_$2/mp_cuda_emu.h"
+        { diff -rq runtime "$tmp/rt_$2" | grep -q '^Files' ||
+          ! cmp -s tests/cuda/mp_cuda_emu.h "$tmp/rt_$2/mp_cuda_emu.h"; } ||
+            { bad "$1 mutant $2: the mutation did not apply"; return 1; }
     fi
-    "$CXX0" -std=c++17 -O0 -x c++ -DMP_CU_EMU -include "$tmp/rt_$1/mp_cuda_emu.h" -I"$tmp/rt_$1" \
-        tests/cuda/emu_attention.cu -o "$tmp/$1" -lm >"$tmp/$1.log" 2>&1 ||
-        { bad "tests/cuda/emu_attention.cu ($1) does not build:"; head -n 20 "$tmp/$1.log"; return 1; }
+    "$CXX0" -std=c++17 -O0 -x c++ -DMP_CU_EMU -include "$tmp/rt_$2/mp_cuda_emu.h" -I"$tmp/rt_$2" \
+        "$1" -o "$tmp/$2" -lm >"$tmp/$2.log" 2>&1 ||
+        { bad "$1 ($2) does not build:"; head -n 20 "$tmp/$2.log"; return 1; }
 }
+att_build() { kernel_build tests/cuda/emu_attention.cu "$@"; }   # att_build NAME [SED]
 if att_build att; then
     "$tmp/att" >"$tmp/att.out" 2>&1 || bad "attention: the CUDA program's kernels differ from the C program's:"
     cat "$tmp/att.out"
@@ -735,17 +736,7 @@ att_mutant att_tc_quad "the quad's max over a pair" 's/for (int o = 1; o <= 2; o
 # where they do not; and three mutants caught: a word gather whose strides
 # stay in elements, slice_grad's window one word too wide, a slice run as
 # a concat
-cp_build() {   # cp_build NAME [SED]: emu_copies.cu on runtime/ (mutated by SED)
-    mkdir -p "$tmp/rt_$1" && cp runtime/*.h tests/cuda/mp_cuda_emu.h "$tmp/rt_$1/"
-    if [ -n "${2:-}" ]; then
-        sed -i "$2" "$tmp/rt_$1/mp_cuda_ops.h"
-        cmp -s runtime/mp_cuda_ops.h "$tmp/rt_$1/mp_cuda_ops.h" &&
-            { bad "copies mutant $1: the mutation did not apply"; return 1; }
-    fi
-    "$CXX0" -std=c++17 -O0 -x c++ -DMP_CU_EMU -include "$tmp/rt_$1/mp_cuda_emu.h" -I"$tmp/rt_$1" \
-        tests/cuda/emu_copies.cu -o "$tmp/$1" -lm >"$tmp/$1.log" 2>&1 ||
-        { bad "tests/cuda/emu_copies.cu ($1) does not build:"; head -n 20 "$tmp/$1.log"; return 1; }
-}
+cp_build() { kernel_build tests/cuda/emu_copies.cu "$@"; }   # cp_build NAME [SED]
 if cp_build copies; then
     "$tmp/copies" >"$tmp/copies.out" 2>&1 || bad "copies by words differ from the host's:"
     grep -v '^ok' "$tmp/copies.out"
@@ -753,7 +744,7 @@ if cp_build copies; then
 fi
 cp_mutant() {   # cp_mutant NAME WHAT SED: the run fails (a wrong byte, or the stand-in's bounds)
     cp_build "$1" "$3" || return
-    if ("$tmp/$1" >"$tmp/$1.out" 2>&1) 2>/dev/null; then   # (the shell's "Bus error" line not shown)
+    if ("$tmp/$1" >"$tmp/$1.out" 2>&1; exit $?) 2>/dev/null; then   # (no "Bus error" line from the shell)
         bad "copies mutant $1 ($2) not caught"
     else
         echo "ok   copies mutant $1 ($2) caught"

@@ -36,6 +36,7 @@
 #include "mp_kernels_nn.h"
 #include "mp_cuda.h"
 #include "mp_cuda_ops.h"
+#include "emu_io.h"   /* to_dev, to_host */
 
 typedef struct Case {
     int64_t BH, T, Tk, D;
@@ -57,22 +58,6 @@ static std::vector<unsigned char> host(int64_t n, int dt)
     std::vector<unsigned char> h((size_t)(n * mp_cu_dt_size(dt)));
     for (int64_t i = 0; i < n; i++)
         mp_cu_st(h.data(), dt, i, rnd());
-    return h;
-}
-
-static void *to_dev(const std::vector<unsigned char> &h)
-{
-    void *d;
-    mp_cu_ok(cudaMalloc(&d, h.size()), "cudaMalloc");
-    mp_cu_ok(cudaMemcpyAsync(d, h.data(), h.size(), cudaMemcpyHostToDevice, mp_cu.st), "copy");
-    return d;
-}
-
-static std::vector<unsigned char> to_host(const void *d, size_t bytes)
-{
-    std::vector<unsigned char> h(bytes);
-    mp_cu_ok(cudaMemcpyAsync(h.data(), d, bytes, cudaMemcpyDeviceToHost, mp_cu.st), "copy");
-    mp_cu_ok(cudaStreamSynchronize(mp_cu.st), "sync");
     return h;
 }
 
