@@ -57,31 +57,6 @@ static void declare_values(Emit *e)
     }
 }
 
-/* mixed_float8's scale slots (the plan's s#N, compiler/prec.c) and their
- * state, mp_fp8.h's MpFp8: formats, this step's exponents and amaxes, the
- * amax histories; mp_model.fp8 points at it. */
-static void declare_fp8(Emit *e)
-{
-    const IrGraph *g = e->g;
-    int n = g->nfp8_slots;
-    long long hist = g->train.fp8 == FP8_DELAYED ? (long long)g->train.fp8_history : 1;
-    if (n == 0)
-        return;
-    em(e, "\n/* mixed_float8: %d per-tensor scales (the plan's s#1..s#%d), %s scaling */\n", n, n,
-       prec_fp8_recipe_name(g->train.fp8));
-    em(e, "static const unsigned char mp_fp8_fmt[%d] = {\n", n);
-    for (int s = 0; s < n; s++) {
-        const Fp8Slot *f = &g->fp8_slots[s];
-        em(e, "    %s, /* s#%d: %s of %s, %s */\n", f->fmt == FP8_E4M3 ? "MP_E4M3" : "MP_E5M2", s + 1,
-           f->role == 'g' ? "dy" : f->role == 'w' ? "w" : "x", op_info[f->product->op].name,
-           where(e, f->product));
-    }
-    em(e, "};\nstatic int mp_fp8_exp[%d];\nstatic float mp_fp8_amax[%d];\n", n, n);
-    em(e, "static float mp_fp8_hist[%lld];\n", hist * n);
-    em(e, "static MpFp8 mp_fp8 = {%d, %lld, %lld, %d, mp_fp8_fmt, mp_fp8_exp, mp_fp8_amax, mp_fp8_hist, 0, 0, 0};\n",
-       n, hist, (long long)g->train.fp8_margin, g->train.fp8 == FP8_CURRENT ? 1 : 0);
-}
-
 /* Each parameter's lowp working copy (MpParam.work, work_dt), for the
  * trainer's optimizer pass, which writes it while it updates the f32 value
  * (so cast_params() need not run again before the next step). */
@@ -285,7 +260,7 @@ static void passes(Emit *e)
 static void decls(Emit *e)
 {
     declare_values(e);
-    declare_fp8(e);
+    emit_fp8_state(e);
     setup_fn(e);
     emit_fused_c_epilogues(e);
 }

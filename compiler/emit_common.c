@@ -367,6 +367,33 @@ static void values_table(Emit *e)
     em(e, "};\n");
 }
 
+/* mixed_float8's scale slots (the plan's s#N, compiler/prec.c) and their
+ * state, mp_fp8.h's MpFp8: formats, this step's exponents and amaxes, the
+ * amax histories; mp_model.fp8 points at it. The C and CUDA programs
+ * declare it alike (the CUDA program keeps a copy on the device:
+ * runtime/mp_cuda_fp8.h). */
+void emit_fp8_state(Emit *e)
+{
+    const IrGraph *g = e->g;
+    int n = g->nfp8_slots;
+    long long hist = g->train.fp8 == FP8_DELAYED ? (long long)g->train.fp8_history : 1;
+    if (n == 0)
+        return;
+    em(e, "\n/* mixed_float8: %d per-tensor scales (the plan's s#1..s#%d), %s scaling */\n", n, n,
+       prec_fp8_recipe_name(g->train.fp8));
+    em(e, "static const unsigned char mp_fp8_fmt[%d] = {\n", n);
+    for (int s = 0; s < n; s++) {
+        const Fp8Slot *f = &g->fp8_slots[s];
+        em(e, "    %s, /* s#%d: %s of %s, %s */\n", f->fmt == FP8_E4M3 ? "MP_E4M3" : "MP_E5M2", s + 1,
+           f->role == 'g' ? "dy" : f->role == 'w' ? "w" : "x", op_info[f->product->op].name,
+           where(e, f->product));
+    }
+    em(e, "};\nstatic int mp_fp8_exp[%d];\nstatic float mp_fp8_amax[%d];\n", n, n);
+    em(e, "static float mp_fp8_hist[%lld];\n", hist * n);
+    em(e, "static MpFp8 mp_fp8 = {%d, %lld, %lld, %d, mp_fp8_fmt, mp_fp8_exp, mp_fp8_amax, mp_fp8_hist, 0, 0, 0};\n",
+       n, hist, (long long)g->train.fp8_margin, g->train.fp8 == FP8_CURRENT ? 1 : 0);
+}
+
 /* Each parameter's first forward reader (through its casts), for
  * --gradcheck's messages: "conv2d, model.mp:12 (h)". */
 static const char **param_readers(Emit *e)

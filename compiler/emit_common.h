@@ -40,7 +40,7 @@ typedef struct Emit {
     int *fused_functor;        /* per fusion group: its MpFused<k> (emit_fused.c) */
     const char **fused_texts;  /* the distinct functor bodies, k = 1, 2, ... */
     int nfused_texts;
-    bool *fp8_seen;            /* mixed_float8 (emit_c.c): a product reading the scale slot
+    bool *fp8_seen;            /* mixed_float8 (emit_c.c, emit_cuda.c): a product reading the scale slot
                                   (IrNode.fp8 - 1) has been written: its amax is taken */
 } Emit;
 
@@ -183,6 +183,7 @@ void emit_runtime(Emit *e, int count, const char *const *names, const char *cons
 void emit_descriptors(Emit *e);                /* mp_inputs, mp_params, mp_metric_names, mp_values */
 /* MpModel mp_model = {...}; hooks: its function fields onwards, as C text */
 void emit_model_struct(Emit *e, const char *hooks);
+void emit_fp8_state(Emit *e);                  /* mixed_float8: mp_fp8, the scales' state */
 
 /* cross_entropy's last call arguments: ignored label, label smoothing */
 const char *emit_ce_attrs(Emit *e, const IrNode *f);

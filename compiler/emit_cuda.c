@@ -156,6 +156,52 @@ static void after(Emit *e, const IrNode *n)
             em(e, "    mp_cu_out(r, %d, %s, %s);\n", m + 1, cname(e, n), mpdt(n->type));
 }
 
+/* A product; under mixed_float8 a quantised one (IrNode.fp8) between the
+ * amax of each tensor it is the first to read (in the order written, as
+ * the C program's) and, unless --gradcheck keeps products exact, its
+ * operands' quantised bf16 copies (runtime/mp_cuda_fp8.h), which the
+ * product's call reads in place of the operands: the same emitter with the
+ * operands named mp_q0 / mp_q1 and typed bf16 while it writes. */
+void emit_cuda_product(Emit *e, const IrNode *n)
+{
+    if (!n->fp8[0] && !n->fp8[1]) {
+        emit_fns[n->op](e, n);
+        return;
+    }
+    IrNode *in[2] = {(IrNode *)n->in[0], (IrNode *)n->in[1]};
+    for (int k = 0; k < 2; k++) {
+        int s = n->fp8[k];
+        if (e->fp8_seen[s - 1])
+            continue;
+        e->fp8_seen[s - 1] = true;
+        em(e, "    mp_cu_fp8_observe<%s>(%d, %s, %lld, r->training);\n", mpdt(in[k]->type), s,
+           cname(e, in[k]), (long long)shape_numel(&in[k]->shape));
+    }
+    em(e, "    if (mp_cu_fp8_on()) {\n");
+    const char *name[2];
+    DType type[2];
+    for (int k = 0; k < 2; k++) {
+        name[k] = e->names[in[k]->id];
+        type[k] = in[k]->type;
+        if (k == 1 && in[1] == in[0])
+            break;                  /* a @ transpose(a): one value, one scale */
+        em(e, "    const uint16_t *mp_q%d = mp_cu_fp8_quant<%s>(%d, %d, %s, %lld);\n", k, mpdt(in[k]->type),
+           k, n->fp8[k], cname(e, in[k]), (long long)shape_numel(&in[k]->shape));
+    }
+    for (int k = 0; k < 2; k++) {
+        e->names[in[k]->id] = k == 1 && in[1] == in[0] ? "mp_q0" : k ? "mp_q1" : "mp_q0";
+        in[k]->type = DT_BF16;
+    }
+    emit_fns[n->op](e, n);
+    for (int k = 1; k >= 0; k--) {  /* back as they were (in[1] may be in[0]) */
+        e->names[in[k]->id] = name[k];
+        in[k]->type = type[k];
+    }
+    em(e, "    } else {\n");
+    emit_fns[n->op](e, n);
+    em(e, "    }\n");
+}
+
 /* The op and line MP_CUDA_SYNC=1 names when one of its kernels fails. */
 static void at(Emit *e, const IrNode *n)
 {
@@ -173,7 +219,7 @@ static void node(Emit *e, const IrNode *n, int *line)
     }
     at(e, n);
     if (!emit_folded_cast(e, n))
-        emit_fns[n->op](e, n);
+        emit_cuda_product(e, n);
     after(e, n);
 }
 
@@ -255,6 +301,7 @@ static void passes(Emit *e)
 static void decls(Emit *e)
 {
     declare_values(e);
+    emit_fp8_state(e);
     if (e->nloops)
         em(e, "%s", at_fn);
     bind_fn(e);
@@ -300,7 +347,8 @@ bool emit_cuda(FILE *out, const IrGraph *g, bool loops)
 {
     Emit e;
     emit_begin(&e, out, g);
-    e.loops = loops;
+    e.loops = loops && g->nfp8_slots == 0;  /* a repeat's copies have their own scales */
+    e.fp8_seen = arena_alloc(e.a, sizeof *e.fp8_seen * (size_t)(g->nfp8_slots + 1));
     e.loop_params = "MpCuRun *r";
     e.loop_args = "r";
     e.loop_cast_args = "r";

@@ -328,7 +328,7 @@ static void epilogue_call(Emit *e, const Group *gr, EmitAfterFn *after)
 
 /* ---- CUDA: one `each` kernel ---------------------------------------------- */
 
-EmitFn emit_cuda_LINEAR, emit_cuda_MATMUL;   /* emit_cuda_ops.c */
+EmitFn emit_cuda_product;   /* emit_cuda.c: the product, quantised under mixed_float8 */
 
 /* The functor's members and operator(), which depend only on the group's
  * ops, types and size: groups with the same text share one MpFused<k>. */
@@ -371,7 +371,7 @@ void emit_fused_cuda(Emit *e, const IrNode *n, EmitAfterFn *after)
     Group gr = group_of(e, n, true);
     if (gr.head) {              /* cuBLAS writes the product; the group runs after it */
         em(e, "    mp_cu_at(\"%s\", %s);\n", op_info[gr.head->op].name, emit_where_arg(e, gr.head));
-        (gr.head->op == OP_LINEAR ? emit_cuda_LINEAR : emit_cuda_MATMUL)(e, gr.head);
+        emit_cuda_product(e, gr.head);
         after(e, gr.head);
     }
     int k = e->fused_functor[n->fused];

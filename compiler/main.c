@@ -278,15 +278,6 @@ int main(int argc, char **argv)
         plan_dump_html(stdout, g, o.gpu ? cost_device(o.gpu) : NULL);
     else if (o.dump)
         plan_dump(stdout, g, o.collapse ? PLAN_DOT_COLLAPSED : o.fmt);
-    if ((!o.dump || o.output) && g->nfp8_slots > 0 && !o.target_c) {
-        /* PRECISION.md's FP8 products on the GPU (cuBLASLt) are not written
-         * yet: refuse rather than write a program that trains something
-         * else (mixed_bfloat16); the C program computes them exactly */
-        diag_error(g->train.loc.file ? g->train.loc : g->model_loc, "precision mixed_float8: the "
-                   "CUDA program does not quantise products yet; --target c writes the C program, "
-                   "which does (or use mixed_bfloat16 on the GPU)");
-        return EXIT_MODEL;
-    }
     if (!o.dump || o.output) {
         if (!o.output)
             o.output = arena_printf(&arena, "%s.%s", g->model, o.target_c ? "c" : "cu");

@@ -119,6 +119,7 @@ typedef struct MpCuState {
     int taken;
     MpOptK k;                      /* this step's optimizer factors */
     double loss_total;             /* the sum of the step losses so far (loss_avg) */
+    int fp8_lo, fp8_hi;            /* mixed_float8: the step's scale exponents (MpFp8.lo, hi) */
 } MpCuState;
 
 /* One range of a parameter in the flat buffers: of a trainable one, or of
@@ -171,6 +172,12 @@ typedef struct MpCu {
     MpNccl nccl;                   /* data parallel, more than one rank: */
     MpNcclComm comm;               /* the gradients summed over the ranks */
     const char *op, *where;        /* the model's op being launched, its source line */
+    MpFp8 *fp8;                    /* mixed_float8 (mp_cuda_fp8.h): the scales' state on the
+                                      device, NULL under the other policies; */
+    MpFp8 fp8_at;                  /* ... its arrays' device addresses, */
+    float *fp8_part;               /* ... a tensor's amax in parts, */
+    uint16_t *fp8_q[2];            /* ... a product's two quantised operands (bf16), */
+    int64_t fp8_need;              /* ... and their bytes (measured as mp_cu_ws) */
 } MpCu;
 
 MP_STATE MpCu mp_cu;          /* both parts use it (mp_model.h) */

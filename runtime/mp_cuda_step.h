@@ -166,12 +166,14 @@ struct MpCuUnscale {
     }
 };
 
-/* mp_step's decisions (mp_train.h), on the device. */
+/* mp_step's decisions (mp_train.h), on the device; under mixed_float8
+ * the end of the step for its scales too (mp_fp8_step_end). */
 struct MpCuDecide {
     MpCuState *s;
     const MpCuHdr *h;
     const MpAcc *part;
     int nparts;
+    MpFp8 *fp8;                    /* mp_cu.fp8: NULL but under mixed_float8 */
     MP_HD void operator()() const
     {
         MpAcc a = mp_acc_zero(), b = mp_acc_zero();
@@ -188,8 +190,17 @@ struct MpCuDecide {
         s->taken = 0;
         if (s->halted_at)
             return;
-        int at_floor = mp_scaler_at_floor(&s->ls);
+        int at_floor = mp_scaler_at_floor(&s->ls) || fp8;   /* mixed_float8: no scale to lower */
         s->taken = mp_scaler_update(&s->ls, isfinite(small));
+        if (fp8) {                 /* no loss scale, but a non-finite step is skipped */
+            mp_fp8_step_end(fp8);
+            s->fp8_lo = fp8->lo;
+            s->fp8_hi = fp8->hi;
+            if (s->taken && !isfinite(small)) {
+                s->ls.skipped++;
+                s->taken = 0;
+            }
+        }
         if (!s->taken) {
             s->floor_skips = at_floor ? s->floor_skips + 1 : 0;
             if (s->floor_skips >= MP_COLLAPSE_STEPS)
@@ -292,12 +303,13 @@ static inline void mp_cu_gather_slot(int s)
         }
 }
 
-/* Data parallel: buf[0..n) summed over the ranks, on the compute stream. */
-static inline void mp_cu_nccl_sum(void *buf, int64_t n, int type)
+/* Data parallel: buf[0..n) summed (MP_NCCL_SUM) or the largest
+ * (MP_NCCL_MAX) over the ranks, on the compute stream. */
+static inline void mp_cu_nccl_reduce(void *buf, int64_t n, int type, int op)
 {
     if (!mp_cu.comm || mp_cu.measure)
         return;
-    int rc = mp_cu.nccl.all_reduce(buf, buf, (size_t)n, type, MP_NCCL_SUM, mp_cu.comm, mp_cu.st);
+    int rc = mp_cu.nccl.all_reduce(buf, buf, (size_t)n, type, op, mp_cu.comm, mp_cu.st);
     if (rc != MP_NCCL_SUCCESS)
         mp_cu_lib_failed();
     if (rc != MP_NCCL_SUCCESS && !mp_cu_captured_err("ncclAllReduce", mp_cu.nccl.error_string(rc)))
@@ -325,11 +337,13 @@ static inline void mp_cu_step_body(int s)
         mp_cu.model->forward(&r);
         mp_cu.model->backward(&r);
     }
-    mp_cu_nccl_sum(mp_cu.grads, t->total, MP_NCCL_FLOAT32);
-    mp_cu_nccl_sum(&mp_cu.state->loss_sum, 1, MP_NCCL_FLOAT64);
+    mp_cu_nccl_reduce(mp_cu.grads, t->total, MP_NCCL_FLOAT32, MP_NCCL_SUM);
+    mp_cu_nccl_reduce(&mp_cu.state->loss_sum, 1, MP_NCCL_FLOAT64, MP_NCCL_SUM);
+    if (mp_cu.fp8)                 /* mixed_float8: the amaxes of every rank's micro-batches */
+        mp_cu_nccl_reduce(mp_cu.fp8_at.amax, mp_cu.fp8_at.nslots, MP_NCCL_FLOAT32, MP_NCCL_MAX);
     MpCuUnscale un = {mp_cu.grads, t->total, (t->total + mp_cu.nparts - 1) / mp_cu.nparts,
                       mp_cu.state, mp_cu.part};
-    MpCuDecide de = {mp_cu.state, r.hdr, mp_cu.part, mp_cu.nparts};
+    MpCuDecide de = {mp_cu.state, r.hdr, mp_cu.part, mp_cu.nparts, mp_cu.fp8};
     MpCuUpdate up = {mp_cu.state, mp_cu.tiles, mp_cu.params,
                      {mp_cu.slot[0], mp_cu.slot[1], mp_cu.slot[2]}, mp_cu.grads, mp_cu.arena};
     mp_cu_rows("unscale", mp_cu.nparts, 256, un);
@@ -428,6 +442,7 @@ static inline int64_t mp_cu_layout(unsigned char *mem)
     for (int i = 0; mp_cu.data && i < t->m->ninputs; i++)
         MP_CU_CUT(mp_cu.data[i], unsigned char *, t->data.arr[i].nbytes);
 #undef MP_CU_CUT
+    mp_cu_fp8_layout(mem, &at, t->m->fp8);
     for (int s = 0; s < MP_OPT_SLOTS; s++)
         if (s >= t->nslots)
             mp_cu.slot[s] = NULL;
@@ -531,6 +546,7 @@ static inline void mp_cu_push(MpTrainer *t, MpCuTile *tiles)
     mp_cu_h2d(mp_cu.state, &s, (int64_t)sizeof s);
     mp_cu_h2d(mp_cu.tiles, tiles, mp_cu.ntiles * (int64_t)sizeof *tiles);
     mp_cu_memset(mp_cu.in[2], MP_CU_HDR + mp_cu.model->in_bytes);
+    mp_cu_fp8_push(t->m->fp8);
     mp_cu_wait();
 }
 
@@ -643,6 +659,10 @@ static int mp_cu_start(MpTrainer *t, int host, MpErr *e)
         mp_cu_h2d(mp_cu.data[i], t->data.arr[i].data, t->data.arr[i].nbytes);
     mp_cu_wait();
     mp_cu.started = 1;
+    if (t->m->fp8 && mp_dist_writer())
+        fprintf(stderr, "note: mixed_float8: the products run on Tensor Cores as bf16 products of the "
+                "e4m3 / e5m2 quantised values (the C program's numbers); cuBLASLt's FP8 products are "
+                "not used yet\n");
     return host ? mp_cu_host_mode(t, e) : mp_cu_nccl_open(e) || mp_cu_start_steps(e);
 }
 
@@ -653,6 +673,10 @@ static inline void mp_cu_mirror(MpTrainer *t, const MpCuState *s)
     t->ls = s->ls;
     t->floor_skips = s->floor_skips;
     t->updates = s->updates;
+    if (t->m->fp8) {               /* the log's range of the scales */
+        t->m->fp8->lo = s->fp8_lo;
+        t->m->fp8->hi = s->fp8_hi;
+    }
 }
 
 static int mp_cu_pull(MpTrainer *t, MpErr *e)
@@ -667,6 +691,7 @@ static int mp_cu_pull(MpTrainer *t, MpErr *e)
     mp_cu_d2h(&s, mp_cu.state, (int64_t)sizeof s);
     mp_cu_wait();
     mp_cu_mirror(t, &s);
+    mp_cu_fp8_pull(t->m->fp8);
     return 0;
 }
 
@@ -809,6 +834,8 @@ static int mp_cu_forward(MpRun *run)
     MpCuHdr h = {run->step, 0.0};
     float outs[1 + 64];
     int nm = m->nmetrics < 64 ? m->nmetrics : 64;
+    if (mp_cu.host)                /* the host's trainer ends the steps: its scales */
+        mp_cu_fp8_push(m->fp8);
     mp_cu_h2d(mp_cu.in[2], &h, (int64_t)sizeof h);
     for (int i = 0; i < m->ninputs; i++)
         mp_cu_h2d(r.in + mp_cu.model->in_off[i], m->inputs[i].batch,
@@ -820,6 +847,8 @@ static int mp_cu_forward(MpRun *run)
     if (mp_cu.host && run->training)   /* batch-norm running statistics */
         mp_cu_d2h(t->params, mp_cu.params, t->total * (int64_t)sizeof(float));
     mp_cu_wait();
+    if (mp_cu.host)                /* the amaxes and exponents it saw, back to the host's */
+        mp_cu_fp8_pull(m->fp8);
     run->loss = outs[0];
     for (int j = 0; !run->training && j < nm; j++)
         run->metrics[j] = outs[1 + j];
@@ -835,6 +864,7 @@ static int mp_cu_backward(MpRun *run)
     int rc = mp_cu.model->backward(&r);
     if (!mp_cu.host)
         return rc;
+    mp_cu_fp8_pull(t->m->fp8);
     mp_cu_d2h(mp_cu.hgrads, mp_cu.grads, t->total * (int64_t)sizeof(float));
     mp_cu_wait();
     for (int i = 0; i < t->m->nparams; i++) {

@@ -229,7 +229,7 @@ static inline float mp_fp8_absmax(const void *x, int dt, int64_t n)
 }
 
 /* The largest finite amax slot s has recorded (0: none) */
-static inline float mp_fp8_hist_max(const MpFp8 *f, int s)
+static inline MP_HD float mp_fp8_hist_max(const MpFp8 *f, int s)
 {
     int64_t rows = f->steps < f->history ? f->steps : f->history;
     float a = 0.0f;
@@ -240,18 +240,24 @@ static inline float mp_fp8_hist_max(const MpFp8 *f, int s)
     return a;
 }
 
-/* Slot s (1-based) is read by its first product: its amax enters this
- * step's (training only); its scale is the tensor's own under current
- * scaling and before any history (delayed scaling's first step), else the
- * one mp_fp8_step_end set from the history. */
-static inline void mp_fp8_observe(MpFp8 *f, int s, const void *x, int dt, int64_t n, int training)
+/* Slot s (1-based) is read by its first product: its amax a (NaN or
+ * +inf alike: one that is not finite) enters this step's (training only);
+ * its scale is the tensor's own under current scaling and before any
+ * history (delayed scaling's first step), else the one mp_fp8_step_end set
+ * from the history. mp_fp8_observe here, the CUDA program's
+ * mp_cu_fp8_observe (runtime/mp_cuda_fp8.h) on the device. */
+static inline MP_HD void mp_fp8_merge(MpFp8 *f, int s, float a, int training)
 {
-    float a = mp_fp8_absmax(x, dt, n);
     s--;
     if (training && !(a <= f->amax[s]))         /* a NaN is kept as +inf: it sticks */
         f->amax[s] = a != a ? INFINITY : a;
     if (f->current || f->steps == 0)
         f->exp[s] = mp_fp8_scale_exp(a, (MpFp8Fmt)f->fmt[s], f->margin, f->exp[s]);
+}
+
+static inline void mp_fp8_observe(MpFp8 *f, int s, const void *x, int dt, int64_t n, int training)
+{
+    mp_fp8_merge(f, s, mp_fp8_absmax(x, dt, n), training);
 }
 
 /* The next products are quantised with slots sa and sb (1-based; 0, 0:
@@ -273,7 +279,7 @@ static inline void mp_fp8_use(const MpFp8 *f, int sa, int sb)
  * kept for the log; delayed scaling records each slot's amax (a
  * non-finite one, or none, as 0) and sets the next step's exponent from
  * the largest of the last `history`, or keeps it when they are all 0. */
-static inline void mp_fp8_step_end(MpFp8 *f)
+static inline MP_HD void mp_fp8_step_end(MpFp8 *f)
 {
     f->lo = f->hi = f->nslots ? f->exp[0] : 0;
     for (int s = 1; s < f->nslots; s++) {

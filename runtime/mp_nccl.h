@@ -24,7 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { MP_NCCL_SUCCESS = 0, MP_NCCL_FLOAT32 = 7, MP_NCCL_FLOAT64 = 8, MP_NCCL_SUM = 0 };
+enum { MP_NCCL_SUCCESS = 0, MP_NCCL_FLOAT32 = 7, MP_NCCL_FLOAT64 = 8, MP_NCCL_SUM = 0, MP_NCCL_MAX = 2 };
 
 typedef struct MpNcclId { char internal[128]; } MpNcclId;   /* ncclUniqueId */
 typedef void *MpNcclComm;                                    /* ncclComm_t */

@@ -13,7 +13,8 @@
 #      launch would fail; mnist_mlp also with `nvcc -O3 -arch=sm_90`; the
 #      models with 1024-thread kernels (emu_mid, emu_columns) and
 #      char_transformer also as a debug build (`nvcc -G`: stack frames
-#      allowed, registers x bound still checked);
+#      allowed, registers x bound still checked), and under mixed_float8
+#      for sm_90;
 #      every value's arena offset, and the arena's size, equal the C
 #      program's (one memory plan, memplan.c, for both targets);
 #   2. tests/cuda/blas_abi.cu: the cuBLAS types and values that
@@ -122,7 +123,12 @@ done
 export -f build ptxas_ok
 export MPCC NVCC tmp
 start=$(date +%s)
+# mixed_float8's amax, quantising and step-end kernels (runtime/mp_cuda_fp8.h)
+sed 's/^  precision      = mixed_float16$/  precision      = mixed_float8/' examples/char_transformer.mp \
+    >"$tmp/char_transformer_f8.mp"
+grep -q "mixed_float8" "$tmp/char_transformer_f8.mp" || bad "char_transformer_f8.mp: the precision was not replaced"
 {
+    echo "$tmp/char_transformer_f8.mp char_transformer_f8 -O3 -arch=sm_90 -Xptxas -v"
     for f in examples/*.mp tests/gradcheck/*.mp tests/cuda/emu_mid.mp; do
         echo "$f $(basename "$f" .mp) -Xptxas -v"
     done

@@ -80,6 +80,11 @@
 #  10. recomputation: every example and tests/models model at the smallest
 #      memory budget its plan names, fused and unfused, trains 2 steps to
 #      the same log and checkpoint bytes as without a budget.
+#  11. mixed_float8: the quantised products, scales and checkpoints equal
+#      the C program's (tests/models/mlp_small.mp, delayed and
+#      current scaling; graph, eager, host mode), resume is exact,
+#      --gradcheck passes, three mutants are caught; char_transformer
+#      follows its C program.
 # The builds are most of its time: the runtime part every program shares
 # is compiled once, into precompiled headers, and the small models (runs
 # of milliseconds) and the mutants are built at -O0 (see "building").
@@ -811,6 +816,131 @@ done
 echo "ok   recomputation: $mb_ok models' CUDA programs in the stand-in ($mb_re of them recomputing at" \
     "their smallest budget) train to the same bits with and without it, fused and unfused ($(( $(date +%s) - t10 ))s)"
 [ "$mb_ok" -ge 30 ] && [ "$mb_re" -ge 12 ] || bad "recomputation: too few models checked ($mb_ok, $mb_re recomputing)"
+
+# ---- 11. mixed_float8: the quantised products on the device ----------------------
+# tests/models/mlp_small.mp under delayed(amax_history = 4, margin = 1) and
+# current(margin = 0) scaling (its hidden layer quantised: x and w e4m3,
+# dy e5m2) computes what the C program computes: the log of 12 steps
+# (losses and evaluations to 1e-6, the f32 output layer's sums in another
+# order; the scales' exponents equal), as a graph,
+# eagerly, and in host mode (--check-numerics: the host's trainer ends the
+# steps, the device quantises), and the checkpoint's scales and quantised
+# layer; 6 steps, a checkpoint and 6 more give the 12-step checkpoint's
+# bytes; --gradcheck keeps products exact. Three mutants of the program
+# are caught: operands not rounded to FP8, the device's step end not
+# run (delayed scales never move), host mode not sending the host's
+# scales; a negative control: the mixed_bfloat16 program differs;
+# tests/plan/fp8.mp (a product by fp8_ops, a @ transpose(a)) too. Then
+# char_transformer under mixed_float8 (attention, fused epilogues, the
+# backward's dx products) follows its C program as the other mixed models.
+t11=$(date +%s)
+for v in "delayed|fp8 = delayed(amax_history = 4, margin = 1)" "current|fp8 = current(margin = 0)" \
+    "bf16|precision = mixed_bfloat16"; do
+    l=${v#*|}
+    [ "${v%%|*}" = bf16 ] && p=$l || p="precision = mixed_float8\n  $l"
+    sed "s/^  optimizer = .*/  optimizer = adam(lr = 1e-2)\n  $p/" tests/models/mlp_small.mp >"$tmp/f8_${v%%|*}.mp"
+done
+{
+    for n in delayed current bf16; do
+        echo "emu_build $tmp/f8_$n.mp f8_$n"
+        echo "c_build $tmp/f8_$n.mp f8_$n"
+    done
+    echo "emu_build tests/plan/fp8.mp f8_plan"
+    echo "c_build tests/plan/fp8.mp f8_plan"
+    echo "emu_build examples/char_transformer.mp char_transformer_f8 --precision mixed_float8"
+    echo "c_build examples/char_transformer.mp char_transformer_f8 --precision mixed_float8"
+} | xargs -P 2 -L 1 bash -c '"$@"' _ >"$tmp/f8.builds" 2>&1
+cat "$tmp/f8.builds"
+grep -q "^FAIL" "$tmp/f8.builds" && fail=1
+f8_run() {   # f8_run PROGRAM LOG STEPS [options...]: 12 steps of the synthetic MNIST
+    local prog=$1 log=$2 steps=$3
+    shift 3
+    # shellcheck disable=SC2046
+    "$prog" $(data_of mnist_mlp) $(data_of mnist_mlp --eval) --no-shuffle --steps "$steps" \
+        --log-every 1 --eval-every 4 --log "$log" "$@" >/dev/null 2>"$log.err"
+}
+f8_same() {   # f8_same A.jsonl B.jsonl WHAT: the two logs agree
+    if msg=$(compare "$1" "$2" 1e-6 2>&1); then
+        echo "ok   mixed_float8 $3: the C program's log ($msg)"
+    else
+        bad "mixed_float8 $3: the CUDA program's log differs from the C program's: $msg"
+    fi
+}
+for n in delayed current; do
+    e=$tmp/f8_$n.emu
+    [ -x "$e" ] && [ -x "$tmp/f8_$n.c.out" ] || continue
+    f8_run "$tmp/f8_$n.c.out" "$tmp/f8_$n.c.jsonl" 12 --save "$tmp/f8_$n.c.st" ||
+        { bad "f8_$n: the C program failed"; cat "$tmp/f8_$n.c.jsonl.err"; continue; }
+    f8_run "$e" "$tmp/f8_$n.g.jsonl" 12 --save "$tmp/f8_$n.g.st" ||
+        { bad "f8_$n: the CUDA program failed"; cat "$tmp/f8_$n.g.jsonl.err"; continue; }
+    grep -q "note: mixed_float8: the products run on Tensor Cores as bf16 products" "$tmp/f8_$n.g.jsonl.err" ||
+        bad "f8_$n: no start-up note on how the FP8 products run"
+    f8_same "$tmp/f8_$n.c.jsonl" "$tmp/f8_$n.g.jsonl" "$n, as a graph"
+    MP_CUDA_GRAPH=0 f8_run "$e" "$tmp/f8_$n.e.jsonl" 12 && f8_same "$tmp/f8_$n.c.jsonl" "$tmp/f8_$n.e.jsonl" "$n, eagerly"
+    f8_run "$e" "$tmp/f8_$n.h.jsonl" 12 --check-numerics &&
+        f8_same "$tmp/f8_$n.c.jsonl" "$tmp/f8_$n.h.jsonl" "$n, host mode (--check-numerics)"
+    if msg=$("$PY" - "$tmp/f8_$n.c.st" "$tmp/f8_$n.g.st" 2>&1 <<'EOF2'
+import sys, numpy as np
+sys.path.insert(0, "tests/py")
+import st
+c, g = st.read(sys.argv[1]), st.read(sys.argv[2])
+for k in ("fp8.amax_history", "fp8.scale_exp", "h.weight", "h.bias"):
+    if not np.array_equal(c[k], g[k]):
+        sys.exit(f"{k} differs")
+bad = [k for k in c if not np.allclose(c[k], g[k], rtol=1e-5, atol=1e-7)]
+sys.exit(f"{bad} differ" if bad else 0)
+EOF2
+    ); then
+        echo "ok   mixed_float8 $n: the checkpoint's scales and quantised layer equal the C program's"
+    else
+        bad "mixed_float8 $n: the checkpoint differs from the C program's: $msg"
+    fi
+    f8_run "$e" "$tmp/f8_$n.6.jsonl" 6 --save "$tmp/f8_$n.6.st" &&
+        f8_run "$e" "$tmp/f8_$n.r.jsonl" 12 --resume "$tmp/f8_$n.6.st" --save "$tmp/f8_$n.r.st" &&
+        cmp -s "$tmp/f8_$n.g.st" "$tmp/f8_$n.r.st" &&
+        echo "ok   mixed_float8 $n: 6 steps, a checkpoint and 6 more give the 12-step checkpoint's bytes" ||
+        bad "mixed_float8 $n: resuming is not exact"
+    "$e" --gradcheck >"$tmp/f8_$n.gc" 2>&1 && echo "ok   mixed_float8 $n: --gradcheck (products exact)" ||
+        { bad "mixed_float8 $n: --gradcheck"; tail -n 5 "$tmp/f8_$n.gc"; }
+done
+if [ -x "$tmp/f8_bf16.emu" ] && [ -s "$tmp/f8_delayed.c.jsonl" ]; then
+    f8_run "$tmp/f8_bf16.emu" "$tmp/f8_bf16.g.jsonl" 12
+    compare "$tmp/f8_delayed.c.jsonl" "$tmp/f8_bf16.g.jsonl" 1e-6 >/dev/null 2>&1 &&
+        bad "negative control: the mixed_bfloat16 program's log equals the mixed_float8 C program's" ||
+        echo "ok   negative control: the mixed_bfloat16 program's log differs"
+fi
+f8_mutant() {   # f8_mutant NAME RECIPE WHAT SED [run options]: a program so changed must differ
+    local name=$1 n=$2 what=$3 expr=$4
+    shift 4
+    sed "$expr" "$tmp/f8_$n.cu" >"$tmp/f8_$name.cu"
+    cmp -s "$tmp/f8_$n.cu" "$tmp/f8_$name.cu" && { bad "mutant $name: the sed changed nothing"; return; }
+    "$CXX0" -std=c++17 -O0 -x c++ -DMP_CU_EMU -include tests/cuda/mp_cuda_emu.h "$tmp/f8_$name.cu" \
+        -o "$tmp/f8_$name.emu" -lm 2>"$tmp/f8_$name.err" || { bad "mutant $name does not build"; return; }
+    f8_run "$tmp/f8_$name.emu" "$tmp/f8_$name.jsonl" 12 "$@"
+    compare "$tmp/f8_$n.c.jsonl" "$tmp/f8_$name.jsonl" 1e-6 >/dev/null 2>&1 &&
+        bad "mixed_float8: a mutant passes ($what)" || echo "ok   mixed_float8: a mutant is caught ($what)"
+}
+if [ -s "$tmp/f8_delayed.c.jsonl" ]; then
+    f8_mutant unrounded delayed "operands not rounded to FP8" \
+        's/mp_fp8_round(mp_cu_ld(x, XT, i) \* mp_pow2f(e), fmt) \* mp_pow2f(-e)/mp_cu_ld(x, XT, i)/'
+    f8_mutant no_step_end delayed "the device's step end not run" 's/^ *mp_fp8_step_end(fp8);$//'
+    f8_mutant no_push delayed "host mode not sending the host's scales" \
+        '/the host.s trainer ends the steps: its scales/{n;s/mp_cu_fp8_push(m->fp8);/(void)0;/}' --check-numerics
+fi
+# tests/plan/fp8.mp: x @ w with a parameter w, a @ transpose(a) (one
+# value, one scale, one quantised copy) and p @ a through fp8_ops
+"$PY" -c "import numpy as np, sys; r = np.random.RandomState(5)
+np.save(sys.argv[1] + '/x816.npy', r.randn(64, 16).astype(np.float32))
+np.save(sys.argv[1] + '/t84.npy', r.randn(64, 4).astype(np.float32))" "$tmp"
+if [ -x "$tmp/f8_plan.emu" ] && [ -x "$tmp/f8_plan.c.out" ]; then
+    for prog in c.out emu; do
+        MP_EMU=graph "$tmp/f8_plan.$prog" --data "x=$tmp/x816.npy" --data "t=$tmp/t84.npy" --no-shuffle --steps 12 \
+            --log-every 1 --log "$tmp/f8_plan.$prog.jsonl" >/dev/null 2>&1 || bad "tests/plan/fp8.mp ($prog) failed"
+    done
+    f8_same "$tmp/f8_plan.c.out.jsonl" "$tmp/f8_plan.emu.jsonl" "tests/plan/fp8.mp (x @ w, a @ transpose(a), fp8_ops)"
+fi
+curve char_transformer_f8 6 2e-3 MP_EMU=graph
+echo "ok   mixed_float8 section: $(( $(date +%s) - t11 ))s"
 
 echo "t_cuda_emu: $(( $(date +%s) - start ))s"
 exit $fail

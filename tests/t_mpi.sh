@@ -22,7 +22,9 @@
 #   6. SIGTERM to the ranks (as a scheduler sends it): exit 143, they stop
 #      after the same step, one checkpoint, resume = uninterrupted.
 #   7. The CUDA program through the CPU stand-in (tests/cuda/mp_cuda_emu.h)
-#      with its stand-in NCCL on 2 ranks: the C program's numbers.
+#      with its stand-in NCCL on 2 ranks: the C program's numbers; under
+#      mixed_float8 (amaxes reduced by NCCL's max) one process's with
+#      accumulate 2.
 # Skipped (with a message) only when mpicc or mpirun is missing.
 set -u
 cd "$(dirname "$0")/.."
@@ -206,7 +208,16 @@ case $? in
         bad "the CUDA program with accumulate 2 on one process failed"
     same_run "CUDA program, 2 ranks = one process, accumulate 2" "$tmp/hcu1.jsonl" "$tmp/hcu.jsonl" "$tmp/hcu1.st" "$tmp/hcu.st"
     mpi 2 "$tmp/cu" "${H[@]}" --log "$tmp/hbcu.jsonl" --save "$tmp/hbcu.st" 2>/dev/null || bad "CUDA, overflow run failed"
-    same_run "CUDA program, overflow on rank 1" "$tmp/hn.jsonl" "$tmp/hbcu.jsonl" "$tmp/hn.st" "$tmp/hbcu.st" ;;
+    same_run "CUDA program, overflow on rank 1" "$tmp/hn.jsonl" "$tmp/hbcu.jsonl" "$tmp/hn.st" "$tmp/hbcu.st"
+    # mixed_float8: each rank's amaxes reduced by NCCL's max before the
+    # device's step end, as one process's over its 2 micro-batches
+    CXX=mpicxx EMU_FLAGS=-DMP_USE_MPI emu_trainer tests/models/dp_mlp.mp "$tmp/cu8" --precision mixed_float8 &&
+        mpi 2 "$tmp/cu8" "${D[@]}" --log "$tmp/f8cu.jsonl" --save "$tmp/f8cu.st" 2>/dev/null &&
+        emu_trainer "$tmp/cacc2.mp" "$tmp/cu18" --precision mixed_float8 &&
+        "$tmp/cu18" "${D[@]}" --log "$tmp/f8cu1.jsonl" --save "$tmp/f8cu1.st" 2>/dev/null ||
+        bad "the CUDA program under mixed_float8 on 2 ranks or with accumulate 2 failed"
+    same_run "CUDA program under mixed_float8, 2 ranks = one process, accumulate 2" "$tmp/f8cu1.jsonl" \
+        "$tmp/f8cu.jsonl" "$tmp/f8cu1.st" "$tmp/f8cu.st" ;;
 1)  fail=1 ;;
 esac
 

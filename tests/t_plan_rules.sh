@@ -133,18 +133,18 @@ else
     fail=1
 fi
 warns tests/plan/fp8.mp "warning: fp8 has no effect under precision mixed_bfloat16" --precision mixed_bfloat16
-# The C program quantises (t_fp8_train.sh trains one); the CUDA program's
-# FP8 products are not written: an error (exit 1) rather than a program
-# that trains something else, and no file; a mixed_float8 model with no
-# quantised product is mixed_bfloat16's program.
-"$MPCC" tests/plan/fp8.mp -o "$tmp/fp8.cu" 2>"$tmp/err"
-rc=$?
-if [ $rc = 1 ] && grep -q "fp8.mp:.*precision mixed_float8: the CUDA program does not quantise" "$tmp/err" &&
-    [ ! -e "$tmp/fp8.cu" ] && "$MPCC" tests/plan/fp8.mp --target c -o "$tmp/fp8.c" &&
-    grep -q 'mp_fp8_use(&mp_fp8, 1, 2);' "$tmp/fp8.c"; then
-    echo "ok   tests/plan/fp8.mp: a C program that quantises; no CUDA program yet (exit 1, said so)"
+# Both programs quantise (t_fp8_train.sh trains the C one, t_cuda_emu.sh
+# section 11 runs the CUDA one against it): each product's scales are
+# used, and the CUDA program takes the amax of each of its 11 slots (a @
+# transpose(a): one quantised copy for both operands); a
+# mixed_float8 model with no quantised product is mixed_bfloat16's program.
+if "$MPCC" tests/plan/fp8.mp -o "$tmp/fp8.cu" 2>"$tmp/err" && [ ! -s "$tmp/err" ] &&
+    "$MPCC" tests/plan/fp8.mp --target c -o "$tmp/fp8.c" && grep -q 'mp_fp8_use(&mp_fp8, 1, 2);' "$tmp/fp8.c" &&
+    [ "$(grep -c '^    mp_cu_fp8_observe<' "$tmp/fp8.cu")" = 11 ] &&
+    grep -q 'mp_cu_matmul<MP_BF16, MP_BF16, MP_BF16>([a-z0-9_]*, mp_q0, mp_q0, ' "$tmp/fp8.cu"; then
+    echo "ok   tests/plan/fp8.mp: C and CUDA programs that quantise (11 slots observed; a @ transpose(a) reads one copy)"
 else
-    echo "FAIL tests/plan/fp8.mp: the CUDA target's exit $rc, $(cat "$tmp/err")"
+    echo "FAIL tests/plan/fp8.mp: the programs' quantised products: $(cat "$tmp/err")"
     fail=1
 fi
 if "$MPCC" examples/mnist_cnn.mp --precision mixed_float8 --target c -o "$tmp/cnn.c" 2>"$tmp/err" &&

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """compare_logs.py A.jsonl B.jsonl TOL - two trainers' JSONL logs agree:
-the same lines in the same order; step, loss_scale and skipped equal; the
+the same lines in the same order; step, loss_scale, skipped and
+mixed_float8's scale exponents (fp8_exp_min, fp8_exp_max) equal; the
 loss, evaluation losses and metrics within TOL relative (of the larger
 magnitude, at least 1e-3), but accuracies (a fraction of samples: metrics
 named accuracy or acc) within ACC_TOL absolute: the argmax of two nearly
@@ -48,7 +49,7 @@ def main():
             v = fy.get(k)
             if k in ("samples_per_s", "grad_norm", "lr") or (after and k in ("loss_scale", "skipped")):
                 continue
-            if k in ("step", "loss_scale", "skipped") or u is None or v is None:
+            if k in ("step", "loss_scale", "skipped", "fp8_exp_min", "fp8_exp_max") or u is None or v is None:
                 if u != v:
                     sys.exit("step %s: %s %s against %s" % (x.get("step"), k, u, v))
                 continue

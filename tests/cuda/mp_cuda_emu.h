@@ -880,12 +880,12 @@ template <class Id> inline int mp_emu_nccl_comm_init_rank(void **comm, int n, Id
 inline int mp_emu_nccl_all_reduce(const void *send, void *recv, size_t n, int type, int op,
                                          void *comm, void *stream)
 {
-    if ((type != 7 && type != 8) || op != 0 || !comm || n > (size_t)INT32_MAX)
-        return 4;
+    if ((type != 7 && type != 8) || (op != 0 && op != 2) || !comm || n > (size_t)INT32_MAX)
+        return 4;                  /* ncclFloat32, ncclFloat64; ncclSum, ncclMax */
     MPI_Comm c = ((MpEmuNcclComm *)comm)->c;
     mp_cu_emu_run((cudaStream_t)stream, "ncclAllReduce", [=]() {
         MPI_Allreduce(send == recv ? MPI_IN_PLACE : send, recv, (int)n,
-                      type == 7 ? MPI_FLOAT : MPI_DOUBLE, MPI_SUM, c);
+                      type == 7 ? MPI_FLOAT : MPI_DOUBLE, op ? MPI_MAX : MPI_SUM, c);
     });
     return 0;
 }
