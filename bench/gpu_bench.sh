@@ -13,6 +13,8 @@
 #      8 x 1024, mixed_float16; built by gpu_check.sh, which runs first)
 #      against nanoGPT's model in PyTorch (torch_bench.py --model gpt2), eager
 #      AMP and torch.compile: ms/step, and TFLOP/s by nanoGPT's count;
+#      gpt2_f8: the same model under mixed_float8 (when gpu_check.sh built
+#      it), against the same PyTorch AMP runs;
 #   4. peak device memory: the mpcc program's one allocation and the
 #      process's use as nvidia-smi sees it, against PyTorch's
 #      max_memory_reserved and its process's use.
@@ -90,6 +92,11 @@ if [ -x "$out/check/gpt2s.gpu" ] && [ -f "$out/check/gpt2_tok.bin" ]; then
     mpcc_run gpt2 30 5 --data seq="$out/check/gpt2_tok.bin"
     models="$models gpt2"
 fi
+if [ -x "$out/check/gpt2s_f8.gpu" ] && [ -f "$out/check/gpt2_tok.bin" ]; then   # the FP8 row
+    cp "$out/check/gpt2s_f8.gpu" "$out/gpt2_f8"
+    mpcc_run gpt2_f8 30 5 --data seq="$out/check/gpt2_tok.bin"
+    models="$models gpt2_f8"
+fi
 for m in ${TORCH_MODES:-eager compile compile-cudagraphs}; do   # GPT-2 first: it matters most
     case $models in *gpt2*) [ $m = compile-cudagraphs ] || torch_run gpt2 $m 30 8 ;; esac
     torch_run mnist_mlp $m 2000
@@ -108,6 +115,7 @@ def mpcc(n):
     return {"samples_per_s": sum(sps) / len(sps), "alloc_mib": float(alloc.group(1)) if alloc else None,
             "smi_mib": int(open(f"{d}/{n}.smi").read()), "loss": lines[-1]["loss"]}
 def torch(n, m):
+    n = n.removesuffix("_f8")   # mpcc's mixed_float8 row: against PyTorch's AMP runs
     p = f"{d}/torch_{n}_{m}.json"
     if not os.path.exists(p):
         return "not run"
@@ -121,7 +129,8 @@ flops = {"mnist_mlp": 128 * (2 * 2 * (784 * 512 + 512 * 10) + 2 * 512 * 10),
          "mlp4096": 8192 * (2 * 2 * (4 * 4096 * 4096 + 4096 * 16) + 2 * (3 * 4096 * 4096 + 4096 * 16)),
          # nanoGPT's estimate_mfu: 6 N (parameters less wpe) + 12 L H Q T per token
          "gpt2": 8 * 1024 * (6 * (124475904 - 1024 * 768) + 12 * 12 * 12 * 64 * 1024)}
-batch = {"mnist_mlp": 128, "mlp4096": 8192, "gpt2": 8}
+flops["gpt2_f8"] = flops["gpt2"]
+batch = {"mnist_mlp": 128, "mlp4096": 8192, "gpt2": 8, "gpt2_f8": 8}
 res = {"peak": peak, "models": {}}
 print("| model | program | samples/s | x eager AMP | TFLOP/s | % of cuBLAS peak | device memory (process) |")
 print("| --- | --- | --- | --- | --- | --- | --- |")
@@ -132,7 +141,7 @@ for n in models:
         runs["torch " + mode] = torch(n, mode)
     eager = runs["torch eager"]["samples_per_s"] if isinstance(runs["torch eager"], dict) else None
     for name, r in runs.items():
-        if r == "not run":
+        if r == "not run" or (n.endswith("_f8") and name != "mpcc"):   # PyTorch's rows: gpt2's
             continue
         if not r:
             print(f"| {n} | {name} | failed | | | | |")

@@ -24,7 +24,9 @@
 #   5. GPT-2 small (GPT2=path, default examples/gpt2.mp, when it exists):
 #      the device memory it needs, its attention on Tensor Cores
 #      (mp_cuda_flash.h), 2 steps as the C program's (5e-2), then
-#      GPT2_STEPS steps for speed (see the section for its parameters).
+#      GPT2_STEPS steps for speed (see the section for its parameters);
+#      the same under mixed_float8 (GPT2_F8=0: not), and mnist_mlp and
+#      char_transformer under mixed_float8 in (2) and memcheck.
 # Writes bench/out/check/. Takes about 6 minutes on an H200 with 16 cores
 # (133 s there with the programs built ahead: the second GPU run).
 #
@@ -80,6 +82,9 @@ export NVCC ARCH out
         n=$(basename "$f" .mp)
         echo "$f $n"
         echo "$f ${n}_f32 --precision float32"
+    done
+    for n in mnist_mlp char_transformer; do   # mixed_float8 (runtime/mp_cuda_fp8.h)
+        echo "examples/$n.mp ${n}_f8 --precision mixed_float8"
     done
 } | xargs -P "$(nproc)" -L 1 bash -c 'build "$@"' _ | tee "$out/builds"
 grep -q FAIL "$out/builds" && fail=1
@@ -174,13 +179,41 @@ np.random.RandomState(3).randint(0, 50257, 1 << 20).astype('<u2').tofile('$out/g
     nvidia-smi -L | grep -q A100 && dev=a100
     echo "GPT-2 small predicted (mpcc --dump-plan=cost --gpu $dev):"
     ./mpcc "$out/gpt2s.mp" --precision mixed_float16 --dump-plan=cost --gpu $dev | tail -n 4
+    gpt2_f8 "$d" "$steps"
+}
+# GPT-2 small under mixed_float8 (GPT2_F8=0: not): 2 steps against the C
+# program's, then the same timed steps (gpu_bench.sh's FP8 row)
+gpt2_f8() {   # gpt2_f8 DATA STEPS
+    local d=$1 steps=$2
+    [ "${GPT2_F8:-1}" = 1 ] || return 0
+    build "$out/gpt2s.mp" gpt2s_f8 --precision mixed_float8 | tee -a "$out/builds"
+    [ -x "$out/gpt2s_f8.gpu" ] || return
+    if [ ! -s "$out/gpt2s_f8.cpu.jsonl" ]; then
+        # shellcheck disable=SC2086
+        "$out/gpt2s_f8.cpu" $d --no-shuffle --steps 2 --log-every 1 --log "$out/gpt2s_f8.cpu.jsonl" >/dev/null 2>&1 ||
+            { bad "GPT-2 mixed_float8: the C program's 2 steps failed"; rm -f "$out/gpt2s_f8.cpu.jsonl"; return; }
+    fi
+    gpu || return 0
+    # shellcheck disable=SC2086
+    "$out/gpt2s_f8.gpu" $d --no-shuffle --steps 2 --log-every 1 --log "$out/gpt2s_f8.gpu.jsonl" \
+        >/dev/null 2>"$out/gpt2s_f8.err" || { bad "GPT-2 mixed_float8: a run failed:"; cat "$out/gpt2s_f8.err"; return; }
+    if msg=$(compare "$out/gpt2s_f8.cpu.jsonl" "$out/gpt2s_f8.gpu.jsonl" 5e-2 2>&1); then
+        echo "ok   GPT-2 mixed_float8: 2 steps as the C program's, $msg"
+    else
+        bad "GPT-2 mixed_float8: $msg"
+    fi
+    # shellcheck disable=SC2086
+    "$out/gpt2s_f8.gpu" $d --steps "$steps" --log-every 10 >"$out/gpt2s_f8.speed" 2>&1 ||
+        { bad "GPT-2 mixed_float8: $steps steps failed:"; tail -n 5 "$out/gpt2s_f8.speed"; return; }
+    echo "GPT-2 small under mixed_float8 on the GPU (samples/s of 1024 tokens):"
+    tail -n 3 "$out/gpt2s_f8.speed"
 }
 [ "${GPT2_FIRST:-0}" = 1 ] && gpt2_check
 
 # ---- 2. loss curves against the C program ------------------------------------------------------
 for f in examples/*.mp; do
     b=$(basename "$f" .mp)
-    for n in "$b" "${b}_f32"; do
+    for n in "$b" "${b}_f32" "${b}_f8"; do
         [ -x "$out/$n.gpu" ] && [ -x "$out/$n.cpu" ] || continue
         tol=5e-2
         [ "$n" = "${b}_f32" ] || [ "$b" = digits_mlp ] && tol=1e-4
@@ -238,6 +271,7 @@ elif [ -x "$SAN" ]; then
     export SAN
     {   # (six at a time)
         for f in examples/*.mp; do echo "memcheck $(basename "$f" .mp) 1"; echo "memcheck $(basename "$f" .mp) 0"; done
+        echo "memcheck char_transformer_f8 1"
         for n in mnist_cnn char_transformer; do
             for tool in racecheck synccheck initcheck; do echo "$tool $n 0"; done
         done
