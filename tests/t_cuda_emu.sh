@@ -85,6 +85,8 @@
 #      current scaling; graph, eager, host mode), resume is exact,
 #      --gradcheck passes, three mutants are caught; char_transformer
 #      follows its C program.
+#  12. bench/nudge.py and compare_logs.py's envelope (bench/gpu_check.sh's
+#      rule for trainings that part from themselves).
 # The builds are most of its time: the runtime part every program shares
 # is compiled once, into precompiled headers, and the small models (runs
 # of milliseconds) and the mutants are built at -O0 (see "building").
@@ -941,6 +943,50 @@ if [ -x "$tmp/f8_plan.emu" ] && [ -x "$tmp/f8_plan.c.out" ]; then
 fi
 curve char_transformer_f8 6 2e-3 MP_EMU=graph
 echo "ok   mixed_float8 section: $(( $(date +%s) - t11 ))s"
+
+# ---- 12. bench/gpu_check.sh's rule for trainings that part from themselves ----------
+# bench/nudge.py moves one element of each tensor by an ulp of f16 (whose
+# working copies would round an f32 ulp away): mnist_mlp's C program from
+# those parameters starts within 1e-5 of its own run, not on it;
+# compare_logs.py's envelope (A B TOL STRICT DRIFT A2 FACTOR) lets a
+# log part from A by FACTOR times what A2 parted by up to that line, and no
+# more: a log 1.5 times as far as a chaotic A2 passes (and fails without
+# the envelope), a jump of 30% where A2 parted by 0.1% fails.
+nudge_check() {   # the mnist_mlp C program from nudged parameters: step 1 just apart
+    local n=mnist_mlp i
+    [ -x "$tmp/$n.c.out" ] || return 0
+    # shellcheck disable=SC2046
+    "$tmp/$n.c.out" $(data_of $n) --steps 0 --save "$tmp/nudge.init.st" >/dev/null 2>&1 &&
+        "$PY" bench/nudge.py --bits 10 "$tmp/nudge.init.st" "$tmp/nudge.st" >/dev/null || return 1
+    for i in init.st st; do
+        # shellcheck disable=SC2046
+        "$tmp/$n.c.out" $(data_of $n) --init "$tmp/nudge.$i" --no-shuffle --steps 3 --log-every 1 \
+            --log "$tmp/nudge.$i.jsonl" >/dev/null 2>&1 || return 1
+    done
+    "$PY" - "$tmp/nudge.init.st.jsonl" "$tmp/nudge.st.jsonl" <<'EOF2'
+import json, sys
+a, b = ([json.loads(l)["loss"] for l in open(p)] for p in sys.argv[1:3])
+r = abs(a[0] - b[0]) / a[0]
+sys.exit(0 if 0 < r < 1e-5 else f"step 1 apart by {r}")
+EOF2
+}
+nudge_check && echo "ok   bench/nudge.py: the run from nudged parameters starts apart, within 1e-5" ||
+    bad "bench/nudge.py: the nudged run does not start just apart"
+"$PY" - "$tmp" <<'EOF2'
+import json, sys
+d = sys.argv[1]
+a = [2.3562248, 2.3727798, 2.5407383, 2.7170305, 2.7515514, 2.4622612, 3.180519, 2.9166076]
+a2 = [2.3562243, 2.372838, 2.5435772, 2.717949, 2.8066087, 2.4517212, 3.0602994, 3.0960376]
+for name, vals in (("a", a), ("a2", a2), ("b", [x + 1.5 * (y - x) for x, y in zip(a, a2)]),
+                   ("jump", [x * (1.3 if i == 3 else 1.0) for i, x in enumerate(a)])):
+    with open(f"{d}/env_{name}.jsonl", "w") as f:
+        for i, v in enumerate(vals):
+            f.write(json.dumps({"step": i + 1, "loss": v, "loss_scale": 1, "skipped": 0}) + "\n")
+EOF2
+env_cmp() { compare "$tmp/env_a.jsonl" "$tmp/env_$1.jsonl" 1e-4 1 5e-2 "${@:2}" >/dev/null 2>&1; }
+env_cmp b "$tmp/env_a2.jsonl" 4 && ! env_cmp b && ! env_cmp jump "$tmp/env_a2.jsonl" 4 &&
+    echo "ok   compare_logs.py's envelope: 1.5x a chaotic run's parting passes (not without it), a 30% jump fails" ||
+    bad "compare_logs.py's envelope of a nudged run"
 
 echo "t_cuda_emu: $(( $(date +%s) - start ))s"
 exit $fail
