@@ -29,8 +29,10 @@
 #      the device memory it needs, its attention on Tensor Cores
 #      (mp_cuda_flash.h), 2 steps as the C program's (5e-2), then
 #      GPT2_STEPS steps for speed (see the section for its parameters);
-#      the same under mixed_float8 (GPT2_F8=0: not), and mnist_mlp and
-#      char_transformer under mixed_float8 in (2) and memcheck.
+#      the same under mixed_float8 (GPT2_F8=0: not), its products through
+#      cuBLASLt's FP8 ones and again as bf16 products (MP_CUDA_FP8=bf16),
+#      and mnist_mlp and char_transformer under mixed_float8 in (2) and
+#      memcheck.
 # Writes bench/out/check/. Takes about 6 minutes on an H200 with 16 cores
 # (133 s there with the programs built ahead: the second GPU run).
 #
@@ -210,7 +212,18 @@ gpt2_f8() {   # gpt2_f8 DATA STEPS
     "$out/gpt2s_f8.gpu" $d --steps "$steps" --log-every 10 >"$out/gpt2s_f8.speed" 2>&1 ||
         { bad "GPT-2 mixed_float8: $steps steps failed:"; tail -n 5 "$out/gpt2s_f8.speed"; return; }
     echo "GPT-2 small under mixed_float8 on the GPU (samples/s of 1024 tokens):"
+    grep "note: mixed_float8" "$out/gpt2s_f8.speed"
     tail -n 3 "$out/gpt2s_f8.speed"
+    # the same with the products as bf16 products of the quantised values
+    # shellcheck disable=SC2086
+    MP_CUDA_FP8=bf16 "$out/gpt2s_f8.gpu" $d --no-shuffle --steps 2 --log-every 1 \
+        --log "$out/gpt2s_f8b.gpu.jsonl" >/dev/null 2>&1 &&
+        msg=$(compare "$out/gpt2s_f8.cpu.jsonl" "$out/gpt2s_f8b.gpu.jsonl" 5e-2 2>&1) &&
+        echo "ok   GPT-2 mixed_float8 (MP_CUDA_FP8=bf16): 2 steps as the C program's, $msg" ||
+        bad "GPT-2 mixed_float8 (MP_CUDA_FP8=bf16): ${msg:-the run failed}"
+    # shellcheck disable=SC2086
+    MP_CUDA_FP8=bf16 "$out/gpt2s_f8.gpu" $d --steps "$steps" --log-every 10 >"$out/gpt2s_f8b.speed" 2>&1 &&
+        { echo "... with MP_CUDA_FP8=bf16:"; tail -n 3 "$out/gpt2s_f8b.speed"; }
 }
 [ "${GPT2_FIRST:-0}" = 1 ] && gpt2_check
 

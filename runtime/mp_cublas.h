@@ -188,4 +188,94 @@ static inline MpBlasArgs mp_blas_args(const MpCuGemm *g)
     return a;
 }
 
+/* ---- cuBLASLt: mixed_float8's FP8 products (sm_89 and later) ---------------
+ * The few types, values and functions of cublasLt.h that the FP8 products
+ * use (runtime/mp_cuda_fp8.h): a matmul descriptor (f32 compute and scale
+ * type, the two operations, each FP8 operand's scale by device pointer),
+ * four matrix layouts, a preference (the workspace's size) and one
+ * heuristic's algorithm. tests/cuda/blas_abi.cu checks them against the
+ * real header, as cuBLAS's above. */
+enum {
+    MP_BLAS_R_8F_E4M3 = 28, MP_BLAS_R_8F_E5M2 = 29,     /* cudaDataType */
+    MP_LT_DESC_TRANSA = 3, MP_LT_DESC_TRANSB = 4,       /* cublasLtMatmulDescAttributes_t */
+    MP_LT_DESC_A_SCALE_POINTER = 17, MP_LT_DESC_B_SCALE_POINTER = 18,
+    MP_LT_PREF_MAX_WORKSPACE_BYTES = 1,                 /* cublasLtMatmulPreferenceAttributes_t */
+};
+
+typedef void *MpLtHandle, *MpLtDesc, *MpLtLayout, *MpLtPref;   /* cublasLt..._t */
+typedef struct MpLtAlgo { uint64_t data[8]; } MpLtAlgo;        /* cublasLtMatmulAlgo_t */
+typedef struct MpLtHeuristic {                                 /* cublasLtMatmulHeuristicResult_t */
+    MpLtAlgo algo;
+    size_t workspace_size;
+    MpBlasStatus state;
+    float waves;
+    int reserved[4];
+} MpLtHeuristic;
+
+typedef MpBlasStatus (*MpLtCreateFn)(MpLtHandle *);
+typedef MpBlasStatus (*MpLtDescCreateFn)(MpLtDesc *, int, int);
+typedef MpBlasStatus (*MpLtDescDestroyFn)(MpLtDesc);
+typedef MpBlasStatus (*MpLtDescSetFn)(MpLtDesc, int, const void *, size_t);
+typedef MpBlasStatus (*MpLtLayoutCreateFn)(MpLtLayout *, int, uint64_t, uint64_t, int64_t);
+typedef MpBlasStatus (*MpLtLayoutDestroyFn)(MpLtLayout);
+typedef MpBlasStatus (*MpLtPrefCreateFn)(MpLtPref *);
+typedef MpBlasStatus (*MpLtPrefDestroyFn)(MpLtPref);
+typedef MpBlasStatus (*MpLtPrefSetFn)(MpLtPref, int, const void *, size_t);
+typedef MpBlasStatus (*MpLtHeuristicFn)(MpLtHandle, MpLtDesc, MpLtLayout, MpLtLayout, MpLtLayout,
+                                        MpLtLayout, MpLtPref, int, MpLtHeuristic *, int *);
+typedef MpBlasStatus (*MpLtMatmulFn)(MpLtHandle, MpLtDesc, const void *, const void *, MpLtLayout,
+                                     const void *, MpLtLayout, const void *, const void *, MpLtLayout,
+                                     void *, MpLtLayout, const MpLtAlgo *, void *, size_t,
+                                     struct CUstream_st *);
+
+typedef struct MpBlasLt {
+    void *lib;
+    MpLtCreateFn create;
+    MpLtDescCreateFn desc_create;
+    MpLtDescDestroyFn desc_destroy;
+    MpLtDescSetFn desc_set;
+    MpLtLayoutCreateFn layout_create;
+    MpLtLayoutDestroyFn layout_destroy;
+    MpLtPrefCreateFn pref_create;
+    MpLtPrefDestroyFn pref_destroy;
+    MpLtPrefSetFn pref_set;
+    MpLtHeuristicFn heuristic;
+    MpLtMatmulFn matmul;
+} MpBlasLt;
+
+static const char *const mp_blaslt_names[] = {
+    "libcublasLt.so.13", "libcublasLt.so.12", "libcublasLt.so",
+    "/usr/local/cuda/lib64/libcublasLt.so.13", "/usr/local/cuda/lib64/libcublasLt.so.12",
+    "/usr/local/cuda/lib64/libcublasLt.so",
+};
+
+/* Loads cuBLASLt into *b (beside cuBLAS, which loads it too): 0, or -1 with
+ * one line in msg. */
+static inline int mp_blaslt_load(MpBlasLt *b, char *msg, size_t cap)
+{
+    int n = (int)(sizeof mp_blaslt_names / sizeof mp_blaslt_names[0]);
+    memset(b, 0, sizeof *b);
+    for (int i = 0; !b->lib && i < n; i++)
+        b->lib = dlopen(mp_blaslt_names[i], RTLD_NOW | RTLD_LOCAL);
+    if (!b->lib) {
+        snprintf(msg, cap, "cannot load cuBLASLt (libcublasLt.so.13, .so.12 or .so)");
+        return -1;
+    }
+    const MpDlSym syms[] = {
+        {(void **)&b->create, "cublasLtCreate"},
+        {(void **)&b->desc_create, "cublasLtMatmulDescCreate"},
+        {(void **)&b->desc_destroy, "cublasLtMatmulDescDestroy"},
+        {(void **)&b->desc_set, "cublasLtMatmulDescSetAttribute"},
+        {(void **)&b->layout_create, "cublasLtMatrixLayoutCreate"},
+        {(void **)&b->layout_destroy, "cublasLtMatrixLayoutDestroy"},
+        {(void **)&b->pref_create, "cublasLtMatmulPreferenceCreate"},
+        {(void **)&b->pref_destroy, "cublasLtMatmulPreferenceDestroy"},
+        {(void **)&b->pref_set, "cublasLtMatmulPreferenceSetAttribute"},
+        {(void **)&b->heuristic, "cublasLtMatmulAlgoGetHeuristic"},
+        {(void **)&b->matmul, "cublasLtMatmul"},
+    };
+    return mp_dl_syms(b->lib, syms, sizeof syms / sizeof syms[0], "cuBLASLt",
+                      "cuBLAS 12 or later is needed", msg, cap);
+}
+
 #endif

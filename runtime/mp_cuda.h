@@ -132,6 +132,14 @@ typedef struct MpCuTile {
     int64_t work_at;               /* the copy of element `start`, bytes into the arena */
 } MpCuTile;
 
+/* mixed_float8 with cuBLASLt: an operand the next product quantises
+ * (mp_cuda_fp8.h), x[0..n) of type xt with scale slot `slot` */
+typedef struct MpCuFp8Src {
+    const void *x;
+    int xt, slot;
+    int64_t n;
+} MpCuFp8Src;
+
 typedef struct MpCu {
     MpTrainer *t;
     const MpCuModel *model;
@@ -177,7 +185,14 @@ typedef struct MpCu {
     MpFp8 fp8_at;                  /* ... its arrays' device addresses, */
     float *fp8_part;               /* ... a tensor's amax in parts, */
     uint16_t *fp8_q[2];            /* ... a product's two quantised operands (bf16), */
-    int64_t fp8_need;              /* ... and their bytes (measured as mp_cu_ws) */
+    int64_t fp8_need;              /* ... and their bytes (measured as mp_cu_ws); */
+    int fp8_lt;                    /* ... 1: FP8 products through cuBLASLt (sm_89 on), */
+    MpBlasLt lt;
+    MpLtHandle lt_handle;
+    MpCuFp8Src fp8_src[2];         /* ... the operands the next product quantises, */
+    unsigned char *fp8_b[2];       /* ... as e4m3 / e5m2 bytes, */
+    float *fp8_scale;              /* ... each one's 2^-e (cuBLASLt's scale pointers) */
+    int cc;                        /* the GPU's compute capability, 10 major + minor */
 } MpCu;
 
 MP_STATE MpCu mp_cu;          /* both parts use it (mp_model.h) */
@@ -938,12 +953,18 @@ static inline MpBlasStatus mp_cu_blas_gemm(const MpBlasArgs *a, float alpha, flo
 #endif
 }
 
+static inline int mp_cu_fp8_product(const MpCuGemm *g);   /* mp_cuda_fp8.h */
+
 /* The one entry point for products: C = alpha op(A) op(B) + beta C. When
  * cuBLAS cannot do them on this GPU (NOT_SUPPORTED, ARCH_MISMATCH) every
- * product from then on is the built-in one, after one note. */
+ * product from then on is the built-in one, after one note. A product of
+ * mixed_float8's operands waiting to be quantised is cuBLASLt's FP8
+ * product where it can be (mp_cu_fp8_product). */
 static inline void mp_cu_gemm(const MpCuGemm *g)
 {
     if (mp_cu.measure || g->M <= 0 || g->N <= 0 || g->batch <= 0)
+        return;
+    if (mp_cu.fp8_src[0].x && mp_cu_fp8_product(g))
         return;
     if (!mp_cu.blas_off && mp_blas_can(g)) {
         MpBlasArgs a = mp_blas_args(g);
@@ -1025,6 +1046,7 @@ static inline int mp_cu_open(MpErr *e)
     if ((rc = cudaSetDevice(d)) != cudaSuccess || (rc = cudaGetDeviceProperties(&prop, d)) != cudaSuccess)
         return mp_errf(e, "no CUDA device: device %d: %s", d, cudaGetErrorString(rc));
     mp_cu.sms = prop.multiProcessorCount;
+    mp_cu.cc = prop.major * 10 + prop.minor;
     snprintf(mp_cu.device, sizeof mp_cu.device, "%s", prop.name);
     const char *sync = getenv("MP_CUDA_SYNC");
     mp_cu.sync = sync && *sync == '1';

@@ -29,9 +29,19 @@
  * alpha (mp_kernels_gemm.h): the same value, barring sums below f32's
  * normal range, in either program's order of summation.
  *
- * What this is not yet: cuBLASLt's FP8 products (e4m3 / e5m2 bytes with
- * scale pointers, twice bf16's rate on sm_89 and later). The program says
- * so when it starts. */
+ * On sm_89 and later GPUs (cuBLASLt loaded; MP_CUDA_FP8=bf16 says no) the
+ * products are cuBLASLt's FP8 ones instead, as PRECISION.md asks:
+ * mp_cu_fp8_quant only notes its operand (MpCuFp8Src), and the product's
+ * own call (mp_cu_gemm -> mp_cu_fp8_product) quantises both operands to
+ * e4m3 / e5m2 bytes, each in the layout cuBLASLt's FP8 kernels take (A
+ * transposed, B not: "TN"; an operand stored the other way is transposed
+ * while it is quantised), with 2^-e as the operand's scale by device
+ * pointer, and runs cublasLtMatmul with f32 accumulation. A product of
+ * sizes it cannot take (not multiples of 16, batched, two e5m2 operands)
+ * runs as a bf16 product of the quantised values, as above; so does every
+ * product after cuBLASLt refuses one, with a note. Either way a product
+ * sums q_a q_b times 2^-(ea + eb): the C program's numbers, in another
+ * order of summation. The program says at start-up which way it runs. */
 #ifndef MP_CUDA_FP8_H
 #define MP_CUDA_FP8_H
 
@@ -111,20 +121,244 @@ struct MpCuFp8Quant {
     }
 };
 
+/* The bf16 copy of pending operand k (src): the quantised values, scaled back */
+template <int XT>
+static inline void mp_cu_fp8_bf16(int k, const MpCuFp8Src *src)
+{
+    MpCuFp8Quant<XT> f = {mp_cu.fp8_q[k], src->x, mp_cu.fp8, src->slot};
+    mp_cu_each("fp8_quantise", src->n, f);
+}
+
 /* Operand k (0, 1) of the next product, x[0..n) quantised with slot s: its
  * bf16 copy in the fp8 workspace (NULL in measure mode, which notes the
- * bytes). */
+ * bytes); with cuBLASLt, that address stands for the operand, which the
+ * product quantises (mp_cu_fp8_product). */
 template <int XT>
 static inline const uint16_t *mp_cu_fp8_quant(int k, int s, const void *x, int64_t n)
 {
     int64_t bytes = mp_cu_round_up(n * 2);
+    MpCuFp8Src src = {x, XT, s, n};
     if (bytes > mp_cu.fp8_need)
         mp_cu.fp8_need = bytes;
     if (mp_cu.measure || n <= 0)
         return mp_cu.fp8_q[k];
-    MpCuFp8Quant<XT> f = {mp_cu.fp8_q[k], x, mp_cu.fp8, s};
-    mp_cu_each("fp8_quantise", n, f);
+    if (mp_cu.fp8_lt)
+        mp_cu.fp8_src[k] = src;
+    else
+        mp_cu_fp8_bf16<XT>(k, &src);
     return mp_cu.fp8_q[k];
+}
+
+/* ---- cuBLASLt's FP8 products -------------------------------------------------- */
+
+/* q[r C + c] = fp8(x[i] 2^e), i = r C + c, or c R + r for the transposed
+ * copy (x is [C, R], q [R, C]); the first element also stores 2^-e, the
+ * dequantising scale cuBLASLt multiplies by */
+template <int XT>
+struct MpCuFp8Bytes {
+    unsigned char *q;
+    const void *x;
+    const MpFp8 *f;
+    float *scale;
+    int64_t R, C;
+    int s, trans;
+    MP_HD void operator()(int64_t i) const
+    {
+        int e = f->exp[s - 1];
+        int64_t at = trans ? i % C * R + i / C : i;
+        q[i] = mp_f32_to_fp8(mp_cu_ld(x, XT, at) * mp_pow2f(e), (MpFp8Fmt)f->fmt[s - 1]);
+        if (i == 0)
+            *scale = mp_pow2f(-e);
+    }
+};
+
+template <int XT>
+static inline void mp_cu_fp8_bytes_t(int k, const MpCuFp8Src *src, int64_t R, int64_t C, int trans)
+{
+    MpCuFp8Bytes<XT> f = {mp_cu.fp8_b[k], src->x, mp_cu.fp8, mp_cu.fp8_scale + k, R, C, src->slot, trans};
+    mp_cu_each("fp8_bytes", R * C, f);
+}
+
+/* The operand of pending src as e4m3 / e5m2 bytes [R, C] in fp8_b[k] (x
+ * is [C, R] when trans), its scale in fp8_scale[k] */
+static inline void mp_cu_fp8_bytes(int k, const MpCuFp8Src *src, int64_t R, int64_t C, int trans)
+{
+    if (src->xt == MP_F32)
+        mp_cu_fp8_bytes_t<MP_F32>(k, src, R, C, trans);
+    else if (src->xt == MP_F16)
+        mp_cu_fp8_bytes_t<MP_F16>(k, src, R, C, trans);
+    else
+        mp_cu_fp8_bytes_t<MP_BF16>(k, src, R, C, trans);
+}
+
+/* The pending operands' bf16 copies (a product cuBLASLt does not take) */
+static inline void mp_cu_fp8_settle(void)
+{
+    for (int k = 0; k < 2; k++) {
+        const MpCuFp8Src *src = &mp_cu.fp8_src[k];
+        if (src->x && src->xt == MP_F32)
+            mp_cu_fp8_bf16<MP_F32>(k, src);
+        else if (src->x && src->xt == MP_F16)
+            mp_cu_fp8_bf16<MP_F16>(k, src);
+        else if (src->x)
+            mp_cu_fp8_bf16<MP_BF16>(k, src);
+        mp_cu.fp8_src[k].x = NULL;
+    }
+}
+
+static inline MpFp8Fmt mp_cu_fp8_fmt(int slot) { return (MpFp8Fmt)mp_cu.t->m->fp8->fmt[slot - 1]; }
+
+/* cuBLASLt's D = alpha sa sb op(A) op(B) + beta C (C and D the same),
+ * column-major with A transposed and B not: A [k, m] (ld k) and B [k, n]
+ * (ld k) of e4m3 / e5m2 bytes, their scales sa, sb by device pointer. */
+typedef struct MpCuLt {
+    int m, n, k;
+    float alpha, beta;
+    const unsigned char *A; int atype; const float *sa;
+    const unsigned char *B; int btype; const float *sb;
+    void *C; int ctype, ldc;
+} MpCuLt;
+
+#ifdef MP_CU_EMU
+/* What cuBLASLt's FP8 product does, and what it refuses (NOT_SUPPORTED):
+ * sizes not multiples of 16, two e5m2 operands, an output that is not
+ * f32 / f16 / bf16 (its "TN" rule holds by construction here). */
+static inline MpBlasStatus mp_cu_emu_lt(const MpCuLt *l)
+{
+    int ok_c = l->ctype == MP_BLAS_R_32F || l->ctype == MP_BLAS_R_16F || l->ctype == MP_BLAS_R_16BF;
+    if (l->m % 16 || l->n % 16 || l->k % 16 || l->ldc % 16 || !ok_c
+        || (l->atype == MP_BLAS_R_8F_E5M2 && l->btype == MP_BLAS_R_8F_E5M2) || mp_emu_fail("lt"))
+        return MP_BLAS_STATUS_NOT_SUPPORTED;
+    MpCuLt c = *l;
+    mp_cu_emu_run(mp_cu.st, "cublasLtMatmul", [=]() {
+        std::vector<float> a((size_t)c.k * c.m), b((size_t)c.k * c.n);
+        MpFp8Fmt fa = c.atype == MP_BLAS_R_8F_E5M2 ? MP_E5M2 : MP_E4M3;
+        MpFp8Fmt fb = c.btype == MP_BLAS_R_8F_E5M2 ? MP_E5M2 : MP_E4M3;
+        for (size_t i = 0; i < a.size(); i++)
+            a[i] = mp_fp8_to_f32(c.A[i], fa);
+        for (size_t i = 0; i < b.size(); i++)
+            b[i] = mp_fp8_to_f32(c.B[i], fb);
+        MpBlasArgs g = {MP_BLAS_OP_T, MP_BLAS_OP_N, c.m, c.n, c.k, a.data(), MP_BLAS_R_32F, c.k, 0,
+                        b.data(), MP_BLAS_R_32F, c.k, 0, c.C, c.ctype, c.ldc, 0, 1};
+        mp_cu_emu_gemm(&g, c.alpha * *c.sa * *c.sb, c.beta);
+    });
+    return MP_BLAS_STATUS_SUCCESS;
+}
+#endif
+
+/* One FP8 product through cuBLASLt: its status (NOT_SUPPORTED when no
+ * algorithm takes it). */
+static inline MpBlasStatus mp_cu_lt(const MpCuLt *l)
+{
+#ifdef MP_CU_EMU
+    return mp_cu_emu_lt(l);
+#else
+    MpBlasLt *lt = &mp_cu.lt;
+    MpLtDesc d = NULL;
+    MpLtLayout la = NULL, lb = NULL, lc = NULL;
+    MpLtPref pref = NULL;
+    MpLtHeuristic h;
+    int ta = MP_BLAS_OP_T, tb = MP_BLAS_OP_N, found = 0;
+    size_t ws = MP_CU_BLAS_WS;
+    MpBlasStatus s = lt->desc_create(&d, MP_BLAS_COMPUTE_32F, MP_BLAS_R_32F);
+    if (!s) s = lt->desc_set(d, MP_LT_DESC_TRANSA, &ta, sizeof ta);
+    if (!s) s = lt->desc_set(d, MP_LT_DESC_TRANSB, &tb, sizeof tb);
+    if (!s) s = lt->desc_set(d, MP_LT_DESC_A_SCALE_POINTER, &l->sa, sizeof l->sa);
+    if (!s) s = lt->desc_set(d, MP_LT_DESC_B_SCALE_POINTER, &l->sb, sizeof l->sb);
+    if (!s) s = lt->layout_create(&la, l->atype, (uint64_t)l->k, (uint64_t)l->m, l->k);
+    if (!s) s = lt->layout_create(&lb, l->btype, (uint64_t)l->k, (uint64_t)l->n, l->k);
+    if (!s) s = lt->layout_create(&lc, l->ctype, (uint64_t)l->m, (uint64_t)l->n, l->ldc);
+    if (!s) s = lt->pref_create(&pref);
+    if (!s) s = lt->pref_set(pref, MP_LT_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
+    if (!s) s = lt->heuristic(mp_cu.lt_handle, d, la, lb, lc, lc, pref, 1, &h, &found);
+    if (!s && found < 1)
+        s = MP_BLAS_STATUS_NOT_SUPPORTED;
+    if (!s)
+        s = lt->matmul(mp_cu.lt_handle, d, &l->alpha, l->A, la, l->B, lb, &l->beta, l->C, lc, l->C, lc,
+                       &h.algo, mp_cu.blas_ws, ws, mp_cu.st);
+    if (pref) lt->pref_destroy(pref);
+    if (lc) lt->layout_destroy(lc);
+    if (lb) lt->layout_destroy(lb);
+    if (la) lt->layout_destroy(la);
+    if (d) lt->desc_destroy(d);
+    return s;
+#endif
+}
+
+/* mp_cu_gemm's product g of the pending operands: 1 when cuBLASLt ran it
+ * in FP8; 0 when it is left to the bf16 product, with the operands' bf16
+ * copies made. Our row-major C = op(A) op(B) is cuBLAS's column-major
+ * C^T = op(B)^T op(A)^T (mp_blas_args): cuBLASLt's A is our B, which its
+ * "TN" rule wants as [N, K] (our tb = 1), and its B our A as [M, K] (our
+ * ta = 0); an operand stored the other way is quantised transposed. */
+static inline int mp_cu_fp8_product(const MpCuGemm *g)
+{
+    int ka = g->A == mp_cu.fp8_q[0] ? 0 : g->A == mp_cu.fp8_q[1] ? 1 : -1;
+    int kb = g->B == mp_cu.fp8_q[0] ? 0 : g->B == mp_cu.fp8_q[1] ? 1 : -1;
+    const MpCuFp8Src *a = ka >= 0 ? &mp_cu.fp8_src[ka] : NULL, *b = kb >= 0 ? &mp_cu.fp8_src[kb] : NULL;
+    int ctype = mp_blas_type(g->cdt);
+    int ok = mp_cu.fp8_lt && a && b && a->x && b->x && g->batch == 1 && ctype >= 0
+          && g->M % 16 == 0 && g->N % 16 == 0 && g->K % 16 == 0 && g->ldc % 16 == 0
+          && g->lda == (g->ta ? g->M : g->K) && g->ldb == (g->tb ? g->K : g->N)
+          && g->M < INT_MAX && g->N < INT_MAX && g->K < INT_MAX;
+    if (ok) {
+        MpFp8Fmt fa = mp_cu_fp8_fmt(a->slot), fb = mp_cu_fp8_fmt(b->slot);
+        MpCuFp8Src sa = *a, sb = *b;
+        mp_cu_fp8_bytes(0, &sa, g->M, g->K, g->ta);      /* our A as [M, K] */
+        mp_cu_fp8_bytes(1, &sb, g->N, g->K, !g->tb);     /* our B as [N, K] */
+        MpCuLt l = {(int)g->N, (int)g->M, (int)g->K, g->alpha, g->beta,
+                    mp_cu.fp8_b[1], fb == MP_E5M2 ? MP_BLAS_R_8F_E5M2 : MP_BLAS_R_8F_E4M3, mp_cu.fp8_scale + 1,
+                    mp_cu.fp8_b[0], fa == MP_E5M2 ? MP_BLAS_R_8F_E5M2 : MP_BLAS_R_8F_E4M3, mp_cu.fp8_scale,
+                    g->C, ctype, (int)g->ldc};
+        MpBlasStatus s = mp_cu_lt(&l);
+        if (s == MP_BLAS_STATUS_SUCCESS) {
+            mp_cu.fp8_src[0].x = mp_cu.fp8_src[1].x = NULL;
+            if (mp_cu.sync)          /* its kernels' fault named here */
+                mp_cu_queued("product", "cublasLtMatmul", cudaSuccess);
+            return 1;
+        }
+        fprintf(stderr, "note: mixed_float8: cuBLASLt refused an FP8 product (%lld x %lld x %lld, status "
+                "%d); the FP8 products run as bf16 products of the quantised values from here on\n",
+                (long long)g->M, (long long)g->N, (long long)g->K, (int)s);
+        mp_cu.fp8_lt = 0;
+    }
+    mp_cu_fp8_settle();
+    return 0;
+}
+
+/* After the GPU is open: cuBLASLt's FP8 products when the model has
+ * quantised ones, the GPU is sm_89 or later and MP_CUDA_FP8 is not "bf16";
+ * the start-up note says which way they run. */
+static inline void mp_cu_fp8_open(const MpModel *m)
+{
+    const char *env = getenv("MP_CUDA_FP8");
+    const char *why = NULL;
+#ifndef MP_CU_EMU
+    static char msg[512];
+#endif
+    mp_cu.fp8_lt = 0;
+    if (!m->fp8)
+        return;
+    if (env && !strcmp(env, "bf16"))
+        why = "MP_CUDA_FP8=bf16";
+    else if (mp_cu.cc < 89)
+        why = "a GPU before sm_89 has no FP8 Tensor Cores";
+#ifndef MP_CU_EMU
+    else if (mp_blaslt_load(&mp_cu.lt, msg, sizeof msg))
+        why = msg;
+    else if (mp_cu.lt.create(&mp_cu.lt_handle) != MP_BLAS_STATUS_SUCCESS)
+        why = "cublasLtCreate failed";
+#endif
+    mp_cu.fp8_lt = !why;
+    if (!mp_dist_writer())
+        return;
+    if (why)
+        fprintf(stderr, "note: mixed_float8: the products run on Tensor Cores as bf16 products of the "
+                "e4m3 / e5m2 quantised values (the C program's numbers), not cuBLASLt's FP8 ones: %s\n", why);
+    else
+        fprintf(stderr, "note: mixed_float8: the products run on FP8 Tensor Cores (cuBLASLt, e4m3 / e5m2, "
+                "per-tensor scales); one whose sizes are not multiples of 16 as a bf16 product of the "
+                "quantised values\n");
 }
 
 /* ---- the state between host and device ------------------------------------- */
@@ -148,6 +382,9 @@ static inline void mp_cu_fp8_layout(unsigned char *mem, int64_t *at, const MpFp8
     MP_CU_FP8_CUT(mp_cu.fp8_part, float *, MP_CU_FP8_PARTS * (int64_t)sizeof(float));
     MP_CU_FP8_CUT(mp_cu.fp8_q[0], uint16_t *, mp_cu.fp8_need);
     MP_CU_FP8_CUT(mp_cu.fp8_q[1], uint16_t *, mp_cu.fp8_need);
+    MP_CU_FP8_CUT(mp_cu.fp8_b[0], unsigned char *, mp_cu.fp8_need / 2);   /* n bytes each */
+    MP_CU_FP8_CUT(mp_cu.fp8_b[1], unsigned char *, mp_cu.fp8_need / 2);
+    MP_CU_FP8_CUT(mp_cu.fp8_scale, float *, 2 * (int64_t)sizeof(float));
 #undef MP_CU_FP8_CUT
 }
 

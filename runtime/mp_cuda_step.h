@@ -659,10 +659,7 @@ static int mp_cu_start(MpTrainer *t, int host, MpErr *e)
         mp_cu_h2d(mp_cu.data[i], t->data.arr[i].data, t->data.arr[i].nbytes);
     mp_cu_wait();
     mp_cu.started = 1;
-    if (t->m->fp8 && mp_dist_writer())
-        fprintf(stderr, "note: mixed_float8: the products run on Tensor Cores as bf16 products of the "
-                "e4m3 / e5m2 quantised values (the C program's numbers); cuBLASLt's FP8 products are "
-                "not used yet\n");
+    mp_cu_fp8_open(t->m);
     return host ? mp_cu_host_mode(t, e) : mp_cu_nccl_open(e) || mp_cu_start_steps(e);
 }
 

@@ -828,10 +828,16 @@ echo "ok   recomputation: $mb_ok models' CUDA programs in the stand-in ($mb_re o
 # eagerly, and in host mode (--check-numerics: the host's trainer ends the
 # steps, the device quantises), and the checkpoint's scales and quantised
 # layer; 6 steps, a checkpoint and 6 more give the 12-step checkpoint's
-# bytes; --gradcheck keeps products exact. Three mutants of the program
-# are caught: operands not rounded to FP8, the device's step end not
-# run (delayed scales never move), host mode not sending the host's
-# scales; a negative control: the mixed_bfloat16 program differs;
+# bytes; --gradcheck keeps products exact. The stand-in is an sm_90 GPU,
+# so the products are cuBLASLt's FP8 ones (the stand-in's cublasLtMatmul:
+# e4m3 / e5m2 bytes decoded, scales by pointer, its refusals); also with
+# MP_CUDA_FP8=bf16 (bf16 products of the quantised values) and with
+# cuBLASLt refusing (one note, then bf16 products). Five mutants of the
+# program are caught: operands not rounded to FP8 (bf16 products), an
+# operand not transposed for cuBLASLt's "TN" rule, the scales 2^e in
+# place of 2^-e, the device's step end not run (delayed scales never
+# move), host mode not sending the host's scales; a negative control:
+# the mixed_bfloat16 program differs;
 # tests/plan/fp8.mp (a product by fp8_ops, a @ transpose(a)) too. Then
 # char_transformer under mixed_float8 (attention, fused epilogues, the
 # backward's dx products) follows its C program as the other mixed models.
@@ -854,11 +860,11 @@ done
 } | xargs -P 2 -L 1 bash -c '"$@"' _ >"$tmp/f8.builds" 2>&1
 cat "$tmp/f8.builds"
 grep -q "^FAIL" "$tmp/f8.builds" && fail=1
-f8_run() {   # f8_run PROGRAM LOG STEPS [options...]: 12 steps of the synthetic MNIST
+f8_run() {   # f8_run PROGRAM LOG STEPS [options...]: 12 steps of the synthetic MNIST (env: F8_ENV)
     local prog=$1 log=$2 steps=$3
     shift 3
-    # shellcheck disable=SC2046
-    "$prog" $(data_of mnist_mlp) $(data_of mnist_mlp --eval) --no-shuffle --steps "$steps" \
+    # shellcheck disable=SC2046,SC2086
+    env ${F8_ENV:-} "$prog" $(data_of mnist_mlp) $(data_of mnist_mlp --eval) --no-shuffle --steps "$steps" \
         --log-every 1 --eval-every 4 --log "$log" "$@" >/dev/null 2>"$log.err"
 }
 f8_same() {   # f8_same A.jsonl B.jsonl WHAT: the two logs agree
@@ -875,9 +881,15 @@ for n in delayed current; do
         { bad "f8_$n: the C program failed"; cat "$tmp/f8_$n.c.jsonl.err"; continue; }
     f8_run "$e" "$tmp/f8_$n.g.jsonl" 12 --save "$tmp/f8_$n.g.st" ||
         { bad "f8_$n: the CUDA program failed"; cat "$tmp/f8_$n.g.jsonl.err"; continue; }
-    grep -q "note: mixed_float8: the products run on Tensor Cores as bf16 products" "$tmp/f8_$n.g.jsonl.err" ||
+    grep -q "note: mixed_float8: the products run on FP8 Tensor Cores (cuBLASLt" "$tmp/f8_$n.g.jsonl.err" ||
         bad "f8_$n: no start-up note on how the FP8 products run"
     f8_same "$tmp/f8_$n.c.jsonl" "$tmp/f8_$n.g.jsonl" "$n, as a graph"
+    F8_ENV=MP_CUDA_FP8=bf16 f8_run "$e" "$tmp/f8_$n.b.jsonl" 12 &&
+        grep -q "note: mixed_float8: the products run on Tensor Cores as bf16 products .*: MP_CUDA_FP8=bf16" \
+            "$tmp/f8_$n.b.jsonl.err" && f8_same "$tmp/f8_$n.c.jsonl" "$tmp/f8_$n.b.jsonl" "$n, bf16 products"
+    F8_ENV=MP_EMU_FAIL=lt f8_run "$e" "$tmp/f8_$n.l.jsonl" 12 &&
+        [ "$(grep -c "note: mixed_float8: cuBLASLt refused an FP8 product" "$tmp/f8_$n.l.jsonl.err")" = 1 ] &&
+        f8_same "$tmp/f8_$n.c.jsonl" "$tmp/f8_$n.l.jsonl" "$n, cuBLASLt refusing (one note)"
     MP_CUDA_GRAPH=0 f8_run "$e" "$tmp/f8_$n.e.jsonl" 12 && f8_same "$tmp/f8_$n.c.jsonl" "$tmp/f8_$n.e.jsonl" "$n, eagerly"
     f8_run "$e" "$tmp/f8_$n.h.jsonl" 12 --check-numerics &&
         f8_same "$tmp/f8_$n.c.jsonl" "$tmp/f8_$n.h.jsonl" "$n, host mode (--check-numerics)"
@@ -923,8 +935,11 @@ f8_mutant() {   # f8_mutant NAME RECIPE WHAT SED [run options]: a program so cha
         bad "mixed_float8: a mutant passes ($what)" || echo "ok   mixed_float8: a mutant is caught ($what)"
 }
 if [ -s "$tmp/f8_delayed.c.jsonl" ]; then
-    f8_mutant unrounded delayed "operands not rounded to FP8" \
+    F8_ENV=MP_CUDA_FP8=bf16 f8_mutant unrounded delayed "operands not rounded to FP8" \
         's/mp_fp8_round(mp_cu_ld(x, XT, i) \* mp_pow2f(e), fmt) \* mp_pow2f(-e)/mp_cu_ld(x, XT, i)/'
+    f8_mutant untransposed delayed "an operand not transposed for cuBLASLt" \
+        's/mp_cu_fp8_bytes(0, &sa, g->M, g->K, g->ta);/mp_cu_fp8_bytes(0, \&sa, g->M, g->K, 0);/'
+    f8_mutant scale_up delayed "the scales 2^e for 2^-e" 's/\*scale = mp_pow2f(-e);/*scale = mp_pow2f(e);/'
     f8_mutant no_step_end delayed "the device's step end not run" 's/^ *mp_fp8_step_end(fp8);$//'
     f8_mutant no_push delayed "host mode not sending the host's scales" \
         '/the host.s trainer ends the steps: its scales/{n;s/mp_cu_fp8_push(m->fp8);/(void)0;/}' --check-numerics

@@ -1,8 +1,10 @@
-/* blas_abi.cu - runtime/mp_cublas.h declares cuBLAS's types and enum values
+/* blas_abi.cu - runtime/mp_cublas.h declares cuBLAS's (and cuBLASLt's) types and enum values
  * itself (train.cu links no cuBLAS); here they are checked against the real
  * headers at compile time (tests/t_cuda_build.sh: nvcc -c, nothing linked). */
 #include <cublas_api.h>
+#include <cublasLt.h>
 #include <library_types.h>
+#include <stddef.h>
 #include <type_traits>
 #include "mp_model.h"
 #include "mp_cublas.h"
@@ -69,8 +71,50 @@ SAME_FN(RealStream, MpBlasSetStreamFn);
 SAME_FN(RealCreate, MpBlasCreateFn);
 SAME_FN(RealString, MpBlasStatusStringFn);
 
+/* cuBLASLt (mixed_float8's FP8 products) */
+static_assert(SAME(MP_BLAS_R_8F_E4M3, CUDA_R_8F_E4M3) && SAME(MP_BLAS_R_8F_E5M2, CUDA_R_8F_E5M2), "fp8 types");
+static_assert(SAME(MP_LT_DESC_TRANSA, CUBLASLT_MATMUL_DESC_TRANSA)
+              && SAME(MP_LT_DESC_TRANSB, CUBLASLT_MATMUL_DESC_TRANSB)
+              && SAME(MP_LT_DESC_A_SCALE_POINTER, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER)
+              && SAME(MP_LT_DESC_B_SCALE_POINTER, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER),
+              "cublasLtMatmulDescAttributes_t");
+static_assert(SAME(MP_LT_PREF_MAX_WORKSPACE_BYTES, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES),
+              "cublasLtMatmulPreferenceAttributes_t");
+static_assert(sizeof(MpLtAlgo) == sizeof(cublasLtMatmulAlgo_t), "cublasLtMatmulAlgo_t");
+static_assert(sizeof(MpLtHeuristic) == sizeof(cublasLtMatmulHeuristicResult_t)
+              && offsetof(MpLtHeuristic, workspace_size) == offsetof(cublasLtMatmulHeuristicResult_t, workspaceSize)
+              && offsetof(MpLtHeuristic, state) == offsetof(cublasLtMatmulHeuristicResult_t, state),
+              "cublasLtMatmulHeuristicResult_t");
+template <> struct Abi<cublasLtHandle_t> { typedef MpLtHandle type; };
+template <> struct Abi<cublasLtHandle_t *> { typedef MpLtHandle *type; };
+template <> struct Abi<cublasLtMatmulDesc_t> { typedef MpLtDesc type; };
+template <> struct Abi<cublasLtMatmulDesc_t *> { typedef MpLtDesc *type; };
+template <> struct Abi<cublasLtMatrixLayout_t> { typedef MpLtLayout type; };
+template <> struct Abi<cublasLtMatrixLayout_t *> { typedef MpLtLayout *type; };
+template <> struct Abi<cublasLtMatmulPreference_t> { typedef MpLtPref type; };
+template <> struct Abi<cublasLtMatmulPreference_t *> { typedef MpLtPref *type; };
+template <> struct Abi<cublasLtMatmulHeuristicResult_t *> { typedef MpLtHeuristic *type; };
+template <> struct Abi<const cublasLtMatmulAlgo_t *> { typedef const MpLtAlgo *type; };
+#define LT_FN(fn, ours) SAME_FN(decltype(&fn), ours); static const decltype(&fn) real_##fn = fn
+LT_FN(cublasLtCreate, MpLtCreateFn);
+LT_FN(cublasLtMatmulDescCreate, MpLtDescCreateFn);
+LT_FN(cublasLtMatmulDescDestroy, MpLtDescDestroyFn);
+LT_FN(cublasLtMatmulDescSetAttribute, MpLtDescSetFn);
+LT_FN(cublasLtMatrixLayoutCreate, MpLtLayoutCreateFn);
+LT_FN(cublasLtMatrixLayoutDestroy, MpLtLayoutDestroyFn);
+LT_FN(cublasLtMatmulPreferenceCreate, MpLtPrefCreateFn);
+LT_FN(cublasLtMatmulPreferenceDestroy, MpLtPrefDestroyFn);
+LT_FN(cublasLtMatmulPreferenceSetAttribute, MpLtPrefSetFn);
+LT_FN(cublasLtMatmulAlgoGetHeuristic, MpLtHeuristicFn);
+LT_FN(cublasLtMatmul, MpLtMatmulFn);
+
 int mp_blas_abi_used(void)
 {
     return real_gemm != 0 && real_batched != 0 && real_ws != 0 && real_math != 0 && real_stream != 0
-        && real_create != 0 && real_string != 0;
+        && real_create != 0 && real_string != 0 && real_cublasLtCreate != 0
+        && real_cublasLtMatmulDescCreate != 0 && real_cublasLtMatmulDescDestroy != 0
+        && real_cublasLtMatmulDescSetAttribute != 0 && real_cublasLtMatrixLayoutCreate != 0
+        && real_cublasLtMatrixLayoutDestroy != 0 && real_cublasLtMatmulPreferenceCreate != 0
+        && real_cublasLtMatmulPreferenceDestroy != 0 && real_cublasLtMatmulPreferenceSetAttribute != 0
+        && real_cublasLtMatmulAlgoGetHeuristic != 0 && real_cublasLtMatmul != 0;
 }

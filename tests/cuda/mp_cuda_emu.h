@@ -110,7 +110,7 @@ typedef struct MpEmuEvent {
 typedef std::vector<MpEmuItem> MpEmuWork;
 typedef MpEmuWork *cudaGraph_t;
 typedef MpEmuWork *cudaGraphExec_t;
-struct cudaDeviceProp { int multiProcessorCount; char name[256]; };
+struct cudaDeviceProp { int multiProcessorCount, major, minor; char name[256]; };
 
 struct MpEmuRange { char *p; size_t n; };
 inline struct MpEmuState {
@@ -312,6 +312,8 @@ inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int)
 {
     memset(p, 0, sizeof *p);
     p->multiProcessorCount = 3;
+    p->major = 9;                  /* an H100's: mixed_float8 takes cuBLASLt's FP8 products */
+    p->minor = 0;
     snprintf(p->name, sizeof p->name, "emulated");
     return cudaSuccess;
 }
