@@ -17,8 +17,9 @@
 #      for sm_90;
 #      every value's arena offset, and the arena's size, equal the C
 #      program's (one memory plan, memplan.c, for both targets);
-#   2. tests/cuda/blas_abi.cu: the cuBLAS types and values that
-#      runtime/mp_cublas.h declares for itself equal the real headers';
+#   2. tests/cuda/blas_abi.cu: the cuBLAS and cuBLASLt types, values and
+#      functions that runtime/mp_cublas.h declares for itself equal the real
+#      headers';
 #      plain nvcc embeds PTX (nvcc 13: sm_75 code and compute_75 PTX);
 #      tests/cuda/half_check.cu: mp_half.h's f16 / bf16 conversions equal
 #      cuda_fp16.h / cuda_bf16.h's, all 65536 patterns (host side: no GPU),
@@ -167,6 +168,8 @@ echo "ok   arena offsets and sizes: the CUDA programs use the C programs' memory
 # ---- 2. cuBLAS's ABI as mp_cublas.h declares it ----------------------------
 if ! "$NVCC" -c -Iruntime tests/cuda/blas_abi.cu -o "$tmp/abi.o" >"$tmp/abi.log" 2>&1; then
     bad "runtime/mp_cublas.h disagrees with cuBLAS's headers:"; head -n 20 "$tmp/abi.log"
+else
+    echo "ok   runtime/mp_cublas.h: cuBLAS's and cuBLASLt's types, values and functions as their headers have them"
 fi
 
 # ---- 2a. plain `nvcc train.cu` runs on every GPU nvcc supports: its default
