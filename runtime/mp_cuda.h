@@ -187,6 +187,7 @@ typedef struct MpCu {
     uint16_t *fp8_q[2];            /* ... a product's two quantised operands (bf16), */
     int64_t fp8_need;              /* ... and their bytes (measured as mp_cu_ws); */
     int fp8_lt;                    /* ... 1: FP8 products through cuBLASLt (sm_89 on), */
+    int (*fp8_product)(const MpCuGemm *);   /* ... which mp_cu_gemm hands them to */
     MpBlasLt lt;
     MpLtHandle lt_handle;
     MpCuFp8Src fp8_src[2];         /* ... the operands the next product quantises, */
@@ -953,8 +954,6 @@ static inline MpBlasStatus mp_cu_blas_gemm(const MpBlasArgs *a, float alpha, flo
 #endif
 }
 
-static inline int mp_cu_fp8_product(const MpCuGemm *g);   /* mp_cuda_fp8.h */
-
 /* The one entry point for products: C = alpha op(A) op(B) + beta C. When
  * cuBLAS cannot do them on this GPU (NOT_SUPPORTED, ARCH_MISMATCH) every
  * product from then on is the built-in one, after one note. A product of
@@ -964,7 +963,7 @@ static inline void mp_cu_gemm(const MpCuGemm *g)
 {
     if (mp_cu.measure || g->M <= 0 || g->N <= 0 || g->batch <= 0)
         return;
-    if (mp_cu.fp8_src[0].x && mp_cu_fp8_product(g))
+    if (mp_cu.fp8_src[0].x && mp_cu.fp8_product && mp_cu.fp8_product(g))
         return;
     if (!mp_cu.blas_off && mp_blas_can(g)) {
         MpBlasArgs a = mp_blas_args(g);

@@ -350,6 +350,7 @@ static inline void mp_cu_fp8_open(const MpModel *m)
         why = "cublasLtCreate failed";
 #endif
     mp_cu.fp8_lt = !why;
+    mp_cu.fp8_product = mp_cu_fp8_product;
     if (!mp_dist_writer())
         return;
     if (why)
