@@ -151,9 +151,12 @@ static inline const uint16_t *mp_cu_fp8_quant(int k, int s, const void *x, int64
 
 /* ---- cuBLASLt's FP8 products -------------------------------------------------- */
 
-/* q[r C + c] = fp8(x[i] 2^e), i = r C + c, or c R + r for the transposed
+/* q[r C + c] = fp8(x[r C + c] 2^e), or of x[c R + r] for the transposed
  * copy (x is [C, R], q [R, C]); the first element also stores 2^-e, the
- * dequantising scale cuBLASLt multiplies by */
+ * dequantising scale cuBLASLt multiplies by. The transposed copy goes by
+ * tiles of 16 x 16 (R and C are multiples of 16 there): 16 neighbouring
+ * threads read 16 neighbouring elements of x, and the threads after them
+ * write the bytes next to theirs. */
 template <int XT>
 struct MpCuFp8Bytes {
     unsigned char *q;
@@ -165,9 +168,14 @@ struct MpCuFp8Bytes {
     MP_HD void operator()(int64_t i) const
     {
         int e = f->exp[s - 1];
-        int64_t at = trans ? i % C * R + i / C : i;
-        q[i] = mp_f32_to_fp8(mp_cu_ld(x, XT, at) * mp_pow2f(e), (MpFp8Fmt)f->fmt[s - 1]);
-        if (i == 0)
+        int64_t at = i, o = i;
+        if (trans) {
+            int64_t t = i / 256, w = i % 256, r = t % (R / 16) * 16 + w % 16, c = t / (R / 16) * 16 + w / 16;
+            at = c * R + r;
+            o = r * C + c;
+        }
+        q[o] = mp_f32_to_fp8(mp_cu_ld(x, XT, at) * mp_pow2f(e), (MpFp8Fmt)f->fmt[s - 1]);
+        if (o == 0)
             *scale = mp_pow2f(-e);
     }
 };
