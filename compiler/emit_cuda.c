@@ -164,32 +164,27 @@ static void after(Emit *e, const IrNode *n)
  * operands named mp_q0 / mp_q1 and typed bf16 while it writes. */
 void emit_cuda_product(Emit *e, const IrNode *n)
 {
-    if (!n->fp8[0] && !n->fp8[1]) {
-        emit_fns[n->op](e, n);
-        return;
-    }
     IrNode *in[2] = {(IrNode *)n->in[0], (IrNode *)n->in[1]};
     for (int k = 0; k < 2; k++) {
         int s = n->fp8[k];
-        if (e->fp8_seen[s - 1])
+        if (s == 0 || e->fp8_seen[s - 1])
             continue;
         e->fp8_seen[s - 1] = true;
         em(e, "    mp_cu_fp8_observe<%s>(%d, %s, %lld, r->training);\n", mpdt(in[k]->type), s,
            cname(e, in[k]), (long long)shape_numel(&in[k]->shape));
     }
+    if (!n->fp8[0] || !n->fp8[1]) {     /* quantised only with both scales (mp_fp8_use) */
+        emit_fns[n->op](e, n);
+        return;
+    }
+    const char *name[2] = {e->names[in[0]->id], e->names[in[1]->id]};
+    DType type[2] = {in[0]->type, in[1]->type};
     em(e, "    if (mp_cu_fp8_on()) {\n");
-    const char *name[2];
-    DType type[2];
-    for (int k = 0; k < 2; k++) {
-        name[k] = e->names[in[k]->id];
-        type[k] = in[k]->type;
-        if (k == 1 && in[1] == in[0])
-            break;                  /* a @ transpose(a): one value, one scale */
+    for (int k = 0; k < 2 && !(k == 1 && in[1] == in[0]); k++)   /* a @ transpose(a): one copy */
         em(e, "    const uint16_t *mp_q%d = mp_cu_fp8_quant<%s>(%d, %d, %s, %lld);\n", k, mpdt(in[k]->type),
            k, n->fp8[k], cname(e, in[k]), (long long)shape_numel(&in[k]->shape));
-    }
     for (int k = 0; k < 2; k++) {
-        e->names[in[k]->id] = k == 1 && in[1] == in[0] ? "mp_q0" : k ? "mp_q1" : "mp_q0";
+        e->names[in[k]->id] = k == 1 && in[1] != in[0] ? "mp_q1" : "mp_q0";
         in[k]->type = DT_BF16;
     }
     emit_fns[n->op](e, n);

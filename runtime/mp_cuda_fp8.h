@@ -29,11 +29,12 @@
  * alpha (mp_kernels_gemm.h): the same value, barring sums below f32's
  * normal range, in either program's order of summation.
  *
- * On sm_89 and later GPUs (cuBLASLt loaded; MP_CUDA_FP8=bf16 says no) the
- * products are cuBLASLt's FP8 ones instead, as PRECISION.md asks:
- * mp_cu_fp8_quant only notes its operand (MpCuFp8Src), and the product's
- * own call (mp_cu_gemm -> mp_cu_fp8_product) quantises both operands to
- * e4m3 / e5m2 bytes, each in the layout cuBLASLt's FP8 kernels take (A
+ * mp_cu_fp8_quant only notes its operand (MpCuFp8Src); the product's own
+ * call (mp_cu_gemm -> mp_cu_fp8_product) makes the quantised copies, so
+ * that one place chooses how. On sm_89 and later GPUs (cuBLASLt loaded;
+ * MP_CUDA_FP8=bf16 says no) the products are cuBLASLt's FP8 ones instead
+ * of the above, as PRECISION.md asks: mp_cu_fp8_product quantises both
+ * operands to e4m3 / e5m2 bytes, each in the layout cuBLASLt's FP8 kernels take (A
  * transposed, B not: "TN"; an operand stored the other way is transposed
  * while it is quantised), with 2^-e as the operand's scale by device
  * pointer, and runs cublasLtMatmul with f32 accumulation. A product of
@@ -121,18 +122,11 @@ struct MpCuFp8Quant {
     }
 };
 
-/* The bf16 copy of pending operand k (src): the quantised values, scaled back */
-template <int XT>
-static inline void mp_cu_fp8_bf16(int k, const MpCuFp8Src *src)
-{
-    MpCuFp8Quant<XT> f = {mp_cu.fp8_q[k], src->x, mp_cu.fp8, src->slot};
-    mp_cu_each("fp8_quantise", src->n, f);
-}
-
-/* Operand k (0, 1) of the next product, x[0..n) quantised with slot s: its
- * bf16 copy in the fp8 workspace (NULL in measure mode, which notes the
- * bytes); with cuBLASLt, that address stands for the operand, which the
- * product quantises (mp_cu_fp8_product). */
+/* Operand k (0, 1) of the next product, x[0..n) quantised with slot s:
+ * the address of its bf16 copy in the fp8 workspace, which stands for the
+ * operand in the product's call. The product quantises it
+ * (mp_cu_fp8_product): as e4m3 / e5m2 bytes for cuBLASLt, or into that
+ * bf16 copy. In measure mode only the bytes are noted. */
 template <int XT>
 static inline const uint16_t *mp_cu_fp8_quant(int k, int s, const void *x, int64_t n)
 {
@@ -140,13 +134,26 @@ static inline const uint16_t *mp_cu_fp8_quant(int k, int s, const void *x, int64
     MpCuFp8Src src = {x, XT, s, n};
     if (bytes > mp_cu.fp8_need)
         mp_cu.fp8_need = bytes;
-    if (mp_cu.measure || n <= 0)
-        return mp_cu.fp8_q[k];
-    if (mp_cu.fp8_lt)
+    if (!mp_cu.measure && n > 0)
         mp_cu.fp8_src[k] = src;
-    else
-        mp_cu_fp8_bf16<XT>(k, &src);
     return mp_cu.fp8_q[k];
+}
+
+/* The kernel F<XT> (aggregate-initialised with args) over n items, for
+ * the run-time type xt of a pending operand */
+template <template <int> class F, class... A>
+static inline void mp_cu_fp8_each(const char *name, int xt, int64_t n, A... args)
+{
+    if (xt == MP_F32) {
+        F<MP_F32> f = {args...};
+        mp_cu_each(name, n, f);
+    } else if (xt == MP_F16) {
+        F<MP_F16> f = {args...};
+        mp_cu_each(name, n, f);
+    } else {
+        F<MP_BF16> f = {args...};
+        mp_cu_each(name, n, f);
+    }
 }
 
 /* ---- cuBLASLt's FP8 products -------------------------------------------------- */
@@ -180,23 +187,12 @@ struct MpCuFp8Bytes {
     }
 };
 
-template <int XT>
-static inline void mp_cu_fp8_bytes_t(int k, const MpCuFp8Src *src, int64_t R, int64_t C, int trans)
-{
-    MpCuFp8Bytes<XT> f = {mp_cu.fp8_b[k], src->x, mp_cu.fp8, mp_cu.fp8_scale + k, R, C, src->slot, trans};
-    mp_cu_each("fp8_bytes", R * C, f);
-}
-
 /* The operand of pending src as e4m3 / e5m2 bytes [R, C] in fp8_b[k] (x
  * is [C, R] when trans), its scale in fp8_scale[k] */
 static inline void mp_cu_fp8_bytes(int k, const MpCuFp8Src *src, int64_t R, int64_t C, int trans)
 {
-    if (src->xt == MP_F32)
-        mp_cu_fp8_bytes_t<MP_F32>(k, src, R, C, trans);
-    else if (src->xt == MP_F16)
-        mp_cu_fp8_bytes_t<MP_F16>(k, src, R, C, trans);
-    else
-        mp_cu_fp8_bytes_t<MP_BF16>(k, src, R, C, trans);
+    mp_cu_fp8_each<MpCuFp8Bytes>("fp8_bytes", src->xt, R * C, mp_cu.fp8_b[k], src->x,
+                                 (const MpFp8 *)mp_cu.fp8, mp_cu.fp8_scale + k, R, C, src->slot, trans);
 }
 
 /* The pending operands' bf16 copies (a product cuBLASLt does not take) */
@@ -204,12 +200,9 @@ static inline void mp_cu_fp8_settle(void)
 {
     for (int k = 0; k < 2; k++) {
         const MpCuFp8Src *src = &mp_cu.fp8_src[k];
-        if (src->x && src->xt == MP_F32)
-            mp_cu_fp8_bf16<MP_F32>(k, src);
-        else if (src->x && src->xt == MP_F16)
-            mp_cu_fp8_bf16<MP_F16>(k, src);
-        else if (src->x)
-            mp_cu_fp8_bf16<MP_BF16>(k, src);
+        if (src->x)
+            mp_cu_fp8_each<MpCuFp8Quant>("fp8_quantise", src->xt, src->n, mp_cu.fp8_q[k], src->x,
+                                         (const MpFp8 *)mp_cu.fp8, src->slot);
         mp_cu.fp8_src[k].x = NULL;
     }
 }
@@ -335,8 +328,9 @@ static inline int mp_cu_fp8_product(const MpCuGemm *g)
 }
 
 /* After the GPU is open: cuBLASLt's FP8 products when the model has
- * quantised ones, the GPU is sm_89 or later and MP_CUDA_FP8 is not "bf16";
- * the start-up note says which way they run. */
+ * quantised ones, the GPU is sm_89 or later and MP_CUDA_FP8 is "auto" (or
+ * unset), not "bf16"; any other value is a usage error (exit 2, as MP_CPU's).
+ * The start-up note says which way they run. */
 static inline void mp_cu_fp8_open(const MpModel *m)
 {
     const char *env = getenv("MP_CUDA_FP8");
@@ -345,6 +339,11 @@ static inline void mp_cu_fp8_open(const MpModel *m)
     static char msg[512];
 #endif
     mp_cu.fp8_lt = 0;
+    if (env && *env && strcmp(env, "auto") && strcmp(env, "bf16")) {
+        fprintf(stderr, "error: MP_CUDA_FP8=%s: expected auto (cuBLASLt's FP8 products where the GPU "
+                "has them) or bf16 (bf16 products of the quantised values)\n", env);
+        exit(2);
+    }
     if (!m->fp8)
         return;
     if (env && !strcmp(env, "bf16"))

@@ -192,14 +192,10 @@ struct MpCuDecide {
             return;
         int at_floor = mp_scaler_at_floor(&s->ls) || fp8;   /* mixed_float8: no scale to lower */
         s->taken = mp_scaler_update(&s->ls, isfinite(small));
-        if (fp8) {                 /* no loss scale, but a non-finite step is skipped */
-            mp_fp8_step_end(fp8);
+        if (fp8) {
+            s->taken = mp_fp8_step_taken(fp8, s->taken, isfinite(small), &s->ls.skipped);
             s->fp8_lo = fp8->lo;
             s->fp8_hi = fp8->hi;
-            if (s->taken && !isfinite(small)) {
-                s->ls.skipped++;
-                s->taken = 0;
-            }
         }
         if (!s->taken) {
             s->floor_skips = at_floor ? s->floor_skips + 1 : 0;

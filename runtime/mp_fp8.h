@@ -301,4 +301,20 @@ static inline MP_HD void mp_fp8_step_end(MpFp8 *f)
         f->amax[s] = 0.0f;
 }
 
+/* The end of a step under mixed_float8, for both trainers (mp_train.h's
+ * mp_step, the CUDA program's MpCuDecide), after the loss scaler's verdict
+ * `taken` on gradients that are `finite` or not: the scales move on either
+ * way (mp_fp8_step_end), and a non-finite step is skipped and counted in
+ * *skipped, as loss scaling does, though there is no scale to lower.
+ * Returns whether the step is taken. */
+static inline MP_HD int mp_fp8_step_taken(MpFp8 *f, int taken, int finite, int64_t *skipped)
+{
+    mp_fp8_step_end(f);
+    if (taken && !finite) {
+        ++*skipped;
+        return 0;
+    }
+    return taken;
+}
+
 #endif

@@ -596,16 +596,9 @@ static inline int mp_step(MpTrainer *t, int64_t k, int check, int need, MpStepOu
     out->grad_norm = sqrt(ss);
     int at_floor = mp_scaler_at_floor(&t->ls) || m->fp8;   /* mixed_float8: no scale to lower */
     out->taken = mp_scaler_update(&t->ls, isfinite(ss));
-    if (m->fp8) {
-        /* mixed_float8 has no loss scale, but skips a non-finite step as
-         * loss scaling does (PRECISION.md); its scales move on either way,
-         * from the amaxes of every rank's micro-batches */
+    if (m->fp8) {           /* the scales from every rank's micro-batches */
         mp_dist_max_f32(m->fp8->amax, m->fp8->nslots);
-        mp_fp8_step_end(m->fp8);
-        if (out->taken && !isfinite(ss)) {
-            t->ls.skipped++;
-            out->taken = 0;
-        }
+        out->taken = mp_fp8_step_taken(m->fp8, out->taken, isfinite(ss), &t->ls.skipped);
     }
     t->step = k;
     if (!out->taken) {

@@ -831,12 +831,14 @@ echo "ok   recomputation: $mb_ok models' CUDA programs in the stand-in ($mb_re o
 # bytes; --gradcheck keeps products exact. The stand-in is an sm_90 GPU,
 # so the products are cuBLASLt's FP8 ones (the stand-in's cublasLtMatmul:
 # e4m3 / e5m2 bytes decoded, scales by pointer, its refusals); also with
-# MP_CUDA_FP8=bf16 (bf16 products of the quantised values) and with
-# cuBLASLt refusing (one note, then bf16 products). Five mutants of the
+# MP_CUDA_FP8=bf16 (bf16 products of the quantised values), on an sm_80
+# stand-in (MP_EMU_CC=80: the same, said) and with cuBLASLt refusing (one
+# note, then bf16 products); the text log's line equals the C program's
+# (its scales' range); MP_CUDA_FP8=fp8 is refused (exit 2). Five mutants of the
 # program are caught: operands not rounded to FP8 (bf16 products), an
 # operand not transposed for cuBLASLt's "TN" rule, the scales 2^e in
-# place of 2^-e, the device's step end not run (delayed scales never
-# move), host mode not sending the host's scales; a negative control:
+# place of 2^-e, the step end not run (mp_fp8_step_taken: delayed scales
+# never move), host mode not sending the host's scales; a negative control:
 # the mixed_bfloat16 program differs;
 # tests/plan/fp8.mp (a product by fp8_ops, a @ transpose(a)) too. Then
 # char_transformer under mixed_float8 (attention, fused epilogues, the
@@ -890,6 +892,9 @@ for n in delayed current; do
     F8_ENV=MP_EMU_FAIL=lt f8_run "$e" "$tmp/f8_$n.l.jsonl" 12 &&
         [ "$(grep -c "note: mixed_float8: cuBLASLt refused an FP8 product" "$tmp/f8_$n.l.jsonl.err")" = 1 ] &&
         f8_same "$tmp/f8_$n.c.jsonl" "$tmp/f8_$n.l.jsonl" "$n, cuBLASLt refusing (one note)"
+    F8_ENV=MP_EMU_CC=80 f8_run "$e" "$tmp/f8_$n.a.jsonl" 12 &&
+        grep -q "note: mixed_float8: the products run on Tensor Cores as bf16 products .*: a GPU before sm_89" \
+            "$tmp/f8_$n.a.jsonl.err" && f8_same "$tmp/f8_$n.c.jsonl" "$tmp/f8_$n.a.jsonl" "$n, an sm_80 GPU (bf16 products, said)"
     MP_CUDA_GRAPH=0 f8_run "$e" "$tmp/f8_$n.e.jsonl" 12 && f8_same "$tmp/f8_$n.c.jsonl" "$tmp/f8_$n.e.jsonl" "$n, eagerly"
     f8_run "$e" "$tmp/f8_$n.h.jsonl" 12 --check-numerics &&
         f8_same "$tmp/f8_$n.c.jsonl" "$tmp/f8_$n.h.jsonl" "$n, host mode (--check-numerics)"
@@ -917,6 +922,20 @@ EOF2
     "$e" --gradcheck >"$tmp/f8_$n.gc" 2>&1 && echo "ok   mixed_float8 $n: --gradcheck (products exact)" ||
         { bad "mixed_float8 $n: --gradcheck"; tail -n 5 "$tmp/f8_$n.gc"; }
 done
+# the text log carries the scales' range as the C program's; MP_CUDA_FP8
+# takes auto or bf16, and says so of anything else (exit 2, a usage error)
+if [ -s "$tmp/f8_delayed.g.jsonl.err" ]; then
+    f8_run "$tmp/f8_delayed.emu" "$tmp/f8_text.jsonl" 3 && f8_run "$tmp/f8_delayed.c.out" "$tmp/f8_ctext.jsonl" 3 &&
+        grep -oE "^step 3/3 .* fp8_scale 2\^-?[0-9]+\.\.2\^-?[0-9]+$" "$tmp/f8_text.jsonl.err" | grep -o "fp8_scale.*" \
+            >"$tmp/f8_text.line" && [ -s "$tmp/f8_text.line" ] &&
+        grep "^step 3/3 " "$tmp/f8_ctext.jsonl.err" | grep -o "fp8_scale.*" | cmp -s - "$tmp/f8_text.line" &&
+        echo "ok   mixed_float8: the text log's scales' range, as the C program's: $(cat "$tmp/f8_text.line")" ||
+        bad "mixed_float8: the CUDA program's text log line differs from the C program's"
+    F8_ENV=MP_CUDA_FP8=fp8 f8_run "$tmp/f8_delayed.emu" "$tmp/f8_env.jsonl" 3; rc=$?
+    [ $rc = 2 ] && grep -q "error: MP_CUDA_FP8=fp8: expected auto .* or bf16" "$tmp/f8_env.jsonl.err" &&
+        echo "ok   MP_CUDA_FP8=fp8: $(head -n 1 "$tmp/f8_env.jsonl.err") (exit 2)" ||
+        { bad "MP_CUDA_FP8=fp8 (exit $rc)"; cat "$tmp/f8_env.jsonl.err"; }
+fi
 if [ -x "$tmp/f8_bf16.emu" ] && [ -s "$tmp/f8_delayed.c.jsonl" ]; then
     f8_run "$tmp/f8_bf16.emu" "$tmp/f8_bf16.g.jsonl" 12
     compare "$tmp/f8_delayed.c.jsonl" "$tmp/f8_bf16.g.jsonl" 1e-6 >/dev/null 2>&1 &&
@@ -940,7 +959,7 @@ if [ -s "$tmp/f8_delayed.c.jsonl" ]; then
     f8_mutant untransposed delayed "an operand not transposed for cuBLASLt" \
         's/mp_cu_fp8_bytes(0, &sa, g->M, g->K, g->ta);/mp_cu_fp8_bytes(0, \&sa, g->M, g->K, 0);/'
     f8_mutant scale_up delayed "the scales 2^e for 2^-e" 's/\*scale = mp_pow2f(-e);/*scale = mp_pow2f(e);/'
-    f8_mutant no_step_end delayed "the device's step end not run" 's/^ *mp_fp8_step_end(fp8);$//'
+    f8_mutant no_step_end delayed "the step end not run" 's/^    mp_fp8_step_end(f);$//'
     f8_mutant no_push delayed "host mode not sending the host's scales" \
         '/the host.s trainer ends the steps: its scales/{n;s/mp_cu_fp8_push(m->fp8);/(void)0;/}' --check-numerics
 fi

@@ -312,8 +312,12 @@ inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int)
 {
     memset(p, 0, sizeof *p);
     p->multiProcessorCount = 3;
-    p->major = 9;                  /* an H100's: mixed_float8 takes cuBLASLt's FP8 products */
-    p->minor = 0;
+    /* an H100's, 9.0 (mixed_float8 takes cuBLASLt's FP8 products), or
+     * MP_EMU_CC's (80: an A100's, which has no FP8 Tensor Cores) */
+    const char *cc = mp_emu_env("MP_EMU_CC");
+    int c = cc && *cc ? atoi(cc) : 90;
+    p->major = c / 10;
+    p->minor = c % 10;
     snprintf(p->name, sizeof p->name, "emulated");
     return cudaSuccess;
 }
