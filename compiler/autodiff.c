@@ -401,9 +401,8 @@ void grad_ATTENTION(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx)
                    "(a u8 mask, or an additive bias that is not learned)");
         dx[3] = NULL;
     }
-    Shape s = n->in[0]->shape;
-    int64_t tq = s.d[2], tk = n->in[1]->shape.d[2];
-    s.d[2] = tq + 2 * tk;
+    IrAttn at = ir_attention(n);
+    Shape s = ir_attention_grad_shape(n);
     /* (dy, q, k, v [, mask] [, y]): on Tensor Cores the backward reads the
      * forward's y and the rows' log-sum-exp kept after it (ir_stats_at) */
     IrNode *in[6] = {dy, n->in[0], n->in[1], n->in[2], n->nin == 4 ? n->in[3] : NULL};
@@ -417,14 +416,24 @@ void grad_ATTENTION(IrGraph *g, IrNode *n, IrNode *dy, IrNode **dx)
     all->ia[1] = n->ia[1];
     all->fa[0] = n->fa[0];
     all->fa[1] = n->fa[1];   /* dropout: its bits drawn again from the forward node's id */
-    const int64_t start[4] = {0, tq, tq + tk, tq + 2 * tk};
+    /* each gradient's window: along T + 2T' (axis 2, or 1 for [B, T + 2T',
+     * H, D]), or along the 3 of [B, T, 3, H, D], reshaped to its input's
+     * shape */
+    bool t3 = at.glay == IR_GLAY_BT3HD;
+    int64_t tq = at.T, tk = at.Tk;
+    const int64_t start[4] = {0, t3 ? 1 : tq, t3 ? 2 : tq + tk, t3 ? 3 : tq + 2 * tk};
     for (int i = 0; i < 3; i++) {
         if (!dx[i])
             continue;
-        IrNode *p = mk_st(g, n, OP_SLICE, &n->in[i]->shape, all->type, 1, &all);
-        p->ia[0] = 2;
+        Shape ps = s;
+        int axis = at.glay == IR_GLAY_BHTD ? 2 : at.glay == IR_GLAY_BTHD ? 1 : 2;
+        ps.d[axis] = start[i + 1] - start[i];
+        IrNode *p = mk_st(g, n, OP_SLICE, &ps, all->type, 1, &all);
+        p->ia[0] = axis;
         p->ia[1] = start[i];
         p->ia[2] = start[i + 1];
+        if (t3)
+            p = mk_st(g, n, OP_RESHAPE, &n->in[i]->shape, all->type, 1, &p);
         dx[i] = fit(g, n, i, p);
     }
 }
@@ -604,10 +613,43 @@ static void differentiate(Ad *ad, IrNode *n)
     }
 }
 
+/* The node G whose consecutive slices along one axis, in order and
+ * covering it, the parts' gradients dys are (through reshapes), when the
+ * concat of those along `axis` into x's shape is G's elements in G's
+ * order: G's axes before the sliced one hold as many elements as x's
+ * before `axis`, so the parts interleave alike (an attention's [B, T, 3,
+ * H, D] gradient of a chunk into q, k, v: ir.h IrAttn's glay). NULL when
+ * they are not. */
+static IrNode *concat_is_reshape(IrNode *const *dys, int64_t parts, const IrNode *x, int64_t axis)
+{
+    IrNode *G = NULL;
+    int64_t b = -1, at = 0, outer = 1, gouter = 1;
+    for (int64_t k = 0; k < parts; k++) {
+        IrNode *p = dys[k];
+        while (p->op == OP_RESHAPE)
+            p = p->in[0];
+        if (p->op != OP_SLICE || dys[k]->type != x->type || (G && (p->in[0] != G || p->ia[0] != b)))
+            return NULL;
+        G = p->in[0], b = p->ia[0];
+        if (p->ia[1] != at)
+            return NULL;
+        at = p->ia[2];
+    }
+    if (!G || at != G->shape.d[b] || G->type != x->type)
+        return NULL;
+    for (int64_t i = 0; i < axis; i++)
+        outer *= x->shape.d[i];
+    for (int64_t i = 0; i < b; i++)
+        gouter *= G->shape.d[i];
+    return outer == gouter ? G : NULL;
+}
+
 /* The parts of one chunk are consecutive nodes, made before any of their
  * uses, so when the pass reaches the last part every part's gradient is
  * complete. When each has one, x's gradient is their concat: one copy
- * instead of a zero-padded slice_grad per part and the sums of those.
+ * instead of a zero-padded slice_grad per part and the sums of those, and
+ * no copy where the concat is a reshape of what the parts were sliced
+ * from (concat_is_reshape; the slices are then dropped: drop_unread).
  * Returns false (each part is then differentiated alone) otherwise. */
 static bool join_chunk(Ad *ad, IrNode *n)
 {
@@ -623,8 +665,13 @@ static bool join_chunk(Ad *ad, IrNode *n)
             return false;
         dys[k] = ad->grad[p->id];
     }
-    IrNode *cat = mk(ad->g, n, OP_CONCAT, n->in[0], (int)parts, dys);
-    cat->ia[0] = n->ia[0];
+    IrNode *whole = concat_is_reshape(dys, parts, n->in[0], n->ia[0]), *cat;
+    if (whole) {
+        cat = mk(ad->g, n, OP_RESHAPE, n->in[0], 1, &whole);
+    } else {
+        cat = mk(ad->g, n, OP_CONCAT, n->in[0], (int)parts, dys);
+        cat->ia[0] = n->ia[0];
+    }
     for (int k = 0; k < parts; k++)
         ad->grad[first + k] = NULL;
     accumulate(ad, n->in[0], cat);
@@ -642,6 +689,35 @@ static IrNode *seed(IrGraph *g)
     s->rule = RULE_CLASS;
     g->loss_scale = s;
     return s;
+}
+
+/* Drops the backward slices and reshapes nothing reads (those a concat
+ * that became a reshape left: join_chunk), last reader first. */
+static void drop_unread(IrGraph *g, int nfwd)
+{
+    int *reads = arena_alloc(g->arena, sizeof *reads * (size_t)(g->nnodes + 1));
+    for (int i = 0; i < g->nnodes; i++)
+        for (int k = 0; k < g->nodes[i]->nin; k++)
+            reads[g->nodes[i]->in[k]->id]++;
+    for (int i = 0; i < g->nparams; i++)
+        if (g->params[i].grad)
+            reads[g->params[i].grad->id]++;
+    bool any = false, *drop = arena_alloc(g->arena, (size_t)g->nnodes + 1);
+    for (int i = g->nnodes - 1; i >= nfwd; i--) {
+        IrNode *n = g->nodes[i];
+        if ((n->op != OP_SLICE && n->op != OP_RESHAPE) || reads[i])
+            continue;
+        drop[i] = any = true;
+        reads[n->in[0]->id]--;
+    }
+    if (!any)
+        return;
+    int kept = 0;
+    for (int i = 0; i < g->nnodes; i++)
+        if (!drop[i])
+            g->nodes[kept++] = g->nodes[i];
+    g->nnodes = kept;
+    ir_renumber(g);
 }
 
 void ad_backward(IrGraph *g)
@@ -677,6 +753,7 @@ void ad_backward(IrGraph *g)
         p->grad = ad.wanted[p->node->id] ? ad.grad[p->node->id] : NULL;
         MP_ASSERT(!p->grad || p->grad->type == DT_F32);
     }
+    drop_unread(g, ad.nfwd);
 }
 
 /* ---- the consistency check (tests) ---------------------------------------- */
@@ -736,7 +813,8 @@ static bool shape_type_ok(const IrNode *n)
     const IrNode *f = n->grad_of;
     if (is_value(f, &n->shape, n->type))
         return true;
-    if (f->op == OP_ATTENTION && (n->op == OP_ATTENTION_GRAD || n->op == OP_SLICE))
+    if (f->op == OP_ATTENTION &&
+        (n->op == OP_ATTENTION_GRAD || n->op == OP_SLICE || n->op == OP_RESHAPE))
         return n->type == attention_grad_type(f);   /* checked against the rule */
     if ((f->op == OP_GRU || f->op == OP_LSTM) &&
         (n->op == OP_GRU_GRAD || n->op == OP_LSTM_GRAD || n->op == OP_SLICE || n->op == OP_RESHAPE))

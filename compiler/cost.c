@@ -148,11 +148,11 @@ static double att_pairs(double T, double Tk, bool causal)
 }
 
 /* FLOPs of attention's products per pair and head dimension: 4 forward, 8 backward. */
-static double att_flops(const IrNode *q, const IrNode *k, bool causal, double per)
+static double att_flops(const IrNode *f, double per)
 {
-    const Shape *s = &q->shape;
-    double bh = (double)s->d[0] * (double)s->d[1], T = (double)s->d[2], D = (double)s->d[3];
-    return per * bh * att_pairs(T, (double)k->shape.d[2], causal) * D;
+    IrAttn a = ir_attention(f);
+    return per * (double)(a.B * a.H) * att_pairs((double)a.T, (double)a.Tk, f->ia[0] != 0) *
+           (double)a.D;
 }
 
 /* The work of the CUDA program's attention kernels, in FLOPs (time is
@@ -166,13 +166,14 @@ static double att_flops(const IrNode *q, const IrNode *k, bool causal, double pe
  *     forward (the scores for the max and sum, again for P; P v), 20 D
  *     backward (attention_grad_q: the scores three times, dP twice, dq;
  *     attention_grad_kv: the scores, dP, dv, dk). */
-static double att_work(const IrNode *n, const IrNode *q, const IrNode *k, bool causal, bool *tc)
+static double att_work(const IrNode *n, bool *tc)
 {
-    const Shape *s = &q->shape;
-    double bh = (double)s->d[0] * (double)s->d[1], D = (double)s->d[3];
-    int64_t T = s->d[2], Tk = k->shape.d[2];
-    bool fwd = n->op == OP_ATTENTION;
+    bool fwd = n->op == OP_ATTENTION, causal;
     const IrNode *f = fwd ? n : n->grad_of;
+    IrAttn a = ir_attention(f);
+    double bh = (double)(a.B * a.H), D = (double)a.D;
+    int64_t T = a.T, Tk = a.Tk;
+    causal = f->ia[0] != 0;
     *tc = ir_attention_tc(f);
     if (!*tc)
         return (fwd ? 6 : 20) * bh * att_pairs((double)T, (double)Tk, causal) * D;
@@ -277,13 +278,13 @@ CostOp cost_op(const IrGraph *g, const IrNode *n)
                   (n->op == OP_UPSAMPLE ? out : numel(n->in[0]));
         break;
     case OP_ATTENTION:
-        c.flops = att_flops(n->in[0], n->in[1], n->ia[0] != 0, 4);
-        c.work = att_work(n, n->in[0], n->in[1], n->ia[0] != 0, &tc);
+        c.flops = att_flops(n, 4);
+        c.work = att_work(n, &tc);
         c.product = true;
         break;
     case OP_ATTENTION_GRAD:        /* (dy, q, k, v) */
-        c.flops = att_flops(n->in[1], n->in[2], n->ia[0] != 0, 8);
-        c.work = att_work(n, n->in[1], n->in[2], n->ia[0] != 0, &tc);
+        c.flops = att_flops(n->grad_of, 8);
+        c.work = att_work(n, &tc);
         c.product = true;
         break;
     case OP_GRU: case OP_LSTM:     /* (gi [B, T, G], w_hh [G, H]): a product per step + cells */

@@ -117,8 +117,7 @@ static void after(Emit *e, const IrNode *n)
         em(e, "    mp_accumulate_grad(%s, %s, %lld);\n", emit_pgrad(e, p), cname(e, n),
            (long long)shape_numel(&n->shape));
     if (emit_value(e, n) >= 0)
-        em(e, "    MP_KEEP(%s, %s, %lld);\n", emit_value_arg(e, emit_value(e, n)), cname(e, n),
-           (long long)(shape_numel(&n->shape) * dt_size(n->type)));
+        em(e, "%s", emit_keep(e, n, false));
 }
 
 /* A weight's gradient product (emit_acc_product), or a part of a gradient

@@ -377,23 +377,23 @@ void emit_c_MSE_GRAD(Emit *e, const IrNode *n)
        arg(e, IN(2)), N(n));
 }
 
-/* ---- attention: q, y [B, H, T, D], k, v [B, H, T', D] seen as [B*H, T, D] ----------- */
+/* ---- attention: q, y [B, H, T, D], k, v [B, H, T', D] (or [B, T, H, D]: MpAttnLays) ----------- */
 /* mp_k_attention(y, q, k, v, BH, T, T', D, causal, cdt) and
  * mp_k_attention_grad(g, dy, q, k, v, ...): the same tail of arguments;
  * with a mask or a scale, mp_k_attention_opt / _grad_opt and the options
  * (MpAttnOpt) last. The mask is the last input (of nq + 1). */
 static void attention(Emit *e, const IrNode *n, const char *k, const IrNode *f, int nq)
 {
-    const IrNode *q = f->in[0];
-    long long t = emit_dim(q, -2), d = emit_dim(q, -1);
+    IrAttn a = ir_attention(f);
     const char *opt = emit_attention_opt(e, f, f->nin > 3 ? IN(nq) : NULL, false);
     if (opt)
         em(e, "    {\n        const MpAttnOpt o = %s;\n", opt);
     em(e, "%smp_k_%s%s(%s, ", opt ? "        " : "    ", k, opt ? "_opt" : "", arg(e, n));
     for (int i = 0; i < nq; i++)
         em(e, "%s, ", arg(e, IN(i)));
-    em(e, "\n                   %lld, %lld, %lld, %lld, %d, %s%s);\n", N(q) / (t * d), t,
-       emit_dim(f->in[1], -2), d, (int)f->ia[0], mpdt(f->compute), opt ? ", &o" : "");
+    em(e, "\n                   %lld, %lld, %lld, %lld, %d, %s%s);\n", (long long)(a.B * a.H),
+       (long long)a.T, (long long)a.Tk, (long long)a.D, (int)f->ia[0], mpdt(f->compute),
+       opt ? ", &o" : "");
     if (opt)
         em(e, "    }\n");
 }

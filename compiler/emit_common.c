@@ -316,6 +316,25 @@ static void find_values(Emit *e)
         e->value_ix[i] = first[i] ? e->nvalues++ : -1;
 }
 
+bool emit_keep_bthd(const IrNode *n)
+{
+    return n->op == OP_ATTENTION && n->ia[5];
+}
+
+const char *emit_keep(Emit *e, const IrNode *n, bool cuda)
+{
+    const char *v = emit_value_arg(e, emit_value(e, n)), *r = cuda ? "r, " : "";
+    if (emit_keep_bthd(n)) {
+        const int64_t *d = n->shape.d;
+        return arena_printf(e->a, "    %s(%s%s, %s, %d, %lld, %lld, %lld, %lld);\n",
+                            cuda ? "mp_cu_keep_bthd" : "MP_KEEP_BTHD", r, v, cname(e, n),
+                            dt_size(n->type), (long long)d[0], (long long)d[1], (long long)d[2],
+                            (long long)d[3]);
+    }
+    return arena_printf(e->a, "    %s(%s%s, %s, %lld);\n", cuda ? "mp_cu_keep" : "MP_KEEP", r, v,
+                        cname(e, n), (long long)(shape_numel(&n->shape) * dt_size(n->type)));
+}
+
 int emit_value(Emit *e, const IrNode *n)
 {
     if (!e->value_ix)
@@ -360,9 +379,12 @@ static void values_table(Emit *e)
     em(e, "\nstatic const MpValue mp_values[%d] = {\n", e->nvalues ? e->nvalues : 1);
     for (int i = 0; i < g->nnodes; i++) {
         const IrNode *n = g->nodes[i];
+        Shape s = n->shape;
+        if (emit_keep_bthd(n))   /* stored [B, T, H, D], the value [B, H, T, D] */
+            s.d[1] = n->shape.d[2], s.d[2] = n->shape.d[1];
         if (e->value_ix[i] >= 0)
-            em(e, "    {\"%s\", %s, %d, %s, 0x%llxull},\n", n->name, mpdt(n->type), n->shape.rank,
-               dims_init(e, &n->shape), in[i]);
+            em(e, "    {\"%s\", %s, %d, %s, 0x%llxull},\n", n->name, mpdt(n->type), s.rank,
+               dims_init(e, &s), in[i]);
     }
     em(e, "};\n");
 }
@@ -471,9 +493,40 @@ long long emit_dim(const IrNode *v, int i)
     return (long long)v->shape.d[i < 0 ? v->shape.rank + i : i];
 }
 
+/* MpAttnLays: where q, k, v, y (dy) and dq, dk, dv lie (ir.h IrAttn):
+ * each tensor's {off, sb, sh, st}, row t of sample b, head h at element
+ * off + b sb + h sh + t st */
+static const char *attention_lays(Emit *e, const IrNode *f)
+{
+    IrAttn a = ir_attention(f);
+    long long H = a.H, T = a.T, Tk = a.Tk, D = a.D, HD = H * D, l[7][4];
+    for (int i = 0; i < 4; i++) {          /* q, k, v, y */
+        long long t = i == 1 || i == 2 ? Tk : T;
+        bool bthd = i < 3 ? a.qkv_bthd : a.y_bthd;
+        long long *x = l[i];
+        x[0] = 0, x[1] = t * HD, x[2] = bthd ? D : t * D, x[3] = bthd ? HD : D;
+    }
+    long long part[3] = {0, T, T + Tk};    /* dq, dk, dv: rows from */
+    for (int i = 0; i < 3; i++) {
+        long long *x = l[4 + i], g = T + 2 * Tk;
+        if (a.glay == IR_GLAY_BHTD)
+            x[0] = part[i] * D, x[1] = H * g * D, x[2] = g * D, x[3] = D;
+        else if (a.glay == IR_GLAY_BTHD)
+            x[0] = part[i] * HD, x[1] = g * HD, x[2] = D, x[3] = HD;
+        else
+            x[0] = i * HD, x[1] = 3 * T * HD, x[2] = D, x[3] = 3 * HD;
+    }
+    const char *s = arena_printf(e->a, "{%lld, {", H);
+    for (int i = 0; i < 7; i++)
+        s = arena_printf(e->a, "%s%s{%lld, %lld, %lld, %lld}", s, i ? ", " : "", l[i][0], l[i][1],
+                         l[i][2], l[i][3]);
+    return arena_printf(e->a, "%s}}", s);
+}
+
 const char *emit_attention_opt(Emit *e, const IrNode *f, const IrNode *mask, bool cuda)
 {
-    if (!mask && !f->ia[1] && !(f->fa[1] > 0))
+    IrAttn a = ir_attention(f);
+    if (!mask && !f->ia[1] && !(f->fa[1] > 0) && !a.qkv_bthd && !a.y_bthd)
         return NULL;
     /* the mask's strides over [B, H, T, T'] (right-aligned; 0 where it
      * broadcasts) */
@@ -490,10 +543,10 @@ const char *emit_attention_opt(Emit *e, const IrNode *f, const IrNode *mask, boo
                        cuda ? "r" : "run", f->fa[1], cuda ? "r" : "run", cuda ? "0" : "run->step",
                        cuda ? "r" : "run", f->id, cuda ? "r->hdr" : "NULL")
         : ", 0.0f, 0, 0, 0, 0, NULL";     /* every field: -Wmissing-field-initializers */
-    return arena_printf(e->a, "{%d, (float)%.9g, %s, %s, %lld, {%lld, %lld, %lld, %lld}%s}",
+    return arena_printf(e->a, "{%d, (float)%.9g, %s, %s, %lld, {%lld, %lld, %lld, %lld}%s,\n            %s}",
                         (int)f->ia[1], f->fa[0], mask ? cname(e, mask) : "NULL",
-                        mask ? mpdt(mask->type) : "MP_U8", emit_dim(f->in[0], 1), st[0], st[1],
-                        st[2], st[3], drop);
+                        mask ? mpdt(mask->type) : "MP_U8", (long long)a.H, st[0], st[1],
+                        st[2], st[3], drop, attention_lays(e, f));
 }
 
 void emit_around_axis(const IrNode *x, int64_t axis, long long *outer, long long *len, long long *inner)

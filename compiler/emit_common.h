@@ -158,6 +158,11 @@ void emit_source_line(Emit *e, const IrNode *n, int *line, const char *lead);
  * output when the loss is one loss operation (ops_is_loss), the first
  * named value on its first-input chain; otherwise -1 (no default). */
 int emit_value(Emit *e, const IrNode *n);
+/* The --predict copy of value n (emit_value >= 0), as the C or CUDA
+ * program makes it; an attention's y stored [B, T, H, D] whose value is
+ * [B, H, T, D] (emit_keep_bthd: ops.def ATTENTION ia[5]) swapped back. */
+const char *emit_keep(Emit *e, const IrNode *n, bool cuda);
+bool emit_keep_bthd(const IrNode *n);
 int emit_output(Emit *e);
 /* The rows (elements) of loss/metric input x the kernel averages over:
  * "mp_real_rows(RUN, n, B)", fewer in a padded evaluation batch. */

@@ -147,8 +147,7 @@ static void after(Emit *e, const IrNode *n)
         em(e, "    mp_cu_acc_grad<%s>(%s, %s, %lld);\n", mpdt(n->type), emit_pgrad(e, p), cname(e, n),
            (long long)shape_numel(&n->shape));
     if (emit_value(e, n) >= 0)
-        em(e, "    mp_cu_keep(r, %s, %s, %lld);\n", emit_value_arg(e, emit_value(e, n)), cname(e, n),
-           (long long)(shape_numel(&n->shape) * dt_size(n->type)));
+        em(e, "%s", emit_keep(e, n, true));
     if (n == g->loss)
         em(e, "    mp_cu_out(r, 0, %s, %s);\n", cname(e, n), mpdt(n->type));
     for (int m = 0; m < g->nmetrics; m++)

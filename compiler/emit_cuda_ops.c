@@ -382,12 +382,11 @@ void emit_cuda_MSE_GRAD(Emit *e, const IrNode *n)
        C(IN(1)), C(IN(2)), N(n));
 }
 
-/* ---- attention: q, y [B, H, T, D], k, v [B, H, T', D] seen as [B*H, T, D] ---------------------- */
+/* ---- attention: q, y [B, H, T, D], k, v [B, H, T', D] (or [B, T, H, D]: MpAttnLays) ---------------------- */
 /* nq tensor inputs, then the mask (if any): the options (MpAttnOpt) last */
 static void attention(Emit *e, const IrNode *n, const char *k, const IrNode *f, int nq)
 {
-    const IrNode *q = f->in[0];
-    long long t = emit_dim(q, -2), d = emit_dim(q, -1);
+    IrAttn a = ir_attention(f);
     const char *opt = emit_attention_opt(e, f, f->nin > 3 ? IN(nq) : NULL, true);
     if (opt)
         em(e, "    {\n        const MpAttnOpt o = %s;\n", opt);
@@ -401,8 +400,9 @@ static void attention(Emit *e, const IrNode *n, const char *k, const IrNode *f, 
      * them, the backward reads them and y (its last input) */
     const IrNode *y = !ir_stats_at(f) ? NULL : n == f ? n : IN(n->nin - 1);
     long long lse = y ? (long long)ir_stats_at(y) : 0;
-    em(e, "\n                   %lld, %lld, %lld, %lld, %d, %s%s", N(q) / (t * d), t,
-       emit_dim(f->in[1], -2), d, (int)f->ia[0], mpdt(f->compute), opt ? ", &o" : lse ? ", NULL" : "");
+    em(e, "\n                   %lld, %lld, %lld, %lld, %d, %s%s", (long long)(a.B * a.H),
+       (long long)a.T, (long long)a.Tk, (long long)a.D, (int)f->ia[0], mpdt(f->compute),
+       opt ? ", &o" : lse ? ", NULL" : "");
     if (lse && n == f)
         em(e, ",\n                   (float *)((char *)%s + %lld)", C(n), lse);
     else if (lse)

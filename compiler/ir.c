@@ -47,6 +47,33 @@ bool ir_attention_tc(const IrNode *n)
            n->in[0]->shape.d[3] <= 64;
 }
 
+IrAttn ir_attention(const IrNode *f)
+{
+    const Shape *q = &f->in[0]->shape, *k = &f->in[1]->shape;
+    IrAttn a = {q->d[0], 0, 0, 0, q->d[3], f->ia[3] != 0, f->ia[4] != 0, IR_GLAY_BHTD};
+    int t = a.qkv_bthd ? 1 : 2;
+    a.H = q->d[3 - t];
+    a.T = q->d[t];
+    a.Tk = k->d[t];
+    if (a.qkv_bthd)
+        a.glay = a.T == a.Tk ? IR_GLAY_BT3HD : IR_GLAY_BTHD;
+    return a;
+}
+
+/* Its output, dq, dk and dv side by side (ir.h IrAttn's glay) */
+Shape ir_attention_grad_shape(const IrNode *f)
+{
+    IrAttn a = ir_attention(f);
+    Shape s = f->in[0]->shape;
+    if (a.glay == IR_GLAY_BHTD)
+        s.d[2] = a.T + 2 * a.Tk;
+    else if (a.glay == IR_GLAY_BTHD)
+        s.d[1] = a.T + 2 * a.Tk;
+    else
+        s = (Shape){5, {a.B, a.T, 3, a.H, a.D}};
+    return s;
+}
+
 int64_t ir_stats_at(const IrNode *n)
 {
     if ((n->op != OP_ATTENTION && n->op != OP_CROSS_ENTROPY) || !n->ia[2])

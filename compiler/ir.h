@@ -231,6 +231,25 @@ int opt_slots(const TrainCfg *t);
  * to 64 (dropout or not). */
 bool ir_attention_tc(const IrNode *n);
 
+/* An attention's dimensions, whatever its layouts (ops.def ATTENTION's
+ * ia[3], ia[4]: q, k, v and y [B, H, T, D], or [B, T, H, D] where sema's
+ * fold_attention_layouts took the transposes around it into the op), and
+ * where its ATTENTION_GRAD puts dq, dk and dv (glay):
+ *   IR_GLAY_BHTD  [B, H, T + 2T', D]: per head dq, dk, dv (q, k, v [B, H, T, D])
+ *   IR_GLAY_BTHD  [B, T + 2T', H, D]: per sample dq, dk, dv rows
+ *   IR_GLAY_BT3HD [B, T, 3, H, D]: per position its dq, dk, dv rows (T = T'),
+ *                 which is the layout of the [B, T, 3 H D] tensor a chunk
+ *                 into q, k, v came from: the gradient of the chunk, with
+ *                 no copy (autodiff.c join_attention). */
+enum { IR_GLAY_BHTD, IR_GLAY_BTHD, IR_GLAY_BT3HD };
+typedef struct IrAttn {
+    int64_t B, H, T, Tk, D;
+    bool qkv_bthd, y_bthd;
+    int glay;
+} IrAttn;
+IrAttn ir_attention(const IrNode *f);   /* f: the ATTENTION node */
+Shape ir_attention_grad_shape(const IrNode *f);   /* its ATTENTION_GRAD's */
+
 /* Row statistics a forward node leaves after its output, in its own
  * buffer, for its backward (ia[2] = 1, set by autodiff; the CUDA program
  * writes and reads them, the C program leaves them unwritten):

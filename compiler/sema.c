@@ -3442,6 +3442,50 @@ static bool swaps_last_two(const IrNode *t)
     return true;
 }
 
+/* Which nodes something reads: an input of a node, the loss, a metric. */
+static bool *reads(IrGraph *g)
+{
+    bool *read = arena_alloc(g->arena, sizeof *read * (size_t)(g->nnodes + 1));
+    for (int i = 0; i < g->nnodes; i++)
+        for (int k = 0; k < g->nodes[i]->nin; k++)
+            read[g->nodes[i]->in[k]->id] = true;
+    for (int m = 0; m < g->nmetrics; m++)
+        read[g->metrics[m].node->id] = true;
+    if (g->loss)
+        read[g->loss->id] = true;
+    return read;
+}
+
+/* Whether n is the value of its name that --predict --output reads: the
+ * first node that carries it (emit_common.c find_values). */
+static bool is_named_value(const IrGraph *g, const IrNode *n)
+{
+    if (!n->name)
+        return false;
+    for (int i = 0; i < n->id; i++) {
+        const IrNode *m = g->nodes[i];
+        if (m->name && !strcmp(m->name, n->name) && m->op != OP_PARAM && m->op != OP_INPUT &&
+            m->op != OP_CONST)
+            return false;
+    }
+    return true;
+}
+
+/* Drops the transposes nothing reads any more, but those that are their
+ * name's value. */
+static void drop_unread_transposes(IrGraph *g)
+{
+    bool *read = reads(g);
+    int kept = 0;
+    for (int i = 0; i < g->nnodes; i++) {
+        IrNode *n = g->nodes[i];
+        if (n->op != OP_TRANSPOSE || read[i] || is_named_value(g, n))
+            g->nodes[kept++] = n;
+    }
+    g->nnodes = kept;
+    ir_renumber(g);
+}
+
 static void fold_transposes(IrGraph *g)
 {
     bool folded = false;
@@ -3460,24 +3504,72 @@ static void fold_transposes(IrGraph *g)
             folded = true;
         }
     }
-    if (!folded)
-        return;
-    bool *read = arena_alloc(g->arena, sizeof *read * (size_t)(g->nnodes + 1));
-    for (int i = 0; i < g->nnodes; i++)
-        for (int k = 0; k < g->nodes[i]->nin; k++)
-            read[g->nodes[i]->in[k]->id] = true;
-    for (int m = 0; m < g->nmetrics; m++)
-        read[g->metrics[m].node->id] = true;
-    if (g->loss)
-        read[g->loss->id] = true;
-    int kept = 0;
+    if (folded)
+        drop_unread_transposes(g);
+}
+
+/* The transposes [0, 2, 1, 3] around an attention, which make the model's
+ * [B, T, H, D] the op's [B, H, T, D] and back, become the op's layouts
+ * (ops.def ATTENTION ia[3], ia[4]): it reads q, k and v and writes y where
+ * they lie, through strides (runtime MpAttnLays), and its gradient comes
+ * out in the same layout (ir.h IrAttn's glay: for a chunk of one [B, T,
+ * 3 H D] product into q, k, v, the chunk's gradient itself: autodiff's
+ * concat of the three becomes a reshape). On both targets, no copy moves
+ * q, k, v, y, dy or their gradients around the op.
+ *   q, k, v: all three such transposes under the op's precision override,
+ *     or none is folded.
+ *   y: when the op's only reader is such a transpose. y keeps the value of
+ *     its name for --predict --output: the op takes the transpose's name
+ *     where only that is a value; where the op's own is, --predict writes
+ *     it as [B, H, T, D] (ia[5]); where both are, y is not folded. */
+static bool swaps_1_2(const IrNode *t, const IrNode *n)
+{
+    return t->op == OP_TRANSPOSE && t->shape.rank == 4 && t->ia[0] == 0 && t->ia[1] == 2 &&
+           t->ia[2] == 1 && t->ia[3] == 3 && t->override == n->override;
+}
+
+static void fold_attention_layouts(IrGraph *g)
+{
+    bool folded = false;
+    ir_renumber(g);
     for (int i = 0; i < g->nnodes; i++) {
         IrNode *n = g->nodes[i];
-        if (n->op != OP_TRANSPOSE || read[i] || n->name)
-            g->nodes[kept++] = n;
+        if (n->op != OP_ATTENTION)
+            continue;
+        if (swaps_1_2(n->in[0], n) && swaps_1_2(n->in[1], n) && swaps_1_2(n->in[2], n)) {
+            for (int k = 0; k < 3; k++)
+                n->in[k] = n->in[k]->in[0];
+            n->ia[3] = 1;
+            folded = true;
+        }
+        IrNode *t = NULL;
+        int readers = 0;
+        for (int j = i + 1; j < g->nnodes; j++)
+            for (int k = 0; k < g->nodes[j]->nin; k++)
+                if (g->nodes[j]->in[k] == n)
+                    readers++, t = g->nodes[j];
+        bool kept = readers != 1 || g->loss == n || g->loss == t;
+        for (int m = 0; m < g->nmetrics; m++)
+            kept |= g->metrics[m].node == n || g->metrics[m].node == t;
+        if (kept || !swaps_1_2(t, n))
+            continue;
+        bool nv = is_named_value(g, n), tv = is_named_value(g, t);
+        if (nv && tv)
+            continue;
+        n->ia[4] = 1;
+        n->ia[5] = nv;
+        n->shape = t->shape;
+        if (tv)
+            n->name = t->name;
+        for (int j = t->id + 1; j < g->nnodes; j++)
+            for (int k = 0; k < g->nodes[j]->nin; k++)
+                if (g->nodes[j]->in[k] == t)
+                    g->nodes[j]->in[k] = n;
+        t->name = NULL;   /* unread now: dropped below */
+        folded = true;
     }
-    g->nnodes = kept;
-    ir_renumber(g);
+    if (folded)
+        drop_unread_transposes(g);
 }
 
 IrGraph *sema_lower(Arena *a, const Ast *ast, int policy_override)
@@ -3501,6 +3593,7 @@ IrGraph *sema_lower(Arena *a, const Ast *ast, int policy_override)
     if (diag_error_count() > errs)
         return NULL;
     fold_transposes(c.g);
+    fold_attention_layouts(c.g);
     return c.g;
 }
 

@@ -917,14 +917,12 @@ bool shape_LAYER_NORM_DW(IrGraph *g, IrNode *n) { return like_fwd_in(g, n, 1); }
 bool shape_BATCH_NORM_DX(IrGraph *g, IrNode *n) { return like_fwd_in(g, n, 0); }
 bool shape_BATCH_NORM_DW(IrGraph *g, IrNode *n) { return like_fwd_in(g, n, 1); }
 
-/* dq, dk, dv of one head side by side along axis 2: [B, H, T + 2T', D]. */
+/* dq, dk, dv side by side: [B, H, T + 2T', D] (ir.h IrAttn's glay). */
 bool shape_ATTENTION_GRAD(IrGraph *g, IrNode *n)
 {
-    const Shape *k = fwd_in(n, 1);
-    if (!k || !like_fwd_in(g, n, 0))
+    if (!fwd_in(n, 1) || !like_fwd_in(g, n, 0))
         return false;
-    Shape r = n->shape;
-    r.d[2] += 2 * k->d[2];
+    Shape r = ir_attention_grad_shape(n->grad_of);
     return set_shape(g, n, &r);
 }
 

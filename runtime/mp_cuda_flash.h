@@ -44,6 +44,7 @@
 #define MP_CUDA_FLASH_H
 
 #include "mp_cuda.h"
+#include "mp_kernels_nn.h"   /* MpAttnLays: where attention's tensors lie */
 
 #define MP_CU_FA_BR 64             /* query rows of a block: 4 warps of 16 */
 #define MP_CU_FA_NT 128            /* threads of a block */
@@ -61,13 +62,13 @@
 /* The staged tiles' bytes for D': q (64 rows), k and v (BC rows), each
  * row D' + PAD halves; then a word a thread, dropout's keep bits (a
  * register would pass 128 there: mp_cu_fa_keep). */
-#define MP_CU_FA_BYTES(DP) ((64 + 2 * MP_CU_FA_BC(DP)) * ((DP) + MP_CU_FA_PAD) * 2 + 4 * MP_CU_FA_NT)
+#define MP_CU_FA_BYTES(DP) ((64 + 2 * MP_CU_FA_BC(DP)) * ((DP) + MP_CU_FA_PAD) * 2 + 4 * MP_CU_FA_NT + 64)
 
 /* The backward's: dq's four tiles and D a row (its keep bits stay in a
  * register); dk and dv's four tiles, three floats a row and dropout's bits
  * a thread */
-#define MP_CU_FA_Q_BYTES(DP) (4 * 64 * ((DP) + MP_CU_FA_PAD) * 2 + 64 * 4)
-#define MP_CU_FA_KV_BYTES(DP) (4 * 64 * ((DP) + MP_CU_FA_PAD) * 2 + 3 * 64 * 4 + 4 * MP_CU_FA_NT)
+#define MP_CU_FA_Q_BYTES(DP) (4 * 64 * ((DP) + MP_CU_FA_PAD) * 2 + 64 * 4 + 64)
+#define MP_CU_FA_KV_BYTES(DP) (4 * 64 * ((DP) + MP_CU_FA_PAD) * 2 + 3 * 64 * 4 + 4 * MP_CU_FA_NT + 64)
 
 /* Loops over a thread's registers are unrolled: an array indexed by a
  * variable would live in local memory (a stack frame). */
@@ -254,7 +255,20 @@ struct MpCuFa {
     uint64_t seed;                 /* its generator: (seed, step, micro, node) */
     const MpCuHdr *hdr;            /* the step, on the device */
     int64_t micro, node;
+    MpAttnLays lay;                /* where q, k, v, y (dy), dq, dk, dv lie */
+    unsigned vec;                  /* bit MP_CU_FA_V*: staged 16 bytes at a time */
+    const void *qd, *kd, *vd;      /* q, k, v dense ([BH, T or T', D]), for the
+                                      kernels that read them so (MP_CU_FA_DENSE) */
 };
+
+/* The kernels that stage q, k, v (and dy) dense, from copies where they lie
+ * otherwise (mp_cu_att_dense): attention_grad_kv_tc, and the forward with
+ * dropout at D' 64. Staged through their strides, each took more than 128
+ * registers, into spills, however the strides were kept. */
+#define MP_CU_FA_DENSE_FWD(DP, DROP) ((DROP) && (DP) == 64)
+
+/* The tensors staged (mp_cu_fa_stage): their bits in MpCuFa's vec */
+enum { MP_CU_FA_VQ, MP_CU_FA_VK, MP_CU_FA_VV, MP_CU_FA_VDY, MP_CU_FA_VY };
 
 /* The key of attention dropout's mask this step, the step read on the
  * device (0: no dropout); the f32 tiles' too (mp_cu_att_key) */
@@ -304,16 +318,17 @@ static inline MP_HD int64_t mp_cu_fa_keys(const MpCuFa *a, int64_t i0)
     return a->causal && last < a->Tk ? last : a->Tk;
 }
 
-/* n rows of x (type xdt; head h of `rows`, from row r0) into s as the
- * compute type, D' halves a row (zeros past D and past the last row) */
+/* n rows of x (type xdt; head h of `rows` rows of D, dense, from row r0)
+ * into s as the compute type, D' halves a row (zeros past D and past the
+ * last row): the staging of attention_grad_kv_tc's q, k, v and dy, which
+ * it reads dense (mp_cu_attention_grad copies them dense where they do not
+ * lie so: staged through their strides, that kernel took more than 128
+ * registers at D' 64, into spills, however the strides were kept) */
 template <int DP>
-static inline MP_HD void mp_cu_fa_stage(uint16_t *s, int n, const void *x, int xdt, int64_t rows,
-                                        int64_t h, int64_t r0, int64_t D, int bf, const MpCuTeam &t)
+static inline MP_HD void mp_cu_fa_stage_dense(uint16_t *s, int n, const void *x, int xdt,
+                                              int64_t rows, int64_t h, int64_t r0, int64_t D,
+                                              int bf, const MpCuTeam &t)
 {
-    /* The common case, x already the compute type and D = D' (rows of 16-byte
-     * multiples) from a 16-byte aligned pointer: rows copied 8 halves at a
-     * time (f16 -> f32 -> f16 is exact: the same bits as below), zeros past
-     * the last row. Other types, widths or alignments: element by element. */
     if (xdt == (bf ? MP_BF16 : MP_F16) && D == DP && ((uintptr_t)x & 15) == 0) {
         const uint16_t *xs = (const uint16_t *)x + (h * rows + r0) * DP;
         for (int e = t.tid; e < n * (DP / 8); e += t.nt) {
@@ -334,11 +349,59 @@ static inline MP_HD void mp_cu_fa_stage(uint16_t *s, int n, const void *x, int x
     }
 }
 
+/* n rows of tensor `which` (x, type xdt: its layout in a.lay; its head's
+ * rows from element hb (mp_attn_head), of `rows`, from row r0) into s as
+ * the compute type, D' halves a row (zeros past D and past the last row) */
+template <int DP>
+static inline MP_HD void mp_cu_fa_stage(uint16_t *s, int n, const MpCuFa &a, int which,
+                                        const void *x, int xdt, int64_t hb, int64_t r0, int vbit,
+                                        const MpCuTeam &t)
+{
+    int64_t rows = which == MP_ATT_K || which == MP_ATT_V ? a.Tk : a.T, D = a.D;
+    const int st = (int)a.lay.l[which].st;   /* under 2^25 (mp_cu_fa_lays): r st in 32 bits */
+    int64_t at = hb + r0 * st;
+    /* The common case, x already the compute type and D = D' (rows of 16-byte
+     * multiples) from 16-byte aligned rows (vec's bit vbit: mp_cu_fa_vec):
+     * rows copied 8 halves at a time (f16 -> f32 -> f16 is exact: the same
+     * bits as below), zeros past the last row. Other types, widths or
+     * alignments: element by element. */
+    if ((a.vec >> vbit & 1u) && D == DP) {
+        const uint16_t *xs = (const uint16_t *)x + at;
+        for (int e = t.tid; e < n * (DP / 8); e += t.nt) {
+            int r = e / (DP / 8), d = e % (DP / 8) * 8;
+            uint16_t *to = s + r * (DP + MP_CU_FA_PAD) + d;
+            if (r0 + r < rows)
+                mp_cu_fa_copy16(to, xs + (r * st + d));   /* 32 bits: r < 64, st < 2^25 */
+            else
+                for (int u = 0; u < 8; u++)
+                    to[u] = 0;
+        }
+        return;
+    }
+    for (int e = t.tid; e < n * DP; e += t.nt) {
+        int r = e / DP, d = e % DP;
+        float v = r0 + r < rows && d < D ? mp_cu_ld(x, xdt, at + (r * st + d)) : 0.0f;
+        s[r * (DP + MP_CU_FA_PAD) + d] = (uint16_t)mp_cu_fa_half(v, a.bf);
+    }
+}
+
 /* Head h's offset in the mask (0 without one): once an item where it can,
  * a 64-bit division being a called subroutine on the GPU */
 static inline MP_HD int64_t mp_cu_fa_mask_head(const MpCuFa *a, int64_t h)
 {
     return a->mask ? h / a->H * a->ms[0] + h % a->H * a->ms[1] : 0;
+}
+
+/* hb[x]: the element where the rows of tensor x of the item's head h
+ * begin (mp_attn_head), one thread each, in the block's shared memory; the
+ * caller's barrier follows. The stagings and stores read them there after
+ * barriers, so that they hold no registers across the tile loops (the
+ * divisions and their results took the kernels at D' 64 past 128
+ * registers into spills). */
+static inline MP_HD void mp_cu_fa_heads(int64_t *hb, const MpCuFa &a, int64_t h, const MpCuTeam &t)
+{
+    if (t.tid < MP_ATT_NLAY)
+        hb[t.tid] = mp_attn_head(&a.lay, t.tid, h);
 }
 
 /* The score of query row i, key j from the product acc (mh: the head's
@@ -382,15 +445,24 @@ struct MpCuFaFwd {
         MP_CU_SHARED_DYN(sh, MP_CU_FA_BYTES(DP), t);
         const int ld = DP + MP_CU_FA_PAD, w = t.tid / 32, lane = t.tid % 32;
         const int g = lane >> 2, c = (lane & 3) * 2;
-        int64_t h = it / a.nqt, i0 = it % a.nqt * MP_CU_FA_BR;
+        const int64_t h = it / a.nqt;
+        const int i0 = (int)(it % a.nqt) * MP_CU_FA_BR;   /* rows and keys in 32 bits: registers */
         uint16_t *qs = sh, *ks = qs + 64 * ld, *vs = ks + BC * ld;
         uint32_t *kw = (uint32_t *)(vs + BC * ld);   /* DROP: each thread's keep bits */
+        int64_t *hb = (int64_t *)(kw + MP_CU_FA_NT);   /* the heads' rows (mp_cu_fa_heads) */
         float o[DP / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
         MP_CU_UNROLL
         for (int d = 0; d < DP / 8; d++)
             o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.0f;
         t.sync();   /* the block's previous item is done with the tiles */
-        mp_cu_fa_stage<DP>(qs, 64, a.q, a.qdt, a.T, h, i0, a.D, a.bf, t);
+        if (!MP_CU_FA_DENSE_FWD(DP, DROP)) {
+            mp_cu_fa_heads(hb, a, h, t);
+            t.sync();
+        }
+        if (MP_CU_FA_DENSE_FWD(DP, DROP))
+            mp_cu_fa_stage_dense<DP>(qs, 64, a.qd, a.qdt, a.T, h, i0, a.D, a.bf, t);
+        else
+            mp_cu_fa_stage<DP>(qs, 64, a, MP_ATT_Q, a.q, a.qdt, hb[MP_ATT_Q], i0, MP_CU_FA_VQ, t);
         t.sync();   /* q staged */
         uint32_t fq[DP / 16][4];   /* the warp's q rows as A fragments, once an item */
         MP_CU_UNROLL
@@ -401,11 +473,17 @@ struct MpCuFaFwd {
             fq[kk][2] = mp_cu_fa_pair(q0 + 8, 1);
             fq[kk][3] = mp_cu_fa_pair(q1 + 8, 1);
         }
-        int64_t nk = mp_cu_fa_keys(&a, i0), mh = mp_cu_fa_mask_head(&a, h);
-        for (int64_t j0 = 0; j0 < nk; j0 += BC) {
+        const int nk = (int)mp_cu_fa_keys(&a, i0);
+        const int64_t mh = mp_cu_fa_mask_head(&a, h);
+        for (int j0 = 0; j0 < nk; j0 += BC) {
             t.sync();   /* the previous key tile's readers are done */
-            mp_cu_fa_stage<DP>(ks, BC, a.k, a.kdt, a.Tk, h, j0, a.D, a.bf, t);
-            mp_cu_fa_stage<DP>(vs, BC, a.v, a.vdt, a.Tk, h, j0, a.D, a.bf, t);
+            if (MP_CU_FA_DENSE_FWD(DP, DROP)) {
+                mp_cu_fa_stage_dense<DP>(ks, BC, a.kd, a.kdt, a.Tk, h, j0, a.D, a.bf, t);
+                mp_cu_fa_stage_dense<DP>(vs, BC, a.vd, a.vdt, a.Tk, h, j0, a.D, a.bf, t);
+            } else {
+                mp_cu_fa_stage<DP>(ks, BC, a, MP_ATT_K, a.k, a.kdt, hb[MP_ATT_K], j0, MP_CU_FA_VK, t);
+                mp_cu_fa_stage<DP>(vs, BC, a, MP_ATT_K, a.v, a.vdt, hb[MP_ATT_K], j0, MP_CU_FA_VV, t);   /* v lies as k */
+            }
             if (DROP)
                 kw[t.tid] = mp_cu_fa_keep(&a, h, i0, j0, w, g, c, 0);
             t.sync();   /* k, v staged: every warp sees them */
@@ -434,7 +512,7 @@ struct MpCuFaFwd {
                 for (int n = 0; n < NB; n++)
                     MP_CU_UNROLL
                     for (int e = 0; e < 4; e++) {
-                        int64_t i = i0 + 16 * w + g + (e >> 1) * 8, j = j0 + 8 * n + c + (e & 1);
+                        int i = i0 + 16 * w + g + (e >> 1) * 8, j = j0 + 8 * n + c + (e & 1);
                         s[n][e] = mp_cu_fa_score_at(&a, s[n][e], mh, i, j);
                     }
             }
@@ -485,10 +563,12 @@ struct MpCuFaFwd {
                 }
             }
         }
+        const int64_t yh = MP_CU_FA_DENSE_FWD(DP, DROP) ? mp_attn_head(&a.lay, MP_ATT_Y, h) : hb[MP_ATT_Y];
+        const int64_t yst = a.lay.l[MP_ATT_Y].st;
         MP_CU_UNROLL
         for (int r = 0; r < 2; r++) {
             l[r] = mp_cu_quad(t, l[r], 1);
-            int64_t i = i0 + 16 * w + g + 8 * r;
+            int i = i0 + 16 * w + g + 8 * r;
             if (i >= a.T)
                 continue;
             float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;   /* a row that sees no key: 0 */
@@ -497,7 +577,7 @@ struct MpCuFaFwd {
                 MP_CU_UNROLL
                 for (int e = 0; e < 2; e++)
                     if (8 * d + c + e < a.D)
-                        mp_cu_st(a.o, a.odt, (h * a.T + i) * a.D + 8 * d + c + e, o[d][2 * r + e] * inv);
+                        mp_cu_st(a.o, a.odt, yh + i * yst + 8 * d + c + e, o[d][2 * r + e] * inv);
             if (a.lse && c == 0)
                 a.lse[h * a.T + i] = l[r] > 0.0f ? m[r] + logf(l[r]) : -INFINITY;
         }
@@ -599,6 +679,7 @@ struct MpCuFaB {
     const float *lse;              /* [BH T] */
     float *st;                     /* [BH T, 3]: m, l, D */
     int64_t nkt;                   /* key tiles of 64 a head */
+    const void *dyd;               /* dy dense [BH, T, D] (as MpCuFa's qd) */
 };
 
 
@@ -612,17 +693,21 @@ struct MpCuFaDq {
         const MpCuFa &a = b.a;
         const int ld = DP + MP_CU_FA_PAD, w = t.tid / 32, lane = t.tid % 32;
         const int g = lane >> 2, c = (lane & 3) * 2;
-        int64_t h = it / a.nqt, i0 = it % a.nqt * MP_CU_FA_BR;
+        const int64_t h = it / a.nqt;
+        const int i0 = (int)(it % a.nqt) * MP_CU_FA_BR;   /* rows and keys in 32 bits: registers */
         uint16_t *qs = sh, *dys = qs + 64 * ld, *ks = dys + 64 * ld, *vs = ks + 64 * ld;
         float *sd = (float *)(vs + 64 * ld);
+        int64_t *hb = (int64_t *)(sd + 64);   /* the heads' rows (mp_cu_fa_heads) */
         float dq[DP / 8][4];
         MP_CU_UNROLL
         for (int d = 0; d < DP / 8; d++)
             dq[d][0] = dq[d][1] = dq[d][2] = dq[d][3] = 0.0f;
         t.sync();   /* the block's previous item is done with the tiles */
-        mp_cu_fa_stage<DP>(qs, 64, a.q, a.qdt, a.T, h, i0, a.D, a.bf, t);
-        mp_cu_fa_stage<DP>(dys, 64, b.dy, b.dydt, a.T, h, i0, a.D, a.bf, t);
-        mp_cu_fa_stage<DP>(ks, 64, b.y, b.ydt, a.T, h, i0, a.D, a.bf, t);   /* y, for D */
+        mp_cu_fa_heads(hb, a, h, t);
+        t.sync();
+        mp_cu_fa_stage<DP>(qs, 64, a, MP_ATT_Q, a.q, a.qdt, hb[MP_ATT_Q], i0, MP_CU_FA_VQ, t);
+        mp_cu_fa_stage<DP>(dys, 64, a, MP_ATT_Y, b.dy, b.dydt, hb[MP_ATT_Y], i0, MP_CU_FA_VDY, t);
+        mp_cu_fa_stage<DP>(ks, 64, a, MP_ATT_Y, b.y, b.ydt, hb[MP_ATT_Y], i0, MP_CU_FA_VY, t);   /* y, for D */
         t.sync();
         for (int r = t.tid; r < 64; r += t.nt) {   /* D = rowsum(dy y) */
             float s = 0.0f;
@@ -640,11 +725,12 @@ struct MpCuFaDq {
             lse[r] = lse[r] == -INFINITY ? INFINITY : lse[r];
             dd[r] = sd[16 * w + g + 8 * r];
         }
-        int64_t nk = mp_cu_fa_keys(&a, i0), mh = mp_cu_fa_mask_head(&a, h);
-        for (int64_t j0 = 0; j0 < nk; j0 += 64) {
+        const int nk = (int)mp_cu_fa_keys(&a, i0);
+        const int64_t mh = mp_cu_fa_mask_head(&a, h);
+        for (int j0 = 0; j0 < nk; j0 += 64) {
             t.sync();   /* the previous key tile's readers are done */
-            mp_cu_fa_stage<DP>(ks, 64, a.k, a.kdt, a.Tk, h, j0, a.D, a.bf, t);
-            mp_cu_fa_stage<DP>(vs, 64, a.v, a.vdt, a.Tk, h, j0, a.D, a.bf, t);
+            mp_cu_fa_stage<DP>(ks, 64, a, MP_ATT_K, a.k, a.kdt, hb[MP_ATT_K], j0, MP_CU_FA_VK, t);
+            mp_cu_fa_stage<DP>(vs, 64, a, MP_ATT_K, a.v, a.vdt, hb[MP_ATT_K], j0, MP_CU_FA_VV, t);   /* v lies as k */
             const uint32_t keep = DROP ? mp_cu_fa_keep(&a, h, i0, j0, w, g, c, 0) : 0;
             t.sync();   /* staged: every warp sees them */
             const int whole = mp_cu_fa_whole(&a, i0, j0, 64);
@@ -657,8 +743,8 @@ struct MpCuFaDq {
                 for (int nn = 0; nn < 2; nn++)   /* dS */
                     MP_CU_UNROLL
                     for (int e = 0; e < 4; e++) {
-                        int64_t i = i0 + 16 * w + g + (e >> 1) * 8;
-                        int64_t j = j0 + 16 * kc + 8 * nn + c + (e & 1);
+                        int i = i0 + 16 * w + g + (e >> 1) * 8;
+                        int j = j0 + 16 * kc + 8 * nn + c + (e & 1);
                         float sc = whole ? s[nn][e] * a.scale : mp_cu_fa_score_at(&a, s[nn][e], mh, i, j);
                         float dpv = DROP ? mp_cu_fa_dropped(keep, 8 * kc + 4 * nn + e, a.dscale, dp[nn][e])
                                          : dp[nn][e];   /* dP' */
@@ -676,6 +762,7 @@ struct MpCuFaDq {
                 }
             }
         }
+        const int64_t qat = hb[MP_ATT_DQ], qst = a.lay.l[MP_ATT_DQ].st;
         MP_CU_UNROLL
         for (int r = 0; r < 2; r++) {
             int64_t i = i0 + 16 * w + g + 8 * r;
@@ -686,8 +773,7 @@ struct MpCuFaDq {
                 MP_CU_UNROLL
                 for (int e = 0; e < 2; e++)
                     if (8 * d + c + e < a.D)
-                        mp_cu_st(a.o, a.odt, h * (a.T + 2 * a.Tk) * a.D + i * a.D + 8 * d + c + e,
-                                 dq[d][2 * r + e]);
+                        mp_cu_st(a.o, a.odt, qat + i * qst + 8 * d + c + e, dq[d][2 * r + e]);
             if (c == 0) {   /* as m, l, D: P = exp(s - lse) / 1 */
                 float *st = b.st + (h * a.T + i) * 3;
                 st[0] = lse[r];
@@ -723,13 +809,13 @@ struct MpCuFaDkv {
             for (int e = 0; e < 4; e++)
                 dk[d][e] = dv[d][e] = 0.0f;
         t.sync();   /* the block's previous item is done with the tiles */
-        mp_cu_fa_stage<DP>(ks, 64, a.k, a.kdt, a.Tk, h, j0, a.D, a.bf, t);
+        mp_cu_fa_stage_dense<DP>(ks, 64, a.kd, a.kdt, a.Tk, h, j0, a.D, a.bf, t);
         if (DK)
-            mp_cu_fa_stage<DP>(vs, 64, a.v, a.vdt, a.Tk, h, j0, a.D, a.bf, t);
+            mp_cu_fa_stage_dense<DP>(vs, 64, a.vd, a.vdt, a.Tk, h, j0, a.D, a.bf, t);
         for (int64_t i0 = a.causal ? j0 : 0; i0 < a.T; i0 += 64) {
             t.sync();   /* the previous query tile's readers are done */
-            mp_cu_fa_stage<DP>(qs, 64, a.q, a.qdt, a.T, h, i0, a.D, a.bf, t);
-            mp_cu_fa_stage<DP>(dys, 64, b.dy, b.dydt, a.T, h, i0, a.D, a.bf, t);
+            mp_cu_fa_stage_dense<DP>(qs, 64, a.qd, a.qdt, a.T, h, i0, a.D, a.bf, t);
+            mp_cu_fa_stage_dense<DP>(dys, 64, b.dyd, b.dydt, a.T, h, i0, a.D, a.bf, t);
             for (int r = t.tid; r < 64; r += t.nt) {
                 const float *st = b.st + (h * a.T + i0 + r) * 3;
                 int in = i0 + r < a.T && st[1] > 0.0f;
@@ -782,12 +868,13 @@ struct MpCuFaDkv {
                 }
             }
         }
+        /* dv lies as dk, from another offset (mp_cu_fa_lays) */
+        const int64_t kat = mp_attn_head(&a.lay, MP_ATT_DK, h), vo = a.lay.l[MP_ATT_DV].off - a.lay.l[MP_ATT_DK].off;
         MP_CU_UNROLL
         for (int r = 0; r < 2; r++) {
-            int64_t j = j0 + 16 * w + g + 8 * r;
+            int64_t j = j0 + 16 * w + g + 8 * r, at = kat + j * a.lay.l[MP_ATT_DK].st;
             if (j >= a.Tk)
                 continue;
-            int64_t at = h * (a.T + 2 * a.Tk) * a.D + (a.T + j) * a.D;
             MP_CU_UNROLL
             for (int d = 0; d < DP / 8; d++)
                 MP_CU_UNROLL
@@ -796,7 +883,7 @@ struct MpCuFaDkv {
                         if (DK)
                             mp_cu_st(a.o, a.odt, at + 8 * d + c + e, dk[d][2 * r + e]);
                         if (DV)
-                            mp_cu_st(a.o, a.odt, at + a.Tk * a.D + 8 * d + c + e, dv[d][2 * r + e]);
+                            mp_cu_st(a.o, a.odt, at + vo + 8 * d + c + e, dv[d][2 * r + e]);
                     }
         }
     }
@@ -874,6 +961,16 @@ static inline void mp_cu_rows_sh(const char *name, int64_t rows, int threads, in
 static inline int mp_cu_fa_ready(void) { return !mp_emu_serial(); }
 #endif
 
+/* Whether x's rows (layout `which`) can be staged 16 bytes at a time: x of
+ * the compute type, 16-byte aligned, and its layout's offsets and stride
+ * whole multiples of 8 halves (a bit of MpCuFa's vec) */
+static inline unsigned mp_cu_fa_vec(const MpCuFa &a, int which, const void *x, int xdt)
+{
+    const MpAttnLay *l = &a.lay.l[which];
+    return xdt == (a.bf ? MP_BF16 : MP_F16) && ((uintptr_t)x & 15) == 0 && l->off % 8 == 0 &&
+           l->sb % 8 == 0 && l->sh % 8 == 0 && l->st % 8 == 0;
+}
+
 /* y = attention(q, k, v) on Tensor Cores (mp_cu_attention's arguments,
  * cdt f16 or bf16, D <= MP_CU_FA_DMAX); a.lse: NULL or [BH T] floats. */
 template <int DP, int DROP>
@@ -931,6 +1028,11 @@ static inline void mp_cu_fa_backward(MpCuFaB b, int64_t BH)
 
 static inline void mp_cu_fa_grad(MpCuFaB b, int64_t BH)
 {
+    b.a.vec = mp_cu_fa_vec(b.a, MP_ATT_Q, b.a.q, b.a.qdt) << MP_CU_FA_VQ |
+              mp_cu_fa_vec(b.a, MP_ATT_K, b.a.k, b.a.kdt) << MP_CU_FA_VK |
+              mp_cu_fa_vec(b.a, MP_ATT_K, b.a.v, b.a.vdt) << MP_CU_FA_VV |
+              mp_cu_fa_vec(b.a, MP_ATT_Y, b.dy, b.dydt) << MP_CU_FA_VDY |
+              mp_cu_fa_vec(b.a, MP_ATT_Y, b.y, b.ydt) << MP_CU_FA_VY;
     b.a.nqt = (b.a.T + MP_CU_FA_BR - 1) / MP_CU_FA_BR;
     b.nkt = (b.a.Tk + 63) / 64;
     MP_CU_FA_PICK(mp_cu_fa_backward, b.a.D, b.a.drop > 0.0f, b, BH);
@@ -938,6 +1040,9 @@ static inline void mp_cu_fa_grad(MpCuFaB b, int64_t BH)
 
 static inline void mp_cu_fa_run(MpCuFa a, int64_t BH)
 {
+    a.vec = mp_cu_fa_vec(a, MP_ATT_Q, a.q, a.qdt) << MP_CU_FA_VQ |
+            mp_cu_fa_vec(a, MP_ATT_K, a.k, a.kdt) << MP_CU_FA_VK |
+            mp_cu_fa_vec(a, MP_ATT_K, a.v, a.vdt) << MP_CU_FA_VV;
     a.nqt = (a.T + MP_CU_FA_BR - 1) / MP_CU_FA_BR;
     MP_CU_FA_PICK(mp_cu_fa_forward, a.D, a.drop > 0.0f, a, BH);
 }

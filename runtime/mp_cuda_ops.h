@@ -2119,6 +2119,7 @@ struct MpCuAttP {
     uint64_t seed;                 /* its generator: (seed, step, micro, node) */
     const MpCuHdr *hdr;
     int64_t micro, node;
+    MpAttnLays lay;                /* where q, k, v, y (dy), dq, dk, dv lie */
 };
 
 /* The largest tile (up to 64) whose layout of nb row tiles fits; 0: none */
@@ -2135,6 +2136,7 @@ static inline int mp_cu_att_tile(int64_t D, int nb)
 static inline void mp_cu_att_tiles(const char *op, MpCuAttP *a, int nb, const MpAttnOpt *o)
 {
     a->scale = o && o->scaled ? o->scale : 1.0f / sqrtf((float)a->D);
+    a->lay = mp_attn_lays(o, a->T, a->Tk, a->D);
     a->mask = o ? o->mask : NULL;
     a->drop = o && o->drop > 0.0f ? o->drop : 0.0f;
     a->dscale = a->drop > 0.0f ? mp_dropout_scale(a->drop) : 1.0f;
@@ -2191,13 +2193,15 @@ static inline MP_HD int mp_cu_att_n(const MpCuAttP *a, int64_t r0, int64_t total
     return (int)(total - r0 < a->t ? total - r0 : a->t);
 }
 
-/* n rows of D from x (type xdt, head h of `rows` rows, from row r0) into
- * sh as f32, rows ld apart */
-static inline MP_HD void mp_cu_att_load(float *sh, int64_t ld, const void *x, int xdt, int64_t rows,
-                                        int64_t h, int64_t r0, int n, int64_t D, const MpCuTeam &t)
+/* n rows of D from tensor x (type xdt, layout `which` of a->lay: head h,
+ * from row r0) into sh as f32, rows ld apart */
+static inline MP_HD void mp_cu_att_load(float *sh, int64_t ld, const void *x, int xdt,
+                                        const MpCuAttP *a, int which, int64_t h, int64_t r0, int n,
+                                        const MpCuTeam &t)
 {
+    int64_t D = a->D, st = a->lay.l[which].st, at = mp_attn_head(&a->lay, which, h) + r0 * st;
     for (int64_t e = t.tid; e < n * D; e += t.nt)
-        sh[e / D * ld + e % D] = mp_cu_ld(x, xdt, (h * rows + r0) * D + e);
+        sh[e / D * ld + e % D] = mp_cu_ld(x, xdt, at + e / D * st + e % D);
 }
 
 /* The scores of nq query rows (qs, from row i0) of head h against n keys
@@ -2230,9 +2234,9 @@ static inline MP_HD void mp_cu_att_key_tile(const MpCuAttP *a, float *ks, float 
                                             int64_t i0, int nq, int64_t j0, int n, const MpCuTeam &t)
 {
     t.sync();   /* the tiles' previous readers are done */
-    mp_cu_att_load(ks, a->ld, a->k, a->kdt, a->Tk, h, j0, n, a->D, t);
+    mp_cu_att_load(ks, a->ld, a->k, a->kdt, a, MP_ATT_K, h, j0, n, t);
     if (vs)
-        mp_cu_att_load(vs, a->ld, a->v, a->vdt, a->Tk, h, j0, n, a->D, t);
+        mp_cu_att_load(vs, a->ld, a->v, a->vdt, a, MP_ATT_V, h, j0, n, t);
     t.sync();   /* the key tile staged: every thread sees it */
     mp_cu_att_scores(a, s, dp, qs, ks, dys, vs, h, i0, nq, j0, n, t);
     t.sync();
@@ -2261,9 +2265,9 @@ static inline MP_HD void mp_cu_att_begin(const MpCuAttP *a, float *qs, float *dy
                                          int64_t i0, int nq, const MpCuTeam &t)
 {
     t.sync();   /* the block's previous item is done with its tiles */
-    mp_cu_att_load(qs, a->D, a->q, a->qdt, a->T, h, i0, nq, a->D, t);
+    mp_cu_att_load(qs, a->D, a->q, a->qdt, a, MP_ATT_Q, h, i0, nq, t);
     if (dys)
-        mp_cu_att_load(dys, a->D, a->dy, a->dydt, a->T, h, i0, nq, a->D, t);
+        mp_cu_att_load(dys, a->D, a->dy, a->dydt, a, MP_ATT_Y, h, i0, nq, t);
     for (int64_t e = t.tid; e < nq * a->D; e += t.nt)
         acc[e] = 0.0f;
     for (int e = t.tid; e < nz * a->t; e += t.nt)
@@ -2281,13 +2285,15 @@ static inline MP_HD void mp_cu_att_begin(const MpCuAttP *a, float *qs, float *dy
     }
 }
 
-/* The tile's rows' outputs (acc, nq rows of D) to o at element off. */
-static inline MP_HD void mp_cu_att_put(const MpCuAttP *a, int64_t off, const float *acc, int nq,
-                                       const MpCuTeam &t)
+/* The tile's rows' outputs (acc, nq rows of D) to o: rows from r0 of head
+ * h of its tensor `which` (y, dq, dk or dv). */
+static inline MP_HD void mp_cu_att_put(const MpCuAttP *a, int which, int64_t h, int64_t r0,
+                                       const float *acc, int nq, const MpCuTeam &t)
 {
+    int64_t D = a->D, st = a->lay.l[which].st, at = mp_attn_head(&a->lay, which, h) + r0 * st;
     t.sync();
-    for (int64_t e = t.tid; e < nq * a->D; e += t.nt)
-        mp_cu_st(a->o, a->odt, off + e, acc[e]);
+    for (int64_t e = t.tid; e < nq * D; e += t.nt)
+        mp_cu_st(a->o, a->odt, at + e / D * st + e % D, acc[e]);
 }
 
 /* Forward: item (head, query tile). */
@@ -2315,7 +2321,7 @@ struct MpCuAttFwd {
             t.sync();
             mp_cu_att_acc(acc, s, a.t, 1, vs, a.ld, nq, n, D, t);
         }
-        mp_cu_att_put(&a, (h * a.T + i0) * D, acc, nq, t);
+        mp_cu_att_put(&a, MP_ATT_Y, h, i0, acc, nq, t);
     }
 };
 
@@ -2358,7 +2364,7 @@ struct MpCuAttDq {
                 t.sync();
                 mp_cu_att_acc(acc, s, a.t, 1, ks, a.ld, nq, n, D, t);
             }
-        mp_cu_att_put(&a, h * (a.T + 2 * a.Tk) * D + i0 * D, acc, nq, t);
+        mp_cu_att_put(&a, MP_ATT_DQ, h, i0, acc, nq, t);
         for (int r = t.tid; r < nq; r += t.nt) {
             float *st = a.st + (h * a.T + i0 + r) * 3;
             st[0] = rm[r];
@@ -2381,16 +2387,16 @@ struct MpCuAttDkv {
         float *dk = dys + a.t * D, *dv = dk + a.t * D, *s = dv + a.t * D, *dp = s + a.t * a.t;
         float *rm = dp + a.t * a.t, *rinv = rm + a.t, *rd = rinv + a.t;
         t.sync();
-        mp_cu_att_load(ks, a.ld, a.k, a.kdt, a.Tk, h, j0, n, D, t);
-        mp_cu_att_load(vs, a.ld, a.v, a.vdt, a.Tk, h, j0, n, D, t);
+        mp_cu_att_load(ks, a.ld, a.k, a.kdt, &a, MP_ATT_K, h, j0, n, t);
+        mp_cu_att_load(vs, a.ld, a.v, a.vdt, &a, MP_ATT_V, h, j0, n, t);
         for (int64_t e = t.tid; e < n * D; e += t.nt)
             dk[e] = dv[e] = 0.0f;
         uint64_t key = mp_cu_att_key(&a);
         for (int64_t i0 = a.causal ? j0 : 0; i0 < a.T; i0 += a.t) {
             int nq = mp_cu_att_n(&a, i0, a.T);
             t.sync();
-            mp_cu_att_load(qs, D, a.q, a.qdt, a.T, h, i0, nq, D, t);
-            mp_cu_att_load(dys, D, a.dy, a.dydt, a.T, h, i0, nq, D, t);
+            mp_cu_att_load(qs, D, a.q, a.qdt, &a, MP_ATT_Q, h, i0, nq, t);
+            mp_cu_att_load(dys, D, a.dy, a.dydt, &a, MP_ATT_Y, h, i0, nq, t);
             for (int r = t.tid; r < nq; r += t.nt) {
                 const float *st = a.st + (h * a.T + i0 + r) * 3;
                 rm[r] = st[0];
@@ -2411,9 +2417,8 @@ struct MpCuAttDkv {
             mp_cu_att_acc(dv, s, 1, a.t, dys, D, n, nq, D, t);   /* Pr^T dy */
             mp_cu_att_acc(dk, dp, 1, a.t, qs, D, n, nq, D, t);   /* dS^T q */
         }
-        int64_t g = h * (a.T + 2 * a.Tk) * D + (a.T + j0) * D;
-        mp_cu_att_put(&a, g, dk, n, t);
-        mp_cu_att_put(&a, g + a.Tk * D, dv, n, t);
+        mp_cu_att_put(&a, MP_ATT_DK, h, j0, dk, n, t);
+        mp_cu_att_put(&a, MP_ATT_DV, h, j0, dv, n, t);
     }
 };
 
@@ -2429,6 +2434,21 @@ static inline int mp_cu_fa_takes(int cdt, int64_t D, float drop)
            mp_cu_fa_ready();
 }
 
+/* Layouts the Tensor Core kernels take (else the f32 tiles run): v's as
+ * k's (v is staged through k's offsets), dv's as dk's but for its offset,
+ * and row strides under 2^25 (a tile's 64 rows in 32-bit offsets). The
+ * compiler's are so (compiler/emit_common.c attention_lays). */
+static inline int mp_cu_fa_lays(const MpAttnLays *L)
+{
+    const MpAttnLay *k = &L->l[MP_ATT_K], *v = &L->l[MP_ATT_V];
+    const MpAttnLay *dk = &L->l[MP_ATT_DK], *dv = &L->l[MP_ATT_DV];
+    int ok = k->off == v->off && k->sb == v->sb && k->sh == v->sh && k->st == v->st &&
+             dk->sb == dv->sb && dk->sh == dv->sh && dk->st == dv->st;
+    for (int i = 0; i < MP_ATT_NLAY; i++)
+        ok = ok && L->l[i].st < ((int64_t)1 << 25);
+    return ok;
+}
+
 /* The Tensor Core kernels' problem from the f32 tiles' (its output a->o,
  * lse: the rows' log-sum-exp, or NULL) */
 static inline MpCuFa mp_cu_fa_of(const MpCuAttP *a, float *lse)
@@ -2436,8 +2456,39 @@ static inline MpCuFa mp_cu_fa_of(const MpCuAttP *a, float *lse)
     MpCuFa f = {a->q, a->k, a->v, a->o, a->qdt, a->kdt, a->vdt, a->odt, lse, a->T, a->Tk, a->D,
                 0, a->causal, a->cdt == MP_BF16, a->scale, a->mask, a->mdt, a->H,
                 {a->ms[0], a->ms[1], a->ms[2], a->ms[3]}, a->drop, a->dscale, a->seed, a->hdr,
-                a->micro, a->node};
+                a->micro, a->node, a->lay, 0, NULL, NULL, NULL};
     return f;
+}
+
+/* Row r of the [BH rows, D] dense copy of attention's tensor `which`
+ * (mp_cu_attention_grad's, for attention_grad_kv_tc) from its layout */
+struct MpCuAttDense {
+    void *dst;
+    const void *src;
+    int dt;
+    int which;
+    int64_t rows, D;
+    MpAttnLays lay;
+    MP_HD void operator()(int64_t r, const MpCuTeam &t) const
+    {
+        int64_t at = mp_attn_head(&lay, which, r / rows) + r % rows * lay.l[which].st;
+        for (int64_t d = t.tid; d < D; d += t.nt)
+            mp_cu_st(dst, dt, r * D + d, mp_cu_ld(src, dt, at + d));   /* exact: one type */
+    }
+};
+
+/* x (tensor `which`, type dt, BH rows of D a head) dense: x itself where
+ * its layout is the dense one, else a copy at ws */
+static inline const void *mp_cu_att_dense(const MpCuAttP *a, int which, const void *x, int dt,
+                                          int64_t BH, int64_t rows, unsigned char *ws)
+{
+    const MpAttnLay *l = &a->lay.l[which];
+    int64_t D = a->D, H = a->lay.H;
+    if (l->off == 0 && l->st == D && (H == 1 ? l->sb == rows * D : l->sh == rows * D && l->sb == H * l->sh))
+        return x;
+    MpCuAttDense f = {ws, x, dt, which, rows, D, a->lay};
+    mp_cu_rows("attention_grad_dense", BH * rows, mp_cu_row_threads(D), f);
+    return ws;
 }
 
 /* o: the options (MpAttnOpt, as the C program's mp_k_attention_opt;
@@ -2452,8 +2503,18 @@ static inline void mp_cu_attention(void *y, const void *q, const void *k, const 
     a.causal = causal;
     a.cdt = cdt;
     mp_cu_att_tiles("attention", &a, 4, o);
-    if (mp_cu_fa_takes(cdt, D, a.drop)) {
-        mp_cu_fa_run(mp_cu_fa_of(&a, lse), BH);   /* Tensor Cores (mp_cuda_flash.h) */
+    if (mp_cu_fa_takes(cdt, D, a.drop) && mp_cu_fa_lays(&a.lay)) {
+        MpCuFa f = mp_cu_fa_of(&a, lse);
+        if (MP_CU_FA_DENSE_FWD(D > 32 ? 64 : 32, a.drop > 0.0f)) {   /* q, k, v read dense */
+            int64_t qb = mp_cu_round_up(BH * T * D * 4), kb = mp_cu_round_up(BH * Tk * D * 4);
+            unsigned char *w = mp_cu_ws(qb + 2 * kb);
+            if (w) {
+                f.qd = mp_cu_att_dense(&a, MP_ATT_Q, q, QT, BH, T, w);
+                f.kd = mp_cu_att_dense(&a, MP_ATT_K, k, KT, BH, Tk, w + qb);
+                f.vd = mp_cu_att_dense(&a, MP_ATT_V, v, VT, BH, Tk, w + qb + kb);
+            }
+        }
+        mp_cu_fa_run(f, BH);   /* Tensor Cores (mp_cuda_flash.h) */
         return;
     }
     MpCuAttFwd f = {a};
@@ -2472,10 +2533,23 @@ static inline void mp_cu_attention_grad(void *g, const void *dy, const void *q, 
     MpCuAttP a = {q, k, v, dy, g, QT, KT, VT, DYT, GT, NULL, T, Tk, D};
     a.causal = causal;
     a.cdt = cdt;
-    a.st = (float *)mp_cu_ws(BH * T * 3 * (int64_t)sizeof(float));
     mp_cu_att_tiles("attention_grad", &a, 6, o);
-    if (y && lse && mp_cu_fa_takes(cdt, D, a.drop)) {
+    int tc = y && lse && mp_cu_fa_takes(cdt, D, a.drop) && mp_cu_fa_lays(&a.lay);
+    /* the workspace: the rows' statistics, then (Tensor Cores) room for
+     * dense copies of q, dy, k, v (mp_cu_att_dense) */
+    int64_t stb = mp_cu_round_up(BH * T * 3 * (int64_t)sizeof(float));
+    int64_t qb = mp_cu_round_up(BH * T * D * 4), kb = mp_cu_round_up(BH * Tk * D * 4);
+    unsigned char *ws = mp_cu_ws(stb + (tc ? 2 * qb + 2 * kb : 0));
+    a.st = (float *)ws;
+    if (tc) {
+        unsigned char *w = ws ? ws + stb : NULL;
         MpCuFaB b = {mp_cu_fa_of(&a, NULL), dy, y, DYT, ydt, lse, a.st, 0};
+        if (ws) {
+            b.a.qd = mp_cu_att_dense(&a, MP_ATT_Q, q, QT, BH, T, w);
+            b.dyd = mp_cu_att_dense(&a, MP_ATT_Y, dy, DYT, BH, T, w + qb);
+            b.a.kd = mp_cu_att_dense(&a, MP_ATT_K, k, KT, BH, Tk, w + 2 * qb);
+            b.a.vd = mp_cu_att_dense(&a, MP_ATT_V, v, VT, BH, Tk, w + 2 * qb + kb);
+        }
         mp_cu_fa_grad(b, BH);   /* Tensor Cores (mp_cuda_flash.h) */
         return;
     }

@@ -523,6 +523,23 @@ static inline void mp_cu_keep(const MpCuRun *r, int i, const void *src, int64_t 
     }
 }
 
+/* mp_cu_keep of an attention's y stored [B, T, H, D] whose value is
+ * [B, H, T, D] (MP_KEEP_BTHD): copied back, then its axes swapped. */
+static inline void mp_cu_keep_bthd(const MpCuRun *r, int i, const void *src, int64_t esize,
+                                   int64_t B, int64_t T, int64_t H, int64_t D)
+{
+    if (!r->run || r->run->keep != i + 1)
+        return;
+    int64_t bytes = B * T * H * D * esize;
+    void *host = malloc((size_t)bytes + 1);
+    if (!host)
+        mp_cu_die("--predict", "out of host memory for the value's copy");
+    mp_cu_d2h(host, src, bytes);
+    mp_swap12(r->run->kept, host, esize, B, T, H, D);
+    free(host);
+    r->run->kept_done = 1;
+}
+
 /* Parameters, optimizer state and the loss-scale state to the device. */
 static inline void mp_cu_push(MpTrainer *t, MpCuTile *tiles)
 {

@@ -87,6 +87,28 @@ static inline int64_t mp_real_rows(const MpRun *run, int64_t n, int64_t batch)
         }                                                                    \
     } while (0)
 
+/* An attention's y stored [B, T, H, D] whose value is [B, H, T, D] (the
+ * compiler read the transpose after it in place: ops.def ATTENTION ia[5]):
+ * --predict's copy, axes 1 and 2 swapped back, rows of D elements. */
+static inline void mp_swap12(void *dst, const void *src, int64_t esize, int64_t B, int64_t T,
+                             int64_t H, int64_t D)
+{
+    size_t row = (size_t)(D * esize);
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t t = 0; t < T; t++)
+            for (int64_t h = 0; h < H; h++)
+                memcpy((char *)dst + (size_t)((b * H + h) * T + t) * row,
+                       (const char *)src + (size_t)((b * T + t) * H + h) * row, row);
+}
+
+#define MP_KEEP_BTHD(i, buf, esize, B, T, H, D)                              \
+    do {                                                                     \
+        if (run->keep == (i) + 1) {                                          \
+            mp_swap12(run->kept, (buf), esize, B, T, H, D);                  \
+            run->kept_done = 1;                                              \
+        }                                                                    \
+    } while (0)
+
 /* grad += g: a parameter's gradient, over micro-batches and uses. */
 static inline void mp_accumulate_grad(float *grad, const float *g, int64_t n)
 {

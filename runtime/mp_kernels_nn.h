@@ -1263,6 +1263,22 @@ static inline void mp_k_batch_norm_dw(void *dw, int dwdt, const void *dy, int dy
  * With dropout, y = (P o M / (1 - p)) v with P's softmax of the un-dropped
  * scores; backward dv = (P o M / (1 - p))^T dy, dP' = (dy v^T) o M / (1 - p)
  * and dS = P (dP' - rowsum(P dP')), the rowsum being rowsum(dy o y). */
+
+/* Where attention's tensors lie: row t of work item h (= b H + head) of
+ * tensor x (q, k, v, y and dy, dq, dk, dv) starts at element
+ * off + (h / H) sb + (h % H) sh + t st, its D elements contiguous. The
+ * compiler reads q, k, v and writes y and the gradients in the model's own
+ * layouts through them ([B, T, H, D] after a reshape: ops.def ATTENTION's
+ * ia[3], ia[4]), so that no copy moves them around the op. */
+typedef struct MpAttnLay {
+    int64_t off, sb, sh, st;
+} MpAttnLay;
+enum { MP_ATT_Q, MP_ATT_K, MP_ATT_V, MP_ATT_Y, MP_ATT_DQ, MP_ATT_DK, MP_ATT_DV, MP_ATT_NLAY };
+typedef struct MpAttnLays {
+    int64_t H;                /* 0: the dense layouts (mp_attn_lays) */
+    MpAttnLay l[MP_ATT_NLAY]; /* dy lies as y */
+} MpAttnLays;
+
 typedef struct MpAttnOpt {
     int scaled;
     float scale;
@@ -1273,7 +1289,36 @@ typedef struct MpAttnOpt {
     uint64_t seed;
     int64_t step, micro, node;
     const void *hdr;
+    MpAttnLays lay;
 } MpAttnOpt;
+
+/* o's layouts where it gives them, else the dense ones: q, y [BH, T, D],
+ * k, v [BH, T', D], the gradients g [BH, T + 2T', D] (per head dq, dk, dv) */
+static inline MpAttnLays mp_attn_lays(const MpAttnOpt *o, int64_t T, int64_t Tk, int64_t D)
+{
+    if (o && o->lay.H > 0)
+        return o->lay;
+    int64_t g = (T + 2 * Tk) * D;
+    MpAttnLays L = {1,
+                    {{0, T * D, 0, D},
+                     {0, Tk * D, 0, D},
+                     {0, Tk * D, 0, D},
+                     {0, T * D, 0, D},
+                     {0, g, 0, D},
+                     {T * D, g, 0, D},
+                     {(T + Tk) * D, g, 0, D}}};
+    return L;
+}
+
+/* The element where work item h's rows of tensor x begin (the items and
+ * heads counted in 32 bits: a 64-bit division is a called subroutine on
+ * the GPU, whose registers the Tensor Core kernels cannot spare) */
+static inline MP_HD int64_t mp_attn_head(const MpAttnLays *L, int x, int64_t h)
+{
+    const MpAttnLay *l = &L->l[x];
+    int32_t i = (int32_t)h, n = (int32_t)L->H;
+    return l->off + (int64_t)(i / n) * l->sb + (int64_t)(i % n) * l->sh;
+}
 
 typedef struct MpAttn {
     const void *q, *k, *v;
@@ -1283,6 +1328,7 @@ typedef struct MpAttn {
     const MpAttnOpt *opt;
     float drop, dscale;       /* dropout p and 1/(1 - p); p 0: none */
     uint64_t key;             /* its mask's generator (MpAttnOpt) */
+    MpAttnLays lay;
 } MpAttn;
 
 /* Per-thread work space (f32). */
@@ -1307,7 +1353,7 @@ static inline MpAttn mp_attn(const void *q, int qdt, const void *k, int kdt, con
 {
     MpAttn a = {q, k, v, qdt, kdt, vdt, cdt, causal, T, Tk, D, mp_attn_tq(Tk),
                 o && o->scaled ? o->scale : 1.0f / sqrtf((float)D), o && o->mask ? o : NULL,
-                0.0f, 1.0f, 0};
+                0.0f, 1.0f, 0, mp_attn_lays(o, T, Tk, D)};
     if (o && o->drop > 0.0f) {
         a.drop = o->drop;
         a.dscale = mp_dropout_scale(o->drop);
@@ -1341,13 +1387,40 @@ static inline void mp_attn_transpose(float *t, const float *x, int64_t rows, int
     }
 }
 
+/* Rows [t0, t0 + n) of work item h of tensor x (its layout a->lay.l[which])
+ * as f32 into f [n, D]: one run where the rows are contiguous. */
+static inline void mp_attn_ld(const MpAttn *a, const void *x, int xdt, int which, int64_t h,
+                              int64_t t0, int64_t n, float *f)
+{
+    int64_t at = mp_attn_head(&a->lay, which, h), st = a->lay.l[which].st, D = a->D;
+    if (st == D) {
+        mp_ld_n(x, xdt, at + t0 * D, 1, n * D, f);
+        return;
+    }
+    for (int64_t r = 0; r < n; r++)
+        mp_ld_n(x, xdt, at + (t0 + r) * st, 1, D, f + r * D);
+}
+
+/* f [n, D] to rows [t0, t0 + n) of work item h of tensor x (mp_attn_ld) */
+static inline void mp_attn_st(const MpAttn *a, void *x, int xdt, int which, int64_t h, int64_t t0,
+                              int64_t n, const float *f)
+{
+    int64_t at = mp_attn_head(&a->lay, which, h), st = a->lay.l[which].st, D = a->D;
+    if (st == D) {
+        mp_st_n(x, xdt, at + t0 * D, 1, n * D, f);
+        return;
+    }
+    for (int64_t r = 0; r < n; r++)
+        mp_st_n(x, xdt, at + (t0 + r) * st, 1, D, f + r * D);
+}
+
 /* k and v of head h as f32, row-major; k transposed, and v too for the
  * backward pass (dP = dy v^T). */
 static inline void mp_attn_load_kv(const MpAttn *a, int64_t h, MpAttnWs *w, int bwd)
 {
-    int64_t Tk = a->Tk, D = a->D, n = Tk * D;
-    mp_ld_n(a->k, a->kdt, h * n, 1, n, w->kr);
-    mp_ld_n(a->v, a->vdt, h * n, 1, n, w->vr);
+    int64_t Tk = a->Tk, D = a->D;
+    mp_attn_ld(a, a->k, a->kdt, MP_ATT_K, h, 0, Tk, w->kr);
+    mp_attn_ld(a, a->v, a->vdt, MP_ATT_V, h, 0, Tk, w->vr);
     mp_attn_transpose(w->kt, w->kr, Tk, D);
     if (bwd)
         mp_attn_transpose(w->vt, w->vr, Tk, D);
@@ -1649,9 +1722,9 @@ static inline void mp_attn_mask(const MpAttn *a, MpAttnWs *w, float *s, int64_t 
 static inline int64_t mp_attn_probs(const MpAttn *a, MpAttnWs *w, int64_t h, int64_t i0,
                                     int64_t nq)
 {
-    int64_t D = a->D, nk = mp_attn_len(a, i0 + nq - 1);
+    int64_t nk = mp_attn_len(a, i0 + nq - 1);
     unsigned char dead[32];                    /* nq <= mp_attn_tq's 32 */
-    mp_ld_n(a->q, a->qdt, (h * a->T + i0) * D, 1, nq * D, w->qf);
+    mp_attn_ld(a, a->q, a->qdt, MP_ATT_Q, h, i0, nq, w->qf);
     mp_attn_dots(a, w->s, w->qf, w->kt, i0, nq, a->scale);
     if (a->opt)
         mp_attn_mask(a, w, w->s, h, i0, nq, dead);
@@ -1709,7 +1782,7 @@ static inline void mp_k_attention_opt(void *y, int ydt, const void *q, int qdt, 
                 mp_attn_drop(&a, w.s, h, i0, nq);
             mp_attn_round(w.s, nq, Tk, nk, 1.0f, cdt);
             mp_attn_wsum(w.acc, w.s, Tk, 1, nq, nk, w.vr, D, 0);
-            mp_st_n(y, ydt, (h * T + i0) * D, 1, nq * D, w.acc);
+            mp_attn_st(&a, y, ydt, MP_ATT_Y, h, i0, nq, w.acc);
         }
         free(w.kr);
     }
@@ -1723,12 +1796,12 @@ static inline void mp_k_attention(void *y, int ydt, const void *q, int qdt, cons
 }
 
 /* One query tile's share of head h's gradients: dv and dk accumulate in
- * w, dq of the tile is stored to g at gq. */
-static inline void mp_attn_grad_tile(const MpAttn *a, MpAttnWs *w, void *g, int gdt, int64_t gq,
+ * w, dq of the tile is stored to g. */
+static inline void mp_attn_grad_tile(const MpAttn *a, MpAttnWs *w, void *g, int gdt,
                                      const void *dy, int dydt, int64_t h, int64_t i0, int64_t nq)
 {
     int64_t Tk = a->Tk, D = a->D, nk = mp_attn_probs(a, w, h, i0, nq);
-    mp_ld_n(dy, dydt, (h * a->T + i0) * D, 1, nq * D, w->dyf);
+    mp_attn_ld(a, dy, dydt, MP_ATT_Y, h, i0, nq, w->dyf);
     mp_attn_dots(a, w->dp, w->dyf, w->vt, i0, nq, 1.0f);
     if (a->drop > 0.0f)
         mp_attn_drop(a, w->dp, h, i0, nq);                  /* dP' */
@@ -1740,10 +1813,11 @@ static inline void mp_attn_grad_tile(const MpAttn *a, MpAttnWs *w, void *g, int 
     mp_attn_wsum(w->acc, w->dp, Tk, 1, nq, nk, w->kr, D, 0);        /* dq */
     mp_attn_wsum(w->dv, w->s, 1, Tk, nk, nq, w->dyf, D, 1);         /* dv */
     mp_attn_wsum(w->dk, w->dp, 1, Tk, nk, nq, w->qf, D, 1);         /* dk */
-    mp_st_n(g, gdt, gq + i0 * D, 1, nq * D, w->acc);
+    mp_attn_st(a, g, gdt, MP_ATT_DQ, h, i0, nq, w->acc);
 }
 
-/* g [BH, T + 2T', D]: per head dq [T, D], dk [T', D], dv [T', D]. */
+/* g: dq, dk and dv where the layouts put them (dense: [BH, T + 2T', D],
+ * per head dq [T, D], dk [T', D], dv [T', D]). */
 static inline void mp_k_attention_grad_opt(void *g, int gdt, const void *dy, int dydt,
                                            const void *q, int qdt, const void *k, int kdt,
                                            const void *v, int vdt, int64_t BH, int64_t T,
@@ -1756,14 +1830,12 @@ static inline void mp_k_attention_grad_opt(void *g, int gdt, const void *dy, int
         MpAttnWs w = mp_attn_ws(&a, 1);
         MP_OMP(for schedule(dynamic))
         for (int64_t h = 0; h < BH; h++) {
-            int64_t gq = h * (T + 2 * Tk) * D, kd = Tk * D;
             mp_attn_load_kv(&a, h, &w, 1);
-            memset(w.dk, 0, (size_t)(2 * kd) * sizeof *w.dk);
+            memset(w.dk, 0, (size_t)(2 * Tk * D) * sizeof *w.dk);
             for (int64_t i0 = 0; i0 < T; i0 += a.tq)
-                mp_attn_grad_tile(&a, &w, g, gdt, gq, dy, dydt, h, i0,
-                                  T - i0 < a.tq ? T - i0 : a.tq);
-            mp_st_n(g, gdt, gq + T * D, 1, kd, w.dk);
-            mp_st_n(g, gdt, gq + T * D + kd, 1, kd, w.dv);
+                mp_attn_grad_tile(&a, &w, g, gdt, dy, dydt, h, i0, T - i0 < a.tq ? T - i0 : a.tq);
+            mp_attn_st(&a, g, gdt, MP_ATT_DK, h, 0, Tk, w.dk);
+            mp_attn_st(&a, g, gdt, MP_ATT_DV, h, 0, Tk, w.dv);
         }
         free(w.kr);
     }

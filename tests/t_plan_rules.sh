@@ -72,6 +72,17 @@ for mp in examples/*.mp tests/plan/*.mp tests/gradcheck/*.mp; do
 done
 
 # What each model is there to show.
+# Attention reads q, k, v and writes y and its gradients in the model's
+# [B, T, H, D] layout (sema.c fold_attention_layouts): no transpose around
+# it either way, and GPT-2's chunk into q, k, v gets its gradient with no
+# slice and no concat (autodiff.c concat_is_reshape). What remains: GPT-2's
+# chunks (3 a layer), the windows of its input (2), and separate q, k, v
+# projections' gradient slices (3 an attention).
+plan examples/gpt2.mp default count:forward.transpose=0 count:backward.transpose=0 \
+    count:backward.slice=0 count:backward.concat=0 count:forward.chunk=12
+plan examples/llama.mp default count:forward.transpose=0 count:backward.transpose=0 \
+    count:backward.slice=12
+plan examples/char_transformer.mp default count:backward.transpose=0 count:backward.slice=6
 plan examples/mnist_mlp.mp default node:logits.type=f32 node:logits.rule=override \
     node:logits.class=fp32 node:h.compute=f16 node:h.class=follow node:x.compute=f32 \
     all:linear.compute=f16,f32 copies:h.weight=f16 copies:h.bias=f16 \

@@ -8,7 +8,13 @@
 #     cross_entropy + 0.1 * mse): no default; --predict without --output is
 #     a usage error (exit 2) listing the names --output can take (the values
 #     with one row per sample: h, logits, reg), before any file is written;
-#     --help lists them and says there is no default; --output reg works.
+#     --help lists them and says there is no default; --output reg works;
+#   - values around an attention that reads and writes [B, T, H, D] in
+#     place (tests/gradcheck/gc_attention_layouts.mp, sema.c
+#     fold_attention_layouts): y, whose transpose the op took, is still
+#     written [B, H, T, D] (z, its transpose reshaped, agrees), and c, the
+#     name of a transpose the op took over, is NumPy's attention of the q,
+#     k, v values written.
 set -u
 cd "$(dirname "$0")/.."
 . tests/py/lib.sh
@@ -55,6 +61,35 @@ expect 2 "--predict needs --output VALUE: the loss is not one loss operation, so
 expect 0 "wrote $tmp/t.npy: 'reg' of 40 samples" "$tmp/two_losses" --init "$tmp/two_losses.st" \
     --predict x="$tmp/two_losses.data/x.npy" --out "$tmp/t.npy" --output reg
 [ "$(rows "$tmp/t.npy")" = "40,2" ] || bad "two_losses: --output reg wrote shape $(rows "$tmp/t.npy"), not 40,2"
+
+# attention's layouts: the values keep their shapes and contents
+n=gc_attention_layouts
+if build_trainer "tests/gradcheck/$n.mp" "$tmp/$n" -- -O1; then
+    read -r -a pairs <<<"$($PY tests/py/data.py --random "tests/gradcheck/$n.mp" "$tmp/$n.data" 6)"
+    data=() pred=()
+    for p in "${pairs[@]}"; do data+=(--data "$p"); pred+=(--predict "$p"); done
+    "$tmp/$n" "${data[@]}" --steps 1 --save "$tmp/$n.st" >"$tmp/$n.train" 2>&1 ||
+        bad "$n: training failed: $(tail -n 2 "$tmp/$n.train")"
+    for v in y z c q k v; do
+        expect 0 "'$v' of 6 samples" "$tmp/$n" --init "$tmp/$n.st" "${pred[@]}" --out "$tmp/$n.$v.npy" --output $v
+    done
+    $PY - "$tmp/$n" <<'PYEOF' || bad "$n: the values around the attention disagree (above)"
+import numpy as np, sys
+p = sys.argv[1]
+y, z, c, q, k, v = (np.load("%s.%s.npy" % (p, n)) for n in "yzcqkv")
+ok = y.shape == (6, 2, 3, 4) and c.shape == (6, 3, 2, 4) and q.shape == (6, 2, 3, 4) and k.shape == (6, 2, 5, 4)
+ok = ok and np.array_equal(z.reshape(6, 3, 2, 4).transpose(0, 2, 1, 3), y)
+s = q @ k.transpose(0, 1, 3, 2) / 2.0
+e = np.exp(s - s.max(-1, keepdims=True))
+ref = ((e / e.sum(-1, keepdims=True)) @ v).transpose(0, 2, 1, 3)
+err = float(np.abs(ref - c).max()) if c.shape == ref.shape else float("inf")
+ok = ok and err < 1e-5
+print("shapes y %s c %s q %s k %s; c from NumPy's attention %.2e" % (y.shape, c.shape, q.shape, k.shape, err))
+sys.exit(0 if ok else 1)
+PYEOF
+else
+    bad "$n does not build"
+fi
 
 [ $fail = 0 ] && echo "PASS: t_predict_output" || echo "FAIL: t_predict_output"
 exit $fail

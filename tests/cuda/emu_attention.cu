@@ -43,7 +43,38 @@ typedef struct Case {
     int causal, dt;                /* dt: storage and compute type */
     int opt;                       /* 0 none, 1 scale, 2 u8 key padding, 3 f32 per head (H 2),
                                       4 dropout 0.2 with 2's mask */
+    int lay;                       /* 1: q, k, v, y, dy [B, T, H, D] (H 2) and the gradients in
+                                      the compiler's layout for them (MpAttnLays) */
 } Case;
+
+/* The layouts of a case with lay 1 (compiler/emit_common.c attention_lays):
+ * q, k, v, y [B, T, H, D]; the gradients [B, T, 3, H, D] when T = T', else
+ * [B, T + 2T', H, D] */
+static MpAttnLays lays(const Case &c)
+{
+    const int64_t H = 2, T = c.T, Tk = c.Tk, HD = H * c.D, D = c.D;
+    MpAttnLays L = {H, {{0, T * HD, D, HD}, {0, Tk * HD, D, HD}, {0, Tk * HD, D, HD},
+                        {0, T * HD, D, HD}}};
+    for (int i = 0; i < 3; i++)
+        L.l[MP_ATT_DQ + i] = T == Tk ? MpAttnLay{i * HD, 3 * T * HD, D, 3 * HD}
+                                     : MpAttnLay{(i == 0 ? 0 : i == 1 ? T : T + Tk) * HD,
+                                                 (T + 2 * Tk) * HD, D, HD};
+    return L;
+}
+
+/* x (dense, [BH, rows, D] a head from element at, heads stride apart) to
+ * or from tensor `which` of layouts L in t (values of type dt) */
+static void relay(unsigned char *t, unsigned char *x, int to_t, const MpAttnLays &L, int which,
+                  int dt, int64_t BH, int64_t rows, int64_t D, int64_t at, int64_t stride)
+{
+    size_t es = (size_t)mp_cu_dt_size(dt);
+    for (int64_t h = 0; h < BH; h++)
+        for (int64_t r = 0; r < rows; r++) {
+            unsigned char *a = t + (size_t)(mp_attn_head(&L, which, h) + r * L.l[which].st) * es;
+            unsigned char *b = x + (size_t)(h * stride + at + r * D) * es;
+            memcpy(to_t ? a : b, to_t ? b : a, (size_t)D * es);
+        }
+}
 
 static unsigned rng = 12345;
 static float rnd(void)
@@ -98,7 +129,12 @@ static const MpAttnOpt *options(const Case &c, MpAttnOpt *o, std::vector<unsigne
             f[i] = i / c.Tk % c.T == 2 || i % c.Tk == 1 ? -INFINITY : rnd();
         *o = MpAttnOpt{1, 0.5f, NULL, MP_F32, H, {0, c.T * c.Tk, c.Tk, 1}};
     }
-    return c.opt ? o : NULL;
+    if (c.lay) {                   /* the layouts travel in the options */
+        if (!c.opt)
+            *o = MpAttnOpt{0, 0.0f, NULL, MP_U8, H, {0, 0, 0, 0}};
+        o->lay = lays(c);
+    }
+    return c.opt || c.lay ? o : NULL;
 }
 
 template <int DT>
@@ -111,10 +147,40 @@ static int run(const Case &c)
     const MpAttnOpt *o = options(c, &oh, m);
     if (o && !m.empty())
         oh.mask = m.data();
+    MpAttnOpt dense = oh;          /* the C program's reference: dense */
+    dense.lay.H = 0;
+    const MpAttnOpt *oc = o && (c.opt || !c.lay) ? &dense : NULL;
     mp_k_attention_opt(y.data(), DT, q.data(), DT, k.data(), DT, v.data(), DT, c.BH, c.T, c.Tk,
-                       c.D, c.causal, DT, o);
+                       c.D, c.causal, DT, oc);
     mp_k_attention_grad_opt(g.data(), DT, dy.data(), DT, q.data(), DT, k.data(), DT, v.data(), DT,
-                            c.BH, c.T, c.Tk, c.D, c.causal, DT, o);
+                            c.BH, c.T, c.Tk, c.D, c.causal, DT, oc);
+    /* lay 1: the inputs moved to their layouts; the C kernels through them
+     * give the dense run's bits (then the CUDA kernels run on them) */
+    int64_t sg = (c.T + 2 * c.Tk) * c.D;
+    if (c.lay) {
+        const MpAttnLays L = oh.lay;
+        std::vector<unsigned char> *xs[4] = {&q, &k, &v, &dy};
+        const int which[4] = {MP_ATT_Q, MP_ATT_K, MP_ATT_V, MP_ATT_Y};
+        for (int i = 0; i < 4; i++) {
+            std::vector<unsigned char> t(xs[i]->size());
+            int64_t rows = i == 1 || i == 2 ? c.Tk : c.T;
+            relay(t.data(), xs[i]->data(), 1, L, which[i], DT, c.BH, rows, c.D, 0, rows * c.D);
+            *xs[i] = t;
+        }
+        std::vector<unsigned char> yl(y.size()), gl(g.size()), yd(y.size()), gd(g.size());
+        mp_k_attention_opt(yl.data(), DT, q.data(), DT, k.data(), DT, v.data(), DT, c.BH, c.T,
+                           c.Tk, c.D, c.causal, DT, o);
+        mp_k_attention_grad_opt(gl.data(), DT, dy.data(), DT, q.data(), DT, k.data(), DT, v.data(),
+                                DT, c.BH, c.T, c.Tk, c.D, c.causal, DT, o);
+        relay(yl.data(), yd.data(), 0, L, MP_ATT_Y, DT, c.BH, c.T, c.D, 0, c.T * c.D);
+        for (int i = 0; i < 3; i++)
+            relay(gl.data(), gd.data(), 0, L, MP_ATT_DQ + i, DT, c.BH, i ? c.Tk : c.T, c.D,
+                  i == 0 ? 0 : i == 1 ? c.T * c.D : (c.T + c.Tk) * c.D, sg);
+        if (yd != y || gd != g) {
+            printf("FAIL the C kernels through the layouts differ from their dense bits\n");
+            return 0;
+        }
+    }
     od = oh;
     if (o && !m.empty())
         od.mask = to_dev(m);
@@ -141,7 +207,14 @@ static int run(const Case &c)
     mp_cu_ok(cudaStreamSynchronize(mp_cu.st), "sync");
     int64_t bmmas = mp_emu_mmas - m0;
     std::vector<unsigned char> yc = to_host(dyo, y.size()), gc = to_host(dg, g.size());
-    int64_t sg = (c.T + 2 * c.Tk) * c.D;
+    if (c.lay) {                   /* back to the dense layout */
+        std::vector<unsigned char> yd(y.size()), gd(g.size());
+        relay(yc.data(), yd.data(), 0, oh.lay, MP_ATT_Y, DT, c.BH, c.T, c.D, 0, c.T * c.D);
+        for (int i = 0; i < 3; i++)
+            relay(gc.data(), gd.data(), 0, oh.lay, MP_ATT_DQ + i, DT, c.BH, i ? c.Tk : c.T, c.D,
+                  i == 0 ? 0 : i == 1 ? c.T * c.D : (c.T + c.Tk) * c.D, sg);
+        yc = yd, gc = gd;
+    }
     double e[4] = {rel(y.data(), yc.data(), DT, 0, c.T * c.D, c.T * c.D, c.BH),
                    rel(g.data(), gc.data(), DT, 0, sg, c.T * c.D, c.BH),
                    rel(g.data(), gc.data(), DT, c.T * c.D, sg, c.Tk * c.D, c.BH),
@@ -165,10 +238,10 @@ static int run(const Case &c)
     }
     static const char *const opts[] = {"", " scale", " u8 key padding", " f32 mask",
                                        " dropout 0.2, u8 key padding"};
-    printf("%s BH %lld T %lld T' %lld D %lld %s %s%s%s: y %.1e dq %.1e dk %.1e dv %.1e (tol %.0e%s)\n",
+    printf("%s BH %lld T %lld T' %lld D %lld %s %s%s%s%s: y %.1e dq %.1e dk %.1e dv %.1e (tol %.0e%s)\n",
            ok ? "ok  " : "FAIL", (long long)c.BH, (long long)c.T, (long long)c.Tk, (long long)c.D,
            c.causal ? "causal" : "full", DT == MP_F32 ? "f32" : DT == MP_F16 ? "f16" : "bf16",
-           opts[c.opt],
+           opts[c.opt], c.lay ? ", [B, T, H, D] layouts (C's bits through them too)" : "",
            mp_emu_serial() ? " (one thread per block)" : "", e[0], e[1], e[2], e[3], tol,
            tc ? DT == MP_F16 ? ", y 2e-3 on Tensor Cores" : ", y, dq, dk, dv 1e-2 on Tensor Cores" : "");
     return ok;
@@ -201,6 +274,13 @@ int main(int argc, char **argv)
         {1, 70, 130, 80, 0, MP_BF16}, {1, 130, 130, 128, 1, MP_F16}, {2, 100, 100, 16, 1, MP_BF16},
         {4, 90, 140, 32, 0, MP_F16, 2}, {2, 140, 90, 64, 0, MP_F16, 3}, {2, 65, 65, 128, 0, MP_BF16, 1},
         {4, 150, 150, 64, 1, MP_F16, 4}, {4, 90, 140, 32, 0, MP_BF16, 4},
+        /* q, k, v, y and the gradients in the model's [B, T, H, D] layouts
+         * (the f32 tiles, the Tensor Core kernels through strides, their
+         * dense copies for attention_grad_kv_tc and the forward with
+         * dropout at D' 64; [B, T, 3, H, D] and [B, T + 2T', H, D]) */
+        {2, 77, 77, 16, 1, MP_F32, 0, 1}, {4, 45, 77, 64, 0, MP_F32, 2, 1},
+        {2, 150, 150, 64, 1, MP_F16, 0, 1}, {4, 90, 140, 32, 0, MP_BF16, 4, 1},
+        {4, 150, 150, 64, 1, MP_F16, 4, 1}, {2, 140, 90, 64, 0, MP_F16, 3, 1},
     };
     int fails = 0;
     /* FLOPs: the forward's (counted from its loops, which the cases check

@@ -316,6 +316,9 @@ def check_expect(plan, e):
     elif key.startswith("fp8:"):          # fp8:recipe=delayed, fp8:slots=12 (a count)
         f8 = plan["fp8"]
         got = str(len(f8["slots"]) if key[4:] == "slots" else f8[key[4:]])
+    elif key.startswith("count:"):        # count:backward.transpose=0: nodes of that phase and op
+        phase, op = key[6:].split(".", 1)
+        got = str(sum(1 for n in nodes if n["phase"] == phase and n["op"] == op))
     elif key.startswith("summary:"):
         got = str(plan["summary"][key[8:]])
     elif key.startswith("copies:"):
