@@ -3457,15 +3457,17 @@ static bool *reads(IrGraph *g)
 }
 
 /* Whether n is the value of its name that --predict --output reads: the
- * first node that carries it (emit_common.c find_values). */
+ * first node that carries it, parameters, inputs, constants and a cast
+ * named as what it casts aside (emit_common.c find_values). */
 static bool is_named_value(const IrGraph *g, const IrNode *n)
 {
     if (!n->name)
         return false;
     for (int i = 0; i < n->id; i++) {
         const IrNode *m = g->nodes[i];
+        bool copy = m->op == OP_CAST && m->in[0]->name && !strcmp(m->in[0]->name, m->name);
         if (m->name && !strcmp(m->name, n->name) && m->op != OP_PARAM && m->op != OP_INPUT &&
-            m->op != OP_CONST)
+            m->op != OP_CONST && !copy)
             return false;
     }
     return true;
