@@ -572,7 +572,12 @@ static void char_transformer_names(void **state)
         if (g->nodes[i]->op == OP_ATTENTION) {
             att++;
             assert_int_equal(g->nodes[i]->ia[0], 1);   /* causal */
-            assert_int_equal(g->nodes[i]->shape.d[1], 4);
+            assert_int_equal(ir_attention(g->nodes[i]).H, 4);
+            /* heads() and the transpose after it read and write in place
+             * (fold_attention_layouts): y [B, T, H, D] */
+            assert_int_equal(g->nodes[i]->ia[3], 1);
+            assert_int_equal(g->nodes[i]->ia[4], 1);
+            assert_int_equal(g->nodes[i]->shape.d[2], 4);
         }
     assert_int_equal(att, 2);
 }
