@@ -61,14 +61,15 @@
 
 /* The staged tiles' bytes for D': q (64 rows), k and v (BC rows), each
  * row D' + PAD halves; then a word a thread, dropout's keep bits (a
- * register would pass 128 there: mp_cu_fa_keep). */
+ * register would pass 128 there: mp_cu_fa_keep); then the item's head
+ * offsets (8 int64: mp_cu_fa_heads). */
 #define MP_CU_FA_BYTES(DP) ((64 + 2 * MP_CU_FA_BC(DP)) * ((DP) + MP_CU_FA_PAD) * 2 + 4 * MP_CU_FA_NT + 64)
 
-/* The backward's: dq's four tiles and D a row (its keep bits stay in a
- * register); dk and dv's four tiles, three floats a row and dropout's bits
- * a thread */
+/* The backward's: dq's four tiles, D a row (its keep bits stay in a
+ * register) and the head offsets; dk and dv's four tiles, three floats a
+ * row and dropout's bits a thread */
 #define MP_CU_FA_Q_BYTES(DP) (4 * 64 * ((DP) + MP_CU_FA_PAD) * 2 + 64 * 4 + 64)
-#define MP_CU_FA_KV_BYTES(DP) (4 * 64 * ((DP) + MP_CU_FA_PAD) * 2 + 3 * 64 * 4 + 4 * MP_CU_FA_NT + 64)
+#define MP_CU_FA_KV_BYTES(DP) (4 * 64 * ((DP) + MP_CU_FA_PAD) * 2 + 3 * 64 * 4 + 4 * MP_CU_FA_NT)
 
 /* Loops over a thread's registers are unrolled: an array indexed by a
  * variable would live in local memory (a stack frame). */

@@ -2460,34 +2460,19 @@ static inline MpCuFa mp_cu_fa_of(const MpCuAttP *a, float *lse)
     return f;
 }
 
-/* Row r of the [BH rows, D] dense copy of attention's tensor `which`
- * (mp_cu_attention_grad's, for attention_grad_kv_tc) from its layout */
-struct MpCuAttDense {
-    void *dst;
-    const void *src;
-    int dt;
-    int which;
-    int64_t rows, D;
-    MpAttnLays lay;
-    MP_HD void operator()(int64_t r, const MpCuTeam &t) const
-    {
-        int64_t at = mp_attn_head(&lay, which, r / rows) + r % rows * lay.l[which].st;
-        for (int64_t d = t.tid; d < D; d += t.nt)
-            mp_cu_st(dst, dt, r * D + d, mp_cu_ld(src, dt, at + d));   /* exact: one type */
-    }
-};
-
-/* x (tensor `which`, type dt, BH rows of D a head) dense: x itself where
- * its layout is the dense one, else a copy at ws */
-static inline const void *mp_cu_att_dense(const MpCuAttP *a, int which, const void *x, int dt,
-                                          int64_t BH, int64_t rows, unsigned char *ws)
+/* x (tensor `which`, type XT, BH rows of D a head) dense: x itself where
+ * its layout is the dense one, else its copy at ws, gathered through the
+ * layout as a view [B, H, rows, D] (mp_cu_gather: by words where they fit) */
+template <int XT>
+static inline const void *mp_cu_att_dense(const MpCuAttP *a, int which, const void *x, int64_t BH,
+                                          int64_t rows, unsigned char *ws)
 {
     const MpAttnLay *l = &a->lay.l[which];
     int64_t D = a->D, H = a->lay.H;
     if (l->off == 0 && l->st == D && (H == 1 ? l->sb == rows * D : l->sh == rows * D && l->sb == H * l->sh))
         return x;
-    MpCuAttDense f = {ws, x, dt, which, rows, D, a->lay};
-    mp_cu_rows("attention_grad_dense", BH * rows, mp_cu_row_threads(D), f);
+    MpCuView v = {4, {BH / H, H, rows, D}, {l->sb, l->sh, l->st, 1}};
+    mp_cu_gather<XT, XT>(ws, (const char *)x + l->off * mp_cu_dt_size(XT), v);
     return ws;
 }
 
@@ -2509,9 +2494,9 @@ static inline void mp_cu_attention(void *y, const void *q, const void *k, const 
             int64_t qb = mp_cu_round_up(BH * T * D * 4), kb = mp_cu_round_up(BH * Tk * D * 4);
             unsigned char *w = mp_cu_ws(qb + 2 * kb);
             if (w) {
-                f.qd = mp_cu_att_dense(&a, MP_ATT_Q, q, QT, BH, T, w);
-                f.kd = mp_cu_att_dense(&a, MP_ATT_K, k, KT, BH, Tk, w + qb);
-                f.vd = mp_cu_att_dense(&a, MP_ATT_V, v, VT, BH, Tk, w + qb + kb);
+                f.qd = mp_cu_att_dense<QT>(&a, MP_ATT_Q, q, BH, T, w);
+                f.kd = mp_cu_att_dense<KT>(&a, MP_ATT_K, k, BH, Tk, w + qb);
+                f.vd = mp_cu_att_dense<VT>(&a, MP_ATT_V, v, BH, Tk, w + qb + kb);
             }
         }
         mp_cu_fa_run(f, BH);   /* Tensor Cores (mp_cuda_flash.h) */
@@ -2545,10 +2530,10 @@ static inline void mp_cu_attention_grad(void *g, const void *dy, const void *q, 
         unsigned char *w = ws ? ws + stb : NULL;
         MpCuFaB b = {mp_cu_fa_of(&a, NULL), dy, y, DYT, ydt, lse, a.st, 0};
         if (ws) {
-            b.a.qd = mp_cu_att_dense(&a, MP_ATT_Q, q, QT, BH, T, w);
-            b.dyd = mp_cu_att_dense(&a, MP_ATT_Y, dy, DYT, BH, T, w + qb);
-            b.a.kd = mp_cu_att_dense(&a, MP_ATT_K, k, KT, BH, Tk, w + 2 * qb);
-            b.a.vd = mp_cu_att_dense(&a, MP_ATT_V, v, VT, BH, Tk, w + 2 * qb + kb);
+            b.a.qd = mp_cu_att_dense<QT>(&a, MP_ATT_Q, q, BH, T, w);
+            b.dyd = mp_cu_att_dense<DYT>(&a, MP_ATT_Y, dy, BH, T, w + qb);
+            b.a.kd = mp_cu_att_dense<KT>(&a, MP_ATT_K, k, BH, Tk, w + 2 * qb);
+            b.a.vd = mp_cu_att_dense<VT>(&a, MP_ATT_V, v, BH, Tk, w + 2 * qb + kb);
         }
         mp_cu_fa_grad(b, BH);   /* Tensor Cores (mp_cuda_flash.h) */
         return;
