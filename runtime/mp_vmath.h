@@ -1,6 +1,7 @@
 /* mp_vmath.h - which x86 code the CPU runs (MP_CPU), and exp, erf, tanh as
  * polynomials: one scalar version (MP_HD, so the CUDA program computes the
- * same numbers) and an AVX2 version of the SAME operations, 8 at a time.
+ * same numbers) and vector versions of the SAME operations, 8 at a time
+ * (AVX2) and 16 (AVX-512).
  *
  * Why our own: the C library's scalar expf/erff were 22% of a transformer's
  * step (issue 12), and a vector version is only worth having if it gives the
@@ -19,7 +20,8 @@
  *   MP_CPU_PORTABLE     any CPU;
  *   MP_CPU_AVX2         AVX2, FMA and F16C;
  *   MP_CPU_AVX512       and AVX-512 F, BW, DQ and VL (the GEMM's 6x32
- *                       micro-kernel: the same bits as AVX2's 6x16);
+ *                       micro-kernel: the same bits as AVX2's 6x16; the
+ *                       functions here 16 floats at a time);
  *   MP_CPU_AVX512_BF16  and AVX512_BF16 (products of two bf16 operands
  *                       through vdpbf16ps: mp_kernels_gemm.h says where
  *                       their bits can differ).
@@ -310,7 +312,7 @@ MP_SCALAR(mp_cos2pi_p)
     return sign * c;
 }
 
-/* ---- activations made of them (scalar; the AVX2 twins below) ----------- */
+/* ---- activations made of them (scalar; the vector twins below) --------- */
 
 #define MP_SQRT1_2 0.70710678118654752f      /* 1/sqrt(2) */
 #define MP_INV_SQRT_2PI 0.39894228040143268f /* 1/sqrt(2 pi) */
@@ -353,190 +355,259 @@ static inline MP_HD float mp_gelu_tanh_grad(float dy, float x)
     return dy * fmaf(0.5f * x, dt, 0.5f * (1.0f + t));
 }
 
-/* ---- AVX2: the same operations on 8 floats ------------------------------ */
-
+/* ---- vector: the same operations on 8 (AVX2) or 16 (AVX-512) floats ---
+ *
+ * Written once, as MP_VMATH_FNS(prefix, target), on generic vector
+ * operations: V (the vector type), VK(c) (c in every lane), VFMA, VMUL,
+ * VADD, VSUB, VDIV, VMIN, VMAX, VNEG, VABS, VCOPYSIGN, VSEL(a, b, m) (b
+ * where m is set, else a), VLT and VLE (a < b, a <= b: masks), VNAN(x)
+ * and VPOW2 (mp_expf_p's 2^h and 2^(n - h)). Each is the width's
+ * intrinsic, chosen by MP_VW (8 or 16) through the table below:
+ * mp_v8_exp, ... (AVX2 and FMA) and mp_v16_exp, ... (AVX-512 F and DQ).
+ * Every operation is the scalar code's IEEE one, in its order, so the
+ * three give the same bits (test_vmath checks each path the CPU has). */
 #ifdef MP_X86
+#define MP_VMATH_FNS(P, ATTR)                                                  \
+    ATTR static inline V P##_exp(V x0)                                         \
+    {                                                                          \
+        V x = VMAX(VMIN(x0, VK(MP_EXP_HI)), VK(MP_EXP_LO));                    \
+        V k = VFMA(x, VK(MP_LOG2E), VK(MP_RND_MAGIC));                         \
+        V n = VSUB(k, VK(MP_RND_MAGIC));                                       \
+        V r = VFMA(n, VK(-MP_LN2_HI), x);                                      \
+        r = VFMA(n, VK(-MP_LN2_LO), r);                                        \
+        V p = VFMA(r, MP_EXP_Q(VFMA, r, VK), VK(1.0f));                        \
+        V s1, s2;                                                              \
+        VPOW2(k, s1, s2);                                                      \
+        return VSEL(VMUL(VMUL(p, s1), s2), VADD(x0, x0), VNAN(x0));            \
+    }                                                                          \
+    ATTR static inline V P##_erf(V x)                                          \
+    {                                                                          \
+        V a = VABS(x), t = VMUL(x, x);                                         \
+        V small = VFMA(x, MP_ERF_P(VFMA, t, VK), x);                           \
+        V ac = VMIN(VK(4.0f), a);   /* 4 < a ? 4 : a, as the scalar */         \
+        V e = P##_exp(VNEG(VMUL(ac, ac)));                                     \
+        V q = MP_ERFC_Q(VFMA, VSUB(ac, VK(2.5f)), VK);                         \
+        V big = VCOPYSIGN(VFMA(VNEG(e), q, VK(1.0f)), x);                      \
+        return VSEL(big, small, VLE(a, VK(1.0f)));                             \
+    }                                                                          \
+    ATTR static inline V P##_tanh(V x)                                         \
+    {                                                                          \
+        V a = VABS(x), t = VMUL(x, x);                                         \
+        V small = VCOPYSIGN(VFMA(VMUL(x, t), MP_TANH_P(VFMA, t, VK), x), x);   \
+        V e = P##_exp(VADD(a, a));                                             \
+        V big = VCOPYSIGN(VSUB(VK(1.0f), VDIV(VK(2.0f), VADD(e, VK(1.0f)))), x); \
+        return VSEL(big, small, VLT(a, VK(0.625f)));                           \
+    }                                                                          \
+    ATTR static inline V P##_sigmoid(V x)                                      \
+    {                                                                          \
+        return VDIV(VK(1.0f), VADD(VK(1.0f), P##_exp(VNEG(x))));               \
+    }                                                                          \
+    ATTR static inline V P##_silu(V x) { return VMUL(x, P##_sigmoid(x)); }     \
+    ATTR static inline V P##_gelu(V x)                                         \
+    {                                                                          \
+        V e = P##_erf(VMUL(x, VK(MP_SQRT1_2)));                                \
+        return VMUL(VMUL(VK(0.5f), x), VADD(VK(1.0f), e));                     \
+    }                                                                          \
+    ATTR static inline V P##_gelu_grad(V dy, V x)                              \
+    {                                                                          \
+        V cdf = VMUL(VK(0.5f), VADD(VK(1.0f), P##_erf(VMUL(x, VK(MP_SQRT1_2))))); \
+        V pdf = VMUL(VK(MP_INV_SQRT_2PI), P##_exp(VMUL(VMUL(VK(-0.5f), x), x))); \
+        return VMUL(dy, VFMA(x, pdf, cdf));                                    \
+    }                                                                          \
+    ATTR static inline V P##_silu_grad(V dy, V x)                              \
+    {                                                                          \
+        V s = P##_sigmoid(x);                                                  \
+        return VMUL(VMUL(dy, s), VFMA(x, VSUB(VK(1.0f), s), VK(1.0f)));        \
+    }                                                                          \
+    ATTR static inline V P##_gelu_tanh_t(V x)                                  \
+    {                                                                          \
+        V u = VFMA(VMUL(VMUL(VK(MP_GELU_C), x), x), x, x);                     \
+        return P##_tanh(VMUL(VK(MP_GELU_K), u));                               \
+    }                                                                          \
+    ATTR static inline V P##_gelu_tanh(V x)                                    \
+    {                                                                          \
+        return VMUL(VMUL(VK(0.5f), x), VADD(VK(1.0f), P##_gelu_tanh_t(x)));    \
+    }                                                                          \
+    ATTR static inline V P##_gelu_tanh_grad(V dy, V x)                         \
+    {                                                                          \
+        V t = P##_gelu_tanh_t(x), one = VK(1.0f);                              \
+        V dt = VMUL(VMUL(VFMA(VNEG(t), t, one), VK(MP_GELU_K)),                \
+                    VFMA(VMUL(VK(3.0f * MP_GELU_C), x), x, one));              \
+        return VMUL(dy, VFMA(VMUL(VK(0.5f), x), dt, VMUL(VK(0.5f), VADD(one, t)))); \
+    }
+
+/* The table: MP_<op>_8 is AVX2's intrinsic, MP_<op>_16 AVX-512's. */
+#define MP_VCAT_(a, b) a##b
+#define MP_VCAT(a, b) MP_VCAT_(a, b)
+#define MP_VOP(OP) MP_VCAT(MP_##OP##_, MP_VW)
+#define MP_V_8 __m256
+#define MP_V_16 __m512
+#define MP_VI_8 __m256i
+#define MP_VI_16 __m512i
+#define MP_VK_8 _mm256_set1_ps
+#define MP_VK_16 _mm512_set1_ps
+#define MP_VKI_8 _mm256_set1_epi32
+#define MP_VKI_16 _mm512_set1_epi32
+#define MP_FMA_8 _mm256_fmadd_ps
+#define MP_FMA_16 _mm512_fmadd_ps
+#define MP_MUL_8 _mm256_mul_ps
+#define MP_MUL_16 _mm512_mul_ps
+#define MP_ADD_8 _mm256_add_ps
+#define MP_ADD_16 _mm512_add_ps
+#define MP_SUB_8 _mm256_sub_ps
+#define MP_SUB_16 _mm512_sub_ps
+#define MP_DIV_8 _mm256_div_ps
+#define MP_DIV_16 _mm512_div_ps
+#define MP_MIN_8 _mm256_min_ps
+#define MP_MIN_16 _mm512_min_ps
+#define MP_MAX_8 _mm256_max_ps
+#define MP_MAX_16 _mm512_max_ps
+#define MP_XOR_8 _mm256_xor_ps
+#define MP_XOR_16 _mm512_xor_ps
+#define MP_AND_8 _mm256_and_ps
+#define MP_AND_16 _mm512_and_ps
+#define MP_OR_8 _mm256_or_ps
+#define MP_OR_16 _mm512_or_ps
+#define MP_ANDN_8 _mm256_andnot_ps
+#define MP_ANDN_16 _mm512_andnot_ps
+#define MP_SEL_8(a, b, m) _mm256_blendv_ps(a, b, m)
+#define MP_SEL_16(a, b, m) _mm512_mask_blend_ps(m, a, b)
+#define MP_CMP_8 _mm256_cmp_ps
+#define MP_CMP_16 _mm512_cmp_ps_mask
+#define MP_CASTI_8 _mm256_castps_si256
+#define MP_CASTI_16 _mm512_castps_si512
+#define MP_CASTF_8 _mm256_castsi256_ps
+#define MP_CASTF_16 _mm512_castsi512_ps
+#define MP_SUBI_8 _mm256_sub_epi32
+#define MP_SUBI_16 _mm512_sub_epi32
+#define MP_ADDI_8 _mm256_add_epi32
+#define MP_ADDI_16 _mm512_add_epi32
+#define MP_SRAI_8 _mm256_srai_epi32
+#define MP_SRAI_16 _mm512_srai_epi32
+#define MP_SLLI_8 _mm256_slli_epi32
+#define MP_SLLI_16 _mm512_slli_epi32
+
+/* The generic names the functions are written with (undefined below). */
+#define V MP_VOP(V)
+#define VK(c) MP_VOP(VK)(c)
+#define VFMA MP_VOP(FMA)
+#define VMUL MP_VOP(MUL)
+#define VADD MP_VOP(ADD)
+#define VSUB MP_VOP(SUB)
+#define VDIV MP_VOP(DIV)
+#define VMIN MP_VOP(MIN)
+#define VMAX MP_VOP(MAX)
+#define VSEL MP_VOP(SEL)
+#define VLT(a, b) MP_VOP(CMP)(a, b, _CMP_LT_OQ)
+#define VLE(a, b) MP_VOP(CMP)(a, b, _CMP_LE_OQ)
+#define VNAN(x) MP_VOP(CMP)(x, x, _CMP_UNORD_Q)
+#define VNEG(v) MP_VOP(XOR)(v, VK(-0.0f))
+#define VABS(v) MP_VOP(ANDN)(VK(-0.0f), v)
+#define VCOPYSIGN(r, x) MP_VOP(OR)(MP_VOP(ANDN)(VK(-0.0f), r), MP_VOP(AND)(VK(-0.0f), x))
+/* From k = x log2e + 1.5 2^23 (n, the integer, in its low bits): h = n >> 1
+ * (floor(n / 2)), s1 = 2^h, s2 = 2^(n - h), as mp_expf_p. */
+#define VPOW2(k, s1, s2)                                                       \
+    do {                                                                       \
+        MP_VOP(VI) ni_ = MP_VOP(SUBI)(MP_VOP(CASTI)(k), MP_VOP(VKI)(MP_RND_BITS)); \
+        MP_VOP(VI) h_ = MP_VOP(SRAI)(ni_, 1), b_ = MP_VOP(VKI)(127);           \
+        s1 = MP_VOP(CASTF)(MP_VOP(SLLI)(MP_VOP(ADDI)(h_, b_), 23));            \
+        s2 = MP_VOP(CASTF)(MP_VOP(SLLI)(MP_VOP(ADDI)(MP_VOP(SUBI)(ni_, h_), b_), 23)); \
+    } while (0)
+
 #define MP_AVX2 __attribute__((target("avx2,fma")))
-#define MP_VK(c) _mm256_set1_ps(c)
-
-MP_AVX2 static inline __m256 mp_v8_abs(__m256 x)
-{
-    return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), x);
-}
-
-MP_AVX2 static inline __m256 mp_v8_copysign(__m256 r, __m256 x)
-{
-    __m256 s = _mm256_set1_ps(-0.0f);
-    return _mm256_or_ps(_mm256_andnot_ps(s, r), _mm256_and_ps(s, x));
-}
-
-MP_AVX2 static inline __m256 mp_v8_exp(__m256 x0)
-{
-    __m256 x = _mm256_min_ps(x0, MP_VK(MP_EXP_HI));
-    x = _mm256_max_ps(x, MP_VK(MP_EXP_LO));
-    __m256 k = _mm256_fmadd_ps(x, MP_VK(MP_LOG2E), MP_VK(MP_RND_MAGIC));
-    __m256 n = _mm256_sub_ps(k, MP_VK(MP_RND_MAGIC));
-    __m256 r = _mm256_fmadd_ps(n, MP_VK(-MP_LN2_HI), x);
-    r = _mm256_fmadd_ps(n, MP_VK(-MP_LN2_LO), r);
-    __m256 p = _mm256_fmadd_ps(r, MP_EXP_Q(_mm256_fmadd_ps, r, MP_VK), MP_VK(1.0f));
-    __m256i ni = _mm256_sub_epi32(_mm256_castps_si256(k), _mm256_set1_epi32(MP_RND_BITS));
-    __m256i h = _mm256_srai_epi32(ni, 1);
-    __m256i b = _mm256_set1_epi32(127);
-    __m256 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(h, b), 23));
-    __m256 s2 = _mm256_castsi256_ps(
-        _mm256_slli_epi32(_mm256_add_epi32(_mm256_sub_epi32(ni, h), b), 23));
-    __m256 y = _mm256_mul_ps(_mm256_mul_ps(p, s1), s2);
-    __m256 nan = _mm256_cmp_ps(x0, x0, _CMP_UNORD_Q);
-    return _mm256_blendv_ps(y, _mm256_add_ps(x0, x0), nan);
-}
-
-MP_AVX2 static inline __m256 mp_v8_erf(__m256 x)
-{
-    __m256 a = mp_v8_abs(x), t = _mm256_mul_ps(x, x);
-    __m256 small = _mm256_fmadd_ps(x, MP_ERF_P(_mm256_fmadd_ps, t, MP_VK), x);
-    __m256 ac = _mm256_min_ps(MP_VK(4.0f), a);   /* 4 < a ? 4 : a, as the scalar */
-    __m256 e = mp_v8_exp(_mm256_xor_ps(_mm256_mul_ps(ac, ac), _mm256_set1_ps(-0.0f)));
-    __m256 q = MP_ERFC_Q(_mm256_fmadd_ps, _mm256_sub_ps(ac, MP_VK(2.5f)), MP_VK);
-    __m256 big = mp_v8_copysign(
-        _mm256_fmadd_ps(_mm256_xor_ps(e, _mm256_set1_ps(-0.0f)), q, MP_VK(1.0f)), x);
-    return _mm256_blendv_ps(big, small, _mm256_cmp_ps(a, MP_VK(1.0f), _CMP_LE_OQ));
-}
-
-MP_AVX2 static inline __m256 mp_v8_tanh(__m256 x)
-{
-    __m256 a = mp_v8_abs(x), t = _mm256_mul_ps(x, x);
-    __m256 small = mp_v8_copysign(
-        _mm256_fmadd_ps(_mm256_mul_ps(x, t), MP_TANH_P(_mm256_fmadd_ps, t, MP_VK), x), x);
-    __m256 e = mp_v8_exp(_mm256_add_ps(a, a));
-    __m256 big = mp_v8_copysign(
-        _mm256_sub_ps(MP_VK(1.0f), _mm256_div_ps(MP_VK(2.0f), _mm256_add_ps(e, MP_VK(1.0f)))),
-        x);
-    return _mm256_blendv_ps(big, small, _mm256_cmp_ps(a, MP_VK(0.625f), _CMP_LT_OQ));
-}
-#define VMUL _mm256_mul_ps
-#define VADD _mm256_add_ps
-#define VFMA _mm256_fmadd_ps
-#define VNEG(v) _mm256_xor_ps(v, _mm256_set1_ps(-0.0f))
-MP_AVX2 static inline __m256 mp_v8_sigmoid(__m256 x)
-{
-    return _mm256_div_ps(MP_VK(1.0f), VADD(MP_VK(1.0f), mp_v8_exp(VNEG(x))));
-}
-
-MP_AVX2 static inline __m256 mp_v8_silu(__m256 x) { return VMUL(x, mp_v8_sigmoid(x)); }
-
-MP_AVX2 static inline __m256 mp_v8_gelu(__m256 x)
-{
-    __m256 e = mp_v8_erf(VMUL(x, MP_VK(MP_SQRT1_2)));
-    return VMUL(VMUL(MP_VK(0.5f), x), VADD(MP_VK(1.0f), e));
-}
-
-MP_AVX2 static inline __m256 mp_v8_gelu_grad(__m256 dy, __m256 x)
-{
-    __m256 cdf = VMUL(MP_VK(0.5f), VADD(MP_VK(1.0f), mp_v8_erf(VMUL(x, MP_VK(MP_SQRT1_2)))));
-    __m256 pdf = VMUL(MP_VK(MP_INV_SQRT_2PI), mp_v8_exp(VMUL(VMUL(MP_VK(-0.5f), x), x)));
-    return VMUL(dy, VFMA(x, pdf, cdf));
-}
-
-MP_AVX2 static inline __m256 mp_v8_silu_grad(__m256 dy, __m256 x)
-{
-    __m256 s = mp_v8_sigmoid(x);
-    return VMUL(VMUL(dy, s), VFMA(x, _mm256_sub_ps(MP_VK(1.0f), s), MP_VK(1.0f)));
-}
-
-MP_AVX2 static inline __m256 mp_v8_gelu_tanh_t(__m256 x)
-{
-    __m256 u = VFMA(VMUL(VMUL(MP_VK(MP_GELU_C), x), x), x, x);
-    return mp_v8_tanh(VMUL(MP_VK(MP_GELU_K), u));
-}
-
-MP_AVX2 static inline __m256 mp_v8_gelu_tanh(__m256 x)
-{
-    return VMUL(VMUL(MP_VK(0.5f), x), VADD(MP_VK(1.0f), mp_v8_gelu_tanh_t(x)));
-}
-
-MP_AVX2 static inline __m256 mp_v8_gelu_tanh_grad(__m256 dy, __m256 x)
-{
-    __m256 t = mp_v8_gelu_tanh_t(x), one = MP_VK(1.0f);
-    __m256 dt = VMUL(VMUL(VFMA(VNEG(t), t, one), MP_VK(MP_GELU_K)),
-                     VFMA(VMUL(MP_VK(3.0f * MP_GELU_C), x), x, one));
-    return VMUL(dy, VFMA(VMUL(MP_VK(0.5f), x), dt, VMUL(MP_VK(0.5f), VADD(one, t))));
-}
+#define MP_AVX512 __attribute__((target("avx512f,avx512dq")))
+#define MP_VW 8
+MP_VMATH_FNS(mp_v8, MP_AVX2)
+#undef MP_VW
+#define MP_VW 16
+MP_VMATH_FNS(mp_v16, MP_AVX512)
+#undef MP_VW
+#undef V
+#undef VK
+#undef VFMA
 #undef VMUL
 #undef VADD
-#undef VFMA
+#undef VSUB
+#undef VDIV
+#undef VMIN
+#undef VMAX
+#undef VSEL
+#undef VLT
+#undef VLE
+#undef VNAN
 #undef VNEG
+#undef VABS
+#undef VCOPYSIGN
+#undef VPOW2
 #endif
 
 /* ---- in-place arrays: the API kernels use ------------------------------- */
 
-/* MP_VMAP(name, scalar, v8): void name(float *x, int64_t n), x[i] = f(x[i]),
- * 8 at a time on AVX2, the rest (and everything on the portable path) by
- * the scalar function, which gives the same bits. The vector part ends at
- * n8 = n - n % 8, a bound the compiler sees: ended by `i + 8 <= n`, GCC
- * (12, -O2) could not tell where the tail loop starts once a fused chunk
- * inlined a constant n, took it for a loop of up to 2^62 iterations and
- * warned (-Waggressive-loop-optimizations: tests/models/gate.mp). */
+/* MP_VMAP(name, scalar, f): void name(float *x, int64_t n), x[i] = f(x[i]),
+ * 16 at a time by mp_v16_f (AVX-512) or 8 by mp_v8_f (AVX2), the rest (and
+ * everything on the portable path) by the scalar function, which gives the
+ * same bits. The vector part ends at nv = n - n % W, a bound the compiler
+ * sees: ended by `i + W <= n`, GCC (12, -O2) could not tell where the tail
+ * loop starts once a fused chunk inlined a constant n, took it for a loop
+ * of up to 2^62 iterations and warned (-Waggressive-loop-optimizations:
+ * tests/models/gate.mp). MP_VMAP2(name, scalar, f): void name(float *dy,
+ * const float *x, int64_t n), dy[i] = f(dy[i], x[i]) (the gradients). */
 #ifdef MP_X86
-#define MP_VMAP(NAME, SCALAR, V8)                                              \
-    MP_AVX2 static inline void NAME##_avx2(float *x, int64_t n)                \
+#define MP_VMAP_ISA(NAME, SCALAR, VF, ATTR, W, LD, ST)                         \
+    ATTR static inline void NAME(float *x, int64_t n)                          \
     {                                                                          \
-        int64_t i = 0, n8 = n - n % 8;                                         \
-        for (; i < n8; i += 8)                                                 \
-            _mm256_storeu_ps(x + i, V8(_mm256_loadu_ps(x + i)));               \
+        int64_t i = 0, nv = n - n % (W);                                       \
+        for (; i < nv; i += (W)) ST(x + i, VF(LD(x + i)));                     \
         for (; i < n; i++) x[i] = SCALAR(x[i]);                                \
-    }                                                                          \
-    static inline void NAME(float *x, int64_t n)                               \
-    {                                                                          \
-        if (mp_cpu_level() >= MP_CPU_AVX2) {                                   \
-            NAME##_avx2(x, n);                                                 \
-            return;                                                            \
-        }                                                                      \
-        for (int64_t i = 0; i < n; i++) x[i] = SCALAR(x[i]);                   \
     }
-#else
-#define MP_VMAP(NAME, SCALAR, V8)                                              \
-    static inline void NAME(float *x, int64_t n)                               \
+#define MP_VMAP2_ISA(NAME, SCALAR, VF, ATTR, W, LD, ST)                        \
+    ATTR static inline void NAME(float *dy, const float *x, int64_t n)         \
     {                                                                          \
-        for (int64_t i = 0; i < n; i++) x[i] = SCALAR(x[i]);                   \
-    }
-#endif
-
-/* MP_VMAP2(name, scalar, v8): void name(float *dy, const float *x, int64_t n),
- * dy[i] = f(dy[i], x[i]) (the gradients). */
-#ifdef MP_X86
-#define MP_VMAP2(NAME, SCALAR, V8)                                             \
-    MP_AVX2 static inline void NAME##_avx2(float *dy, const float *x, int64_t n) \
-    {                                                                          \
-        int64_t i = 0, n8 = n - n % 8;                                         \
-        for (; i < n8; i += 8)                                                 \
-            _mm256_storeu_ps(dy + i, V8(_mm256_loadu_ps(dy + i), _mm256_loadu_ps(x + i))); \
+        int64_t i = 0, nv = n - n % (W);                                       \
+        for (; i < nv; i += (W)) ST(dy + i, VF(LD(dy + i), LD(x + i)));        \
         for (; i < n; i++) dy[i] = SCALAR(dy[i], x[i]);                        \
-    }                                                                          \
-    static inline void NAME(float *dy, const float *x, int64_t n)              \
+    }
+/* NAME##_avx512, NAME##_avx2 and NAME, which takes the one MP_CPU says. */
+#define MP_VMAP_ALL(ISA, NAME, SCALAR, F, PARAMS, ARGS)                        \
+    ISA(NAME##_avx2, SCALAR, mp_v8_##F, MP_AVX2, 8, _mm256_loadu_ps, _mm256_storeu_ps) \
+    ISA(NAME##_avx512, SCALAR, mp_v16_##F, MP_AVX512, 16, _mm512_loadu_ps,     \
+        _mm512_storeu_ps)                                                      \
+    static inline void NAME PARAMS                                             \
     {                                                                          \
-        if (mp_cpu_level() >= MP_CPU_AVX2) {                                   \
-            NAME##_avx2(dy, x, n);                                             \
-            return;                                                            \
-        }                                                                      \
-        for (int64_t i = 0; i < n; i++) dy[i] = SCALAR(dy[i], x[i]);           \
+        int l = mp_cpu_level();                                                \
+        if (l >= MP_CPU_AVX512)                                                \
+            NAME##_avx512 ARGS;                                                \
+        else if (l >= MP_CPU_AVX2)                                             \
+            NAME##_avx2 ARGS;                                                  \
+        else                                                                   \
+            NAME##_portable ARGS;                                              \
     }
 #else
-#define MP_VMAP2(NAME, SCALAR, V8)                                             \
-    static inline void NAME(float *dy, const float *x, int64_t n)              \
+#define MP_VMAP_ALL(ISA, NAME, SCALAR, F, PARAMS, ARGS)                        \
+    static inline void NAME PARAMS { NAME##_portable ARGS; }
+#endif
+#define MP_VMAP(NAME, SCALAR, F)                                               \
+    static inline void NAME##_portable(float *x, int64_t n)                    \
+    {                                                                          \
+        for (int64_t i = 0; i < n; i++) x[i] = SCALAR(x[i]);                   \
+    }                                                                          \
+    MP_VMAP_ALL(MP_VMAP_ISA, NAME, SCALAR, F, (float *x, int64_t n), (x, n))
+#define MP_VMAP2(NAME, SCALAR, F)                                              \
+    static inline void NAME##_portable(float *dy, const float *x, int64_t n)   \
     {                                                                          \
         for (int64_t i = 0; i < n; i++) dy[i] = SCALAR(dy[i], x[i]);           \
-    }
-#endif
+    }                                                                          \
+    MP_VMAP_ALL(MP_VMAP2_ISA, NAME, SCALAR, F, (float *dy, const float *x, int64_t n), (dy, x, n))
 
-MP_VMAP(mp_vexp, mp_expf_p, mp_v8_exp)
-MP_VMAP(mp_verf, mp_erff_p, mp_v8_erf)
-MP_VMAP(mp_vtanh, mp_tanhf_p, mp_v8_tanh)
-MP_VMAP(mp_vsigmoid, mp_sigmoid, mp_v8_sigmoid)
-MP_VMAP(mp_vsilu, mp_silu, mp_v8_silu)
-MP_VMAP(mp_vgelu, mp_gelu, mp_v8_gelu)
-MP_VMAP(mp_vgelu_tanh, mp_gelu_tanh, mp_v8_gelu_tanh)
-MP_VMAP2(mp_vgelu_grad, mp_gelu_grad, mp_v8_gelu_grad)
-MP_VMAP2(mp_vsilu_grad, mp_silu_grad, mp_v8_silu_grad)
-MP_VMAP2(mp_vgelu_tanh_grad, mp_gelu_tanh_grad, mp_v8_gelu_tanh_grad)
+MP_VMAP(mp_vexp, mp_expf_p, exp)
+MP_VMAP(mp_verf, mp_erff_p, erf)
+MP_VMAP(mp_vtanh, mp_tanhf_p, tanh)
+MP_VMAP(mp_vsigmoid, mp_sigmoid, sigmoid)
+MP_VMAP(mp_vsilu, mp_silu, silu)
+MP_VMAP(mp_vgelu, mp_gelu, gelu)
+MP_VMAP(mp_vgelu_tanh, mp_gelu_tanh, gelu_tanh)
+MP_VMAP2(mp_vgelu_grad, mp_gelu_grad, gelu_grad)
+MP_VMAP2(mp_vsilu_grad, mp_silu_grad, silu_grad)
+MP_VMAP2(mp_vgelu_tanh_grad, mp_gelu_tanh_grad, gelu_tanh_grad)
 
 #endif

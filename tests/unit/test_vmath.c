@@ -1,6 +1,7 @@
-/* test_vmath.c - runtime/mp_vmath.h: the AVX2 and scalar (portable, CUDA)
- * versions of exp, erf, tanh and the activations built on them give the
- * same bits, and their error against the C library's double functions
+/* test_vmath.c - runtime/mp_vmath.h: the AVX-512, AVX2 and scalar
+ * (portable, CUDA) versions of exp, erf, tanh and the activations built on
+ * them give the same bits (each vector path this CPU has; the test prints
+ * which ran), and their error against the C library's double functions
  * stays within the bounds stated in mp_vmath.h (NaN in, NaN out; which
  * NaN's sign and payload may differ).
  *
@@ -21,7 +22,7 @@
 typedef struct Err {
     double ulp, rel;      /* max error in ulps of the float result, relative */
     float at_ulp;         /* where the ulp maximum is */
-    int64_t mismatches;   /* AVX2 and scalar bits differ */
+    int64_t mismatches;   /* a vector path's bits and the scalar's differ */
     int normal_only;      /* no ulp count where |result| < 1e-30 */
 } Err;
 
@@ -62,20 +63,40 @@ typedef float ScalarFn(float);
 typedef void ArrayFn(float *, int64_t);
 typedef double RefFn(double);
 
-/* x[0..n) through the scalar and (where the CPU has it) the AVX2 version */
-static void run_block(Err *err, const float *x, int n, ScalarFn *sf, ArrayFn *vf, RefFn *rf)
+/* The vector versions of one function, where the CPU has them: AVX2's and
+ * AVX-512's (the path MP_CPU asks for and those below it). */
+enum { NVEC = 2 };
+static const char *const vec_name[NVEC] = {"avx2", "avx512"};
+typedef struct Vec { ArrayFn *f[NVEC]; } Vec;
+static int vec_has(int v) { return mp_cpu_level() >= (v ? MP_CPU_AVX512 : MP_CPU_AVX2); }
+#ifdef MP_X86
+#define VFN(f) ((Vec){{f##_avx2, f##_avx512}})
+#define VFN2(f) {f##_avx2, f##_avx512}
+#else
+#define VFN(f) ((Vec){{NULL, NULL}})
+#define VFN2(f) {NULL, NULL}
+#endif
+
+/* x[0..n) through the scalar and each vector version the CPU has */
+static void run_block(Err *err, const float *x, int n, ScalarFn *sf, Vec vf, RefFn *rf)
 {
-    float v[N];
-    memcpy(v, x, (size_t)n * sizeof *v);
-    if (vf)
-        vf(v, n);
+    float v[NVEC][N];
+    for (int p = 0; p < NVEC; p++)
+        if (vf.f[p] && vec_has(p)) {
+            memcpy(v[p], x, (size_t)n * sizeof *v[p]);
+            vf.f[p](v[p], n);
+        }
     for (int i = 0; i < n; i++) {
         float s = sf(x[i]);
-        /* NaNs: any NaN (C lets the compiler commute x * y, and which
-         * NaN operand x86 passes on depends on the order) */
-        int same = mp_f32_bits(s) == mp_f32_bits(v[i]) || (isnan(s) && isnan(v[i]));
-        if (vf && !same && err->mismatches++ < 5)
-            print_error("x = %a: scalar %a, avx2 %a\n", x[i], s, v[i]);
+        for (int p = 0; p < NVEC; p++) {
+            if (!vf.f[p] || !vec_has(p))
+                continue;
+            /* NaNs: any NaN (C lets the compiler commute x * y, and which
+             * NaN operand x86 passes on depends on the order) */
+            int same = mp_f32_bits(s) == mp_f32_bits(v[p][i]) || (isnan(s) && isnan(v[p][i]));
+            if (!same && err->mismatches++ < 5)
+                print_error("x = %a: scalar %a, %s %a\n", x[i], s, vec_name[p], v[p][i]);
+        }
         if (rf)
             check_one(err, x[i], s, rf((double)x[i]));
     }
@@ -83,7 +104,7 @@ static void run_block(Err *err, const float *x, int n, ScalarFn *sf, ArrayFn *vf
 
 /* Bit patterns lo, lo + step, ... <= hi (unsigned, so negatives follow). */
 static void sweep(Err *err, uint32_t lo, uint32_t hi, uint32_t step, ScalarFn *sf,
-                  ArrayFn *vf, RefFn *rf)
+                  Vec vf, RefFn *rf)
 {
     float x[N];
     int n = 0;
@@ -101,7 +122,7 @@ static int full(void) { return getenv("VMATH_FULL") && *getenv("VMATH_FULL") == 
 
 /* Every float in [a, b] and [-b, -a] (0 <= a <= b): the wide window with
  * VMATH_FULL, else [m - (m - a) / 64, m + (b - m) / 64] around m. */
-static void dense(Err *err, float a, float m, float b, ScalarFn *sf, ArrayFn *vf, RefFn *rf)
+static void dense(Err *err, float a, float m, float b, ScalarFn *sf, Vec vf, RefFn *rf)
 {
     if (!full()) {
         a = m - (m - a) / 64;
@@ -112,36 +133,29 @@ static void dense(Err *err, float a, float m, float b, ScalarFn *sf, ArrayFn *vf
     sweep(err, lo | 0x80000000u, hi | 0x80000000u, 1, sf, vf, rf);
 }
 
-static ArrayFn *avx2(ArrayFn *f) { return mp_cpu_level() >= MP_CPU_AVX2 ? f : NULL; }
-
-static void whole(Err *err, ScalarFn *sf, ArrayFn *vf, RefFn *rf)
+static void whole(Err *err, ScalarFn *sf, Vec vf, RefFn *rf)
 {
-    sweep(err, 0, 0xffffffffu, full() ? 61 : 4099, sf, avx2(vf), rf);
+    sweep(err, 0, 0xffffffffu, full() ? 61 : 4099, sf, vf, rf);
 }
 
 static void report(const char *name, const Err *e, double max_ulp)
 {
-    print_message("%-5s max error %.3f ulp (at %a), %.3g relative; %lld AVX2/scalar mismatches\n",
+    print_message("%-5s max error %.3f ulp (at %a), %.3g relative; %lld vector/scalar mismatches\n",
                   name, e->ulp, e->at_ulp, e->rel, (long long)e->mismatches);
     assert_int_equal(e->mismatches, 0);
     assert_true(e->ulp <= max_ulp);
 }
 
-#ifdef MP_X86
-#define VFN(f) f##_avx2
-#else
-#define VFN(f) NULL
-#endif
 
 static void test_exp(void **state)
 {
     (void)state;
     Err e = {0};
     whole(&e, mp_expf_p, VFN(mp_vexp), exp);
-    dense(&e, 87.0f, 88.72f, 89.0f, mp_expf_p, avx2(VFN(mp_vexp)), exp);  /* overflow */
-    dense(&e, 85.0f, 87.33f, 105.0f, mp_expf_p, avx2(VFN(mp_vexp)), exp); /* subnormals */
-    dense(&e, 0.0f, 0.0f, 0x1p-130f, mp_expf_p, avx2(VFN(mp_vexp)), exp);
-    dense(&e, 0.25f, 0.3466f, 1.0f, mp_expf_p, avx2(VFN(mp_vexp)), exp); /* |r| <= ln2/2 */
+    dense(&e, 87.0f, 88.72f, 89.0f, mp_expf_p, VFN(mp_vexp), exp);  /* overflow */
+    dense(&e, 85.0f, 87.33f, 105.0f, mp_expf_p, VFN(mp_vexp), exp); /* subnormals */
+    dense(&e, 0.0f, 0.0f, 0x1p-130f, mp_expf_p, VFN(mp_vexp), exp);
+    dense(&e, 0.25f, 0.3466f, 1.0f, mp_expf_p, VFN(mp_vexp), exp); /* |r| <= ln2/2 */
     report("exp", &e, 1.0);
     assert_true(mp_expf_p(INFINITY) == INFINITY && mp_expf_p(-INFINITY) == 0.0f);
     assert_true(isnan(mp_expf_p(NAN)));
@@ -152,9 +166,9 @@ static void test_erf(void **state)
     (void)state;
     Err e = {0};
     whole(&e, mp_erff_p, VFN(mp_verf), erf);
-    dense(&e, 0.5f, 1.0f, 2.0f, mp_erff_p, avx2(VFN(mp_verf)), erf);   /* branch point */
-    dense(&e, 2.0f, 3.92f, 4.5f, mp_erff_p, avx2(VFN(mp_verf)), erf);  /* rounds to 1 */
-    dense(&e, 0.0f, 0.0f, 0x1p-130f, mp_erff_p, avx2(VFN(mp_verf)), erf);
+    dense(&e, 0.5f, 1.0f, 2.0f, mp_erff_p, VFN(mp_verf), erf);   /* branch point */
+    dense(&e, 2.0f, 3.92f, 4.5f, mp_erff_p, VFN(mp_verf), erf);  /* rounds to 1 */
+    dense(&e, 0.0f, 0.0f, 0x1p-130f, mp_erff_p, VFN(mp_verf), erf);
     report("erf", &e, 1.5);
     assert_true(mp_erff_p(INFINITY) == 1.0f && mp_erff_p(-INFINITY) == -1.0f);
     assert_true(signbit(mp_erff_p(-0.0f)) && isnan(mp_erff_p(NAN)));
@@ -165,9 +179,9 @@ static void test_tanh(void **state)
     (void)state;
     Err e = {0};
     whole(&e, mp_tanhf_p, VFN(mp_vtanh), tanh);
-    dense(&e, 0.25f, 0.625f, 2.0f, mp_tanhf_p, avx2(VFN(mp_vtanh)), tanh); /* branch */
-    dense(&e, 2.0f, 9.0f, 10.0f, mp_tanhf_p, avx2(VFN(mp_vtanh)), tanh);   /* rounds to 1 */
-    dense(&e, 0.0f, 0.0f, 0x1p-130f, mp_tanhf_p, avx2(VFN(mp_vtanh)), tanh);
+    dense(&e, 0.25f, 0.625f, 2.0f, mp_tanhf_p, VFN(mp_vtanh), tanh); /* branch */
+    dense(&e, 2.0f, 9.0f, 10.0f, mp_tanhf_p, VFN(mp_vtanh), tanh);   /* rounds to 1 */
+    dense(&e, 0.0f, 0.0f, 0x1p-130f, mp_tanhf_p, VFN(mp_vtanh), tanh);
     report("tanh", &e, 2.5);
     assert_true(mp_tanhf_p(INFINITY) == 1.0f && mp_tanhf_p(-INFINITY) == -1.0f);
     assert_true(signbit(mp_tanhf_p(-0.0f)) && isnan(mp_tanhf_p(NAN)));
@@ -185,7 +199,7 @@ static double gelu_tanh_d(double x)
 static void test_activations(void **state)
 {
     (void)state;
-    struct { const char *name; ScalarFn *sf; ArrayFn *vf; RefFn *rf; double ulp; } f[] = {
+    struct { const char *name; ScalarFn *sf; Vec vf; RefFn *rf; double ulp; } f[] = {
         {"sigmoid", mp_sigmoid, VFN(mp_vsigmoid), sigmoid_d, 3},
         {"silu", mp_silu, VFN(mp_vsilu), silu_d, 4},
         {"gelu", mp_gelu, VFN(mp_vgelu), gelu_d, 0},
@@ -198,7 +212,7 @@ static void test_activations(void **state)
          * gelu's error near its zero at x = 0 is absolute, not in ulps:
          * checked on [-8, 8] instead, relative to max(|ref|, 1): for x < 0 both
          * are 0.5 x (1 + erf), whose cancellation costs |x| 2^-25 (as torch) */
-        sweep(&e, 0, 0xffffffffu, full() ? 251 : 65537, f[i].sf, avx2(f[i].vf), f[i].ulp ? f[i].rf : NULL);
+        sweep(&e, 0, 0xffffffffu, full() ? 251 : 65537, f[i].sf, f[i].vf, f[i].ulp ? f[i].rf : NULL);
         report(f[i].name, &e, f[i].ulp ? f[i].ulp : 1e300);
         for (float x = -8.0f; !f[i].ulp && x <= 8.0f; x += 0.00390625f) {
             double r = f[i].rf(x);
@@ -213,24 +227,26 @@ typedef void Array2Fn(float *, const float *, int64_t);
 static void test_grads(void **state)
 {
     (void)state;
-    struct { GradFn *sf; Array2Fn *vf; double (*d)(double); } g[] = {
-        {mp_gelu_grad, VFN(mp_vgelu_grad), gelu_d},
-        {mp_silu_grad, VFN(mp_vsilu_grad), silu_d},
-        {mp_gelu_tanh_grad, VFN(mp_vgelu_tanh_grad), gelu_tanh_d},
+    struct { GradFn *sf; Array2Fn *vf[NVEC]; double (*d)(double); } g[] = {
+        {mp_gelu_grad, VFN2(mp_vgelu_grad), gelu_d},
+        {mp_silu_grad, VFN2(mp_vsilu_grad), silu_d},
+        {mp_gelu_tanh_grad, VFN2(mp_vgelu_tanh_grad), gelu_tanh_d},
     };
-    static float dy[N], x[N], v[N];
+    static float dy[N], x[N], v[NVEC][N];
     for (size_t k = 0; k < sizeof g / sizeof g[0]; k++) {
         for (int i = 0; i < N; i++) {
             x[i] = -12.0f + 24.0f * (float)i / N;
             dy[i] = 0.5f + (float)(i % 7);
-            v[i] = dy[i];
+            for (int p = 0; p < NVEC; p++) v[p][i] = dy[i];
         }
-        if (mp_cpu_level() >= MP_CPU_AVX2 && g[k].vf)
-            g[k].vf(v, x, N);
+        for (int p = 0; p < NVEC; p++)
+            if (g[k].vf[p] && vec_has(p))
+                g[k].vf[p](v[p], x, N);
         for (int i = 0; i < N; i++) {
             float s = g[k].sf(dy[i], x[i]);
-            if (mp_cpu_level() >= MP_CPU_AVX2 && g[k].vf)
-                assert_int_equal(mp_f32_bits(s), mp_f32_bits(v[i]));
+            for (int p = 0; p < NVEC; p++)
+                if (g[k].vf[p] && vec_has(p))
+                    assert_int_equal(mp_f32_bits(s), mp_f32_bits(v[p][i]));
             double h = 1e-4, fd = (g[k].d(x[i] + h) - g[k].d(x[i] - h)) / (2 * h);
             assert_true(fabs(s - dy[i] * fd) <= 1e-5 * (fabs(dy[i] * fd) + dy[i]));
         }
@@ -239,6 +255,9 @@ static void test_grads(void **state)
 
 int main(void)
 {
+    print_message("vector paths compared with the scalar on this CPU (MP_CPU=%s):%s%s\n",
+                  getenv("MP_CPU") ? getenv("MP_CPU") : "auto", vec_has(0) ? " avx2" : " none",
+                  vec_has(1) ? " avx512" : "");
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_exp),
         cmocka_unit_test(test_erf),
