@@ -5,7 +5,9 @@
  * and of the tied output layer) through mp_gemm on all threads, the best
  * of 6 runs (3 for the output layer's), and their sum weighted by how
  * often a step runs each (12 layers): the products' share of a step, and
- * their rate against THREADS x the micro-kernel's. f32 operands, MP_CPU
+ * their rate against THREADS x the micro-kernel's. f32 operands, or bf16
+ * ones with BF16=1 (mixed_bfloat16's products: C in f32; the ceiling is
+ * then the bf16 pairs' kernel where the CPU has AVX512_BF16); MP_CPU
  * chooses the kernel (as in a trainer).
  *   cc -O3 -march=native -fopenmp -std=c11 -D_POSIX_C_SOURCE=200809L \
  *      -Iruntime bench/gemm_shapes.c -o gemm_shapes -lm
@@ -29,18 +31,20 @@ typedef struct Shape {
 
 /* GFLOP/s of the micro-kernel alone: packed A and B panels of depth 256,
  * C a 6 x nr tile, all in L1/L2, best of 20 runs of 2000 calls. */
-static double uk_rate(void)
+static double uk_rate(int dt)
 {
     float *A = calloc(MP_MR * MP_KC, sizeof *A), *B = calloc(32 * MP_KC, sizeof *B);
     float C[MP_MR * 32];
-    MpGemm g = {.adt = MP_F32, .bdt = MP_F32};
+    MpGemm g = {.adt = dt, .bdt = dt};
     MpUk uk = mp_uk(&g);
     for (int i = 0; i < MP_MR * MP_KC; i++) A[i] = 0.001f * (float)(i % 13);
     for (int i = 0; i < 32 * MP_KC; i++) B[i] = 0.001f * (float)(i % 11);
     double best = 1e9;
     for (int r = 0; r < 20; r++) {
         double t0 = now();
-        for (int c = 0; c < 2000; c++) uk.fn(MP_KC, A, 1, MP_MR, B, C, uk.nr, c == 0);
+        /* the pairs' kernel takes kc / 2 steps of two k: the same k = 256 */
+        for (int c = 0; c < 2000; c++)
+            uk.fn(uk.pairs ? MP_KC / 2 : MP_KC, A, 1, MP_MR, B, C, uk.nr, c == 0);
         double t = now() - t0;
         best = t < best ? t : best;
     }
@@ -65,23 +69,24 @@ int main(void)
 #ifdef _OPENMP
     threads = omp_get_max_threads();
 #endif
-    double uk = uk_rate(), total = 0, flops = 0;
-    printf("micro-kernel (MP_CPU %s), one core: %.1f GFLOP/s; %d threads\n",
-           mp_cpu_names[mp_cpu_level()], uk, threads);
+    int dt = getenv("BF16") && !strcmp(getenv("BF16"), "1") ? MP_BF16 : MP_F32;
+    size_t es = dt == MP_BF16 ? 2 : 4;
+    double uk = uk_rate(dt), total = 0, flops = 0;
+    printf("%s operands; micro-kernel (MP_CPU %s), one core: %.1f GFLOP/s; %d threads\n",
+           dt == MP_BF16 ? "bf16" : "f32", mp_cpu_names[mp_cpu_level()], uk, threads);
     printf("%-16s %6s %6s %6s %9s %8s %7s %6s\n", "product", "M", "N", "K", "ms", "GFLOP/s",
            "of peak", "x step");
     for (size_t i = 0; i < sizeof s / sizeof s[0]; i++) {
         Shape x = s[i];
-        float *A = malloc((size_t)(x.M * x.K) * sizeof *A);
-        float *B = malloc((size_t)(x.K * x.N) * sizeof *B);
+        char *A = malloc((size_t)(x.M * x.K) * es), *B = malloc((size_t)(x.K * x.N) * es);
         float *C = calloc((size_t)(x.M * x.N), sizeof *C);
-        for (int64_t j = 0; j < x.M * x.K; j++) A[j] = 0.01f * (float)(j % 7);
-        for (int64_t j = 0; j < x.K * x.N; j++) B[j] = 0.01f * (float)(j % 5);
+        for (int64_t j = 0; j < x.M * x.K; j++) mp_st(A, dt, j, 0.01f * (float)(j % 7));
+        for (int64_t j = 0; j < x.K * x.N; j++) mp_st(B, dt, j, 0.01f * (float)(j % 5));
         double best = 1e9;
         int runs = x.M * x.N * x.K > (int64_t)1 << 30 ? 3 : 6;
         for (int r = 0; r < runs; r++) {
             double t0 = now();
-            mp_gemm(x.ta, x.tb, x.M, x.N, x.K, 1.0f, A, MP_F32, x.ta ? x.M : x.K, B, MP_F32,
+            mp_gemm(x.ta, x.tb, x.M, x.N, x.K, 1.0f, A, dt, x.ta ? x.M : x.K, B, dt,
                     x.tb ? x.K : x.N, 0.0f, C, MP_F32, x.N);
             double t = now() - t0;
             best = t < best ? t : best;

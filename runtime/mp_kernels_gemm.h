@@ -818,6 +818,34 @@ static inline int mp_team(void) { return omp_get_num_threads(); }
 static inline int mp_team(void) { return 1; }
 #endif
 
+/* A piece of C, rows [r0, r1) and columns [c0, c1), one block of K at a
+ * time: the block's rows of B (the piece's columns) are packed, then used
+ * by all the piece's rows while they are in cache, and the piece's sums
+ * stay in T (ldt: the columns rounded up to nr) from one block to the
+ * next, stored after the last. For a long K and a small C (GPT-2's output
+ * layer's dx: 256 x 768 over K 50257), where B for all of K would go in
+ * many passes over N, each reading (or packing) all of A again: 113 -> 96
+ * ms in f32, 78-87 -> 53 ms in bf16, 2 threads (bench/gemm_shapes.c).
+ * Each element gets the same sums in the same order as in mp_gemm_tile
+ * (block 0's sum, then block 1's plus it, ...): the same bits. */
+static inline void mp_gemm_piece_k(const MpGemm *g, MpUk uk, int64_t r0, int64_t r1,
+                                   int64_t c0, int64_t c1, float *Ap, float *T, float *Bp)
+{
+    int64_t n = c1 - c0, ldt = (n + uk.nr - 1) / uk.nr * uk.nr;
+    int64_t mc = mp_tile_size(r1 - r0, MP_MC_MAX, MP_MR), nc = mp_tile_size(n, MP_NC_MAX, uk.nr);
+    for (int64_t k0 = 0; k0 < g->K; k0 += MP_KC) {
+        int64_t kc = mp_min64(g->K - k0, MP_KC), bs = mp_bstride(kc, uk);
+        mp_pack_b(Bp, g, uk, c0, n, k0, kc);
+        for (int64_t i0 = r0; i0 < r1; i0 += mc)
+            for (int64_t jb = 0; jb < n; jb += nc)
+                mp_gemm_kblock(g, uk, Bp + jb / uk.nr * bs, bs,
+                               (mp_min64(n - jb, nc) + uk.nr - 1) / uk.nr, i0,
+                               mp_min64(r1 - i0, mc), k0, kc, k0 == 0, Ap,
+                               T + (i0 - r0) * ldt + jb, ldt);
+    }
+    mp_gemm_store(g, T, ldt, r0, c0, r1 - r0, n, g->alpha);
+}
+
 /* The grid of mp_split, its pieces shared out. The grid is cut finer
  * along the way it splits (MP_SPLIT_FINE pieces a share) and threads take
  * the pieces as they come free, so a thread the machine holds back does
@@ -825,29 +853,38 @@ static inline int mp_team(void) { return 1; }
  * packs its own B panels (each packed once in all); split along M (or one
  * thread), each piece is some rows of all the columns, and a thread packs
  * B once, for its first piece. B goes in passes of at most MP_BPACK_MAX /
- * team floats. Every tile is computed the same way whichever thread has
- * it, so C does not depend on the thread count. Called by every thread of
- * the team (no barrier inside). */
+ * team floats over N; where a piece's B would take more than one such
+ * pass and its C is at most MP_KPASS_T floats, the piece goes by blocks of
+ * K instead (mp_gemm_piece_k), and such pieces are not cut finer (each
+ * reads all of A). Every tile
+ * is computed the same way whichever thread has it, so C does not depend
+ * on the thread count. Called by every thread of the team (no barrier
+ * inside). */
 #define MP_SPLIT_FINE 4
+#define MP_KPASS_T (1 << 18)
 
 static inline void mp_gemm_grid(const MpGemm *g, MpUk uk, MpSplit sp, int nt)
 {
     int64_t mpn = (g->M + MP_MR - 1) / MP_MR, npn = (g->N + uk.nr - 1) / uk.nr;
+    int64_t Kp = g->K > 0 ? g->K : 1, bmax = MP_BPACK_MAX / nt;
+    /* the widest and tallest piece of the grid before it is cut finer */
+    int64_t pw = (npn + sp.pc - 1) / sp.pc * uk.nr, ph = (mpn + sp.pr - 1) / sp.pr * MP_MR;
+    int kpass = Kp * pw > bmax && ph * pw <= MP_KPASS_T;
     int gr = sp.pr, gc = sp.pc;
-    if (gc == 1)
+    if (!kpass && gc == 1)
         gr *= MP_SPLIT_FINE;
-    else if (gr == 1)
+    else if (!kpass && gr == 1)
         gc *= MP_SPLIT_FINE;
-    int64_t Kp = g->K > 0 ? g->K : 1;
-    int64_t ncols = mp_min64((npn + gc - 1) / gc * uk.nr,
-                             (MP_BPACK_MAX / nt / Kp) / uk.nr * uk.nr);
+    int64_t ncols = mp_min64((npn + gc - 1) / gc * uk.nr, (bmax / Kp) / uk.nr * uk.nr);
     if (ncols < uk.nr)
         ncols = uk.nr;
     /* one block per thread (A panels, the tile, B panels), allocated
      * when it takes its first piece: glibc's malloc then keeps it on
      * the heap from one product to the next instead of mapping fresh
      * pages for each */
-    size_t na = MP_MC_MAX * MP_KC, nT = MP_MC_MAX * MP_NC_MAX;
+    size_t na = MP_MC_MAX * MP_KC, nT = kpass ? (size_t)(ph * pw) : MP_MC_MAX * MP_NC_MAX;
+    size_t nb = kpass ? (size_t)(pw / uk.nr * mp_bstride(MP_KC, uk))
+                      : (size_t)(ncols / uk.nr * mp_bstride(Kp, uk));
     float *Ap = NULL, *T = NULL, *Bp = NULL;
     void *raw = NULL;
     int64_t pj0 = -1, pn = 0;   /* the columns Bp holds */
@@ -855,7 +892,7 @@ static inline void mp_gemm_grid(const MpGemm *g, MpUk uk, MpSplit sp, int nt)
      * (all pieces of pass 0, then of pass 1, ...): a thread then packs
      * each pass once, not once for each of its pieces (GPT-2's output
      * layer, 50257 columns in 5 passes: B was packed 4 times) */
-    int64_t npass = gc == 1 ? (g->N + ncols - 1) / ncols : 1;
+    int64_t npass = gc == 1 && !kpass ? (g->N + ncols - 1) / ncols : 1;
     MP_OMP(for schedule(dynamic) nowait)
     for (int64_t it = 0; it < npass * gr * gc; it++) {
         int w = (int)(it % (gr * gc));
@@ -869,10 +906,13 @@ static inline void mp_gemm_grid(const MpGemm *g, MpUk uk, MpSplit sp, int nt)
         if (r0 >= r1 || c0 >= c1)
             continue;
         if (!raw) {
-            raw = mp_kalloc64((na + nT + (size_t)(ncols / uk.nr * mp_bstride(Kp, uk))) *
-                                  sizeof(float), &Ap);
+            raw = mp_kalloc64((na + nT + nb) * sizeof(float), &Ap);
             T = Ap + na;
             Bp = T + nT;
+        }
+        if (kpass) {
+            mp_gemm_piece_k(g, uk, r0, r1, c0, c1, Ap, T, Bp);
+            continue;
         }
         int64_t mc = mp_tile_size(r1 - r0, MP_MC_MAX, MP_MR);
         for (int64_t j0 = c0; j0 < c1; j0 += ncols) {   /* passes over N */

@@ -327,7 +327,46 @@ static void test_gemm_large(void **state)
     /* B in two passes (more than MP_BPACK_MAX floats), the rows in pieces */
     gemm_case(0, 1, 13, 3000, 2900, F32, F32, F32, 1.0f, 0.0f, 0);
     gemm_case(1, 1, 13, 3000, 2900, MP_BF16, MP_BF16, F32, 1.0f, 0.0f, 0);
+    /* K long, C small: by blocks of K (mp_gemm_piece_k; B 30000 x 300 is
+     * more than MP_BPACK_MAX floats), f32 (A read in place) and bf16 */
+    gemm_case(0, 0, 13, 300, 30000, F32, F32, F32, 1.0f, 0.0f, 0);
+    gemm_case(0, 0, 13, 300, 30000, MP_BF16, MP_BF16, MP_F16, 1.0f, 0.0f, 0);
     rng_state = rng;
+}
+
+/* The blocks of K (mp_gemm_piece_k) give the bits of the passes over N:
+ * the long-K product against the same product 32 columns at a time (B
+ * within one pass), with a bias and beta, f32 and bf16 operands. */
+static void test_gemm_kblocks(void **state)
+{
+    (void)state;
+    enum { M = 13, N = 300, K = 30000, W = 32 };
+    int64_t floats = (int64_t)K * N;
+    assert_true(floats > MP_BPACK_MAX);   /* else this is not the case */
+    float *a = fvec(M * K, -1, 1), *b = fvec(floats, -1, 1), *bias = fvec(N, -1, 1);
+    float *c0 = fvec(M * N, -1, 1), *c1 = malloc(M * N * sizeof *c1), *c2 = malloc(M * N * sizeof *c2);
+    for (int t = 0; t < 2; t++) {
+        int dt = t ? MP_BF16 : F32;
+        void *A = to_dt(a, M * K, dt), *B = to_dt(b, floats, dt);
+        memcpy(c1, c0, M * N * sizeof *c1);
+        memcpy(c2, c0, M * N * sizeof *c2);
+        MpGemm g = {.M = M, .N = N, .K = K, .alpha = 0.5f, .beta = 1.0f, .A = A, .adt = dt,
+                    .lda = K, .B = B, .bdt = dt, .ldb = N, .C = c1, .cdt = F32, .ldc = N,
+                    .bias = bias, .biasdt = F32};
+        mp_gemm_ex(&g);
+        for (int j = 0; j < N; j += W) {
+            MpGemm p = g;
+            p.N = j + W <= N ? W : N - j;
+            p.B = (const char *)B + (size_t)j * (t ? 2 : 4);
+            p.C = c2 + j;
+            p.bias = bias + j;
+            mp_gemm_ex(&p);
+        }
+        assert_memory_equal(c1, c2, M * N * sizeof *c1);
+        free(A);
+        free(B);
+    }
+    free(a); free(b); free(bias); free(c0); free(c1); free(c2);
 }
 
 /* ---- the CPU levels' micro-kernels --------------------------------------- */
@@ -1644,6 +1683,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_gemm_alpha_beta),
         cmocka_unit_test(test_gemm_paths),
         cmocka_unit_test(test_gemm_large),
+        cmocka_unit_test(test_gemm_kblocks),
         cmocka_unit_test(test_gemm_levels),
         cmocka_unit_test(test_uk_models),
         cmocka_unit_test(test_gemm_round_operands),
