@@ -327,6 +327,10 @@ static void test_gemm_large(void **state)
     /* B in two passes (more than MP_BPACK_MAX floats), the rows in pieces */
     gemm_case(0, 1, 13, 3000, 2900, F32, F32, F32, 1.0f, 0.0f, 0);
     gemm_case(1, 1, 13, 3000, 2900, MP_BF16, MP_BF16, F32, 1.0f, 0.0f, 0);
+    /* A packed once a piece (MpApre), pieces of several row tiles and
+     * column blocks: f16 and bf16 A (packed), K across blocks */
+    gemm_case(0, 0, 500, 1100, 300, MP_BF16, MP_BF16, F32, 1.0f, 0.0f, 0);
+    gemm_case(1, 1, 500, 1100, 300, MP_F16, F32, F32, 1.0f, 0.0f, 0);
     /* K long, C small: by blocks of K (mp_gemm_piece_k; B 30000 x 300 is
      * more than MP_BPACK_MAX floats), f32 (A read in place) and bf16 */
     gemm_case(0, 0, 13, 300, 30000, F32, F32, F32, 1.0f, 0.0f, 0);
