@@ -8,7 +8,9 @@
  * their rate against THREADS x the micro-kernel's. f32 operands, or bf16
  * ones with BF16=1 (mixed_bfloat16's products: C in f32; the ceiling is
  * then the bf16 pairs' kernel where the CPU has AVX512_BF16); MP_CPU
- * chooses the kernel (as in a trainer).
+ * chooses the kernel (as in a trainer). COLD=1 writes 256 MB before each
+ * run, so that the operands come from memory, as in a trainer's step
+ * (where a layer's weights were last read a whole pass earlier).
  *   cc -O3 -march=native -fopenmp -std=c11 -D_POSIX_C_SOURCE=200809L \
  *      -Iruntime bench/gemm_shapes.c -o gemm_shapes -lm
  *   OMP_NUM_THREADS=2 ./gemm_shapes
@@ -71,6 +73,9 @@ int main(void)
 #endif
     int dt = getenv("BF16") && !strcmp(getenv("BF16"), "1") ? MP_BF16 : MP_F32;
     size_t es = dt == MP_BF16 ? 2 : 4;
+    int cold = getenv("COLD") && !strcmp(getenv("COLD"), "1");
+    size_t nflush = (size_t)64 << 20;
+    float *flush = cold ? malloc(nflush * sizeof *flush) : NULL;
     double uk = uk_rate(dt), total = 0, flops = 0;
     printf("%s operands; micro-kernel (MP_CPU %s), one core: %.1f GFLOP/s; %d threads\n",
            dt == MP_BF16 ? "bf16" : "f32", mp_cpu_names[mp_cpu_level()], uk, threads);
@@ -85,6 +90,7 @@ int main(void)
         double best = 1e9;
         int runs = x.M * x.N * x.K > (int64_t)1 << 30 ? 3 : 6;
         for (int r = 0; r < runs; r++) {
+            for (size_t j = 0; cold && j < nflush; j += 16) flush[j] = (float)r;
             double t0 = now();
             mp_gemm(x.ta, x.tb, x.M, x.N, x.K, 1.0f, A, dt, x.ta ? x.M : x.K, B, dt,
                     x.tb ? x.K : x.N, 0.0f, C, MP_F32, x.N);
@@ -105,5 +111,6 @@ int main(void)
            "micro-kernel's; at its rate: %.1f ms\n",
            flops * 1e-9, total * 1e3, flops / total * 1e-9,
            100.0 * flops / total * 1e-9 / (uk * threads), threads, flops / (uk * threads) * 1e-6);
+    free(flush);
     return 0;
 }

@@ -859,18 +859,15 @@ static inline int mp_team(void) { return omp_get_num_threads(); }
 static inline int mp_team(void) { return 1; }
 #endif
 
-/* A piece of C, rows [r0, r1) and columns [c0, c1), one block of K at a
- * time: the block's rows of B (the piece's columns) are packed, then used
- * by all the piece's rows while they are in cache, and the piece's sums
- * stay in T (ldt: the columns rounded up to nr) from one block to the
- * next, stored after the last. For a long K and a small C (GPT-2's output
- * layer's dx: 256 x 768 over K 50257), where B for all of K would go in
- * many passes over N, each reading (or packing) all of A again: 113 -> 96
- * ms in f32, 78-87 -> 53 ms in bf16, 2 threads (bench/gemm_shapes.c).
+/* Rows [r0, r1) and columns [c0, c1) of C, one block of K at a time: the
+ * block's rows of B (those columns) are packed, then used by all the rows
+ * while they are in cache, and the sums stay in T (ldt: the columns
+ * rounded up to nr) from one block to the next, stored after the last.
  * Each element gets the same sums in the same order as in mp_gemm_tile
  * (block 0's sum, then block 1's plus it, ...): the same bits. */
-static inline void mp_gemm_piece_k(const MpGemm *g, MpUk uk, int64_t r0, int64_t r1,
-                                   int64_t c0, int64_t c1, float *Ap, float *T, float *Bp)
+static inline void mp_gemm_kblocks(const MpGemm *g, MpUk uk, int64_t r0, int64_t r1,
+                                   int64_t c0, int64_t c1, float *Ap, const MpApre *pre,
+                                   float *T, float *Bp)
 {
     int64_t n = c1 - c0, ldt = (n + uk.nr - 1) / uk.nr * uk.nr;
     int64_t mc = mp_tile_size(r1 - r0, MP_MC_MAX, MP_MR), nc = mp_tile_size(n, MP_NC_MAX, uk.nr);
@@ -881,7 +878,7 @@ static inline void mp_gemm_piece_k(const MpGemm *g, MpUk uk, int64_t r0, int64_t
             for (int64_t jb = 0; jb < n; jb += nc)
                 mp_gemm_kblock(g, uk, Bp + jb / uk.nr * bs, bs,
                                (mp_min64(n - jb, nc) + uk.nr - 1) / uk.nr, i0,
-                               mp_min64(r1 - i0, mc), k0, kc, k0 == 0, Ap, NULL,
+                               mp_min64(r1 - i0, mc), k0, kc, k0 == 0, Ap, pre,
                                T + (i0 - r0) * ldt + jb, ldt);
     }
     mp_gemm_store(g, T, ldt, r0, c0, r1 - r0, n, g->alpha);
@@ -894,17 +891,22 @@ static inline void mp_gemm_piece_k(const MpGemm *g, MpUk uk, int64_t r0, int64_t
  * packs its own B panels (each packed once in all); split along M (or one
  * thread), each piece is some rows of all the columns, and a thread packs
  * B once, for its first piece. B goes in passes of at most MP_BPACK_MAX /
- * team floats over N; where a piece's B would take more than one such
- * pass and its C is at most MP_KPASS_T floats, the piece goes by blocks of
- * K instead (mp_gemm_piece_k), and such pieces are not cut finer (each
- * reads all of A). Where A is packed (not f32 read in place), a piece
- * packs it once for all its tiles (MpApre, up to MP_APRE_MAX floats):
- * GPT-2 small's mixed_bfloat16 step 772-779 -> 756-765 ms. Every tile
+ * team floats over N. Where a piece's B would take more than one such
+ * pass (each reading, or packing, all of A again) and the piece is at
+ * most MP_KBLOCK_T / nr rows, it goes by blocks of K instead, in chunks of
+ * columns whose sums take at most MP_KBLOCK_T floats (mp_gemm_kblocks),
+ * and such pieces are not cut finer (each reads all of A). GPT-2's output
+ * layer (256 x 50257 x 768 forward, 256 x 768 x 50257 dx) went from 113
+ * -> 96 ms (dx) and 115 -> 102 ms (forward) in f32, 78-87 -> 53 and 63 ->
+ * 53 ms in bf16 (2 threads, bench/gemm_shapes.c). Where A is packed (not
+ * f32 read in place), a piece packs it once for all its tiles (MpApre, up
+ * to MP_APRE_MAX floats): GPT-2 small's mixed_bfloat16 step 772-779 ->
+ * 756-765 ms. Every tile
  * is computed the same way whichever thread has it, so C does not depend
  * on the thread count. Called by every thread of the team (no barrier
  * inside). */
 #define MP_SPLIT_FINE 4
-#define MP_KPASS_T (1 << 18)
+#define MP_KBLOCK_T (1 << 17)
 #define MP_APRE_MAX (1 << 20)
 
 static inline void mp_gemm_grid(const MpGemm *g, MpUk uk, MpSplit sp, int nt)
@@ -913,7 +915,8 @@ static inline void mp_gemm_grid(const MpGemm *g, MpUk uk, MpSplit sp, int nt)
     int64_t Kp = g->K > 0 ? g->K : 1, bmax = MP_BPACK_MAX / nt;
     /* the widest and tallest piece of the grid before it is cut finer */
     int64_t pw = (npn + sp.pc - 1) / sp.pc * uk.nr, ph = (mpn + sp.pr - 1) / sp.pr * MP_MR;
-    int kpass = Kp * pw > bmax && ph * pw <= MP_KPASS_T;
+    int kpass = Kp * pw > bmax && ph * uk.nr <= MP_KBLOCK_T;
+    int64_t kw = mp_min64(pw, MP_KBLOCK_T / ph / uk.nr * uk.nr);   /* its chunks' columns */
     int gr = sp.pr, gc = sp.pc;
     if (!kpass && gc == 1)
         gr *= MP_SPLIT_FINE;
@@ -926,14 +929,14 @@ static inline void mp_gemm_grid(const MpGemm *g, MpUk uk, MpSplit sp, int nt)
      * when it takes its first piece: glibc's malloc then keeps it on
      * the heap from one product to the next instead of mapping fresh
      * pages for each */
-    size_t na = MP_MC_MAX * MP_KC, nT = kpass ? (size_t)(ph * pw) : MP_MC_MAX * MP_NC_MAX;
-    size_t nb = kpass ? (size_t)(pw / uk.nr * mp_bstride(MP_KC, uk))
+    size_t na = MP_MC_MAX * MP_KC, nT = kpass ? (size_t)(ph * kw) : MP_MC_MAX * MP_NC_MAX;
+    size_t nb = kpass ? (size_t)(kw / uk.nr * mp_bstride(MP_KC, uk))
                       : (size_t)(ncols / uk.nr * mp_bstride(Kp, uk));
     /* A packed once a piece (MpApre) where it is packed at all and the
      * piece's panels for all of K take at most MP_APRE_MAX floats */
     int64_t phf = (mpn + gr - 1) / gr * MP_MR;
     size_t npre = (Kp + MP_KC - 1) / MP_KC * (phf / MP_MR) * mp_apanel(MP_KC, uk);
-    if (kpass || mp_a_direct(g) || npre > MP_APRE_MAX)
+    if (mp_a_direct(g) || npre > MP_APRE_MAX)
         npre = 0;
     MpApre pre = {NULL, -1, -1, 0};
     float *Ap = NULL, *T = NULL, *Bp = NULL;
@@ -962,13 +965,14 @@ static inline void mp_gemm_grid(const MpGemm *g, MpUk uk, MpSplit sp, int nt)
             Bp = T + nT;
             pre.a = npre ? Bp + nb : NULL;
         }
+        if (pre.a && (pre.r0 != r0 || pre.r1 != r1))
+            mp_apre_pack(g, uk, &pre, r0, r1);
         if (kpass) {
-            mp_gemm_piece_k(g, uk, r0, r1, c0, c1, Ap, T, Bp);
+            for (int64_t j = c0; j < c1; j += kw)
+                mp_gemm_kblocks(g, uk, r0, r1, j, mp_min64(j + kw, c1), Ap, &pre, T, Bp);
             continue;
         }
         int64_t mc = mp_tile_size(r1 - r0, MP_MC_MAX, MP_MR);
-        if (pre.a && (pre.r0 != r0 || pre.r1 != r1))
-            mp_apre_pack(g, uk, &pre, r0, r1);
         for (int64_t j0 = c0; j0 < c1; j0 += ncols) {   /* passes over N */
             int64_t n = mp_min64(c1 - j0, ncols), nc = mp_tile_size(n, MP_NC_MAX, uk.nr);
             if (j0 != pj0 || n != pn)

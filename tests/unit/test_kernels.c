@@ -331,21 +331,22 @@ static void test_gemm_large(void **state)
      * column blocks: f16 and bf16 A (packed), K across blocks */
     gemm_case(0, 0, 500, 1100, 300, MP_BF16, MP_BF16, F32, 1.0f, 0.0f, 0);
     gemm_case(1, 1, 500, 1100, 300, MP_F16, F32, F32, 1.0f, 0.0f, 0);
-    /* K long, C small: by blocks of K (mp_gemm_piece_k; B 30000 x 300 is
+    /* K long, C small: by blocks of K (mp_gemm_kblocks; B 30000 x 300 is
      * more than MP_BPACK_MAX floats), f32 (A read in place) and bf16 */
     gemm_case(0, 0, 13, 300, 30000, F32, F32, F32, 1.0f, 0.0f, 0);
     gemm_case(0, 0, 13, 300, 30000, MP_BF16, MP_BF16, MP_F16, 1.0f, 0.0f, 0);
     rng_state = rng;
 }
 
-/* The blocks of K (mp_gemm_piece_k) give the bits of the passes over N:
- * the long-K product against the same product 32 columns at a time (B
- * within one pass), with a bias and beta, f32 and bf16 operands. */
-static void test_gemm_kblocks(void **state)
+/* The blocks of K (mp_gemm_kblocks) give the bits of the passes over N:
+ * a long K (13 x 300 x 30000, one chunk of columns) and a wide N (13 x
+ * 30000 x 300, several chunks), each against the same product 32 columns
+ * at a time (B within one pass), with a bias and beta, f32 and bf16
+ * operands. */
+static void kblocks_case(int64_t M, int64_t N, int64_t K)
 {
-    (void)state;
-    enum { M = 13, N = 300, K = 30000, W = 32 };
-    int64_t floats = (int64_t)K * N;
+    enum { W = 32 };
+    int64_t floats = K * N;
     assert_true(floats > MP_BPACK_MAX);   /* else this is not the case */
     float *a = fvec(M * K, -1, 1), *b = fvec(floats, -1, 1), *bias = fvec(N, -1, 1);
     float *c0 = fvec(M * N, -1, 1), *c1 = malloc(M * N * sizeof *c1), *c2 = malloc(M * N * sizeof *c2);
@@ -358,7 +359,7 @@ static void test_gemm_kblocks(void **state)
                     .lda = K, .B = B, .bdt = dt, .ldb = N, .C = c1, .cdt = F32, .ldc = N,
                     .bias = bias, .biasdt = F32};
         mp_gemm_ex(&g);
-        for (int j = 0; j < N; j += W) {
+        for (int64_t j = 0; j < N; j += W) {
             MpGemm p = g;
             p.N = j + W <= N ? W : N - j;
             p.B = (const char *)B + (size_t)j * (t ? 2 : 4);
@@ -371,6 +372,13 @@ static void test_gemm_kblocks(void **state)
         free(B);
     }
     free(a); free(b); free(bias); free(c0); free(c1); free(c2);
+}
+
+static void test_gemm_kblocks(void **state)
+{
+    (void)state;
+    kblocks_case(13, 300, 30000);
+    kblocks_case(13, 30000, 300);
 }
 
 /* ---- the CPU levels' micro-kernels --------------------------------------- */
