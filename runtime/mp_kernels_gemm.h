@@ -893,20 +893,21 @@ static inline void mp_gemm_kblocks(const MpGemm *g, MpUk uk, int64_t r0, int64_t
  * B once, for its first piece. B goes in passes of at most MP_BPACK_MAX /
  * team floats over N. Where a piece's B would take more than one such
  * pass (each reading, or packing, all of A again) and the piece is at
- * most MP_KBLOCK_T / nr rows, it goes by blocks of K instead, in chunks of
- * columns whose sums take at most MP_KBLOCK_T floats (mp_gemm_kblocks),
- * and such pieces are not cut finer (each reads all of A). GPT-2's output
- * layer (256 x 50257 x 768 forward, 256 x 768 x 50257 dx) went from 113
- * -> 96 ms (dx) and 115 -> 102 ms (forward) in f32, 78-87 -> 53 and 63 ->
- * 53 ms in bf16 (2 threads, bench/gemm_shapes.c). Where A is packed (not
- * f32 read in place), a piece packs it once for all its tiles (MpApre, up
- * to MP_APRE_MAX floats): GPT-2 small's mixed_bfloat16 step 772-779 ->
- * 756-765 ms. Every tile
- * is computed the same way whichever thread has it, so C does not depend
- * on the thread count. Called by every thread of the team (no barrier
- * inside). */
+ * most MP_KBLOCK_T / MP_KBLOCK_W rows, it goes by blocks of K instead, in
+ * chunks of columns whose sums take at most MP_KBLOCK_T floats
+ * (mp_gemm_kblocks), and such pieces are not cut finer (each reads all of
+ * A). GPT-2's output layer (256 x 50257 x 768 forward, 256 x 768 x 50257
+ * dx) went from 113-128 to 100-102 ms (forward) and 114 to 96 ms (dx) in
+ * f32, 63-67 to 53-54 and 83-85 to 55 ms in bf16 (2 threads,
+ * bench/gemm_shapes.c). Where A is packed (not f32 read in place), a
+ * piece packs it once for all its tiles (MpApre, up to MP_APRE_MAX
+ * floats): GPT-2 small's mixed_bfloat16 step 772-779 -> 756-765 ms. Every
+ * tile is computed the same way whichever thread has it, so C does not
+ * depend on the thread count. Called by every thread of the team (no
+ * barrier inside). */
 #define MP_SPLIT_FINE 4
 #define MP_KBLOCK_T (1 << 17)
+#define MP_KBLOCK_W 256   /* columns a chunk has at least: A is read again for each */
 #define MP_APRE_MAX (1 << 20)
 
 static inline void mp_gemm_grid(const MpGemm *g, MpUk uk, MpSplit sp, int nt)
@@ -915,7 +916,7 @@ static inline void mp_gemm_grid(const MpGemm *g, MpUk uk, MpSplit sp, int nt)
     int64_t Kp = g->K > 0 ? g->K : 1, bmax = MP_BPACK_MAX / nt;
     /* the widest and tallest piece of the grid before it is cut finer */
     int64_t pw = (npn + sp.pc - 1) / sp.pc * uk.nr, ph = (mpn + sp.pr - 1) / sp.pr * MP_MR;
-    int kpass = Kp * pw > bmax && ph * uk.nr <= MP_KBLOCK_T;
+    int kpass = Kp * pw > bmax && ph * MP_KBLOCK_W <= MP_KBLOCK_T;
     int64_t kw = mp_min64(pw, MP_KBLOCK_T / ph / uk.nr * uk.nr);   /* its chunks' columns */
     int gr = sp.pr, gc = sp.pc;
     if (!kpass && gc == 1)

@@ -338,11 +338,12 @@ static void test_gemm_large(void **state)
     rng_state = rng;
 }
 
-/* The blocks of K (mp_gemm_kblocks) give the bits of the passes over N:
- * a long K (13 x 300 x 30000, one chunk of columns) and a wide N (13 x
- * 30000 x 300, several chunks), each against the same product 32 columns
- * at a time (B within one pass), with a bias and beta, f32 and bf16
- * operands. */
+/* Products whose B is more than MP_BPACK_MAX floats give the bits of the
+ * same product 32 columns at a time (B within one pass), with a bias and
+ * beta, f32 and bf16 operands: by blocks of K (mp_gemm_kblocks) for a long
+ * K (13 x 300 x 30000, one chunk of columns) and a wide N (13 x 30000 x
+ * 300, several chunks), in passes over N where the pieces have too many
+ * rows for that (520 x 2800 x 3000). */
 static void kblocks_case(int64_t M, int64_t N, int64_t K)
 {
     enum { W = 32 };
@@ -379,6 +380,7 @@ static void test_gemm_kblocks(void **state)
     (void)state;
     kblocks_case(13, 300, 30000);
     kblocks_case(13, 30000, 300);
+    kblocks_case(520, 2800, 3000);
 }
 
 /* ---- the CPU levels' micro-kernels --------------------------------------- */
