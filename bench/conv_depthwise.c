@@ -6,14 +6,7 @@
  *      bench/conv_depthwise.c -o conv_depthwise -lm && ./conv_depthwise
  * (add -fopenmp and OMP_NUM_THREADS for threads). Results: bench/RESULTS.md. */
 #include "mp_kernels_nn.h"
-#include <time.h>
-
-static double now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
+#include "bench_clock.h"
 
 int main(void)
 {

@@ -16,14 +16,7 @@
  *   OMP_NUM_THREADS=2 ./gemm_shapes
  * Results: bench/RESULTS.md. */
 #include "mp_kernels_nn.h"
-#include <time.h>
-
-static double now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
+#include "bench_clock.h"
 
 typedef struct Shape {
     const char *name;

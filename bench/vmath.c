@@ -9,16 +9,9 @@
  * attributes and chosen at run time, as in a generated program).
  * Results: bench/RESULTS.md. */
 #include "mp_kernels.h"
-#include <time.h>
+#include "bench_clock.h"
 
 #define N (64 * 1024)
-
-static double now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
 
 typedef void Fn(float *, int64_t);
 typedef void Fn2(float *, const float *, int64_t);

@@ -916,12 +916,12 @@ static inline void mp_gemm_grid(const MpGemm *g, MpUk uk, MpSplit sp, int nt)
     int64_t Kp = g->K > 0 ? g->K : 1, bmax = MP_BPACK_MAX / nt;
     /* the widest and tallest piece of the grid before it is cut finer */
     int64_t pw = (npn + sp.pc - 1) / sp.pc * uk.nr, ph = (mpn + sp.pr - 1) / sp.pr * MP_MR;
-    int kpass = Kp * pw > bmax && ph * MP_KBLOCK_W <= MP_KBLOCK_T;
+    int kblocks = Kp * pw > bmax && ph * MP_KBLOCK_W <= MP_KBLOCK_T;
     int64_t kw = mp_min64(pw, MP_KBLOCK_T / ph / uk.nr * uk.nr);   /* its chunks' columns */
     int gr = sp.pr, gc = sp.pc;
-    if (!kpass && gc == 1)
+    if (!kblocks && gc == 1)
         gr *= MP_SPLIT_FINE;
-    else if (!kpass && gr == 1)
+    else if (!kblocks && gr == 1)
         gc *= MP_SPLIT_FINE;
     int64_t ncols = mp_min64((npn + gc - 1) / gc * uk.nr, (bmax / Kp) / uk.nr * uk.nr);
     if (ncols < uk.nr)
@@ -930,8 +930,8 @@ static inline void mp_gemm_grid(const MpGemm *g, MpUk uk, MpSplit sp, int nt)
      * when it takes its first piece: glibc's malloc then keeps it on
      * the heap from one product to the next instead of mapping fresh
      * pages for each */
-    size_t na = MP_MC_MAX * MP_KC, nT = kpass ? (size_t)(ph * kw) : MP_MC_MAX * MP_NC_MAX;
-    size_t nb = kpass ? (size_t)(kw / uk.nr * mp_bstride(MP_KC, uk))
+    size_t na = MP_MC_MAX * MP_KC, nT = kblocks ? (size_t)(ph * kw) : MP_MC_MAX * MP_NC_MAX;
+    size_t nb = kblocks ? (size_t)(kw / uk.nr * mp_bstride(MP_KC, uk))
                       : (size_t)(ncols / uk.nr * mp_bstride(Kp, uk));
     /* A packed once a piece (MpApre) where it is packed at all and the
      * piece's panels for all of K take at most MP_APRE_MAX floats */
@@ -947,7 +947,7 @@ static inline void mp_gemm_grid(const MpGemm *g, MpUk uk, MpSplit sp, int nt)
      * (all pieces of pass 0, then of pass 1, ...): a thread then packs
      * each pass once, not once for each of its pieces (GPT-2's output
      * layer, 50257 columns in 5 passes: B was packed 4 times) */
-    int64_t npass = gc == 1 && !kpass ? (g->N + ncols - 1) / ncols : 1;
+    int64_t npass = gc == 1 && !kblocks ? (g->N + ncols - 1) / ncols : 1;
     MP_OMP(for schedule(dynamic) nowait)
     for (int64_t it = 0; it < npass * gr * gc; it++) {
         int w = (int)(it % (gr * gc));
@@ -968,7 +968,7 @@ static inline void mp_gemm_grid(const MpGemm *g, MpUk uk, MpSplit sp, int nt)
         }
         if (pre.a && (pre.r0 != r0 || pre.r1 != r1))
             mp_apre_pack(g, uk, &pre, r0, r1);
-        if (kpass) {
+        if (kblocks) {
             for (int64_t j = c0; j < c1; j += kw)
                 mp_gemm_kblocks(g, uk, r0, r1, j, mp_min64(j + kw, c1), Ap, &pre, T, Bp);
             continue;
