@@ -1370,6 +1370,50 @@ static void test_embedding(void **state)
     free(dw); free(fd_ids); fd_free(&c);
 }
 
+/* An f16 / bf16 embedding gradient (mixed precision's) is summed row by
+ * row (mp_embedding_dw_rows): the bits of the dense f32 scatter-add in the
+ * order of i, rounded once, on 1 and 2 threads (a sum that the order
+ * changes included); ids out of range add nothing, untouched rows are +0,
+ * a row of -0 sums to +0 (from 0.0f). */
+static void test_embedding_dw_lowp(void **state)
+{
+    (void)state;
+    int64_t n = 300, V = 97, D = 200;
+    float *dy = fvec(n * D, -1, 1);
+    int32_t *ids = ivec(n, 40);            /* about 7 occurrences a row */
+    ids[5] = -3, ids[17] = (int32_t)V, ids[250] = 96;
+    for (int64_t j = 0; j < D; j++) dy[3 * D + j] = -0.0f;
+    ids[3] = 60;                           /* its one occurrence: -0 */
+    const int dts[] = {MP_F16, MP_BF16};
+    for (int d = 0; d < 2; d++) {
+        int dt = dts[d];
+        /* row 70's first element sums big + small - big: 0 in the order
+         * of i (the tie rounds to even), small the other way round */
+        float big = dt == MP_F16 ? 32768.0f : 16777216.0f, small = dt == MP_F16 ? 0x1p-9f : 1.0f;
+        ids[10] = ids[11] = ids[12] = 70;
+        dy[10 * D] = big, dy[11 * D] = small, dy[12 * D] = -big;
+        assert_true(big + small - big == 0.0f && -big + small + big == small);
+        void *y = to_dt(dy, n * D, dt);    /* dy as the backward has it */
+        float *acc = zvec(V * D);
+        for (int64_t i = 0; i < n; i++)
+            for (int64_t j = 0; ids[i] >= 0 && ids[i] < V && j < D; j++)
+                acc[ids[i] * D + j] += mp_ld(y, dt, i * D + j);
+        void *want = malloc((size_t)(V * D) * 2), *got = malloc((size_t)(V * D) * 2);
+        for (int64_t k = 0; k < V * D; k++) mp_st(want, dt, k, acc[k]);
+        for (int t = 1; t <= 2; t++) {
+#ifdef _OPENMP
+            omp_set_num_threads(t);
+#endif
+            memset(got, 0xff, (size_t)(V * D) * 2);
+            mp_k_embedding_dw(got, dt, y, dt, ids, MP_I32, n, V, D, 0.0f);
+            assert_memory_equal(got, want, (size_t)(V * D) * 2);
+        }
+        assert_true(mp_ld(got, dt, 60 * D) == 0.0f && !signbit(mp_ld(got, dt, 60 * D)));
+        free(y); free(acc); free(want); free(got);
+    }
+    free(dy); free(ids);
+}
+
 /* ---- normalisation ------------------------------------------------------ */
 
 static void fwd_layer_norm(Fd *c)
@@ -1720,6 +1764,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_conv_images),
         cmocka_unit_test(test_pools),
         cmocka_unit_test(test_embedding),
+        cmocka_unit_test(test_embedding_dw_lowp),
         cmocka_unit_test(test_layer_norm),
         cmocka_unit_test(test_batch_norm),
         cmocka_unit_test(test_attention),
