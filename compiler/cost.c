@@ -219,6 +219,12 @@ CostOp cost_op(const IrGraph *g, const IrNode *n)
     case OP_INPUT: case OP_PARAM: case OP_CONST: case OP_RESHAPE: case OP_FLATTEN:
         c.launches = 0;            /* no work: leaves and views */
         return c;
+    case OP_CHUNK:
+        if (ir_chunk_view(g, n)) { /* attention reads it in place */
+            c.launches = 0;
+            return c;
+        }
+        break;
     default:
         break;
     }

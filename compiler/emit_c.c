@@ -89,7 +89,7 @@ static void setup_fn(Emit *e)
             em(e, "    %s = (%s *)(mp_arena + %lld);\n", cname(e, n), c, (long long)e->mp->offset[i]);
             break;
         case BUF_ALIAS:
-            em(e, "    %s = (%s *)%s;\n", cname(e, n), c, cname(e, g->nodes[e->mp->root[i]]));
+            em(e, "    %s = (%s *)%s;\n", cname(e, n), c, emit_view_base(e, n));
             break;
         case BUF_PARAM:
             em(e, "    %s = mp_params[%lld].value;\n", cname(e, n), (long long)n->ia[0]);

@@ -105,7 +105,13 @@ static void slice(Emit *e, const IrNode *n)
     em(e, "    mp_k_slice(%s, %s, %lld, %lld, %lld, %s, %lld);\n", arg(e, n), arg(e, IN(0)), w.outer,
        w.big, w.inner, emit_int_arg(e, w.start), w.len);
 }
-void emit_c_CHUNK(Emit *e, const IrNode *n) { slice(e, n); }
+void emit_c_CHUNK(Emit *e, const IrNode *n)
+{
+    if (e->mp->kind[n->id] == BUF_ALIAS)   /* attention reads it in place: ir_chunk_view */
+        em(e, "    /* a view of %s: attention reads it in place */\n", cname(e, n->in[0]));
+    else
+        slice(e, n);
+}
 void emit_c_SLICE(Emit *e, const IrNode *n) { slice(e, n); }
 
 void emit_c_SLICE_GRAD(Emit *e, const IrNode *n)
@@ -385,7 +391,7 @@ void emit_c_MSE_GRAD(Emit *e, const IrNode *n)
 static void attention(Emit *e, const IrNode *n, const char *k, const IrNode *f, int nq)
 {
     IrAttn a = ir_attention(f);
-    const char *opt = emit_attention_opt(e, f, f->nin > 3 ? IN(nq) : NULL, false);
+    const char *opt = emit_attention_opt(e, n, f, f->nin > 3 ? IN(nq) : NULL, false);
     if (opt)
         em(e, "    {\n        const MpAttnOpt o = %s;\n", opt);
     em(e, "%smp_k_%s%s(%s, ", opt ? "        " : "    ", k, opt ? "_opt" : "", arg(e, n));

@@ -321,9 +321,23 @@ bool emit_keep_bthd(const IrNode *n)
     return n->op == OP_ATTENTION && n->ia[5];
 }
 
+const char *emit_view_base(Emit *e, const IrNode *n)
+{
+    const char *root = cname(e, e->g->nodes[e->mp->root[n->id]]);
+    long long off = (long long)e->mp->view_off[n->id];
+    return off ? arena_printf(e->a, "((unsigned char *)%s + %lld)", root, off) : root;
+}
+
 const char *emit_keep(Emit *e, const IrNode *n, bool cuda)
 {
     const char *v = emit_value_arg(e, emit_value(e, n)), *r = cuda ? "r, " : "";
+    long long stride = (long long)ir_view_stride(e->g, n);
+    if (stride) {   /* a chunk read in place: rows of its last axis, stride apart */
+        long long len = (long long)n->shape.d[n->shape.rank - 1], es = dt_size(n->type);
+        return arena_printf(e->a, "    %s(%s%s, %s, %lld, %lld, %lld);\n",
+                            cuda ? "mp_cu_keep_rows" : "MP_KEEP_ROWS", r, v, cname(e, n),
+                            (long long)shape_numel(&n->shape) / len, len * es, stride * es);
+    }
     if (emit_keep_bthd(n)) {
         const int64_t *d = n->shape.d;
         return arena_printf(e->a, "    %s(%s%s, %s, %d, %lld, %lld, %lld, %lld);\n",
@@ -496,15 +510,17 @@ long long emit_dim(const IrNode *v, int i)
 /* MpAttnLays: where q, k, v, y (dy) and dq, dk, dv lie (ir.h IrAttn):
  * each tensor's {off, sb, sh, st}, row t of sample b, head h at element
  * off + b sb + h sh + t st */
-static const char *attention_lays(Emit *e, const IrNode *f)
+static const char *attention_lays(Emit *e, const IrNode *f, const IrNode *const *qkv)
 {
     IrAttn a = ir_attention(f);
     long long H = a.H, T = a.T, Tk = a.Tk, D = a.D, HD = H * D, l[7][4];
     for (int i = 0; i < 4; i++) {          /* q, k, v, y */
         long long t = i == 1 || i == 2 ? Tk : T;
         bool bthd = i < 3 ? a.qkv_bthd : a.y_bthd;
+        /* a [B, T, H, D] row's elements, or a chunk's row in place: S apart */
+        long long S = i < 3 && ir_view_stride(e->g, qkv[i]) ? (long long)ir_view_stride(e->g, qkv[i]) : HD;
         long long *x = l[i];
-        x[0] = 0, x[1] = t * HD, x[2] = bthd ? D : t * D, x[3] = bthd ? HD : D;
+        x[0] = 0, x[1] = t * S, x[2] = bthd ? D : t * D, x[3] = bthd ? S : D;
     }
     long long part[3] = {0, T, T + Tk};    /* dq, dk, dv: rows from */
     for (int i = 0; i < 3; i++) {
@@ -523,7 +539,7 @@ static const char *attention_lays(Emit *e, const IrNode *f)
     return arena_printf(e->a, "%s}}", s);
 }
 
-const char *emit_attention_opt(Emit *e, const IrNode *f, const IrNode *mask, bool cuda)
+const char *emit_attention_opt(Emit *e, const IrNode *n, const IrNode *f, const IrNode *mask, bool cuda)
 {
     IrAttn a = ir_attention(f);
     if (!mask && !f->ia[1] && !(f->fa[1] > 0) && !a.qkv_bthd && !a.y_bthd)
@@ -546,7 +562,8 @@ const char *emit_attention_opt(Emit *e, const IrNode *f, const IrNode *mask, boo
     return arena_printf(e->a, "{%d, (float)%.9g, %s, %s, %lld, {%lld, %lld, %lld, %lld}%s,\n            %s}",
                         (int)f->ia[1], f->fa[0], mask ? cname(e, mask) : "NULL",
                         mask ? mpdt(mask->type) : "MP_U8", (long long)a.H, st[0], st[1],
-                        st[2], st[3], drop, attention_lays(e, f));
+                        st[2], st[3], drop,
+                        attention_lays(e, f, (const IrNode *const *)(n == f ? f->in : n->in + 1)));
 }
 
 void emit_around_axis(const IrNode *x, int64_t axis, long long *outer, long long *len, long long *inner)

@@ -88,10 +88,11 @@ const IrNode *emit_work_copy(Emit *e, int p, const char **dt);
 
 /* Sizes of a node's tensors as the kernels of both targets take them. */
 long long emit_dim(const IrNode *v, int i);   /* dimension i, negative from the end */
-/* The options of attention f as an MpAttnOpt initialiser (mask: its mask
- * as the emitted node reads it; cuda: the CUDA program's run state for
+/* The options of attention f as an MpAttnOpt initialiser (n: f or its
+ * gradient, the node emitted, whose q, k, v its layouts describe; mask:
+ * its mask as n reads it; cuda: the CUDA program's run state for
  * dropout's generator), or NULL when it has none. */
-const char *emit_attention_opt(Emit *e, const IrNode *f, const IrNode *mask, bool cuda);
+const char *emit_attention_opt(Emit *e, const IrNode *n, const IrNode *f, const IrNode *mask, bool cuda);
 /* x viewed as [outer, len, inner] around `axis` (-1: everything) */
 void emit_around_axis(const IrNode *x, int64_t axis, long long *outer, long long *len, long long *inner);
 /* chunk, slice, slice_grad, concat: the big tensor (sliced, or placed
@@ -162,6 +163,9 @@ int emit_value(Emit *e, const IrNode *n);
  * program makes it; an attention's y stored [B, T, H, D] whose value is
  * [B, H, T, D] (emit_keep_bthd: ops.def ATTENTION ia[5]) swapped back. */
 const char *emit_keep(Emit *e, const IrNode *n, bool cuda);
+/* Where a view (BUF_ALIAS) starts: its root's name, at the offset of a
+ * chunk attention reads in place (memplan.h view_off). */
+const char *emit_view_base(Emit *e, const IrNode *n);
 bool emit_keep_bthd(const IrNode *n);
 int emit_output(Emit *e);
 /* The rows (elements) of loss/metric input x the kernel averages over:

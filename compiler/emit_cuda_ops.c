@@ -124,7 +124,13 @@ static void slice(Emit *e, const IrNode *n)
     em(e, "    mp_cu_slice%s(%s, %s, %lld, %lld, %lld, %s, %lld);\n", T2(n, IN(0)), C(n), C(IN(0)),
        w.outer, w.big, w.inner, emit_int_arg(e, w.start), w.len);
 }
-void emit_cuda_CHUNK(Emit *e, const IrNode *n) { slice(e, n); }
+void emit_cuda_CHUNK(Emit *e, const IrNode *n)
+{
+    if (e->mp->kind[n->id] == BUF_ALIAS)   /* attention reads it in place: ir_chunk_view */
+        em(e, "    /* a view of %s: attention reads it in place */\n", cname(e, n->in[0]));
+    else
+        slice(e, n);
+}
 void emit_cuda_SLICE(Emit *e, const IrNode *n) { slice(e, n); }
 
 void emit_cuda_SLICE_GRAD(Emit *e, const IrNode *n)
@@ -387,7 +393,7 @@ void emit_cuda_MSE_GRAD(Emit *e, const IrNode *n)
 static void attention(Emit *e, const IrNode *n, const char *k, const IrNode *f, int nq)
 {
     IrAttn a = ir_attention(f);
-    const char *opt = emit_attention_opt(e, f, f->nin > 3 ? IN(nq) : NULL, true);
+    const char *opt = emit_attention_opt(e, n, f, f->nin > 3 ? IN(nq) : NULL, true);
     if (opt)
         em(e, "    {\n        const MpAttnOpt o = %s;\n", opt);
     em(e, "%smp_cu_%s<%s", opt ? "        " : "    ", k, ty(n));

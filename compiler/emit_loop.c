@@ -191,7 +191,7 @@ static long long at_value(Emit *e, const LoopSlot *s)
     if (e->mp->kind[root] == BUF_PARAM)
         return (long long)e->g->nodes[root]->ia[0] << 2 | 1;
     MP_ASSERT(e->mp->kind[root] == BUF_ARENA);
-    return (long long)e->mp->offset[root] << 2;
+    return (long long)(e->mp->offset[root] + e->mp->view_off[s->n->id]) << 2;
 }
 
 /* Slot s of runs [a, b) is a where string or an integer argument that

@@ -74,6 +74,68 @@ Shape ir_attention_grad_shape(const IrNode *f)
     return s;
 }
 
+/* r is read, and read only, as q, k or v (inputs 0-2 of an attention,
+ * 1-3 of its gradient) of attentions in the [B, T, H, D] layout; by at
+ * least one. */
+static bool read_as_qkv(const IrGraph *g, const IrNode *r)
+{
+    int reads = 0;
+    for (int i = 0; i < g->nnodes; i++) {
+        const IrNode *n = g->nodes[i];
+        const IrNode *f = n->op == OP_ATTENTION_GRAD ? n->grad_of : n;
+        int lo = n->op == OP_ATTENTION ? 0 : 1;
+        for (int k = 0; k < n->nin; k++) {
+            if (n->in[k] != r)
+                continue;
+            if ((n->op != OP_ATTENTION && n->op != OP_ATTENTION_GRAD) || !f || !f->ia[3] ||
+                k < lo || k > lo + 2)
+                return false;
+            reads++;
+        }
+    }
+    return reads > 0 && r != g->loss;
+}
+
+bool ir_chunk_view(const IrGraph *g, const IrNode *c)
+{
+    if (c->op != OP_CHUNK || c->fused || c->hoisted || c->phase == PH_OPTIMIZER)
+        return false;
+    const IrNode *x = c->in[0];
+    int last = x->shape.rank - 1;
+    switch (x->op) {
+    case OP_PARAM: case OP_INPUT: case OP_CONST: case OP_RESHAPE: case OP_FLATTEN:
+    case OP_DETACH: case OP_CHUNK:
+        return false;             /* only where a kernel wrote x, densely */
+    default:
+        break;
+    }
+    if (c->ia[0] != last || c->type != x->type || x->fused_internal || c == g->loss)
+        return false;
+    int reads = 0;
+    for (int i = 0; i < g->nnodes; i++) {
+        const IrNode *r = g->nodes[i];
+        for (int k = 0; k < r->nin; k++) {
+            if (r->in[k] != c)
+                continue;
+            if (r->op != OP_RESHAPE || r->fused || r->shape.rank != 4 ||
+                r->shape.d[2] * r->shape.d[3] != c->shape.d[last] || !read_as_qkv(g, r))
+                return false;
+            reads++;
+        }
+    }
+    for (int m = 0; m < g->nmetrics; m++)
+        if (g->metrics[m].node == c)
+            return false;
+    return reads > 0;
+}
+
+int64_t ir_view_stride(const IrGraph *g, const IrNode *v)
+{
+    while (v->op == OP_RESHAPE)
+        v = v->in[0];
+    return ir_chunk_view(g, v) ? v->in[0]->shape.d[v->in[0]->shape.rank - 1] : 0;
+}
+
 int64_t ir_stats_at(const IrNode *n)
 {
     if ((n->op != OP_ATTENTION && n->op != OP_CROSS_ENTROPY) || !n->ia[2])

@@ -301,6 +301,16 @@ typedef struct IrGraph {
     int npend, pend_cap;
 } IrGraph;
 
+/* A chunk that is a view of its input, not a copy (memplan.c: a BUF_ALIAS
+ * at an offset): one along the last axis of a value a kernel wrote, each of
+ * whose readers is a reshape read only as q, k or v by attentions in the
+ * [B, T, H, D] layout (IrAttn.qkv_bthd) and their gradients. Attention
+ * reads its rows where they lie, S = the input's last dimension apart
+ * (MpAttnLays), so GPT-2's q, k, v = chunk(c_attn(x), 3) costs no copy.
+ * ir_view_stride: for such a chunk or a reshape of one, S; else 0. */
+bool ir_chunk_view(const IrGraph *g, const IrNode *c);
+int64_t ir_view_stride(const IrGraph *g, const IrNode *v);
+
 IrGraph *ir_new(Arena *a);
 /* Append a node at the end of the list. Inputs are copied. */
 IrNode  *ir_add(IrGraph *g, IrOp op, SrcLoc loc, int nin, IrNode *const *in);

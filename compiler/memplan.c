@@ -13,7 +13,7 @@ int64_t memplan_bytes(const IrNode *n)
     return shape_numel(&n->shape) * dt_size(n->type);
 }
 
-static BufKind kind_of(const IrNode *n)
+static BufKind kind_of(const IrGraph *g, const IrNode *n)
 {
     if (n->fused_internal && !(n == n->fused_first && fuse_is_product(n)))
         return BUF_NONE;           /* a fused chain keeps it in a register */
@@ -24,6 +24,7 @@ static BufKind kind_of(const IrNode *n)
     case OP_RESHAPE:
     case OP_FLATTEN:
     case OP_DETACH: return BUF_ALIAS;
+    case OP_CHUNK: return ir_chunk_view(g, n) ? BUF_ALIAS : BUF_ARENA;
     default: break;
     }
     return n->phase == PH_OPTIMIZER ? BUF_NONE : BUF_ARENA;
@@ -235,11 +236,14 @@ MemPlan *memplan_build(Arena *a, const IrGraph *g)
     mp->kind = arena_alloc(a, sizeof *mp->kind * (size_t)(n + 1));
     mp->offset = arena_alloc(a, sizeof *mp->offset * (size_t)(n + 1));
     mp->root = arena_alloc(a, sizeof *mp->root * (size_t)(n + 1));
+    mp->view_off = arena_alloc(a, sizeof *mp->view_off * (size_t)(n + 1));
     mp->last_use = arena_alloc(a, sizeof *mp->last_use * (size_t)(n + 1));
     for (int i = 0; i < n; i++) {
         const IrNode *v = g->nodes[i];
-        mp->kind[i] = kind_of(v);
+        mp->kind[i] = kind_of(g, v);
         mp->root[i] = mp->kind[i] == BUF_ALIAS ? mp->root[v->in[0]->id] : i;
+        mp->view_off[i] = mp->kind[i] != BUF_ALIAS ? 0 : mp->view_off[v->in[0]->id] +
+            (v->op == OP_CHUNK ? v->ia[2] * v->shape.d[v->ia[0]] * dt_size(v->type) : 0);
         mp->last_use[i] = v->hoisted ? n : i;
         mp->offset[i] = -1;
     }

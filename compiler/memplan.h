@@ -6,7 +6,8 @@
  * the last node that reads it (hoisted casts: the whole step). Buffers whose
  * live ranges do not overlap share bytes (greedy by size, as TFLite's
  * arena planner). Views that keep the layout (reshape, flatten) share their
- * input's buffer. The loss and metrics live to the end of the step (the
+ * input's buffer, and so does a chunk that attention reads in place
+ * (ir_chunk_view), at an offset into it. The loss and metrics live to the end of the step (the
  * runtime reads them then). Parameters, inputs and constants have no arena buffer:
  * the runtime owns them. Both code generators use this plan, so the C and
  * CUDA programs have the same memory layout. */
@@ -41,6 +42,7 @@ typedef struct MemPlan {
     BufKind *kind;                 /* per node id */
     int64_t *offset;               /* BUF_ARENA: byte offset */
     int *root;                     /* the node whose storage this one uses */
+    int64_t *view_off;             /* BUF_ALIAS: bytes from root's start (a chunk view's) */
     int *last_use;                 /* index of the last node reading it */
     int64_t arena_bytes;           /* size of the one arena */
     int64_t naive_bytes;           /* sum of all buffers without sharing */

@@ -523,6 +523,23 @@ static inline void mp_cu_keep(const MpCuRun *r, int i, const void *src, int64_t 
     }
 }
 
+/* mp_cu_keep of a chunk attention reads in place (MP_KEEP_ROWS): the rows'
+ * span copied back, then gathered. */
+static inline void mp_cu_keep_rows(const MpCuRun *r, int i, const void *src, int64_t rows,
+                                   int64_t len, int64_t stride)
+{
+    if (!r->run || r->run->keep != i + 1 || rows <= 0)
+        return;
+    int64_t span = (rows - 1) * stride + len;
+    void *host = malloc((size_t)span);
+    if (!host)
+        mp_cu_die("--predict", "out of host memory for the value's copy");
+    mp_cu_d2h(host, src, span);
+    mp_gather_rows(r->run->kept, host, rows, len, stride);
+    free(host);
+    r->run->kept_done = 1;
+}
+
 /* mp_cu_keep of an attention's y stored [B, T, H, D] whose value is
  * [B, H, T, D] (MP_KEEP_BTHD): copied back, then its axes swapped. */
 static inline void mp_cu_keep_bthd(const MpCuRun *r, int i, const void *src, int64_t esize,

@@ -109,6 +109,23 @@ static inline void mp_swap12(void *dst, const void *src, int64_t esize, int64_t 
         }                                                                    \
     } while (0)
 
+/* A chunk attention reads in place (the compiler's ir_chunk_view): its
+ * value is rows of `len` bytes, `stride` bytes apart in its input. */
+static inline void mp_gather_rows(void *dst, const void *src, int64_t rows, int64_t len,
+                                  int64_t stride)
+{
+    for (int64_t i = 0; i < rows; i++)
+        memcpy((char *)dst + (size_t)(i * len), (const char *)src + (size_t)(i * stride), (size_t)len);
+}
+
+#define MP_KEEP_ROWS(i, buf, rows, len, stride)                              \
+    do {                                                                     \
+        if (run->keep == (i) + 1) {                                          \
+            mp_gather_rows(run->kept, (buf), rows, len, stride);             \
+            run->kept_done = 1;                                              \
+        }                                                                    \
+    } while (0)
+
 /* grad += g: a parameter's gradient, over micro-batches and uses. */
 static inline void mp_accumulate_grad(float *grad, const float *g, int64_t n)
 {

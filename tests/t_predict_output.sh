@@ -14,7 +14,10 @@
 #     fold_attention_layouts): y, whose transpose the op took, is still
 #     written [B, H, T, D] (z, its transpose reshaped, agrees), and c, the
 #     name of a transpose the op took over, is NumPy's attention of the q,
-#     k, v values written.
+#     k, v values written;
+#   - chunks attention reads in place (tests/gradcheck/gc_attention_chunk.mp,
+#     ir.h ir_chunk_view): each part written as its columns of the tensor
+#     it was cut from, by the C program and the CUDA program's stand-in.
 set -u
 cd "$(dirname "$0")/.."
 . tests/py/lib.sh
@@ -87,6 +90,46 @@ ok = ok and err < 1e-5
 print("shapes y %s c %s q %s k %s; c from NumPy's attention %.2e" % (y.shape, c.shape, q.shape, k.shape, err))
 sys.exit(0 if ok else 1)
 PYEOF
+else
+    bad "$n does not build"
+fi
+
+# chunks attention reads in place (ir.h ir_chunk_view: views, no copy):
+# each part is still written as its own value, equal to its columns of the
+# tensor it was cut from (qkv, kv); g (a part read by a sum too) is a
+# copy. The C program, and the CUDA program on the CPU (mp_cu_keep_rows),
+# when a C++ compiler is there.
+n=gc_attention_chunk
+if build_trainer "tests/gradcheck/$n.mp" "$tmp/$n" -- -O1; then
+    grep -q "a view of v[0-9]*_qkv: attention reads it in place" "$tmp/$n.c" ||
+        bad "$n: q, k, v are not views of qkv in the C program"
+    read -r -a pairs <<<"$($PY tests/py/data.py --random "tests/gradcheck/$n.mp" "$tmp/$n.data" 7)"
+    data=() pred=()
+    for p in "${pairs[@]}"; do data+=(--data "$p"); pred+=(--predict "$p"); done
+    "$tmp/$n" "${data[@]}" --steps 1 --save "$tmp/$n.st" >"$tmp/$n.train" 2>&1 ||
+        bad "$n: training failed: $(tail -n 2 "$tmp/$n.train")"
+    progs=("$tmp/$n")
+    emu_trainer "tests/gradcheck/$n.mp" "$tmp/$n.emu"
+    case $? in
+    0) grep -q "mp_cu_keep_rows" "$tmp/$n.emu.cu" || bad "$n: the CUDA program keeps no chunk view's rows"
+       progs+=("$tmp/$n.emu") ;;
+    1) bad "$n: the CUDA program does not build for the CPU" ;;
+    esac
+    for prog in "${progs[@]}"; do
+        for v in qkv q k v kv a b g; do
+            expect 0 "'$v' of 7 samples" "$prog" --init "$tmp/$n.st" "${pred[@]}" --out "$prog.$v.npy" --output $v
+        done
+        $PY - "$prog" <<'PYEOF' || bad "$prog: the chunks' values are not their columns (above)"
+import numpy as np, sys
+p = sys.argv[1]
+val = {n: np.load("%s.%s.npy" % (p, n)) for n in ("qkv", "q", "k", "v", "kv", "a", "b", "g")}
+ok = val["qkv"].shape == (7, 3, 24) and val["kv"].shape == (7, 5, 16) and val["g"].shape == (7, 3, 8)
+for n, src, at in (("q", "qkv", 0), ("k", "qkv", 8), ("v", "qkv", 16), ("a", "kv", 0), ("b", "kv", 8)):
+    ok = ok and np.array_equal(val[n], val[src][:, :, at:at + 8])
+print("%s: q, k, v, a, b %s their columns of qkv, kv" % (p.rsplit("/", 1)[-1], "are" if ok else "are NOT"))
+sys.exit(0 if ok else 1)
+PYEOF
+    done
 else
     bad "$n does not build"
 fi
