@@ -518,7 +518,7 @@ static const char *attention_lays(Emit *e, const IrNode *f, const IrNode *const 
         long long t = i == 1 || i == 2 ? Tk : T;
         bool bthd = i < 3 ? a.qkv_bthd : a.y_bthd;
         /* a [B, T, H, D] row's elements, or a chunk's row in place: S apart */
-        long long S = i < 3 && ir_view_stride(e->g, qkv[i]) ? (long long)ir_view_stride(e->g, qkv[i]) : HD;
+        long long view = i < 3 ? (long long)ir_view_stride(e->g, qkv[i]) : 0, S = view ? view : HD;
         long long *x = l[i];
         x[0] = 0, x[1] = t * S, x[2] = bthd ? D : t * D, x[3] = bthd ? S : D;
     }
