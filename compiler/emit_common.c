@@ -332,8 +332,11 @@ const char *emit_keep(Emit *e, const IrNode *n, bool cuda)
 {
     const char *v = emit_value_arg(e, emit_value(e, n)), *r = cuda ? "r, " : "";
     long long stride = (long long)ir_view_stride(e->g, n);
-    if (stride) {   /* a chunk read in place: rows of its last axis, stride apart */
-        long long len = (long long)n->shape.d[n->shape.rank - 1], es = dt_size(n->type);
+    if (stride) {   /* a chunk read in place (or a reshape of one): its rows, stride apart */
+        const IrNode *c = n;
+        while (c->op == OP_RESHAPE)
+            c = c->in[0];
+        long long len = (long long)c->shape.d[c->shape.rank - 1], es = dt_size(n->type);
         return arena_printf(e->a, "    %s(%s%s, %s, %lld, %lld, %lld);\n",
                             cuda ? "mp_cu_keep_rows" : "MP_KEEP_ROWS", r, v, cname(e, n),
                             (long long)shape_numel(&n->shape) / len, len * es, stride * es);

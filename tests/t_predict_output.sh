@@ -16,8 +16,9 @@
 #     name of a transpose the op took over, is NumPy's attention of the q,
 #     k, v values written;
 #   - chunks attention reads in place (tests/gradcheck/gc_attention_chunk.mp,
-#     ir.h ir_chunk_view): each part written as its columns of the tensor
-#     it was cut from, by the C program and the CUDA program's stand-in.
+#     ir.h ir_chunk_view): each part (and heads, a reshape of one) written
+#     as its columns of the tensor it was cut from, by the C program and the
+#     CUDA program's stand-in.
 set -u
 cd "$(dirname "$0")/.."
 . tests/py/lib.sh
@@ -116,17 +117,18 @@ if build_trainer "tests/gradcheck/$n.mp" "$tmp/$n" -- -O1; then
     1) bad "$n: the CUDA program does not build for the CPU" ;;
     esac
     for prog in "${progs[@]}"; do
-        for v in qkv q k v kv a b g; do
+        for v in qkv q heads k v kv a b g; do
             expect 0 "'$v' of 7 samples" "$prog" --init "$tmp/$n.st" "${pred[@]}" --out "$prog.$v.npy" --output $v
         done
         $PY - "$prog" <<'PYEOF' || bad "$prog: the chunks' values are not their columns (above)"
 import numpy as np, sys
 p = sys.argv[1]
-val = {n: np.load("%s.%s.npy" % (p, n)) for n in ("qkv", "q", "k", "v", "kv", "a", "b", "g")}
+val = {n: np.load("%s.%s.npy" % (p, n)) for n in ("qkv", "q", "heads", "k", "v", "kv", "a", "b", "g")}
 ok = val["qkv"].shape == (7, 3, 24) and val["kv"].shape == (7, 5, 16) and val["g"].shape == (7, 3, 8)
 for n, src, at in (("q", "qkv", 0), ("k", "qkv", 8), ("v", "qkv", 16), ("a", "kv", 0), ("b", "kv", 8)):
     ok = ok and np.array_equal(val[n], val[src][:, :, at:at + 8])
-print("%s: q, k, v, a, b %s their columns of qkv, kv" % (p.rsplit("/", 1)[-1], "are" if ok else "are NOT"))
+ok = ok and val["heads"].shape == (7, 3, 2, 4) and np.array_equal(val["heads"], val["q"].reshape(7, 3, 2, 4))
+print("%s: q, heads, k, v, a, b %s their columns of qkv, kv" % (p.rsplit("/", 1)[-1], "are" if ok else "are NOT"))
 sys.exit(0 if ok else 1)
 PYEOF
     done
