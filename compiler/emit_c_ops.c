@@ -254,7 +254,7 @@ void emit_c_EMBEDDING(Emit *e, const IrNode *n)
 
 void emit_c_EMBEDDING_DW(Emit *e, const IrNode *n)
 {
-    em(e, "    mp_k_embedding_dw(%s, %s, %s, %lld, %lld, %lld, 0.0f);\n", arg(e, n), arg(e, IN(0)),
+    em(e, "    mp_k_embedding_dw(%s, %s, %s, %lld, %lld, %lld);\n", arg(e, n), arg(e, IN(0)),
        arg(e, IN(1)), N(IN(1)), emit_dim(n, 0), emit_dim(n, 1));
 }
 

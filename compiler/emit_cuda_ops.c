@@ -251,7 +251,7 @@ void emit_cuda_EMBEDDING(Emit *e, const IrNode *n)
 
 void emit_cuda_EMBEDDING_DW(Emit *e, const IrNode *n)
 {
-    em(e, "    mp_cu_embedding_dw%s(%s, %s, %s, %lld, %lld, %lld, 0.0f);\n", T2(n, IN(0)), C(n),
+    em(e, "    mp_cu_embedding_dw%s(%s, %s, %s, %lld, %lld, %lld);\n", T2(n, IN(0)), C(n),
        C(IN(0)), IDS(IN(1)), N(IN(1)), emit_dim(n, 0), emit_dim(n, 1));
 }
 

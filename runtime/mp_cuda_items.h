@@ -881,8 +881,9 @@ static inline MP_HD float mp_cu_depthwise_dw_part(const MpConv *v, int64_t N, co
  * order[k] (the position) and sorted[k] (its id): dw[v, d] is then the sum
  * of dy[order[k], d] over v's segment of sorted, in order of k, which is
  * the order of i: the C program's sum, without scanning every id per output
- * and without atomics. Part of the rank of id i: the ids before it. Ids of
- * any integer type (idt), loaded with mp_ld_id. */
+ * and without atomics (mp_embedding_dw_sum, the C program's sum too).
+ * Part of the rank of id i: the ids before it. Ids of any integer type
+ * (idt), loaded with mp_ld_id. */
 static inline MP_HD int64_t mp_cu_id_rank_part(const void *ids, int idt, int64_t n, int64_t i, int tid,
                                                int nt)
 {
@@ -907,10 +908,7 @@ static inline MP_HD float mp_cu_embedding_dw_at(const void *dy, int dydt, const 
         else
             hi = mid;
     }
-    float s = 0.0f;
-    for (int64_t k = lo; k < n && sorted[k] == v; k++)
-        s += mp_cu_ld(dy, dydt, order[k] * dim + d);
-    return s;
+    return mp_embedding_dw_sum(dy, dydt, order, sorted, n, dim, lo, v, d);
 }
 
 /* ---- attention: the arithmetic of one score (mp_cuda_ops.h's tiles) -------- */

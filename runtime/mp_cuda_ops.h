@@ -1672,21 +1672,20 @@ struct MpCuEmbeddingDw {
     const void *dy;
     const int32_t *order, *sorted;
     int64_t n, dim;
-    float beta;
     MP_HD void operator()(int64_t i) const
     {
-        mp_cu_st_beta(dw, DWT, i, mp_cu_embedding_dw_at(dy, DYT, order, sorted, n, dim, i), beta);
+        mp_cu_st(dw, DWT, i, mp_cu_embedding_dw_at(dy, DYT, order, sorted, n, dim, i));
     }
 };
 
 template <int DWT, int DYT>
 static inline void mp_cu_embedding_dw(void *dw, const void *dy, const void *ids, int idt, int64_t n,
-                                      int64_t vocab, int64_t dim, float beta)
+                                      int64_t vocab, int64_t dim)
 {
     int32_t *order = (int32_t *)mp_cu_ws(2 * n * (int64_t)sizeof(int32_t));
     int32_t *sorted = order ? order + n : NULL;
     MpCuIdRank rank = {ids, idt, n, order, sorted};
-    MpCuEmbeddingDw<DWT, DYT> f = {dw, dy, order, sorted, n, dim, beta};
+    MpCuEmbeddingDw<DWT, DYT> f = {dw, dy, order, sorted, n, dim};
     mp_cu_rows("embedding_dw_sort", n, mp_cu_row_threads(n), rank);
     mp_cu_each("embedding_dw", vocab * dim, f);
 }

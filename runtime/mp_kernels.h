@@ -123,7 +123,7 @@
  *   mp_k_global_avg_pool(y,ydt, x,xdt, N,C,S)          S = H*W
  *   mp_k_global_avg_pool_grad(dx,dxdt, dy,dydt, N,C,S)
  *   mp_k_embedding(y,ydt, ids, w,wdt, n, vocab, dim)   y[n,dim] = w[ids[i]]
- *   mp_k_embedding_dw(dw,dwdt, dy,dydt, ids, n, vocab, dim, beta)
+ *   mp_k_embedding_dw(dw,dwdt, dy,dydt, ids, n, vocab, dim)
  *   mp_k_embedding_dw_acc(grad, dy,dydt, ids, n, vocab, dim)   grad[ids[i]] += dy[i]
  *   mp_k_layer_norm(y,ydt, x,xdt, w,wdt, b,bdt, rows, dim, eps)
  *   mp_k_layer_norm_dx(dx,dxdt, dy,dydt, x,xdt, w,wdt, rows, dim, eps)
@@ -826,6 +826,22 @@ static inline void mp_st_beta(void *p, int dt, int64_t off, int64_t n,
 static inline MP_HD float mp_relu(float x) { return x < 0.0f ? 0.0f : x; }
 static inline MP_HD float mp_rsqrt(float x) { return 1.0f / sqrtf(x); }
 /* gelu, sigmoid, silu and their gradients: mp_vmath.h */
+
+/* Element d of an embedding gradient's row v: the f32 sum, from 0.0f, of
+ * dy[order[k], d] over v's occurrences k >= k0 in sorted (the ids ordered
+ * by id, then by position: order[k] the position, sorted[k] the id), which
+ * is the order of i. Both programs' embedding_dw sum through it: the C
+ * program per row an id names (mp_embedding_dw_rows), the CUDA program per
+ * element of dw (mp_cu_embedding_dw_at). */
+static inline MP_HD float mp_embedding_dw_sum(const void *dy, int dydt, const int32_t *order,
+                                              const int32_t *sorted, int64_t n, int64_t dim,
+                                              int64_t k0, int64_t v, int64_t d)
+{
+    float s = 0.0f;
+    for (int64_t k = k0; k < n && sorted[k] == v; k++)
+        s += mp_ld(dy, dydt, (int64_t)order[k] * dim + d);
+    return s;
+}
 
 /* d relu / dx: 0 at x = 0, as torch's threshold_backward. */
 static inline MP_HD float mp_relu_grad(float dy, float x) { return x > 0.0f ? dy : 0.0f; }

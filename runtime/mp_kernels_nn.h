@@ -831,75 +831,61 @@ static inline void mp_k_embedding_dw_acc(float *acc, const void *dy, int dydt, c
     }
 }
 
-/* The occurrences (id, i) of the ids, ordered by id, then by i. */
-static int mp_occ_cmp(const void *pa, const void *pb)
+static int mp_i64_cmp(const void *pa, const void *pb)
 {
-    const int64_t *a = (const int64_t *)pa, *b = (const int64_t *)pb;
-    if (a[0] != b[0])
-        return a[0] < b[0] ? -1 : 1;
-    return (a[1] > b[1]) - (a[1] < b[1]);
+    int64_t a = *(const int64_t *)pa, b = *(const int64_t *)pb;
+    return (a > b) - (a < b);
 }
 
-/* dw[vocab, dim] (f16 / bf16, beta 0) = zeros, then each row an id names:
- * the f32 sum of its dy rows in the order of i (from 0.0f), rounded once:
- * the bits of a dense f32 scatter-add rounded whole, without its [vocab,
- * dim] f32 buffer (GPT-2's tied table: 154 MB allocated, zeroed and
- * converted each step for at most B T rows). The rows are shared among
- * the threads, each summed by one in its order: the same bits on any
- * number. */
+/* dw[vocab, dim] (f16 / bf16) = zeros, then each row an id names: the f32
+ * sum of its dy rows in the order of i (mp_embedding_dw_sum), rounded
+ * once: the bits of a dense f32 scatter-add rounded whole, without its
+ * [vocab, dim] f32 buffer (GPT-2's tied table: 154 MB allocated, zeroed
+ * and converted each step for at most B T rows). The ids in range are
+ * sorted once (keys id n + i: by id, then by i), the rows shared among the
+ * threads, each summed by one: the same bits on any number. */
 static inline void mp_embedding_dw_rows(void *dw, int dwdt, const void *dy, int dydt,
                                         const void *ids, int idt, int64_t n, int64_t vocab,
                                         int64_t dim)
 {
     mp_k_fill(dw, dwdt, 0.0f, vocab * dim);
-    int64_t(*occ)[2] = (int64_t(*)[2])mp_kalloc((size_t)(n > 0 ? n : 1) * sizeof *occ);
-    int64_t m = 0;
+    int64_t *key = (int64_t *)mp_kalloc((size_t)(n > 0 ? n : 1) * 2 * sizeof *key), m = 0;
+    int32_t *order = (int32_t *)(key + n), *sorted = order + n;
     for (int64_t i = 0; i < n; i++) {
         int64_t id = mp_ld_id(ids, idt, i);
         if (id >= 0 && id < vocab)
-            occ[m][0] = id, occ[m++][1] = i;
+            key[m++] = id * n + i;
     }
-    qsort(occ, (size_t)m, sizeof *occ, mp_occ_cmp);
+    qsort(key, (size_t)m, sizeof *key, mp_i64_cmp);
+    for (int64_t k = 0; k < m; k++) {
+        order[k] = (int32_t)(key[k] % n);
+        sorted[k] = (int32_t)(key[k] / n);
+    }
     MP_OMP(parallel for schedule(dynamic, 4) if (m * dim > MP_PAR_MIN))
-    for (int64_t s = 0; s < m; s++) {
-        int64_t id = occ[s][0];
-        if (s > 0 && occ[s - 1][0] == id)
+    for (int64_t k = 0; k < m; k++) {
+        if (k > 0 && sorted[k - 1] == sorted[k])
             continue;   /* summed with its row's first occurrence */
-        for (int64_t c = 0; c < dim; c += MP_CHUNK) {
-            float a[MP_CHUNK], t[MP_CHUNK];
-            int64_t w = mp_min64(dim - c, MP_CHUNK);
-            for (int64_t j = 0; j < w; j++) a[j] = 0.0f;
-            for (int64_t e = s; e < m && occ[e][0] == id; e++) {
-                mp_ld_n(dy, dydt, occ[e][1] * dim + c, 1, w, t);
-                for (int64_t j = 0; j < w; j++) a[j] += t[j];
-            }
-            mp_st_n(dw, dwdt, id * dim + c, 1, w, a);
-        }
+        for (int64_t d = 0; d < dim; d++)
+            mp_st(dw, dwdt, sorted[k] * dim + d,
+                  mp_embedding_dw_sum(dy, dydt, order, sorted, m, dim, k, sorted[k], d));
     }
-    free(occ);
+    free(key);
 }
 
-/* dw[vocab, dim] = scatter-add of dy[n, dim] by ids (+ beta dw), summed in
- * f32 in the order of i; ids outside [0, vocab) add nothing. An f32 dw
- * with beta 0 is its own accumulator (zeroed, then scattered into); an
- * f16 / bf16 one, its rows summed one at a time (mp_embedding_dw_rows). */
+/* dw[vocab, dim] = scatter-add of dy[n, dim] by ids, summed in f32 in the
+ * order of i; ids outside [0, vocab) add nothing. An f32 dw is its own
+ * accumulator (zeroed, then scattered into); an f16 / bf16 one, its rows
+ * summed one at a time (mp_embedding_dw_rows). */
 static inline void mp_k_embedding_dw(void *dw, int dwdt, const void *dy, int dydt,
                                      const void *ids, int idt, int64_t n, int64_t vocab,
-                                     int64_t dim, float beta)
+                                     int64_t dim)
 {
-    if (dwdt == MP_F32 && beta == 0.0f) {
-        mp_k_fill(dw, MP_F32, 0.0f, vocab * dim);
-        mp_k_embedding_dw_acc((float *)dw, dy, dydt, ids, idt, n, vocab, dim);
-        return;
-    }
-    if (beta == 0.0f) {
+    if (dwdt != MP_F32) {
         mp_embedding_dw_rows(dw, dwdt, dy, dydt, ids, idt, n, vocab, dim);
         return;
     }
-    float *acc = (float *)mp_kzalloc((size_t)(vocab * dim) * sizeof *acc);
-    mp_k_embedding_dw_acc(acc, dy, dydt, ids, idt, n, vocab, dim);
-    mp_st_beta(dw, dwdt, 0, vocab * dim, acc, beta);
-    free(acc);
+    mp_k_fill(dw, MP_F32, 0.0f, vocab * dim);
+    mp_k_embedding_dw_acc((float *)dw, dy, dydt, ids, idt, n, vocab, dim);
 }
 
 /* ---- layer_norm --------------------------------------------------------- */

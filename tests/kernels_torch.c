@@ -335,7 +335,7 @@ static void op_embedding(void)
     int32_t *ids = rdi(0, n);
     float *w = rdf(1, V * D), *dy = rdf(2, n * D), *y = buf(n * D), *dw = buf(V * D);
     mp_k_embedding(y, F32, ids, MP_I32, w, F32, n, V, D);
-    mp_k_embedding_dw(dw, F32, dy, F32, ids, MP_I32, n, V, D, 0.0f);
+    mp_k_embedding_dw(dw, F32, dy, F32, ids, MP_I32, n, V, D);
     wrf(0, y, n * D); wrf(1, dw, V * D);
 }
 
