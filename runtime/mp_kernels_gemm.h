@@ -646,7 +646,8 @@ static inline void mp_gemm_store(const MpGemm *g, float *T, int64_t ldt, int64_t
     float bias[MP_CHUNK];
     for (int64_t i = 0; i < mv; i++) {
         float *r = T + i * ldt;
-        for (int64_t j = 0; j < nv; j++) r[j] *= alpha;
+        if (alpha != 1.0f)   /* x * 1 is x: the pass is skipped, not the rounding */
+            for (int64_t j = 0; j < nv; j++) r[j] *= alpha;
         for (int64_t c = 0; g->bias && c < nv; c += MP_CHUNK) {
             int64_t m = mp_min64(nv - c, MP_CHUNK);
             if (g->bias_per_row)
