@@ -3,7 +3,8 @@
  * - MpGemm.epi: called once for every element of C, with the f32 result
  *   (alpha AB + bias + beta C) before rounding; what it leaves in v is
  *   stored, rounded to cdt, and it may store elsewhere. Sizes across the
- *   tiles (several row segments per row) and K = 0.
+ *   tiles (several row segments per row) and K = 0. mp_k_matmul_tn_acc's
+ *   epilogue adds the product to the old gradient, as the two calls would.
  * - MpGemm.around / bround: an f32 operand rounded to f16 / bf16 while
  *   packing gives exactly the product of the operand cast first, both
  *   transposes; without them the f32 operand is used as it is.
@@ -88,6 +89,24 @@ static void test_epi_every_element_once(void **state)
     check_epi(4, 9, 0, MP_F32);           /* K = 0: bias only */
 }
 
+/* grad[K, N] += a[R, K]^T b[R, N] (mp_k_matmul_tn_acc, a weight gradient
+ * accumulated in the product's store) has the bits of grad + the product
+ * stored alone: R one block of K and two, edges both ways. */
+static void test_tn_acc_bits(void **state)
+{
+    (void)state;
+    int64_t K = 97, N = 131;
+    for (int64_t R = 200; R <= 300; R += 100) {
+        float *a = rand_buf(R * K, 10), *b = rand_buf(R * N, 11), *grad = rand_buf(K * N, 12);
+        float *prod = calloc((size_t)(K * N), sizeof *prod), *want = calloc((size_t)(K * N), 4);
+        mp_k_matmul_tn(prod, MP_F32, a, MP_F32, b, MP_F32, R, K, N, 0.0f);
+        for (int64_t e = 0; e < K * N; e++) want[e] = grad[e] + prod[e];
+        mp_k_matmul_tn_acc(grad, MP_F32, a, MP_F32, b, MP_F32, R, K, N);
+        assert_memory_equal(grad, want, (size_t)(K * N) * sizeof *grad);
+        free(a); free(b); free(grad); free(prod); free(want);
+    }
+}
+
 /* around / bround: the same as casting the operand first. */
 static void check_round(int adt, int ta, int tb)
 {
@@ -128,6 +147,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_epi_every_element_once),
+        cmocka_unit_test(test_tn_acc_bits),
         cmocka_unit_test(test_operand_rounding),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
