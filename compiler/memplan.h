@@ -9,8 +9,9 @@
  * input's buffer, and so does a chunk that attention reads in place
  * (ir_chunk_view), at an offset into it. The loss and metrics live to the
  * end of the step (the runtime reads them then). Parameters, inputs and
- * constants have no arena buffer: the runtime owns them. Both code generators use this plan, so the C and
- * CUDA programs have the same memory layout. */
+ * constants have no arena buffer: the runtime owns them. Both code
+ * generators use this plan, so the C and CUDA programs have the same
+ * memory layout. */
 #ifndef MPCC_MEMPLAN_H
 #define MPCC_MEMPLAN_H
 
